@@ -1,0 +1,28 @@
+// Every op schema of the `zerocopy` torch library, in one place.
+//
+// Kernels register per dispatch key in csrc/ops/cpu/*_kernel.cpp (CPU) and csrc/ops/cuda/*_cuda.cpp (CUDA);
+// Python wrappers with fake (meta) implementations live in lightning_zerocopy/ops.py.
+#include <torch/library.h>
+
+TORCH_LIBRARY(zerocopy, m) {
+  // Compress a COO edge list by destination (CSC over edge_index[1]): for target v, its incoming
+  // neighbors are indices[indptr[v]:indptr[v+1]], sorted by source id within each target.
+  // edge_perm[k] is the position in the input edge list of the k-th compressed edge.
+  // indices is int32 when num_nodes fits, else int64.
+  m.def(
+      "build_csc(Tensor src, Tensor dst, int num_nodes, bool remove_self_loops, bool remove_duplicates)"
+      " -> (Tensor indptr, Tensor indices, Tensor edge_perm)");
+
+  // Multi-hop uniform neighbor sampling over incoming edges (CSC). Seeds come first in n_id, then each
+  // hop's new nodes in order of first appearance. row = local id of the sampled neighbor (message source),
+  // col = local id of the target. edge_pos = position of each sampled edge in `indices`.
+  // num_sampled_nodes has len(fanouts)+1 entries (seeds first), num_sampled_edges len(fanouts); both int64 CPU.
+  m.def(
+      "sample_neighbors(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, bool replace, int seed)"
+      " -> (Tensor n_id, Tensor row, Tensor col, Tensor edge_pos, Tensor num_sampled_nodes,"
+      " Tensor num_sampled_edges)");
+
+  // out[i] = table[ids[i]] for a 2-D row-major table. The CUDA kernel reads the table directly from
+  // registered (pinned, mapped) host memory or from device memory.
+  m.def("gather_rows_into(Tensor table, Tensor ids, Tensor(a!) out) -> ()");
+}

@@ -1,0 +1,145 @@
+"""Typed Python wrappers over the compiled ``torch.ops.zerocopy`` ops, with their fake implementations.
+
+Every op is registered once in ``csrc/library.cpp``; CPU kernels live in ``csrc/ops/cpu`` and CUDA kernels
+in ``csrc/ops/cuda``. The fake implementations let the ops run under ``torch.compile``/FakeTensor and are
+exercised by ``torch.library.opcheck`` in the tests.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence
+
+import torch
+
+from lightning_zerocopy._extension import WITH_CUDA  # noqa: F401  (loads _C, registering the ops)
+
+_ops = torch.ops.zerocopy
+
+
+class CSC(NamedTuple):
+    """Compressed-by-destination adjacency: incoming neighbors of ``v`` are ``indices[indptr[v]:indptr[v+1]]``."""
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    edge_perm: torch.Tensor
+
+
+class SampledSubgraph(NamedTuple):
+    """Raw output of :func:`sample_neighbors` (local ids, PyG edge direction)."""
+
+    n_id: torch.Tensor
+    row: torch.Tensor
+    col: torch.Tensor
+    edge_pos: torch.Tensor
+    num_sampled_nodes: torch.Tensor
+    num_sampled_edges: torch.Tensor
+
+
+def index_dtype_for(num_nodes: int) -> torch.dtype:
+    """The dtype used for node ids in ``indices``: int32 when every id fits, else int64."""
+    return torch.int32 if num_nodes <= torch.iinfo(torch.int32).max else torch.int64
+
+
+def build_csc(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    num_nodes: int,
+    remove_self_loops: bool = False,
+    remove_duplicates: bool = False,
+) -> CSC:
+    """Compress the COO edges ``src -> dst`` by destination (CSC over ``edge_index[1]``).
+
+    Args:
+        src: int64 source node of every edge (``edge_index[0]``), contiguous, on the CPU.
+        dst: int64 destination node of every edge (``edge_index[1]``), same length as ``src``.
+        num_nodes: number of nodes; every id must be in ``[0, num_nodes)``.
+        remove_self_loops: drop edges ``v -> v``.
+        remove_duplicates: keep one copy of each repeated ``(src, dst)`` pair (the first in input order).
+
+    Returns:
+        :class:`CSC` with int64 ``indptr`` of length ``num_nodes + 1``, ``indices`` (int32 when ids fit,
+        else int64) sorted by source within each destination, and int64 ``edge_perm`` giving each compressed
+        edge's position in the input edge list.
+    """
+    return CSC(*_ops.build_csc(src, dst, num_nodes, remove_self_loops, remove_duplicates))
+
+
+@torch.library.register_fake("zerocopy::build_csc")
+def _build_csc_fake(src, dst, num_nodes, remove_self_loops, remove_duplicates):
+    ctx = torch.library.get_ctx()
+    num_edges = ctx.new_dynamic_size() if (remove_self_loops or remove_duplicates) else src.shape[0]
+    return (
+        src.new_empty((num_nodes + 1,), dtype=torch.int64),
+        src.new_empty((num_edges,), dtype=index_dtype_for(num_nodes)),
+        src.new_empty((num_edges,), dtype=torch.int64),
+    )
+
+
+def sample_neighbors(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    seeds: torch.Tensor,
+    fanouts: Sequence[int],
+    replace: bool = False,
+    seed: int = 0,
+) -> SampledSubgraph:
+    """Multi-hop uniform neighbor sampling over incoming edges, as PyG's ``NeighborLoader`` does.
+
+    Args:
+        indptr: int64 CSC pointer, length ``num_nodes + 1``.
+        indices: int32/int64 source ids of incoming edges.
+        seeds: int64 unique target nodes of the batch.
+        fanouts: neighbors per hop, ``-1`` for all.
+        replace: sample with replacement.
+        seed: per-batch random seed; the same inputs and seed give bitwise the same sample on any thread
+            count.
+
+    Returns:
+        :class:`SampledSubgraph` with ``n_id`` (seeds first, then each hop's new nodes in order of first
+        appearance), ``row``/``col`` (local ids; messages flow ``row -> col``), ``edge_pos`` (positions in
+        ``indices``) and per-hop counts.
+    """
+    return SampledSubgraph(*_ops.sample_neighbors(indptr, indices, seeds, list(fanouts), replace, seed))
+
+
+@torch.library.register_fake("zerocopy::sample_neighbors")
+def _sample_neighbors_fake(indptr, indices, seeds, fanouts, replace, seed):
+    ctx = torch.library.get_ctx()
+    num_nodes = ctx.new_dynamic_size()
+    num_edges = ctx.new_dynamic_size()
+    cpu = torch.device("cpu")
+    return (
+        seeds.new_empty((num_nodes,), dtype=torch.int64),
+        seeds.new_empty((num_edges,), dtype=torch.int64),
+        seeds.new_empty((num_edges,), dtype=torch.int64),
+        seeds.new_empty((num_edges,), dtype=torch.int64),
+        torch.empty((len(fanouts) + 1,), dtype=torch.int64, device=cpu),
+        torch.empty((len(fanouts),), dtype=torch.int64, device=cpu),
+    )
+
+
+def gather_rows(
+    table: torch.Tensor, ids: torch.Tensor, out: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """Return ``table[ids]``, written into ``out`` when given (for example a pinned or GPU buffer).
+
+    Args:
+        table: 2-D row-major table (any dtype). On the CPU, or host memory registered for the GPU when
+            ``ids`` and ``out`` are CUDA tensors (zero-copy), or a CUDA tensor.
+        ids: int32/int64 row ids; every id must be in ``[0, table.shape[0])``.
+        out: optional contiguous ``(len(ids), table.shape[1])`` tensor of ``table.dtype``; a view of a larger
+            buffer is fine if it is contiguous.
+
+    Returns:
+        ``out`` (or a new tensor), bitwise equal to ``table[ids]``.
+    """
+    if out is None:
+        device = ids.device if ids.is_cuda else table.device
+        out = torch.empty((ids.shape[0],) + tuple(table.shape[1:]), dtype=table.dtype, device=device)
+    _ops.gather_rows_into(table, ids, out)
+    return out
+
+
+@torch.library.register_fake("zerocopy::gather_rows_into")
+def _gather_rows_into_fake(table, ids, out):
+    return None
