@@ -11,7 +11,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 py="$venv/bin/python"
 "$py" -m pip install -q --upgrade pip setuptools wheel
-"$py" -m pip install -q "${TORCH_SPEC:-torch==2.13.0}" ninja
+"$py" -m pip install -q "${TORCH_SPEC:-torch==2.13.0}" ninja numpy
 cd "$root"
 # --no-build-isolation: compile against the torch installed above.
 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "$py" -m pip install -q --no-build-isolation -e ".[test]"
