@@ -1,0 +1,293 @@
+// CPU kernel of `zerocopy::sample_neighbors`: multi-hop uniform neighbor sampling over incoming (CSC) edges.
+//
+// Per hop: (1) count each frontier target's picks in parallel, (2) prefix-sum them into edge offsets,
+// (3) draw and write each target's picks in parallel, every target with its own counter-based random
+// stream keyed by (seed, hop, position in the frontier), so the result is independent of the thread count,
+// (4) relabel the sampled neighbors to local ids sequentially, in edge order, through a dense
+// global -> local array (so n_id lists new nodes in order of first appearance, as PyG does).
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ops/checks.h"
+#include "ops/random.h"
+#include "ops/sample_neighbors.h"
+
+namespace zerocopy {
+namespace {
+
+using Ids = std::vector<int64_t>;
+
+// Frontier targets per parallel task: enough work to amortise scheduling, small enough to balance.
+constexpr int64_t kGrainTargets = 64;
+// Without replacement, Floyd's algorithm (O(k^2) membership scans, no scratch) up to this many picks;
+// a partial Fisher-Yates shuffle over a scratch copy of the neighborhood above it.
+constexpr int64_t kFloydMaxPicks = 64;
+
+// The dense global -> local id map of the calling thread: num_nodes entries, all -1 between calls. It grows
+// with the largest graph seen and is never cleared wholesale; LocalIds restores only the entries it set.
+Ids& thread_local_map(int64_t num_nodes) {
+  thread_local Ids map;
+  if (static_cast<int64_t>(map.size()) < num_nodes) map.resize(num_nodes, -1);
+  return map;
+}
+
+// n_id of one batch plus the map from global to local ids. The destructor resets the map entries it touched,
+// also when a check throws halfway through a batch.
+class LocalIds {
+ public:
+  explicit LocalIds(int64_t num_nodes) : map_(thread_local_map(num_nodes).data()) {}
+  LocalIds(const LocalIds&) = delete;
+  LocalIds& operator=(const LocalIds&) = delete;
+  ~LocalIds() { clear_map(); }
+
+  // Adds `node` (which must be in range) and returns true, or returns false if it is already present.
+  bool insert(int64_t node) {
+    if (map_[node] >= 0) return false;
+    map_[node] = static_cast<int64_t>(n_id_.size());
+    n_id_.push_back(node);
+    return true;
+  }
+
+  // The local id of `node` (which must be in range), adding it at the end of n_id when new.
+  int64_t local_id(int64_t node) {
+    int64_t& local = map_[node];
+    if (local < 0) {
+      local = static_cast<int64_t>(n_id_.size());
+      n_id_.push_back(node);
+    }
+    return local;
+  }
+
+  int64_t size() const { return static_cast<int64_t>(n_id_.size()); }
+  const int64_t* data() const { return n_id_.data(); }
+  void reserve(int64_t n) { n_id_.reserve(n); }
+  // Hands over n_id, leaving the map all -1 again for the next batch of this thread.
+  Ids release() {
+    clear_map();
+    return std::exchange(n_id_, Ids());
+  }
+
+ private:
+  void clear_map() {
+    for (int64_t node : n_id_) map_[node] = -1;
+  }
+
+  int64_t* map_;
+  Ids n_id_;
+};
+
+template <typename index_t>
+struct CscView {
+  const int64_t* indptr;
+  const index_t* indices;
+  int64_t num_nodes;
+  int64_t num_edges;
+
+  // Start of the incoming edges of `node` and their count, checking the pointer entries read.
+  std::pair<int64_t, int64_t> neighborhood(int64_t node) const {
+    const int64_t begin = indptr[node];
+    const int64_t end = indptr[node + 1];
+    TORCH_CHECK_VALUE(0 <= begin && begin <= end && end <= num_edges, kSampleNeighbors,
+                      ": `indptr` is not a valid CSC pointer at node ", node, " (indptr[", node, "] = ", begin,
+                      ", indptr[", node + 1, "] = ", end, ", indices has ", num_edges,
+                      " entries); it must be non-decreasing from 0 to indices.numel()");
+    return {begin, end - begin};
+  }
+
+  // The neighbor id stored at edge `position`, checked to be a node id.
+  int64_t neighbor(int64_t position) const {
+    const int64_t node = static_cast<int64_t>(indices[position]);
+    TORCH_CHECK_INDEX(0 <= node && node < num_nodes, kSampleNeighbors, ": `indices[", position, "]` = ", node,
+                      " is not a node id in [0, ", num_nodes, ")");
+    return node;
+  }
+};
+
+// How many neighbors a target of in-degree `degree` gets: all for fanout -1, exactly `fanout` with
+// replacement (none for an isolated target), at most `fanout` distinct ones without.
+inline int64_t num_picks(int64_t degree, int64_t fanout, bool replace) {
+  if (fanout < 0) return degree;
+  if (replace) return degree > 0 ? fanout : 0;
+  return std::min(degree, fanout);
+}
+
+// Floyd's algorithm: `count` distinct uniform offsets in [0, degree), each subset equally likely.
+void pick_floyd(rng::Stream& stream, int64_t degree, int64_t count, int64_t* out) {
+  int64_t picked = 0;
+  for (int64_t upper = degree - count; upper < degree; ++upper) {
+    const auto candidate = static_cast<int64_t>(stream.below(static_cast<uint64_t>(upper + 1)));
+    const bool taken = std::find(out, out + picked, candidate) != out + picked;
+    out[picked++] = taken ? upper : candidate;
+  }
+}
+
+// Partial Fisher-Yates: the first `count` entries of a uniform shuffle of [0, degree).
+void pick_fisher_yates(rng::Stream& stream, int64_t degree, int64_t count, int64_t* out) {
+  thread_local Ids scratch;
+  scratch.resize(degree);
+  std::iota(scratch.begin(), scratch.end(), int64_t{0});
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t j = i + static_cast<int64_t>(stream.below(static_cast<uint64_t>(degree - i)));
+    std::swap(scratch[i], scratch[j]);
+    out[i] = scratch[i];
+  }
+}
+
+// Writes the `count` picked edge positions of a neighborhood [begin, begin + degree) to `out`.
+void pick_positions(rng::Stream& stream, int64_t begin, int64_t degree, int64_t count, bool take_all,
+                    bool replace, int64_t* out) {
+  if (take_all) {
+    std::iota(out, out + count, begin);
+    return;
+  }
+  if (replace) {
+    for (int64_t i = 0; i < count; ++i) out[i] = begin + static_cast<int64_t>(stream.below(degree));
+    return;
+  }
+  if (count <= kFloydMaxPicks) {
+    pick_floyd(stream, degree, count, out);
+  } else {
+    pick_fisher_yates(stream, degree, count, out);
+  }
+  for (int64_t i = 0; i < count; ++i) out[i] += begin;
+}
+
+// The edges sampled so far, in output order (hop, then target, then pick).
+struct Edges {
+  Ids row;  // global neighbor id until relabeled, then its local id
+  Ids col;  // local id of the target
+  Ids pos;  // position of the edge in `indices`
+
+  int64_t size() const { return static_cast<int64_t>(pos.size()); }
+  void grow(int64_t n) {
+    row.resize(n);
+    col.resize(n);
+    pos.resize(n);
+  }
+};
+
+// One hop: expands the frontier n_id[frontier_begin, frontier_end), appending its edges to `edges` and its
+// new nodes to `ids`. Returns the number of edges added.
+template <typename index_t>
+int64_t sample_hop(const CscView<index_t>& graph, int64_t frontier_begin, int64_t frontier_end, int64_t fanout,
+                   bool replace, uint64_t seed, int64_t hop, LocalIds& ids, Edges& edges) {
+  const int64_t frontier_size = frontier_end - frontier_begin;
+  const int64_t* frontier = ids.data() + frontier_begin;
+
+  // (1) Neighborhood start and pick count per target.
+  Ids starts(frontier_size);
+  Ids degrees(frontier_size);
+  Ids offsets(frontier_size + 1, 0);
+  at::parallel_for(0, frontier_size, kGrainTargets, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const auto [begin, degree] = graph.neighborhood(frontier[i]);
+      starts[i] = begin;
+      degrees[i] = degree;
+      offsets[i + 1] = num_picks(degree, fanout, replace);
+    }
+  });
+
+  // (2) Edge offsets.
+  std::partial_sum(offsets.begin(), offsets.end(), offsets.begin());
+  const int64_t base = edges.size();
+  const int64_t added = offsets[frontier_size];
+  edges.grow(base + added);
+
+  // (3) Picks, each target from its own stream; neighbor ids range-checked before anything indexes by them.
+  int64_t* row = edges.row.data() + base;
+  int64_t* col = edges.col.data() + base;
+  int64_t* pos = edges.pos.data() + base;
+  at::parallel_for(0, frontier_size, kGrainTargets, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t first = offsets[i];
+      const int64_t count = offsets[i + 1] - first;
+      if (count == 0) continue;
+      rng::Stream stream(rng::stream_key(seed, static_cast<uint64_t>(hop), static_cast<uint64_t>(i)));
+      const bool take_all = fanout < 0 || (!replace && count == degrees[i]);
+      pick_positions(stream, starts[i], degrees[i], count, take_all, replace, pos + first);
+      for (int64_t k = first; k < first + count; ++k) {
+        row[k] = graph.neighbor(pos[k]);
+        col[k] = frontier_begin + i;
+      }
+    }
+  });
+
+  // (4) Relabel in edge order: new nodes enter n_id in order of first appearance.
+  ids.reserve(ids.size() + added);
+  for (int64_t k = 0; k < added; ++k) row[k] = ids.local_id(row[k]);
+  return added;
+}
+
+// Hands a vector to a tensor without copying; the tensor's deleter frees it.
+at::Tensor to_tensor(Ids&& values) {
+  const auto n = static_cast<int64_t>(values.size());
+  if (n == 0) return at::empty({0}, at::kLong);
+  auto* owned = new Ids(std::move(values));
+  return at::from_blob(owned->data(), {n}, [owned](void*) { delete owned; }, at::TensorOptions(at::kLong));
+}
+
+at::Tensor counts_tensor(const Ids& counts) {
+  at::Tensor out = at::empty({static_cast<int64_t>(counts.size())}, at::kLong);
+  std::copy(counts.begin(), counts.end(), out.data_ptr<int64_t>());
+  return out;
+}
+
+using Sample = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+template <typename index_t>
+Sample sample(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+              c10::IntArrayRef fanouts, bool replace, int64_t seed) {
+  const CscView<index_t> graph{indptr.data_ptr<int64_t>(), indices.data_ptr<index_t>(), indptr.numel() - 1,
+                               indices.numel()};
+  LocalIds ids(graph.num_nodes);
+  const int64_t num_seeds = seeds.numel();
+  const int64_t* seed_ids = seeds.data_ptr<int64_t>();
+  ids.reserve(num_seeds);
+  for (int64_t i = 0; i < num_seeds; ++i) {
+    const int64_t node = seed_ids[i];
+    TORCH_CHECK_INDEX(0 <= node && node < graph.num_nodes, kSampleNeighbors, ": `seeds[", i, "]` = ", node,
+                      " is not a node id in [0, ", graph.num_nodes, ")");
+    TORCH_CHECK_VALUE(ids.insert(node), kSampleNeighbors, ": `seeds` must be unique, but node ", node,
+                      " appears again at seeds[", i, "]");
+  }
+
+  Edges edges;
+  Ids num_sampled_nodes{num_seeds};
+  Ids num_sampled_edges;
+  int64_t frontier_begin = 0;
+  for (size_t hop = 0; hop < fanouts.size(); ++hop) {
+    const int64_t frontier_end = ids.size();
+    num_sampled_edges.push_back(sample_hop(graph, frontier_begin, frontier_end, fanouts[hop], replace,
+                                           static_cast<uint64_t>(seed), static_cast<int64_t>(hop), ids, edges));
+    num_sampled_nodes.push_back(ids.size() - frontier_end);
+    frontier_begin = frontier_end;
+  }
+  return {to_tensor(ids.release()),         to_tensor(std::move(edges.row)),
+          to_tensor(std::move(edges.col)),  to_tensor(std::move(edges.pos)),
+          counts_tensor(num_sampled_nodes), counts_tensor(num_sampled_edges)};
+}
+
+Sample sample_neighbors_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+                            c10::IntArrayRef fanouts, bool replace, int64_t seed) {
+  check_sample_neighbors_args(indptr, indices, seeds, fanouts);
+  check_cpu(indptr, kSampleNeighbors, "indptr");
+  return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_neighbors_cpu", [&] {
+    return sample<index_t>(indptr, indices, seeds, fanouts, replace, seed);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(zerocopy, CPU, m) { m.impl("sample_neighbors", &sample_neighbors_cpu); }
+
+}  // namespace zerocopy
