@@ -1,0 +1,171 @@
+"""Multi-hop uniform neighbor sampling with PyG ``NeighborLoader`` conventions.
+
+:class:`NeighborSampler` holds a CSC graph (incoming neighbors of ``v`` are ``indices[indptr[v]:indptr[v+1]]``)
+and the per-hop fanouts, and turns a batch of seed nodes plus a per-batch random seed into a
+:class:`SampledBatch`: global node ids with the seeds first, local ``edge_index`` with messages flowing
+neighbor -> target, original edge ids and per-hop counts, exactly what PyG's ``NeighborLoader`` yields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Protocol, Sequence, Union
+
+import torch
+
+from lightning_zerocopy import ops
+
+__all__ = ["CSCLike", "NeighborSampler", "SampledBatch", "validate_fanouts"]
+
+
+class CSCLike(Protocol):
+    """Anything with CSC tensors, such as :class:`lightning_zerocopy.graph.csc.CSCGraph`."""
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    edge_perm: Optional[torch.Tensor]
+
+
+@dataclass(frozen=True)
+class SampledBatch:
+    """One sampled mini-batch, in PyG ``NeighborLoader`` layout.
+
+    Attributes:
+        n_id: int64 global ids of the sampled nodes; the first ``batch_size`` are the seeds in input order,
+            then each hop's new nodes in order of first appearance.
+        edge_index: int64 ``(2, E)`` local ids; ``edge_index[0]`` is the sampled neighbor (message source),
+            ``edge_index[1]`` the target. Edges are ordered by hop, then target, then pick.
+        e_id: int64 ids of the sampled edges in the original edge list (``edge_perm[edge_pos]``), or positions
+            in ``indices`` when the sampler has no ``edge_perm``.
+        num_sampled_nodes: nodes per hop, seeds first (``len(fanouts) + 1`` entries).
+        num_sampled_edges: edges per hop (``len(fanouts)`` entries).
+        batch_size: number of seeds.
+    """
+
+    n_id: torch.Tensor
+    edge_index: torch.Tensor
+    e_id: torch.Tensor
+    num_sampled_nodes: list[int]
+    num_sampled_edges: list[int]
+    batch_size: int
+
+
+def validate_fanouts(fanouts: Sequence[int]) -> list[int]:
+    """Return ``fanouts`` as a list of ints, raising ``ValueError``/``TypeError`` naming the bad entry.
+
+    Each fanout is a positive number of neighbors per target for one hop, or ``-1`` for all neighbors.
+    """
+    if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
+        raise TypeError(f"`fanouts` must be a sequence of ints (one per hop), got {type(fanouts).__name__}")
+    if len(fanouts) == 0:
+        raise ValueError("`fanouts` is empty; give one fanout per hop, e.g. [15, 10, 5] (-1 = all neighbors)")
+    checked = []
+    for hop, fanout in enumerate(fanouts):
+        if isinstance(fanout, bool) or not isinstance(fanout, int):
+            raise TypeError(f"`fanouts[{hop}]` must be an int, got {type(fanout).__name__} ({fanout!r})")
+        if fanout == 0 or fanout < -1:
+            raise ValueError(
+                f"`fanouts[{hop}]` must be a positive neighbor count or -1 (all neighbors), got {fanout}"
+            )
+        checked.append(int(fanout))
+    return checked
+
+
+class NeighborSampler:
+    """Uniform multi-hop neighbor sampler over incoming edges, running the compiled CPU kernel.
+
+    The same seeds and per-batch ``seed`` give bitwise the same :class:`SampledBatch` on any thread count.
+
+    Args:
+        indptr: int64 CSC pointer of length ``num_nodes + 1``, or a graph object with ``indptr``,
+            ``indices`` and ``edge_perm`` attributes (then leave ``indices`` and ``edge_perm`` unset).
+        indices: int32/int64 source node of every incoming edge, grouped by target.
+        edge_perm: int64 original edge id of every position in ``indices`` (from ``build_csc``), or ``None``
+            to report positions in ``indices`` as edge ids.
+        fanouts: neighbors per target for each hop, e.g. ``[15, 10, 5]``; ``-1`` takes all neighbors. Required.
+        replace: sample with replacement (exactly ``fanout`` picks per target with neighbors).
+        num_threads: threads for the sampling kernel; ``None`` uses ``torch.get_num_threads()``.
+    """
+
+    def __init__(
+        self,
+        indptr: Union[torch.Tensor, CSCLike],
+        indices: Optional[torch.Tensor] = None,
+        edge_perm: Optional[torch.Tensor] = None,
+        fanouts: Optional[Sequence[int]] = None,
+        replace: bool = False,
+        num_threads: Optional[int] = None,
+    ) -> None:
+        if not isinstance(indptr, torch.Tensor):
+            if indices is not None or edge_perm is not None:
+                raise ValueError("pass either a graph object as `indptr` or the `indptr`/`indices` tensors")
+            graph = indptr
+            indptr, indices, edge_perm = graph.indptr, graph.indices, getattr(graph, "edge_perm", None)
+        if indices is None:
+            raise ValueError("`indices` is required when `indptr` is a tensor")
+        if edge_perm is not None and edge_perm.shape != indices.shape:
+            raise ValueError(
+                f"`edge_perm` must have one entry per edge in `indices` ({indices.shape[0]}), "
+                f"got shape {tuple(edge_perm.shape)}"
+            )
+        if fanouts is None:
+            raise ValueError("`fanouts` is required: one neighbor count per hop, e.g. [15, 10, 5]")
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"`num_threads` must be >= 1 or None, got {num_threads}")
+        self.indptr = indptr
+        self.indices = indices
+        self.edge_perm = edge_perm
+        self.fanouts = validate_fanouts(fanouts)
+        self.replace = bool(replace)
+        self.num_threads = num_threads
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes of the graph."""
+        return self.indptr.shape[0] - 1
+
+    @property
+    def num_hops(self) -> int:
+        """Number of hops (``len(fanouts)``)."""
+        return len(self.fanouts)
+
+    def sample(self, seeds: torch.Tensor, seed: int) -> SampledBatch:
+        """Sample the multi-hop neighborhood of ``seeds``.
+
+        Args:
+            seeds: unique int64 node ids of the batch (the targets of the last GNN layer).
+            seed: per-batch random seed, for example derived from (base seed, epoch, batch index).
+
+        Returns:
+            The :class:`SampledBatch`.
+
+        Raises:
+            ValueError, TypeError, IndexError: naming the offending argument (duplicate or out-of-range seeds,
+                wrong dtypes, a malformed graph).
+        """
+        out = self._sample_raw(seeds, seed)
+        e_id = out.edge_pos if self.edge_perm is None else self.edge_perm[out.edge_pos]
+        return SampledBatch(
+            n_id=out.n_id,
+            edge_index=torch.stack([out.row, out.col]),
+            e_id=e_id,
+            num_sampled_nodes=out.num_sampled_nodes.tolist(),
+            num_sampled_edges=out.num_sampled_edges.tolist(),
+            batch_size=int(seeds.shape[0]),
+        )
+
+    def _sample_raw(self, seeds: torch.Tensor, seed: int) -> ops.SampledSubgraph:
+        if self.num_threads is None:
+            return ops.sample_neighbors(self.indptr, self.indices, seeds, self.fanouts, self.replace, seed)
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.num_threads)
+        try:
+            return ops.sample_neighbors(self.indptr, self.indices, seeds, self.fanouts, self.replace, seed)
+        finally:
+            torch.set_num_threads(previous)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_nodes={self.num_nodes}, num_edges={self.indices.shape[0]}, "
+            f"fanouts={self.fanouts}, replace={self.replace})"
+        )
