@@ -66,8 +66,19 @@ def build_csc(
 
 @torch.library.register_fake("zerocopy::build_csc")
 def _build_csc_fake(src, dst, num_nodes, remove_self_loops, remove_duplicates):
-    ctx = torch.library.get_ctx()
-    num_edges = ctx.new_dynamic_size() if (remove_self_loops or remove_duplicates) else src.shape[0]
+    # Mirrors the kernel's metadata checks (csrc/ops/build_csc.cpp) so meta/fake runs fail the same way.
+    for name, t in (("src", src), ("dst", dst)):
+        torch._check_value(t.device.type == "cpu", lambda: f"build_csc: `{name}` must be a CPU tensor, got {t.device}")
+        torch._check_type(t.dtype == torch.int64, lambda: f"build_csc: `{name}` must be int64, got {t.dtype}")
+        torch._check_value(t.dim() == 1, lambda: f"build_csc: `{name}` must be 1-D, got shape {tuple(t.shape)}")
+    torch._check_value(
+        src.shape[0] == dst.shape[0], lambda: "build_csc: `src` and `dst` must have the same length"
+    )
+    torch._check_value(num_nodes >= 0, lambda: f"build_csc: `num_nodes` must be >= 0, got {num_nodes}")
+    if remove_self_loops or remove_duplicates:
+        num_edges = torch.library.get_ctx().new_dynamic_size()
+    else:
+        num_edges = src.shape[0]
     return (
         src.new_empty((num_nodes + 1,), dtype=torch.int64),
         src.new_empty((num_edges,), dtype=index_dtype_for(num_nodes)),
@@ -142,4 +153,28 @@ def gather_rows(
 
 @torch.library.register_fake("zerocopy::gather_rows_into")
 def _gather_rows_into_fake(table, ids, out):
+    # Mirrors the kernels' metadata checks (csrc/ops/gather_rows.cpp); ids are range-checked only by kernels.
+    op = "gather_rows_into"
+    torch._check_value(table.dim() == 2, lambda: f"{op}: `table` must be 2-D, got shape {tuple(table.shape)}")
+    torch._check_value(table.is_contiguous(), lambda: f"{op}: `table` must be contiguous")
+    torch._check_type(
+        ids.dtype in (torch.int32, torch.int64), lambda: f"{op}: `ids` must be int64 or int32, got {ids.dtype}"
+    )
+    torch._check_value(ids.dim() == 1, lambda: f"{op}: `ids` must be 1-D, got shape {tuple(ids.shape)}")
+    torch._check_value(ids.is_contiguous(), lambda: f"{op}: `ids` must be contiguous")
+    torch._check_type(
+        out.dtype == table.dtype, lambda: f"{op}: `out` must have the dtype of `table` ({table.dtype}), got {out.dtype}"
+    )
+    torch._check_value(
+        out.dim() == 2 and out.shape[0] == ids.shape[0] and out.shape[1] == table.shape[1],
+        lambda: f"{op}: `out` must have shape (len(ids), table.shape[1]), got {tuple(out.shape)}",
+    )
+    torch._check_value(out.is_contiguous(), lambda: f"{op}: `out` must be contiguous")
+    torch._check_value(
+        out.device == ids.device, lambda: f"{op}: `out` must be on the device of `ids` ({ids.device}), got {out.device}"
+    )
+    torch._check_value(
+        table.device.type == "cpu" or table.device == ids.device,
+        lambda: f"{op}: `table` must be in host memory or on the device of `ids` ({ids.device}), got {table.device}",
+    )
     return None
