@@ -1,0 +1,239 @@
+"""The trainer side of the pipeline: owns the slot rings, hands slots out as batches and takes them back.
+
+:class:`PipelineClient` speaks the protocol of :mod:`.producer` over a *transport* (a worker process,
+:mod:`.worker`, or a thread, :mod:`.in_process`). A batch handed to the trainer is a ``Data`` of views into a
+slot; the slot goes back to the producer only when the trainer asks for the next batch of that loader, i.e.
+after the training step that used it (forward, backward, optimizer) was issued, and on CUDA only after that
+work has run (the producer waits on a *free* event recorded on the trainer's stream).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional, Protocol
+
+import torch
+from torch_geometric.data import Data
+
+from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing
+from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
+
+
+class PipelineError(RuntimeError):
+    """The pipeline's producer failed, died, or did not answer in time."""
+
+
+class Transport(Protocol):
+    """How the trainer reaches its producer."""
+
+    #: True when the producer runs in another process (events must be shared as IPC handles).
+    interprocess: bool
+
+    def send(self, msg: tuple) -> None: ...
+
+    def recv(self, timeout: float) -> Optional[tuple]:
+        """The next message, or ``None`` after ``timeout`` seconds."""
+        ...
+
+    def check_alive(self, waiting_for: str) -> None:
+        """Raise :class:`PipelineError` (naming ``waiting_for``) if the producer is gone."""
+        ...
+
+    def close(self, timeout: float = 5.0) -> None: ...
+
+
+@dataclass
+class PipelineStats:
+    """Running figures of one client, read by the telemetry callback."""
+
+    batches: int = 0
+    wait_s: float = 0.0
+    build_s: float = 0.0
+    last_wait_s: float = 0.0
+    last_build_s: float = 0.0
+    slot_bytes: int = 0
+    grows: int = 0
+
+
+@dataclass
+class _Stage:
+    source: Any
+    ring: Optional[SlotRing] = None
+    ready_events: list = field(default_factory=list)
+    free_events: list = field(default_factory=list)
+    gen: Optional[int] = None
+    inbox: deque = field(default_factory=deque)
+
+
+class PipelineClient:
+    """Trainer-side end of a batch pipeline.
+
+    Args:
+        transport: the channel to the producer (already started).
+        depth: slots per loader (2 = ping-pong: the producer fills one while the trainer uses the other).
+        device: where slots live: a CUDA device, or CPU (shared host memory).
+        growth: when a batch does not fit, its slot grows to this factor times what it needs.
+        timeout: seconds to wait for one batch before raising (the producer being alive but stuck).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        depth: int = 2,
+        device: torch.device | str = "cpu",
+        growth: float = 1.25,
+        timeout: float = 600.0,
+    ) -> None:
+        if depth < 1:
+            raise ValueError(f"PipelineCallback(depth=...) must be at least 1 (2 = ping-pong), got {depth}")
+        self.transport = transport
+        self.depth = depth
+        self.device = torch.device(device)
+        self.growth = growth
+        self.timeout = timeout
+        self.stats = PipelineStats()
+        self._stages: dict[str, _Stage] = {}
+        self._gen = 0
+        self._closed = False
+
+    # ---- public API ------------------------------------------------------------------------------------------
+    def register(self, stage: str, source: BatchSource) -> None:
+        """Send the picklable ``source`` of a loader to the producer (once per loader)."""
+        st = self._stages.get(stage)
+        if st is None:
+            self._stages[stage] = _Stage(source)
+        else:
+            st.source = source
+        self.transport.send(("source", stage, source))
+
+    def iterate(self, stage: str, epoch: int, start: int = 0, stop: Optional[int] = None) -> Iterator[Data]:
+        """Yield batches ``start..stop-1`` of ``epoch`` of a registered stage, built by the producer."""
+        st = self._stages[stage]
+        if stop is None:
+            stop = st.source.num_steps(epoch)
+        self._gen += 1
+        gen = self._gen
+        st.gen = gen
+        st.inbox.clear()
+        if st.ring is not None and self.device.type == "cuda":
+            stream = torch.cuda.current_stream(self.device)
+            for event in st.free_events:  # whatever this stream did with any slot happens before reuse
+                event.record(stream)
+        self.transport.send(("start", stage, gen, epoch, start, stop))
+        return self._generate(stage, st, gen, epoch, start, stop)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the producer and release the slots."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.transport.send(("stop",))
+        except Exception:  # noqa: BLE001 - a dead producer needs no stop message
+            pass
+        self.transport.close(timeout)
+        self._stages.clear()
+
+    # ---- internals -------------------------------------------------------------------------------------------
+    def _generate(self, stage: str, st: _Stage, gen: int, epoch: int, start: int, stop: int) -> Iterator[Data]:
+        held: Optional[int] = None
+        try:
+            for step in range(start, stop):
+                what = f"{stage} batch {step} of epoch {epoch}"
+                t0 = time.perf_counter()
+                msg = self._wait_ready(stage, st, gen, what)
+                wait_s = time.perf_counter() - t0
+                _, _, _, slot, got_step, sizes, scalars, build_s = msg
+                if got_step != step:
+                    raise PipelineError(f"pipeline protocol error: expected {what}, the producer sent step {got_step}")
+                if self.device.type == "cuda":
+                    torch.cuda.current_stream(self.device).wait_event(st.ready_events[slot])
+                batch = st.ring.view(slot, sizes, scalars)
+                held = slot
+                self.stats.batches += 1
+                self.stats.wait_s += wait_s
+                self.stats.build_s += build_s
+                self.stats.last_wait_s, self.stats.last_build_s = wait_s, build_s
+                yield batch
+                del batch
+                self._release(stage, st, gen, held)
+                held = None
+        finally:
+            if not self._closed and st.gen == gen:
+                try:
+                    if held is not None:
+                        self._release(stage, st, gen, held)
+                    self.transport.send(("end", stage, gen))
+                except Exception:  # noqa: BLE001 - the producer may already be gone
+                    pass
+                st.gen = None
+
+    def _release(self, stage: str, st: _Stage, gen: int, slot: int) -> None:
+        if self.device.type == "cuda":
+            st.free_events[slot].record(torch.cuda.current_stream(self.device))
+        self.transport.send(("free", stage, gen, slot))
+
+    def _wait_ready(self, stage: str, st: _Stage, gen: int, what: str) -> tuple:
+        deadline = time.monotonic() + self.timeout
+        while not st.inbox:
+            msg = self.transport.recv(timeout=0.2)
+            if msg is None:
+                self.transport.check_alive(what)
+                if time.monotonic() > deadline:
+                    raise PipelineError(
+                        f"the pipeline producer did not deliver {what} within {self.timeout:.0f} s although "
+                        "it is alive; raise PipelineCallback(timeout=...) if batches are this slow"
+                    )
+                continue
+            self._dispatch(msg, what)
+        return st.inbox.popleft()
+
+    def _dispatch(self, msg: tuple, what: str) -> None:
+        kind, stage = msg[0], msg[1]
+        st = self._stages.get(stage)
+        if st is None:
+            return
+        if kind == "ready":
+            if msg[2] == st.gen:
+                st.inbox.append(msg)
+        elif kind == "layout":
+            _, _, _, layout, sizes = msg
+            self._allocate(stage, st, layout, sizes)
+        elif kind == "grow":
+            _, _, _, slot, sizes = msg
+            buffers = st.ring.grow(slot, sizes)
+            self.stats.grows += 1
+            self.stats.slot_bytes = sum(s.ring.nbytes() for s in self._stages.values() if s.ring is not None)
+            self.transport.send(("slots", stage, slot, buffers, [], []))
+        elif kind == "error":
+            raise PipelineError(
+                f"the pipeline producer failed while building {stage} batches (the trainer waited for {what}); "
+                f"its traceback:\n{msg[3]}"
+            )
+        else:
+            raise PipelineError(f"pipeline protocol error: unknown message {kind!r}")
+
+    def _allocate(self, stage: str, st: _Stage, layout: SlotLayout, sizes: dict[str, int]) -> None:
+        capacity = {axis: int(math.ceil(n * self.growth)) for axis, n in sizes.items()}
+        for axis, bound in (capacity_hint(st.source) or {}).items():
+            if axis in capacity:
+                capacity[axis] = max(capacity[axis], int(bound))
+        st.ring = SlotRing(layout, capacity, self.depth, self.device, self.growth, shared=self.transport.interprocess)
+        if self.device.type == "cuda":
+            kwargs = {"interprocess": True} if self.transport.interprocess else {}
+            st.ready_events = [torch.cuda.Event(**kwargs) for _ in range(self.depth)]
+            st.free_events = [torch.cuda.Event(**kwargs) for _ in range(self.depth)]
+            stream = torch.cuda.current_stream(self.device)
+            for event in st.free_events + st.ready_events:
+                event.record(stream)  # an IPC handle needs a recorded event; also orders allocation before use
+            if self.transport.interprocess:
+                ready, free = [e.ipc_handle() for e in st.ready_events], [e.ipc_handle() for e in st.free_events]
+            else:
+                ready, free = st.ready_events, st.free_events
+        else:
+            ready, free = [], []
+        self.stats.slot_bytes = sum(s.ring.nbytes() for s in self._stages.values() if s.ring is not None)
+        self.transport.send(("slots", stage, None, st.ring.slots, ready, free))

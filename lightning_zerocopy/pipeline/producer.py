@@ -1,0 +1,235 @@
+"""The producer side of the pipeline: builds batches into slots it was handed, one stage at a time.
+
+The same loop runs in a worker process (:mod:`.worker`) or in a thread of the trainer (:mod:`.in_process`);
+only the channel differs. The protocol is a handful of small tuples; tensors cross it only when slots are
+(re)allocated.
+
+Trainer → producer::
+
+    ("source", stage, source)                      register/replace the BatchSource of a stage
+    ("start", stage, gen, epoch, start, stop)      produce steps [start, stop) of epoch; every slot is free
+    ("free", stage, gen, slot)                     the trainer is done with slot (and recorded its free event)
+    ("end", stage, gen)                            iteration abandoned: stop producing for it
+    ("slots", stage, index | None, buffers, ready_events, free_events)
+                                                   the whole ring (index None) or one regrown slot
+    ("stop",)                                      exit
+
+Producer → trainer::
+
+    ("layout", stage, gen, layout, sizes)          first batch built: please allocate the ring
+    ("grow", stage, gen, slot, sizes)              batch does not fit slot: please grow it
+    ("ready", stage, gen, slot, step, sizes, scalars, build_s)
+    ("error", stage, gen, traceback_text)
+
+On CUDA the producer waits on the slot's *free* event (recorded by the trainer after the step that used the
+slot) before writing, writes on its own stream, records the slot's *ready* event, and the trainer's stream
+waits on that event before reading. Neither side ever touches a slot the other owns.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol
+
+import torch
+
+from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch
+
+
+class Channel(Protocol):
+    """A duplex message channel (a Pipe end or a pair of queues)."""
+
+    def send(self, msg: tuple) -> None: ...
+
+    def recv(self) -> tuple: ...
+
+    def poll(self) -> bool: ...
+
+
+class ChannelClosed(Exception):
+    """The other side of the channel is gone."""
+
+
+@dataclass
+class _Stage:
+    source: Any = None
+    layout: Optional[SlotLayout] = None
+    buffers: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    ready_events: list[Any] = field(default_factory=list)
+    free_events: list[Any] = field(default_factory=list)
+    free: deque = field(default_factory=deque)
+    gen: Optional[int] = None
+    epoch: int = 0
+    next_step: int = 0
+    stop: int = 0
+    order: int = 0
+    waiting: bool = False
+    pending: Optional[tuple] = None  # (gen, step, data, sizes, build_s)
+
+    def has_work(self) -> bool:
+        if self.gen is None or self.waiting or self.next_step >= self.stop:
+            return False
+        return self.pending is not None or self.layout is None or bool(self.free)
+
+
+def _fits(layout: SlotLayout, buffers: dict[str, torch.Tensor], sizes: dict[str, int]) -> bool:
+    return all(sizes[f.axis] <= buffers[f.name].size(f.var_dim) for f in layout.fields)
+
+
+class Producer:
+    """Builds the batches the trainer asks for into the slots it shares.
+
+    Args:
+        channel: the producer's end of the channel.
+        device: ``None`` for CPU slots, or the CUDA device the slots live on (the producer then writes on a
+            side stream of its own).
+    """
+
+    def __init__(self, channel: Channel, device: Optional[torch.device] = None) -> None:
+        self.channel = channel
+        self.device = device
+        self.stages: dict[str, _Stage] = {}
+        self._order = 0
+        self._stream = None
+
+    # ---- main loop -------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Serve commands until ``("stop",)`` or until the trainer's end of the channel closes."""
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            self._stream = torch.cuda.Stream(self.device)
+        try:
+            while True:
+                stage = self._pick()
+                if stage is None:
+                    if not self._handle(self.channel.recv()):
+                        return
+                    continue
+                while self.channel.poll():  # commands first: a 'start'/'end' can change what to do
+                    if not self._handle(self.channel.recv()):
+                        return
+                stage = self._pick()
+                if stage is not None:
+                    self._produce(stage)
+        except ChannelClosed:
+            return
+
+    def _pick(self) -> Optional[str]:
+        best, best_order = None, -1
+        for name, st in self.stages.items():
+            if st.has_work() and st.order > best_order:
+                best, best_order = name, st.order
+        return best
+
+    # ---- commands --------------------------------------------------------------------------------------------
+    def _handle(self, msg: tuple) -> bool:
+        kind = msg[0]
+        if kind == "stop":
+            return False
+        stage = self.stages.setdefault(msg[1], _Stage())
+        if kind == "source":
+            stage.source = msg[2]
+        elif kind == "start":
+            _, _, gen, epoch, start, stop = msg
+            self._order += 1
+            stage.gen, stage.epoch, stage.next_step, stage.stop = gen, epoch, start, stop
+            stage.order = self._order
+            stage.free = deque(range(len(stage.buffers)))
+            if stage.pending is not None and stage.pending[0] != gen:
+                stage.pending = None
+        elif kind == "free":
+            _, _, gen, slot = msg
+            if gen == stage.gen:
+                stage.free.append(slot)
+        elif kind == "end":
+            if msg[2] == stage.gen:
+                stage.gen = None
+                stage.pending = None
+        elif kind == "slots":
+            _, _, index, buffers, ready_events, free_events = msg
+            ready_events = [self._event(e) for e in ready_events]
+            free_events = [self._event(e) for e in free_events]
+            if index is None:
+                stage.buffers, stage.ready_events, stage.free_events = list(buffers), ready_events, free_events
+                stage.free = deque(range(len(stage.buffers)))
+            else:
+                stage.buffers[index] = buffers
+            stage.waiting = False
+        else:
+            raise ValueError(f"pipeline producer got an unknown command {kind!r}")
+        return True
+
+    def _event(self, e: Any) -> Any:
+        if isinstance(e, (bytes, bytearray)):
+            return torch.cuda.Event.from_ipc_handle(self.device, e)
+        return e
+
+    # ---- producing -------------------------------------------------------------------------------------------
+    def _produce(self, name: str) -> None:
+        st = self.stages[name]
+        gen = st.gen
+        try:
+            if self._stream is not None:
+                with torch.cuda.stream(self._stream):
+                    self._produce_on_stream(name, st)
+            else:
+                self._produce_on_stream(name, st)
+        except ChannelClosed:
+            raise
+        except Exception:  # noqa: BLE001 - any builder failure is reported to the trainer, which raises it
+            st.gen, st.pending = None, None
+            self._send(("error", name, gen, traceback.format_exc()))
+
+    def _produce_on_stream(self, name: str, st: _Stage) -> None:
+        if st.pending is not None:
+            _, step, data, sizes, build_s = st.pending
+            st.pending = None
+            slot = st.free[0]
+            if self._stream is not None:
+                self._stream.wait_event(st.free_events[slot])
+        else:
+            step = st.next_step
+            t0 = time.perf_counter()
+            item = st.source.plan(st.epoch, step)
+            slot = st.free[0] if st.free else None
+            out = None
+            if slot is not None:
+                if self._stream is not None:
+                    self._stream.wait_event(st.free_events[slot])
+                out = st.buffers[slot]
+            data = st.source.build_batch(item, out=out)
+            build_s = time.perf_counter() - t0
+            if st.layout is None:
+                st.layout = SlotLayout.from_batch(data)
+                sizes = st.layout.sizes(data)
+                st.pending, st.waiting = (st.gen, step, data, sizes, build_s), True
+                self._send(("layout", name, st.gen, st.layout, sizes))
+                return
+            sizes = st.layout.sizes(data)
+            if slot is None:  # cannot happen with has_work(), kept for clarity of the invariant
+                raise RuntimeError("pipeline producer built a batch without a free slot")
+        buffers = st.buffers[slot]
+        if not _fits(st.layout, buffers, sizes):
+            st.pending, st.waiting = (st.gen, step, data, sizes, build_s), True
+            self._send(("grow", name, st.gen, slot, sizes))
+            return
+        t0 = time.perf_counter()
+        write_batch(st.layout, buffers, data, sizes)
+        if self._stream is not None:
+            st.ready_events[slot].record(self._stream)
+            self._stream.synchronize()  # so build_s is the real build time; the trainer never waits on it
+        build_s += time.perf_counter() - t0
+        scalars = st.layout.scalars(data)
+        del data
+        st.free.popleft()
+        st.next_step = step + 1
+        self._send(("ready", name, st.gen, slot, step, sizes, scalars, build_s))
+
+    def _send(self, msg: tuple) -> None:
+        try:
+            self.channel.send(msg)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
+            raise ChannelClosed() from exc

@@ -1,0 +1,288 @@
+"""A ring of preallocated batch buffers ("slots") shared once between a producer and the trainer.
+
+A mini-batch is a PyG :class:`~torch_geometric.data.Data` whose tensors grow along one *axis* each: node-level
+fields (``x``, ``y``, ``n_id``) along the number of sampled nodes, edge-level fields (``edge_index`` along its
+second dimension, ``e_id``, ``edge_attr``) along the number of sampled edges, ``input_id`` along the number of
+seeds, and small per-hop counters (``num_sampled_nodes``...) along their own length. A :class:`SlotLayout`
+records that structure once (inferred from one real batch); a :class:`SlotRing` holds ``depth`` slots of that
+layout, each with a capacity per axis. After the slots are shared, a batch crosses the process boundary as
+``(slot index, axis sizes, small scalars)``: :meth:`SlotRing.view` turns those back into a ``Data`` of views.
+
+Slots live in GPU memory when the ring is on a CUDA device (shared with a worker over CUDA IPC) and in shared
+host memory otherwise (``Tensor.share_memory_``: a file descriptor, never a name under ``/dev/shm``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import torch
+from torch_geometric.data import Data
+
+#: Axis names used by :class:`SlotLayout`; any other tensor field gets an axis named after itself.
+NODES = "nodes"
+EDGES = "edges"
+SEEDS = "seeds"
+
+_NODE_FIELDS = frozenset({"x", "y", "n_id", "node_id", "pos", "batch"})
+_EDGE_FIELDS = frozenset({"e_id", "edge_attr", "edge_weight", "edge_type"})
+_SEED_FIELDS = frozenset({"input_id", "seed_time"})
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One tensor field of a batch: its dtype, the shape around its variable dimension, and that axis.
+
+    Attributes:
+        name: attribute name on the ``Data`` batch (``"x"``, ``"edge_index"``...).
+        dtype: element type.
+        shape: full shape of the field with the variable dimension's entry set to 0.
+        var_dim: index of the dimension whose length varies from batch to batch.
+        axis: the named length that dimension follows (:data:`NODES`, :data:`EDGES`, :data:`SEEDS`, or the
+            field's own name).
+        scalar: the field is a 0-dim tensor (stored as one element).
+    """
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    var_dim: int
+    axis: str
+    scalar: bool = False
+
+    def alloc_shape(self, capacity: int) -> tuple[int, ...]:
+        shape = list(self.shape)
+        shape[self.var_dim] = capacity
+        return tuple(shape)
+
+
+def _tensor_items(data: Data) -> Iterable[tuple[str, Any]]:
+    for key in data.keys():
+        yield key, data[key]
+
+
+def batch_axes(data: Data) -> dict[str, int]:
+    """The node, edge and seed counts of a batch (the lengths most fields follow)."""
+    axes: dict[str, int] = {}
+    if data.num_nodes is not None:
+        axes[NODES] = int(data.num_nodes)
+    edge_index = getattr(data, "edge_index", None)
+    if isinstance(edge_index, torch.Tensor):
+        axes[EDGES] = int(edge_index.size(1))
+    batch_size = getattr(data, "batch_size", None)
+    if isinstance(batch_size, int):
+        axes[SEEDS] = batch_size
+    return axes
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """The tensor fields of a batch (:class:`FieldSpec`) and the names of its non-tensor attributes."""
+
+    fields: tuple[FieldSpec, ...]
+
+    @staticmethod
+    def from_batch(data: Data) -> "SlotLayout":
+        """Infer the layout from one real batch.
+
+        Known PyG names decide a field's axis (``x``/``y``/``n_id`` follow the nodes, ``e_id``/``edge_attr``
+        the edges, ``input_id`` the seeds); other tensors follow whichever count their first dimension
+        matches, else their own length. Scalars and lists (``batch_size``, list-valued counters) are not
+        stored in slots: they travel with each batch's sizes.
+        """
+        axes = batch_axes(data)
+        fields: list[FieldSpec] = []
+        for name, value in _tensor_items(data):
+            if not isinstance(value, torch.Tensor):
+                continue
+            if value.dim() == 0:
+                fields.append(FieldSpec(name, value.dtype, (0,), 0, name, scalar=True))
+                continue
+            var_dim, axis = 0, None
+            if name == "edge_index":
+                var_dim, axis = 1, EDGES
+            elif name in _NODE_FIELDS:
+                axis = NODES
+            elif name in _EDGE_FIELDS:
+                axis = EDGES
+            elif name in _SEED_FIELDS:
+                axis = SEEDS
+            else:
+                for candidate in (NODES, EDGES, SEEDS):
+                    if candidate in axes and value.size(0) == axes[candidate]:
+                        axis = candidate
+                        break
+            if axis is None:
+                axis = name
+            shape = list(value.shape)
+            shape[var_dim] = 0
+            fields.append(FieldSpec(name, value.dtype, tuple(shape), var_dim, axis))
+        return SlotLayout(tuple(fields))
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for f in self.fields:
+            seen.setdefault(f.axis, None)
+        return tuple(seen)
+
+    def sizes(self, data: Data) -> dict[str, int]:
+        """Every axis length of ``data`` (checked: a field that disagrees with its axis raises)."""
+        sizes: dict[str, int] = {}
+        for f in self.fields:
+            value = data[f.name] if f.name in data else None
+            if not isinstance(value, torch.Tensor):
+                raise ValueError(
+                    f"batch field {f.name!r} is missing or not a tensor, but the first batch of this loader "
+                    "had it: every batch of one loader must carry the same fields"
+                )
+            if value.dim() == 0:
+                value = value.reshape(1)
+            expect = f.alloc_shape(value.size(f.var_dim))
+            if tuple(value.shape) != expect or value.dtype != f.dtype:
+                raise ValueError(
+                    f"batch field {f.name!r} has shape {tuple(value.shape)} and dtype {value.dtype}, but the "
+                    f"loader's first batch fixed it to {f.alloc_shape(-1)} (-1: varies) and {f.dtype}"
+                )
+            n = int(value.size(f.var_dim))
+            if sizes.setdefault(f.axis, n) != n:
+                raise ValueError(
+                    f"batch field {f.name!r} has {n} rows along axis {f.axis!r}, but another field of that "
+                    f"axis has {sizes[f.axis]}"
+                )
+        return sizes
+
+    def scalars(self, data: Data) -> dict[str, Any]:
+        """The non-tensor attributes of ``data`` (ints, lists of ints...), sent along with each batch."""
+        tensor_names = {f.name for f in self.fields}
+        return {k: v for k, v in _tensor_items(data) if k not in tensor_names}
+
+
+def capacity_bound(
+    batch_size: int,
+    fanouts: Sequence[int],
+    num_nodes: Optional[int] = None,
+    num_edges: Optional[int] = None,
+) -> Optional[dict[str, int]]:
+    """Upper bounds on the sampled nodes and edges of one batch of ``batch_size`` seeds.
+
+    Without replacement each target draws at most ``fanout`` neighbors, so hop ``l`` adds at most
+    ``batch_size * prod(fanouts[:l])`` nodes and edges. Returns ``None`` when a fanout is ``-1`` (all
+    neighbors: no bound from the fanouts alone); the ring then starts from the first batch and grows.
+    """
+    if any(int(f) < 0 for f in fanouts):
+        return None
+    nodes, edges, frontier = batch_size, 0, batch_size
+    for f in fanouts:
+        frontier *= int(f)
+        edges += frontier
+        nodes += frontier
+    if num_nodes is not None:
+        nodes = min(nodes, int(num_nodes))
+    if num_edges is not None:
+        edges = min(edges, int(num_edges))
+    return {NODES: nodes, EDGES: edges, SEEDS: batch_size}
+
+
+class SlotRing:
+    """``depth`` slots of one :class:`SlotLayout`, each a dict of capacity-sized tensors.
+
+    The ring is allocated by the process that consumes the batches (the trainer). Each slot keeps its own
+    capacity per axis, so a batch that does not fit grows only the slot it is written to
+    (:meth:`grow`), by at least ``growth`` times what it needs.
+
+    Args:
+        layout: the batch fields.
+        capacity: initial capacity per axis (missing axes start at the ``minimum`` given).
+        depth: number of slots (2 = ping-pong).
+        device: where the slots live.
+        growth: over-allocation factor when a slot grows.
+        shared: move CPU slots to shared memory (for a worker process); CUDA slots are shared over IPC as is.
+    """
+
+    def __init__(
+        self,
+        layout: SlotLayout,
+        capacity: Mapping[str, int],
+        depth: int,
+        device: torch.device | str = "cpu",
+        growth: float = 1.25,
+        shared: bool = True,
+    ) -> None:
+        if depth < 1:
+            raise ValueError(f"the pipeline depth must be at least 1 (2 = ping-pong), got depth={depth}")
+        self.layout = layout
+        self.depth = depth
+        self.device = torch.device(device)
+        self.growth = growth
+        self.shared = shared
+        self.capacity: list[dict[str, int]] = []
+        self.slots: list[dict[str, torch.Tensor]] = []
+        for _ in range(depth):
+            cap = {axis: max(1, int(capacity.get(axis, 1))) for axis in layout.axes}
+            self.capacity.append(cap)
+            self.slots.append(self._alloc(cap))
+
+    def _alloc(self, cap: Mapping[str, int]) -> dict[str, torch.Tensor]:
+        buffers = {}
+        for f in self.layout.fields:
+            t = torch.empty(f.alloc_shape(cap[f.axis]), dtype=f.dtype, device=self.device)
+            if self.shared and self.device.type == "cpu":
+                t.share_memory_()
+            buffers[f.name] = t
+        return buffers
+
+    def fits(self, index: int, sizes: Mapping[str, int]) -> bool:
+        cap = self.capacity[index]
+        return all(sizes.get(axis, 0) <= cap[axis] for axis in cap)
+
+    def grow(self, index: int, sizes: Mapping[str, int]) -> dict[str, torch.Tensor]:
+        """Reallocate slot ``index`` so that a batch of ``sizes`` fits; returns the new buffers."""
+        cap = dict(self.capacity[index])
+        for axis, need in sizes.items():
+            if axis in cap and need > cap[axis]:
+                cap[axis] = int(math.ceil(need * self.growth))
+        self.capacity[index] = cap
+        self.slots[index] = self._alloc(cap)
+        return self.slots[index]
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for slot in self.slots for t in slot.values())
+
+    def view(self, index: int, sizes: Mapping[str, int], scalars: Mapping[str, Any]) -> Data:
+        """The batch held in slot ``index``: a ``Data`` of views into the slot, plus its scalars."""
+        return view_batch(self.layout, self.slots[index], sizes, scalars)
+
+
+def view_batch(
+    layout: SlotLayout, buffers: Mapping[str, torch.Tensor], sizes: Mapping[str, int], scalars: Mapping[str, Any]
+) -> Data:
+    """Build the ``Data`` batch made of the first ``sizes[axis]`` entries of each buffer, plus ``scalars``."""
+    data = Data()
+    for f in layout.fields:
+        buf = buffers[f.name]
+        value = buf.narrow(f.var_dim, 0, sizes[f.axis])
+        data[f.name] = value[0] if f.scalar else value
+    for key, value in scalars.items():
+        data[key] = value
+    return data
+
+
+def write_batch(
+    layout: SlotLayout, buffers: Mapping[str, torch.Tensor], data: Data, sizes: Mapping[str, int]
+) -> None:
+    """Copy every tensor field of ``data`` into the slot ``buffers`` (fields already written there are skipped).
+
+    A builder that honours ``out`` writes the big fields (features, ids) straight into the slot; this only
+    copies what it produced elsewhere. Copies are non-blocking on CUDA, ordered on the current stream.
+    """
+    for f in layout.fields:
+        src = data[f.name]
+        if src.dim() == 0:
+            src = src.reshape(1)
+        dst = buffers[f.name].narrow(f.var_dim, 0, sizes[f.axis])
+        if src.data_ptr() == dst.data_ptr() and src.device == dst.device:
+            continue
+        dst.copy_(src, non_blocking=True)

@@ -1,0 +1,153 @@
+"""The pipeline's worker process: samples and gathers batches into slots the trainer shares with it.
+
+The worker is a ``spawn``-ed child (CUDA cannot be forked) that runs :class:`~.producer.Producer` over a
+duplex pipe. Slot tensors cross the pipe once (torch.multiprocessing shares CUDA tensors over CUDA IPC and
+CPU tensors as shared-memory file descriptors); afterwards only slot numbers and sizes do.
+
+Lifecycle and faults:
+
+* the worker ignores SIGINT (a Ctrl-C in the terminal reaches the whole process group; the trainer decides
+  how to stop) and exits when told, when the pipe closes, or within half a second of its parent's death
+  (a watchdog thread polls the parent pid), so it never outlives the trainer;
+* the trainer notices a dead worker within ~0.2 s of waiting and raises :class:`~.client.PipelineError`
+  naming the signal or exit code;
+* :meth:`WorkerTransport.close` asks, then terminates, then kills, and joins.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Mapping, Optional
+
+import torch
+import torch.multiprocessing as mp
+
+from lightning_zerocopy.pipeline.client import PipelineError
+from lightning_zerocopy.pipeline.producer import ChannelClosed, Producer
+
+
+class _PipeChannel:
+    """Producer end of the pipe."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+
+    def send(self, msg: tuple) -> None:
+        self.conn.send(msg)
+
+    def recv(self) -> tuple:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise ChannelClosed() from exc
+
+    def poll(self) -> bool:
+        try:
+            return self.conn.poll()
+        except (EOFError, OSError) as exc:
+            raise ChannelClosed() from exc
+
+
+def _watch_parent(parent_pid: int, period: float = 0.5) -> None:
+    while True:
+        time.sleep(period)
+        if os.getppid() != parent_pid:
+            os._exit(0)
+
+
+def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str, str]) -> None:
+    """Entry point of the worker process."""
+    os.environ.update(env)  # before any CUDA call: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is read at context creation
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="lzc-parent-watch", daemon=True).start()
+    producer = Producer(_PipeChannel(conn), torch.device(device) if device is not None else None)
+    try:
+        producer.run()
+    finally:
+        conn.close()
+
+
+def _describe_exit(exitcode: Optional[int]) -> str:
+    if exitcode is None:
+        return "is gone"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name}"
+    return f"exited with code {exitcode}"
+
+
+class WorkerTransport:
+    """Trainer end of a worker process (``spawn``) running the pipeline producer.
+
+    Args:
+        device: the CUDA device the slots live on, or ``None`` for host slots.
+        env: environment variables set in the worker before it creates a CUDA context (e.g.
+            ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``).
+    """
+
+    interprocess = True
+
+    def __init__(
+        self,
+        device: Optional[torch.device] = None,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe(duplex=True)
+        dev = str(device) if device is not None and torch.device(device).type == "cuda" else None
+        self.process = ctx.Process(
+            target=_worker_main,
+            args=(child, dev, os.getpid(), dict(env or {})),
+            name="lightning-zerocopy-pipeline-worker",
+            daemon=True,  # multiprocessing terminates it at interpreter exit, should everything else fail
+        )
+        self.process.start()
+        child.close()
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.process.pid
+
+    def send(self, msg: tuple) -> None:
+        try:
+            self._conn.send(msg)
+        except (BrokenPipeError, ConnectionResetError, OSError) as exc:
+            self.check_alive("a command to be sent")
+            raise PipelineError(f"the pipeline worker (pid {self.pid}) closed its pipe: {exc}") from exc
+
+    def recv(self, timeout: float) -> Optional[tuple]:
+        try:
+            if not self._conn.poll(timeout):
+                return None
+            return self._conn.recv()
+        except (EOFError, ConnectionResetError, OSError):
+            self.process.join(1.0)
+            self.check_alive("a batch")
+            raise PipelineError(f"the pipeline worker (pid {self.pid}) closed its pipe unexpectedly")
+
+    def check_alive(self, waiting_for: str) -> None:
+        if self.process.is_alive():
+            return
+        raise PipelineError(
+            f"the pipeline worker process (pid {self.pid}) {_describe_exit(self.process.exitcode)} while the "
+            f"trainer waited for {waiting_for}. Its batches are lost; rerun (resume from the last checkpoint), "
+            "or remove PipelineCallback from trainer.callbacks (or set mode: in_process) to build batches in "
+            "the trainer process. If it was killed for memory, lower the pipeline depth or the batch size."
+        )
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Wait for the worker to exit after a stop message; terminate, then kill it if it does not."""
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(2.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(2.0)
+        self._conn.close()

@@ -1,0 +1,62 @@
+"""A deterministic, picklable stand-in for a DataModule's batch source (plan + build_batch).
+
+Batches vary in size from step to step like sampled subgraphs do, so the tests exercise slot views, growth and
+the copy of fields a builder did not write into ``out``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping, Optional
+
+import torch
+from torch_geometric.data import Data
+
+
+class FakeSource:
+    def __init__(
+        self,
+        steps: int = 8,
+        batch_size: int = 16,
+        features: int = 8,
+        seed: int = 0,
+        use_out: bool = True,
+        fail_at: Optional[int] = None,
+        huge_at: Optional[int] = None,
+        delay: float = 0.0,
+    ) -> None:
+        self.steps, self.batch_size, self.features, self.seed = steps, batch_size, features, seed
+        self.use_out, self.fail_at, self.huge_at, self.delay = use_out, fail_at, huge_at, delay
+
+    def num_steps(self, epoch: int) -> int:
+        return self.steps
+
+    def plan(self, epoch: int, step: int) -> tuple[int, int, int]:
+        return (epoch, step, self.seed * 1_000_003 + epoch * 10_007 + step)
+
+    def build_batch(self, item, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
+        epoch, step, batch_seed = item
+        if self.delay:
+            time.sleep(self.delay)
+        if self.fail_at is not None and step == self.fail_at:
+            raise ValueError(f"fake builder failure at step {step}")
+        g = torch.Generator().manual_seed(batch_seed)
+        b = self.batch_size
+        scale = 20 if self.huge_at is not None and step == self.huge_at else 1
+        n = b + int(torch.randint(0, 4 * b, (1,), generator=g)) * scale
+        e = int(torch.randint(n, 3 * n, (1,), generator=g))
+        x = torch.randn(n, self.features, generator=g)
+        if self.use_out and out is not None and out["x"].size(0) >= n:
+            x = out["x"][:n].copy_(x)  # what a gather writing straight into the slot does
+        hop1 = int(torch.randint(0, n - b + 1, (1,), generator=g))
+        return Data(
+            x=x,
+            y=torch.randint(0, 5, (n,), generator=g),
+            n_id=torch.randperm(10 * n, generator=g)[:n],
+            e_id=torch.randint(0, 100 * n, (e,), generator=g),
+            edge_index=torch.randint(0, n, (2, e), generator=g),
+            input_id=torch.arange(step * b, (step + 1) * b),
+            batch_size=b,
+            num_sampled_nodes=[b, hop1, n - b - hop1],
+            num_sampled_edges=torch.tensor([e // 2, e - e // 2]),
+        )
