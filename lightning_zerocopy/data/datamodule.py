@@ -1,0 +1,280 @@
+"""``ZeroCopyDataModule``: a LightningDataModule that samples PyG mini-batches from shared host memory.
+
+Lifecycle (every hook is wiring; the work is in :mod:`~lightning_zerocopy.data.host`, ``plan`` and ``batch``):
+
+* ``prepare_data`` (one process per machine): the dataset builds or converts its on-disk cache.
+* ``setup``: local rank 0 loads the dataset, builds the CSC graph and copies graph, labels, splits and
+  features into job-unique shared segments; the segment handles (names only) go to every rank through the
+  process group; every rank maps them; callbacks implementing :class:`HostMemoryConsumer` map them in
+  their own processes; after a barrier local rank 0 unlinks the names. From then on the memory lives exactly
+  as long as some process maps it, so a crash leaks nothing.
+* ``*_dataloader``: :class:`~lightning_zerocopy.data.loader.PlanLoader` over this rank's
+  :class:`~lightning_zerocopy.data.plan.BatchPlan`, building batches in this process.
+* ``transfer_batch_to_device``: ``Data.to(device, non_blocking=True)``.
+
+For other execution paths (a pipeline worker, a custom loop), :meth:`ZeroCopyDataModule.plan` and
+:meth:`ZeroCopyDataModule.builder` give the same plan and a picklable, unopened builder.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Protocol, Sequence, runtime_checkable
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+from torch_geometric.data import Data
+
+from lightning_zerocopy.data.batch import BatchBuilder, HostGraphHandles
+from lightning_zerocopy.data.host import FeatureStorage, share_node_data
+from lightning_zerocopy.data.loader import PlanLoader
+from lightning_zerocopy.data.plan import BatchPlan
+from lightning_zerocopy.datasets.base import NodeDataset
+from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
+from lightning_zerocopy.sampling.neighbor_sampler import validate_fanouts
+
+__all__ = ["HostMemoryConsumer", "Split", "ZeroCopyDataModule"]
+
+Split = Literal["train", "val", "test", "predict"]
+_STREAMS = {"train": 0, "val": 1, "test": 2, "predict": 3}
+
+
+@runtime_checkable
+class HostMemoryConsumer(Protocol):
+    """A callback that maps the DataModule's shared host memory in processes of its own.
+
+    ``attach_host_memory`` is called on every rank during ``ZeroCopyDataModule.setup``, after the rank has
+    mapped the segments and before they are unlinked. It must return only once every process it started has
+    opened what it needs (e.g. ``datamodule.builder("train").open()`` in a worker); afterwards the segments
+    cannot be opened by name any more.
+    """
+
+    def attach_host_memory(self, trainer: "pl.Trainer", datamodule: "ZeroCopyDataModule") -> None: ...
+
+
+class ZeroCopyDataModule(pl.LightningDataModule):
+    """Mini-batches like PyG's ``NeighborLoader``, sampled in-process from host memory shared by all ranks.
+
+    Args:
+        dataset: the node-classification dataset (``class_path``/``init_args`` in a recipe).
+        fanouts: neighbors sampled per hop for training, e.g. ``[15, 10, 5]``; ``-1`` takes all.
+        batch_size: seed nodes per training batch (per rank).
+        eval_fanouts: fanouts for validation/test/predict; default: ``fanouts``.
+        eval_batch_size: seeds per evaluation batch; default: ``batch_size``.
+        replace: sample neighbors with replacement.
+        shuffle: reshuffle the training seeds every epoch.
+        drop_last: drop the training seeds that do not fill a whole batch (and equal rank shares).
+        num_threads: threads of the sampling kernel; default: ``torch.get_num_threads()``.
+        seed: base seed of the shuffles and of every batch's sampler seed.
+        predict_split: the nodes ``predict`` runs on: ``"train"``, ``"val"``, ``"test"`` or ``"all"``.
+        feature_storage: ``"shared_memory"`` (features copied into RAM shared by all local processes) or
+            ``"mmap"`` (map the dataset's ``.npy`` feature file; for features larger than RAM).
+    """
+
+    def __init__(
+        self,
+        dataset: NodeDataset,
+        fanouts: Sequence[int] = (10, 10),
+        batch_size: int = 512,
+        eval_fanouts: Optional[Sequence[int]] = None,
+        eval_batch_size: Optional[int] = None,
+        replace: bool = False,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        num_threads: Optional[int] = None,
+        seed: int = 0,
+        predict_split: Literal["train", "val", "test", "all"] = "test",
+        feature_storage: FeatureStorage = "shared_memory",
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
+        if eval_batch_size is not None and eval_batch_size < 1:
+            raise ValueError(f"data.eval_batch_size must be >= 1, got {eval_batch_size}")
+        if feature_storage not in ("shared_memory", "mmap"):
+            raise ValueError(f"data.feature_storage must be 'shared_memory' or 'mmap', got {feature_storage!r}")
+        self.dataset = dataset
+        self.fanouts = list(fanouts)
+        self.batch_size = int(batch_size)
+        self.eval_fanouts = list(eval_fanouts) if eval_fanouts is not None else list(fanouts)
+        self.eval_batch_size = int(eval_batch_size) if eval_batch_size is not None else self.batch_size
+        self.replace = replace
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.num_threads = num_threads
+        self.seed = seed
+        self.predict_split = predict_split
+        self.feature_storage: FeatureStorage = feature_storage
+        # a bad recipe fails here, before any data is built
+        validate_fanouts(self.fanouts)
+        validate_fanouts(self.eval_fanouts)
+
+        self._handles: Optional[HostGraphHandles] = None
+        self._builders: dict[str, BatchBuilder] = {}
+        self._splits: dict[str, torch.Tensor] = {}
+        self._unlinked = True
+
+    # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
+
+    @property
+    def num_features(self) -> int:
+        """Node feature width of the dataset."""
+        return self.dataset.num_features
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes of the dataset."""
+        return self.dataset.num_classes
+
+    # ---- Lightning hooks -----------------------------------------------------------------------------------
+
+    def prepare_data(self) -> None:
+        self.dataset.prepare()
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self._handles is not None:
+            return
+        rank, local_rank, world_size = self._ranks()
+        handles = self._exchange_handles(self._create_host_memory() if local_rank == 0 else None, rank, local_rank, world_size)
+        try:
+            self._open(handles)
+            trainer = self._trainer_or_none()
+            if trainer is not None:
+                for callback in trainer.callbacks:
+                    if isinstance(callback, HostMemoryConsumer):
+                        callback.attach_host_memory(trainer, self)
+                trainer.strategy.barrier("zerocopy_host_memory_mapped")
+        finally:
+            if local_rank == 0:
+                handles.unlink()
+                self._unlinked = True
+
+    def teardown(self, stage: Optional[str] = None) -> None:
+        self._release()
+
+    def on_exception(self, exception: BaseException) -> None:
+        self._release()
+
+    def train_dataloader(self) -> PlanLoader:
+        return PlanLoader(self.plan("train"), self._builder_for("train"))
+
+    def val_dataloader(self) -> PlanLoader:
+        return PlanLoader(self.plan("val"), self._builder_for("val"))
+
+    def test_dataloader(self) -> PlanLoader:
+        return PlanLoader(self.plan("test"), self._builder_for("test"))
+
+    def predict_dataloader(self) -> PlanLoader:
+        return PlanLoader(self.plan("predict"), self._builder_for("predict"))
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        if isinstance(batch, Data):
+            return batch.to(device, non_blocking=True)
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    # ---- the data contract for other execution paths -------------------------------------------------------
+
+    def plan(self, split: Split, rank: Optional[int] = None, world_size: Optional[int] = None) -> BatchPlan:
+        """The batch plan of ``split`` for ``rank`` of ``world_size`` (default: this process's rank).
+
+        Raises:
+            RuntimeError: before :meth:`setup`.
+        """
+        if rank is None or world_size is None:
+            rank, _, world_size = self._ranks()
+        is_train = split == "train"
+        return BatchPlan(
+            self._input_nodes(split),
+            self.batch_size if is_train else self.eval_batch_size,
+            shuffle=self.shuffle if is_train else False,
+            drop_last=self.drop_last if is_train else False,
+            seed=self.seed,
+            rank=rank,
+            world_size=world_size,
+            stream=_STREAMS[split],
+        )
+
+    def builder(self, split: Split) -> BatchBuilder:
+        """A new, unopened (picklable) builder for ``split``; call ``.open()`` in the process that uses it.
+
+        Raises:
+            RuntimeError: before :meth:`setup`.
+        """
+        handles = self._require_setup()
+        fanouts = self.fanouts if split == "train" else self.eval_fanouts
+        return BatchBuilder(handles, fanouts, replace=self.replace, num_threads=self.num_threads)
+
+    @property
+    def handles(self) -> HostGraphHandles:
+        """Names of the shared host memory (valid for opening only until ``setup`` returns)."""
+        return self._require_setup()
+
+    # ---- internals -----------------------------------------------------------------------------------------
+
+    def _trainer_or_none(self) -> Optional["pl.Trainer"]:
+        return getattr(self, "trainer", None)
+
+    def _ranks(self) -> tuple[int, int, int]:
+        trainer = self._trainer_or_none()
+        if trainer is None:
+            return 0, 0, 1
+        return trainer.global_rank, trainer.local_rank, trainer.world_size
+
+    def _create_host_memory(self) -> "HostGraphHandles | Exception":
+        try:
+            cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
+            return share_node_data(self.dataset.load(), self.feature_storage)
+        except Exception as exc:  # reported to every rank (so none waits forever), then raised
+            return exc
+
+    def _exchange_handles(
+        self, mine: "HostGraphHandles | Exception | None", rank: int, local_rank: int, world_size: int
+    ) -> HostGraphHandles:
+        if world_size > 1:
+            if not (dist.is_available() and dist.is_initialized()):
+                raise RuntimeError(
+                    f"ZeroCopyDataModule runs with world_size={world_size} but torch.distributed is not initialized"
+                )
+            everyone: list[Any] = [None] * world_size
+            dist.all_gather_object(everyone, mine if not isinstance(mine, Exception) else RuntimeError(repr(mine)))
+            if not isinstance(mine, Exception):
+                mine = everyone[rank - local_rank]  # this machine's local rank 0
+        if isinstance(mine, Exception):
+            if local_rank == 0:
+                raise mine
+            raise RuntimeError(f"building the shared host memory failed on local rank 0: {mine}")
+        assert mine is not None
+        return mine
+
+    def _open(self, handles: HostGraphHandles) -> None:
+        self._handles = handles
+        self._unlinked = False
+        self._splits = {name: handle.open() for name, handle in handles.splits.items()}
+        train = self.builder("train").open()
+        evaluation = train if self.eval_fanouts == self.fanouts else self.builder("val").open()
+        self._builders = {"train": train, "val": evaluation, "test": evaluation, "predict": evaluation}
+
+    def _release(self) -> None:
+        if self._handles is not None and not self._unlinked and self._ranks()[1] == 0:
+            self._handles.unlink()
+        self._unlinked = True
+        self._handles = None
+        self._builders = {}
+        self._splits = {}
+
+    def _require_setup(self) -> HostGraphHandles:
+        if self._handles is None:
+            raise RuntimeError("ZeroCopyDataModule is not set up: call setup() (the Trainer does) first")
+        return self._handles
+
+    def _builder_for(self, split: Split) -> BatchBuilder:
+        self._require_setup()
+        return self._builders[split]
+
+    def _input_nodes(self, split: Split) -> torch.Tensor:
+        self._require_setup()
+        if split == "predict":
+            if self.predict_split == "all":
+                return torch.arange(self._handles.graph.num_nodes)  # type: ignore[union-attr]
+            return self._splits[self.predict_split]
+        return self._splits[split]

@@ -1,0 +1,177 @@
+"""The batch plan: which seed nodes make up every mini-batch, as a pure function.
+
+``BatchPlan.item(epoch, step)`` depends only on the plan's configuration (input nodes, batch size,
+shuffle, drop_last, base seed, rank, world size) and its arguments, so every execution path -- the
+in-process loader, a pipeline worker process, every DDP rank, a run resumed from a checkpoint -- computes
+the same batches without talking to each other.
+
+Per epoch, the input nodes are put in one order shared by all ranks (a permutation seeded by the base seed
+and the epoch when ``shuffle``), made divisible by the world size (dropping the tail when ``drop_last``,
+else wrapping around to repeat the first nodes, as ``torch.utils.data.DistributedSampler`` does), and dealt
+round-robin: rank ``r`` takes positions ``r, r + world_size, ...``. Ranks therefore get disjoint (up to the
+wrap-around padding) shares of equal length, and the same number of steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+import torch
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def derive_seed(*parts: int) -> int:
+    """Mix integers into one well-spread non-negative 63-bit seed (splitmix64 chain)."""
+    state = 0
+    for part in parts:
+        state = _splitmix64(state ^ (part & _MASK64))
+    return state >> 1
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One mini-batch of the plan.
+
+    Attributes:
+        seed_ids: int64 global ids of the batch's seed (target) nodes, in batch order.
+        input_id: int64 positions of these seeds in the plan's input nodes (PyG's ``input_id``).
+        batch_seed: seed for the neighbor sampler of this batch.
+        epoch: epoch of the batch.
+        step: index of the batch within the rank's epoch.
+        rank: rank the batch belongs to.
+    """
+
+    seed_ids: torch.Tensor
+    input_id: torch.Tensor
+    batch_seed: int
+    epoch: int
+    step: int
+    rank: int
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.seed_ids.numel())
+
+
+class BatchPlan:
+    """Deterministic assignment of seed nodes to (epoch, rank, step) mini-batches.
+
+    Args:
+        input_nodes: int64 ids of the nodes to iterate (e.g. the training split).
+        batch_size: seeds per batch.
+        shuffle: reorder the input nodes every epoch (seeded by ``seed`` and the epoch).
+        drop_last: drop the nodes that do not fill a whole share per rank and a whole last batch; otherwise
+            shares are padded by wrap-around and the last batch may be smaller.
+        seed: base seed of the shuffles and of the per-batch sampler seeds.
+        rank: this process's rank in ``[0, world_size)``.
+        world_size: number of ranks sharing the epoch.
+        stream: a label that separates the random streams of plans sharing a seed (e.g. train vs. val).
+    """
+
+    def __init__(
+        self,
+        input_nodes: torch.Tensor,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        stream: int = 0,
+    ) -> None:
+        if input_nodes.dim() != 1:
+            raise ValueError(f"input_nodes must be a 1-D tensor of node ids, got shape {tuple(input_nodes.shape)}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size); got rank={rank}, world_size={world_size}")
+        self.input_nodes = input_nodes.to(torch.int64).contiguous()
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.seed = int(seed)
+        self.rank = int(rank)
+        self.world_size = int(world_size)
+        self.stream = int(stream)
+        self._cached: Optional[tuple[int, torch.Tensor]] = None
+
+    def for_rank(self, rank: int, world_size: int) -> "BatchPlan":
+        """The same plan as seen by ``rank`` of ``world_size``."""
+        return BatchPlan(
+            self.input_nodes,
+            self.batch_size,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+            seed=self.seed,
+            rank=rank,
+            world_size=world_size,
+            stream=self.stream,
+        )
+
+    @property
+    def share_size(self) -> int:
+        """Number of seeds per rank per epoch (equal on every rank)."""
+        n, w = self.input_nodes.numel(), self.world_size
+        return n // w if self.drop_last else -(-n // w)
+
+    def __len__(self) -> int:
+        """Steps per epoch on each rank."""
+        share = self.share_size
+        return share // self.batch_size if self.drop_last else -(-share // self.batch_size)
+
+    def share(self, epoch: int) -> torch.Tensor:
+        """Positions (into ``input_nodes``) of this rank's seeds for ``epoch``, in batch order."""
+        if self._cached is not None and self._cached[0] == epoch:
+            return self._cached[1]
+        n = self.input_nodes.numel()
+        if self.shuffle:
+            gen = torch.Generator().manual_seed(derive_seed(self.seed, self.stream, epoch))
+            order = torch.randperm(n, generator=gen)
+        else:
+            order = torch.arange(n)
+        total = self.share_size * self.world_size
+        if total > n:  # pad by wrapping around (repeating as often as needed for tiny inputs)
+            order = order.repeat(-(-total // n))
+        positions = order[:total][self.rank :: self.world_size].contiguous()
+        self._cached = (epoch, positions)
+        return positions
+
+    def item(self, epoch: int, step: int) -> PlanItem:
+        """The mini-batch ``step`` of ``epoch`` on this rank."""
+        if not 0 <= step < len(self):
+            raise IndexError(f"step {step} out of range: the plan has {len(self)} steps per epoch")
+        positions = self.share(epoch)[step * self.batch_size : (step + 1) * self.batch_size]
+        return PlanItem(
+            seed_ids=self.input_nodes[positions],
+            input_id=positions,
+            batch_seed=derive_seed(self.seed, self.stream, epoch, self.world_size, self.rank, step),
+            epoch=epoch,
+            step=step,
+            rank=self.rank,
+        )
+
+    def epoch(self, epoch: int, start: int = 0) -> Iterator[PlanItem]:
+        """The items of ``epoch`` from step ``start`` on."""
+        for step in range(start, len(self)):
+            yield self.item(epoch, step)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_cached"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return (
+            f"BatchPlan(num_inputs={self.input_nodes.numel()}, batch_size={self.batch_size}, shuffle={self.shuffle},"
+            f" drop_last={self.drop_last}, seed={self.seed}, rank={self.rank}/{self.world_size}, steps={len(self)})"
+        )

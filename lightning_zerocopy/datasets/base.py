@@ -1,0 +1,193 @@
+"""The node-classification dataset interface and its on-disk cache.
+
+A :class:`NodeDataset` knows its shape cheaply (``num_features``, ``num_classes``, available right after
+``__init__`` so LightningCLI can link them into the model), builds or converts its arrays once in
+:meth:`NodeDataset.prepare` (called from ``LightningDataModule.prepare_data``, one process per machine), and
+returns them as a :class:`NodeData` from :meth:`NodeDataset.load`.
+
+Cached arrays are ``.npy`` files in one directory per dataset configuration, written to a temporary
+directory and renamed into place, so a reader never sees a half-written cache and concurrent builders
+(several machines on a shared file system) do not corrupt each other. Large arrays are opened
+memory-mapped copy-on-write: nothing is read until it is touched and nothing is ever written back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from lightning_zerocopy.graph.shared_memory import open_npy_memmap
+
+#: Environment variable that overrides the default cache root.
+CACHE_ENV = "LIGHTNING_ZEROCOPY_CACHE"
+
+_SPLITS = ("train", "val", "test")
+
+
+def default_cache_root() -> Path:
+    """``$LIGHTNING_ZEROCOPY_CACHE`` if set, else ``~/.cache/lightning_zerocopy``."""
+    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "lightning_zerocopy")).expanduser()
+
+
+@dataclass
+class NodeData:
+    """A homogeneous graph for node classification, held on the host.
+
+    Attributes:
+        edge_index: int64 ``[2, num_edges]``; messages flow ``edge_index[0] -> edge_index[1]`` (PyG).
+        x: floating ``[num_nodes, num_features]`` node features; may be backed by a memory-mapped file.
+        y: int64 ``[num_nodes]`` class labels; ``-1`` marks an unlabeled node.
+        train_idx: int64 ids of the training nodes.
+        val_idx: int64 ids of the validation nodes.
+        test_idx: int64 ids of the test nodes.
+        edge_attr: optional ``[num_edges, ...]`` edge features, row ``i`` belonging to ``edge_index[:, i]``.
+        x_file: the ``.npy`` file ``x`` is mapped from, if any (lets every process map the same file instead
+            of copying the features into shared memory).
+    """
+
+    edge_index: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
+    train_idx: torch.Tensor
+    val_idx: torch.Tensor
+    test_idx: torch.Tensor
+    edge_attr: Optional[torch.Tensor] = None
+    x_file: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.edge_index.dim() != 2 or self.edge_index.shape[0] != 2:
+            raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(self.edge_index.shape)}")
+        if self.x.dim() != 2:
+            raise ValueError(f"x must have shape [num_nodes, num_features], got {tuple(self.x.shape)}")
+        if self.y.shape != (self.x.shape[0],):
+            raise ValueError(f"y must have shape [num_nodes] = [{self.x.shape[0]}], got {tuple(self.y.shape)}")
+        if self.edge_attr is not None and self.edge_attr.shape[0] != self.edge_index.shape[1]:
+            raise ValueError(
+                f"edge_attr has {self.edge_attr.shape[0]} rows but edge_index has {self.edge_index.shape[1]} edges"
+            )
+        for name in ("train_idx", "val_idx", "test_idx"):
+            idx = getattr(self, name)
+            if idx.dim() != 1 or idx.dtype != torch.int64:
+                raise ValueError(f"{name} must be a 1-D int64 tensor of node ids, got {idx.dtype} {tuple(idx.shape)}")
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    def split(self, name: str) -> torch.Tensor:
+        """Node ids of split ``name``: ``"train"``, ``"val"`` or ``"test"``."""
+        if name not in _SPLITS:
+            raise ValueError(f"unknown split {name!r}; expected one of {_SPLITS}")
+        return getattr(self, f"{name}_idx")
+
+
+class NodeDataset(ABC):
+    """A node-classification dataset that LightningCLI can build from ``class_path``/``init_args``.
+
+    Subclasses implement :attr:`num_features`, :attr:`num_classes` (cheap: no array is loaded),
+    :meth:`prepare` (build or convert once, cache on disk; idempotent) and :meth:`load`.
+    """
+
+    @property
+    @abstractmethod
+    def num_features(self) -> int:
+        """Width of the node feature matrix."""
+
+    @property
+    @abstractmethod
+    def num_classes(self) -> int:
+        """Number of classes of ``y``."""
+
+    def prepare(self) -> None:
+        """Build or convert the dataset into its cache. Safe to call more than once; the default does nothing."""
+
+    @abstractmethod
+    def load(self) -> NodeData:
+        """Return the dataset's arrays (memory-mapped where large), preparing them first if needed."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# On-disk cache of named arrays
+
+
+def config_key(config: dict[str, Any]) -> str:
+    """A short stable hash of a JSON-serialisable configuration, used to name its cache directory."""
+    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class ArrayCache:
+    """A directory of ``.npy`` arrays plus ``meta.json``, complete once ``meta.json`` exists.
+
+    Args:
+        path: the cache directory, e.g. ``<cache root>/synthetic-<config key>``.
+    """
+
+    META = "meta.json"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def exists(self) -> bool:
+        return (self.path / self.META).is_file()
+
+    def meta(self) -> dict[str, Any]:
+        with open(self.path / self.META, encoding="utf-8") as f:
+            return json.load(f)
+
+    def build(self, write: Callable[[Path], dict[str, Any]]) -> None:
+        """Run ``write(tmp_dir) -> meta`` into a temporary directory, then move it into place atomically.
+
+        Does nothing if the cache is already complete. If another process finished first, its result is
+        kept and this one's is discarded.
+        """
+        if self.exists():
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
+        try:
+            meta = write(tmp)
+            with open(tmp / self.META, "w", encoding="utf-8") as f:
+                json.dump(meta, f, indent=2, sort_keys=True)
+            try:
+                os.rename(tmp, self.path)
+            except OSError:
+                if not self.exists():  # not a lost race: a stale incomplete directory is in the way
+                    shutil.rmtree(self.path, ignore_errors=True)
+                    os.rename(tmp, self.path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def file(self, name: str) -> Path:
+        return self.path / f"{name}.npy"
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """Array ``name`` as a tensor over a copy-on-write memory map (nothing is read until touched)."""
+        return open_npy_memmap(self.file(name))
+
+    def has(self, name: str) -> bool:
+        return self.file(name).is_file()
+
+
+def node_data_from_cache(cache: ArrayCache) -> NodeData:
+    """Open the standard array names (``edge_index``, ``x``, ``y``, ``*_idx``, optional ``edge_attr``)."""
+    names = {f.name for f in fields(NodeData)} - {"x_file"}
+    arrays = {name: cache.tensor(name) for name in names if cache.has(name)}
+    return NodeData(**arrays, x_file=str(cache.file("x")))

@@ -1,0 +1,71 @@
+"""Any PyG ``Data`` object with train/val/test masks (or index tensors) as a :class:`NodeDataset`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
+
+import torch
+from torch_geometric.data import Data, Dataset
+
+from lightning_zerocopy.datasets.base import NodeData, NodeDataset
+
+_SPLIT_NAMES = {"train": ("train_mask", "train_idx"), "val": ("val_mask", "val_idx"), "test": ("test_mask", "test_idx")}
+
+
+def _split_ids(data: Data, split: str) -> torch.Tensor:
+    mask_name, idx_name = _SPLIT_NAMES[split]
+    if mask_name in data:
+        mask = data[mask_name]
+        if mask.dim() != 1:
+            raise ValueError(f"data.{mask_name} has shape {tuple(mask.shape)}; pick one column, e.g. data.{mask_name}[:, 0]")
+        return mask.nonzero().view(-1)
+    if idx_name in data:
+        return data[idx_name].to(torch.int64).view(-1)
+    raise ValueError(f"the PyG Data object has neither `{mask_name}` nor `{idx_name}`: add one to define the {split} split")
+
+
+class PyGNodeDataset(NodeDataset):
+    """Wraps a PyG ``Data`` (or the first graph of a PyG ``Dataset``, or a ``torch.save``d ``Data`` file).
+
+    The graph needs ``x``, ``y``, ``edge_index`` and, per split, a boolean ``<split>_mask`` or an index
+    tensor ``<split>_idx`` (``train``, ``val``, ``test``); ``edge_attr`` is kept when present.
+
+    Args:
+        data: the ``Data`` object, a PyG ``Dataset`` (its graph 0 is used) or the path of a ``.pt`` file.
+        num_classes: number of classes; default: the largest label + 1.
+    """
+
+    def __init__(self, data: Union[Data, Dataset, str], num_classes: Optional[int] = None) -> None:
+        if isinstance(data, (str, Path)):
+            data = torch.load(data, weights_only=False)
+        if isinstance(data, Dataset):
+            data = data[0]
+        if not isinstance(data, Data):
+            raise TypeError(f"data must be a torch_geometric Data, Dataset or a path to a saved Data, got {type(data)}")
+        for key in ("x", "y", "edge_index"):
+            if data.get(key) is None:
+                raise ValueError(f"the PyG Data object has no `{key}`")
+        self.data = data
+        y = data.y.view(-1)
+        self._num_classes = int(num_classes) if num_classes is not None else int(y.max()) + 1
+
+    @property
+    def num_features(self) -> int:
+        return int(self.data.x.shape[1])
+
+    @property
+    def num_classes(self) -> int:
+        return self._num_classes
+
+    def load(self) -> NodeData:
+        d = self.data
+        return NodeData(
+            edge_index=d.edge_index.to(torch.int64),
+            x=d.x if d.x.is_floating_point() else d.x.float(),
+            y=d.y.view(-1).to(torch.int64),
+            train_idx=_split_ids(d, "train"),
+            val_idx=_split_ids(d, "val"),
+            test_idx=_split_ids(d, "test"),
+            edge_attr=d.get("edge_attr"),
+        )
