@@ -1,0 +1,205 @@
+"""Shared host tensors across real processes (spawn): visibility both ways, unlink lifecycle, crash cleanup."""
+
+from __future__ import annotations
+
+import glob
+import multiprocessing as mp
+import os
+import pickle
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from lightning_zerocopy.graph import (
+    NpyTensorHandle,
+    SharedTensorHandle,
+    cleanup_stale_segments,
+    create_shared_tensor,
+    open_npy_memmap,
+    save_npy,
+    share_tensor,
+    shared_memory_dir,
+)
+
+SPAWN = mp.get_context("spawn")
+TIMEOUT = 60
+
+
+# ---- children (module level so that spawn can import them) ----------------------------------------------------
+
+
+def _child_read_then_write(handle: SharedTensorHandle, to_parent, from_parent) -> None:
+    t = handle.open()
+    to_parent.put(t.numpy().copy())  # by value: what the parent wrote
+    t[0].fill_(-7.5)  # the parent must see this
+    to_parent.put("written")
+    from_parent.get()  # parent unlinked the name: the mapping must still work
+    to_parent.put(t[1].numpy().copy())
+
+
+def _child_create_and_hang(to_parent) -> None:
+    t, handle = create_shared_tensor((1000,), torch.float32, name="orphan")
+    t.fill_(1.0)
+    to_parent.put(handle)
+    signal.pause()
+
+
+def _child_open_and_hang(handle: SharedTensorHandle, to_parent) -> None:
+    t = handle.open()
+    to_parent.put(float(t.sum()))
+    signal.pause()
+
+
+def _child_open_npy(handle: NpyTensorHandle, to_parent) -> None:
+    t = handle.open()
+    to_parent.put(t.view(torch.int16 if t.dtype == torch.bfloat16 else t.dtype).numpy().copy())
+
+
+# ---- tests ------------------------------------------------------------------------------------------------------
+
+
+def _own_segments() -> list[str]:
+    return glob.glob(os.path.join(shared_memory_dir(), f"lzc-{os.getpid()}-*"))
+
+
+def test_two_processes_see_each_others_writes_and_unlink_frees_the_name():
+    x = torch.randn(64, 33)
+    shared, handle = share_tensor(x, name="rw")
+    assert torch.equal(shared, x) and os.path.exists(handle.path)
+    handle = pickle.loads(pickle.dumps(handle))  # what another process receives
+    to_parent, from_parent = SPAWN.Queue(), SPAWN.Queue()
+    child = SPAWN.Process(target=_child_read_then_write, args=(handle, to_parent, from_parent))
+    child.start()
+    try:
+        assert torch.equal(torch.from_numpy(to_parent.get(timeout=TIMEOUT)), x)
+        assert to_parent.get(timeout=TIMEOUT) == "written"
+        assert bool((shared[0] == -7.5).all()) and torch.equal(shared[1:], x[1:])
+        handle.unlink()  # everyone has mapped it: drop the name
+        assert not os.path.exists(handle.path)
+        shared[1].fill_(3.25)  # still shared after unlink
+        from_parent.put("go")
+        assert (to_parent.get(timeout=TIMEOUT) == 3.25).all()
+        child.join(TIMEOUT)
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+        handle.unlink()
+    assert _own_segments() == []
+    with pytest.raises(FileNotFoundError, match="unlinked"):
+        handle.open()
+
+
+def test_killed_creator_segment_is_cleaned_up():
+    to_parent = SPAWN.Queue()
+    child = SPAWN.Process(target=_child_create_and_hang, args=(to_parent,))
+    child.start()
+    try:
+        handle = to_parent.get(timeout=TIMEOUT)
+        assert f"lzc-{child.pid}-" in os.path.basename(handle.path) and handle.exists()
+        assert handle.path not in cleanup_stale_segments()  # creator alive: kept
+        assert handle.exists()
+    finally:
+        child.kill()
+        child.join(TIMEOUT)
+    assert handle.path in cleanup_stale_segments()
+    assert not handle.exists()
+
+
+def test_killed_reader_does_not_block_unlink():
+    shared, handle = create_shared_tensor((256,), torch.float64, name="reader")
+    shared.copy_(torch.rand(256, dtype=torch.float64))
+    to_parent = SPAWN.Queue()
+    child = SPAWN.Process(target=_child_open_and_hang, args=(handle, to_parent))
+    child.start()
+    try:
+        assert to_parent.get(timeout=TIMEOUT) == pytest.approx(float(shared.sum()))
+    finally:
+        child.kill()
+        child.join(TIMEOUT)
+    assert child.exitcode == -signal.SIGKILL
+    handle.unlink(missing_ok=False)
+    assert _own_segments() == []
+
+
+def test_cleanup_ignores_live_and_foreign_files(tmp_path):
+    live, live_handle = create_shared_tensor((3,), torch.int32, name="live", directory=tmp_path)
+    foreign = tmp_path / "not-ours.bin"
+    foreign.write_bytes(b"x")
+    dead_pid = 2**22 + 12345  # above the default pid_max of most systems
+    stale = tmp_path / f"lzc-{dead_pid}-{'ab' * 16}-old"
+    stale.write_bytes(b"x")
+    assert cleanup_stale_segments(tmp_path) == [str(stale)]
+    assert live_handle.exists() and foreign.exists()
+    live_handle.unlink()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool])
+def test_create_open_roundtrip_dtypes(dtype, tmp_path):
+    t, handle = create_shared_tensor((5, 7), dtype, directory=tmp_path)
+    t.copy_(torch.randint(0, 2 if dtype == torch.bool else 100, (5, 7)).to(dtype))
+    again = pickle.loads(pickle.dumps(handle)).open()
+    assert again.dtype == dtype and again.shape == (5, 7) and torch.equal(again, t)
+    assert handle.nbytes == 35 * t.element_size()
+    handle.unlink()
+
+
+def test_share_non_contiguous_and_empty(tmp_path):
+    x = torch.randn(10, 6).t()
+    shared, handle = share_tensor(x, directory=tmp_path)
+    assert shared.is_contiguous() and torch.equal(shared, x)
+    handle.unlink()
+    shared, handle = share_tensor(torch.empty(0, 4), directory=tmp_path)
+    assert handle.open().shape == (0, 4)
+    handle.unlink()
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="`name`"):
+        create_shared_tensor((2,), torch.float32, name="../escape", directory=tmp_path)
+    with pytest.raises(ValueError, match="`shape`"):
+        create_shared_tensor((2, -1), torch.float32, directory=tmp_path)
+    with pytest.raises(ValueError, match="`tensor`"):
+        share_tensor(torch.empty(2, device="meta"), directory=tmp_path)
+
+
+def test_directory_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("LZC_SHM_DIR", str(tmp_path / "shm"))
+    t, handle = create_shared_tensor((4,), torch.float32, name="env")
+    assert os.path.dirname(handle.path) == str(tmp_path / "shm")
+    handle.unlink()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_npy_memmap_roundtrip_is_copy_on_write(dtype, tmp_path):
+    x = torch.randn(50, 9).to(dtype)
+    handle = pickle.loads(pickle.dumps(save_npy(x, tmp_path / "x.npy")))
+    t = handle.open()
+    assert t.dtype == dtype and torch.equal(t, x)
+    t[0].fill_(0)  # copy-on-write: private to this process, the file is unchanged
+    assert torch.equal(handle.open(), x)
+
+
+def test_npy_memmap_opens_in_another_process(tmp_path):
+    x = torch.randn(40, 3).to(torch.bfloat16)
+    handle = save_npy(x, tmp_path / "x.npy")
+    to_parent = SPAWN.Queue()
+    child = SPAWN.Process(target=_child_open_npy, args=(handle, to_parent))
+    child.start()
+    try:
+        assert torch.equal(torch.from_numpy(to_parent.get(timeout=TIMEOUT)).view(torch.bfloat16), x)
+    finally:
+        child.join(TIMEOUT)
+    assert child.exitcode == 0
+
+
+def test_open_npy_memmap_dtype_checks(tmp_path):
+    np.save(tmp_path / "a.npy", np.arange(12, dtype=np.int16).reshape(3, 4))
+    assert open_npy_memmap(tmp_path / "a.npy", dtype=torch.bfloat16).dtype == torch.bfloat16
+    with pytest.raises(TypeError, match="`dtype`"):
+        open_npy_memmap(tmp_path / "a.npy", dtype=torch.float32)
+    np.save(tmp_path / "f.npy", np.asfortranarray(np.ones((3, 4), dtype=np.float32)))
+    with pytest.raises(ValueError, match="C-ordered"):
+        open_npy_memmap(tmp_path / "f.npy")
