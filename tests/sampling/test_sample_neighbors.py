@@ -261,8 +261,8 @@ def slot_counts(graph: Graph, out: ops.SampledSubgraph, degree: int) -> list[int
 
 @pytest.mark.parametrize(
     ("degree", "fanout", "replace"),
-    [(20, 5, False), (150, 100, False), (7, 3, True), (30, 29, False)],
-    ids=["floyd", "fisher-yates", "replacement", "nearly-all"],
+    [(20, 5, False), (150, 100, False), (1000, 100, False), (7, 3, True), (30, 29, False)],
+    ids=["floyd", "fisher-yates", "floyd-hashed", "replacement", "nearly-all"],
 )
 def test_picks_are_uniform_over_positions(degree: int, fanout: int, replace: bool) -> None:
     gen = torch.Generator().manual_seed(6)

@@ -29,9 +29,17 @@ using Ids = std::vector<int64_t>;
 
 // Frontier targets per parallel task: enough work to amortise scheduling, small enough to balance.
 constexpr int64_t kGrainTargets = 64;
-// Without replacement, Floyd's algorithm (O(k^2) membership scans, no scratch) up to this many picks;
-// a partial Fisher-Yates shuffle over a scratch copy of the neighborhood above it.
+// Without replacement: Floyd's algorithm with linear membership scans up to this many picks (no scratch);
+// above it, a partial Fisher-Yates shuffle when the neighborhood is at most kDenseRatio times the picks
+// (O(degree) = O(picks) work), else Floyd's algorithm with a hash set (O(picks), whatever the degree).
 constexpr int64_t kFloydMaxPicks = 64;
+constexpr int64_t kDenseRatio = 4;
+// How far ahead the loops prefetch the random reads (indptr per target, indices per target, map per edge):
+// sampling is bound by cache misses, and a sequential loop otherwise waits for one miss at a time.
+constexpr int64_t kPrefetchTargets = 8;
+constexpr int64_t kPrefetchEdges = 16;
+
+inline void prefetch(const void* address) { __builtin_prefetch(address, 0, 1); }
 
 // The dense global -> local id map of the calling thread: num_nodes entries, all -1 between calls. It grows
 // with the largest graph seen and is never cleared wholesale; LocalIds restores only the entries it set.
@@ -67,6 +75,9 @@ class LocalIds {
     }
     return local;
   }
+
+  // Hints that the map entry of `node` (which must be in range) is needed soon.
+  void prefetch(int64_t node) const { __builtin_prefetch(map_ + node, 1, 1); }
 
   int64_t size() const { return static_cast<int64_t>(n_id_.size()); }
   const int64_t* data() const { return n_id_.data(); }
@@ -143,6 +154,32 @@ void pick_fisher_yates(rng::Stream& stream, int64_t degree, int64_t count, int64
   }
 }
 
+// Floyd's algorithm with an open-addressing hash set of the offsets taken so far, for many picks out of a
+// large neighborhood.
+void pick_floyd_hashed(rng::Stream& stream, int64_t degree, int64_t count, int64_t* out) {
+  thread_local Ids table;
+  uint64_t capacity = 1;
+  while (capacity < static_cast<uint64_t>(2 * count)) capacity <<= 1;
+  table.assign(capacity, -1);
+  const uint64_t mask = capacity - 1;
+  // Inserts `offset`; returns false if it was already there.
+  const auto insert = [&](int64_t offset) {
+    for (uint64_t slot = rng::mix64(static_cast<uint64_t>(offset)) & mask;; slot = (slot + 1) & mask) {
+      if (table[slot] == offset) return false;
+      if (table[slot] < 0) {
+        table[slot] = offset;
+        return true;
+      }
+    }
+  };
+  int64_t picked = 0;
+  for (int64_t upper = degree - count; upper < degree; ++upper) {
+    const auto candidate = static_cast<int64_t>(stream.below(static_cast<uint64_t>(upper + 1)));
+    // `upper` is new to the set: every earlier candidate was at most upper - 1.
+    out[picked++] = insert(candidate) ? candidate : (insert(upper), upper);
+  }
+}
+
 // Writes the `count` picked edge positions of a neighborhood [begin, begin + degree) to `out`.
 void pick_positions(rng::Stream& stream, int64_t begin, int64_t degree, int64_t count, bool take_all,
                     bool replace, int64_t* out) {
@@ -156,8 +193,10 @@ void pick_positions(rng::Stream& stream, int64_t begin, int64_t degree, int64_t 
   }
   if (count <= kFloydMaxPicks) {
     pick_floyd(stream, degree, count, out);
-  } else {
+  } else if (degree <= kDenseRatio * count) {
     pick_fisher_yates(stream, degree, count, out);
+  } else {
+    pick_floyd_hashed(stream, degree, count, out);
   }
   for (int64_t i = 0; i < count; ++i) out[i] += begin;
 }
@@ -190,6 +229,7 @@ int64_t sample_hop(const CscView<index_t>& graph, int64_t frontier_begin, int64_
   Ids offsets(frontier_size + 1, 0);
   at::parallel_for(0, frontier_size, kGrainTargets, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
+      if (i + kPrefetchTargets < hi) prefetch(graph.indptr + frontier[i + kPrefetchTargets]);
       const auto [begin, degree] = graph.neighborhood(frontier[i]);
       starts[i] = begin;
       degrees[i] = degree;
@@ -212,6 +252,7 @@ int64_t sample_hop(const CscView<index_t>& graph, int64_t frontier_begin, int64_
       const int64_t first = offsets[i];
       const int64_t count = offsets[i + 1] - first;
       if (count == 0) continue;
+      if (i + kPrefetchTargets < hi) prefetch(graph.indices + starts[i + kPrefetchTargets]);
       rng::Stream stream(rng::stream_key(seed, static_cast<uint64_t>(hop), static_cast<uint64_t>(i)));
       const bool take_all = fanout < 0 || (!replace && count == degrees[i]);
       pick_positions(stream, starts[i], degrees[i], count, take_all, replace, pos + first);
@@ -224,7 +265,10 @@ int64_t sample_hop(const CscView<index_t>& graph, int64_t frontier_begin, int64_
 
   // (4) Relabel in edge order: new nodes enter n_id in order of first appearance.
   ids.reserve(ids.size() + added);
-  for (int64_t k = 0; k < added; ++k) row[k] = ids.local_id(row[k]);
+  for (int64_t k = 0; k < added; ++k) {
+    if (k + kPrefetchEdges < added) ids.prefetch(row[k + kPrefetchEdges]);
+    row[k] = ids.local_id(row[k]);
+  }
   return added;
 }
 
