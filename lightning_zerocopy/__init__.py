@@ -1,11 +1,40 @@
 """lightning-zerocopy: zero-copy, pipelined mini-batch GNN training for PyTorch Lightning and PyG.
 
 Importing the package loads the compiled ops (``torch.ops.zerocopy``) and nothing else: no CUDA context,
-no daemons, no pinned memory until a Lightning hook asks for them.
+no daemons, no pinned memory until a Lightning hook asks for them. The public classes below are imported
+lazily on first access (``lightning_zerocopy.ZeroCopyDataModule`` imports Lightning and PyG only then).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from lightning_zerocopy._extension import WITH_CUDA
 
 __version__ = "0.1.0"
 
-__all__ = ["WITH_CUDA", "__version__"]
+_LAZY = {
+    "ZeroCopyDataModule": "lightning_zerocopy.data.datamodule",
+    "BatchBuilder": "lightning_zerocopy.data.batch",
+    "BatchPlan": "lightning_zerocopy.data.plan",
+    "PlanItem": "lightning_zerocopy.data.plan",
+    "PlanLoader": "lightning_zerocopy.data.loader",
+    "SyntheticGraph": "lightning_zerocopy.datasets.synthetic",
+    "OGBNodeDataset": "lightning_zerocopy.datasets.ogb",
+    "PyGNodeDataset": "lightning_zerocopy.datasets.pyg",
+}
+
+__all__ = ["WITH_CUDA", "__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'lightning_zerocopy' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -42,6 +42,11 @@ class PlanLoader:
         """Lightning calls ``loader.sampler.set_epoch(epoch)`` before every epoch; the loader is its own sampler."""
         return self
 
+    @property
+    def batch_sampler(self) -> None:
+        """Batches come from the plan; Lightning inspects this attribute next to :attr:`sampler`."""
+        return None
+
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration runs (a new epoch starts at step 0)."""
         if epoch != self.epoch:

@@ -87,7 +87,7 @@ class SyntheticGraph(NodeDataset):
         num_classes: int = 8,
         homophily: float = 0.8,
         skew: float = 0.6,
-        feature_signal: float = 0.4,
+        feature_signal: float = 0.25,
         undirected: bool = True,
         train_fraction: float = 0.6,
         val_fraction: float = 0.2,

@@ -1,0 +1,7 @@
+"""Reference LightningModules: examples of a user's PyG model, not special-cased anywhere."""
+
+from lightning_zerocopy.models.gat import GAT
+from lightning_zerocopy.models.graphsage import GraphSAGE
+from lightning_zerocopy.models.node_classifier import NodeClassifier
+
+__all__ = ["GAT", "GraphSAGE", "NodeClassifier"]

@@ -1,0 +1,93 @@
+"""A node-classification LightningModule written the way PyG's Lightning examples are.
+
+``training_step`` runs the GNN on the sampled subgraph and keeps the first ``batch.batch_size`` rows (the
+seed nodes), exactly as with PyG's ``NeighborLoader``; nothing here knows about lightning-zerocopy's
+DataModule. Optimizer and LR scheduler are typed init arguments, so a LightningCLI recipe picks them with
+``class_path``/``init_args``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+__all__ = ["NodeClassifier"]
+
+
+class NodeClassifier(pl.LightningModule):
+    """Cross-entropy training of ``net(x, edge_index)`` on the seed nodes of each mini-batch.
+
+    Subclasses build ``net`` (any module taking ``(x, edge_index)`` and returning per-node logits).
+
+    Args:
+        net: the GNN.
+        out_channels: number of classes.
+        optimizer: builds the optimizer from the parameters (YAML: ``class_path: torch.optim.Adam``).
+        lr_scheduler: optional, builds a scheduler from the optimizer (YAML: ``class_path:
+            torch.optim.lr_scheduler.StepLR``); stepped every epoch.
+        lr_scheduler_monitor: the metric a ``ReduceLROnPlateau`` scheduler watches.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        out_channels: int,
+        optimizer: OptimizerCallable = torch.optim.Adam,
+        lr_scheduler: Optional[LRSchedulerCallable] = None,
+        lr_scheduler_monitor: str = "val_acc",
+    ) -> None:
+        super().__init__()
+        self.net = net
+        self.optimizer_factory = optimizer
+        self.lr_scheduler_factory = lr_scheduler
+        self.lr_scheduler_monitor = lr_scheduler_monitor
+        # unlabeled nodes (y = -1) are ignored by the loss and the metrics
+        self.train_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
+        self.val_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
+        self.test_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.net(x, edge_index)
+
+    def _seed_logits(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self(batch.x, batch.edge_index)[: batch.batch_size]
+        return out, batch.y[: batch.batch_size]
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        out, y = self._seed_logits(batch)
+        loss = F.cross_entropy(out, y, ignore_index=-1)
+        self.train_acc(out, y)
+        self.log("train_loss", loss, prog_bar=True, batch_size=batch.batch_size)
+        self.log("train_acc", self.train_acc, prog_bar=True, on_step=True, on_epoch=True, batch_size=batch.batch_size)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        out, y = self._seed_logits(batch)
+        self.val_acc(out, y)
+        self.log("val_loss", F.cross_entropy(out, y, ignore_index=-1), batch_size=batch.batch_size, sync_dist=True)
+        self.log("val_acc", self.val_acc, prog_bar=True, batch_size=batch.batch_size)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        out, y = self._seed_logits(batch)
+        self.test_acc(out, y)
+        self.log("test_acc", self.test_acc, prog_bar=True, batch_size=batch.batch_size)
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> dict[str, torch.Tensor]:
+        out = self(batch.x, batch.edge_index)[: batch.batch_size]
+        return {"n_id": batch.n_id[: batch.batch_size], "pred": out.argmax(dim=-1)}
+
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer_factory(self.parameters())
+        if self.lr_scheduler_factory is None:
+            return optimizer
+        scheduler = self.lr_scheduler_factory(optimizer)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "monitor": self.lr_scheduler_monitor},
+        }
