@@ -1,5 +1,18 @@
 """Feature store: node features in shareable host memory and row gathers out of it."""
 
+from lightning_zerocopy.gather.cuda_table import (
+    CudaFeatureTable,
+    HostRegistration,
+    most_frequent_neighbors,
+    register_host_tensor,
+)
 from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable
 
-__all__ = ["FeatureTableHandle", "HostFeatureTable"]
+__all__ = [
+    "CudaFeatureTable",
+    "FeatureTableHandle",
+    "HostFeatureTable",
+    "HostRegistration",
+    "most_frequent_neighbors",
+    "register_host_tensor",
+]

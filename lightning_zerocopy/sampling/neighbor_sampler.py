@@ -9,13 +9,17 @@ neighbor -> target, original edge ids and per-hop counts, exactly what PyG's ``N
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Protocol, Sequence, Union
+from typing import Literal, Optional, Protocol, Sequence, Union
 
 import torch
 
 from lightning_zerocopy import ops
 
-__all__ = ["CSCLike", "NeighborSampler", "SampledBatch", "validate_fanouts"]
+__all__ = ["CSCLike", "NeighborSampler", "Placement", "SampledBatch", "validate_fanouts"]
+
+#: Where the sampler runs and reads the topology: ``cpu`` (compiled CPU kernel), ``gpu`` (CUDA kernel, topology
+#: copied to GPU memory) or ``uva`` (CUDA kernel reading ``indices`` from registered host memory in place).
+Placement = Literal["cpu", "uva", "gpu"]
 
 
 class CSCLike(Protocol):
@@ -85,6 +89,13 @@ class NeighborSampler:
         fanouts: neighbors per target for each hop, e.g. ``[15, 10, 5]``; ``-1`` takes all neighbors. Required.
         replace: sample with replacement (exactly ``fanout`` picks per target with neighbors).
         num_threads: threads for the sampling kernel; ``None`` uses ``torch.get_num_threads()``.
+        placement: ``"cpu"`` (default), ``"gpu"`` (CUDA kernel; ``indptr``/``indices``/``edge_perm`` copied to
+            ``device`` on first use) or ``"uva"`` (CUDA kernel; ``indices`` and ``edge_perm`` stay in host memory,
+            registered for zero-copy reads on first use; ``indptr`` goes to the GPU unless ``uva_indptr="host"``).
+            GPU placements return CUDA tensors (counts as lists) and, for the same inputs and seed, bitwise the
+            CPU placement's sample.
+        device: the CUDA device of the ``gpu``/``uva`` placements (default: the current one).
+        uva_indptr: where ``uva`` keeps ``indptr``: ``"gpu"`` (default; 8 bytes per node) or ``"host"``.
     """
 
     def __init__(
@@ -95,6 +106,9 @@ class NeighborSampler:
         fanouts: Optional[Sequence[int]] = None,
         replace: bool = False,
         num_threads: Optional[int] = None,
+        placement: Placement = "cpu",
+        device: Union[torch.device, str, int, None] = None,
+        uva_indptr: Literal["gpu", "host"] = "gpu",
     ) -> None:
         if not isinstance(indptr, torch.Tensor):
             if indices is not None or edge_perm is not None:
@@ -118,6 +132,15 @@ class NeighborSampler:
         self.fanouts = validate_fanouts(fanouts)
         self.replace = bool(replace)
         self.num_threads = num_threads
+        if placement not in ("cpu", "uva", "gpu"):
+            raise ValueError(f"`placement` must be 'cpu', 'uva' or 'gpu', got {placement!r}")
+        if uva_indptr not in ("gpu", "host"):
+            raise ValueError(f"`uva_indptr` must be 'gpu' or 'host', got {uva_indptr!r}")
+        self.placement: Placement = placement
+        self.uva_indptr = uva_indptr
+        self.device = None if device is None else torch.device(device)
+        self._placed: Optional[tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]] = None
+        self._registrations: list = []
 
     @property
     def num_nodes(self) -> int:
@@ -143,6 +166,8 @@ class NeighborSampler:
             ValueError, TypeError, IndexError: naming the offending argument (duplicate or out-of-range seeds,
                 wrong dtypes, a malformed graph).
         """
+        if self.placement != "cpu":
+            return self._sample_cuda(seeds, seed)
         out = self._sample_raw(seeds, seed)
         e_id = out.edge_pos if self.edge_perm is None else self.edge_perm[out.edge_pos]
         return SampledBatch(
@@ -164,8 +189,63 @@ class NeighborSampler:
         finally:
             torch.set_num_threads(previous)
 
+    # ------------------------------------------------------------------------------- gpu / uva placements
+
+    def _place(self) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+        """The topology as the CUDA kernel reads it, set up on first use (no CUDA work before)."""
+        if self._placed is not None:
+            return self._placed
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"placement={self.placement!r} needs a CUDA device; use placement='cpu'")
+        if self.device is None or self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        if self.placement == "gpu":
+            to_gpu = lambda t: None if t is None else t.to(self.device).contiguous()  # noqa: E731
+            self._placed = (to_gpu(self.indptr), to_gpu(self.indices), to_gpu(self.edge_perm))
+            return self._placed
+        from lightning_zerocopy.gather.cuda_table import register_host_tensor
+
+        def host(t: Optional[torch.Tensor], name: str) -> Optional[torch.Tensor]:
+            if t is None:
+                return None
+            if t.device.type != "cpu":
+                return t.to(self.device)
+            with torch.cuda.device(self.device):
+                self._registrations.append(register_host_tensor(t, name=name))
+            return t
+
+        indptr = self.indptr.to(self.device) if self.uva_indptr == "gpu" else host(self.indptr, "indptr")
+        self._placed = (indptr, host(self.indices, "indices"), host(self.edge_perm, "edge_perm"))
+        return self._placed
+
+    def _sample_cuda(self, seeds: torch.Tensor, seed: int) -> SampledBatch:
+        indptr, indices, edge_perm = self._place()
+        with torch.cuda.device(self.device):
+            out = ops.sample_neighbors(indptr, indices, seeds.to(self.device), self.fanouts, self.replace, seed)
+            if edge_perm is None:
+                e_id = out.edge_pos
+            elif edge_perm.is_cuda:
+                e_id = edge_perm[out.edge_pos]
+            else:  # registered host memory: read the ids in place
+                e_id = ops.gather_rows(edge_perm.view(-1, 1), out.edge_pos).view(-1)
+        return SampledBatch(
+            n_id=out.n_id,
+            edge_index=torch.stack([out.row, out.col]),
+            e_id=e_id,
+            num_sampled_nodes=out.num_sampled_nodes.tolist(),
+            num_sampled_edges=out.num_sampled_edges.tolist(),
+            batch_size=int(seeds.shape[0]),
+        )
+
+    def close(self) -> None:
+        """Release the GPU copies / host registrations of the ``gpu``/``uva`` placements (no-op for ``cpu``)."""
+        self._placed = None
+        registrations, self._registrations = self._registrations, []
+        for registration in registrations:
+            registration.close()
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_nodes={self.num_nodes}, num_edges={self.indices.shape[0]}, "
-            f"fanouts={self.fanouts}, replace={self.replace})"
+            f"fanouts={self.fanouts}, replace={self.replace}, placement={self.placement!r})"
         )

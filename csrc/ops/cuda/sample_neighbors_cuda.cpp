@@ -1,0 +1,278 @@
+// CUDA glue of `zerocopy::sample_neighbors`: GPU-resident or UVA topology, CUDA seeds.
+//
+// Placement follows the tensors: `seeds` on a GPU selects this kernel; `indptr` and `indices` may each be on
+// that GPU or in registered (pinned, mapped) host memory, read through their device aliases (UVA). Every
+// temporary comes from PyTorch's caching allocator (at::empty); prefix sums are at::cumsum. Each hop reads
+// back once after the pick counts (to size the edge buffers) and once after relabeling (new-node count), and
+// raises any error the kernels reported (bad seed, duplicate seed, bad indptr, bad neighbor id) before its
+// result is used.
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "ops/checks.h"
+#include "ops/cuda/device_access.h"
+#include "ops/cuda/sample_neighbors_kernel.cuh"
+#include "ops/sample_neighbors.h"
+
+namespace zerocopy {
+namespace {
+
+using Sample = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+constexpr const char* kOp = kSampleNeighbors;
+// Read-back slots: the kernels' error status, then one count.
+constexpr int kCountSlot = cuda::kSampleStatusSlots;
+constexpr int kReadbackSlots = cuda::kSampleStatusSlots + 1;
+
+// The checks of check_sample_neighbors_args, except that `indptr`/`indices` may live in registered host
+// memory while `seeds` is on the GPU (that shared helper requires one device for all three).
+void check_args(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+                c10::IntArrayRef fanouts) {
+  check_dtype(indptr, at::kLong, kOp, "indptr");
+  check_index_dtype(indices, kOp, "indices");
+  check_dtype(seeds, at::kLong, kOp, "seeds");
+  check_dim(indptr, 1, kOp, "indptr");
+  check_dim(indices, 1, kOp, "indices");
+  check_dim(seeds, 1, kOp, "seeds");
+  check_contiguous(indptr, kOp, "indptr");
+  check_contiguous(indices, kOp, "indices");
+  check_contiguous(seeds, kOp, "seeds");
+  TORCH_CHECK_VALUE(indptr.numel() >= 1, kOp, ": `indptr` must have num_nodes + 1 >= 1 entries, got none");
+  TORCH_CHECK_VALUE(seeds.numel() > 0, kOp, ": `seeds` is empty; a batch needs at least one seed node");
+  TORCH_CHECK_VALUE(seeds.device().is_cuda(), kOp, ": `seeds` must be a CUDA tensor for GPU sampling, got ",
+                    seeds.device());
+  TORCH_CHECK_VALUE(!fanouts.empty(), kOp, ": `fanouts` is empty; give one fanout per hop (-1 = all neighbors)");
+  for (size_t hop = 0; hop < fanouts.size(); ++hop) {
+    TORCH_CHECK_VALUE(fanouts[hop] > 0 || fanouts[hop] == -1, kOp, ": `fanouts[", hop,
+                      "]` must be a positive neighbor count or -1 (all neighbors), got ", fanouts[hop]);
+  }
+}
+
+int64_t next_pow2(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+// Upper bound on the nodes of one sample (each hop adds at most frontier * fanout), capped at num_nodes.
+int64_t node_bound(int64_t num_seeds, c10::IntArrayRef fanouts, int64_t num_nodes) {
+  int64_t total = num_seeds;
+  int64_t frontier = num_seeds;
+  for (int64_t f : fanouts) {
+    if (f < 0) return num_nodes;
+    const int64_t added = frontier > num_nodes / f ? num_nodes : frontier * f;
+    total = std::min(num_nodes, total + std::min(added, num_nodes));
+    frontier = std::min(added, num_nodes);
+  }
+  return std::max<int64_t>(std::min(total, num_nodes), num_seeds);
+}
+
+class Readback {
+ public:
+  Readback(const at::TensorOptions& options, cudaStream_t stream)
+      : slots_(at::empty({kReadbackSlots}, options)), stream_(stream) {
+    cuda::check_cuda(cudaMemsetAsync(slots_.data_ptr(), 0, kReadbackSlots * sizeof(int64_t), stream), kOp,
+                     "clearing the status slots");
+  }
+  long long* status() { return reinterpret_cast<long long*>(slots_.data_ptr<int64_t>()); }
+
+  // Copies the status and `count_src` (one device int64, may be null) to the host, waits, and raises the first
+  // error a kernel reported. Returns the count.
+  int64_t sync(const int64_t* count_src, int64_t num_nodes, int64_t num_edges) {
+    if (count_src != nullptr) {
+      cuda::check_cuda(cudaMemcpyAsync(slots_.data_ptr<int64_t>() + kCountSlot, count_src, sizeof(int64_t),
+                                       cudaMemcpyDeviceToDevice, stream_),
+                       kOp, "copying a count");
+    }
+    int64_t host[kReadbackSlots];
+    cuda::check_cuda(cudaMemcpyAsync(host, slots_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream_), kOp,
+                     "reading back the status");
+    cuda::check_cuda(cudaStreamSynchronize(stream_), kOp, "the sampling kernels");
+    switch (host[0]) {
+      case cuda::kSampleOk:
+        break;
+      case cuda::kSampleBadSeed:
+        TORCH_CHECK_INDEX(false, kOp, ": `seeds[", host[1], "]` = ", host[2], " is not a node id in [0, ", num_nodes,
+                          ")");
+      case cuda::kSampleDuplicateSeed:
+        TORCH_CHECK_VALUE(false, kOp, ": `seeds` must be unique, but node ", host[2],
+                          " appears more than once (again at seeds[", host[1], "] or before it)");
+      case cuda::kSampleBadIndptr:
+        TORCH_CHECK_VALUE(false, kOp, ": `indptr` is not a valid CSC pointer at node ", host[1], " (indptr[",
+                          host[1], "] = ", host[2], ", indptr[", host[1] + 1, "] = ", host[3], ", indices has ",
+                          num_edges, " entries); it must be non-decreasing from 0 to indices.numel()");
+      case cuda::kSampleBadNeighbor:
+        TORCH_CHECK_INDEX(false, kOp, ": `indices[", host[1], "]` = ", host[2], " is not a node id in [0, ",
+                          num_nodes, ")");
+      default:
+        TORCH_CHECK(false, kOp, ": internal error code ", host[0], " from the CUDA sampler");
+    }
+    return host[kCountSlot];
+  }
+
+ private:
+  at::Tensor slots_;
+  cudaStream_t stream_;
+};
+
+at::Tensor counts_tensor(const std::vector<int64_t>& counts) {
+  at::Tensor out = at::empty({static_cast<int64_t>(counts.size())}, at::kLong);
+  std::memcpy(out.data_ptr<int64_t>(), counts.data(), counts.size() * sizeof(int64_t));
+  return out;
+}
+
+Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+                             c10::IntArrayRef fanouts, bool replace, int64_t seed) {
+  check_args(indptr, indices, seeds, fanouts);
+  c10::cuda::CUDAGuard guard(seeds.device());
+  const int device = seeds.device().index();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  const at::TensorOptions opts = seeds.options().dtype(at::kLong);
+
+  cuda::Topology graph;
+  graph.indptr = static_cast<const int64_t*>(cuda::device_readable_pointer(indptr, device, kOp, "indptr"));
+  graph.indices = cuda::device_readable_pointer(indices, device, kOp, "indices");
+  graph.indices_int64 = indices.scalar_type() == at::kLong;
+  graph.num_nodes = indptr.numel() - 1;
+  graph.num_edges = indices.numel();
+  const int64_t num_seeds = seeds.numel();
+  // With every fanout >= 0 the sample's size is bounded up front and nothing below ever grows; with a -1 hop
+  // the table and n_id start small and grow once that hop's edge count is known.
+  const bool bounded = std::all_of(fanouts.begin(), fanouts.end(), [](int64_t f) { return f >= 0; });
+  const int64_t max_nodes = std::max<int64_t>(graph.num_nodes, num_seeds);
+  const int64_t bound = bounded ? node_bound(num_seeds, fanouts, max_nodes) : num_seeds;
+
+  // The batch's global -> local table, kept at most half full.
+  at::Tensor keys, values, first;
+  cuda::NodeTable table;
+  auto make_table = [&](int64_t expected_nodes) {
+    const int64_t capacity = next_pow2(std::max<int64_t>(2 * expected_nodes, 1024));
+    keys = at::empty({capacity}, opts);
+    values = at::empty({capacity}, opts);
+    first = at::empty({capacity}, opts);
+    cuda::check_cuda(cudaMemsetAsync(keys.data_ptr(), 0xFF, capacity * sizeof(int64_t), stream), kOp, "table init");
+    cuda::check_cuda(cudaMemsetAsync(values.data_ptr(), 0xFF, capacity * sizeof(int64_t), stream), kOp,
+                     "table init");
+    cuda::check_cuda(cudaMemsetAsync(first.data_ptr(), 0x7F, capacity * sizeof(int64_t), stream), kOp, "table init");
+    table.keys = reinterpret_cast<long long*>(keys.data_ptr<int64_t>());
+    table.values = reinterpret_cast<long long*>(values.data_ptr<int64_t>());
+    table.first = reinterpret_cast<long long*>(first.data_ptr<int64_t>());
+    table.capacity = capacity;
+  };
+  make_table(bound);
+
+  Readback readback(opts, stream);
+  at::Tensor n_id = at::empty({bound}, opts);
+  cuda::check_cuda(cuda::launch_insert_seeds(seeds.const_data_ptr<int64_t>(), num_seeds, graph.num_nodes, table,
+                                             n_id.data_ptr<int64_t>(), readback.status(), stream),
+                   kOp, "launching insert_seeds");
+
+  // Makes room for `more` nodes after the first `count`: a larger table (the known nodes re-inserted with their
+  // local ids, which are unique) and a larger n_id.
+  auto reserve_nodes = [&](int64_t count, int64_t more) {
+    const int64_t needed = std::min(count + more, max_nodes);
+    if (2 * needed > table.capacity) {
+      make_table(needed);
+      cuda::check_cuda(cuda::launch_insert_seeds(n_id.const_data_ptr<int64_t>(), count, graph.num_nodes, table,
+                                                 n_id.data_ptr<int64_t>(), readback.status(), stream),
+                       kOp, "launching the table rebuild");
+    }
+    if (needed > n_id.numel()) {
+      at::Tensor grown = at::empty({std::max<int64_t>(needed, 2 * n_id.numel())}, opts);
+      grown.narrow(0, 0, count).copy_(n_id.narrow(0, 0, count));
+      n_id = grown;
+    }
+  };
+
+  std::vector<at::Tensor> rows, cols, positions;
+  std::vector<int64_t> num_sampled_nodes{num_seeds};
+  std::vector<int64_t> num_sampled_edges;
+  int64_t t0 = 0;
+  int64_t t1 = num_seeds;
+  for (size_t hop = 0; hop < fanouts.size(); ++hop) {
+    const int64_t fanout = fanouts[hop];
+    const int64_t frontier = t1 - t0;
+    int64_t num_edges = 0;
+    int64_t num_new = 0;
+    if (frontier > 0) {
+      // (1)-(2) Picks per target and their offsets.
+      at::Tensor starts = at::empty({frontier}, opts);
+      at::Tensor degrees = at::empty({frontier}, opts);
+      at::Tensor picks = at::empty({frontier}, opts);
+      at::Tensor offsets = at::empty({frontier + 1}, opts);
+      cuda::check_cuda(cudaMemsetAsync(offsets.data_ptr(), 0, sizeof(int64_t), stream), kOp, "offsets init");
+      cuda::check_cuda(cuda::launch_count_picks(n_id.const_data_ptr<int64_t>(), t0, frontier, graph, fanout, replace,
+                                                starts.data_ptr<int64_t>(), degrees.data_ptr<int64_t>(),
+                                                picks.data_ptr<int64_t>(), readback.status(), stream),
+                       kOp, "launching count_picks");
+      at::Tensor tail = offsets.narrow(0, 1, frontier);
+      at::cumsum_out(tail, picks, 0);
+      num_edges = readback.sync(offsets.const_data_ptr<int64_t>() + frontier, graph.num_nodes, graph.num_edges);
+
+      if (num_edges > 0) {
+        // (3) Picks; (4) neighbor ids into the table; (5)-(6) first appearances numbered in edge order.
+        at::Tensor pos = at::empty({num_edges}, opts);
+        at::Tensor col = at::empty({num_edges}, opts);
+        at::Tensor scratch;
+        if (!replace && fanout > cuda::kFloydMaxPicks) scratch = at::empty({2 * num_edges}, opts);
+        reserve_nodes(t1, num_edges);
+        cuda::check_cuda(cuda::launch_pick_edges(frontier, starts.const_data_ptr<int64_t>(),
+                                                 degrees.const_data_ptr<int64_t>(), offsets.const_data_ptr<int64_t>(),
+                                                 fanout, replace, static_cast<uint64_t>(seed),
+                                                 static_cast<int64_t>(hop), t0, pos.data_ptr<int64_t>(),
+                                                 col.data_ptr<int64_t>(),
+                                                 scratch.defined() ? scratch.data_ptr<int64_t>() : nullptr, stream),
+                         kOp, "launching pick_edges");
+        at::Tensor nbr = at::empty({num_edges}, opts);
+        at::Tensor slot = at::empty({num_edges}, opts);
+        cuda::check_cuda(cuda::launch_insert_edges(num_edges, pos.const_data_ptr<int64_t>(), graph, table,
+                                                   nbr.data_ptr<int64_t>(), slot.data_ptr<int64_t>(),
+                                                   readback.status(), stream),
+                         kOp, "launching insert_edges");
+        at::Tensor flags = at::empty({num_edges}, opts.dtype(at::kInt));
+        cuda::check_cuda(cuda::launch_flag_first(num_edges, slot.const_data_ptr<int64_t>(), table,
+                                                 flags.data_ptr<int32_t>(), stream),
+                         kOp, "launching flag_first");
+        at::Tensor incl = at::cumsum(flags, 0, at::kLong);
+        num_new = readback.sync(incl.const_data_ptr<int64_t>() + (num_edges - 1), graph.num_nodes, graph.num_edges);
+
+        // (7) Local ids of the neighbors; new nodes appended to n_id (room reserved above).
+        at::Tensor row = at::empty({num_edges}, opts);
+        cuda::check_cuda(cuda::launch_finalize(num_edges, nbr.const_data_ptr<int64_t>(), slot.const_data_ptr<int64_t>(),
+                                               incl.const_data_ptr<int64_t>(), t1, table, row.data_ptr<int64_t>(),
+                                               n_id.data_ptr<int64_t>(), stream),
+                         kOp, "launching finalize");
+        rows.push_back(row);
+        cols.push_back(col);
+        positions.push_back(pos);
+      }
+    } else {
+      readback.sync(nullptr, graph.num_nodes, graph.num_edges);
+    }
+    num_sampled_edges.push_back(num_edges);
+    num_sampled_nodes.push_back(num_new);
+    t0 = t1;
+    t1 += num_new;
+  }
+  auto join = [&](const std::vector<at::Tensor>& parts) {
+    if (parts.empty()) return at::empty({0}, opts);
+    if (parts.size() == 1) return parts[0];
+    return at::cat(parts);
+  };
+  return {n_id.narrow(0, 0, t1), join(rows), join(cols), join(positions), counts_tensor(num_sampled_nodes),
+          counts_tensor(num_sampled_edges)};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) { m.impl("sample_neighbors", &sample_neighbors_cuda); }
+
+}  // namespace zerocopy

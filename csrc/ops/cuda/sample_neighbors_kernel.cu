@@ -1,0 +1,264 @@
+// CUDA kernels of `zerocopy::sample_neighbors` (see sample_neighbors_kernel.cuh for the per-hop plan).
+//
+// Picks are drawn per target from rng::Stream(stream_key(seed, hop, position in the frontier)) with the CPU
+// kernel's algorithms (take-all, Lemire draws with replacement, Floyd up to kFloydMaxPicks or for sparse
+// picks, partial Fisher-Yates for many picks out of a neighborhood at most kDenseRatio times larger), so for equal inputs the GPU sample is bitwise the CPU sample. Relabeling keeps the CPU
+// order (seeds, then each hop's new nodes by first appearance in edge order) without any sequential pass: a
+// new node's local id is the number of first appearances before its own, from a prefix sum of flags.
+//
+// Every index that leads to a memory read is checked first (seeds, indptr entries, neighbor ids); a bad one is
+// reported through the status slot and never dereferenced.
+#include "ops/cuda/sample_neighbors_kernel.cuh"
+#include "ops/random.h"
+
+namespace zerocopy::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+__device__ void report(long long* status, long long code, long long a, long long b, long long c) {
+  if (atomicCAS(reinterpret_cast<unsigned long long*>(status), 0ull, static_cast<unsigned long long>(code)) == 0ull) {
+    status[1] = a;
+    status[2] = b;
+    status[3] = c;
+  }
+}
+
+// Finds or inserts `key`; returns its slot and whether this call inserted it.
+__device__ int64_t table_insert(const NodeTable& t, long long key, bool* inserted) {
+  const uint64_t mask = static_cast<uint64_t>(t.capacity) - 1;
+  uint64_t s = rng::mix64(static_cast<uint64_t>(key)) & mask;
+  while (true) {
+    const long long k = __ldcg(t.keys + s);
+    if (k == key) {
+      *inserted = false;
+      return static_cast<int64_t>(s);
+    }
+    if (k == -1) {
+      const long long prev = static_cast<long long>(atomicCAS(reinterpret_cast<unsigned long long*>(t.keys + s),
+                                                              ~0ull, static_cast<unsigned long long>(key)));
+      if (prev == -1) {
+        *inserted = true;
+        return static_cast<int64_t>(s);
+      }
+      if (prev == key) {
+        *inserted = false;
+        return static_cast<int64_t>(s);
+      }
+    }
+    s = (s + 1) & mask;
+  }
+}
+
+__device__ __forceinline__ int64_t load_index(const void* indices, bool is64, int64_t pos) {
+  return is64 ? static_cast<const int64_t*>(indices)[pos] : static_cast<int64_t>(static_cast<const int32_t*>(indices)[pos]);
+}
+
+__global__ void insert_seeds_kernel(const int64_t* seeds, int64_t n, int64_t num_nodes, NodeTable table,
+                                    int64_t* n_id, long long* status) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int64_t node = seeds[i];
+  n_id[i] = node;
+  if (node < 0 || node >= num_nodes) {
+    report(status, kSampleBadSeed, i, node, 0);
+    return;
+  }
+  bool inserted = false;
+  const int64_t s = table_insert(table, node, &inserted);
+  if (!inserted) {
+    report(status, kSampleDuplicateSeed, i, node, 0);
+    return;
+  }
+  table.values[s] = i;
+}
+
+__global__ void count_picks_kernel(const int64_t* n_id, int64_t t0, int64_t count, Topology g, int64_t fanout,
+                                   bool replace, int64_t* starts, int64_t* degrees, int64_t* picks,
+                                   long long* status) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const int64_t node = n_id[t0 + i];
+  int64_t begin = 0, degree = 0, k = 0;
+  if (node >= 0 && node < g.num_nodes) {  // a bad seed is already reported; never index with it
+    const int64_t b = g.indptr[node];
+    const int64_t e = g.indptr[node + 1];
+    if (0 <= b && b <= e && e <= g.num_edges) {
+      begin = b;
+      degree = e - b;
+      k = fanout < 0 ? degree : (replace ? (degree > 0 ? fanout : 0) : (degree < fanout ? degree : fanout));
+    } else {
+      report(status, kSampleBadIndptr, node, b, e);
+    }
+  }
+  starts[i] = begin;
+  degrees[i] = degree;
+  picks[i] = k;
+}
+
+__global__ void pick_edges_kernel(int64_t count, const int64_t* starts, const int64_t* degrees,
+                                  const int64_t* offsets, int64_t fanout, bool replace, uint64_t seed, int64_t hop,
+                                  int64_t t0, int64_t* edge_pos, int64_t* col, int64_t* scratch) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const int64_t first = offsets[i];
+  const int64_t k = offsets[i + 1] - first;
+  if (k == 0) return;
+  const int64_t begin = starts[i];
+  const int64_t degree = degrees[i];
+  int64_t* out = edge_pos + first;
+  for (int64_t j = 0; j < k; ++j) col[first + j] = t0 + i;
+  if (fanout < 0 || (!replace && k == degree)) {
+    for (int64_t j = 0; j < k; ++j) out[j] = begin + j;
+    return;
+  }
+  rng::Stream stream(rng::stream_key(seed, static_cast<uint64_t>(hop), static_cast<uint64_t>(i)));
+  if (replace) {
+    for (int64_t j = 0; j < k; ++j) out[j] = begin + static_cast<int64_t>(stream.below(static_cast<uint64_t>(degree)));
+    return;
+  }
+  if (k <= kFloydMaxPicks || degree > kDenseRatio * k) {
+    // Floyd: distinct offsets, each subset equally likely; membership scans over the picks written so far
+    // (the CPU kernel uses a hash set for many picks; the picks are the same).
+    int64_t picked = 0;
+    for (int64_t upper = degree - k; upper < degree; ++upper) {
+      const int64_t candidate = begin + static_cast<int64_t>(stream.below(static_cast<uint64_t>(upper + 1)));
+      bool taken = false;
+      for (int64_t q = 0; q < picked; ++q) taken |= out[q] == candidate;
+      out[picked++] = taken ? begin + upper : candidate;
+    }
+    return;
+  }
+  // Partial Fisher-Yates over a virtual identity array: only swapped entries are stored (keys/vals maps of at
+  // most k entries in `scratch`), so no O(degree) memory is needed.
+  int64_t* keys = scratch + 2 * first;
+  int64_t* vals = keys + k;
+  int64_t used = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t r = j + static_cast<int64_t>(stream.below(static_cast<uint64_t>(degree - j)));
+    int64_t vj = j, vr = r, at_r = -1;
+    for (int64_t q = 0; q < used; ++q) {
+      if (keys[q] == j) vj = vals[q];
+      if (keys[q] == r) {
+        vr = vals[q];
+        at_r = q;
+      }
+    }
+    out[j] = begin + vr;  // after swap(s[j], s[r]), s[j] is the old s[r]; s[j] is never read again
+    if (at_r >= 0) {
+      vals[at_r] = vj;
+    } else {
+      keys[used] = r;
+      vals[used] = vj;
+      ++used;
+    }
+  }
+}
+
+__global__ void insert_edges_kernel(int64_t num_edges, const int64_t* edge_pos, Topology g, NodeTable table,
+                                    int64_t* nbr, int64_t* slot, long long* status) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= num_edges) return;
+  const int64_t pos = edge_pos[e];
+  const int64_t node = load_index(g.indices, g.indices_int64, pos);
+  nbr[e] = node;
+  if (node < 0 || node >= g.num_nodes) {
+    report(status, kSampleBadNeighbor, pos, node, 0);
+    slot[e] = -1;
+    return;
+  }
+  bool inserted = false;
+  const int64_t s = table_insert(table, node, &inserted);
+  slot[e] = s;
+  if (__ldcg(table.values + s) < 0) {
+    atomicMin(reinterpret_cast<unsigned long long*>(table.first + s), static_cast<unsigned long long>(e));
+  }
+}
+
+__global__ void flag_first_kernel(int64_t num_edges, const int64_t* slot, NodeTable table, int32_t* flags) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= num_edges) return;
+  const int64_t s = slot[e];
+  flags[e] = (s >= 0 && table.values[s] < 0 && table.first[s] == e) ? 1 : 0;
+}
+
+__global__ void finalize_kernel(int64_t num_edges, const int64_t* nbr, const int64_t* slot, const int64_t* incl,
+                                int64_t n_before, NodeTable table, int64_t* row, int64_t* n_id) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= num_edges) return;
+  const int64_t s = slot[e];
+  if (s < 0) {
+    row[e] = -1;  // a bad neighbor id: the call raises
+    return;
+  }
+  const long long v = __ldcg(table.values + s);
+  if (v >= 0) {  // known before this hop, or already numbered by its first edge (same value either way)
+    row[e] = v;
+    return;
+  }
+  const long long f = table.first[s];
+  const int64_t local = n_before + incl[f] - 1;
+  row[e] = local;
+  if (f == e) {
+    n_id[local] = nbr[e];
+    table.values[s] = local;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_insert_seeds(const int64_t* seeds, int64_t n, int64_t num_nodes, NodeTable table,
+                                int64_t* n_id, long long* status, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  insert_seeds_kernel<<<blocks_for(n), kThreads, 0, stream>>>(seeds, n, num_nodes, table, n_id, status);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_count_picks(const int64_t* n_id, int64_t t0, int64_t count, Topology graph, int64_t fanout,
+                               bool replace, int64_t* starts, int64_t* degrees, int64_t* picks,
+                               long long* status, cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  count_picks_kernel<<<blocks_for(count), kThreads, 0, stream>>>(n_id, t0, count, graph, fanout, replace, starts,
+                                                                  degrees, picks, status);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_pick_edges(int64_t count, const int64_t* starts, const int64_t* degrees,
+                              const int64_t* offsets, int64_t fanout, bool replace, uint64_t seed, int64_t hop,
+                              int64_t t0, int64_t* edge_pos, int64_t* col, int64_t* scratch,
+                              cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  // Small blocks: one thread per target does a serial draw, so spread targets over many multiprocessors.
+  constexpr int kPickThreads = 64;
+  const unsigned blocks = static_cast<unsigned>((count + kPickThreads - 1) / kPickThreads);
+  pick_edges_kernel<<<blocks, kPickThreads, 0, stream>>>(count, starts, degrees, offsets, fanout, replace, seed,
+                                                         hop, t0, edge_pos, col, scratch);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_insert_edges(int64_t num_edges, const int64_t* edge_pos, Topology graph, NodeTable table,
+                                int64_t* nbr, int64_t* slot, long long* status, cudaStream_t stream) {
+  if (num_edges <= 0) return cudaSuccess;
+  insert_edges_kernel<<<blocks_for(num_edges), kThreads, 0, stream>>>(num_edges, edge_pos, graph, table, nbr, slot,
+                                                                      status);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_flag_first(int64_t num_edges, const int64_t* slot, NodeTable table, int32_t* flags,
+                              cudaStream_t stream) {
+  if (num_edges <= 0) return cudaSuccess;
+  flag_first_kernel<<<blocks_for(num_edges), kThreads, 0, stream>>>(num_edges, slot, table, flags);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_finalize(int64_t num_edges, const int64_t* nbr, const int64_t* slot, const int64_t* incl,
+                            int64_t n_before, NodeTable table, int64_t* row, int64_t* n_id, cudaStream_t stream) {
+  if (num_edges <= 0) return cudaSuccess;
+  finalize_kernel<<<blocks_for(num_edges), kThreads, 0, stream>>>(num_edges, nbr, slot, incl, n_before, table, row,
+                                                                  n_id);
+  return cudaGetLastError();
+}
+
+}  // namespace zerocopy::cuda
