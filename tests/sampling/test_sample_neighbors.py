@@ -199,17 +199,19 @@ def test_frontier_nodes_are_not_expanded_twice() -> None:
 
 def test_bitwise_deterministic_across_thread_counts_and_calls() -> None:
     gen = torch.Generator().manual_seed(4)
-    graph = random_graph(20000, 200000, gen, torch.int32)
-    seeds = random_seeds(graph.num_nodes, 1500, gen)
+    graph = random_graph(60000, 600000, gen, torch.int32)
+    seeds = random_seeds(graph.num_nodes, 3000, gen)
     previous = torch.get_num_threads()
     try:
         results = []
-        for threads in (1, 2, 1, 2):
+        for threads in (1, 2, 4, 1, 4):
             torch.set_num_threads(threads)
             results.append(ops.sample_neighbors(graph.indptr, graph.indices, seeds, [15, 10, 5], False, 123))
     finally:
         torch.set_num_threads(previous)
     assert bool((results[0].num_sampled_nodes[:-1] > 1000).all())  # every hop's frontier spans many tasks
+    # Hops of >= 2**15 edges at >= 4 threads take the kernel's parallel relabel; it must match the sequential one.
+    assert int(results[0].num_sampled_edges.max()) >= 2**15
     for other in results[1:]:
         assert_same(other, results[0])
 

@@ -13,6 +13,8 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <numeric>
 #include <tuple>
 #include <utility>
@@ -39,13 +41,21 @@ constexpr int64_t kDenseRatio = 4;
 constexpr int64_t kPrefetchTargets = 8;
 constexpr int64_t kPrefetchEdges = 16;
 
+// Relabeling is sequential (one pass, one map access per edge) unless the hop has this many edges and
+// at least this many threads run: the parallel relabel makes ~3 map accesses per edge, so it only pays off
+// with several threads.
+constexpr int64_t kParallelRelabelMinEdges = 1 << 15;
+constexpr int kParallelRelabelMinThreads = 4;
+// Edges per block of the parallel relabel's counting passes.
+constexpr int64_t kRelabelBlock = 1 << 12;
+
 inline void prefetch(const void* address) { __builtin_prefetch(address, 0, 1); }
 
 // The dense global -> local id map of the calling thread: num_nodes entries, all -1 between calls. It grows
 // with the largest graph seen and is never cleared wholesale; LocalIds restores only the entries it set.
 Ids& thread_local_map(int64_t num_nodes) {
   thread_local Ids map;
-  if (static_cast<int64_t>(map.size()) < num_nodes) map.resize(num_nodes, -1);
+  if (static_cast<int64_t>(map.size()) < num_nodes) map.resize(num_nodes, -1);  // -1 = LocalIds::kEmpty
   return map;
 }
 
@@ -60,24 +70,79 @@ class LocalIds {
 
   // Adds `node` (which must be in range) and returns true, or returns false if it is already present.
   bool insert(int64_t node) {
-    if (map_[node] >= 0) return false;
+    if (map_[node] != kEmpty) return false;
     map_[node] = static_cast<int64_t>(n_id_.size());
     n_id_.push_back(node);
     return true;
   }
 
-  // The local id of `node` (which must be in range), adding it at the end of n_id when new.
-  int64_t local_id(int64_t node) {
-    int64_t& local = map_[node];
-    if (local < 0) {
-      local = static_cast<int64_t>(n_id_.size());
-      n_id_.push_back(node);
+  // Replaces the global ids row[0, count) (all in range) by local ids, appending the new nodes to n_id in
+  // order of first appearance. Both paths give the same result.
+  void relabel(int64_t* row, int64_t count) {
+    if (count >= kParallelRelabelMinEdges && at::get_num_threads() >= kParallelRelabelMinThreads) {
+      relabel_parallel(row, count);
+    } else {
+      relabel_sequential(row, count);
     }
-    return local;
   }
 
-  // Hints that the map entry of `node` (which must be in range) is needed soon.
-  void prefetch(int64_t node) const { __builtin_prefetch(map_ + node, 1, 1); }
+  void relabel_sequential(int64_t* row, int64_t count) {
+    n_id_.reserve(n_id_.size() + count);
+    for (int64_t k = 0; k < count; ++k) {
+      if (k + kPrefetchEdges < count) __builtin_prefetch(map_ + row[k + kPrefetchEdges], 1, 1);
+      int64_t& local = map_[row[k]];
+      if (local < 0) {
+        local = static_cast<int64_t>(n_id_.size());
+        n_id_.push_back(row[k]);
+      }
+      row[k] = local;
+    }
+  }
+
+  // Four parallel passes: (a) every edge claims its node's map entry, the earliest edge winning (a claim
+  // is stored as claim_code(edge) <= -2, below kEmpty = -1 and the local ids >= 0, which it never
+  // replaces); (b) per block, count the edges that won their claim: the first appearances of new nodes;
+  // (c) give those nodes consecutive local ids in edge order (a block's offset is the prefix sum of the
+  // counts); (d) read every edge's local id.
+  void relabel_parallel(int64_t* row, int64_t count) {
+    at::parallel_for(0, count, kRelabelBlock, [&](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k) claim(row[k], k);
+    });
+    const int64_t num_blocks = (count + kRelabelBlock - 1) / kRelabelBlock;
+    std::vector<uint8_t> first(count);
+    Ids block_offsets(num_blocks + 1, 0);
+    at::parallel_for(0, num_blocks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t block = lo; block < hi; ++block) {
+        const int64_t end = std::min(count, (block + 1) * kRelabelBlock);
+        int64_t found = 0;
+        for (int64_t k = block * kRelabelBlock; k < end; ++k) {
+          first[k] = map_[row[k]] == claim_code(k);
+          found += first[k];
+        }
+        block_offsets[block + 1] = found;
+      }
+    });
+    std::partial_sum(block_offsets.begin(), block_offsets.end(), block_offsets.begin());
+    const int64_t base = size();
+    n_id_.resize(base + block_offsets[num_blocks]);
+    at::parallel_for(0, num_blocks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t block = lo; block < hi; ++block) {
+        const int64_t end = std::min(count, (block + 1) * kRelabelBlock);
+        int64_t local = base + block_offsets[block];
+        for (int64_t k = block * kRelabelBlock; k < end; ++k) {
+          if (!first[k]) continue;
+          map_[row[k]] = local;
+          n_id_[local++] = row[k];
+        }
+      }
+    });
+    at::parallel_for(0, count, kRelabelBlock, [&](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k) {
+        if (k + kPrefetchEdges < hi) __builtin_prefetch(map_ + row[k + kPrefetchEdges], 0, 1);
+        row[k] = map_[row[k]];
+      }
+    });
+  }
 
   int64_t size() const { return static_cast<int64_t>(n_id_.size()); }
   const int64_t* data() const { return n_id_.data(); }
@@ -89,8 +154,21 @@ class LocalIds {
   }
 
  private:
+  static constexpr int64_t kEmpty = -1;
+  static int64_t claim_code(int64_t edge) { return -2 - edge; }
+
+  // Lowers map_[node] to the claim of `edge` unless it holds a local id or an earlier edge's claim.
+  void claim(int64_t node, int64_t edge) {
+    std::atomic_ref<int64_t> entry(map_[node]);
+    const int64_t desired = claim_code(edge);
+    int64_t current = entry.load(std::memory_order_relaxed);
+    while ((current == kEmpty || (current < 0 && current < desired)) &&
+           !entry.compare_exchange_weak(current, desired, std::memory_order_relaxed)) {
+    }
+  }
+
   void clear_map() {
-    for (int64_t node : n_id_) map_[node] = -1;
+    for (int64_t node : n_id_) map_[node] = kEmpty;
   }
 
   int64_t* map_;
@@ -264,11 +342,7 @@ int64_t sample_hop(const CscView<index_t>& graph, int64_t frontier_begin, int64_
   });
 
   // (4) Relabel in edge order: new nodes enter n_id in order of first appearance.
-  ids.reserve(ids.size() + added);
-  for (int64_t k = 0; k < added; ++k) {
-    if (k + kPrefetchEdges < added) ids.prefetch(row[k + kPrefetchEdges]);
-    row[k] = ids.local_id(row[k]);
-  }
+  ids.relabel(row, added);
   return added;
 }
 
