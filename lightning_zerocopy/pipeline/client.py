@@ -66,6 +66,7 @@ class _Stage:
     free_events: list = field(default_factory=list)
     gen: Optional[int] = None
     inbox: deque = field(default_factory=deque)
+    opened: bool = False
 
 
 class PipelineClient:
@@ -101,13 +102,16 @@ class PipelineClient:
 
     # ---- public API ------------------------------------------------------------------------------------------
     def register(self, stage: str, source: BatchSource) -> None:
-        """Send the picklable ``source`` of a loader to the producer (once per loader)."""
+        """Send the picklable ``source`` of a loader to the producer and wait until the producer has opened it
+        (``source.open()``, if it has one: shared host memory must be mapped while its names exist)."""
         st = self._stages.get(stage)
         if st is None:
-            self._stages[stage] = _Stage(source)
+            st = self._stages[stage] = _Stage(source)
         else:
             st.source = source
+        st.opened = False
         self.transport.send(("source", stage, source))
+        self._pump(lambda: st.opened, f"the {stage} batch source to be opened")
 
     def iterate(self, stage: str, epoch: int, start: int = 0, stop: Optional[int] = None) -> Iterator[Data]:
         """Yield batches ``start..stop-1`` of ``epoch`` of a registered stage, built by the producer."""
@@ -177,8 +181,13 @@ class PipelineClient:
         self.transport.send(("free", stage, gen, slot))
 
     def _wait_ready(self, stage: str, st: _Stage, gen: int, what: str) -> tuple:
+        self._pump(lambda: bool(st.inbox), what)
+        return st.inbox.popleft()
+
+    def _pump(self, done, what: str) -> None:
+        """Handle producer messages until ``done()``; raise if the producer dies or stays silent too long."""
         deadline = time.monotonic() + self.timeout
-        while not st.inbox:
+        while not done():
             msg = self.transport.recv(timeout=0.2)
             if msg is None:
                 self.transport.check_alive(what)
@@ -189,14 +198,15 @@ class PipelineClient:
                     )
                 continue
             self._dispatch(msg, what)
-        return st.inbox.popleft()
 
     def _dispatch(self, msg: tuple, what: str) -> None:
         kind, stage = msg[0], msg[1]
         st = self._stages.get(stage)
         if st is None:
             return
-        if kind == "ready":
+        if kind == "opened":
+            st.opened = True
+        elif kind == "ready":
             if msg[2] == st.gen:
                 st.inbox.append(msg)
         elif kind == "layout":

@@ -6,7 +6,7 @@ only the channel differs. The protocol is a handful of small tuples; tensors cro
 
 Trainer → producer::
 
-    ("source", stage, source)                      register/replace the BatchSource of a stage
+    ("source", stage, source)                      register/replace the BatchSource of a stage (opened at once)
     ("start", stage, gen, epoch, start, stop)      produce steps [start, stop) of epoch; every slot is free
     ("free", stage, gen, slot)                     the trainer is done with slot (and recorded its free event)
     ("end", stage, gen)                            iteration abandoned: stop producing for it
@@ -16,6 +16,7 @@ Trainer → producer::
 
 Producer → trainer::
 
+    ("opened", stage)                              the source is registered and opened
     ("layout", stage, gen, layout, sizes)          first batch built: please allocate the ring
     ("grow", stage, gen, slot, sizes)              batch does not fit slot: please grow it
     ("ready", stage, gen, slot, step, sizes, scalars, build_s)
@@ -132,6 +133,13 @@ class Producer:
         stage = self.stages.setdefault(msg[1], _Stage())
         if kind == "source":
             stage.source = msg[2]
+            try:
+                if hasattr(stage.source, "open"):
+                    stage.source.open()  # map the shared host memory now, while its names still exist
+            except Exception:  # noqa: BLE001 - reported to the trainer, which raises it
+                self._send(("error", msg[1], None, traceback.format_exc()))
+            else:
+                self._send(("opened", msg[1]))
         elif kind == "start":
             _, _, gen, epoch, start, stop = msg
             self._order += 1

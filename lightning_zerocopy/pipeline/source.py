@@ -42,3 +42,49 @@ def capacity_hint(source: Any) -> Optional[dict[str, int]]:
         return None
     hint = fn()
     return dict(hint) if hint is not None else None
+
+
+class PlanSource:
+    """A :class:`BatchSource` made of a DataModule's batch plan and its picklable batch builder.
+
+    Args:
+        plan: the loader's plan (``plan.item(epoch, step)``, ``len(plan)`` steps per epoch), e.g.
+            ``ZeroCopyDataModule.plan("train")``.
+        builder: the unopened builder (``build_batch(item, out=None)``, ``fanouts``, ``num_nodes``,
+            ``max_nodes(batch_size)``), e.g. ``ZeroCopyDataModule.builder("train")``.
+        out_fields: the batch fields the builder writes into ``out`` itself (the rest are copied into the slot).
+    """
+
+    def __init__(self, plan: Any, builder: Any, out_fields: tuple[str, ...] = ("x", "y")) -> None:
+        self._plan = plan
+        self.builder = builder
+        self.out_fields = tuple(out_fields)
+
+    def open(self) -> None:
+        """Map the builder's shared host memory in this process."""
+        self.builder.open()
+
+    def num_steps(self, epoch: int) -> int:
+        return len(self._plan)
+
+    def plan(self, epoch: int, step: int) -> Any:
+        return self._plan.item(epoch, step)
+
+    def capacity_hint(self) -> Optional[dict[str, int]]:
+        """Slot capacity no batch exceeds: the fanouts bound (:func:`~.slots.capacity_bound`), capped by the graph."""
+        from lightning_zerocopy.pipeline.slots import capacity_bound
+
+        return capacity_bound(self._plan.batch_size, self.builder.fanouts, num_nodes=self.builder.num_nodes)
+
+    def build_batch(self, item: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
+        """``builder.build_batch(item, out)``, handing over only the fields it writes itself, only host buffers
+        (the host builder gathers on the CPU; CUDA slots get the batch copied in), and only when every batch is
+        guaranteed to fit (so the builder never fails on a small buffer: the slot grows instead)."""
+        if out is not None:
+            rows = int(self.builder.max_nodes(item.batch_size))
+            out = {
+                k: out[k]
+                for k in self.out_fields
+                if k in out and out[k].size(0) >= rows and out[k].device.type == "cpu"
+            }
+        return self.builder.build_batch(item, out=out or None)

@@ -1,0 +1,71 @@
+"""``PipelineLoader``: a DataModule loader whose batches are built by the pipeline's producer.
+
+It stands in for the DataModule's own :class:`~lightning_zerocopy.data.loader.PlanLoader` and keeps its
+contract (length, ``set_epoch``, mid-epoch ``state_dict``/``load_state_dict`` in the same format), so a
+checkpoint saved with the pipeline resumes without it and vice versa.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from torch_geometric.data import Data
+
+from lightning_zerocopy.pipeline.client import PipelineClient
+
+
+class PipelineLoader:
+    """Iterates ``inner``'s plan through ``client`` (stage ``stage`` must be registered with the same plan).
+
+    Args:
+        client: the pipeline.
+        stage: the registered stage name.
+        inner: the DataModule's loader it replaces (a ``PlanLoader``: ``len``, ``epoch``, ``start_step``,
+            ``state_dict``/``load_state_dict``).
+    """
+
+    def __init__(self, client: PipelineClient, stage: str, inner: Any) -> None:
+        self.client = client
+        self.stage = stage
+        self.inner = inner
+        self.epoch = int(getattr(inner, "epoch", 0))
+        self._start_step = int(getattr(inner, "start_step", 0))
+        self._next_step = self._start_step
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    @property
+    def sampler(self) -> "PipelineLoader":
+        """Lightning calls ``loader.sampler.set_epoch(epoch)``; the loader is its own sampler."""
+        return self
+
+    @property
+    def batch_sampler(self) -> None:
+        return None
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch = int(epoch)
+            self._start_step = 0
+
+    def __iter__(self) -> Iterator[Data]:
+        start, self._start_step = self._start_step, 0
+        self._next_step = start
+        for batch in self.client.iterate(self.stage, self.epoch, start, len(self)):
+            self._next_step += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        state = dict(self.inner.state_dict())
+        state.update(epoch=self.epoch, step=self._next_step)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)  # validates the plan fingerprint
+        self.epoch = int(self.inner.epoch)
+        self._start_step = int(self.inner.start_step)
+        self._next_step = self._start_step
+
+    def __repr__(self) -> str:
+        return f"PipelineLoader(stage={self.stage!r}, inner={self.inner!r})"

@@ -1,0 +1,138 @@
+"""SlotLayout / SlotRing: layout inference, views, copies, growth, capacity bounds, shared host memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pipeline_fakes import FakeSource
+from torch_geometric.data import Data
+
+from lightning_zerocopy.pipeline.slots import (
+    EDGES,
+    NODES,
+    SEEDS,
+    SlotLayout,
+    SlotRing,
+    capacity_bound,
+    view_batch,
+    write_batch,
+)
+
+
+def _batch(step: int = 0, **kw) -> Data:
+    src = FakeSource(**kw)
+    return src.build_batch(src.plan(0, step))
+
+
+def _assert_same(a: Data, b: Data) -> None:
+    assert sorted(a.keys()) == sorted(b.keys())
+    for key in b.keys():
+        if isinstance(b[key], torch.Tensor):
+            assert a[key].dtype == b[key].dtype, key
+            assert torch.equal(a[key], b[key]), key
+        else:
+            assert a[key] == b[key], key
+
+
+def test_layout_inference_assigns_pyg_axes():
+    data = _batch()
+    layout = SlotLayout.from_batch(data)
+    axes = {f.name: (f.axis, f.var_dim) for f in layout.fields}
+    assert axes["x"] == (NODES, 0) and axes["y"] == (NODES, 0) and axes["n_id"] == (NODES, 0)
+    assert axes["edge_index"] == (EDGES, 1) and axes["e_id"] == (EDGES, 0)
+    assert axes["input_id"] == (SEEDS, 0)
+    assert axes["num_sampled_edges"] == ("num_sampled_edges", 0)
+    sizes = layout.sizes(data)
+    assert sizes[NODES] == data.num_nodes and sizes[EDGES] == data.edge_index.size(1) and sizes[SEEDS] == 16
+    assert layout.scalars(data) == {"batch_size": 16, "num_sampled_nodes": data.num_sampled_nodes}
+
+
+def test_unknown_field_follows_matching_axis_else_its_own():
+    data = _batch()
+    data.node_score = torch.rand(data.num_nodes, 3)
+    data.edge_w = torch.rand(data.edge_index.size(1))
+    data.extra = torch.arange(7)
+    data.flag = torch.tensor(3)
+    layout = SlotLayout.from_batch(data)
+    axes = {f.name: f.axis for f in layout.fields}
+    assert axes["node_score"] == NODES and axes["edge_w"] == EDGES and axes["extra"] == "extra"
+    ring = SlotRing(layout, layout.sizes(data), depth=1)
+    write_batch(layout, ring.slots[0], data, layout.sizes(data))
+    out = ring.view(0, layout.sizes(data), layout.scalars(data))
+    _assert_same(out, data)
+    assert out.flag.dim() == 0
+
+
+def test_write_then_view_roundtrip_for_varying_batches():
+    first = _batch(0)
+    layout = SlotLayout.from_batch(first)
+    cap = {axis: 10_000 for axis in layout.axes}
+    ring = SlotRing(layout, cap, depth=2)
+    for step in range(6):
+        data = _batch(step)
+        sizes = layout.sizes(data)
+        assert ring.fits(step % 2, sizes)
+        write_batch(layout, ring.slots[step % 2], data, sizes)
+        _assert_same(ring.view(step % 2, sizes, layout.scalars(data)), data)
+
+
+def test_cpu_slots_live_in_shared_memory_unless_told_otherwise():
+    layout = SlotLayout.from_batch(_batch())
+    ring = SlotRing(layout, {NODES: 64, EDGES: 128, SEEDS: 16}, depth=2)
+    assert all(t.is_shared() for slot in ring.slots for t in slot.values())
+    private = SlotRing(layout, {NODES: 64, EDGES: 128, SEEDS: 16}, depth=1, shared=False)
+    assert not any(t.is_shared() for t in private.slots[0].values())
+
+
+def test_grow_reallocates_only_that_slot_with_headroom():
+    data = _batch()
+    layout = SlotLayout.from_batch(data)
+    ring = SlotRing(layout, {NODES: 8, EDGES: 8, SEEDS: 16}, depth=2, growth=1.5)
+    sizes = layout.sizes(data)
+    assert not ring.fits(1, sizes)
+    old0 = ring.slots[0]["x"]
+    ring.grow(1, sizes)
+    assert ring.fits(1, sizes) and not ring.fits(0, sizes)
+    assert ring.slots[0]["x"] is old0
+    assert ring.capacity[1][NODES] >= int(sizes[NODES] * 1.5)
+    write_batch(layout, ring.slots[1], data, sizes)
+    _assert_same(ring.view(1, sizes, layout.scalars(data)), data)
+
+
+def test_sizes_rejects_a_batch_that_changes_fields():
+    data = _batch()
+    layout = SlotLayout.from_batch(data)
+    broken = data.clone()
+    broken.x = broken.x.double()
+    with pytest.raises(ValueError, match="'x'.*float64"):
+        layout.sizes(broken)
+    missing = data.clone()
+    del missing.e_id
+    with pytest.raises(ValueError, match="'e_id' is missing"):
+        layout.sizes(missing)
+
+
+def test_capacity_bound_from_fanouts():
+    assert capacity_bound(1024, [15, 10, 5]) == {
+        NODES: 1024 * (1 + 15 + 150 + 750),
+        EDGES: 1024 * (15 + 150 + 750),
+        SEEDS: 1024,
+    }
+    assert capacity_bound(10, [5, 5], num_nodes=100, num_edges=50) == {NODES: 100, EDGES: 50, SEEDS: 10}
+    assert capacity_bound(10, [-1, 5]) is None
+
+
+def test_depth_must_be_positive():
+    layout = SlotLayout.from_batch(_batch())
+    with pytest.raises(ValueError, match="depth"):
+        SlotRing(layout, {}, depth=0)
+
+
+def test_view_batch_is_views_not_copies():
+    data = _batch()
+    layout = SlotLayout.from_batch(data)
+    ring = SlotRing(layout, layout.sizes(data), depth=1, shared=False)
+    sizes = layout.sizes(data)
+    write_batch(layout, ring.slots[0], data, sizes)
+    view = view_batch(layout, ring.slots[0], sizes, {})
+    assert view.x.data_ptr() == ring.slots[0]["x"].data_ptr()

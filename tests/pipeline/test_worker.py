@@ -1,0 +1,223 @@
+"""The worker-process pipeline on CPU (slots in shared host memory): same batches, protocol, faults.
+
+Every test is bounded: the pipeline's own waits raise, subprocesses run under timeouts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from pipeline_fakes import FakeSource
+from torch_geometric.data import Data
+
+from lightning_zerocopy.pipeline import PipelineError, start_pipeline
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def _assert_same(a: Data, b: Data) -> None:
+    assert sorted(a.keys()) == sorted(b.keys())
+    for key in b.keys():
+        if isinstance(b[key], torch.Tensor):
+            assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+        else:
+            assert a[key] == b[key], key
+
+
+def _reference(src: FakeSource, epoch: int, step: int) -> Data:
+    return src.build_batch(src.plan(epoch, step))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(line.startswith("State:") and "Z" in line for line in f)
+    except FileNotFoundError:
+        return True
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _gone(pid):
+            return True
+        time.sleep(0.05)
+    return _gone(pid)
+
+
+@pytest.fixture(scope="module")
+def worker():
+    """One worker process shared by the protocol tests (spawning one costs seconds)."""
+    client = start_pipeline("worker", depth=2, timeout=30)
+    yield client
+    client.close()
+    assert _wait_gone(client.transport.pid, 5)
+
+
+@pytest.mark.parametrize("use_out", [True, False])
+def test_worker_and_in_process_yield_the_batches_of_build_batch(worker, use_out):
+    """The pipelines run the source's own plan + build_batch: bitwise the same batches, over epochs and a
+    batch that outgrows its slot."""
+    src = FakeSource(steps=7, huge_at=4, use_out=use_out, seed=3)
+    stage = f"train-{use_out}"
+    worker.register(stage, src)
+    thread = start_pipeline("in_process", depth=2, timeout=30)
+    thread.register(stage, src)
+    try:
+        for epoch in range(2):
+            for client in (worker, thread):
+                got = list_batches = []
+                for step, batch in enumerate(client.iterate(stage, epoch)):
+                    _assert_same(batch, _reference(src, epoch, step))
+                    list_batches.append(step)
+                assert got == list(range(7))
+        assert worker.stats.grows >= 1 and thread.stats.grows >= 1
+    finally:
+        thread.close()
+
+
+def test_held_slot_is_not_overwritten_until_the_next_batch_is_asked_for(worker):
+    src = FakeSource(steps=6, seed=5)
+    worker.register("hold", src)
+    it = worker.iterate("hold", 0)
+    first = next(it)
+    snapshot = {k: first[k].clone() for k in ("x", "n_id", "edge_index")}
+    time.sleep(0.5)  # the worker fills the other slot, then has to wait for this one
+    for key, value in snapshot.items():
+        assert torch.equal(first[key], value), key
+    second = next(it)
+    _assert_same(second, _reference(src, 0, 1))
+    assert second.x.data_ptr() != first.x.data_ptr()  # ping-pong: the other slot
+    it.close()
+
+
+def test_interleaved_stages_and_abandoned_iterations(worker):
+    """Validation interrupts a training epoch (as val_check_interval does); a loader left after two batches
+    (the sanity check) does not disturb the next iteration."""
+    train, val = FakeSource(steps=5, seed=11), FakeSource(steps=3, seed=12, batch_size=8)
+    worker.register("t", train)
+    worker.register("v", val)
+    sanity = worker.iterate("v", 0)
+    for step, batch in zip(range(2), sanity):
+        _assert_same(batch, _reference(val, 0, step))
+    del sanity
+    it = worker.iterate("t", 1)
+    for step in range(2):
+        _assert_same(next(it), _reference(train, 1, step))
+    for step, batch in enumerate(worker.iterate("v", 1)):
+        _assert_same(batch, _reference(val, 1, step))
+    for step in range(2, 5):
+        _assert_same(next(it), _reference(train, 1, step))
+    with pytest.raises(StopIteration):
+        next(it)
+    # resume in the middle of an epoch
+    for step, batch in enumerate(worker.iterate("t", 2, start=3), start=3):
+        _assert_same(batch, _reference(train, 2, step))
+
+
+def test_builder_error_is_raised_in_the_trainer_with_its_traceback(worker):
+    worker.register("bad", FakeSource(steps=4, fail_at=2))
+    it = worker.iterate("bad", 0)
+    next(it), next(it)
+    with pytest.raises(PipelineError, match=r"(?s)bad batch 2 of epoch 0.*fake builder failure at step 2"):
+        next(it)
+    # the worker survives a builder error and serves the next iteration
+    worker.register("good", FakeSource(steps=2))
+    assert len(list(worker.iterate("good", 0))) == 2
+
+
+def test_depth_one_still_works(worker):
+    client = start_pipeline("in_process", depth=1, timeout=30)
+    src = FakeSource(steps=4)
+    client.register("train", src)
+    try:
+        for step, batch in enumerate(client.iterate("train", 0)):
+            _assert_same(batch, _reference(src, 0, step))
+    finally:
+        client.close()
+
+
+def test_sigkill_of_the_worker_mid_epoch_raises_a_clear_error_quickly():
+    client = start_pipeline("worker", depth=2, timeout=60)
+    try:
+        client.register("train", FakeSource(steps=50, delay=0.05))
+        it = client.iterate("train", 0)
+        next(it), next(it)
+        os.kill(client.transport.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(PipelineError, match=r"was killed by SIGKILL while the trainer waited for train batch"):
+            for _ in it:
+                pass
+        assert time.monotonic() - t0 < 10
+    finally:
+        client.close()
+
+
+_TRAINER_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {here!r})
+    from pipeline_fakes import FakeSource
+    from lightning_zerocopy.pipeline import start_pipeline
+
+    if __name__ == "__main__":
+        client = start_pipeline("worker", depth=2, timeout=60)
+        client.register("train", FakeSource(steps=10_000, delay=0.01, features=256, batch_size=256))
+        it = client.iterate("train", 0)
+        next(it)
+        print("READY", client.transport.pid, flush=True)
+        for batch in it:
+            time.sleep(0.01)
+    """
+)
+
+
+def _start_trainer(tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    script = tmp_path / "trainer.py"
+    script.write_text(_TRAINER_SCRIPT.format(here=str(HERE)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    deadline = time.monotonic() + 60
+    line = ""
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("READY") or proc.poll() is not None:
+            break
+    if not line.startswith("READY"):
+        proc.kill()
+        pytest.fail(f"trainer script did not start: {line!r} {proc.stderr.read()}")
+    return proc, int(line.split()[1])
+
+
+def _shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_worker_never_outlives_the_trainer(tmp_path, sig):
+    """Ctrl-C (SIGINT) or SIGKILL of the trainer: the worker exits, nothing is left in /dev/shm."""
+    before = _shm_entries()
+    proc, worker_pid = _start_trainer(tmp_path)
+    try:
+        assert not _gone(worker_pid)
+        proc.send_signal(sig)
+        proc.wait(timeout=15)
+        assert _wait_gone(worker_pid, 5), f"worker {worker_pid} outlived the trainer ({sig.name})"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        if not _gone(worker_pid):
+            os.kill(worker_pid, signal.SIGKILL)
+    assert _shm_entries() - before == set()
