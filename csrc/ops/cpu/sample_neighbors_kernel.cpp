@@ -3,8 +3,9 @@
 // Per hop: (1) count each frontier target's picks in parallel, (2) prefix-sum them into edge offsets,
 // (3) draw and write each target's picks in parallel, every target with its own counter-based random
 // stream keyed by (seed, hop, position in the frontier), so the result is independent of the thread count,
-// (4) relabel the sampled neighbors to local ids sequentially, in edge order, through a dense
-// global -> local array (so n_id lists new nodes in order of first appearance, as PyG does).
+// (4) relabel the sampled neighbors to local ids in edge order through a dense global -> local array, so n_id
+// lists new nodes in order of first appearance as PyG does (sequentially, or for large hops on several
+// threads in parallel passes that give the same result).
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
