@@ -1,0 +1,175 @@
+"""ZeroCopyDataModule as a drop-in for PyG's LightningNodeData; loaders; resume mid-epoch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from torch_geometric.data import Data
+from torch_geometric.nn import SAGEConv
+
+from lightning_zerocopy import ZeroCopyDataModule
+from lightning_zerocopy.data.loader import PlanLoader
+from lightning_zerocopy.datasets import SyntheticGraph
+
+
+class PyGStyleSAGE(pl.LightningModule):
+    """Written for PyG's LightningNodeData/NeighborLoader, knows nothing about lightning-zerocopy."""
+
+    def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 32) -> None:
+        super().__init__()
+        self.conv1 = SAGEConv(in_channels, hidden_channels)
+        self.conv2 = SAGEConv(hidden_channels, out_channels)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        x = self.conv1(x, edge_index).relu()
+        return self.conv2(x, edge_index)
+
+    def training_step(self, data: Data, batch_idx: int) -> torch.Tensor:
+        y_hat = self(data.x, data.edge_index)[: data.batch_size]
+        y = data.y[: data.batch_size]
+        loss = F.cross_entropy(y_hat, y)
+        self.log("train_loss", loss, batch_size=data.batch_size)
+        return loss
+
+    def validation_step(self, data: Data, batch_idx: int) -> None:
+        y_hat = self(data.x, data.edge_index)[: data.batch_size]
+        acc = (y_hat.argmax(-1) == data.y[: data.batch_size]).float().mean()
+        self.log("val_acc", acc, batch_size=data.batch_size)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=0.01)
+
+
+class RecordBatches(Callback):
+    def __init__(self) -> None:
+        self.seen: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.seen[(trainer.current_epoch, batch_idx)] = (batch.n_id.clone(), batch.e_id.clone())
+
+
+def _datamodule(tmp_path: Path, **kwargs) -> ZeroCopyDataModule:
+    dataset = SyntheticGraph(num_nodes=1500, avg_degree=8, num_features=16, num_classes=4, cache_dir=str(tmp_path / "cache"))
+    kwargs.setdefault("fanouts", [5, 5])
+    kwargs.setdefault("batch_size", 128)
+    return ZeroCopyDataModule(dataset, **kwargs)
+
+
+def _trainer(tmp_path: Path, **kwargs) -> pl.Trainer:
+    kwargs.setdefault("logger", False)
+    kwargs.setdefault("enable_progress_bar", False)
+    kwargs.setdefault("enable_model_summary", False)
+    return pl.Trainer(accelerator="cpu", devices=1, default_root_dir=str(tmp_path), **kwargs)
+
+
+def _lzc_segments() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith(f"lzc-{os.getpid()}-")} if os.path.isdir("/dev/shm") else set()
+
+
+def test_pyg_style_module_trains_unchanged(tmp_path: Path) -> None:
+    pl.seed_everything(0)
+    dm = _datamodule(tmp_path)
+    model = PyGStyleSAGE(dm.num_features, dm.num_classes)
+    losses: list[float] = []
+
+    class Track(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            losses.append(float(outputs["loss"]))
+
+    trainer = _trainer(tmp_path, max_epochs=3, callbacks=[Track()], limit_val_batches=2)
+    trainer.fit(model, datamodule=dm)
+    steps_per_epoch = trainer.num_training_batches
+    assert trainer.global_step == 3 * steps_per_epoch
+    assert sum(losses[-steps_per_epoch:]) < sum(losses[:steps_per_epoch]), "training must reduce the loss"
+    assert not _lzc_segments(), "shared segments must be unlinked once mapped"
+
+
+def test_loaders_have_lengths_and_no_worker_processes(tmp_path: Path) -> None:
+    dm = _datamodule(tmp_path, batch_size=100, eval_batch_size=250)
+    dm.prepare_data()
+    dm.setup("fit")
+    try:
+        train, val, test, predict = dm.train_dataloader(), dm.val_dataloader(), dm.test_dataloader(), dm.predict_dataloader()
+        assert all(isinstance(loader, PlanLoader) for loader in (train, val, test, predict))
+        n_train = int(1500 * 0.6)
+        assert len(train) == -(-n_train // 100)
+        assert len(val) == -(-300 // 250)
+        batches = list(val)
+        assert len(batches) == len(val)
+        assert torch.equal(torch.cat([b.n_id[: b.batch_size] for b in batches]), dm.plan("val").input_nodes)
+        assert not _lzc_segments()
+    finally:
+        dm.teardown("fit")
+
+
+def test_transfer_batch_to_device_keeps_the_batch(tmp_path: Path) -> None:
+    dm = _datamodule(tmp_path)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    moved = dm.transfer_batch_to_device(batch, torch.device("cpu"), 0)
+    assert isinstance(moved, Data) and moved.batch_size == batch.batch_size
+    assert torch.equal(moved.x, batch.x)
+    dm.teardown("fit")
+
+
+def test_resume_mid_epoch_repeats_the_remaining_batches(tmp_path: Path) -> None:
+    pl.seed_everything(0)
+    dm = _datamodule(tmp_path, batch_size=100)
+    record = RecordBatches()
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=-1, filename="{step}")
+    trainer = _trainer(tmp_path, max_epochs=2, callbacks=[record, ckpt], limit_val_batches=0)
+    trainer.fit(PyGStyleSAGE(dm.num_features, dm.num_classes), datamodule=dm)
+    steps_per_epoch = trainer.num_training_batches  # 9
+    assert steps_per_epoch % 4 != 0
+    resume_step = 12  # epoch 1, batch 3: mid-epoch
+    assert (tmp_path / "ckpt" / f"step={resume_step}.ckpt").exists()
+
+    pl.seed_everything(0)
+    dm2 = _datamodule(tmp_path, batch_size=100)
+    resumed = RecordBatches()
+    trainer2 = _trainer(tmp_path, max_epochs=2, callbacks=[resumed], limit_val_batches=0)
+    trainer2.fit(PyGStyleSAGE(dm.num_features, dm.num_classes), datamodule=dm2, ckpt_path=tmp_path / "ckpt" / f"step={resume_step}.ckpt")
+
+    expected = {key: value for key, value in record.seen.items() if key[0] * steps_per_epoch + key[1] >= resume_step}
+    assert sorted(resumed.seen) == sorted(expected)
+    for key, (n_id, e_id) in expected.items():
+        assert torch.equal(resumed.seen[key][0], n_id), key
+        assert torch.equal(resumed.seen[key][1], e_id), key
+
+
+def test_epochs_reshuffle_and_eval_is_stable(tmp_path: Path) -> None:
+    dm = _datamodule(tmp_path)
+    dm.setup("fit")
+    train = dm.train_dataloader()
+    first = next(iter(train)).n_id
+    train.set_epoch(1)
+    assert not torch.equal(next(iter(train)).n_id, first)
+    train.set_epoch(0)
+    assert torch.equal(next(iter(train)).n_id, first)
+    dm.teardown("fit")
+
+
+def test_bad_recipe_values_name_the_key(tmp_path: Path) -> None:
+    dataset = SyntheticGraph(num_nodes=100, cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="batch_size"):
+        ZeroCopyDataModule(dataset, batch_size=0)
+    with pytest.raises(ValueError, match=r"fanouts\[1\]"):
+        ZeroCopyDataModule(dataset, fanouts=[5, 0])
+    with pytest.raises(ValueError, match="feature_storage"):
+        ZeroCopyDataModule(dataset, feature_storage="gpu")  # type: ignore[arg-type]
+
+
+def test_mmap_feature_storage_reads_the_cached_file(tmp_path: Path) -> None:
+    dm = _datamodule(tmp_path, feature_storage="mmap")
+    dm.prepare_data()
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    x = dm.dataset.load().x
+    assert torch.equal(batch.x, x[batch.n_id])
+    dm.teardown("fit")

@@ -1,0 +1,89 @@
+"""The ``lightning-zerocopy`` command: the quickstart recipe end to end, config errors, print_config."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_zerocopy.cli import build_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "recipes" / "quickstart.yaml"
+
+
+def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [sys.executable, "-m", "lightning_zerocopy", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_quickstart_recipe_fits_a_few_steps_through_the_entry_point(tmp_path: Path) -> None:
+    proc = _run(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            "--trainer.max_steps=3",
+            "--trainer.limit_val_batches=2",
+            f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.enable_progress_bar=false",
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "`Trainer.fit` stopped: `max_steps=3` reached." in proc.stderr + proc.stdout
+    checkpoints = list(tmp_path.rglob("*.ckpt"))
+    assert checkpoints, "fit must write a checkpoint"
+    config = yaml.safe_load(next(tmp_path.rglob("config.yaml")).read_text())
+    assert config["model"]["class_path"] == "lightning_zerocopy.models.GraphSAGE"
+
+
+def test_misspelled_key_fails_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_cli(["--config", str(QUICKSTART), "--data.init_args.batch_sise=8"], run=False)
+    assert exit_info.value.code != 0
+    assert "batch_sise" in capsys.readouterr().err
+
+
+def test_misspelled_key_in_a_recipe_fails_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = yaml.safe_load(QUICKSTART.read_text())
+    recipe["model"]["init_args"]["hiden_channels"] = recipe["model"]["init_args"].pop("hidden_channels")
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(SystemExit):
+        build_cli(["--config", str(path)], run=False)
+    assert "hiden_channels" in capsys.readouterr().err
+
+
+def test_wrong_type_fails_naming_the_key(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_cli(["--config", str(QUICKSTART), "--data.init_args.batch_size=many"], run=False)
+    assert "batch_size" in capsys.readouterr().err
+
+
+def test_links_data_shape_into_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    cli = build_cli(
+        ["--config", str(QUICKSTART), "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"], run=False
+    )
+    assert cli.model.hparams.in_channels == cli.datamodule.num_features == 32
+    assert cli.model.hparams.out_channels == cli.datamodule.num_classes == 8
+
+
+def test_print_config_shows_the_full_recipe(tmp_path: Path) -> None:
+    proc = _run(["fit", "--config", str(QUICKSTART), "--print_config"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = yaml.safe_load(proc.stdout)
+    assert printed["data"]["init_args"]["fanouts"] == [10, 5]
+    assert printed["model"]["init_args"]["optimizer"]["class_path"] == "torch.optim.Adam"
