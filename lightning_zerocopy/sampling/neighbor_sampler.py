@@ -88,7 +88,8 @@ class NeighborSampler:
             to report positions in ``indices`` as edge ids.
         fanouts: neighbors per target for each hop, e.g. ``[15, 10, 5]``; ``-1`` takes all neighbors. Required.
         replace: sample with replacement (exactly ``fanout`` picks per target with neighbors).
-        num_threads: threads for the sampling kernel; ``None`` uses ``torch.get_num_threads()``.
+        num_threads: threads for the sampling kernel; ``None`` uses ``torch.get_num_threads()``. When set, the
+            process-wide ``torch.set_num_threads`` is switched for the duration of each call and restored.
         placement: ``"cpu"`` (default), ``"gpu"`` (CUDA kernel; ``indptr``/``indices``/``edge_perm`` copied to
             ``device`` on first use) or ``"uva"`` (CUDA kernel; ``indices`` and ``edge_perm`` stay in host memory,
             registered for zero-copy reads on first use; ``indptr`` goes to the GPU unless ``uva_indptr="host"``).
