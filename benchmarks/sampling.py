@@ -142,7 +142,50 @@ class ModeUnavailable(RuntimeError):
     """The mode cannot run here (missing backend or hardware); the benchmark skips it with this reason."""
 
 
-MODES: dict[str, Callable[[Graph, list[int], bool], SampleFn]] = {"cpu": cpu_mode, "pyg": pyg_mode}
+def _cuda_sample_fn(indptr: torch.Tensor, indices: torch.Tensor, fanouts: list[int], replace: bool) -> SampleFn:
+    from lightning_zerocopy import ops
+
+    def sample(seeds: torch.Tensor, seed: int) -> Sample:
+        out = ops.sample_neighbors(indptr, indices, seeds.to("cuda", non_blocking=True), fanouts, replace, seed)
+        torch.cuda.synchronize()  # the batch is usable when this returns
+        return Sample(out.n_id, out.row, out.col, out.edge_pos)
+
+    return sample
+
+
+def _require_cuda() -> None:
+    import lightning_zerocopy
+
+    if not torch.cuda.is_available():
+        raise ModeUnavailable("no CUDA GPU")
+    if not lightning_zerocopy.WITH_CUDA:
+        raise ModeUnavailable("lightning_zerocopy._C was built without CUDA kernels")
+
+
+def gpu_mode(graph: Graph, fanouts: list[int], replace: bool) -> SampleFn:
+    """Our CUDA sampler with the topology (indptr, indices) copied to GPU memory."""
+    _require_cuda()
+    return _cuda_sample_fn(graph.indptr.cuda(), graph.indices.cuda(), fanouts, replace)
+
+
+_REGISTRATIONS: list = []  # host registrations of the uva mode, kept for the process lifetime
+
+
+def uva_mode(graph: Graph, fanouts: list[int], replace: bool) -> SampleFn:
+    """Our CUDA sampler with indptr on the GPU and indices left in registered host memory (read over PCIe)."""
+    _require_cuda()
+    from lightning_zerocopy.gather import register_host_tensor
+
+    _REGISTRATIONS.append(register_host_tensor(graph.indices, name="indices"))
+    return _cuda_sample_fn(graph.indptr.cuda(), graph.indices, fanouts, replace)
+
+
+MODES: dict[str, Callable[[Graph, list[int], bool], SampleFn]] = {
+    "cpu": cpu_mode,
+    "pyg": pyg_mode,
+    "gpu": gpu_mode,
+    "uva": uva_mode,
+}
 
 
 # ---------------------------------------------------------------------------------------------- measure
@@ -150,6 +193,7 @@ MODES: dict[str, Callable[[Graph, list[int], bool], SampleFn]] = {"cpu": cpu_mod
 
 def check_sample(graph: Graph, seeds: torch.Tensor, sample: Sample, mode: str) -> None:
     """Seeds first, and every sampled edge (neighbor -> target) is an incoming edge of the target."""
+    sample = Sample(*(None if t is None else t.cpu() for t in (sample.n_id, sample.row, sample.col, sample.edge_pos)))
     if not torch.equal(sample.n_id[: seeds.numel()], seeds):
         raise AssertionError(f"{mode}: n_id does not start with the seeds")
     if sample.row.numel() == 0:

@@ -1,0 +1,277 @@
+"""How fast do a mini-batch's feature rows reach the GPU? Zero-copy gather vs the usual ways, side by side.
+
+A host feature table of ``--table-gib`` GiB (random bytes, registered for zero-copy access) is viewed with each
+row width in ``--row-bytes``. For every width a power-law graph with one node per table row and shuffled ids
+is generated on the GPU, and real multi-hop samples ([15, 10, 5], batch 1024 by default, our GPU sampler) give
+the ids: ``n_id`` of each batch. For those ids, in one run and after warm-up, each method moves the rows to
+GPU memory and the median GB/s (feature bytes delivered / wall time from a synchronized start to the rows
+being usable on the GPU) is reported:
+
+* ``contiguous_h2d``   the same number of bytes as one contiguous pinned host->device copy (the PCIe ceiling)
+* ``index_to_cuda``    ``table[ids].to('cuda')`` (CPU indexing into pageable memory, then a copy)
+* ``cpu_gather_pinned``  our multi-threaded CPU gather into a pinned buffer, then an async copy
+* ``index_select_uva`` ``torch.index_select`` on a CUDA tensor aliasing the mapped host table
+* ``ours_direct``      the zero-copy kernel, rows read in batch order
+* ``ours_sorted``      the zero-copy kernel, rows read in address order (ids sorted on the GPU)
+* ``ours_cached``      ``ours_sorted`` with the ``--cache-fraction`` most frequent neighbors in a GPU cache
+* ``gpu_resident``     ``index_select`` on a GPU copy of the table (what GPU memory would give)
+
+plus the pages (4 KiB) each batch touches. Every method's output is checked bitwise against ``table[ids]``.
+
+Example::
+
+    python benchmarks/gather.py --table-gib 8 --row-bytes 128,512,2048 --out results/gather.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Callable, Optional
+
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.append(REPO_ROOT)
+
+PAGE = 4096
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def fill_random_(host: torch.Tensor, chunk: int = 1 << 28) -> None:
+    """Random bytes into a pinned/registered uint8 host tensor, generated on the GPU and copied over."""
+    gen = torch.Generator(device="cuda").manual_seed(1234)
+    for start in range(0, host.numel(), chunk):
+        n = min(chunk, host.numel() - start)
+        block = torch.randint(-(2**31), 2**31 - 1, ((n + 3) // 4,), dtype=torch.int32, device="cuda", generator=gen)
+        host[start : start + n].copy_(block.view(torch.uint8)[:n])
+    torch.cuda.synchronize()
+
+
+def zipf_ids_gpu(count: int, num_nodes: int, alpha: float, perm: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """``count`` node ids with P(rank r) ~ (r + 1)^-alpha, ranks mapped through the shuffled ids ``perm``."""
+    cdf = torch.arange(1, num_nodes + 1, dtype=torch.float64, device="cuda").pow_(-alpha).cumsum_(0)
+    cdf /= cdf[-1].clone()
+    out = torch.empty(count, dtype=torch.int64, device="cuda")
+    chunk = 1 << 26
+    for start in range(0, count, chunk):
+        u = torch.rand(min(chunk, count - start), dtype=torch.float64, device="cuda", generator=gen)
+        out[start : start + u.numel()] = perm[torch.searchsorted(cdf, u).clamp_(max=num_nodes - 1)]
+    return out
+
+
+def power_law_csc_gpu(num_nodes: int, avg_degree: float, alpha: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A directed graph with Zipf in- and out-degrees and shuffled ids, as GPU CSC (indptr int64, indices int32)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    num_edges = int(num_nodes * avg_degree)
+    perm_dst = torch.randperm(num_nodes, device="cuda", generator=gen)
+    perm_src = torch.randperm(num_nodes, device="cuda", generator=gen)
+    dst = zipf_ids_gpu(num_edges, num_nodes, alpha, perm_dst, gen)
+    src = zipf_ids_gpu(num_edges, num_nodes, alpha, perm_src, gen)
+    dst, order = torch.sort(dst)
+    indices = src[order].to(torch.int32)
+    del src, order
+    indptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device="cuda")
+    indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=num_nodes), 0)
+    return indptr, indices
+
+
+def mapped_cuda_view(table: torch.Tensor) -> Optional[torch.Tensor]:
+    """A CUDA tensor aliasing registered host memory (UVA: the device address of registered memory is its host
+    address), built through ``__cuda_array_interface__``. None if torch refuses it."""
+
+    class _Alias:
+        __cuda_array_interface__ = {
+            "shape": tuple(table.shape),
+            "typestr": "<f4" if table.dtype == torch.float32 else "|u1",
+            "data": (table.data_ptr(), True),
+            "version": 3,
+            "strides": None,
+        }
+
+    try:
+        return torch.as_tensor(_Alias(), device="cuda")
+    except Exception as exc:  # pragma: no cover - depends on the torch build
+        print(f"  index_select_uva unavailable: {exc}", flush=True)
+        return None
+
+
+# --------------------------------------------------------------------------------------------- timing
+
+
+def timed(fn: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start, out
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a.view(torch.uint8).cpu(), b.view(torch.uint8).cpu())
+
+
+def run_width(args, host_bytes: torch.Tensor, gpu_bytes: Optional[torch.Tensor], row_bytes: int) -> dict:
+    from lightning_zerocopy import ops
+    from lightning_zerocopy.gather import CudaFeatureTable, most_frequent_neighbors
+
+    num_rows = host_bytes.numel() // row_bytes
+    table = host_bytes[: num_rows * row_bytes].view(torch.float32).view(num_rows, row_bytes // 4)
+    t0 = time.perf_counter()
+    indptr, indices = power_law_csc_gpu(num_rows, args.avg_degree, args.alpha, args.seed + row_bytes)
+    graph_s = time.perf_counter() - t0
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    batches = []
+    for b in range(args.warmup + args.batches):
+        seeds = torch.randperm(num_rows, device="cuda", generator=gen)[: args.batch_size]
+        batches.append(ops.sample_neighbors(indptr, indices, seeds, args.fanouts, False, args.seed + b).n_id)
+    hot = most_frequent_neighbors(indices, num_rows, int(args.cache_fraction * num_rows))
+    del indptr, indices
+    torch.cuda.empty_cache()
+
+    max_n = max(int(b.numel()) for b in batches)
+    out = torch.empty((max_n, table.shape[1]), dtype=table.dtype, device="cuda")
+    pinned = torch.empty((max_n, table.shape[1]), dtype=table.dtype, pin_memory=True)
+    flat_host = host_bytes.view(-1)
+    flat_out = out.view(torch.uint8).view(-1)
+    uva = mapped_cuda_view(table)
+    resident = None if gpu_bytes is None else gpu_bytes[: num_rows * row_bytes].view(torch.float32).view(table.shape)
+    cached = CudaFeatureTable(table, mode="sorted", hot_rows=hot, register=False)
+    auto = CudaFeatureTable(table, mode="auto", trial_calls=2, register=False)
+
+    methods: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+        "contiguous_h2d": lambda ids, ids_cpu: flat_out[: ids.numel() * row_bytes].copy_(
+            flat_host[: ids.numel() * row_bytes], non_blocking=True),
+        "index_to_cuda": lambda ids, ids_cpu: table[ids_cpu].to("cuda"),
+        "cpu_gather_pinned": lambda ids, ids_cpu: out[: ids.numel()].copy_(
+            ops.gather_rows(table, ids_cpu, pinned[: ids.numel()]), non_blocking=True),
+        "ours_direct": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()], sort_ids=False),
+        "ours_sorted": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()], sort_ids=True),
+        "ours_cached": lambda ids, ids_cpu: cached.gather(ids, out[: ids.numel()]),
+        "ours_auto": lambda ids, ids_cpu: auto.gather(ids, out[: ids.numel()]),
+    }  # fmt: skip
+    if uva is not None:
+        methods["index_select_uva"] = lambda ids, ids_cpu: torch.index_select(uva, 0, ids, out=out[: ids.numel()])
+    if resident is not None:
+        methods["gpu_resident"] = lambda ids, ids_cpu: torch.index_select(resident, 0, ids, out=out[: ids.numel()])
+
+    pages = [int(torch.unique(b * row_bytes // PAGE).numel()) for b in batches]
+    rows = [int(b.numel()) for b in batches]
+    result = {
+        "row_bytes": row_bytes,
+        "num_rows": num_rows,
+        "graph_build_s": round(graph_s, 2),
+        "rows_per_batch_mean": statistics.fmean(rows),
+        "bytes_per_batch_mean": statistics.fmean(rows) * row_bytes,
+        "pages_touched_per_batch_mean": statistics.fmean(pages),
+        "rows_per_touched_page": statistics.fmean(r / p for r, p in zip(rows, pages)),
+        "hot_rows": int(hot.numel()),
+        "gbps": {},
+        "checked": {},
+    }
+    for name, fn in methods.items():
+        times = []
+        for b, ids in enumerate(batches):
+            ids_cpu = ids.cpu()
+            seconds, got = timed(lambda: fn(ids, ids_cpu))
+            if b == args.warmup and name != "contiguous_h2d":
+                result["checked"][name] = bitwise_equal(got, table[ids_cpu])
+                if not result["checked"][name]:
+                    raise AssertionError(f"{name} returned wrong rows at row width {row_bytes}")
+            if b >= args.warmup:
+                times.append(ids.numel() * row_bytes / seconds / 1e9)
+        result["gbps"][name] = statistics.median(times)
+    result["auto_chose"] = auto.chosen_mode
+    ceiling = result["gbps"]["contiguous_h2d"]
+    result["fraction_of_contiguous"] = {k: v / ceiling for k, v in result["gbps"].items()}
+    return result
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table-gib", type=float, default=8.0, help="host table size in GiB")
+    parser.add_argument("--row-bytes", default="128,256,512,1024,2048", help="comma-separated row widths (bytes)")
+    parser.add_argument("--avg-degree", type=float, default=10.0)
+    parser.add_argument("--alpha", type=float, default=0.6, help="Zipf exponent of the degree distributions")
+    parser.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--cache-fraction", type=float, default=0.02, help="share of rows in the GPU hot cache")
+    parser.add_argument("--no-gpu-resident", action="store_true", help="skip the GPU copy of the table")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="results/gather.json")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
+    from lightning_zerocopy.gather import register_host_tensor
+
+    args = parse_args(argv)
+    widths = [int(w) for w in args.row_bytes.split(",")]
+    if any(w % 4 for w in widths):
+        raise SystemExit("--row-bytes: widths must be multiples of 4 bytes (float32 rows)")
+    nbytes = int(args.table_gib * 2**30)
+    print(f"host table: {nbytes / 2**30:.1f} GiB; GPU {torch.cuda.get_device_name()}; threads "
+          f"{torch.get_num_threads()}", flush=True)  # fmt: skip
+    t0 = time.perf_counter()
+    host = torch.empty(nbytes, dtype=torch.uint8)
+    registration = register_host_tensor(host, name="table")
+    register_s = time.perf_counter() - t0
+    fill_random_(host)
+    print(f"  allocated + registered in {register_s:.1f} s, filled in {time.perf_counter() - t0 - register_s:.1f} s",
+          flush=True)  # fmt: skip
+    gpu_copy = None
+    if not args.no_gpu_resident:
+        gpu_copy = host.to("cuda")
+    results = []
+    try:
+        for width in widths:
+            r = run_width(args, host, gpu_copy, width)
+            results.append(r)
+            print(f"  {width} B rows: {r['rows_per_batch_mean']:.0f} rows/batch, {r['pages_touched_per_batch_mean']:.0f} "
+                  f"pages touched ({r['rows_per_touched_page']:.2f} rows/page); "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in r["gbps"].items()) + " GB/s", flush=True)  # fmt: skip
+    finally:
+        del gpu_copy
+        registration.close()
+
+    names = list(results[0]["gbps"]) if results else []
+    header = f"{'row B':>6}{'pages/batch':>12}{'rows/page':>10}" + "".join(f"{n:>18}" for n in names)
+    print("\nGB/s of feature bytes delivered to the GPU (median); ours / contiguous in the last columns")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(f"{r['row_bytes']:>6}{r['pages_touched_per_batch_mean']:>12.0f}{r['rows_per_touched_page']:>10.2f}"
+              + "".join(f"{r['gbps'][n]:>18.2f}" for n in names))  # fmt: skip
+    for r in results:
+        f = r["fraction_of_contiguous"]
+        best = max(("ours_direct", "ours_sorted", "ours_cached"), key=lambda k: f[k])
+        target = 0.8 if r["row_bytes"] >= 512 else 0.5
+        print(f"{r['row_bytes']:>6} B: best ours = {best} at {f[best]:.0%} of contiguous (target {target:.0%}); "
+              f"direct {f['ours_direct']:.0%}, sorted {f['ours_sorted']:.0%}, auto chose {r['auto_chose']}")
+    report = {
+        "benchmark": "gather",
+        "config": vars(args),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "register_s": register_s,
+        "results": results,
+    }
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+        print(f"wrote {args.out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

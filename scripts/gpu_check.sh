@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with a CUDA GPU, builds the extension with its CUDA kernels, runs the whole test
+# suite with REQUIRE_CUDA=1 (a skipped CUDA test fails), runs the benchmarks, and writes one results JSON.
+#
+# Usage (repository root, on the GPU machine):
+#   GPU_CHECK_COMMIT=<git sha> GPU_CHECK_STAGES=build,tests,gather,sampling bash scripts/gpu_check.sh
+#
+# Environment:
+#   GPU_CHECK_STAGES  comma-separated stages to run (default: build,tests,gather,sampling). Stages:
+#                       build     pip-install the carried wheels (.wheels/*.whl), unpack the PyG baseline
+#                                 (.pyg/*.tgz), `python3 setup.py build_ext --inplace` with the CUDA kernels
+#                       tests     REQUIRE_CUDA=1 python3 -m pytest -q tests
+#                       gather    benchmarks/gather.py (zero-copy gather vs baselines; host table >= 8 GiB)
+#                       sampling  benchmarks/sampling.py (SEPS: cpu, pyg, gpu, uva)
+#   GPU_CHECK_COMMIT  the commit being checked (the device copy of the tree may have no .git)
+#   OUT               where logs and gpu_results.json go (default: results/gpu_check)
+#   GPU_CHECK_GATHER_ARGS / GPU_CHECK_SAMPLING_ARGS / GPU_CHECK_PYTEST_ARGS  override each stage's arguments
+#   GPU_CHECK_EXTRA_STAGE_<NAME>  a shell command run as stage NAME (e.g. a pipeline benchmark appended later);
+#                     its stdout/stderr go to $OUT/<name>.log and, if it writes $OUT/<name>.json, that file is
+#                     merged into gpu_results.json under benchmarks.<name>
+#
+# Exit status: non-zero if the build fails (later stages are then skipped) or any test fails.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+OUT="${OUT:-$root/results/gpu_check}"
+mkdir -p "$OUT"
+stages=",${GPU_CHECK_STAGES:-build,tests,gather,sampling},"
+commit="${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+export PYTHONUNBUFFERED=1
+status_json="$OUT/stages.tsv"
+: >"$status_json"
+overall=0
+
+want() { [[ "$stages" == *",$1,"* ]]; }
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$status_json"; }  # stage, exit code, seconds
+
+# --- environment: carried wheels (jsonargparse for LightningCLI) and the PyG baseline backends --------------
+if compgen -G ".wheels/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .wheels/*.whl >"$OUT/build.log" 2>&1 || true
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+pyg_site=""
+if compgen -G ".pyg/*.tgz" >/dev/null; then
+  mkdir -p /tmp/pygsite && tar xzf .pyg/*.tgz -C /tmp/pygsite && pyg_site=/tmp/pygsite
+fi
+
+python3 - <<'EOF' | tee -a "$OUT/build.log"
+import torch, subprocess
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, GPU {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}")
+print(subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1])
+EOF
+
+# --- build ----------------------------------------------------------------------------------------------------
+if want build; then
+  start=$SECONDS
+  echo "== build: python3 setup.py build_ext --inplace (CUDA kernels)" | tee -a "$OUT/build.log"
+  FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+    python3 setup.py build_ext --inplace >>"$OUT/build.log" 2>&1
+  rc=$?
+  record build $rc $((SECONDS - start))
+  if [ $rc -ne 0 ]; then
+    echo "BUILD FAILED (exit $rc); errors:"
+    grep -E "error|Error" "$OUT/build.log" | head -60
+    overall=1
+    stages=",none,"
+  else
+    grep -E "lightning-zerocopy: building|copying .*_C" "$OUT/build.log"
+    python3 -c "import lightning_zerocopy as lz; print('built _C, CUDA kernels:', lz.WITH_CUDA)" 2>&1 | tee -a "$OUT/build.log"
+  fi
+fi
+
+# --- tests ----------------------------------------------------------------------------------------------------
+if want tests; then
+  start=$SECONDS
+  echo "== tests: REQUIRE_CUDA=1 python3 -m pytest -q tests"
+  # shellcheck disable=SC2086
+  REQUIRE_CUDA=1 timeout "${GPU_CHECK_TEST_TIMEOUT:-330}" python3 -m pytest -q tests -p no:cacheprovider \
+    --junitxml="$OUT/junit.xml" ${GPU_CHECK_PYTEST_ARGS:-} >"$OUT/tests.log" 2>&1
+  rc=$?
+  record tests $rc $((SECONDS - start))
+  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40
+  tail -3 "$OUT/tests.log"
+  [ $rc -ne 0 ] && overall=1
+fi
+
+# --- benchmarks -----------------------------------------------------------------------------------------------
+if want gather; then
+  start=$SECONDS
+  echo "== gather benchmark"
+  # shellcheck disable=SC2086
+  timeout "${GPU_CHECK_GATHER_TIMEOUT:-240}" python3 benchmarks/gather.py --out "$OUT/gather.json" \
+    ${GPU_CHECK_GATHER_ARGS:---table-gib 8 --row-bytes 128,512,2048 --batches 5 --warmup 2} >"$OUT/bench.log" 2>&1
+  rc=$?
+  record gather $rc $((SECONDS - start))
+  tail -12 "$OUT/bench.log"
+fi
+
+if want sampling; then
+  start=$SECONDS
+  echo "== sampling benchmark"
+  # shellcheck disable=SC2086
+  timeout "${GPU_CHECK_SAMPLING_TIMEOUT:-200}" python3 benchmarks/sampling.py --out "$OUT/sampling.json" \
+    ${pyg_site:+--pyg-site $pyg_site} \
+    ${GPU_CHECK_SAMPLING_ARGS:---nodes 2000000 --avg-degree 50 --modes gpu,uva,cpu,pyg --threads all --batches 20} \
+    >>"$OUT/bench.log" 2>&1
+  rc=$?
+  record sampling $rc $((SECONDS - start))
+  tail -10 "$OUT/bench.log"
+fi
+
+# Extra stages appended by other checks (e.g. the pipeline): GPU_CHECK_EXTRA_STAGE_<NAME>="command".
+for var in $(compgen -e | grep '^GPU_CHECK_EXTRA_STAGE_' || true); do
+  name="$(echo "${var#GPU_CHECK_EXTRA_STAGE_}" | tr 'A-Z' 'a-z')"
+  want "$name" || continue
+  start=$SECONDS
+  echo "== $name"
+  bash -c "${!var}" >"$OUT/$name.log" 2>&1
+  rc=$?
+  record "$name" $rc $((SECONDS - start))
+  tail -8 "$OUT/$name.log"
+done
+
+# --- results JSON ---------------------------------------------------------------------------------------------
+GPU_CHECK_COMMIT="$commit" OUT="$OUT" python3 - <<'EOF'
+import json, os, xml.etree.ElementTree as ET
+out = os.environ["OUT"]
+res = {"commit": os.environ["GPU_CHECK_COMMIT"], "stages": {}, "tests": None, "benchmarks": {}}
+try:
+    import torch
+    res["gpu"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    res["torch"] = torch.__version__
+    res["cuda"] = torch.version.cuda
+except Exception as exc:  # noqa: BLE001
+    res["gpu"] = f"unknown ({exc})"
+with open(os.path.join(out, "stages.tsv")) as f:
+    for line in f:
+        stage, rc, seconds = line.rstrip("\n").split("\t")
+        res["stages"][stage] = {"exit_code": int(rc), "seconds": int(seconds)}
+junit = os.path.join(out, "junit.xml")
+if os.path.exists(junit):
+    suite = ET.parse(junit).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    failed = [f"{c.get('classname')}::{c.get('name')}" for c in suite.iter("testcase")
+              if c.find("failure") is not None or c.find("error") is not None]
+    cuda = [c for c in suite.iter("testcase") if "cuda" in (c.get("classname") or "")]
+    res["tests"] = {"passed": n["tests"] - n["failures"] - n["errors"] - n["skipped"], "failed": n["failures"],
+                    "errors": n["errors"], "skipped": n["skipped"], "total": n["tests"],
+                    "cuda_test_cases": len(cuda), "failed_ids": failed[:50]}
+for name in sorted(os.listdir(out)):
+    if name.endswith(".json") and name != "gpu_results.json":
+        try:
+            with open(os.path.join(out, name)) as f:
+                data = json.load(f)
+        except Exception:  # noqa: BLE001
+            continue
+        if name == "gather.json":
+            data = {"gpu": data.get("gpu"), "config": data.get("config"), "results": [
+                {k: r[k] for k in ("row_bytes", "num_rows", "rows_per_batch_mean", "pages_touched_per_batch_mean",
+                                   "rows_per_touched_page", "hot_rows", "gbps", "fraction_of_contiguous",
+                                   "auto_chose")} for r in data.get("results", [])]}
+        res["benchmarks"][name[:-5]] = data
+with open(os.path.join(out, "gpu_results.json"), "w") as f:
+    json.dump(res, f, indent=2)
+print(json.dumps({"commit": res["commit"], "gpu": res.get("gpu"), "stages": res["stages"], "tests": res["tests"]}, indent=1))
+EOF
+rm -f "$OUT/stages.tsv"  # merged into gpu_results.json (keeps $OUT within the 8 files that come back)
+exit $overall
