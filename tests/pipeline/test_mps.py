@@ -8,6 +8,7 @@ reads commands on stdin (``quit`` stops the daemon). ``FAKE_MPS_FAIL=1`` makes `
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,7 +96,17 @@ def fake_mps(tmp_path, monkeypatch):
     for key in (mps.ROOT_ENV, mps.PIPE_ENV, mps.LOG_ENV, mps.PERCENT_ENV, "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setattr(mps, "_warned", set())
+    before = set(Path("/tmp").glob("lzc-mps-*"))
     yield exe
+    for root in set(Path("/tmp").glob("lzc-mps-*")) - before:  # whatever a failed test left behind
+        state = mps._read_state(str(root)) or {}
+        for key in ("supervisor_pid", "daemon_pid"):
+            if key in state and mps._alive(state[key]):
+                os.kill(state[key], signal.SIGKILL)
+        if root.is_dir():
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            root.unlink(missing_ok=True)
     for pid in mps.mps_processes():
         os.kill(pid, signal.SIGKILL)
 
