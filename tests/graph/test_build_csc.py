@@ -52,10 +52,18 @@ def assert_matches_reference(src, dst, num_nodes, loops, dups):
 
 @pytest.mark.parametrize("loops", [False, True])
 @pytest.mark.parametrize("dups", [False, True])
-@pytest.mark.parametrize("num_nodes,num_edges,seed", [(1, 5, 0), (7, 60, 1), (50, 2_000, 2), (3_000, 200_000, 3)])
+@pytest.mark.parametrize("num_nodes,num_edges,seed", [(1, 5, 0), (7, 60, 1), (50, 2_000, 2), (3_000, 200_000, 3), (20_011, 150_000, 8)])
 def test_matches_reference(num_nodes, num_edges, seed, loops, dups):
     src, dst = random_edges(num_nodes, num_edges, seed)
     assert_matches_reference(src, dst, num_nodes, loops, dups)
+
+
+def test_single_hub_and_isolated_nodes():
+    # Every edge enters one node of a graph wide enough for several target buckets.
+    num_nodes = 100_003
+    src = torch.randint(0, num_nodes, (30_000,), generator=torch.Generator().manual_seed(9))
+    dst = torch.full_like(src, num_nodes - 2)
+    assert_matches_reference(src, dst, num_nodes, True, True)
 
 
 def test_directed_graph_keeps_direction():
