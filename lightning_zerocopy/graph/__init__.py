@@ -1,6 +1,7 @@
-"""Graph storage: the CSC container and host memory that every local process maps without copying."""
+"""Graph storage: the CSC container, host memory that every local process maps without copying, node orders."""
 
 from lightning_zerocopy.graph.csc import CSCGraph, CSCGraphHandle
+from lightning_zerocopy.graph.reorder import NodeOrder, bfs_order, degree_order
 from lightning_zerocopy.graph.shared_memory import (
     NpyTensorHandle,
     SharedTensorHandle,
@@ -16,11 +17,14 @@ from lightning_zerocopy.graph.shared_memory import (
 __all__ = [
     "CSCGraph",
     "CSCGraphHandle",
+    "NodeOrder",
     "NpyTensorHandle",
     "SharedTensorHandle",
     "TensorHandle",
+    "bfs_order",
     "cleanup_stale_segments",
     "create_shared_tensor",
+    "degree_order",
     "open_npy_memmap",
     "save_npy",
     "share_tensor",

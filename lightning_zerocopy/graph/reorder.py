@@ -1,0 +1,133 @@
+"""Locality-preserving node orders.
+
+Zero-copy GPU reads of host features are bound by how many memory pages a batch touches, not by bandwidth
+(see ``DESIGN.md``): the same rows read in a locality-preserving order move several times faster. A
+breadth-first order over *incoming* edges -- the edges the sampler follows -- gives a node's sampled
+neighbors nearby ids, so a batch's rows share pages. :func:`bfs_order` computes one with level-synchronous,
+vectorized torch ops (no Python loop over nodes), and :class:`NodeOrder` relabels the graph, features,
+labels and seed ids consistently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from lightning_zerocopy import ops
+from lightning_zerocopy.graph.csc import CSCGraph
+
+__all__ = ["NodeOrder", "bfs_order", "degree_order"]
+
+
+@dataclass(frozen=True)
+class NodeOrder:
+    """A node relabeling.
+
+    Attributes:
+        order: int64, ``order[new_id] = old_id``.
+        rank: int64, ``rank[old_id] = new_id`` (the inverse permutation).
+    """
+
+    order: torch.Tensor
+    rank: torch.Tensor
+
+    @classmethod
+    def from_order(cls, order: torch.Tensor) -> "NodeOrder":
+        """Build from ``order[new_id] = old_id`` (must be a permutation of ``0..n-1``)."""
+        order = order.to(torch.int64).contiguous()
+        rank = torch.full_like(order, -1)
+        rank[order] = torch.arange(order.numel())
+        if order.dim() != 1 or bool((rank < 0).any()):
+            raise ValueError("`order` must be a permutation of 0..n-1")
+        return cls(order, rank)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.order.numel())
+
+    def relabel_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """New ids of old node ids (e.g. train/val/test seeds)."""
+        return self.rank[ids.long()]
+
+    def relabel_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Rows of a per-node tensor in the new order: ``x[order]`` (features, labels, masks)."""
+        if x.shape[0] != self.num_nodes:
+            raise ValueError(f"`x` must have one row per node ({self.num_nodes}), got {x.shape[0]}")
+        if x.dim() == 2 and x.is_contiguous() and x.device.type == "cpu":
+            return ops.gather_rows(x, self.order)  # parallel row copy
+        return x[self.order]
+
+    def relabel_graph(self, graph: CSCGraph) -> CSCGraph:
+        """The same graph under new ids. ``edge_perm`` still points into the original edge list."""
+        if graph.num_nodes != self.num_nodes:
+            raise ValueError(f"`graph` has {graph.num_nodes} nodes, this order has {self.num_nodes}")
+        dst = torch.repeat_interleave(torch.arange(graph.num_nodes), graph.degree())
+        csc = ops.build_csc(
+            self.rank[graph.indices.long()], self.rank[dst], graph.num_nodes, False, False
+        )
+        edge_perm = csc.edge_perm if graph.edge_perm is None else graph.edge_perm[csc.edge_perm]
+        return CSCGraph(csc.indptr, csc.indices, edge_perm, graph.num_nodes)
+
+
+def degree_order(graph: CSCGraph) -> NodeOrder:
+    """Nodes by descending in-degree (ties by id): hubs, which most batches read, share the first pages."""
+    return NodeOrder.from_order(torch.sort(graph.degree(), descending=True, stable=True).indices)
+
+
+def _neighbors_of(graph: CSCGraph, frontier: torch.Tensor) -> torch.Tensor:
+    """Concatenated in-neighbors of ``frontier``, in frontier order."""
+    starts = graph.indptr[frontier]
+    counts = graph.indptr[frontier + 1] - starts
+    total = int(counts.sum())
+    if total == 0:
+        return frontier.new_empty(0)
+    shift = starts - (torch.cumsum(counts, 0) - counts)  # segment start minus its output offset
+    positions = torch.repeat_interleave(shift, counts) + torch.arange(total)
+    return graph.indices[positions].long()
+
+
+def bfs_order(graph: CSCGraph, *, start: Optional[int] = None) -> NodeOrder:
+    """Breadth-first order over incoming edges, level by level, children in order of their first parent.
+
+    Each connected piece starts from its highest in-degree unvisited node (``start`` for the first); when a
+    search runs dry, the next roots are taken from the remaining nodes in descending degree, doubling their
+    number on each restart so that graphs with many small components need only ``O(log n)`` restarts.
+    """
+    n = graph.num_nodes
+    degree = graph.degree()
+    by_degree = torch.sort(degree, descending=True, stable=True).indices
+    if start is not None:
+        if not 0 <= start < n:
+            raise ValueError(f"`start` must be a node id in [0, {n}), got {start}")
+        by_degree = torch.cat([torch.tensor([start]), by_degree[by_degree != start]])
+    visited = torch.zeros(n, dtype=torch.bool)
+    order = torch.empty(n, dtype=torch.int64)
+    # first_seen[v] = smallest candidate position of v in the current level (reset after each level).
+    first_seen = torch.full((n,), torch.iinfo(torch.int64).max, dtype=torch.int64)
+    filled, cursor, num_roots = 0, 0, 1
+    frontier = by_degree.new_empty(0)
+    while filled < n:
+        if frontier.numel() == 0:  # restart from the highest-degree unvisited nodes
+            while True:
+                roots = by_degree[cursor : cursor + num_roots]
+                cursor += roots.numel()
+                roots = roots[~visited[roots]]
+                if roots.numel() > 0:
+                    break
+            num_roots *= 2
+            frontier = roots
+        else:
+            candidates = _neighbors_of(graph, frontier)
+            candidates = candidates[~visited[candidates]]
+            positions = torch.arange(candidates.numel())
+            first_seen.scatter_reduce_(0, candidates, positions, reduce="amin")
+            frontier = candidates[first_seen[candidates] == positions]  # first occurrences, in order
+            first_seen[candidates] = torch.iinfo(torch.int64).max
+            if frontier.numel() == 0:
+                continue
+        visited[frontier] = True
+        order[filled : filled + frontier.numel()] = frontier
+        filled += frontier.numel()
+    return NodeOrder.from_order(order)
