@@ -10,6 +10,7 @@ work has run (the producer waits on a *free* event recorded on the trainer's str
 from __future__ import annotations
 
 import math
+import pickle
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -110,7 +111,10 @@ class PipelineClient:
         else:
             st.source = source
         st.opened = False
-        self.transport.send(("source", stage, source))
+        # a worker gets a plain pickle (tensors by value, e.g. the plan's seed ids, which may live in a mapped file
+        # that torch.multiprocessing cannot pass as a descriptor); shared host memory is opened by name there
+        payload = pickle.dumps(source) if self.transport.interprocess else source
+        self.transport.send(("source", stage, payload))
         self._pump(lambda: st.opened, f"the {stage} batch source to be opened")
 
     def iterate(self, stage: str, epoch: int, start: int = 0, stop: Optional[int] = None) -> Iterator[Data]:

@@ -6,7 +6,7 @@ only the channel differs. The protocol is a handful of small tuples; tensors cro
 
 Trainer → producer::
 
-    ("source", stage, source)                      register/replace the BatchSource of a stage (opened at once)
+    ("source", stage, source | pickled source)     register/replace the BatchSource of a stage (opened at once)
     ("start", stage, gen, epoch, start, stop)      produce steps [start, stop) of epoch; every slot is free
     ("free", stage, gen, slot)                     the trainer is done with slot (and recorded its free event)
     ("end", stage, gen)                            iteration abandoned: stop producing for it
@@ -29,6 +29,7 @@ waits on that event before reading. Neither side ever touches a slot the other o
 
 from __future__ import annotations
 
+import pickle
 import time
 import traceback
 from collections import deque
@@ -132,8 +133,8 @@ class Producer:
             return False
         stage = self.stages.setdefault(msg[1], _Stage())
         if kind == "source":
-            stage.source = msg[2]
             try:
+                stage.source = pickle.loads(msg[2]) if isinstance(msg[2], bytes) else msg[2]
                 if hasattr(stage.source, "open"):
                     stage.source.open()  # map the shared host memory now, while its names still exist
             except Exception:  # noqa: BLE001 - reported to the trainer, which raises it

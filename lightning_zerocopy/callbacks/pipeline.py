@@ -1,0 +1,185 @@
+"""``PipelineCallback``: build the DataModule's batches ahead of the trainer, in a worker process or a thread.
+
+Put it in a recipe's ``trainer.callbacks``; nothing else changes::
+
+    trainer:
+      callbacks:
+        - class_path: lightning_zerocopy.callbacks.PipelineCallback
+          init_args: {mode: worker, depth: 2, mps: true, worker_sm_percent: 20}
+
+The batches are the ones the DataModule yields without it (its own plan and ``build_batch`` run in the
+producer), so toggling the callback changes where batches are made, never what they contain.
+
+How it hooks in: the :class:`~lightning_zerocopy.data.ZeroCopyDataModule` calls
+:meth:`PipelineCallback.attach_host_memory` during ``setup`` while its shared memory can still be opened by
+name; the callback starts the producer there, has it open the builders, and replaces the datamodule's
+``*_dataloader`` methods (on this instance only, undone at ``teardown``) by ones that wrap the DataModule's
+loader in a :class:`~lightning_zerocopy.pipeline.loader.PipelineLoader`.
+
+MPS has to be running before this process creates its CUDA context, and Lightning sets the CUDA device in
+``strategy.setup_environment()``, before any callback hook: so with ``mps=True`` the daemon starts when the
+callback is constructed (LightningCLI builds callbacks before the Trainer; the DDP launcher re-runs that per
+rank, and later ranks join the first rank's daemon).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Literal, Optional
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import Callback
+from typing_extensions import override
+
+from lightning_zerocopy.pipeline import PipelineClient, start_pipeline
+from lightning_zerocopy.pipeline.loader import PipelineLoader
+from lightning_zerocopy.pipeline.source import PlanSource
+
+Mode = Literal["auto", "worker", "in_process"]
+
+_STAGES_OF = {
+    "fit": ("train", "val"),
+    "validate": ("val",),
+    "test": ("test",),
+    "predict": ("predict",),
+}
+
+
+class PipelineCallback(Callback):
+    """Sample and gather mini-batches ahead of the training step, overlapped with it.
+
+    Args:
+        mode: ``"worker"``: a worker process builds batches into GPU (or shared host) slots it shares with
+            the trainer over CUDA IPC; ``"in_process"``: a producer thread of the trainer builds them on a
+            side CUDA stream; ``"auto"``: ``worker`` on a GPU, ``in_process`` on the CPU (where a second process
+            only competes for the same cores).
+        depth: batch slots per loader; 2 is ping-pong (one being trained on, one being filled).
+        mps: run the trainer and the worker as clients of a private CUDA MPS daemon, the worker limited to
+            ``worker_sm_percent`` % of the SMs and the trainer to the rest. Warns once and runs without it when
+            MPS is unavailable. Only for ``mode="worker"`` on a GPU.
+        worker_sm_percent: the worker's share of SMs under MPS (the trainer gets ``100 - worker_sm_percent``).
+        timeout: seconds to wait for one batch from a live producer before raising.
+    """
+
+    def __init__(
+        self,
+        mode: Mode = "auto",
+        depth: int = 2,
+        mps: bool = False,
+        worker_sm_percent: int = 20,
+        timeout: float = 600.0,
+    ) -> None:
+        if mode not in ("auto", "worker", "in_process"):
+            raise ValueError(f"PipelineCallback(mode=...) must be 'auto', 'worker' or 'in_process', got {mode!r}")
+        if depth < 1:
+            raise ValueError(f"PipelineCallback(depth=...) must be >= 1 (2 = ping-pong), got {depth}")
+        if not 1 <= worker_sm_percent <= 99:
+            raise ValueError(f"PipelineCallback(worker_sm_percent=...) must be in [1, 99], got {worker_sm_percent}")
+        if mps and mode == "in_process":
+            raise ValueError("PipelineCallback(mps=True) needs a worker process: use mode 'worker' or 'auto'")
+        self.mode: Mode = mode
+        self.depth = depth
+        self.mps = mps
+        self.worker_sm_percent = worker_sm_percent
+        self.timeout = timeout
+        self.mps_daemon = None
+        self.client: Optional[PipelineClient] = None
+        self._patched: list[tuple[Any, str]] = []
+        if mps:
+            self._start_mps()
+
+    # ---- MPS ---------------------------------------------------------------------------------------------------
+    def _start_mps(self) -> None:
+        from lightning_zerocopy.pipeline import mps
+
+        if torch.cuda.is_initialized():
+            warnings.warn(
+                "PipelineCallback(mps=True) was constructed after CUDA was initialized in this process, so the "
+                "trainer cannot become an MPS client; running without MPS. Construct the callback before anything "
+                "touches CUDA (LightningCLI does: list it under trainer.callbacks).",
+                mps.MPSUnavailableWarning,
+                stacklevel=3,
+            )
+            return
+        self.mps_daemon = mps.start_mps()
+        if self.mps_daemon is not None:
+            os.environ[mps.PERCENT_ENV] = str(100 - self.worker_sm_percent)
+
+    def _worker_env(self) -> dict[str, str]:
+        if self.mps_daemon is None:
+            return {}
+        return self.mps_daemon.client_env(self.worker_sm_percent)
+
+    # ---- wiring into the DataModule ---------------------------------------------------------------------------
+    def resolve_mode(self, device: torch.device) -> str:
+        """The mode ``auto`` stands for on ``device``."""
+        if self.mode != "auto":
+            return self.mode
+        return "worker" if device.type == "cuda" else "in_process"
+
+    def attach_host_memory(self, trainer: "pl.Trainer", datamodule: Any) -> None:
+        """Start the producer and have it open this run's batch sources (called by the DataModule's ``setup``)."""
+        for name in ("plan", "builder"):
+            if not callable(getattr(datamodule, name, None)):
+                raise TypeError(
+                    f"PipelineCallback needs a DataModule with plan(split) and builder(split) (e.g. "
+                    f"lightning_zerocopy.ZeroCopyDataModule); {type(datamodule).__name__} has no {name}()"
+                )
+        self._shutdown()
+        device = trainer.strategy.root_device
+        slot_device = device if device.type == "cuda" else torch.device("cpu")
+        mode = self.resolve_mode(device)
+        fn = trainer.state.fn.value if trainer.state.fn is not None else "fit"
+        self.client = start_pipeline(mode, self.depth, slot_device, worker_env=self._worker_env(), timeout=self.timeout)
+        try:
+            for stage in _STAGES_OF.get(fn, ()):
+                self.client.register(stage, PlanSource(datamodule.plan(stage), datamodule.builder(stage)))
+                self._patch(datamodule, stage)
+        except BaseException:
+            self._shutdown()
+            raise
+
+    def _patch(self, datamodule: Any, stage: str) -> None:
+        name = f"{stage}_dataloader"
+        original = getattr(datamodule, name)
+        client = self.client
+
+        def pipelined_dataloader() -> PipelineLoader:
+            return PipelineLoader(client, stage, original())
+
+        setattr(datamodule, name, pipelined_dataloader)  # this instance only; removed at teardown
+        self._patched.append((datamodule, name))
+
+    def _shutdown(self) -> None:
+        for datamodule, name in self._patched:
+            if name in vars(datamodule):
+                delattr(datamodule, name)
+        self._patched.clear()
+        if self.client is not None:
+            client, self.client = self.client, None
+            client.close()
+
+    # ---- Lightning hooks ---------------------------------------------------------------------------------------
+    @override
+    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+        if self.client is None:
+            dm = trainer.datamodule
+            raise RuntimeError(
+                "PipelineCallback was not attached: its DataModule must call attach_host_memory(trainer, self) in "
+                f"setup, as lightning_zerocopy.ZeroCopyDataModule does (got {type(dm).__name__ if dm else 'none'})"
+            )
+
+    @override
+    def teardown(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+        self._shutdown()
+
+    @override
+    def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
+        self._shutdown()
+
+    @property
+    def stats(self):
+        """Running figures of the producer (:class:`~lightning_zerocopy.pipeline.PipelineStats`), or None."""
+        return self.client.stats if self.client is not None else None

@@ -1,0 +1,209 @@
+"""PipelineCallback through the real ZeroCopyDataModule on the CPU: same batches, same training, faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import Callback
+
+from lightning_zerocopy import ZeroCopyDataModule
+from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
+from lightning_zerocopy.data.batch import HostGraphHandles
+from lightning_zerocopy.data.loader import PlanLoader
+from lightning_zerocopy.datasets import SyntheticGraph
+from lightning_zerocopy.models import GraphSAGE
+from lightning_zerocopy.pipeline import start_pipeline
+from lightning_zerocopy.pipeline.loader import PipelineLoader
+from lightning_zerocopy.pipeline.source import PlanSource
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+FIELDS = ("x", "y", "n_id", "e_id", "edge_index", "input_id", "num_sampled_nodes", "num_sampled_edges", "batch_size")
+
+
+def _freeze(batch) -> dict:
+    out = {}
+    for key in FIELDS:
+        value = batch[key]
+        out[key] = value.detach().clone() if isinstance(value, torch.Tensor) else value
+    return out
+
+
+class Record(Callback):
+    def __init__(self) -> None:
+        self.train: dict[tuple[int, int], dict] = {}
+        self.val: dict[tuple[int, int], dict] = {}
+        self.losses: list[float] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.train[(trainer.current_epoch, batch_idx)] = _freeze(batch)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        if not trainer.sanity_checking:
+            self.val[(trainer.current_epoch, batch_idx)] = _freeze(batch)
+
+
+def _datamodule(cache: Path) -> ZeroCopyDataModule:
+    dataset = SyntheticGraph(num_nodes=1500, avg_degree=8, num_features=16, num_classes=4, cache_dir=str(cache))
+    return ZeroCopyDataModule(dataset, fanouts=[5, 5], batch_size=128, seed=7)
+
+
+def _fit(tmp_path: Path, *callbacks: Callback) -> tuple[Record, pl.Trainer]:
+    pl.seed_everything(0)
+    dm = _datamodule(tmp_path / "cache")
+    record = Record()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=str(tmp_path),
+        callbacks=[*callbacks, record],
+    )
+    trainer.fit(GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=16, dropout=0.0), datamodule=dm)
+    return record, trainer
+
+
+def _assert_same_batches(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys() and len(want) > 0
+    for key, batch in want.items():
+        for field, value in batch.items():
+            other = got[key][field]
+            if isinstance(value, torch.Tensor):
+                assert other.dtype == value.dtype and torch.equal(other, value), (key, field)
+            else:
+                assert other == value, (key, field)
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    record, _ = _fit(tmp_path_factory.mktemp("baseline"))
+    return record
+
+
+@pytest.mark.parametrize("mode", ["worker", "in_process"])
+def test_toggling_the_callback_changes_no_batch(tmp_path, baseline, mode):
+    """Same train and val batches (every field, bitwise) and the same losses with and without the pipeline."""
+    pipeline = PipelineCallback(mode=mode)
+    telemetry = DataTelemetry()
+    record, trainer = _fit(tmp_path, pipeline, telemetry)
+    _assert_same_batches(record.train, baseline.train)
+    _assert_same_batches(record.val, baseline.val)
+    assert record.losses == baseline.losses
+    assert pipeline.client is None  # torn down after fit
+    assert not any(name.endswith("_dataloader") for name in vars(trainer.datamodule))  # patch undone
+    for key in ("data/stall_ms", "data/stall_frac", "data/seps", "data/gather_GBps", "data/build_ms"):
+        assert key in trainer.callback_metrics, key
+    assert len(telemetry.history) > 0 and all(0 <= m["data/stall_frac"] <= 1 for m in telemetry.history)
+
+
+def test_pipeline_loader_resumes_mid_epoch_like_the_plan_loader(tmp_path, monkeypatch):
+    """Checkpointed loader state is interchangeable between PlanLoader and PipelineLoader."""
+    dm = _datamodule(tmp_path / "cache")
+    unlink = HostGraphHandles.unlink
+    monkeypatch.setattr(HostGraphHandles, "unlink", lambda self: None)  # keep the names until the producer opened them
+    dm.setup("fit")
+    handles = dm.handles
+    client = start_pipeline("in_process", depth=2, timeout=30)
+    try:
+        client.register("train", PlanSource(dm.plan("train"), dm.builder("train")))
+        plain = dm.train_dataloader()
+        piped = PipelineLoader(client, "train", dm.train_dataloader())
+        for loader in (plain, piped):
+            loader.set_epoch(1)
+        it_plain, it_piped = iter(plain), iter(piped)
+        for _ in range(3):
+            assert torch.equal(next(it_plain).n_id, next(it_piped).n_id)
+        state = piped.state_dict()
+        assert state == plain.state_dict()
+        del it_piped
+        resumed = PipelineLoader(client, "train", dm.train_dataloader())
+        resumed.load_state_dict(state)
+        fresh = PlanLoader(dm.plan("train"), dm.builder("train"))
+        fresh.load_state_dict(state)
+        count = 0
+        for a, b in zip(resumed, fresh):  # in lockstep: a pipeline batch is valid until the next one is asked for
+            assert torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index)
+            count += 1
+        assert count == len(plain) - 3
+    finally:
+        client.close()
+        unlink(handles)
+        dm.teardown("fit")
+
+
+def test_constructor_checks_and_mps_unavailable_warning(monkeypatch):
+    with pytest.raises(ValueError, match="mode"):
+        PipelineCallback(mode="threads")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="depth"):
+        PipelineCallback(depth=0)
+    with pytest.raises(ValueError, match="worker_sm_percent"):
+        PipelineCallback(worker_sm_percent=100)
+    with pytest.raises(ValueError, match="needs a worker process"):
+        PipelineCallback(mode="in_process", mps=True)
+    from lightning_zerocopy.pipeline import mps
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(mps, "_warned", set())
+    with pytest.warns(mps.MPSUnavailableWarning, match="not on PATH"):
+        callback = PipelineCallback(mode="worker", mps=True)
+    assert callback.mps_daemon is None and mps.PERCENT_ENV not in os.environ
+    with pytest.raises(TypeError, match="plan\\(split\\) and builder\\(split\\)"):
+        callback.attach_host_memory(None, object())  # type: ignore[arg-type]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(line.startswith("State:") and "Z" in line for line in f)
+    except FileNotFoundError:
+        return True
+
+
+def test_ctrl_c_in_the_trainer_stops_the_worker_and_leaks_nothing(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "pipeline_fit_script.py"), str(tmp_path / "cache")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    worker_pid = None
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if line.startswith("READY") or (not line and proc.poll() is not None):
+                break
+        assert line.startswith("READY"), f"trainer did not start: {proc.stderr.read()[-3000:]}"
+        worker_pid = int(line.split()[1])
+        shm_before = {n for n in os.listdir("/dev/shm") if n.startswith(f"lzc-{proc.pid}-")}
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+        err = proc.stderr.read()
+        assert "KeyboardInterrupt" in err or "graceful shutdown" in err or proc.returncode != 0
+        deadline = time.monotonic() + 5
+        while not _gone(worker_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(worker_pid), "the pipeline worker outlived the interrupted trainer"
+        assert not {n for n in os.listdir("/dev/shm") if n.startswith(f"lzc-{proc.pid}-")}, shm_before
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        if worker_pid is not None and not _gone(worker_pid):
+            os.kill(worker_pid, signal.SIGKILL)
