@@ -147,7 +147,7 @@ def _cuda_sample_fn(indptr: torch.Tensor, indices: torch.Tensor, fanouts: list[i
 
     def sample(seeds: torch.Tensor, seed: int) -> Sample:
         out = ops.sample_neighbors(indptr, indices, seeds.to("cuda", non_blocking=True), fanouts, replace, seed)
-        torch.cuda.synchronize()  # the batch is usable when this returns
+        torch.cuda.current_stream().synchronize()  # the batch is usable when this returns
         return Sample(out.n_id, out.row, out.col, out.edge_pos)
 
     return sample
@@ -241,6 +241,52 @@ def measure(
     )
 
 
+def measure_concurrent(
+    name: str, make: Callable[[], SampleFn], graph: Graph, streams: int, batch_size: int, warmup: int, batches: int,
+    seed: int,
+) -> Result:
+    """Throughput of ``streams`` batches in flight at once: one host thread and one CUDA stream per batch
+    stream (the CUDA op releases the GIL while it waits, so the GPU works on several batches together)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    seed_batches = fresh_seed_batches(graph.num_nodes, batch_size, streams * (warmup + batches), seed + 7)
+    fns = [make() for _ in range(streams)]
+    cuda_streams = [torch.cuda.Stream() for _ in range(streams)]
+
+    def worker(k: int, first: int, count: int) -> tuple[list[float], list[int], list[int]]:
+        lat, edges, nodes = [], [], []
+        with torch.cuda.stream(cuda_streams[k]):
+            for i in range(first, first + count):
+                t = time.perf_counter()
+                out = fns[k](seed_batches[k * (warmup + batches) + i], seed + 1000 * k + i)
+                lat.append(time.perf_counter() - t)
+                edges.append(out.row.numel())
+                nodes.append(out.n_id.numel())
+        return lat, edges, nodes
+
+    with ThreadPoolExecutor(streams) as pool:
+        list(pool.map(lambda k: worker(k, 0, warmup), range(streams)))
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        parts = list(pool.map(lambda k: worker(k, warmup, batches), range(streams)))
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    latencies = sorted(t for p in parts for t in p[0])
+    edges = [e for p in parts for e in p[1]]
+    nodes = [n for p in parts for n in p[2]]
+    return Result(
+        mode=f"{name}x{streams}",
+        threads=streams,
+        batches=len(edges),
+        seps=sum(edges) / wall,
+        seps_median=statistics.median(e / t for e, t in zip(edges, latencies)),
+        latency_ms_median=1e3 * statistics.median(latencies),
+        latency_ms_p90=1e3 * latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
+        edges_per_batch_mean=statistics.fmean(edges),
+        nodes_per_batch_mean=statistics.fmean(nodes),
+    )
+
+
 # ------------------------------------------------------------------------------------------------- main
 
 
@@ -265,6 +311,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, default=20, help="timed batches per mode and thread count")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pyg-site", default=None, help="directory with pyg-lib/torch-sparse to import from")
+    parser.add_argument("--cuda-streams", type=int, default=4,
+                        help="gpu/uva modes are also timed with this many batches in flight (0 = skip)")  # fmt: skip
     parser.add_argument("--out", default="results/sampling.json")
     args = parser.parse_args(argv)
     unknown = set(args.modes.split(",")) - set(MODES)
@@ -324,6 +372,12 @@ def main(argv: Optional[list[str]] = None) -> dict:
         for threads in args.threads:
             result = measure(name, sample, graph, threads, args.batch_size, args.warmup, args.batches, args.seed)
             print(f"  {name} @ {threads} threads: {result.seps / 1e6:.2f} M SEPS, "
+                  f"{result.latency_ms_median:.1f} ms/batch", flush=True)  # fmt: skip
+            results.append(result)
+        if name in ("gpu", "uva") and args.cuda_streams > 1:
+            result = measure_concurrent(name, lambda: sample, graph, args.cuda_streams, args.batch_size, args.warmup,
+                                        args.batches, args.seed)  # fmt: skip
+            print(f"  {result.mode}: {args.cuda_streams} batches in flight: {result.seps / 1e6:.2f} M SEPS, "
                   f"{result.latency_ms_median:.1f} ms/batch", flush=True)  # fmt: skip
             results.append(result)
 

@@ -74,8 +74,12 @@ fi
 if want tests; then
   start=$SECONDS
   echo "== tests: REQUIRE_CUDA=1 python3 -m pytest -q tests"
+  # pytest-xdist (when installed) runs test files in separate processes: faster, and a crash (e.g. a segfault)
+  # fails the test that crashed instead of ending the run.
+  xdist=""
+  python3 -c "import xdist" 2>/dev/null && xdist="-n ${GPU_CHECK_TEST_WORKERS:-4} --dist loadfile"
   # shellcheck disable=SC2086
-  REQUIRE_CUDA=1 timeout "${GPU_CHECK_TEST_TIMEOUT:-330}" python3 -m pytest -q tests -p no:cacheprovider \
+  REQUIRE_CUDA=1 timeout "${GPU_CHECK_TEST_TIMEOUT:-330}" python3 -m pytest -q -rfE tests -p no:cacheprovider $xdist \
     --junitxml="$OUT/junit.xml" ${GPU_CHECK_PYTEST_ARGS:-} >"$OUT/tests.log" 2>&1
   rc=$?
   record tests $rc $((SECONDS - start))

@@ -120,24 +120,28 @@ class HostRegistration:
 
 
 def register_host_tensor(
-    tensor: torch.Tensor, *, chunk_bytes: int = _DEFAULT_CHUNK_BYTES, name: str = "tensor"
+    tensor: torch.Tensor, *, chunk_bytes: Optional[int] = None, name: str = "tensor"
 ) -> HostRegistration:
     """Pin and map the memory of a CPU tensor so CUDA kernels can read it in place (zero-copy).
 
-    The range is page-aligned and registered in ``chunk_bytes`` pieces (portable + mapped), so huge tables do
-    not hit a per-call limit and a failure says how far it got. Memory that is already pinned (``pin_memory()``)
-    or registered is left as it is.
+    The page-aligned range is registered (portable + mapped) with one ``cudaHostRegister`` call; if that call
+    fails on a range larger than 1 GiB, or when ``chunk_bytes`` is given, it is registered in pieces of that
+    size instead. Kernels read across piece boundaries without trouble (the device address of registered
+    memory is its host address), but one ``cudaMemcpy`` may not span two pieces, so one piece is preferred.
+    Memory that is already pinned (``pin_memory()``) or registered is left as it is. Registration works on
+    whole pages: a tensor that shares a page with another registered tensor shares that registration.
 
     Args:
         tensor: contiguous CPU tensor (e.g. a shared-memory feature table or CSC array).
-        chunk_bytes: bytes per ``cudaHostRegister`` call (a multiple of the page size).
+        chunk_bytes: register in pieces of this many bytes (a multiple of the page size); ``None`` = one piece,
+            falling back to 1 GiB pieces if one call fails.
         name: what to call the tensor in error messages.
 
     Returns:
         A :class:`HostRegistration`; keep it alive while kernels read the memory, then ``close()`` it.
 
     Raises:
-        ValueError: ``tensor`` is not a contiguous CPU tensor.
+        ValueError: ``tensor`` is not a contiguous CPU tensor, or ``chunk_bytes`` is not a page multiple.
         RuntimeError: CUDA is unavailable or pinning failed (the message gives the ``ulimit -l`` limit).
     """
     if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
@@ -147,37 +151,48 @@ def register_host_tensor(
     if not torch.cuda.is_available():
         raise RuntimeError(f"cannot register `{name}` for zero-copy access: no CUDA device is available")
     page = mmap.PAGESIZE
-    if chunk_bytes <= 0 or chunk_bytes % page:
+    if chunk_bytes is not None and (chunk_bytes <= 0 or chunk_bytes % page):
         raise ValueError(f"`chunk_bytes` must be a positive multiple of the page size {page}, got {chunk_bytes}")
     registration = HostRegistration(tensor)
     nbytes = tensor.numel() * tensor.element_size()
-    if nbytes == 0 or tensor.is_pinned():
+    if nbytes == 0:
         return registration
     torch.cuda.init()
+    if tensor.is_pinned():
+        return registration
     cudart = _cudart()
     start = tensor.data_ptr() // page * page
     end = -(-(tensor.data_ptr() + nbytes) // page) * page
     flags = _CUDA_HOST_REGISTER_PORTABLE | _CUDA_HOST_REGISTER_MAPPED
-    address = start
-    while address < end:
-        size = min(chunk_bytes, end - address)
-        code = _error_code(cudart.cudaHostRegister(address, size, flags))
-        if code == _CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
-            address += size  # someone else's registration: leave it to them
-            continue
-        if code != 0:
-            done = address - start
-            try:
-                registration.close()
-            finally:
-                raise RuntimeError(
-                    f"cudaHostRegister of `{name}` failed with cudaError {code} after {done / 2**30:.2f} of "
-                    f"{(end - start) / 2**30:.2f} GiB; pinning host memory needs the {_memlock_text()}. Raise it "
-                    "(`ulimit -l unlimited`, or memlock in /etc/security/limits.conf / the container's "
-                    "--ulimit memlock=-1) or register a smaller table."
-                )
-        registration.chunks.append((address, size))
-        address += size
+
+    def register_range(piece: int) -> tuple[int, int]:
+        """Registers [start, end) in pieces; returns (0, done) or (cudaError, bytes done before it)."""
+        address = start
+        while address < end:
+            size = min(piece, end - address)
+            code = _error_code(cudart.cudaHostRegister(address, size, flags))
+            if code == _CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+                address += size  # someone else's registration: leave it to them
+                continue
+            if code != 0:
+                return code, address - start
+            registration.chunks.append((address, size))
+            address += size
+        return 0, end - start
+
+    code, done = register_range(chunk_bytes or (end - start))
+    if code != 0 and chunk_bytes is None and end - start > _DEFAULT_CHUNK_BYTES:
+        code, done = register_range(_DEFAULT_CHUNK_BYTES)
+    if code != 0:
+        try:
+            registration.close()
+        finally:
+            raise RuntimeError(
+                f"cudaHostRegister of `{name}` failed with cudaError {code} after {done / 2**30:.2f} of "
+                f"{(end - start) / 2**30:.2f} GiB; pinning host memory needs the {_memlock_text()}. Raise it "
+                "(`ulimit -l unlimited`, or memlock in /etc/security/limits.conf / the container's "
+                "--ulimit memlock=-1) or register a smaller table."
+            )
     return registration
 
 

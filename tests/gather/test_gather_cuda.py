@@ -20,14 +20,11 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 def exclusive_host_copy(t: torch.Tensor) -> torch.Tensor:
-    """A copy of ``t`` in host pages no other tensor shares. Registration works on whole pages, so two small
-    tensors in one page would otherwise share (and unregister) one registration."""
-    page = mmap.PAGESIZE
+    """A copy of ``t`` in its own anonymous memory mapping (like the shared-memory tables the library registers).
+    Registration works on whole pages, so heap memory shared with other tensors would share registrations."""
     nbytes = t.numel() * t.element_size()
-    span = -(-max(nbytes, 1) // page) * page
-    raw = torch.empty(span + page, dtype=torch.uint8)
-    start = (-raw.data_ptr()) % page
-    out = raw[start : start + nbytes].view(t.dtype).view(t.shape)
+    mapping = mmap.mmap(-1, max(nbytes, 1))
+    out = torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes].view(t.dtype).view(t.shape)
     out.copy_(t)
     return out
 
