@@ -163,7 +163,8 @@ def _gather_rows_into_fake(table, ids, out):
     torch._check_value(ids.dim() == 1, lambda: f"{op}: `ids` must be 1-D, got shape {tuple(ids.shape)}")
     torch._check_value(ids.is_contiguous(), lambda: f"{op}: `ids` must be contiguous")
     torch._check_type(
-        out.dtype == table.dtype, lambda: f"{op}: `out` must have the dtype of `table` ({table.dtype}), got {out.dtype}"
+        out.dtype == table.dtype,
+        lambda: f"{op}: `out` must have the dtype of `table` ({table.dtype}), got {out.dtype}",
     )
     torch._check_value(
         out.dim() == 2 and out.shape[0] == ids.shape[0] and out.shape[1] == table.shape[1],
@@ -171,7 +172,8 @@ def _gather_rows_into_fake(table, ids, out):
     )
     torch._check_value(out.is_contiguous(), lambda: f"{op}: `out` must be contiguous")
     torch._check_value(
-        out.device == ids.device, lambda: f"{op}: `out` must be on the device of `ids` ({ids.device}), got {out.device}"
+        out.device == ids.device,
+        lambda: f"{op}: `out` must be on the device of `ids` ({ids.device}), got {out.device}",
     )
     torch._check_value(
         table.device.type == "cpu" or table.device == ids.device,

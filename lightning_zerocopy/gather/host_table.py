@@ -79,7 +79,8 @@ class HostFeatureTable:
     @classmethod
     def from_npy(cls, path: Union[str, os.PathLike], *, dtype: Optional[torch.dtype] = None) -> "HostFeatureTable":
         """Map a 2-D ``.npy`` file copy-on-write (``dtype=torch.bfloat16`` for bf16 bits stored as int16)."""
-        handle = FeatureTableHandle(NpyTensorHandle(os.fspath(path), None if dtype is None else str(dtype).removeprefix("torch.")))
+        dtype_name = None if dtype is None else str(dtype).removeprefix("torch.")
+        handle = FeatureTableHandle(NpyTensorHandle(os.fspath(path), dtype_name))
         return handle.open()
 
     @property
@@ -110,7 +111,9 @@ class HostFeatureTable:
             ValueError: for a private table; build it with :meth:`share` or :meth:`from_npy`.
         """
         if self._handle is None:
-            raise ValueError("this HostFeatureTable is private: build it with HostFeatureTable.share(x) to get a handle")
+            raise ValueError(
+                "this HostFeatureTable is private: build it with HostFeatureTable.share(x) to get a handle"
+            )
         return self._handle
 
     def unlink(self) -> None:

@@ -9,14 +9,13 @@ maps (:meth:`CSCGraph.share`, :meth:`CSCGraph.handle`), or in ``.npy`` files map
 from __future__ import annotations
 
 import json
-import logging
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
 import torch
+from tqdm.auto import tqdm
 
 from lightning_zerocopy import ops
 from lightning_zerocopy.graph.shared_memory import (
@@ -30,12 +29,10 @@ from lightning_zerocopy.graph.shared_memory import (
 
 __all__ = ["CSCGraph", "CSCGraphHandle"]
 
-log = logging.getLogger(__name__)
-
 _FORMAT_VERSION = 1
 _FIELDS = ("indptr", "indices", "edge_perm")
-#: Graphs with more edges than this log how long the build took.
-_LOG_EDGES = 10_000_000
+#: Builds of more edges than this (about a second or more) show a progress bar.
+_PROGRESS_EDGES = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -118,12 +115,12 @@ class CSCGraph:
             num_nodes = int(edge_index.max()) + 1 if edge_index.numel() > 0 else 0
         src = edge_index[0].to(torch.int64).contiguous()
         dst = edge_index[1].to(torch.int64).contiguous()
-        start = time.perf_counter()
-        if src.numel() > _LOG_EDGES:
-            log.info("building CSC of %d nodes / %d edges ...", num_nodes, src.numel())
-        csc = ops.build_csc(src, dst, int(num_nodes), remove_self_loops, remove_duplicates)
-        if src.numel() > _LOG_EDGES:
-            log.info("built CSC in %.1f s", time.perf_counter() - start)
+        if src.numel() <= _PROGRESS_EDGES:
+            csc = ops.build_csc(src, dst, int(num_nodes), remove_self_loops, remove_duplicates)
+        else:  # one compiled call: the bar shows what runs and, when done, how long it took
+            with tqdm(total=1, desc=f"building CSC ({num_nodes:,} nodes, {src.numel():,} edges)") as bar:
+                csc = ops.build_csc(src, dst, int(num_nodes), remove_self_loops, remove_duplicates)
+                bar.update(1)
         return cls(csc.indptr, csc.indices, csc.edge_perm, int(num_nodes))
 
     def validate(self) -> "CSCGraph":
@@ -143,7 +140,9 @@ class CSCGraph:
         if self.edge_perm is not None and self.edge_perm.dtype != torch.int64:
             raise TypeError(f"`edge_perm` must be int64, got {self.edge_perm.dtype}")
         if self.indptr.numel() != self.num_nodes + 1:
-            raise ValueError(f"`indptr` must have num_nodes + 1 = {self.num_nodes + 1} entries, got {self.indptr.numel()}")
+            raise ValueError(
+                f"`indptr` must have num_nodes + 1 = {self.num_nodes + 1} entries, got {self.indptr.numel()}"
+            )
         if int(self.indptr[0]) != 0:
             raise ValueError(f"`indptr[0]` must be 0, got {int(self.indptr[0])}")
         if int(self.indptr[-1]) != self.num_edges:
@@ -157,7 +156,9 @@ class CSCGraph:
             if lo < 0 or hi >= self.num_nodes:
                 raise ValueError(f"`indices` must be in [0, {self.num_nodes}), got values in [{lo}, {hi}]")
         if self.edge_perm is not None and self.edge_perm.numel() != self.num_edges:
-            raise ValueError(f"`edge_perm` must have len(indices) = {self.num_edges} entries, got {self.edge_perm.numel()}")
+            raise ValueError(
+                f"`edge_perm` must have len(indices) = {self.num_edges} entries, got {self.edge_perm.numel()}"
+            )
         if self.edge_perm is not None and self.num_edges > 0 and int(self.edge_perm.min()) < 0:
             raise ValueError("`edge_perm` must hold non-negative edge positions")
         return self
@@ -217,7 +218,11 @@ class CSCGraph:
                 save_npy(t, root / f"{name}.npy")
             elif (root / f"{name}.npy").exists():
                 (root / f"{name}.npy").unlink()
-        meta = {"format_version": _FORMAT_VERSION, "num_nodes": self.num_nodes, "has_edge_perm": self.edge_perm is not None}
+        meta = {
+            "format_version": _FORMAT_VERSION,
+            "num_nodes": self.num_nodes,
+            "has_edge_perm": self.edge_perm is not None,
+        }
         tmp = root / f"meta.json.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, root / "meta.json")  # written last: its presence marks a complete cache

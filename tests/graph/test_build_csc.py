@@ -52,7 +52,9 @@ def assert_matches_reference(src, dst, num_nodes, loops, dups):
 
 @pytest.mark.parametrize("loops", [False, True])
 @pytest.mark.parametrize("dups", [False, True])
-@pytest.mark.parametrize("num_nodes,num_edges,seed", [(1, 5, 0), (7, 60, 1), (50, 2_000, 2), (3_000, 200_000, 3), (20_011, 150_000, 8)])
+@pytest.mark.parametrize(
+    "num_nodes,num_edges,seed", [(1, 5, 0), (7, 60, 1), (50, 2_000, 2), (3_000, 200_000, 3), (20_011, 150_000, 8)]
+)
 def test_matches_reference(num_nodes, num_edges, seed, loops, dups):
     src, dst = random_edges(num_nodes, num_edges, seed)
     assert_matches_reference(src, dst, num_nodes, loops, dups)
