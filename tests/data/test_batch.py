@@ -134,7 +134,8 @@ def test_builder_pickles_without_data(shared) -> None:
 
 def _build_in_child(builder: BatchBuilder, item, queue) -> None:
     batch = builder.build_batch(item)
-    queue.put({k: batch[k] for k in ("n_id", "e_id", "x", "y")})
+    # numpy arrays pickle by value; tensors would go through torch's fd sharing, which needs this process alive
+    queue.put({k: batch[k].numpy() for k in ("n_id", "e_id", "x", "y")})
 
 
 def test_builder_opens_in_another_process(shared) -> None:
@@ -150,7 +151,7 @@ def test_builder_opens_in_another_process(shared) -> None:
     assert proc.exitcode == 0
     expected = builder.build_batch(item)
     for key, value in got.items():
-        assert torch.equal(value, expected[key]), key
+        assert torch.equal(torch.from_numpy(value), expected[key]), key
 
 
 def test_graph_without_edge_attr_has_no_edge_attr() -> None:
