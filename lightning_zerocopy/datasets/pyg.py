@@ -28,7 +28,7 @@ def _split_ids(data: Data, split: str) -> torch.Tensor:
 class PyGNodeDataset(NodeDataset):
     """Wraps a PyG ``Data`` (or the first graph of a PyG ``Dataset``, or a ``torch.save``d ``Data`` file).
 
-    The graph needs ``x``, ``y``, ``edge_index`` and, per split, a boolean ``<split>_mask`` or an index
+    The graph needs ``x`` (float64 or integer features are converted to float32), ``y``, ``edge_index`` and, per split, a boolean ``<split>_mask`` or an index
     tensor ``<split>_idx`` (``train``, ``val``, ``test``); ``edge_attr`` is kept when present.
 
     Args:
@@ -62,7 +62,7 @@ class PyGNodeDataset(NodeDataset):
         d = self.data
         return NodeData(
             edge_index=d.edge_index.to(torch.int64),
-            x=d.x if d.x.is_floating_point() else d.x.float(),
+            x=d.x if d.x.dtype in (torch.float32, torch.float16, torch.bfloat16) else d.x.float(),
             y=d.y.view(-1).to(torch.int64),
             train_idx=_split_ids(d, "train"),
             val_idx=_split_ids(d, "val"),

@@ -173,3 +173,28 @@ def test_mmap_feature_storage_reads_the_cached_file(tmp_path: Path) -> None:
     x = dm.dataset.load().x
     assert torch.equal(batch.x, x[batch.n_id])
     dm.teardown("fit")
+
+
+def test_host_memory_consumers_attach_before_the_names_are_unlinked(tmp_path: Path) -> None:
+    import pickle
+
+    from lightning_zerocopy.data import HostMemoryConsumer
+
+    class OpensACopy(Callback):
+        """Stands in for a pipeline callback whose worker opens the builder by name."""
+
+        def __init__(self) -> None:
+            self.batch = None
+
+        def attach_host_memory(self, trainer, datamodule) -> None:
+            assert datamodule.handles.features.data.exists(), "segments must still be named here"
+            worker_builder = pickle.loads(pickle.dumps(datamodule.builder("train"))).open()
+            self.batch = worker_builder.build_batch(datamodule.plan("train").item(0, 0))
+
+    consumer = OpensACopy()
+    assert isinstance(consumer, HostMemoryConsumer)
+    dm = _datamodule(tmp_path)
+    trainer = _trainer(tmp_path, max_steps=1, limit_val_batches=0, callbacks=[consumer])
+    trainer.fit(PyGStyleSAGE(dm.num_features, dm.num_classes), datamodule=dm)
+    assert consumer.batch is not None and consumer.batch.batch_size == 128
+    assert not _lzc_segments()

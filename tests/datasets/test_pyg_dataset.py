@@ -47,3 +47,9 @@ def test_saved_file_and_missing_split(tmp_path: Path) -> None:
     del data.test_mask
     with pytest.raises(ValueError, match="test_mask"):
         PyGNodeDataset(data).load()
+
+
+def test_double_features_become_float32() -> None:
+    data = _data()
+    data.x = data.x.double()
+    assert PyGNodeDataset(data).load().x.dtype == torch.float32
