@@ -77,14 +77,32 @@ class PlanSource:
         return capacity_bound(self._plan.batch_size, self.builder.fanouts, num_nodes=self.builder.num_nodes)
 
     def build_batch(self, item: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
-        """``builder.build_batch(item, out)``, handing over only the fields it writes itself, only host buffers
-        (the host builder gathers on the CPU; CUDA slots get the batch copied in), and only when every batch is
-        guaranteed to fit (so the builder never fails on a small buffer: the slot grows instead)."""
-        if out is not None:
-            rows = int(self.builder.max_nodes(item.batch_size))
-            out = {
-                k: out[k]
-                for k in self.out_fields
-                if k in out and out[k].size(0) >= rows and out[k].device.type == "cpu"
-            }
-        return self.builder.build_batch(item, out=out or None)
+        """``builder.build_batch(item, out)`` with the slot's buffers where the builder can write them.
+
+        The host builder gathers on the CPU: host slot buffers are handed to it directly; for CUDA slots it
+        gathers into page-locked staging buffers of the same capacity (kept by this process), which the
+        pipeline then copies into the slot asynchronously. ``out`` is only handed over when every batch is
+        guaranteed to fit, so the builder never fails on a small buffer (the slot grows instead).
+        """
+        if out is None:
+            return self.builder.build_batch(item)
+        rows = int(self.builder.max_nodes(item.batch_size))
+        host_out = {}
+        for key in self.out_fields:
+            buf = out.get(key)
+            if buf is None or buf.size(0) < rows:
+                continue
+            host_out[key] = buf if buf.device.type == "cpu" else self._staging_like(key, buf)
+        return self.builder.build_batch(item, out=host_out or None)
+
+    def _staging_like(self, key: str, buf: torch.Tensor) -> torch.Tensor:
+        staging = self.__dict__.setdefault("_staging", {})
+        host = staging.get(key)
+        if host is None or host.shape != buf.shape or host.dtype != buf.dtype:
+            host = staging[key] = torch.empty(buf.shape, dtype=buf.dtype, pin_memory=True)
+        return host
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_staging", None)  # per-process page-locked buffers
+        return state

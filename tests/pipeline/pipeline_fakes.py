@@ -6,6 +6,7 @@ the copy of fields a builder did not write into ``out``.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Mapping, Optional
 
@@ -60,3 +61,29 @@ class FakeSource:
             num_sampled_nodes=[b, hop1, n - b - hop1],
             num_sampled_edges=torch.tensor([e // 2, e - e // 2]),
         )
+
+
+def matmul_tflops(size: int = 8192, iters: int = 20) -> float:
+    """bf16 matmul TFLOP/s of this process on its current CUDA device (random inputs, timed with events)."""
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        a @ b
+    end.record()
+    end.synchronize()
+    return 2 * size**3 * iters / (start.elapsed_time(end) / 1e3) / 1e12
+
+
+class TflopsProbeSource(FakeSource):
+    """A FakeSource whose batches also carry the producer's own matmul rate (``batch.tflops``), so the trainer
+    can see the SM share the worker process actually gets."""
+
+    def build_batch(self, item, out=None):
+        data = super().build_batch(item, out)
+        data.tflops = matmul_tflops()
+        data.mps_percent = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "")
+        return data

@@ -1,0 +1,291 @@
+"""End-to-end training steps/s: no pipeline vs the pipeline's variants vs everything in GPU memory.
+
+3-layer GraphSAGE (hidden 256), fanouts [15, 10, 5], batch 1024, fp32 features (``--dim`` wide, ``--gib`` GiB)
+in shared host memory, a power-law graph with shuffled ids. The data path is the DataModule's own contract:
+``BatchPlan`` + ``BatchBuilder`` (CPU sampler threads + CPU gather). Configurations, each in a fresh process
+(so that each creates its CUDA context under the MPS setting it needs):
+
+* ``none``         the plain loader: build the batch in the trainer, then ``Data.to(cuda, non_blocking)``
+* ``in_process``   PipelineCallback's in-process mode: a producer thread, gather into pinned staging, copy on a
+                   side stream into GPU slots, ping-pong
+* ``worker``       PipelineCallback's worker mode: a worker process, GPU slots shared over CUDA IPC, ping-pong
+* ``worker_mps_X`` the same with a private MPS daemon, worker at X % of the SMs and the trainer at 100 - X
+* ``gpu_resident`` the bound: graph and features in GPU memory, GPU sampler, ``x = features[n_id]`` on the GPU
+
+Each reports steps/s over ``--steps`` steps after ``--warmup`` (host timer between two device syncs; a
+``loss.item()`` per step, as Lightning's logging does) and the stall fraction: the share of wall time the
+training loop spent waiting for its next batch (fetch + transfer). Results: JSON (``--out``) and a table.
+
+Example (on the GPU machine)::
+
+    python benchmarks/pipeline.py --gib 8 --steps 300 --warmup 30 --out results/pipeline.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Optional
+
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+FANOUTS = [15, 10, 5]
+DEFAULT_CONFIGS = "none,in_process,worker,worker_mps_10,worker_mps_20,worker_mps_30,gpu_resident"
+
+
+# ---------------------------------------------------------------------------------------------- data (prep process)
+def prepare(args: argparse.Namespace, handles_path: str) -> dict:
+    """Generate the graph and features into shared host memory; write the picklable handles to ``handles_path``."""
+    from lightning_zerocopy.data.host import share_node_data
+    from lightning_zerocopy.datasets.base import NodeData
+
+    t0 = time.perf_counter()
+    num_nodes = int(args.gib * 2**30 // (4 * args.dim))
+    num_edges = int(num_nodes * args.avg_degree)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: only for a smoke run of the script itself
+    gen = torch.Generator(device=dev).manual_seed(0)
+    perm = torch.randperm(num_nodes, device=dev, generator=gen)  # shuffled ids: no free locality
+    # power-law sources (P(rank r) ~ r^-alpha via inverse transform on a continuous approximation), uniform targets
+    chunks_src, chunks_dst = [], []
+    step = 1 << 26
+    for start in range(0, num_edges, step):
+        n = min(step, num_edges - start)
+        u = torch.rand(n, device=dev, generator=gen, dtype=torch.float64)
+        rank = (num_nodes ** (1 - args.alpha) * u).pow(1 / (1 - args.alpha)).long().clamp_(0, num_nodes - 1)
+        chunks_src.append(perm[rank].cpu())
+        chunks_dst.append(torch.randint(0, num_nodes, (n,), device=dev, generator=gen).cpu())
+    edge_index = torch.stack([torch.cat(chunks_src), torch.cat(chunks_dst)])
+    del chunks_src, chunks_dst
+    x = torch.empty((num_nodes, args.dim), dtype=torch.float32)
+    rows = max(1, (1 << 28) // (4 * args.dim))
+    for start in range(0, num_nodes, rows):
+        n = min(rows, num_nodes - start)
+        x[start : start + n].copy_(torch.randn(n, args.dim, device=dev, generator=gen))
+    y = torch.randint(0, args.classes, (num_nodes,), device=dev, generator=gen).cpu()
+    order = torch.randperm(num_nodes, device=dev, generator=gen).cpu()
+    n_train = min(num_nodes // 2, 1024 * (args.steps + args.warmup + 10))
+    data = NodeData(edge_index=edge_index, x=x, y=y, train_idx=order[:n_train], val_idx=order[n_train : n_train + 1024],
+                    test_idx=order[n_train + 1024 : n_train + 2048])  # fmt: skip
+    gen_s = time.perf_counter() - t0
+    handles = share_node_data(data)
+    with open(handles_path, "wb") as f:
+        pickle.dump(handles, f)
+    return {
+        "num_nodes": num_nodes,
+        "num_edges": num_edges,
+        "feature_gib": num_nodes * args.dim * 4 / 2**30,
+        "dim": args.dim,
+        "generate_s": gen_s,
+        "share_s": time.perf_counter() - t0 - gen_s,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- one configuration
+def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict:
+    """Train ``args.steps`` steps after ``args.warmup`` in this process; return steps/s and the stall fraction."""
+    daemon = None
+    if config.startswith("worker_mps_"):
+        from lightning_zerocopy.pipeline import mps
+
+        worker_percent = int(config.rsplit("_", 1)[1])
+        daemon = mps.start_mps()  # before this process touches CUDA
+        if daemon is None:
+            return {"config": config, "error": "MPS unavailable (see warnings)"}
+        os.environ[mps.PERCENT_ENV] = str(100 - worker_percent)
+
+    import torch.nn.functional as F
+    from torch_geometric.nn.models import GraphSAGE
+
+    from lightning_zerocopy.data.batch import BatchBuilder
+    from lightning_zerocopy.data.plan import BatchPlan
+    from lightning_zerocopy.pipeline import start_pipeline
+    from lightning_zerocopy.pipeline.source import PlanSource
+
+    with open(handles_path, "rb") as f:
+        handles = pickle.load(f)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")  # CPU: smoke runs only
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.cuda.set_device(device)
+    builder = BatchBuilder(handles, FANOUTS)
+    plan = BatchPlan(handles.splits["train"].open(), args.batch_size, shuffle=True, seed=1)
+    model = GraphSAGE(args.dim, args.hidden, num_layers=3, out_channels=args.classes).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    total = args.warmup + args.steps
+
+    client = None
+    if config == "none":
+        builder.open()
+
+        def batches():
+            for step in range(total):
+                yield builder.build_batch(plan.item(0, step)).to(device, non_blocking=True)
+
+    elif config == "gpu_resident":
+        from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler
+
+        builder.open()
+        graph = handles.graph.open()
+        sampler = NeighborSampler(graph, fanouts=FANOUTS, placement="gpu", device=device)
+        features = handles.features.open().data.to(device)
+        labels = handles.labels.open().to(device)
+
+        def batches():
+            from torch_geometric.data import Data
+
+            for step in range(total):
+                item = plan.item(0, step)
+                s = sampler.sample(item.seed_ids.to(device, non_blocking=True), seed=item.batch_seed)
+                yield Data(x=features[s.n_id], y=labels[s.n_id], edge_index=s.edge_index, n_id=s.n_id,
+                           batch_size=s.batch_size)  # fmt: skip
+
+    else:
+        mode = "in_process" if config == "in_process" else "worker"
+        env = daemon.client_env(int(config.rsplit("_", 1)[1])) if daemon is not None else None
+        client = start_pipeline(mode, depth=args.depth, device=device, worker_env=env, timeout=300)
+        client.register("train", PlanSource(plan, builder))
+
+        def batches():
+            yield from client.iterate("train", 0, 0, total)
+
+    wait_s = 0.0
+    t_start = None
+    it = batches()
+    for step in range(total):
+        if step == args.warmup:
+            sync()
+            t_start = time.perf_counter()
+            wait_s = 0.0
+        t0 = time.perf_counter()
+        batch = next(it)
+        wait_s += time.perf_counter() - t0
+        bs = batch.batch_size
+        out = model(batch.x, batch.edge_index)[:bs]
+        loss = F.cross_entropy(out, batch.y[:bs])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+    sync()
+    elapsed = time.perf_counter() - t_start
+    it.close()
+    result = {
+        "config": config,
+        "steps_per_s": args.steps / elapsed,
+        "stall_frac": wait_s / elapsed,
+        "seconds": elapsed,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+    }
+    if client is not None:
+        stats = client.stats
+        result["producer_build_ms"] = 1e3 * stats.build_s / max(1, stats.batches)
+        result["slot_gib"] = stats.slot_bytes / 2**30
+        client.close()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- orchestration
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gib", type=float, default=8.0, help="feature table size (GiB of fp32)")
+    p.add_argument("--dim", type=int, default=128, help="feature width")
+    p.add_argument("--avg-degree", type=float, default=10.0)
+    p.add_argument("--alpha", type=float, default=0.6, help="power-law exponent of edge sources (< 1)")
+    p.add_argument("--classes", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--depth", type=int, default=2, help="pipeline slots (2 = ping-pong)")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--configs", default=DEFAULT_CONFIGS)
+    p.add_argument("--out", default=None, help="JSON file for the results")
+    p.add_argument("--config-timeout", type=float, default=300.0)
+    p.add_argument("--_prepare", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_run", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_handles", default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def _child(args_list: list[str], timeout: float) -> dict:
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), *args_list], capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+    for line in reversed(proc.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-1500:]}"}
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
+    args = parse_args(argv)
+    if args._prepare:  # owns the shared segments: stays until the orchestrator closes our stdin, then unlinks
+        info = prepare(args, args._prepare)
+        print(json.dumps(info), flush=True)
+        sys.stdin.read()
+        with open(args._prepare, "rb") as f:
+            pickle.load(f).unlink()
+        return {}
+    if args._run:
+        print(json.dumps(run_config(args, args._run, args._handles)), flush=True)
+        return {}
+
+    passthrough = [f"--gib={args.gib}", f"--dim={args.dim}", f"--avg-degree={args.avg_degree}", f"--alpha={args.alpha}",
+                   f"--classes={args.classes}", f"--hidden={args.hidden}", f"--batch-size={args.batch_size}",
+                   f"--depth={args.depth}", f"--steps={args.steps}", f"--warmup={args.warmup}"]  # fmt: skip
+    fd, handles_path = tempfile.mkstemp(prefix="lzc-bench-handles-")
+    os.close(fd)
+    results: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if not k.startswith("_")}}
+    owner = subprocess.Popen([sys.executable, os.path.abspath(__file__), *passthrough, f"--_prepare={handles_path}"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        line = owner.stdout.readline()
+        if not line.startswith("{"):
+            results["data"] = {"error": f"data preparation failed (exit {owner.wait()})"}
+            print(results["data"], flush=True)
+            return results
+        data = results["data"] = json.loads(line)
+        print("data:", json.dumps(data), flush=True)
+        runs = []
+        for config in [c.strip() for c in args.configs.split(",") if c.strip()]:
+            try:
+                r = _child([*passthrough, f"--_run={config}", f"--_handles={handles_path}"], args.config_timeout)
+            except subprocess.TimeoutExpired:
+                r = {"error": f"timed out after {args.config_timeout:.0f} s"}
+            r.setdefault("config", config)
+            runs.append(r)
+            print(json.dumps(r), flush=True)
+        results["runs"] = runs
+        bound = next((r.get("steps_per_s") for r in runs if r["config"] == "gpu_resident" and "steps_per_s" in r), None)
+        print(f"\n{'config':<16}{'steps/s':>10}{'stall':>8}{'vs GPU-resident':>18}")
+        for r in runs:
+            if "steps_per_s" in r:
+                ratio = f"{r['steps_per_s'] / bound:.2f}x" if bound else "-"
+                print(f"{r['config']:<16}{r['steps_per_s']:>10.2f}{r['stall_frac']:>8.1%}{ratio:>18}")
+            else:
+                print(f"{r['config']:<16}  error: {r['error'][:200]}")
+    finally:
+        owner.stdin.close()  # the owner unlinks the segments and exits
+        try:
+            owner.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            owner.kill()
+        os.unlink(handles_path)
+        if args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()

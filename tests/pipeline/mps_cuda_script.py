@@ -1,0 +1,57 @@
+"""Run on a GPU: start a private MPS daemon, then check CUDA IPC of slots and events under MPS and that the
+worker's SM share takes effect. Prints one JSON line; used by test_pipeline_cuda.py (and readable by itself)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from pipeline_fakes import FakeSource, TflopsProbeSource, matmul_tflops  # noqa: E402
+
+from lightning_zerocopy.pipeline import mps, start_pipeline  # noqa: E402
+
+
+def main() -> None:
+    worker_percent = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    daemon = mps.start_mps()
+    result: dict = {"mps": daemon is not None}
+    if daemon is None:
+        print(json.dumps(result), flush=True)
+        return
+    result.update(root=daemon.root, daemon_pid=daemon.daemon_pid, supervisor_pid=daemon.supervisor_pid)
+    os.environ[mps.PERCENT_ENV] = str(100 - worker_percent)
+    import torch
+
+    # 1. batches through CUDA IPC slots + IPC events, depth 1 so every batch reuses the slot the trainer just read
+    client = start_pipeline("worker", depth=1, device="cuda:0", worker_env=daemon.client_env(worker_percent), timeout=120)
+    src = FakeSource(steps=6, features=512, batch_size=2048, seed=1)
+    client.register("t", src)
+    sums = []
+    for step, batch in enumerate(client.iterate("t", 0)):
+        torch.cuda._sleep(20_000_000)  # the trainer's stream is busy; the read below is queued behind it
+        sums.append((batch.x.double().sum(), src.build_batch(src.plan(0, step)).x.double().sum().item()))
+    result["ipc_batches_ok"] = all(abs(got.item() - want) < 1e-6 * max(1.0, abs(want)) for got, want in sums)
+
+    # 2. the worker's share: its matmul rate at worker_percent vs. at 100 - worker_percent
+    client.register("probe", TflopsProbeSource(steps=2))
+    low = [b.tflops for b in client.iterate("probe", 0)]
+    client.close()
+    other = start_pipeline("worker", depth=1, device="cuda:0", worker_env=daemon.client_env(100 - worker_percent), timeout=120)
+    other.register("probe", TflopsProbeSource(steps=2))
+    high = [b.tflops for b in other.iterate("probe", 0)]
+    other.close()
+    result.update(
+        worker_percent=worker_percent,
+        worker_tflops=max(low),
+        worker_tflops_at_complement=max(high),
+        trainer_tflops=matmul_tflops(),
+        device=torch.cuda.get_device_name(),
+    )
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

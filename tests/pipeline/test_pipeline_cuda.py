@@ -1,0 +1,64 @@
+"""The pipeline on a GPU: CUDA IPC of slot buffers and events (also under MPS), and the MPS SM share."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from pipeline_fakes import FakeSource
+
+from lightning_zerocopy.pipeline import mps, start_pipeline
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["worker", "in_process"])
+def test_gpu_slots_are_not_rewritten_while_queued_work_reads_them(mode):
+    """Depth 1: every batch reuses the slot of the previous one. The trainer's read of batch t is queued behind
+    a long kernel; the producer must wait for the slot's free event (recorded after that read) before writing
+    batch t+1 into it, and the trainer's stream must wait for the ready event before reading."""
+    client = start_pipeline(mode, depth=1, device="cuda:0", timeout=120)
+    src = FakeSource(steps=6, features=512, batch_size=2048, seed=2, huge_at=3)
+    client.register("t", src)
+    try:
+        sums = []
+        for step, batch in enumerate(client.iterate("t", 0)):
+            assert batch.x.is_cuda and batch.edge_index.is_cuda
+            torch.cuda._sleep(20_000_000)
+            sums.append((batch.x.double().sum(), batch.n_id.sum(), src.build_batch(src.plan(0, step))))
+        for got_x, got_n, ref in sums:
+            assert torch.isclose(got_x.cpu(), ref.x.double().sum(), rtol=1e-9)
+            assert got_n.item() == ref.n_id.sum().item()
+        assert client.stats.grows >= 1
+    finally:
+        client.close()
+
+
+@pytest.mark.cuda
+def test_under_mps_ipc_works_and_the_worker_share_takes_effect():
+    if __import__("shutil").which(mps.CONTROL_BINARY) is None:
+        pytest.fail(f"{mps.CONTROL_BINARY} is not on PATH on this GPU machine")
+    env = {k: v for k, v in os.environ.items() if k not in (mps.ROOT_ENV, mps.PIPE_ENV, mps.LOG_ENV, mps.PERCENT_ENV)}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "mps_cuda_script.py"), "10"], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(result)
+    assert result["mps"], f"MPS did not start: {proc.stderr[-2000:]}"
+    assert result["ipc_batches_ok"]
+    # 10% of the SMs vs 90%: the worker's matmul rate must drop to well under half
+    assert result["worker_tflops"] < 0.35 * result["worker_tflops_at_complement"], result
+    # the supervisor stops the daemon once the script (its owner) has exited
+    deadline = time.monotonic() + 60
+    while mps._alive(result["daemon_pid"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not mps._alive(result["daemon_pid"]), "MPS daemon still running after its owner exited"
+    assert not Path(result["root"]).exists()
