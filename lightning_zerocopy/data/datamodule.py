@@ -24,6 +24,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from torch_geometric.data import Data
+from typing_extensions import override
 
 from lightning_zerocopy.data.batch import BatchBuilder, HostGraphHandles
 from lightning_zerocopy.data.host import FeatureStorage, share_node_data
@@ -110,9 +111,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         validate_fanouts(self.eval_fanouts)
 
         self._handles: Optional[HostGraphHandles] = None
+        self._named: Optional[HostGraphHandles] = None  # segments this process created and has not unlinked yet
         self._builders: dict[str, BatchBuilder] = {}
         self._splits: dict[str, torch.Tensor] = {}
-        self._unlinked = True
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
 
@@ -128,15 +129,20 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
     # ---- Lightning hooks -----------------------------------------------------------------------------------
 
+    @override
     def prepare_data(self) -> None:
         self.dataset.prepare()
 
+    @override
     def setup(self, stage: Optional[str] = None) -> None:
         if self._handles is not None:
             return
         rank, local_rank, world_size = self._ranks()
-        handles = self._exchange_handles(self._create_host_memory() if local_rank == 0 else None, rank, local_rank, world_size)
+        created = self._create_host_memory() if local_rank == 0 else None
+        if isinstance(created, HostGraphHandles):
+            self._named = created
         try:
+            handles = self._exchange_handles(created, rank, local_rank, world_size)
             self._open(handles)
             trainer = self._trainer_or_none()
             if trainer is not None:
@@ -145,28 +151,33 @@ class ZeroCopyDataModule(pl.LightningDataModule):
                         callback.attach_host_memory(trainer, self)
                 trainer.strategy.barrier("zerocopy_host_memory_mapped")
         finally:
-            if local_rank == 0:
-                handles.unlink()
-                self._unlinked = True
+            self._unlink_names()  # every local process has mapped the memory (or setup failed)
 
+    @override
     def teardown(self, stage: Optional[str] = None) -> None:
         self._release()
 
+    @override
     def on_exception(self, exception: BaseException) -> None:
         self._release()
 
+    @override
     def train_dataloader(self) -> PlanLoader:
         return PlanLoader(self.plan("train"), self._builder_for("train"))
 
+    @override
     def val_dataloader(self) -> PlanLoader:
         return PlanLoader(self.plan("val"), self._builder_for("val"))
 
+    @override
     def test_dataloader(self) -> PlanLoader:
         return PlanLoader(self.plan("test"), self._builder_for("test"))
 
+    @override
     def predict_dataloader(self) -> PlanLoader:
         return PlanLoader(self.plan("predict"), self._builder_for("predict"))
 
+    @override
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         if isinstance(batch, Data):
             return batch.to(device, non_blocking=True)
@@ -248,16 +259,18 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
     def _open(self, handles: HostGraphHandles) -> None:
         self._handles = handles
-        self._unlinked = False
         self._splits = {name: handle.open() for name, handle in handles.splits.items()}
         train = self.builder("train").open()
         evaluation = train if self.eval_fanouts == self.fanouts else self.builder("val").open()
         self._builders = {"train": train, "val": evaluation, "test": evaluation, "predict": evaluation}
 
+    def _unlink_names(self) -> None:
+        if self._named is not None:
+            self._named.unlink()
+            self._named = None
+
     def _release(self) -> None:
-        if self._handles is not None and not self._unlinked and self._ranks()[1] == 0:
-            self._handles.unlink()
-        self._unlinked = True
+        self._unlink_names()
         self._handles = None
         self._builders = {}
         self._splits = {}
