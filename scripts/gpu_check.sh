@@ -54,10 +54,29 @@ EOF
 # --- build ----------------------------------------------------------------------------------------------------
 if want build; then
   start=$SECONDS
-  echo "== build: python3 setup.py build_ext --inplace (CUDA kernels)" | tee -a "$OUT/build.log"
+  # Compiler: the GPU image sets CXX=/opt/gcc/bin/g++, whose links put a private static libstdc++ into _C.so
+  # (ldd shows no libstdc++.so): a C++ exception thrown by an op (every TORCH_CHECK that fails) then crossed
+  # two C++ runtimes and segfaulted the process (seen 2026-11-22 on an H200 machine). The system g++ links the
+  # one shared libstdc++ torch also uses. Override with GPU_CHECK_CXX / GPU_CHECK_CC.
+  export CXX="${GPU_CHECK_CXX:-$(command -v g++ || echo "${CXX:-c++}")}" CC="${GPU_CHECK_CC:-$(command -v gcc || echo "${CC:-cc}")}"
+  export LDSHARED="$CXX -shared"
+  echo "== build: python3 setup.py build_ext --inplace (CUDA kernels; CXX=$CXX)" | tee -a "$OUT/build.log"
+  rm -rf build/temp.* lightning_zerocopy/_C*.so
   FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
     python3 setup.py build_ext --inplace >>"$OUT/build.log" 2>&1
   rc=$?
+  if [ $rc -eq 0 ]; then
+    ldd lightning_zerocopy/_C*.so | grep -E "libstdc|libgcc_s|libgomp" | tee -a "$OUT/build.log"
+    # An op's error must reach Python as an exception, not kill the process.
+    python3 -c "
+import torch, lightning_zerocopy.ops as ops
+try:
+    ops.gather_rows(torch.empty(0, 4), torch.tensor([0]))
+except IndexError as e:
+    print('op errors reach Python:', type(e).__name__)
+" 2>&1 | tee -a "$OUT/build.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "an op's C++ exception crashed the interpreter: see build.log"; rc=99; }
+  fi
   record build $rc $((SECONDS - start))
   if [ $rc -ne 0 ]; then
     echo "BUILD FAILED (exit $rc); errors:"
@@ -162,7 +181,7 @@ for name in sorted(os.listdir(out)):
         if name == "gather.json":
             data = {"gpu": data.get("gpu"), "config": data.get("config"), "results": [
                 {k: r[k] for k in ("row_bytes", "num_rows", "rows_per_batch_mean", "pages_touched_per_batch_mean",
-                                   "rows_per_touched_page", "hot_rows", "gbps", "fraction_of_contiguous",
+                                   "rows_per_touched_page", "pages_touched_per_batch_freq_order", "hot_rows", "gbps", "fraction_of_contiguous",
                                    "auto_chose")} for r in data.get("results", [])]}
         res["benchmarks"][name[:-5]] = data
 with open(os.path.join(out, "gpu_results.json"), "w") as f:

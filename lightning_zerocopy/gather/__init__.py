@@ -3,6 +3,7 @@
 from lightning_zerocopy.gather.cuda_table import (
     CudaFeatureTable,
     HostRegistration,
+    frequency_order,
     most_frequent_neighbors,
     register_host_tensor,
 )
@@ -13,6 +14,7 @@ __all__ = [
     "FeatureTableHandle",
     "HostFeatureTable",
     "HostRegistration",
+    "frequency_order",
     "most_frequent_neighbors",
     "register_host_tensor",
 ]

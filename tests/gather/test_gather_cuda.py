@@ -269,8 +269,11 @@ def test_register_host_tensor_pins_in_chunks_and_unregisters() -> None:
 def test_most_frequent_neighbors() -> None:
     from lightning_zerocopy.gather import most_frequent_neighbors
 
+    from lightning_zerocopy.gather import frequency_order
+
     indices = torch.tensor([5, 1, 5, 2, 5, 1, 0], dtype=torch.int32)
     assert most_frequent_neighbors(indices, 7, 2).tolist() == [5, 1]
+    assert frequency_order(indices, 7).tolist() == [5, 1, 0, 2, 3, 4, 6]  # by frequency, ties by id
 
 
 def test_opcheck_cuda() -> None:
