@@ -13,6 +13,7 @@
 #                       gather    benchmarks/gather.py (zero-copy gather vs baselines; host table >= 8 GiB)
 #                       sampling  benchmarks/sampling.py (SEPS: cpu, pyg, gpu, uva)
 #   GPU_CHECK_COMMIT  the commit being checked (the device copy of the tree may have no .git)
+#   GPU_CHECK_TEST_WORKERS  pytest-xdist workers for the tests (default 0 = one process)
 #   OUT               where logs and gpu_results.json go (default: results/gpu_check)
 #   GPU_CHECK_GATHER_ARGS / GPU_CHECK_SAMPLING_ARGS / GPU_CHECK_PYTEST_ARGS  override each stage's arguments
 #   GPU_CHECK_EXTRA_STAGE_<NAME>  a shell command run as stage NAME (e.g. a pipeline benchmark appended later);
@@ -93,10 +94,12 @@ fi
 if want tests; then
   start=$SECONDS
   echo "== tests: REQUIRE_CUDA=1 python3 -m pytest -q tests"
-  # pytest-xdist (when installed) runs test files in separate processes: faster, and a crash (e.g. a segfault)
-  # fails the test that crashed instead of ending the run.
+  # GPU_CHECK_TEST_WORKERS=N (N > 0) runs test files in N pytest-xdist processes: faster, and a crash fails the
+  # test that crashed instead of ending the run; off by default (MPS/IPC tests may not like neighbours).
   xdist=""
-  python3 -c "import xdist" 2>/dev/null && xdist="-n ${GPU_CHECK_TEST_WORKERS:-4} --dist loadfile"
+  if [ "${GPU_CHECK_TEST_WORKERS:-0}" -gt 0 ] && python3 -c "import xdist" 2>/dev/null; then
+    xdist="-n $GPU_CHECK_TEST_WORKERS --dist loadfile"
+  fi
   # shellcheck disable=SC2086
   REQUIRE_CUDA=1 timeout "${GPU_CHECK_TEST_TIMEOUT:-330}" python3 -m pytest -q -rfE tests -p no:cacheprovider $xdist \
     --junitxml="$OUT/junit.xml" ${GPU_CHECK_PYTEST_ARGS:-} >"$OUT/tests.log" 2>&1
