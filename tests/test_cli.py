@@ -87,3 +87,31 @@ def test_print_config_shows_the_full_recipe(tmp_path: Path) -> None:
     printed = yaml.safe_load(proc.stdout)
     assert printed["data"]["init_args"]["fanouts"] == [10, 5]
     assert printed["model"]["init_args"]["optimizer"]["class_path"] == "torch.optim.Adam"
+
+
+def test_a_users_module_is_chosen_by_class_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "user_gnn_for_cli_test.py").write_text(
+        "import pytorch_lightning as pl\n"
+        "from torch_geometric.nn import SAGEConv\n"
+        "class UserGNN(pl.LightningModule):\n"
+        "    def __init__(self, in_channels: int, out_channels: int, width: int = 8):\n"
+        "        super().__init__()\n"
+        "        self.save_hyperparameters()\n"
+        "        self.conv = SAGEConv(in_channels, out_channels)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    cli = build_cli(
+        [
+            "--config",
+            str(QUICKSTART),
+            "--model=user_gnn_for_cli_test.UserGNN",
+            "--model.width=3",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        run=False,
+    )
+    assert type(cli.model).__name__ == "UserGNN"
+    hparams = {k: v for k, v in cli.model.hparams.items() if not k.startswith("_")}
+    assert hparams == {"in_channels": 32, "out_channels": 8, "width": 3}
