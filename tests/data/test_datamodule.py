@@ -198,3 +198,21 @@ def test_host_memory_consumers_attach_before_the_names_are_unlinked(tmp_path: Pa
     trainer.fit(PyGStyleSAGE(dm.num_features, dm.num_classes), datamodule=dm)
     assert consumer.batch is not None and consumer.batch.batch_size == 128
     assert not _lzc_segments()
+
+
+def test_resume_from_an_epoch_end_checkpoint_starts_the_next_epoch(tmp_path: Path) -> None:
+    pl.seed_everything(0)
+    dm = _datamodule(tmp_path, batch_size=100)
+    record = RecordBatches()
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1, filename="{epoch}-{step}", every_n_epochs=1)
+    trainer = _trainer(tmp_path, max_epochs=3, callbacks=[record, ckpt], limit_val_batches=0)
+    trainer.fit(PyGStyleSAGE(dm.num_features, dm.num_classes), datamodule=dm)
+    steps_per_epoch = trainer.num_training_batches
+
+    resumed = RecordBatches()
+    trainer2 = _trainer(tmp_path, max_epochs=3, callbacks=[resumed], limit_val_batches=0)
+    path = tmp_path / "ckpt" / f"epoch=0-step={steps_per_epoch}.ckpt"
+    trainer2.fit(PyGStyleSAGE(dm.num_features, dm.num_classes), datamodule=_datamodule(tmp_path, batch_size=100), ckpt_path=path)
+    assert sorted(resumed.seen) == [key for key in sorted(record.seen) if key[0] >= 1]
+    for key, (n_id, _) in resumed.seen.items():
+        assert torch.equal(n_id, record.seen[key][0]), key
