@@ -43,51 +43,60 @@ FANOUTS = [15, 10, 5]
 DEFAULT_CONFIGS = "none,in_process,worker,worker_mps_10,worker_mps_20,worker_mps_30,gpu_resident"
 
 
-# ---------------------------------------------------------------------------------------------- data (prep process)
+# ---------------------------------------------------------------------------------------------- data (owner process)
 def prepare(args: argparse.Namespace, handles_path: str) -> dict:
-    """Generate the graph and features into shared host memory; write the picklable handles to ``handles_path``."""
+    """Generate the graph into shared host memory (no CUDA in this process: it stays alive, owning the segments,
+    while configurations run under MPS); a short-lived child fills the features on the GPU through the handle."""
     from lightning_zerocopy.data.host import share_node_data
     from lightning_zerocopy.datasets.base import NodeData
 
     t0 = time.perf_counter()
     num_nodes = int(args.gib * 2**30 // (4 * args.dim))
     num_edges = int(num_nodes * args.avg_degree)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: only for a smoke run of the script itself
-    gen = torch.Generator(device=dev).manual_seed(0)
-    perm = torch.randperm(num_nodes, device=dev, generator=gen)  # shuffled ids: no free locality
-    # power-law sources (P(rank r) ~ r^-alpha via inverse transform on a continuous approximation), uniform targets
-    chunks_src, chunks_dst = [], []
-    step = 1 << 26
-    for start in range(0, num_edges, step):
-        n = min(step, num_edges - start)
-        u = torch.rand(n, device=dev, generator=gen, dtype=torch.float64)
-        rank = (num_nodes ** (1 - args.alpha) * u).pow(1 / (1 - args.alpha)).long().clamp_(0, num_nodes - 1)
-        chunks_src.append(perm[rank].cpu())
-        chunks_dst.append(torch.randint(0, num_nodes, (n,), device=dev, generator=gen).cpu())
-    edge_index = torch.stack([torch.cat(chunks_src), torch.cat(chunks_dst)])
-    del chunks_src, chunks_dst
-    x = torch.empty((num_nodes, args.dim), dtype=torch.float32)
-    rows = max(1, (1 << 28) // (4 * args.dim))
-    for start in range(0, num_nodes, rows):
-        n = min(rows, num_nodes - start)
-        x[start : start + n].copy_(torch.randn(n, args.dim, device=dev, generator=gen))
-    y = torch.randint(0, args.classes, (num_nodes,), device=dev, generator=gen).cpu()
-    order = torch.randperm(num_nodes, device=dev, generator=gen).cpu()
-    n_train = min(num_nodes // 2, 1024 * (args.steps + args.warmup + 10))
+    gen = torch.Generator().manual_seed(0)
+    perm = torch.randperm(num_nodes, generator=gen)  # shuffled ids: no free locality
+    # power-law sources (density ~ rank^-alpha by inverse transform), uniform targets
+    u = torch.rand(num_edges, generator=gen, dtype=torch.float64)
+    rank = u.mul_(num_nodes ** (1 - args.alpha)).pow_(1 / (1 - args.alpha)).long().clamp_(0, num_nodes - 1)
+    del u
+    edge_index = torch.stack([perm[rank], torch.randint(0, num_nodes, (num_edges,), generator=gen)])
+    del rank
+    x = torch.empty((num_nodes, args.dim), dtype=torch.float32)  # filled on the GPU below, through the handle
+    y = torch.randint(0, args.classes, (num_nodes,), generator=gen)
+    order = torch.randperm(num_nodes, generator=gen)
+    n_train = min(num_nodes // 2, args.batch_size * (args.steps + args.warmup + 10))
     data = NodeData(edge_index=edge_index, x=x, y=y, train_idx=order[:n_train], val_idx=order[n_train : n_train + 1024],
                     test_idx=order[n_train + 1024 : n_train + 2048])  # fmt: skip
     gen_s = time.perf_counter() - t0
     handles = share_node_data(data)
+    del data, x, edge_index
     with open(handles_path, "wb") as f:
         pickle.dump(handles, f)
+    filled = subprocess.run([sys.executable, os.path.abspath(__file__), f"--_fill={handles_path}"], timeout=600)
+    if filled.returncode != 0:
+        handles.unlink()
+        raise RuntimeError(f"filling the features failed (exit {filled.returncode})")
     return {
         "num_nodes": num_nodes,
         "num_edges": num_edges,
         "feature_gib": num_nodes * args.dim * 4 / 2**30,
         "dim": args.dim,
         "generate_s": gen_s,
-        "share_s": time.perf_counter() - t0 - gen_s,
+        "share_and_fill_s": time.perf_counter() - t0 - gen_s,
     }
+
+
+def fill_features(handles_path: str) -> None:
+    """Random normal features, generated on the GPU (or CPU) and written into the shared table in place."""
+    with open(handles_path, "rb") as f:
+        handles = pickle.load(f)
+    table = handles.features.open().data
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator(device=dev).manual_seed(1)
+    rows = max(1, (1 << 28) // (4 * table.shape[1]))
+    for start in range(0, table.shape[0], rows):
+        n = min(rows, table.shape[0] - start)
+        table[start : start + n].copy_(torch.randn(n, table.shape[1], device=dev, generator=gen))
 
 
 # ---------------------------------------------------------------------------------------------- one configuration
@@ -213,6 +222,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--config-timeout", type=float, default=300.0)
     p.add_argument("--_prepare", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_run", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_fill", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_handles", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -228,6 +238,9 @@ def _child(args_list: list[str], timeout: float) -> dict:
 
 def main(argv: Optional[list[str]] = None) -> dict:
     args = parse_args(argv)
+    if args._fill:
+        fill_features(args._fill)
+        return {}
     if args._prepare:  # owns the shared segments: stays until the orchestrator closes our stdin, then unlinks
         info = prepare(args, args._prepare)
         print(json.dumps(info), flush=True)

@@ -94,7 +94,8 @@ def fake_mps(tmp_path, monkeypatch):
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     for key in (mps.ROOT_ENV, mps.PIPE_ENV, mps.LOG_ENV, mps.PERCENT_ENV, "TORCHELASTIC_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "")  # recorded, so teardown restores what start_mps() writes into os.environ
+        monkeypatch.delenv(key)
     monkeypatch.setattr(mps, "_warned", set())
     before = set(Path("/tmp").glob("lzc-mps-*"))
     yield exe
