@@ -42,12 +42,12 @@ _CHUNK = 1 << 22
 _FEATURE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 
 
-def _stream(seed: int, *labels: int) -> torch.Generator:
+def _stream(seed: int, *labels: int, device: str = "cpu") -> torch.Generator:
     """An independent generator for one stage/chunk of the build, derived from the dataset seed."""
     mixed = seed & 0xFFFFFFFFFFFF
     for label in labels:
         mixed = (mixed * 6364136223846793005 + 1442695040888963407 + label) & 0x7FFFFFFFFFFFFFFF
-    return torch.Generator().manual_seed(mixed)
+    return torch.Generator(device=device).manual_seed(mixed)
 
 
 def _chunks(total: int, size: int = _CHUNK) -> Iterator[tuple[int, int, int]]:
@@ -76,6 +76,8 @@ class SyntheticGraph(NodeDataset):
         val_fraction: fraction of nodes in the validation split; the rest is the test split.
         feature_dtype: ``"float32"`` or ``"float16"``.
         seed: seed of every random draw.
+        device: where the edges and features are drawn, e.g. ``"cuda"`` for very large graphs (results are
+            deterministic per device type, but a GPU draws different numbers than the CPU).
         cache_dir: cache root (default ``$LIGHTNING_ZEROCOPY_CACHE`` or ``~/.cache/lightning_zerocopy``).
     """
 
@@ -93,6 +95,7 @@ class SyntheticGraph(NodeDataset):
         val_fraction: float = 0.2,
         feature_dtype: str = "float32",
         seed: int = 0,
+        device: str = "cpu",
         cache_dir: Optional[str] = None,
     ) -> None:
         if num_nodes < num_classes or num_classes < 1:
@@ -125,6 +128,9 @@ class SyntheticGraph(NodeDataset):
             seed=seed,
             version=1,
         )
+        self.device = torch.device(device)
+        if self.device.type != "cpu":  # a GPU draws other random numbers: its graphs get their own cache entry
+            self.config["device_type"] = self.device.type
         root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
         self.cache = ArrayCache(root / f"synthetic-{config_key(self.config)}")
 
@@ -157,7 +163,7 @@ class SyntheticGraph(NodeDataset):
         del rank, weight
         cdf0 = torch.cat([cdf.new_zeros(1), cdf])  # cdf0[k] = total weight of ids < k
 
-        src, dst = self._draw_edges(cdf, cdf0, bounds)
+        src, dst = self._draw_edges(cdf.to(self.device), cdf0.to(self.device), bounds.to(self.device))
         del cdf, cdf0
 
         new_id = torch.randperm(n, generator=_stream(seed, 2))  # pre-shuffle id -> published id
@@ -180,19 +186,20 @@ class SyntheticGraph(NodeDataset):
         srcs, dsts = [], []
         with _bar(num_draws, "synthetic graph: edges", "edge") as bar:
             for i, start, stop in _chunks(num_draws):
-                gen = _stream(cfg["seed"], 3, i)
+                dev = cdf.device
+                gen = _stream(cfg["seed"], 3, i, device=dev.type)
                 m = stop - start
-                src = torch.searchsorted(cdf, torch.rand(m, generator=gen, dtype=torch.float64) * total, right=True)
-                src.clamp_(max=n - 1)
+                u = torch.rand(m, generator=gen, dtype=torch.float64, device=dev)
+                src = torch.searchsorted(cdf, u * total, right=True).clamp_(max=n - 1)
                 cls = torch.searchsorted(bounds, src, right=True) - 1
-                inside = torch.rand(m, generator=gen) < cfg["homophily"]
+                inside = torch.rand(m, generator=gen, device=dev) < cfg["homophily"]
                 lo = torch.where(inside, cdf0[bounds[cls]], 0.0)
                 hi = torch.where(inside, cdf0[bounds[cls + 1]], total)
-                u = torch.rand(m, generator=gen, dtype=torch.float64)
+                u = torch.rand(m, generator=gen, dtype=torch.float64, device=dev)
                 dst = torch.searchsorted(cdf, lo + u * (hi - lo), right=True).clamp_(max=n - 1)
                 keep = src != dst
-                srcs.append(src[keep])
-                dsts.append(dst[keep])
+                srcs.append(src[keep].cpu())
+                dsts.append(dst[keep].cpu())
                 bar.update(m)
         return torch.cat(srcs), torch.cat(dsts)
 
@@ -213,14 +220,16 @@ class SyntheticGraph(NodeDataset):
         cfg = self.config
         n, f = cfg["num_nodes"], cfg["num_features"]
         dtype = _FEATURE_DTYPES[cfg["feature_dtype"]]
+        dev = self.device
         means = torch.randn(cfg["num_classes"], f, generator=_stream(cfg["seed"], 4)) * cfg["feature_signal"]
+        means = means.to(dev)
         x = np.lib.format.open_memmap(out / "x.npy", mode="w+", dtype=np.dtype(cfg["feature_dtype"]), shape=(n, f))
         xt = torch.from_numpy(x)
         rows = max(1, _CHUNK // max(f, 1))
         with _bar(n, "synthetic graph: features", "node") as bar:
             for i, start, stop in _chunks(n, rows):
-                noise = torch.randn(stop - start, f, generator=_stream(cfg["seed"], 5, i))
-                xt[start:stop] = (noise.add_(means[y[start:stop]])).to(dtype)
+                noise = torch.randn(stop - start, f, generator=_stream(cfg["seed"], 5, i, device=dev.type), device=dev)
+                xt[start:stop] = noise.add_(means[y[start:stop].to(dev)]).to(dtype).cpu()
                 bar.update(stop - start)
         x.flush()
         del xt, x

@@ -99,3 +99,19 @@ def test_float16_features(tmp_path: Path) -> None:
 def test_bad_parameters_name_the_key(tmp_path: Path, kwargs: dict, key: str) -> None:
     with pytest.raises(ValueError, match=key):
         _build(tmp_path, **kwargs)
+
+
+@pytest.mark.cuda
+def test_generates_on_the_gpu(tmp_path: Path) -> None:
+    cpu = _build(tmp_path / "cpu").load()
+    gpu_graph = _build(tmp_path / "gpu", device="cuda")
+    assert gpu_graph.cache.path.name != _build(tmp_path / "cpu").cache.path.name
+    gpu = gpu_graph.load()
+    assert gpu.x.device.type == "cpu" and gpu.x.shape == cpu.x.shape
+    assert torch.equal(gpu.y, cpu.y)  # labels and splits come from the CPU streams
+    assert torch.equal(gpu.train_idx, cpu.train_idx)
+    assert abs(gpu.num_edges - cpu.num_edges) < 0.01 * cpu.num_edges
+    same = (gpu.y[gpu.edge_index[0]] == gpu.y[gpu.edge_index[1]]).float().mean()
+    assert 0.75 < same < 0.9
+    again = _build(tmp_path / "gpu2", device="cuda").load()
+    assert torch.equal(again.edge_index, gpu.edge_index) and torch.equal(again.x, gpu.x)
