@@ -162,3 +162,16 @@ def test_graph_without_edge_attr_has_no_edge_attr() -> None:
         assert "edge_attr" not in batch
     finally:
         handles.unlink()
+
+
+def test_fields_match_pygs_own_filter_data(shared) -> None:
+    """PyG's NeighborLoader builds its batch with ``filter_data``; given our sample it must agree field by field."""
+    from torch_geometric.data import Data
+    from torch_geometric.loader.utils import filter_data
+
+    data, handles = shared
+    batch = BatchBuilder(handles, [6, 2]).build_batch(_item(data, step=4))
+    full = Data(x=data.x, y=data.y, edge_index=data.edge_index, edge_attr=data.edge_attr)
+    reference = filter_data(full, batch.n_id, batch.edge_index[0], batch.edge_index[1], batch.e_id)
+    for key in ("x", "y", "edge_index", "edge_attr"):
+        assert torch.equal(batch[key], reference[key]), key
