@@ -1,6 +1,7 @@
 """``DataTelemetry``: how long the trainer waits for data, and how fast data arrives, per training step.
 
-Logged through the LightningModule's logger (and shown in the progress bar):
+Logged through the LightningModule's logger, per step and as epoch means (the progress bar shows ``stall``,
+the stall fraction, and ``MEPS``, millions of sampled edges per second):
 
 * ``data/stall_ms``: host time between the end of one training step and the start of the next (fetching the
   batch and moving it to the device), i.e. what the trainer waited for data;
@@ -68,13 +69,12 @@ class DataTelemetry(Callback):
                 metrics["data/build_ms"] = 1e3 * stats.last_build_s
             self.history.append(metrics)
             bs = getattr(batch, "batch_size", None)
-            pl_module.log_dict(
-                metrics,
-                prog_bar=self.prog_bar,
-                on_step=True,
-                on_epoch=True,
-                batch_size=bs if isinstance(bs, int) else None,
-            )
+            bs = bs if isinstance(bs, int) else None
+            pl_module.log_dict(metrics, on_step=True, on_epoch=True, batch_size=bs)
+            if self.prog_bar:  # two compact figures; the full set goes to the logger
+                pl_module.log("stall", metrics["data/stall_frac"], prog_bar=True, logger=False, batch_size=bs)
+                if "data/seps" in metrics:
+                    pl_module.log("MEPS", metrics["data/seps"] / 1e6, prog_bar=True, logger=False, batch_size=bs)
         self._last_start = now
 
     @override
