@@ -12,10 +12,13 @@
 #                       tests     REQUIRE_CUDA=1 python3 -m pytest -q tests
 #                       gather    benchmarks/gather.py (zero-copy gather vs baselines; host table >= 8 GiB)
 #                       sampling  benchmarks/sampling.py (SEPS: cpu, pyg, gpu, uva)
+#                       pipeline  benchmarks/pipeline.py (training steps/s with/without the pipeline, MPS splits;
+#                                 not in the default list: GPU_CHECK_STAGES=...,pipeline)
 #   GPU_CHECK_COMMIT  the commit being checked (the device copy of the tree may have no .git)
 #   GPU_CHECK_TEST_WORKERS  pytest-xdist workers for the tests (default 0 = one process)
 #   OUT               where logs and gpu_results.json go (default: results/gpu_check)
-#   GPU_CHECK_GATHER_ARGS / GPU_CHECK_SAMPLING_ARGS / GPU_CHECK_PYTEST_ARGS  override each stage's arguments
+#   GPU_CHECK_GATHER_ARGS / GPU_CHECK_SAMPLING_ARGS / GPU_CHECK_PIPELINE_ARGS / GPU_CHECK_PYTEST_ARGS
+#                     override each stage's arguments
 #   GPU_CHECK_EXTRA_STAGE_<NAME>  a shell command run as stage NAME (e.g. a pipeline benchmark appended later);
 #                     its stdout/stderr go to $OUT/<name>.log and, if it writes $OUT/<name>.json, that file is
 #                     merged into gpu_results.json under benchmarks.<name>
@@ -133,6 +136,17 @@ if want sampling; then
   rc=$?
   record sampling $rc $((SECONDS - start))
   tail -10 "$OUT/bench.log"
+fi
+
+if want pipeline; then
+  start=$SECONDS
+  echo "== pipeline benchmark (steps/s: no pipeline, in-process, worker, worker + MPS, GPU-resident bound)"
+  # shellcheck disable=SC2086
+  timeout "${GPU_CHECK_PIPELINE_TIMEOUT:-420}" python3 benchmarks/pipeline.py --out "$OUT/pipeline.json" \
+    ${GPU_CHECK_PIPELINE_ARGS:---gib 8 --steps 100 --warmup 15 --config-timeout 100} >"$OUT/pipeline.log" 2>&1
+  rc=$?
+  record pipeline $rc $((SECONDS - start))
+  tail -12 "$OUT/pipeline.log"
 fi
 
 # Extra stages appended by other checks (e.g. the pipeline): GPU_CHECK_EXTRA_STAGE_<NAME>="command".
