@@ -32,6 +32,9 @@ mkdir -p "$OUT"
 stages=",${GPU_CHECK_STAGES:-build,tests,gather,sampling},"
 commit="${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 export PYTHONUNBUFFERED=1
+# The extension is built in place, not installed: subprocesses that tests start (DDP ranks, worker scripts, the
+# CLI entry point) find the package through PYTHONPATH.
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 status_json="$OUT/stages.tsv"
 : >"$status_json"
 overall=0
@@ -198,7 +201,7 @@ for name in sorted(os.listdir(out)):
         if name == "gather.json":
             data = {"gpu": data.get("gpu"), "config": data.get("config"), "results": [
                 {k: r[k] for k in ("row_bytes", "num_rows", "rows_per_batch_mean", "pages_touched_per_batch_mean",
-                                   "rows_per_touched_page", "pages_touched_per_batch_freq_order", "hot_rows", "gbps", "fraction_of_contiguous",
+                                   "rows_per_touched_page", "pages_touched_per_batch_freq_order", "hot_rows", "hot_rows_big", "gbps", "fraction_of_contiguous",
                                    "auto_chose")} for r in data.get("results", [])]}
         res["benchmarks"][name[:-5]] = data
 with open(os.path.join(out, "gpu_results.json"), "w") as f:

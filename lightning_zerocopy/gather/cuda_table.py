@@ -24,11 +24,14 @@ import resource
 import statistics
 import threading
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Union
+from typing import TYPE_CHECKING, Literal, Optional, Union
 
 import torch
 
 from lightning_zerocopy import ops
+
+if TYPE_CHECKING:
+    from lightning_zerocopy.gather.host_table import HostFeatureTable
 
 __all__ = [
     "CudaFeatureTable",
@@ -226,8 +229,8 @@ class CudaFeatureTable:
     """A host feature table that the GPU reads in place, with an optional GPU hot-row cache.
 
     Args:
-        table: 2-D contiguous CPU tensor (``HostFeatureTable.data``, a shared-memory or pinned tensor), or a CUDA
-            tensor (then rows come from GPU memory and registration is skipped).
+        table: a :class:`~lightning_zerocopy.gather.HostFeatureTable`, a 2-D contiguous CPU tensor (shared-memory
+            or pinned), or a CUDA tensor (then rows come from GPU memory and registration is skipped).
         device: the GPU that gathers (default: the current one).
         mode: ``"direct"`` (rows read in batch order), ``"sorted"`` (rows read in ascending address order and
             written back to their batch positions) or ``"auto"`` (time both on the first ``2 * trial_calls``
@@ -239,7 +242,7 @@ class CudaFeatureTable:
 
     def __init__(
         self,
-        table: torch.Tensor,
+        table: Union[torch.Tensor, "HostFeatureTable"],
         device: Union[torch.device, str, int, None] = None,
         *,
         mode: GatherMode = "auto",
@@ -247,8 +250,10 @@ class CudaFeatureTable:
         trial_calls: int = 3,
         register: bool = True,
     ) -> None:
+        if not isinstance(table, torch.Tensor) and isinstance(getattr(table, "data", None), torch.Tensor):
+            table = table.data  # a HostFeatureTable
         if not isinstance(table, torch.Tensor) or table.dim() != 2:
-            raise ValueError("`table` must be a 2-D tensor (num_rows, dim)")
+            raise ValueError("`table` must be a 2-D tensor (num_rows, dim) or a HostFeatureTable")
         if not table.is_contiguous():
             raise ValueError("`table` must be contiguous")
         if mode not in ("auto", "direct", "sorted"):

@@ -292,3 +292,13 @@ def test_opcheck_cuda() -> None:
         torch.ops.zerocopy.gather_rows_into.default, (placed.table, ids, out),
         test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
     )  # fmt: skip
+
+
+def test_feature_table_accepts_a_host_feature_table() -> None:
+    from lightning_zerocopy.gather import CudaFeatureTable, HostFeatureTable
+
+    host = random_table(3000, 24, torch.float16, seed=30)
+    with CudaFeatureTable(HostFeatureTable(exclusive_host_copy(host)), mode="direct") as table:
+        ids = random_ids(3000, 700, seed=31).cuda()
+        assert bitwise_equal(table.gather(ids), host[ids.cpu()])
+        assert table.chosen_mode == "direct" and table.row_bytes == 48
