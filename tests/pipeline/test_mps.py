@@ -232,8 +232,9 @@ def test_supervisor_stops_the_daemon_after_the_owner_dies(fake_mps, sig):
 def test_daemon_that_ignores_quit_is_killed(fake_mps, monkeypatch):
     monkeypatch.setenv("FAKE_MPS_IGNORE_QUIT", "1")
     daemon = mps.start_mps()
-    # the supervisor's grace is 30 s by default; run its logic directly with a short one
+    # the supervisor's grace is 30 s by default; run its stop logic here with a short one (not _supervise(),
+    # which would install its signal dispositions in the test process)
     os.kill(daemon.supervisor_pid, signal.SIGKILL)
-    mps._supervise(owner_pid=2**22 + 9, root=daemon.root, binary=str(fake_mps), daemon_pid=daemon.daemon_pid, grace=1.0)
+    mps._stop_daemon(daemon.root, str(fake_mps), daemon.daemon_pid, grace=1.0)
     assert _wait(lambda: not _alive(daemon.daemon_pid), 5)
     assert not Path(daemon.root).exists()
