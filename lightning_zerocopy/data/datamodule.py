@@ -10,7 +10,12 @@ Lifecycle (every hook is wiring; the work is in :mod:`~lightning_zerocopy.data.h
   as long as some process maps it, so a crash leaks nothing.
 * ``*_dataloader``: :class:`~lightning_zerocopy.data.loader.PlanLoader` over this rank's
   :class:`~lightning_zerocopy.data.plan.BatchPlan`, building batches in this process.
-* ``transfer_batch_to_device``: ``Data.to(device, non_blocking=True)``.
+* ``transfer_batch_to_device``: moves what is not on the device yet (``non_blocking``); a batch built on the
+  GPU (``gather='zerocopy'`` or a GPU sampler) is handed over as it is.
+* ``teardown``/``on_exception``: the builders are closed (GPU caches freed, host registrations released).
+
+GPU data path (``sampler_placement``, ``gather``, ``gather_mode``, ``hot_rows``): node features stay in host
+memory and the GPU reads exactly the rows a mini-batch needs (see :mod:`lightning_zerocopy.data.batch`).
 
 For other execution paths (a pipeline worker, a custom loop), :meth:`ZeroCopyDataModule.plan` and
 :meth:`ZeroCopyDataModule.builder` give the same plan and a picklable, unopened builder.
@@ -24,9 +29,10 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from torch_geometric.data import Data
+from pytorch_lightning.utilities import rank_zero_warn
 from typing_extensions import override
 
-from lightning_zerocopy.data.batch import BatchBuilder, HostGraphHandles
+from lightning_zerocopy.data.batch import BatchBuilder, GatherMode, HostGraphHandles, SamplerPlacement
 from lightning_zerocopy.data.host import FeatureStorage, share_node_data
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
@@ -34,9 +40,11 @@ from lightning_zerocopy.datasets.base import NodeDataset
 from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
 from lightning_zerocopy.sampling.neighbor_sampler import validate_fanouts
 
-__all__ = ["HostMemoryConsumer", "Split", "ZeroCopyDataModule"]
+__all__ = ["GatherChoice", "HostMemoryConsumer", "Split", "ZeroCopyDataModule"]
 
 Split = Literal["train", "val", "test", "predict"]
+#: ``auto``: ``zerocopy`` when the trainer's root device is a CUDA GPU (and the CUDA kernels are built), else ``cpu``.
+GatherChoice = Literal["auto", "cpu", "zerocopy"]
 _STREAMS = {"train": 0, "val": 1, "test": 2, "predict": 3}
 
 
@@ -70,6 +78,19 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         predict_split: the nodes ``predict`` runs on: ``"train"``, ``"val"``, ``"test"`` or ``"all"``.
         feature_storage: ``"shared_memory"`` (features copied into RAM shared by all local processes) or
             ``"mmap"`` (map the dataset's ``.npy`` feature file; for features larger than RAM).
+        sampler_placement: where neighbors are sampled: ``"cpu"`` (C++ threads, default), ``"uva"`` (CUDA
+            kernel reading the graph from pinned host memory; needs no GPU memory for the edges) or ``"gpu"``
+            (CUDA kernel, graph copied to GPU memory: fastest when it fits). ``uva``/``gpu`` need a GPU trainer
+            and give the same batches as ``cpu``.
+        gather: how feature rows reach the model: ``"auto"`` (default: ``"zerocopy"`` when the trainer runs on
+            a CUDA GPU, else ``"cpu"``), ``"cpu"`` (CPU threads gather, the trainer copies the batch) or
+            ``"zerocopy"`` (the GPU reads exactly the batch's rows from pinned host memory; no CPU gather, no
+            staging copy). With a GPU sampler or ``"zerocopy"``, batches are built on the GPU.
+        gather_mode: read order of the zero-copy gather: ``"auto"`` (time both orders on the first batches and
+            keep the faster), ``"direct"`` (batch order) or ``"sorted"`` (address order: fewer pages touched).
+        hot_rows: number of feature rows kept in GPU memory (``hot_rows * num_features * bytes per value``),
+            chosen as the nodes sampling picks most often (most frequent in-neighbors); ``0`` = none. Needs
+            the zero-copy gather; capped at the number of nodes.
     """
 
     def __init__(
@@ -86,6 +107,10 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         seed: int = 0,
         predict_split: Literal["train", "val", "test", "all"] = "test",
         feature_storage: FeatureStorage = "shared_memory",
+        sampler_placement: SamplerPlacement = "cpu",
+        gather: GatherChoice = "auto",
+        gather_mode: GatherMode = "auto",
+        hot_rows: int = 0,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -106,6 +131,13 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self.seed = seed
         self.predict_split = predict_split
         self.feature_storage: FeatureStorage = feature_storage
+        _check_gpu_options(sampler_placement, gather, gather_mode, hot_rows)
+        self.sampler_placement: SamplerPlacement = sampler_placement
+        self.gather: GatherChoice = gather
+        self.gather_mode: GatherMode = gather_mode
+        self.hot_rows = int(hot_rows)
+        self._gather_resolved: Optional[str] = None  # "cpu" | "zerocopy", decided in setup
+        self._device_index: Optional[int] = None  # the trainer's CUDA device, decided in setup
         # a bad recipe fails here, before any data is built
         validate_fanouts(self.fanouts)
         validate_fanouts(self.eval_fanouts)
@@ -137,6 +169,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def setup(self, stage: Optional[str] = None) -> None:
         if self._handles is not None:
             return
+        self._resolve_gpu_options()  # a GPU option on a CPU trainer fails before any data is built
         rank, local_rank, world_size = self._ranks()
         created = self._create_host_memory() if local_rank == 0 else None
         if isinstance(created, HostGraphHandles):
@@ -180,7 +213,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     @override
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         if isinstance(batch, Data):
-            return batch.to(device, non_blocking=True)
+            target = _with_index(device)
+            return batch.apply(lambda t: t if _with_index(t.device) == target else t.to(target, non_blocking=True))
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     # ---- the data contract for other execution paths -------------------------------------------------------
@@ -213,7 +247,28 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         """
         handles = self._require_setup()
         fanouts = self.fanouts if split == "train" else self.eval_fanouts
-        return BatchBuilder(handles, fanouts, replace=self.replace, num_threads=self.num_threads)
+        gather = self._gather_resolved or self._resolve_gpu_options()
+        return BatchBuilder(
+            handles,
+            fanouts,
+            replace=self.replace,
+            num_threads=self.num_threads,
+            sampler_placement=self.sampler_placement,
+            gather=gather,  # type: ignore[arg-type]
+            gather_mode=self.gather_mode,
+            hot_rows=self.hot_rows,
+            device=self._device_index,
+        )
+
+    @property
+    def batch_device_type(self) -> str:
+        """``"cuda"`` when batches are built on the GPU (a GPU sampler or the zero-copy gather), else ``"cpu"``.
+
+        Raises:
+            RuntimeError: before :meth:`setup` (``gather="auto"`` is decided there).
+        """
+        self._require_setup()
+        return "cuda" if self.sampler_placement != "cpu" or self._gather_resolved == "zerocopy" else "cpu"
 
     @property
     def handles(self) -> HostGraphHandles:
@@ -224,6 +279,45 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
     def _trainer_or_none(self) -> Optional["pl.Trainer"]:
         return getattr(self, "trainer", None)
+
+    def _resolve_gpu_options(self) -> str:
+        """Decide ``gather='auto'`` and the CUDA device from the trainer; fail, naming the key, where a GPU
+        option meets no GPU. Returns the resolved gather backend."""
+        trainer = self._trainer_or_none()
+        if trainer is not None:
+            root = trainer.strategy.root_device
+            on_cuda, where = root.type == "cuda", f"the trainer runs on {root.type!r}"
+        else:
+            root = None
+            on_cuda, where = torch.cuda.is_available(), "no CUDA GPU is available"
+        needs = [f"data.init_args.sampler_placement={self.sampler_placement!r}"] if self.sampler_placement != "cpu" else []
+        if self.gather == "zerocopy":
+            needs.append("data.init_args.gather='zerocopy'")
+        if needs and not on_cuda:
+            raise ValueError(
+                f"{' and '.join(needs)} build batches on a CUDA GPU, but {where}: run the trainer on a GPU "
+                "(trainer.accelerator='gpu') or use data.init_args.sampler_placement='cpu' and "
+                "data.init_args.gather='cpu' (or 'auto')"
+            )
+        gather = self.gather
+        if gather == "auto":
+            from lightning_zerocopy import WITH_CUDA
+
+            gather = "zerocopy" if on_cuda and trainer is not None and WITH_CUDA else "cpu"
+            if on_cuda and trainer is not None and not WITH_CUDA:
+                rank_zero_warn(
+                    "data.init_args.gather='auto' falls back to 'cpu': lightning_zerocopy._C was built without its "
+                    "CUDA kernels (rebuild with FORCE_CUDA=1 for the zero-copy gather)"
+                )
+        if gather == "cpu" and self.hot_rows > 0:
+            raise ValueError(
+                f"data.init_args.hot_rows={self.hot_rows} caches rows for the zero-copy gather, but "
+                f"data.init_args.gather={self.gather!r} resolves to 'cpu' here ({where if not on_cuda else 'no CUDA kernels'});"
+                " set hot_rows=0 or run the zero-copy gather on a GPU trainer"
+            )
+        self._gather_resolved = gather
+        self._device_index = root.index if root is not None and root.type == "cuda" else None
+        return gather
 
     def _ranks(self) -> tuple[int, int, int]:
         trainer = self._trainer_or_none()
@@ -260,8 +354,10 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def _open(self, handles: HostGraphHandles) -> None:
         self._handles = handles
         self._splits = {name: handle.open() for name, handle in handles.splits.items()}
-        train = self.builder("train").open()
-        evaluation = train if self.eval_fanouts == self.fanouts else self.builder("val").open()
+        # map the host memory now (the names go away after setup); the GPU side (registrations, caches) is set
+        # up by the first batch in whichever process builds (here, or a pipeline worker with its own builder)
+        train = self.builder("train").map_host()
+        evaluation = train if self.eval_fanouts == self.fanouts else self.builder("val").map_host()
         self._builders = {"train": train, "val": evaluation, "test": evaluation, "predict": evaluation}
 
     def _unlink_names(self) -> None:
@@ -271,8 +367,13 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
     def _release(self) -> None:
         self._unlink_names()
+        builders, self._builders = self._builders, {}
+        for builder in {id(b): b for b in builders.values()}.values():
+            try:
+                builder.close()  # GPU caches, host registrations (idempotent)
+            except Exception as exc:  # noqa: BLE001 - releasing must not mask the run's own outcome
+                rank_zero_warn(f"closing the batch builder failed: {exc!r}")
         self._handles = None
-        self._builders = {}
         self._splits = {}
 
     def _require_setup(self) -> HostGraphHandles:
@@ -291,3 +392,43 @@ class ZeroCopyDataModule(pl.LightningDataModule):
                 return torch.arange(self._handles.graph.num_nodes)  # type: ignore[union-attr]
             return self._splits[self.predict_split]
         return self._splits[split]
+
+
+def _check_gpu_options(sampler_placement: Any, gather: Any, gather_mode: Any, hot_rows: Any) -> None:
+    """Validate the GPU data-path options (values, and whether this build can run them), naming the YAML key."""
+    if sampler_placement not in ("cpu", "uva", "gpu"):
+        raise ValueError(f"data.init_args.sampler_placement must be 'cpu', 'uva' or 'gpu', got {sampler_placement!r}")
+    if gather not in ("auto", "cpu", "zerocopy"):
+        raise ValueError(f"data.init_args.gather must be 'auto', 'cpu' or 'zerocopy', got {gather!r}")
+    if gather_mode not in ("auto", "direct", "sorted"):
+        raise ValueError(f"data.init_args.gather_mode must be 'auto', 'direct' or 'sorted', got {gather_mode!r}")
+    if isinstance(hot_rows, bool) or not isinstance(hot_rows, int) or hot_rows < 0:
+        raise ValueError(f"data.init_args.hot_rows must be a number of rows >= 0, got {hot_rows!r}")
+    if hot_rows > 0 and gather == "cpu":
+        raise ValueError(
+            f"data.init_args.hot_rows={hot_rows} caches rows for the zero-copy gather, but data.init_args.gather='cpu'; "
+            "use gather='zerocopy' (or 'auto' on a GPU trainer) or hot_rows=0"
+        )
+    for key, value, fallback in (("sampler_placement", sampler_placement, "cpu"), ("gather", gather, "cpu")):
+        if value in ("uva", "gpu", "zerocopy"):
+            problem = _cuda_build_problem()
+            if problem:
+                raise ValueError(f"data.init_args.{key}={value!r} needs a CUDA GPU, but {problem}; use {fallback!r}")
+
+
+def _cuda_build_problem() -> Optional[str]:
+    """Why this installation cannot run CUDA kernels at all (checked without creating a CUDA context), or None."""
+    if torch.version.cuda is None:
+        return f"this torch ({torch.__version__}) is a CPU-only build"
+    from lightning_zerocopy import WITH_CUDA
+
+    if not WITH_CUDA:
+        return "lightning_zerocopy._C was built without its CUDA kernels (rebuild with FORCE_CUDA=1)"
+    return None
+
+
+def _with_index(device: torch.device) -> torch.device:
+    """``device`` with an explicit index (``cuda`` -> ``cuda:<current>``), for comparing devices."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
