@@ -87,12 +87,18 @@ def power_law_csc_gpu(num_nodes: int, avg_degree: float, alpha: float, seed: int
 
 
 def mapped_cuda_view(table: torch.Tensor) -> Optional[torch.Tensor]:
-    """A CUDA tensor aliasing the registered host table (its device address from cudaHostGetDevicePointer, via
+    """A CUDA tensor aliasing the registered host table (its device address from cudaPointerGetAttributes, via
     CuPy), built through ``__cuda_array_interface__``. None when CuPy is missing or torch refuses it."""
     try:
         import cupy
 
-        device_ptr = int(cupy.cuda.runtime.hostGetDevicePointer(table.data_ptr(), 0))
+        runtime = cupy.cuda.runtime
+        if hasattr(runtime, "hostGetDevicePointer"):
+            device_ptr = int(runtime.hostGetDevicePointer(table.data_ptr(), 0))
+        else:  # CuPy 14 has no hostGetDevicePointer binding; the pointer attributes carry the same address
+            device_ptr = int(runtime.pointerGetAttributes(table.data_ptr()).devicePointer)
+        if device_ptr == 0:
+            raise RuntimeError("the table is not registered/mapped memory")
 
         class _Alias:
             __cuda_array_interface__ = {

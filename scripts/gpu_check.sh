@@ -107,7 +107,7 @@ if want tests; then
     xdist="-n $GPU_CHECK_TEST_WORKERS --dist loadfile"
   fi
   # shellcheck disable=SC2086
-  REQUIRE_CUDA=1 timeout "${GPU_CHECK_TEST_TIMEOUT:-330}" python3 -m pytest -q -rfE tests -p no:cacheprovider $xdist \
+  REQUIRE_CUDA=1 timeout "${GPU_CHECK_TEST_TIMEOUT:-420}" python3 -m pytest -q -rfE tests -p no:cacheprovider $xdist \
     --junitxml="$OUT/junit.xml" ${GPU_CHECK_PYTEST_ARGS:-} >"$OUT/tests.log" 2>&1
   rc=$?
   record tests $rc $((SECONDS - start))
