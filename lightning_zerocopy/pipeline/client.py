@@ -3,14 +3,17 @@
 :class:`PipelineClient` speaks the protocol of :mod:`.producer` over a *transport* (a worker process,
 :mod:`.worker`, or a thread, :mod:`.in_process`). A batch handed to the trainer is a ``Data`` of views into a
 slot; the slot goes back to the producer only when the trainer asks for the next batch of that loader, i.e.
-after the training step that used it (forward, backward, optimizer) was issued, and on CUDA only after that
-work has run (the producer waits on a *free* event recorded on the trainer's stream).
+after the training step that used it (forward, backward, optimizer) was issued, and on CUDA only once that
+work has run: a local event recorded on the trainer's stream is polled, and ``free`` is sent when it has
+completed.
 """
 
 from __future__ import annotations
 
 import math
 import pickle
+import queue
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -30,7 +33,7 @@ class PipelineError(RuntimeError):
 class Transport(Protocol):
     """How the trainer reaches its producer."""
 
-    #: True when the producer runs in another process (events must be shared as IPC handles).
+    #: True when the producer runs in another process (slots and sources are then shared/pickled).
     interprocess: bool
 
     def send(self, msg: tuple) -> None: ...
@@ -63,7 +66,6 @@ class PipelineStats:
 class _Stage:
     source: Any
     ring: Optional[SlotRing] = None
-    ready_events: list = field(default_factory=list)
     free_events: list = field(default_factory=list)
     gen: Optional[int] = None
     inbox: deque = field(default_factory=deque)
@@ -100,6 +102,8 @@ class PipelineClient:
         self._stages: dict[str, _Stage] = {}
         self._gen = 0
         self._closed = False
+        self._send_lock = threading.Lock()
+        self._notifier: Optional[_FreeNotifier] = None
 
     # ---- public API ------------------------------------------------------------------------------------------
     def register(self, stage: str, source: BatchSource) -> None:
@@ -114,7 +118,7 @@ class PipelineClient:
         # a worker gets a plain pickle (tensors by value, e.g. the plan's seed ids, which may live in a mapped file
         # that torch.multiprocessing cannot pass as a descriptor); shared host memory is opened by name there
         payload = pickle.dumps(source) if self.transport.interprocess else source
-        self.transport.send(("source", stage, payload))
+        self._send(("source", stage, payload))
         self._pump(lambda: st.opened, f"the {stage} batch source to be opened")
 
     def iterate(self, stage: str, epoch: int, start: int = 0, stop: Optional[int] = None) -> Iterator[Data]:
@@ -127,10 +131,9 @@ class PipelineClient:
         st.gen = gen
         st.inbox.clear()
         if st.ring is not None and self.device.type == "cuda":
-            stream = torch.cuda.current_stream(self.device)
-            for event in st.free_events:  # whatever this stream did with any slot happens before reuse
-                event.record(stream)
-        self.transport.send(("start", stage, gen, epoch, start, stop))
+            # a new iteration hands every slot back at once: let queued work that reads them finish first
+            torch.cuda.current_stream(self.device).synchronize()
+        self._send(("start", stage, gen, epoch, start, stop))
         return self._generate(stage, st, gen, epoch, start, stop)
 
     def close(self, timeout: float = 5.0) -> None:
@@ -138,14 +141,20 @@ class PipelineClient:
         if self._closed:
             return
         self._closed = True
+        if self._notifier is not None:
+            self._notifier.close()
         try:
-            self.transport.send(("stop",))
+            self._send(("stop",))
         except Exception:  # noqa: BLE001 - a dead producer needs no stop message
             pass
         self.transport.close(timeout)
         self._stages.clear()
 
     # ---- internals -------------------------------------------------------------------------------------------
+    def _send(self, msg: tuple) -> None:
+        with self._send_lock:  # the free notifier thread sends too
+            self.transport.send(msg)
+
     def _generate(self, stage: str, st: _Stage, gen: int, epoch: int, start: int, stop: int) -> Iterator[Data]:
         held: Optional[int] = None
         try:
@@ -157,8 +166,6 @@ class PipelineClient:
                 _, _, _, slot, got_step, sizes, scalars, build_s = msg
                 if got_step != step:
                     raise PipelineError(f"pipeline protocol error: expected {what}, the producer sent step {got_step}")
-                if self.device.type == "cuda":
-                    torch.cuda.current_stream(self.device).wait_event(st.ready_events[slot])
                 batch = st.ring.view(slot, sizes, scalars)
                 held = slot
                 self.stats.batches += 1
@@ -174,15 +181,20 @@ class PipelineClient:
                 try:
                     if held is not None:
                         self._release(stage, st, gen, held)
-                    self.transport.send(("end", stage, gen))
+                    self._send(("end", stage, gen))
                 except Exception:  # noqa: BLE001 - the producer may already be gone
                     pass
                 st.gen = None
 
     def _release(self, stage: str, st: _Stage, gen: int, slot: int) -> None:
-        if self.device.type == "cuda":
-            st.free_events[slot].record(torch.cuda.current_stream(self.device))
-        self.transport.send(("free", stage, gen, slot))
+        if self.device.type != "cuda":
+            self._send(("free", stage, gen, slot))
+            return
+        event = st.free_events[slot]
+        event.record(torch.cuda.current_stream(self.device))  # after the step's kernels that read the slot
+        if self._notifier is None:
+            self._notifier = _FreeNotifier(self._send, self.device)
+        self._notifier.put(("free", stage, gen, slot), event)
 
     def _wait_ready(self, stage: str, st: _Stage, gen: int, what: str) -> tuple:
         self._pump(lambda: bool(st.inbox), what)
@@ -221,7 +233,9 @@ class PipelineClient:
             buffers = st.ring.grow(slot, sizes)
             self.stats.grows += 1
             self.stats.slot_bytes = sum(s.ring.nbytes() for s in self._stages.values() if s.ring is not None)
-            self.transport.send(("slots", stage, slot, buffers, [], []))
+            if self.device.type == "cuda":
+                torch.cuda.current_stream(self.device).synchronize()
+            self._send(("slots", stage, slot, buffers))
         elif kind == "error":
             raise PipelineError(
                 f"the pipeline producer failed while building {stage} batches (the trainer waited for {what}); "
@@ -237,17 +251,43 @@ class PipelineClient:
                 capacity[axis] = max(capacity[axis], int(bound))
         st.ring = SlotRing(layout, capacity, self.depth, self.device, self.growth, shared=self.transport.interprocess)
         if self.device.type == "cuda":
-            kwargs = {"interprocess": True} if self.transport.interprocess else {}
-            st.ready_events = [torch.cuda.Event(**kwargs) for _ in range(self.depth)]
-            st.free_events = [torch.cuda.Event(**kwargs) for _ in range(self.depth)]
-            stream = torch.cuda.current_stream(self.device)
-            for event in st.free_events + st.ready_events:
-                event.record(stream)  # an IPC handle needs a recorded event; also orders allocation before use
-            if self.transport.interprocess:
-                ready, free = [e.ipc_handle() for e in st.ready_events], [e.ipc_handle() for e in st.free_events]
-            else:
-                ready, free = st.ready_events, st.free_events
-        else:
-            ready, free = [], []
+            st.free_events = [torch.cuda.Event() for _ in range(self.depth)]
+            torch.cuda.current_stream(self.device).synchronize()  # the slots exist before the producer writes
         self.stats.slot_bytes = sum(s.ring.nbytes() for s in self._stages.values() if s.ring is not None)
-        self.transport.send(("slots", stage, None, st.ring.slots, ready, free))
+        self._send(("slots", stage, None, st.ring.slots))
+
+
+class _FreeNotifier:
+    """Sends a slot's ``free`` message once the GPU work the trainer queued on it has run.
+
+    A thread of the trainer process waits on each slot's event in release order (CUDA work on one stream
+    completes in order), so the trainer's own thread never blocks on the GPU to hand a slot back and the
+    producer can refill it while the trainer has already queued the next step.
+    """
+
+    def __init__(self, send, device: torch.device) -> None:
+        self._send = send
+        self._device = device
+        self._queue: "queue.Queue[Optional[tuple[tuple, Any]]]" = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="lightning-zerocopy-slot-release", daemon=True)
+        self._thread.start()
+
+    def put(self, msg: tuple, event: Any) -> None:
+        self._queue.put((msg, event))
+
+    def _run(self) -> None:
+        torch.cuda.set_device(self._device)
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            msg, event = item
+            event.synchronize()
+            try:
+                self._send(msg)
+            except Exception:  # noqa: BLE001 - a dead producer is reported by the trainer's own wait
+                return
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(5.0)

@@ -8,9 +8,9 @@ Trainer → producer::
 
     ("source", stage, source | pickled source)     register/replace the BatchSource of a stage (opened at once)
     ("start", stage, gen, epoch, start, stop)      produce steps [start, stop) of epoch; every slot is free
-    ("free", stage, gen, slot)                     the trainer is done with slot (and recorded its free event)
+    ("free", stage, gen, slot)                     the trainer is done with slot (its GPU work on it has run)
     ("end", stage, gen)                            iteration abandoned: stop producing for it
-    ("slots", stage, index | None, buffers, ready_events, free_events)
+    ("slots", stage, index | None, buffers)
                                                    the whole ring (index None) or one regrown slot
     ("stop",)                                      exit
 
@@ -22,9 +22,11 @@ Producer → trainer::
     ("ready", stage, gen, slot, step, sizes, scalars, build_s)
     ("error", stage, gen, traceback_text)
 
-On CUDA the producer waits on the slot's *free* event (recorded by the trainer after the step that used the
-slot) before writing, writes on its own stream, records the slot's *ready* event, and the trainer's stream
-waits on that event before reading. Neither side ever touches a slot the other owns.
+On CUDA the producer writes on a stream of its own and synchronizes it before announcing ``ready``, so a
+ready slot's contents are complete for any stream of any process. The trainer announces ``free`` only once
+the GPU work it queued on the slot (the step's forward and backward) has finished, which it learns from a
+local CUDA event it polls. Neither side ever touches a slot the other owns, and no interprocess CUDA events
+are needed (those are backed by files in ``/dev/shm`` that the driver can leave behind).
 """
 
 from __future__ import annotations
@@ -60,8 +62,6 @@ class _Stage:
     source: Any = None
     layout: Optional[SlotLayout] = None
     buffers: list[dict[str, torch.Tensor]] = field(default_factory=list)
-    ready_events: list[Any] = field(default_factory=list)
-    free_events: list[Any] = field(default_factory=list)
     free: deque = field(default_factory=deque)
     gen: Optional[int] = None
     epoch: int = 0
@@ -158,11 +158,9 @@ class Producer:
                 stage.gen = None
                 stage.pending = None
         elif kind == "slots":
-            _, _, index, buffers, ready_events, free_events = msg
-            ready_events = [self._event(e) for e in ready_events]
-            free_events = [self._event(e) for e in free_events]
+            _, _, index, buffers = msg
             if index is None:
-                stage.buffers, stage.ready_events, stage.free_events = list(buffers), ready_events, free_events
+                stage.buffers = list(buffers)
                 stage.free = deque(range(len(stage.buffers)))
             else:
                 stage.buffers[index] = buffers
@@ -170,11 +168,6 @@ class Producer:
         else:
             raise ValueError(f"pipeline producer got an unknown command {kind!r}")
         return True
-
-    def _event(self, e: Any) -> Any:
-        if isinstance(e, (bytes, bytearray)):
-            return torch.cuda.Event.from_ipc_handle(self.device, e)
-        return e
 
     # ---- producing -------------------------------------------------------------------------------------------
     def _produce(self, name: str) -> None:
@@ -197,8 +190,6 @@ class Producer:
             _, step, data, sizes, build_s = st.pending
             st.pending = None
             slot = st.free[0]
-            if self._stream is not None:
-                self._stream.wait_event(st.free_events[slot])
         else:
             step = st.next_step
             t0 = time.perf_counter()
@@ -206,8 +197,6 @@ class Producer:
             slot = st.free[0] if st.free else None
             out = None
             if slot is not None:
-                if self._stream is not None:
-                    self._stream.wait_event(st.free_events[slot])
                 out = st.buffers[slot]
             data = st.source.build_batch(item, out=out)
             build_s = time.perf_counter() - t0
@@ -228,8 +217,7 @@ class Producer:
         t0 = time.perf_counter()
         write_batch(st.layout, buffers, data, sizes)
         if self._stream is not None:
-            st.ready_events[slot].record(self._stream)
-            self._stream.synchronize()  # so build_s is the real build time; the trainer never waits on it
+            self._stream.synchronize()  # the slot is complete before it is announced (and build_s is real)
         build_s += time.perf_counter() - t0
         scalars = st.layout.scalars(data)
         del data

@@ -1,5 +1,5 @@
-"""Run on a GPU: start a private MPS daemon, then check CUDA IPC of slots and events under MPS and that the
-worker's SM share takes effect. Prints one JSON line; used by test_pipeline_cuda.py (and readable by itself)."""
+"""Run on a GPU: start a private MPS daemon, then check CUDA IPC of slots (and the slot hand-back) under MPS and
+that the worker's SM share takes effect. Prints one JSON line; used by test_pipeline_cuda.py (and readable by itself)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root (lightning_zerocopy)
 
 from pipeline_fakes import FakeSource, TflopsProbeSource, matmul_tflops  # noqa: E402
 
@@ -25,7 +27,7 @@ def main() -> None:
     os.environ[mps.PERCENT_ENV] = str(100 - worker_percent)
     import torch
 
-    # 1. batches through CUDA IPC slots + IPC events, depth 1 so every batch reuses the slot the trainer just read
+    # 1. batches through CUDA IPC slots, depth 1 so every batch reuses the slot the trainer just read
     client = start_pipeline("worker", depth=1, device="cuda:0", worker_env=daemon.client_env(worker_percent), timeout=120)
     src = FakeSource(steps=6, features=512, batch_size=2048, seed=1)
     client.register("t", src)

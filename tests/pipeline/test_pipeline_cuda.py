@@ -1,4 +1,5 @@
-"""The pipeline on a GPU: CUDA IPC of slot buffers and events (also under MPS), and the MPS SM share."""
+"""The pipeline on a GPU: CUDA IPC of slot buffers and the slot handshake (also under MPS), the MPS SM share,
+and no interprocess-event files left in /dev/shm."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ HERE = Path(__file__).resolve().parent
 @pytest.mark.parametrize("mode", ["worker", "in_process"])
 def test_gpu_slots_are_not_rewritten_while_queued_work_reads_them(mode):
     """Depth 1: every batch reuses the slot of the previous one. The trainer's read of batch t is queued behind
-    a long kernel; the producer must wait for the slot's free event (recorded after that read) before writing
-    batch t+1 into it, and the trainer's stream must wait for the ready event before reading."""
+    a long kernel; the slot may go back to the producer only once that read has run, and a ready slot must be
+    complete before the trainer's stream reads it."""
+    shm_before = set(os.listdir("/dev/shm"))
     client = start_pipeline(mode, depth=1, device="cuda:0", timeout=120)
     src = FakeSource(steps=6, features=512, batch_size=2048, seed=2, huge_at=3)
     client.register("t", src)
@@ -39,6 +41,7 @@ def test_gpu_slots_are_not_rewritten_while_queued_work_reads_them(mode):
         assert client.stats.grows >= 1
     finally:
         client.close()
+    assert not [n for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith("cuda.shm")]
 
 
 @pytest.mark.cuda
