@@ -11,6 +11,8 @@ in shared host memory, a power-law graph with shuffled ids. The data path is the
 * ``worker``       PipelineCallback's worker mode: a worker process, GPU slots shared over CUDA IPC, ping-pong
 * ``worker_mps_X`` the same with a private MPS daemon, worker at X % of the SMs and the trainer at 100 - X
 * ``gpu_resident`` the bound: graph and features in GPU memory, GPU sampler, ``x = features[n_id]`` on the GPU
+* ``breakdown``    not a training run: median ms of one batch's CPU sampling, CPU gather into pinned memory,
+                   copy to the GPU, and the builder's whole ``build_batch`` (what bounds the producer)
 
 Each reports steps/s over ``--steps`` steps after ``--warmup`` (host timer between two device syncs; a
 ``loss.item()`` per step, as Lightning's logging does) and the stall fraction: the share of wall time the
@@ -134,6 +136,42 @@ def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict
     total = args.warmup + args.steps
 
     client = None
+    if config == "breakdown":  # where a producer's batch time goes: sample, gather, copy to the GPU
+        from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler
+
+        sampler = NeighborSampler(handles.graph.open(), fanouts=FANOUTS)
+        table = handles.features.open()
+        pinned = table.pinned_buffer(int(builder.max_nodes(args.batch_size)))
+        gpu = torch.empty_like(pinned, device=device)
+        times: dict[str, list[float]] = {"sample_ms": [], "gather_ms": [], "h2d_ms": [], "build_batch_ms": []}
+        nodes, edges = [], []
+        builder.open()
+        for step in range(args.warmup + 20):
+            item = plan.item(0, step)
+            t0 = time.perf_counter()
+            s = sampler.sample(item.seed_ids, seed=item.batch_seed)
+            t1 = time.perf_counter()
+            n = s.n_id.numel()
+            table.gather(s.n_id, out=pinned[:n])
+            t2 = time.perf_counter()
+            gpu[:n].copy_(pinned[:n], non_blocking=True)
+            sync()
+            t3 = time.perf_counter()
+            builder.build_batch(item)
+            t4 = time.perf_counter()
+            if step >= args.warmup:
+                for key, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                    times[key].append(1e3 * dt)
+                nodes.append(n)
+                edges.append(s.edge_index.size(1))
+        import statistics
+
+        out = {k: statistics.median(v) for k, v in times.items()}
+        out.update(config=config, nodes_per_batch=statistics.mean(nodes), edges_per_batch=statistics.mean(edges),
+                   feature_mb_per_batch=statistics.mean(nodes) * args.dim * 4 / 1e6,
+                   threads=torch.get_num_threads())  # fmt: skip
+        return out
+
     if config == "none":
         builder.open()
 
@@ -281,7 +319,9 @@ def main(argv: Optional[list[str]] = None) -> dict:
         bound = next((r.get("steps_per_s") for r in runs if r["config"] == "gpu_resident" and "steps_per_s" in r), None)
         print(f"\n{'config':<16}{'steps/s':>10}{'stall':>8}{'vs GPU-resident':>18}")
         for r in runs:
-            if "steps_per_s" in r:
+            if r["config"] == "breakdown" and "error" not in r:
+                print(f"{'breakdown':<16}" + ", ".join(f"{k}={v:.1f}" for k, v in r.items() if isinstance(v, float)))
+            elif "steps_per_s" in r:
                 ratio = f"{r['steps_per_s'] / bound:.2f}x" if bound else "-"
                 print(f"{r['config']:<16}{r['steps_per_s']:>10.2f}{r['stall_frac']:>8.1%}{ratio:>18}")
             else:

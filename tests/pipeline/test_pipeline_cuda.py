@@ -41,7 +41,8 @@ def test_gpu_slots_are_not_rewritten_while_queued_work_reads_them(mode):
         assert client.stats.grows >= 1
     finally:
         client.close()
-    assert not [n for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith("cuda.shm")]
+    leaked = [n for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith(("cuda.shm", "torch_"))]
+    assert not leaked, f"shared-memory files left behind: {leaked}"
 
 
 @pytest.mark.cuda
