@@ -149,6 +149,8 @@ class PipelineClient:
             pass
         self.transport.close(timeout)
         self._stages.clear()
+        if self.device.type == "cuda" and self.transport.interprocess:
+            torch.cuda.ipc_collect()  # release what the worker held (torch's IPC ref-count files in /dev/shm)
 
     # ---- internals -------------------------------------------------------------------------------------------
     def _send(self, msg: tuple) -> None:

@@ -25,7 +25,11 @@ def main() -> None:
         return
     result.update(root=daemon.root, daemon_pid=daemon.daemon_pid, supervisor_pid=daemon.supervisor_pid)
     os.environ[mps.PERCENT_ENV] = str(100 - worker_percent)
+    import subprocess
+
     import torch
+
+    torch.zeros(1, device="cuda")  # this process's context: an MPS client if the daemon took it
 
     # 1. batches through CUDA IPC slots, depth 1 so every batch reuses the slot the trainer just read
     client = start_pipeline("worker", depth=1, device="cuda:0", worker_env=daemon.client_env(worker_percent), timeout=120)
@@ -45,6 +49,19 @@ def main() -> None:
     other.register("probe", TflopsProbeSource(steps=2))
     high = [b.tflops for b in other.iterate("probe", 0)]
     other.close()
+    def comm(pid: int) -> str:
+        return mps._comm(pid)
+
+    result["mps_processes"] = [f"{pid}:{comm(pid)}" for pid in mps.mps_processes()]
+    smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"],
+                         capture_output=True, text=True)  # fmt: skip
+    result["compute_apps"] = smi.stdout.strip().splitlines()
+    try:
+        with open(os.path.join(daemon.log_dir, "control.log")) as f:
+            result["control_log"] = f.read().strip().splitlines()[-12:]
+    except OSError as exc:
+        result["control_log"] = [repr(exc)]
+    result["pipe_dir"] = sorted(os.listdir(daemon.pipe_dir))
     result.update(
         worker_percent=worker_percent,
         worker_tflops=max(low),

@@ -41,7 +41,11 @@ def test_gpu_slots_are_not_rewritten_while_queued_work_reads_them(mode):
         assert client.stats.grows >= 1
     finally:
         client.close()
-    leaked = [n for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith(("cuda.shm", "torch_"))]
+    # torch's CUDA IPC ref-count files must be gone; a worker's own files too (the CUDA driver keeps one
+    # cuda.shm.0.<pid hex>.* file per process that exported IPC memory, here the test process, until it exits)
+    worker_pid = getattr(client.transport, "pid", None)
+    mine = ("torch_",) + ((f"cuda.shm.0.{worker_pid:x}.",) if worker_pid else ())
+    leaked = [n for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith(mine)]
     assert not leaked, f"shared-memory files left behind: {leaked}"
 
 
