@@ -17,13 +17,22 @@ being usable on the GPU) is reported:
 * ``ours_cached_big``  the same with ``--big-cache-fraction`` of the rows cached
 * ``ours_sorted_freq_order``  ``ours_sorted`` on the table renumbered by ``frequency_order`` (frequent
   neighbors first): the node-order lever, same batches
+* ``ours_sorted_bfs_order``  the same on the table renumbered by ``graph.reorder.bfs_order`` (breadth-first
+  over in-edges, computed on the GPU): what ``ZeroCopyDataModule(node_order="bfs")`` stores
 * ``gpu_resident``     ``index_select`` on a GPU copy of the table (what GPU memory would give)
 
-plus the pages (4 KiB) each batch touches. Every method's output is checked bitwise against ``table[ids]``.
+plus the pages (4 KiB) each batch touches, with shuffled ids and in each node order (frequency, BFS, in-degree
+as ``node_order="degree"``). Every method's output is checked bitwise against ``table[ids]``.
+
+``--pages-only`` needs no GPU: it samples the same kind of batches with the CPU kernel (``--device cpu``) and
+reports only the pages touched per batch in each node order, on the benchmark's power-law graph or on the
+recipes' ``SyntheticGraph`` (``--graph synthetic``).
 
 Example::
 
     python benchmarks/gather.py --table-gib 8 --row-bytes 128,512,2048 --out results/gather.json
+    python benchmarks/gather.py --pages-only --device cpu --graph synthetic --synthetic-nodes 2000000 \
+        --avg-degree 16 --row-bytes 128,512 --out results/gather_pages.json
 """
 
 from __future__ import annotations
@@ -58,32 +67,80 @@ def fill_random_(host: torch.Tensor, chunk: int = 1 << 28) -> None:
     torch.cuda.synchronize()
 
 
-def zipf_ids_gpu(count: int, num_nodes: int, alpha: float, perm: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+def zipf_ids_gpu(
+    count: int, num_nodes: int, alpha: float, perm: torch.Tensor, gen: torch.Generator, device: str = "cuda"
+) -> torch.Tensor:
     """``count`` node ids with P(rank r) ~ (r + 1)^-alpha, ranks mapped through the shuffled ids ``perm``."""
-    cdf = torch.arange(1, num_nodes + 1, dtype=torch.float64, device="cuda").pow_(-alpha).cumsum_(0)
+    cdf = torch.arange(1, num_nodes + 1, dtype=torch.float64, device=device).pow_(-alpha).cumsum_(0)
     cdf /= cdf[-1].clone()
-    out = torch.empty(count, dtype=torch.int64, device="cuda")
+    out = torch.empty(count, dtype=torch.int64, device=device)
     chunk = 1 << 26
     for start in range(0, count, chunk):
-        u = torch.rand(min(chunk, count - start), dtype=torch.float64, device="cuda", generator=gen)
+        u = torch.rand(min(chunk, count - start), dtype=torch.float64, device=device, generator=gen)
         out[start : start + u.numel()] = perm[torch.searchsorted(cdf, u).clamp_(max=num_nodes - 1)]
     return out
 
 
-def power_law_csc_gpu(num_nodes: int, avg_degree: float, alpha: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A directed graph with Zipf in- and out-degrees and shuffled ids, as GPU CSC (indptr int64, indices int32)."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+def power_law_csc_gpu(
+    num_nodes: int, avg_degree: float, alpha: float, seed: int, device: str = "cuda"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A directed graph with Zipf in- and out-degrees and shuffled ids, as CSC on ``device`` (the GPU by default;
+    indptr int64, indices int32). The GPU and the CPU draw different (equally distributed) graphs."""
+    gen = torch.Generator(device=device).manual_seed(seed)
     num_edges = int(num_nodes * avg_degree)
-    perm_dst = torch.randperm(num_nodes, device="cuda", generator=gen)
-    perm_src = torch.randperm(num_nodes, device="cuda", generator=gen)
-    dst = zipf_ids_gpu(num_edges, num_nodes, alpha, perm_dst, gen)
-    src = zipf_ids_gpu(num_edges, num_nodes, alpha, perm_src, gen)
+    perm_dst = torch.randperm(num_nodes, device=device, generator=gen)
+    perm_src = torch.randperm(num_nodes, device=device, generator=gen)
+    dst = zipf_ids_gpu(num_edges, num_nodes, alpha, perm_dst, gen, device)
+    src = zipf_ids_gpu(num_edges, num_nodes, alpha, perm_src, gen, device)
     dst, order = torch.sort(dst)
     indices = src[order].to(torch.int32)
     del src, order
-    indptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device="cuda")
+    indptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=device)
     indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=num_nodes), 0)
     return indptr, indices
+
+
+# ----------------------------------------------------------------------------------------- node orders
+
+#: The node orders compared (besides the generated, shuffled ids); "bfs" and "degree" are the DataModule's
+#: ``node_order`` options, "freq" the frequency order of ``gather.frequency_order`` (the same permutation as
+#: "degree", computed by the other function; kept so that earlier runs' "freq" figures stay comparable).
+ORDERS = ("freq", "bfs", "degree")
+
+
+def node_order_ranks(
+    indptr: torch.Tensor, indices: torch.Tensor, num_nodes: int
+) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """``rank[old_id] = new_id`` of every order in :data:`ORDERS`, computed on the graph's device, and the
+    seconds each took. A batch's ids in an order are ``rank[n_id]``: the same rows, renumbered."""
+    from lightning_zerocopy.gather import frequency_order
+    from lightning_zerocopy.graph.csc import CSCGraph
+    from lightning_zerocopy.graph.reorder import NodeOrder, bfs_order, degree_order
+
+    graph = CSCGraph(indptr, indices, None, num_nodes)
+    makers = {
+        "freq": lambda: NodeOrder.from_order(frequency_order(indices, num_nodes)),
+        "bfs": lambda: bfs_order(graph),
+        "degree": lambda: degree_order(graph),
+    }
+    ranks, seconds = {}, {}
+    for name in ORDERS:
+        start = time.perf_counter()
+        ranks[name] = makers[name]().rank
+        if indptr.is_cuda:
+            torch.cuda.synchronize()
+        seconds[name] = time.perf_counter() - start
+    return ranks, seconds
+
+
+def pages_touched(ids: torch.Tensor, row_bytes: int) -> int:
+    """Distinct 4 KiB pages spanned by rows ``ids`` of a page-aligned table with ``row_bytes``-byte rows."""
+    first = ids * row_bytes // PAGE
+    if PAGE % row_bytes == 0:  # rows never straddle a page
+        return int(torch.unique(first).numel())
+    last = (ids * row_bytes + row_bytes - 1) // PAGE
+    span = -(-row_bytes // PAGE) + 1  # the most pages one row can touch
+    return int(torch.unique(torch.cat([torch.minimum(first + k, last) for k in range(span)])).numel())
 
 
 def mapped_cuda_view(table: torch.Tensor) -> Optional[torch.Tensor]:
@@ -130,27 +187,42 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.equal(a.view(torch.uint8).cpu(), b.view(torch.uint8).cpu())
 
 
+def sample_batches(
+    indptr: torch.Tensor, indices: torch.Tensor, seed_pool: Optional[torch.Tensor], args: argparse.Namespace
+) -> list[torch.Tensor]:
+    """``n_id`` of ``--warmup + --batches`` sampled batches (``--fanouts``, ``--batch-size`` random seeds drawn from
+    ``seed_pool``, default every node), sampled on the graph's device."""
+    from lightning_zerocopy import ops
+
+    device = indptr.device
+    num_nodes = indptr.numel() - 1
+    gen = torch.Generator(device=device.type).manual_seed(args.seed)
+    batches = []
+    for b in range(args.warmup + args.batches):
+        if seed_pool is None:
+            seeds = torch.randperm(num_nodes, device=device, generator=gen)[: args.batch_size]
+        else:
+            seeds = seed_pool[torch.randperm(seed_pool.numel(), device=device, generator=gen)[: args.batch_size]]
+        batches.append(ops.sample_neighbors(indptr, indices, seeds, args.fanouts, False, args.seed + b).n_id)
+    return batches
+
+
 def run_width(args, host_bytes: torch.Tensor, gpu_bytes: Optional[torch.Tensor], row_bytes: int) -> dict:
     from lightning_zerocopy import ops
-    from lightning_zerocopy.gather import CudaFeatureTable, frequency_order, most_frequent_neighbors
+    from lightning_zerocopy.gather import CudaFeatureTable, most_frequent_neighbors
 
     num_rows = host_bytes.numel() // row_bytes
     table = host_bytes[: num_rows * row_bytes].view(torch.float32).view(num_rows, row_bytes // 4)
     t0 = time.perf_counter()
     indptr, indices = power_law_csc_gpu(num_rows, args.avg_degree, args.alpha, args.seed + row_bytes)
     graph_s = time.perf_counter() - t0
-    gen = torch.Generator(device="cuda").manual_seed(args.seed)
-    batches = []
-    for b in range(args.warmup + args.batches):
-        seeds = torch.randperm(num_rows, device="cuda", generator=gen)[: args.batch_size]
-        batches.append(ops.sample_neighbors(indptr, indices, seeds, args.fanouts, False, args.seed + b).n_id)
+    batches = sample_batches(indptr, indices, None, args)
     hot = most_frequent_neighbors(indices, num_rows, int(args.cache_fraction * num_rows))
     hot_big = most_frequent_neighbors(indices, num_rows, int(args.big_cache_fraction * num_rows))
-    # The node-order lever: the same batches with rows renumbered by neighbor frequency (frequency_order).
-    rank = torch.empty(num_rows, dtype=torch.int64, device="cuda")
-    rank[frequency_order(indices, num_rows)] = torch.arange(num_rows, device="cuda")
-    reordered = [rank[b] for b in batches]
-    del indptr, indices, rank
+    # The node-order lever: the same batches with rows renumbered (frequency, BFS and degree orders).
+    ranks, order_s = node_order_ranks(indptr, indices, num_rows)
+    reordered = {name: [rank[b] for b in batches] for name, rank in ranks.items()}
+    del indptr, indices, ranks
     torch.cuda.empty_cache()
 
     max_n = max(int(b.numel()) for b in batches)
@@ -175,17 +247,20 @@ def run_width(args, host_bytes: torch.Tensor, gpu_bytes: Optional[torch.Tensor],
         "ours_cached": lambda ids, ids_cpu: cached.gather(ids, out[: ids.numel()]),
         "ours_cached_big": lambda ids, ids_cpu: cached_big.gather(ids, out[: ids.numel()]),
         "ours_auto": lambda ids, ids_cpu: auto.gather(ids, out[: ids.numel()]),
-        # ids of the frequency-ordered table (see below): same batches, rows renumbered
+        # ids of the frequency-/BFS-ordered table (see below): same batches, rows renumbered
         "ours_sorted_freq_order": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()],
                                                                           sort_ids=True),
+        "ours_sorted_bfs_order": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()],
+                                                                         sort_ids=True),
     }  # fmt: skip
+    ids_of = {"ours_sorted_freq_order": reordered["freq"], "ours_sorted_bfs_order": reordered["bfs"]}
     if resident is not None:
         methods["gpu_resident"] = lambda ids, ids_cpu: torch.index_select(resident, 0, ids, out=out[: ids.numel()])
     if uva is not None:  # last: a baseline reading host memory through a foreign alias
         methods["index_select_uva"] = lambda ids, ids_cpu: torch.index_select(uva, 0, ids, out=out[: ids.numel()])
 
-    pages = [int(torch.unique(b * row_bytes // PAGE).numel()) for b in batches]
-    pages_reordered = [int(torch.unique(b * row_bytes // PAGE).numel()) for b in reordered]
+    pages = [pages_touched(b, row_bytes) for b in batches]
+    pages_in = {name: [pages_touched(b, row_bytes) for b in ids] for name, ids in reordered.items()}
     rows = [int(b.numel()) for b in batches]
     result = {
         "row_bytes": row_bytes,
@@ -195,7 +270,8 @@ def run_width(args, host_bytes: torch.Tensor, gpu_bytes: Optional[torch.Tensor],
         "bytes_per_batch_mean": statistics.fmean(rows) * row_bytes,
         "pages_touched_per_batch_mean": statistics.fmean(pages),
         "rows_per_touched_page": statistics.fmean(r / p for r, p in zip(rows, pages)),
-        "pages_touched_per_batch_freq_order": statistics.fmean(pages_reordered),
+        **{f"pages_touched_per_batch_{name}_order": statistics.fmean(p) for name, p in pages_in.items()},
+        "order_s": {name: round(t, 2) for name, t in order_s.items()},
         "hot_rows": int(hot.numel()),
         "hot_rows_big": int(hot_big.numel()),
         "gbps": {},
@@ -204,7 +280,7 @@ def run_width(args, host_bytes: torch.Tensor, gpu_bytes: Optional[torch.Tensor],
     for name, fn in methods.items():
         times = []
         try:
-            for b, ids in enumerate(reordered if name == "ours_sorted_freq_order" else batches):
+            for b, ids in enumerate(ids_of.get(name, batches)):
                 ids_cpu = ids.cpu()
                 seconds, got = timed(lambda: fn(ids, ids_cpu))
                 if b == args.warmup and name != "contiguous_h2d":
@@ -241,17 +317,96 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="share of rows in the larger hot cache of `ours_cached_big`")  # fmt: skip
     parser.add_argument("--no-gpu-resident", action="store_true", help="skip the GPU copy of the table")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="results/gather.json")
+    parser.add_argument("--pages-only", action="store_true",
+                        help="no table and no timing: only the pages each batch touches in each node order "
+                             "(runs without a GPU with --device cpu)")
+    parser.add_argument("--device", default=None, help="--pages-only: where to build and sample (default: cuda if "
+                                                       "available, else cpu)")
+    parser.add_argument("--graph", choices=("power_law", "synthetic"), default="power_law",
+                        help="--pages-only: the benchmark's power-law graph (one node per row of a --table-gib "
+                             "table) or the recipes' SyntheticGraph (--synthetic-nodes nodes, seeds from its "
+                             "training split)")
+    parser.add_argument("--synthetic-nodes", type=int, default=2_000_000)
+    parser.add_argument("--cache-dir", default=None, help="--graph synthetic: dataset cache root")
+    parser.add_argument("--out", default="results/gather.json")  # fmt: skip
     return parser.parse_args(argv)
 
 
-def main(argv: Optional[list[str]] = None) -> dict:
-    from lightning_zerocopy.gather import register_host_tensor
+def run_pages_only(args: argparse.Namespace, widths: list[int]) -> dict:
+    """Pages touched per batch (mean over ``--warmup + --batches`` batches) with shuffled ids and in each node
+    order, per row width; no feature table, no timing, any device."""
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    shared = None  # --graph synthetic: one graph, its batches and orders serve every row width
+    rows_out = []
+    for width in widths:
+        if shared is None:
+            t0 = time.perf_counter()
+            if args.graph == "synthetic":
+                from lightning_zerocopy.datasets import SyntheticGraph
+                from lightning_zerocopy.graph.csc import CSCGraph
 
+                data = SyntheticGraph(num_nodes=args.synthetic_nodes, avg_degree=args.avg_degree, num_features=8,
+                                      num_classes=32, seed=args.seed, cache_dir=args.cache_dir).load()  # fmt: skip
+                csc = CSCGraph.from_edge_index(data.edge_index, data.num_nodes)
+                indptr, indices, pool = csc.indptr.to(device), csc.indices.to(device), data.train_idx.to(device)
+            else:
+                num_rows = int(args.table_gib * 2**30) // width
+                indptr, indices = power_law_csc_gpu(num_rows, args.avg_degree, args.alpha, args.seed + width, device)
+                pool = None
+            graph_s = time.perf_counter() - t0
+            batches = sample_batches(indptr, indices, pool, args)
+            ranks, order_s = node_order_ranks(indptr, indices, indptr.numel() - 1)
+            current = (indptr.numel() - 1, int(indices.numel()), graph_s, batches, ranks, order_s)
+            if args.graph == "synthetic":
+                shared = current
+        num_rows, num_edges, graph_s, batches, ranks, order_s = shared or current
+        rows = [int(b.numel()) for b in batches]
+        pages = {"shuffled": [pages_touched(b, width) for b in batches]}
+        for name, rank in ranks.items():
+            pages[name] = [pages_touched(rank[b], width) for b in batches]
+        r = {
+            "row_bytes": width,
+            "num_rows": num_rows,
+            "num_edges": num_edges,
+            "graph_build_s": round(graph_s, 2),
+            "order_s": {k: round(v, 2) for k, v in order_s.items()},
+            "rows_per_batch_mean": statistics.fmean(rows),
+            "pages_per_batch_mean": {k: statistics.fmean(v) for k, v in pages.items()},
+            "rows_per_touched_page": {k: statistics.fmean(n / p for n, p in zip(rows, v)) for k, v in pages.items()},
+        }
+        rows_out.append(r)
+        print(f"  {width} B rows, {num_rows:,} nodes: {r['rows_per_batch_mean']:.0f} rows/batch; pages/batch "
+              + ", ".join(f"{k} {v:.0f}" for k, v in r["pages_per_batch_mean"].items()), flush=True)  # fmt: skip
+    names = ["shuffled", *ORDERS]
+    print(f"\npages (4 KiB) touched per batch, {args.graph} graph, fanouts {args.fanouts}, batch {args.batch_size}, "
+          f"mean of {args.warmup + args.batches} batches (rows per touched page in parentheses)")  # fmt: skip
+    print(f"{'row B':>6}{'nodes':>12}{'rows/batch':>12}" + "".join(f"{n:>20}" for n in names))
+    for r in rows_out:
+        print(f"{r['row_bytes']:>6}{r['num_rows']:>12,}{r['rows_per_batch_mean']:>12.0f}" + "".join(
+            f"{r['pages_per_batch_mean'][n]:>12.0f} ({r['rows_per_touched_page'][n]:>5.2f})" for n in names))  # fmt: skip
+    return {"benchmark": "gather_pages", "config": vars(args), "device": device, "torch": torch.__version__,
+            "results": rows_out}  # fmt: skip
+
+
+def _write(report: dict, path: str) -> None:
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+        print(f"wrote {path}")
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
     args = parse_args(argv)
     widths = [int(w) for w in args.row_bytes.split(",")]
     if any(w % 4 for w in widths):
         raise SystemExit("--row-bytes: widths must be multiples of 4 bytes (float32 rows)")
+    if args.pages_only:
+        report = run_pages_only(args, widths)
+        _write(report, args.out)
+        return report
+    from lightning_zerocopy.gather import register_host_tensor
+
     nbytes = int(args.table_gib * 2**30)
     print(f"host table: {nbytes / 2**30:.1f} GiB; GPU {torch.cuda.get_device_name()}; threads "
           f"{torch.get_num_threads()}", flush=True)  # fmt: skip
@@ -287,13 +442,15 @@ def main(argv: Optional[list[str]] = None) -> dict:
               + "".join(f"{r['gbps'].get(n, float('nan')):>18.2f}" for n in names))  # fmt: skip
     for r in results:
         f = r["fraction_of_contiguous"]
-        best = max(("ours_direct", "ours_sorted", "ours_cached", "ours_cached_big", "ours_sorted_freq_order"),
-                   key=lambda k: f[k])  # fmt: skip
+        best = max(("ours_direct", "ours_sorted", "ours_cached", "ours_cached_big", "ours_sorted_freq_order",
+                    "ours_sorted_bfs_order"), key=lambda k: f[k])  # fmt: skip
         target = 0.8 if r["row_bytes"] >= 512 else 0.5
         print(f"{r['row_bytes']:>6} B: best ours = {best} at {f[best]:.0%} of contiguous (target {target:.0%}); "
               f"direct {f['ours_direct']:.0%}, sorted {f['ours_sorted']:.0%}, auto chose {r['auto_chose']}; "
               f"frequency order: {r['pages_touched_per_batch_freq_order']:.0f} pages/batch, "
-              f"{f['ours_sorted_freq_order']:.0%}")
+              f"{f['ours_sorted_freq_order']:.0%}; BFS order: {r['pages_touched_per_batch_bfs_order']:.0f} pages/batch, "
+              f"{f['ours_sorted_bfs_order']:.0%} (computed in {r['order_s']['bfs']:.1f} s); degree order: "
+              f"{r['pages_touched_per_batch_degree_order']:.0f} pages/batch")
     report = {
         "benchmark": "gather",
         "config": vars(args),
@@ -302,11 +459,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         "register_s": register_s,
         "results": results,
     }
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
-        print(f"wrote {args.out}")
+    _write(report, args.out)
     return report
 
 

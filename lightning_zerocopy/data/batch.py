@@ -32,6 +32,19 @@ host memory (the trainer moves it). Otherwise the whole batch is built on the GP
   to int64. That is cheaper than a zero-copy read per node (an 8-byte row per PCIe transaction and a page
   translation each) and costs a fraction of what the feature rows cost.
 
+Node order (``HostGraphHandles.node_order``)
+--------------------------------------------
+The host memory may hold the graph, feature rows and labels renumbered into a locality-preserving *internal*
+order (``ZeroCopyDataModule(node_order="bfs" | "degree")``): nodes sampled together then sit on the same
+memory pages, which is what the zero-copy gather is bound by. The renumbering is invisible in the batch: the
+plan's seed ids (original ids) are mapped to internal ids before sampling (``rank``, on the CPU), sampling
+and the feature/label gathers run on internal ids, and ``n_id`` is mapped back to original ids (``order``)
+on the device the batch is built on, where a copy of ``order`` is placed once. So ``n_id``, ``x``, ``y``,
+``e_id`` (edges keep their positions in the dataset's ``edge_index``) and ``input_id`` mean exactly what
+they mean without a node order; only which neighbors are drawn differs (the sampler's random streams are
+keyed by frontier position and a target's neighbor list is ordered by internal id), with the same
+distribution.
+
 GPU resources (host registrations, the hot-row cache, the label copy, the GPU/UVA topology) are created in
 the process that builds, on :meth:`BatchBuilder.open` (or the first batch), shared by the builders of one
 process that read the same memory with the same options (e.g. train and eval builders with different
@@ -58,6 +71,8 @@ __all__ = [
     "GatherBackend",
     "GatherMode",
     "HostGraphHandles",
+    "NodeOrderHandles",
+    "NodeOrderKind",
     "SamplerPlacement",
     "hot_row_ids",
     "max_sampled_nodes",
@@ -71,10 +86,37 @@ GatherBackend = Literal["cpu", "zerocopy"]
 #: Read order of the zero-copy gather (see ``CudaFeatureTable``): measured choice, batch order, address order.
 GatherMode = Literal["auto", "direct", "sorted"]
 
+#: Layout of node ids in host memory: the dataset's own ids, or a locality-preserving internal order
+#: (see :mod:`lightning_zerocopy.graph.reorder`).
+NodeOrderKind = Literal["none", "bfs", "degree"]
+
 _PLACEMENTS = ("cpu", "uva", "gpu")
 _GATHERS = ("cpu", "zerocopy")
 _GATHER_MODES = ("auto", "direct", "sorted")
 _COUNT_CHUNK = 1 << 26  # edges per bincount chunk when choosing hot rows (bounds the int64 temporary)
+
+
+@dataclass(frozen=True)
+class NodeOrderHandles:
+    """Picklable names of the node renumbering the host memory is stored in (no data).
+
+    Attributes:
+        kind: how the order was computed (``"bfs"`` or ``"degree"``).
+        order: int64 ``[num_nodes]``, ``order[internal_id] = original_id`` (maps a batch's ``n_id`` back).
+        rank: int64 ``[num_nodes]``, ``rank[original_id] = internal_id`` (maps the plan's seeds in).
+    """
+
+    kind: str
+    order: TensorHandle
+    rank: TensorHandle
+
+    def unlink(self) -> None:
+        """Remove the names of the shared segments (files on disk are kept); mappings stay valid."""
+        for handle in (self.order, self.rank):
+            if isinstance(handle, SharedTensorHandle):
+                handle.unlink()
+
+
 @dataclass(frozen=True)
 class HostGraphHandles:
     """Picklable names of everything a batch is built from (no data).
@@ -83,8 +125,11 @@ class HostGraphHandles:
         graph: the CSC graph.
         features: the node feature table.
         labels: int64 labels of every node.
-        splits: int64 node ids of each split (``"train"``, ``"val"``, ``"test"``).
+        splits: int64 node ids of each split (``"train"``, ``"val"``, ``"test"``), always original ids.
         edge_attr: edge features in the dataset's edge order, if the dataset has them.
+        node_order: the renumbering ``graph``, ``features`` and ``labels`` are stored in, or ``None`` when
+            they use the dataset's ids. Splits, ``edge_attr`` and the graph's edge ids (``edge_perm``) are
+            never renumbered, and :class:`BatchBuilder` yields original ids either way.
     """
 
     graph: CSCGraphHandle
@@ -92,11 +137,14 @@ class HostGraphHandles:
     labels: TensorHandle
     splits: Mapping[str, TensorHandle]
     edge_attr: Optional[TensorHandle] = None
+    node_order: Optional[NodeOrderHandles] = None
 
     def unlink(self) -> None:
         """Remove the names of every shared segment (files on disk are kept); mappings stay valid."""
         self.graph.unlink()
         self.features.unlink()
+        if self.node_order is not None:
+            self.node_order.unlink()
         for handle in (self.labels, self.edge_attr, *self.splits.values()):
             if isinstance(handle, SharedTensorHandle):
                 handle.unlink()
@@ -153,7 +201,8 @@ class BatchBuilder:
     machine (the CUDA device, registrations, caches) is decided by :meth:`open` in the process that builds.
 
     Args:
-        handles: where the graph, features and labels live.
+        handles: where the graph, features and labels live (and the node order they are stored in, if any:
+            batches are in the dataset's ids either way).
         fanouts: neighbors per hop, e.g. ``[15, 10, 5]``; ``-1`` takes all neighbors.
         replace: sample with replacement.
         num_threads: threads of the CPU sampling kernel; ``None`` uses ``torch.get_num_threads()``.
@@ -244,12 +293,15 @@ class BatchBuilder:
         """
         if self._host is None:
             graph = self.handles.graph.open()
+            node_order = self.handles.node_order
             self._host = _Host(
                 graph=graph,
                 sampler=NeighborSampler(graph, fanouts=self.fanouts, replace=self.replace, num_threads=self.num_threads),
                 features=self.handles.features.open(),
                 labels=self.handles.labels.open(),
                 edge_attr=None if self.handles.edge_attr is None else self.handles.edge_attr.open(),
+                order=None if node_order is None else node_order.order.open(),
+                rank=None if node_order is None else node_order.rank.open(),
             )
         return self
 
@@ -301,6 +353,12 @@ class BatchBuilder:
     def num_nodes(self) -> int:
         return self.handles.graph.num_nodes
 
+    @property
+    def node_order(self) -> NodeOrderKind:
+        """The internal node order of the host memory (``"none"``: the dataset's ids); batches use original ids."""
+        order = self.handles.node_order
+        return "none" if order is None else order.kind  # type: ignore[return-value]
+
     def max_nodes(self, batch_size: int) -> int:
         """Upper bound on the sampled nodes of a batch with ``batch_size`` seeds (see :func:`max_sampled_nodes`)."""
         return max_sampled_nodes(batch_size, self.fanouts, self.num_nodes)
@@ -334,11 +392,13 @@ class BatchBuilder:
         host = self._host
         assert host is not None
         cpu = torch.device("cpu")
-        sample = host.sampler.sample(item.seed_ids, seed=item.batch_seed)
-        n_id = sample.n_id
+        sample = host.sampler.sample(host.internal_ids(item.seed_ids), seed=item.batch_seed)
+        n_id = sample.n_id  # internal ids: rows of the host feature table and labels
         x = host.features.gather(n_id, out=_rows(out, "x", n_id.numel(), cpu))
         y_out = _rows(out, "y", n_id.numel(), cpu)
         y = torch.index_select(host.labels, 0, n_id, out=y_out) if y_out is not None else host.labels[n_id]
+        if host.order is not None:
+            n_id = torch.index_select(host.order, 0, n_id)
         data = _data(x, sample.edge_index, y, n_id, sample.e_id, item.input_id, sample)
         if host.edge_attr is not None:
             attr_out = _rows(out, "edge_attr", sample.e_id.numel(), cpu)
@@ -354,14 +414,15 @@ class BatchBuilder:
         assert host is not None and gpu is not None
         state = gpu.state
         device = state.device
+        seed_ids = host.internal_ids(item.seed_ids)
         with torch.cuda.device(device):  # the current stream of that device: a caller's side stream is kept
             if gpu.sampler is None:  # CPU sampler, then the ids go over in one pinned, non-blocking copy
-                sample = host.sampler.sample(item.seed_ids, seed=item.batch_seed)
+                sample = host.sampler.sample(seed_ids, seed=item.batch_seed)
                 n_id, edge_index, e_id, input_id = _to_device_packed(
                     [sample.n_id, sample.edge_index, sample.e_id, item.input_id], device
                 )
             else:
-                seeds, input_id = _to_device_packed([item.seed_ids, item.input_id], device)
+                seeds, input_id = _to_device_packed([seed_ids, item.input_id], device)
                 sample = gpu.sampler.sample(seeds, seed=item.batch_seed)
                 n_id, edge_index, e_id = sample.n_id, sample.edge_index, sample.e_id
             rows = n_id.numel()
@@ -373,6 +434,8 @@ class BatchBuilder:
             y_out = _rows(out, "y", rows, device)
             y_small = torch.index_select(state.labels, 0, n_id)
             y = y_out.copy_(y_small) if y_out is not None else y_small.to(torch.int64)
+            if state.order is not None:  # internal -> original ids, on the GPU
+                n_id = torch.index_select(state.order, 0, n_id).to(torch.int64)
             data = _data(x, edge_index, y, n_id, e_id, input_id, sample)
             if host.edge_attr is not None:
                 attr_out = _rows(out, "edge_attr", e_id.numel(), device)
@@ -394,7 +457,8 @@ class BatchBuilder:
         return (
             f"BatchBuilder(num_nodes={self.num_nodes}, fanouts={self.fanouts}, replace={self.replace}, "
             f"sampler_placement={self.sampler_placement!r}, gather={self.gather!r}, gather_mode={self.gather_mode!r}, "
-            f"hot_rows={self.hot_rows}, device={self.device_index}, open={self.is_open})"
+            f"hot_rows={self.hot_rows}, node_order={self.node_order!r}, device={self.device_index}, "
+            f"open={self.is_open})"
         )
 
 
@@ -405,6 +469,24 @@ class _Host:
     features: HostFeatureTable
     labels: torch.Tensor
     edge_attr: Optional[torch.Tensor]
+    order: Optional[torch.Tensor] = None  # internal -> original id (None: no node order)
+    rank: Optional[torch.Tensor] = None  # original -> internal id
+
+    def internal_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Internal ids of original node ids (the ids themselves without a node order); checked, on the CPU.
+
+        Raises:
+            IndexError: an id outside ``[0, num_nodes)`` (it would otherwise wrap around or read past the map).
+        """
+        if self.rank is None:
+            return ids
+        ids = ids.to(device="cpu", dtype=torch.int64)
+        if ids.numel() > 0:
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= self.rank.numel():
+                bad = lo if lo < 0 else hi
+                raise IndexError(f"seed node id {bad} is out of range for a graph of {self.rank.numel()} nodes")
+        return torch.index_select(self.rank, 0, ids)
 
 
 @dataclass
@@ -437,6 +519,7 @@ class _DeviceState:
     key: tuple
     device: torch.device
     labels: torch.Tensor  # compact integer copy on the GPU
+    order: Optional[torch.Tensor] = None  # internal -> original id on the GPU (int32 where ids fit), node order only
     features: Optional[Any] = None  # CudaFeatureTable when gather == "zerocopy"
     edge_attr: Optional[Any] = None  # CudaFeatureTable over edge_attr viewed (E, -1), when gather == "zerocopy"
     topology: Optional[tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]] = None
@@ -446,8 +529,8 @@ class _DeviceState:
     @classmethod
     def acquire(cls, builder: BatchBuilder, host: _Host, device: torch.device) -> "_DeviceState":
         h = builder.handles
-        key = (h.graph, h.features, h.labels, h.edge_attr, device.index, builder.sampler_placement, builder.gather,
-               builder.gather_mode, builder.hot_rows)  # fmt: skip
+        key = (h.graph, h.features, h.labels, h.edge_attr, h.node_order, device.index, builder.sampler_placement,
+               builder.gather, builder.gather_mode, builder.hot_rows)  # fmt: skip
         with _REGISTRY_LOCK:
             state = _REGISTRY.get(key)
             if state is not None:
@@ -465,6 +548,9 @@ class _DeviceState:
         with torch.cuda.device(device):
             state = cls(key=key, device=device, labels=labels.to(device))
             try:
+                if host.order is not None:  # placed once; n_id is mapped back on the GPU
+                    fits32 = host.order.numel() - 1 <= torch.iinfo(torch.int32).max
+                    state.order = host.order.to(torch.int32 if fits32 else torch.int64).to(device)
                 graph = host.graph
                 if builder.sampler_placement == "gpu":
                     state.topology = (
@@ -514,7 +600,7 @@ class _DeviceState:
         for table in (self.features, self.edge_attr):
             if table is not None:
                 table.close()
-        self.features = self.edge_attr = self.topology = None
+        self.features = self.edge_attr = self.topology = self.order = None
         registrations, self.registrations = self.registrations, []
         errors = []
         for registration in reversed(registrations):

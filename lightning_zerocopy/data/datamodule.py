@@ -16,6 +16,8 @@ Lifecycle (every hook is wiring; the work is in :mod:`~lightning_zerocopy.data.h
 
 GPU data path (``sampler_placement``, ``gather``, ``gather_mode``, ``hot_rows``): node features stay in host
 memory and the GPU reads exactly the rows a mini-batch needs (see :mod:`lightning_zerocopy.data.batch`).
+``node_order`` stores graph, features and labels in a locality-preserving internal order, which the batches
+never show (see :mod:`lightning_zerocopy.data.host`); ``prepare_data`` builds its disk cache.
 
 For other execution paths (a pipeline worker, a custom loop), :meth:`ZeroCopyDataModule.plan` and
 :meth:`ZeroCopyDataModule.builder` give the same plan and a picklable, unopened builder.
@@ -32,11 +34,17 @@ from torch_geometric.data import Data
 from pytorch_lightning.utilities import rank_zero_warn
 from typing_extensions import override
 
-from lightning_zerocopy.data.batch import BatchBuilder, GatherMode, HostGraphHandles, SamplerPlacement
-from lightning_zerocopy.data.host import FeatureStorage, share_node_data
+from lightning_zerocopy.data.batch import BatchBuilder, GatherMode, HostGraphHandles, NodeOrderKind, SamplerPlacement
+from lightning_zerocopy.data.host import (
+    NODE_ORDERS,
+    FeatureStorage,
+    build_node_order_cache,
+    node_order_cache_dir,
+    share_node_data,
+)
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
-from lightning_zerocopy.datasets.base import NodeDataset
+from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
 from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
 from lightning_zerocopy.sampling.neighbor_sampler import validate_fanouts
 
@@ -91,6 +99,16 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         hot_rows: number of feature rows kept in GPU memory (``hot_rows * num_features * bytes per value``),
             chosen as the nodes sampling picks most often (most frequent in-neighbors); ``0`` = none. Needs
             the zero-copy gather; capped at the number of nodes.
+        node_order: how nodes are numbered in host memory: ``"none"`` (default: the dataset's ids), ``"bfs"``
+            (breadth-first over in-edges: a node's neighbors get nearby ids) or ``"degree"`` (the nodes that
+            sampling picks most often, i.e. the highest out-degree, first). With an order, the rows a batch reads
+            can share memory pages, so the zero-copy gather touches fewer pages (the lever for narrow rows; how
+            much depends on the graph's locality: measure with ``benchmarks/gather.py --pages-only``). The graph,
+            features and labels are relabeled once when the host memory is built (cached on disk next to the
+            dataset's cache when it has one); batches are the same as with ``"none"`` in meaning -- ``n_id`` and
+            ``e_id`` are the dataset's ids, ``x``/``y`` their rows, same seeds per step, ``input_id`` unchanged --
+            but the sampled neighbors themselves differ (same distribution: the sampler's random draws are keyed
+            by position in the renumbered adjacency).
     """
 
     def __init__(
@@ -111,6 +129,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         gather: GatherChoice = "auto",
         gather_mode: GatherMode = "auto",
         hot_rows: int = 0,
+        node_order: NodeOrderKind = "none",
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -119,6 +138,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             raise ValueError(f"data.eval_batch_size must be >= 1, got {eval_batch_size}")
         if feature_storage not in ("shared_memory", "mmap"):
             raise ValueError(f"data.feature_storage must be 'shared_memory' or 'mmap', got {feature_storage!r}")
+        if node_order not in NODE_ORDERS:
+            raise ValueError(f"data.init_args.node_order must be 'none', 'bfs' or 'degree', got {node_order!r}")
         self.dataset = dataset
         self.fanouts = list(fanouts)
         self.batch_size = int(batch_size)
@@ -136,6 +157,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self.gather: GatherChoice = gather
         self.gather_mode: GatherMode = gather_mode
         self.hot_rows = int(hot_rows)
+        self.node_order: NodeOrderKind = node_order
         self._gather_resolved: Optional[str] = None  # "cpu" | "zerocopy", decided in setup
         self._device_index: Optional[int] = None  # the trainer's CUDA device, decided in setup
         # a bad recipe fails here, before any data is built
@@ -164,6 +186,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     @override
     def prepare_data(self) -> None:
         self.dataset.prepare()
+        cache_dir = node_order_cache_dir(self.dataset, self.node_order)
+        if cache_dir is not None and not ArrayCache(cache_dir).exists():  # once per machine, like the dataset
+            build_node_order_cache(self.dataset.load(), self.node_order, cache_dir)
 
     @override
     def setup(self, stage: Optional[str] = None) -> None:
@@ -328,7 +353,12 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def _create_host_memory(self) -> "HostGraphHandles | Exception":
         try:
             cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
-            return share_node_data(self.dataset.load(), self.feature_storage)
+            return share_node_data(
+                self.dataset.load(),
+                self.feature_storage,
+                node_order=self.node_order,
+                cache_dir=node_order_cache_dir(self.dataset, self.node_order),
+            )
         except Exception as exc:  # reported to every rank (so none waits forever), then raised
             return exc
 

@@ -1,22 +1,79 @@
-"""Put a dataset into host memory that every local process maps by name, and get its handles."""
+"""Put a dataset into host memory that every local process maps by name, and get its handles.
+
+Node order
+----------
+With ``node_order="bfs"`` or ``"degree"`` the graph, the feature rows and the labels are stored renumbered
+into a locality-preserving internal order (:mod:`lightning_zerocopy.graph.reorder`), so that the rows a
+mini-batch reads share memory pages (the zero-copy gather is bound by pages touched, not bytes). Splits,
+edge features and the graph's edge ids stay in the dataset's numbering; the two id maps go into shared
+memory next to the rest (:class:`~lightning_zerocopy.data.batch.NodeOrderHandles`) and
+:class:`~lightning_zerocopy.data.batch.BatchBuilder` translates at the batch boundary, so batches carry
+original ids.
+
+Computing an order and relabeling take seconds to minutes on large graphs (a progress bar shows steps that
+take more than a second). For datasets with an on-disk cache (``dataset.cache``, an
+:class:`~lightning_zerocopy.datasets.base.ArrayCache`) the relabeled arrays are cached next to it, in
+``<dataset cache>-order-<kind>-v1`` (see :func:`node_order_cache_dir`, :func:`build_node_order_cache`), and
+built once per machine; the ``mmap`` feature storage then maps the relabeled feature file. Without a disk
+cache the order is computed in memory and the last one is kept per process, so a second ``setup`` in the
+same process (``fit`` then ``test``) does not compute it again.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import time
+import weakref
 from contextlib import ExitStack
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal, Optional
 
+import numpy as np
 import torch
+from tqdm.auto import tqdm
 
-from lightning_zerocopy.data.batch import HostGraphHandles
-from lightning_zerocopy.datasets.base import NodeData
+from lightning_zerocopy import ops
+from lightning_zerocopy.data.batch import HostGraphHandles, NodeOrderHandles, NodeOrderKind
+from lightning_zerocopy.datasets.base import ArrayCache, NodeData
 from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph
-from lightning_zerocopy.graph.shared_memory import NpyTensorHandle, share_tensor
+from lightning_zerocopy.graph.reorder import NodeOrder, bfs_order, degree_order
+from lightning_zerocopy.graph.shared_memory import (
+    NpyTensorHandle,
+    TensorHandle,
+    create_shared_tensor,
+    save_npy,
+    share_tensor,
+)
+
+__all__ = [
+    "FeatureStorage",
+    "NODE_ORDERS",
+    "build_node_order_cache",
+    "node_order_cache_dir",
+    "share_node_data",
+]
 
 FeatureStorage = Literal["shared_memory", "mmap"]
+#: Accepted values of ``node_order`` (``data.init_args.node_order``).
+NODE_ORDERS: tuple[str, ...] = ("none", "bfs", "degree")
+
+_log = logging.getLogger(__name__)
+_CACHE_VERSION = 1  # part of the cache directory name: bump when the relabeled arrays change meaning
+_ROW_CHUNK_BYTES = 64 * 1024 * 1024  # feature bytes relabeled per step (bounds memory, drives the bar)
+_NUMPY_STORAGE = {torch.bfloat16: torch.int16}  # numpy has no bfloat16: stored as its bits
+#: The last order computed in memory in this process: (kind, weak ref to the edge_index it was computed from).
+_LAST_ORDER: Optional[tuple[str, "weakref.ReferenceType[torch.Tensor]", int, NodeOrder]] = None
 
 
-def share_node_data(data: NodeData, feature_storage: FeatureStorage = "shared_memory") -> HostGraphHandles:
+def share_node_data(
+    data: NodeData,
+    feature_storage: FeatureStorage = "shared_memory",
+    *,
+    node_order: NodeOrderKind = "none",
+    cache_dir: Optional[os.PathLike] = None,
+) -> HostGraphHandles:
     """Build the CSC graph of ``data`` and copy graph, labels, splits (and features) into shared memory.
 
     Args:
@@ -24,36 +81,259 @@ def share_node_data(data: NodeData, feature_storage: FeatureStorage = "shared_me
         feature_storage: ``"shared_memory"`` copies the features into a shared segment (RAM, can be pinned
             for the GPU); ``"mmap"`` maps the dataset's ``.npy`` feature file instead (features larger than RAM,
             shared through the page cache).
+        node_order: ``"none"`` keeps the dataset's node ids; ``"bfs"`` / ``"degree"`` store graph, features and
+            labels in that locality-preserving internal order (splits, edge features and edge ids are not
+            renumbered; the handles carry the id maps, see the module docstring).
+        cache_dir: where the relabeled arrays are cached on disk (:func:`node_order_cache_dir`), or ``None``
+            to relabel in memory. Needed for ``feature_storage="mmap"`` with a node order (the relabeled
+            features must be a file to be mapped).
 
     Returns:
         The handles. The caller owns the segments and must call ``handles.unlink()`` once every local
         process has opened them; if this function fails, it unlinks what it had created.
+
+    Raises:
+        ValueError: a bad ``feature_storage`` / ``node_order`` or an impossible combination (the message names
+            the ``data.init_args`` key).
     """
+    if feature_storage not in ("shared_memory", "mmap"):
+        raise ValueError(f"data.feature_storage must be 'shared_memory' or 'mmap', got {feature_storage!r}")
+    _check_node_order(node_order)
+    if feature_storage == "mmap" and data.x_file is None:
+        raise ValueError(
+            "data.feature_storage='mmap' needs a dataset whose features are an .npy file (e.g. SyntheticGraph,"
+            " OGBNodeDataset); use 'shared_memory' for this dataset"
+        )
+    if feature_storage == "mmap" and node_order != "none" and cache_dir is None:
+        raise ValueError(
+            f"data.init_args.node_order={node_order!r} with data.init_args.feature_storage='mmap' needs a dataset"
+            " with an on-disk cache (e.g. SyntheticGraph, OGBNodeDataset) to hold the relabeled feature file;"
+            " use feature_storage='shared_memory' or node_order='none'"
+        )
     with ExitStack() as undo:
-        graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes).share()
-        undo.callback(graph.unlink)
 
-        if feature_storage == "mmap":
-            if data.x_file is None:
-                raise ValueError(
-                    "data.feature_storage='mmap' needs a dataset whose features are an .npy file (e.g. SyntheticGraph,"
-                    " OGBNodeDataset); use 'shared_memory' for this dataset"
-                )
-            features = FeatureTableHandle(NpyTensorHandle(data.x_file))
-        elif feature_storage == "shared_memory":
-            features = HostFeatureTable.share(data.x.contiguous(), name="features").handle()
-            undo.callback(features.unlink)
-        else:
-            raise ValueError(f"data.feature_storage must be 'shared_memory' or 'mmap', got {feature_storage!r}")
-
-        def share(tensor: torch.Tensor, name: str):
+        def share(tensor: torch.Tensor, name: str) -> TensorHandle:
             _, handle = share_tensor(tensor.contiguous(), name=name)
             undo.callback(handle.unlink)
             return handle
 
-        labels = share(data.y.to(torch.int64), "labels")
+        order_handles: Optional[NodeOrderHandles] = None
+        if node_order == "none":
+            graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes).share()
+            undo.callback(graph.unlink)
+            if feature_storage == "mmap":
+                features = FeatureTableHandle(NpyTensorHandle(data.x_file))  # type: ignore[arg-type]
+            else:
+                features = HostFeatureTable.share(data.x.contiguous(), name="features").handle()
+                undo.callback(features.unlink)
+            labels = share(data.y.to(torch.int64), "labels")
+        elif cache_dir is not None:
+            cache = build_node_order_cache(data, node_order, cache_dir)
+            _check_cache_matches(cache, data)
+            graph = CSCGraph(
+                cache.tensor("indptr"), cache.tensor("indices"), cache.tensor("edge_perm"), data.num_nodes
+            ).share()
+            undo.callback(graph.unlink)
+            x_handle = _feature_file_handle(cache, data.x.dtype)
+            if feature_storage == "mmap":
+                features = FeatureTableHandle(x_handle)
+            else:
+                features = HostFeatureTable.share(x_handle.open(), name="features").handle()
+                undo.callback(features.unlink)
+            labels = share(cache.tensor("y"), "labels")
+            order_handles = NodeOrderHandles(
+                node_order, share(cache.tensor("order"), "node_order"), share(cache.tensor("rank"), "node_rank")
+            )
+        else:
+            with _Steps(node_order, ["building CSC", "ordering nodes", "relabeling graph", "relabeling rows"]) as steps:
+                graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes)
+                steps.next()
+                order = _memoized_order(data, node_order, graph)
+                steps.next()
+                graph = order.relabel_graph(graph).share()
+                undo.callback(graph.unlink)
+                steps.next()
+                shared_x, x_handle = create_shared_tensor(data.x.shape, data.x.dtype, name="features")
+                undo.callback(x_handle.unlink)
+                features = HostFeatureTable(shared_x, handle=FeatureTableHandle(x_handle)).handle()  # checks x
+                _relabel_rows_into(data.x, order.order, shared_x, steps.bar)
+                labels = share(order.relabel_rows(data.y.to(torch.int64)), "labels")
+                order_handles = NodeOrderHandles(
+                    node_order, share(order.order, "node_order"), share(order.rank, "node_rank")
+                )
+
         splits = {name: share(data.split(name), f"{name}_idx") for name in ("train", "val", "test")}
         edge_attr = share(data.edge_attr, "edge_attr") if data.edge_attr is not None else None
-        handles = HostGraphHandles(graph=graph.handle(), features=features, labels=labels, splits=splits, edge_attr=edge_attr)
+        handles = HostGraphHandles(
+            graph=graph.handle(), features=features, labels=labels, splits=splits, edge_attr=edge_attr,
+            node_order=order_handles,
+        )  # fmt: skip
         undo.pop_all()  # success: the caller owns the segments now
     return handles
+
+
+def node_order_cache_dir(dataset: Any, node_order: NodeOrderKind) -> Optional[Path]:
+    """Where the arrays of ``dataset`` relabeled into ``node_order`` are cached, or ``None``.
+
+    ``None`` for ``node_order="none"`` and for datasets without an on-disk cache (no ``cache`` attribute holding
+    an :class:`~lightning_zerocopy.datasets.base.ArrayCache`, e.g. ``PyGNodeDataset``). The directory sits next
+    to the dataset's cache and is named after it, so it changes with the dataset's configuration.
+    """
+    _check_node_order(node_order)
+    cache = getattr(dataset, "cache", None)
+    if node_order == "none" or not isinstance(cache, ArrayCache):
+        return None
+    return cache.path.parent / f"{cache.path.name}-order-{node_order}-v{_CACHE_VERSION}"
+
+
+def build_node_order_cache(data: NodeData, node_order: NodeOrderKind, cache_dir: os.PathLike) -> ArrayCache:
+    """Relabel ``data`` into ``node_order`` and write the result to ``cache_dir`` (once; safe to race).
+
+    The cache holds ``order``/``rank`` (int64 id maps, ``order[internal] = original``), the relabeled CSC graph
+    (``indptr``, ``indices``, ``edge_perm`` -- edge ids still point into ``data.edge_index``), ``x`` and ``y``
+    in internal row order. Nothing is done when the cache is already complete.
+
+    Returns:
+        The (complete) cache.
+    """
+    _check_node_order(node_order)
+    if node_order == "none":
+        raise ValueError("node_order='none' has nothing to cache")
+    cache = ArrayCache(Path(cache_dir))
+    if cache.exists():
+        return cache
+
+    def write(out: Path) -> dict[str, Any]:
+        steps_names = ["building CSC", "ordering nodes", "relabeling graph", "relabeling rows", "writing maps"]
+        with _Steps(node_order, steps_names) as steps:
+            graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes)
+            steps.next()
+            order = _compute_order(graph, node_order)
+            steps.next()
+            relabeled = order.relabel_graph(graph)
+            del graph
+            for name in ("indptr", "indices", "edge_perm"):
+                save_npy(getattr(relabeled, name), out / f"{name}.npy")
+            del relabeled
+            steps.next()
+            x = data.x
+            storage = _NUMPY_STORAGE.get(x.dtype, x.dtype)
+            np_dtype = torch.empty((), dtype=storage).numpy().dtype
+            x_out = np.lib.format.open_memmap(out / "x.npy", mode="w+", dtype=np_dtype, shape=tuple(x.shape))
+            _relabel_rows_into(x, order.order, torch.from_numpy(x_out).view(x.dtype), steps.bar)
+            x_out.flush()
+            del x_out
+            save_npy(order.relabel_rows(data.y.to(torch.int64)), out / "y.npy")
+            steps.next()
+            save_npy(order.order, out / "order.npy")
+            save_npy(order.rank, out / "rank.npy")
+        return {
+            "node_order": node_order,
+            "num_nodes": data.num_nodes,
+            "num_edges": data.num_edges,
+            "num_features": data.num_features,
+            "feature_dtype": str(x.dtype).removeprefix("torch."),
+            "version": _CACHE_VERSION,
+        }
+
+    cache.build(write)
+    return cache
+
+
+# ---------------------------------------------------------------------------------------------- internals
+
+
+def _check_node_order(node_order: Any) -> None:
+    if node_order not in NODE_ORDERS:
+        raise ValueError(f"data.init_args.node_order must be 'none', 'bfs' or 'degree', got {node_order!r}")
+
+
+def _compute_order(graph: CSCGraph, node_order: str) -> NodeOrder:
+    if node_order == "bfs":
+        return bfs_order(graph)
+    if node_order == "degree":
+        return degree_order(graph)
+    raise ValueError(f"data.init_args.node_order must be 'bfs' or 'degree' here, got {node_order!r}")
+
+
+def _memoized_order(data: NodeData, node_order: str, graph: CSCGraph) -> NodeOrder:
+    """The order of ``graph``, reusing this process's last one when it was computed from the same edge tensor."""
+    global _LAST_ORDER
+    last = _LAST_ORDER
+    if last is not None:
+        kind, ref, num_nodes, order = last
+        if kind == node_order and ref() is data.edge_index and num_nodes == data.num_nodes:
+            return order
+    order = _compute_order(graph, node_order)
+    try:
+        _LAST_ORDER = (node_order, weakref.ref(data.edge_index), data.num_nodes, order)
+    except TypeError:  # pragma: no cover - a tensor subclass without weak references: just do not memoize
+        _LAST_ORDER = None
+    return order
+
+
+def _relabel_rows_into(x: torch.Tensor, order: torch.Tensor, out: torch.Tensor, bar: Optional[tqdm]) -> None:
+    """``out[i] = x[order[i]]`` in chunks of rows (parallel row copies; ``x`` may be memory-mapped)."""
+    if x.shape != out.shape:
+        raise ValueError(f"cannot relabel features of shape {tuple(x.shape)} into {tuple(out.shape)}")
+    row_bytes = max(1, x[0].numel() * x.element_size()) if x.shape[0] > 0 else 1
+    rows = max(1, _ROW_CHUNK_BYTES // row_bytes)
+    flat_x = x.reshape(x.shape[0], -1) if x.dim() != 2 else x
+    flat_out = out.reshape(out.shape[0], -1) if out.dim() != 2 else out
+    if not flat_x.is_contiguous():
+        flat_x = flat_x.contiguous()
+    for start in range(0, x.shape[0], rows):
+        stop = min(start + rows, x.shape[0])
+        ops.gather_rows(flat_x, order[start:stop], flat_out[start:stop])
+        if bar is not None:
+            bar.set_postfix_str(f"{stop:,}/{x.shape[0]:,} rows", refresh=False)
+
+
+def _feature_file_handle(cache: ArrayCache, dtype: torch.dtype) -> NpyTensorHandle:
+    view = None if dtype not in _NUMPY_STORAGE else str(dtype).removeprefix("torch.")
+    return NpyTensorHandle(str(cache.file("x")), view)
+
+
+def _check_cache_matches(cache: ArrayCache, data: NodeData) -> None:
+    meta = cache.meta()
+    if (meta.get("num_nodes"), meta.get("num_edges")) != (data.num_nodes, data.num_edges):
+        raise RuntimeError(
+            f"the node-order cache {cache.path} holds {meta.get('num_nodes')} nodes / {meta.get('num_edges')} edges but"
+            f" the dataset has {data.num_nodes} / {data.num_edges}: delete that directory to rebuild it"
+        )
+
+
+class _Steps:
+    """A progress bar over the named steps of one relabeling (shown only when it runs longer than a second),
+    and a log line with the total time when that exceeds a second."""
+
+    def __init__(self, node_order: str, names: list[str]) -> None:
+        self.node_order = node_order
+        self.names = names
+        self.index = 0
+        self.bar: Optional[tqdm] = None
+        self.start = 0.0
+
+    def __enter__(self) -> "_Steps":
+        self.start = time.perf_counter()
+        self.bar = tqdm(total=len(self.names), desc=self._desc(), unit="step", delay=1.0)
+        return self
+
+    def _desc(self) -> str:
+        return f"node_order={self.node_order!r}: {self.names[min(self.index, len(self.names) - 1)]}"
+
+    def next(self) -> None:
+        self.index += 1
+        assert self.bar is not None
+        self.bar.set_description_str(self._desc(), refresh=False)
+        self.bar.update(1)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        assert self.bar is not None
+        if exc_type is None:
+            self.bar.update(len(self.names) - self.bar.n)
+        self.bar.close()
+        elapsed = time.perf_counter() - self.start
+        if exc_type is None and elapsed > 1.0:
+            _log.info("node_order=%r: relabeled graph, features and labels in %.1f s", self.node_order, elapsed)
+

@@ -6,6 +6,10 @@ breadth-first order over *incoming* edges -- the edges the sampler follows -- gi
 neighbors nearby ids, so a batch's rows share pages. :func:`bfs_order` computes one with level-synchronous,
 vectorized torch ops (no Python loop over nodes), and :class:`NodeOrder` relabels the graph, features,
 labels and seed ids consistently.
+
+:func:`bfs_order`, :func:`degree_order` and :class:`NodeOrder` work on the device of the graph's tensors (a
+CUDA graph is ordered on the GPU, e.g. in ``benchmarks/gather.py``); :meth:`NodeOrder.relabel_graph` needs a
+CPU graph (it rebuilds the CSC with the CPU kernel).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ class NodeOrder:
         """Build from ``order[new_id] = old_id`` (must be a permutation of ``0..n-1``)."""
         order = order.to(torch.int64).contiguous()
         rank = torch.full_like(order, -1)
-        rank[order] = torch.arange(order.numel())
+        rank[order] = torch.arange(order.numel(), device=order.device)
         if order.dim() != 1 or bool((rank < 0).any()):
             raise ValueError("`order` must be a permutation of 0..n-1")
         return cls(order, rank)
@@ -63,7 +67,7 @@ class NodeOrder:
         """The same graph under new ids. ``edge_perm`` still points into the original edge list."""
         if graph.num_nodes != self.num_nodes:
             raise ValueError(f"`graph` has {graph.num_nodes} nodes, this order has {self.num_nodes}")
-        dst = torch.repeat_interleave(torch.arange(graph.num_nodes), graph.degree())
+        dst = torch.repeat_interleave(torch.arange(graph.num_nodes, device=graph.indptr.device), graph.degree())
         csc = ops.build_csc(
             self.rank[graph.indices.long()], self.rank[dst], graph.num_nodes, False, False
         )
@@ -71,9 +75,23 @@ class NodeOrder:
         return CSCGraph(csc.indptr, csc.indices, edge_perm, graph.num_nodes)
 
 
+_COUNT_CHUNK = 1 << 26  # entries of ``indices`` per bincount (bounds the int64 temporary)
+
+
 def degree_order(graph: CSCGraph) -> NodeOrder:
-    """Nodes by descending in-degree (ties by id): hubs, which most batches read, share the first pages."""
-    return NodeOrder.from_order(torch.sort(graph.degree(), descending=True, stable=True).indices)
+    """Nodes by how often they are some node's in-neighbor, most often first (ties by id).
+
+    That count is the node's out-degree (its appearances in ``indices``, the CSC neighbor array); sampling
+    picks a node in proportion to it, so the rows most batches read share the first pages. On an undirected
+    graph it is the degree. (In-degree would not do on a directed graph: measured on a directed power-law
+    graph with independent in- and out-degrees, an in-degree order touched as many pages per batch as shuffled
+    ids, this one 18% fewer -- ``benchmarks/gather.py --pages-only``.) The same permutation as
+    ``gather.frequency_order``.
+    """
+    counts = torch.zeros(graph.num_nodes, dtype=torch.int64, device=graph.indptr.device)
+    for start in range(0, graph.num_edges, _COUNT_CHUNK):
+        counts += torch.bincount(graph.indices[start : start + _COUNT_CHUNK].long(), minlength=graph.num_nodes)
+    return NodeOrder.from_order(torch.sort(counts, descending=True, stable=True).indices)
 
 
 def _neighbors_of(graph: CSCGraph, frontier: torch.Tensor) -> torch.Tensor:
@@ -84,7 +102,7 @@ def _neighbors_of(graph: CSCGraph, frontier: torch.Tensor) -> torch.Tensor:
     if total == 0:
         return frontier.new_empty(0)
     shift = starts - (torch.cumsum(counts, 0) - counts)  # segment start minus its output offset
-    positions = torch.repeat_interleave(shift, counts) + torch.arange(total)
+    positions = torch.repeat_interleave(shift, counts, output_size=total) + torch.arange(total, device=shift.device)
     return graph.indices[positions].long()
 
 
@@ -93,35 +111,34 @@ def bfs_order(graph: CSCGraph, *, start: Optional[int] = None) -> NodeOrder:
 
     Each connected piece starts from its highest in-degree unvisited node (``start`` for the first); when a
     search runs dry, the next roots are taken from the remaining nodes in descending degree, doubling their
-    number on each restart so that graphs with many small components need only ``O(log n)`` restarts.
+    number on each restart so that graphs with many small components need only ``O(log n)`` restarts. Each
+    restart drops the visited nodes from the remaining list in one vectorized step, so a restart after a
+    search that covered most of the graph costs one pass, not one step per visited node.
     """
     n = graph.num_nodes
+    device = graph.indptr.device
     degree = graph.degree()
     by_degree = torch.sort(degree, descending=True, stable=True).indices
     if start is not None:
         if not 0 <= start < n:
             raise ValueError(f"`start` must be a node id in [0, {n}), got {start}")
-        by_degree = torch.cat([torch.tensor([start]), by_degree[by_degree != start]])
-    visited = torch.zeros(n, dtype=torch.bool)
-    order = torch.empty(n, dtype=torch.int64)
+        by_degree = torch.cat([torch.tensor([start], device=device), by_degree[by_degree != start]])
+    visited = torch.zeros(n, dtype=torch.bool, device=device)
+    order = torch.empty(n, dtype=torch.int64, device=device)
     # first_seen[v] = smallest candidate position of v in the current level (reset after each level).
-    first_seen = torch.full((n,), torch.iinfo(torch.int64).max, dtype=torch.int64)
-    filled, cursor, num_roots = 0, 0, 1
+    first_seen = torch.full((n,), torch.iinfo(torch.int64).max, dtype=torch.int64, device=device)
+    filled, num_roots = 0, 1
+    remaining = by_degree  # candidate roots in degree order; visited ones are dropped at each restart
     frontier = by_degree.new_empty(0)
     while filled < n:
         if frontier.numel() == 0:  # restart from the highest-degree unvisited nodes
-            while True:
-                roots = by_degree[cursor : cursor + num_roots]
-                cursor += roots.numel()
-                roots = roots[~visited[roots]]
-                if roots.numel() > 0:
-                    break
+            remaining = remaining[~visited[remaining]]
+            frontier, remaining = remaining[:num_roots], remaining[num_roots:]
             num_roots *= 2
-            frontier = roots
         else:
             candidates = _neighbors_of(graph, frontier)
             candidates = candidates[~visited[candidates]]
-            positions = torch.arange(candidates.numel())
+            positions = torch.arange(candidates.numel(), device=device)
             first_seen.scatter_reduce_(0, candidates, positions, reduce="amin")
             frontier = candidates[first_seen[candidates] == positions]  # first occurrences, in order
             first_seen[candidates] = torch.iinfo(torch.int64).max
