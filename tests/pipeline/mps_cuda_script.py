@@ -11,15 +11,35 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root (lightning_zerocopy)
 
+
+def _libcuda_loaded() -> bool:
+    with open("/proc/self/maps") as f:
+        return "libcuda.so" in f.read()
+
+
+EARLY = len(sys.argv) > 2 and sys.argv[2] == "early"
+if EARLY:  # start the daemon before importing anything that might initialize the CUDA driver
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location(
+        "_lzc_mps", os.path.join(os.path.dirname(os.path.dirname(HERE)), "lightning_zerocopy", "pipeline", "mps.py")
+    )
+    _early_mps = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_early_mps)
+    _EARLY_DAEMON = _early_mps.start_mps()
+    os.environ[_early_mps.PERCENT_ENV] = str(100 - int(sys.argv[1]))
+
 from pipeline_fakes import FakeSource, TflopsProbeSource, matmul_tflops  # noqa: E402
 
 from lightning_zerocopy.pipeline import mps, start_pipeline  # noqa: E402
 
+LIBCUDA_AFTER_IMPORTS = _libcuda_loaded()
+
 
 def main() -> None:
     worker_percent = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-    daemon = mps.start_mps()
-    result: dict = {"mps": daemon is not None}
+    daemon = _EARLY_DAEMON if EARLY else mps.start_mps()
+    result: dict = {"mps": daemon is not None, "early": EARLY, "libcuda_loaded_by_imports": LIBCUDA_AFTER_IMPORTS}
     if daemon is None:
         print(json.dumps(result), flush=True)
         return
@@ -44,21 +64,24 @@ def main() -> None:
     # 2. the worker's share: its matmul rate at worker_percent vs. at 100 - worker_percent
     client.register("probe", TflopsProbeSource(steps=2))
     low = [b.tflops for b in client.iterate("probe", 0)]
+    result["worker_pids"] = [client.transport.pid]
     client.close()
     other = start_pipeline("worker", depth=1, device="cuda:0", worker_env=daemon.client_env(100 - worker_percent), timeout=120)
     other.register("probe", TflopsProbeSource(steps=2))
     high = [b.tflops for b in other.iterate("probe", 0)]
+    result["worker_pids"].append(other.transport.pid)
     other.close()
     def comm(pid: int) -> str:
         return mps._comm(pid)
 
+    result["trainer_pid"] = os.getpid()
     result["mps_processes"] = [f"{pid}:{comm(pid)}" for pid in mps.mps_processes()]
     smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"],
                          capture_output=True, text=True)  # fmt: skip
     result["compute_apps"] = smi.stdout.strip().splitlines()
     try:
         with open(os.path.join(daemon.log_dir, "control.log")) as f:
-            result["control_log"] = f.read().strip().splitlines()[-12:]
+            result["control_log"] = [line for line in f.read().splitlines() if "NEW" in line or "server" in line]
     except OSError as exc:
         result["control_log"] = [repr(exc)]
     result["pipe_dir"] = sorted(os.listdir(daemon.pipe_dir))
