@@ -16,10 +16,13 @@ name; the callback starts the producer there, has it open the builders, and repl
 ``*_dataloader`` methods (on this instance only, undone at ``teardown``) by ones that wrap the DataModule's
 loader in a :class:`~lightning_zerocopy.pipeline.loader.PipelineLoader`.
 
-MPS has to be running before this process creates its CUDA context, and Lightning sets the CUDA device in
-``strategy.setup_environment()``, before any callback hook: so with ``mps=True`` the daemon starts when the
-callback is constructed (LightningCLI builds callbacks before the Trainer; the DDP launcher re-runs that per
-rank, and later ranks join the first rank's daemon).
+MPS: a process is an MPS client only if the MPS variables were in its environment when it loaded the CUDA
+driver, which ``import torch`` does (measured on the H200 box). So with ``mps=True`` the callback starts the
+daemon when it is constructed (before the worker exists: the worker always starts as a client, limited to
+``worker_sm_percent``), and the trainer is a client too when the job was launched through
+``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- lightning-zerocopy fit ...`` (which starts
+the daemon, then execs the command with the variables set; the callback then joins that daemon). DDP ranks
+started later by Lightning's launcher inherit the variables and join the same daemon.
 """
 
 from __future__ import annotations
@@ -103,9 +106,21 @@ class PipelineCallback(Callback):
                 stacklevel=3,
             )
             return
+        launched = os.environ.get(mps.ROOT_ENV) is not None  # by the launcher, or a rank started by one
         self.mps_daemon = mps.start_mps()
-        if self.mps_daemon is not None:
-            os.environ[mps.PERCENT_ENV] = str(100 - self.worker_sm_percent)
+        if self.mps_daemon is None or launched:
+            return
+        if mps.libcuda_loaded():
+            warnings.warn(
+                "PipelineCallback(mps=True): the MPS daemon started, but this process loaded the CUDA driver "
+                "(import torch) before it, so only the pipeline worker is an MPS client and the trainer runs outside "
+                "MPS. To make the trainer a client too (its share: 100 - worker_sm_percent), launch the job through "
+                f"`python -m lightning_zerocopy.pipeline.mps --worker-sm-percent {self.worker_sm_percent} -- "
+                "lightning-zerocopy fit ...`.",
+                mps.MPSUnavailableWarning,
+                stacklevel=3,
+            )
+        os.environ[mps.PERCENT_ENV] = str(100 - self.worker_sm_percent)  # for processes started later (ranks)
 
     def _worker_env(self) -> dict[str, str]:
         if self.mps_daemon is None:

@@ -375,5 +375,55 @@ def _stop_daemon(root: str, binary: str, daemon_pid: int, grace: float = 30.0) -
     shutil.rmtree(root, ignore_errors=True)
 
 
-if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "--supervise":
-    _supervise(int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))
+def libcuda_loaded() -> bool:
+    """Whether this process has loaded the CUDA driver library (``import torch`` does, on CUDA builds).
+
+    The driver reads the MPS variables (``CUDA_MPS_PIPE_DIRECTORY``, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) from
+    the environment it was loaded with (seen on an H200 with torch 2.11 cu130: a process that set them after
+    ``import torch`` ran outside MPS, while processes started with them were MPS clients). A process that loaded
+    it before the daemon started cannot become a client; processes it starts afterwards can.
+    """
+    try:
+        with open("/proc/self/maps") as f:
+            return "libcuda.so" in f.read()
+    except OSError:
+        return False
+
+
+#: Set by :func:`launch` for the worker's share (the trainer's own is ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``).
+WORKER_PERCENT_ENV = "LZC_MPS_WORKER_PERCENT"
+
+
+def launch(argv: list[str]) -> None:
+    """``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND...``
+
+    Starts this job's MPS daemon, then replaces this process by ``COMMAND`` with the MPS variables in its
+    environment from the start (the trainer ``100 - X`` % of the SMs), so the trainer is an MPS client too.
+    The supervisor stops the daemon when ``COMMAND`` exits (it keeps this pid). Without MPS it warns and
+    runs ``COMMAND`` anyway.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m lightning_zerocopy.pipeline.mps", description=launch.__doc__)
+    parser.add_argument("--worker-sm-percent", type=int, default=20, help="the pipeline worker's share of SMs")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run (e.g. lightning-zerocopy fit ...)")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the command to run after --")
+    if not 1 <= args.worker_sm_percent <= 99:
+        parser.error(f"--worker-sm-percent must be in [1, 99], got {args.worker_sm_percent}")
+    daemon = start_mps()
+    if daemon is not None:
+        os.environ[PERCENT_ENV] = str(100 - args.worker_sm_percent)
+        os.environ[WORKER_PERCENT_ENV] = str(args.worker_sm_percent)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "--supervise":
+        _supervise(int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    else:
+        launch(sys.argv[1:])

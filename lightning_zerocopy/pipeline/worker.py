@@ -58,9 +58,12 @@ def _watch_parent(parent_pid: int, period: float = 0.5) -> None:
             os._exit(0)
 
 
+_SPAWN_ENV_LOCK = threading.Lock()
+
+
 def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str, str]) -> None:
-    """Entry point of the worker process."""
-    os.environ.update(env)  # before any CUDA call: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is read at context creation
+    """Entry point of the worker process (``env`` was already in its environment at exec; kept for clarity)."""
+    os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="lzc-parent-watch", daemon=True).start()
     producer = Producer(_PipeChannel(conn), torch.device(device) if device is not None else None)
@@ -87,8 +90,9 @@ class WorkerTransport:
 
     Args:
         device: the CUDA device the slots live on, or ``None`` for host slots.
-        env: environment variables set in the worker before it creates a CUDA context (e.g.
-            ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``).
+        env: environment variables the worker process starts with (e.g. the MPS pipe directory and
+            ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``: the CUDA driver reads them when it is loaded, which
+            ``import torch`` does, so they cannot be set later inside the worker).
     """
 
     interprocess = True
@@ -107,7 +111,18 @@ class WorkerTransport:
             name="lightning-zerocopy-pipeline-worker",
             daemon=True,  # multiprocessing terminates it at interpreter exit, should everything else fail
         )
-        self.process.start()
+        env = dict(env or {})
+        with _SPAWN_ENV_LOCK:  # the CUDA driver reads MPS variables when it is loaded: they must be in the
+            saved = {k: os.environ.get(k) for k in env}  # environment the child process starts with
+            os.environ.update(env)
+            try:
+                self.process.start()
+            finally:
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
         child.close()
 
     @property

@@ -1,4 +1,5 @@
-"""Run on a GPU: start a private MPS daemon, then check CUDA IPC of slots (and the slot hand-back) under MPS and
+"""Run on a GPU, through the launcher (``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent 10 --
+python3 mps_cuda_script.py 10``) or alone: use a private MPS daemon, then check CUDA IPC of slots (and the slot hand-back) under MPS and
 that the worker's SM share takes effect. Prints one JSON line; used by test_pipeline_cuda.py (and readable by itself)."""
 
 from __future__ import annotations
@@ -12,39 +13,23 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root (lightning_zerocopy)
 
 
-def _libcuda_loaded() -> bool:
-    with open("/proc/self/maps") as f:
-        return "libcuda.so" in f.read()
-
-
-EARLY = len(sys.argv) > 2 and sys.argv[2] == "early"
-if EARLY:  # start the daemon before importing anything that might initialize the CUDA driver
-    import importlib.util
-
-    _spec = importlib.util.spec_from_file_location(
-        "_lzc_mps", os.path.join(os.path.dirname(os.path.dirname(HERE)), "lightning_zerocopy", "pipeline", "mps.py")
-    )
-    _early_mps = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_early_mps)
-    _EARLY_DAEMON = _early_mps.start_mps()
-    os.environ[_early_mps.PERCENT_ENV] = str(100 - int(sys.argv[1]))
-
 from pipeline_fakes import FakeSource, TflopsProbeSource, matmul_tflops  # noqa: E402
 
 from lightning_zerocopy.pipeline import mps, start_pipeline  # noqa: E402
 
-LIBCUDA_AFTER_IMPORTS = _libcuda_loaded()
 
 
 def main() -> None:
     worker_percent = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-    daemon = _EARLY_DAEMON if EARLY else mps.start_mps()
-    result: dict = {"mps": daemon is not None, "early": EARLY, "libcuda_loaded_by_imports": LIBCUDA_AFTER_IMPORTS}
+    launched = mps.ROOT_ENV in os.environ  # through `python -m lightning_zerocopy.pipeline.mps ... --`
+    daemon = mps.start_mps()
+    result: dict = {"mps": daemon is not None, "launched": launched}
     if daemon is None:
         print(json.dumps(result), flush=True)
         return
     result.update(root=daemon.root, daemon_pid=daemon.daemon_pid, supervisor_pid=daemon.supervisor_pid)
-    os.environ[mps.PERCENT_ENV] = str(100 - worker_percent)
+    if not launched:
+        os.environ[mps.PERCENT_ENV] = str(100 - worker_percent)  # too late for this process's driver: see mps.py
     import subprocess
 
     import torch
@@ -82,6 +67,7 @@ def main() -> None:
     try:
         with open(os.path.join(daemon.log_dir, "control.log")) as f:
             result["control_log"] = [line for line in f.read().splitlines() if "NEW" in line or "server" in line]
+        result["trainer_is_client"] = any(f"NEW CLIENT {os.getpid()} " in line for line in result["control_log"])
     except OSError as exc:
         result["control_log"] = [repr(exc)]
     result["pipe_dir"] = sorted(os.listdir(daemon.pipe_dir))

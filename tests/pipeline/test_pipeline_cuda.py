@@ -54,14 +54,17 @@ def test_under_mps_ipc_works_and_the_worker_share_takes_effect():
     if __import__("shutil").which(mps.CONTROL_BINARY) is None:
         pytest.fail(f"{mps.CONTROL_BINARY} is not on PATH on this GPU machine")
     env = {k: v for k, v in os.environ.items() if k not in (mps.ROOT_ENV, mps.PIPE_ENV, mps.LOG_ENV, mps.PERCENT_ENV)}
+    launcher = [sys.executable, str(HERE.parents[1] / "lightning_zerocopy" / "pipeline" / "mps.py"), "--worker-sm-percent", "10", "--"]
     proc = subprocess.run(
-        [sys.executable, str(HERE / "mps_cuda_script.py"), "10"], capture_output=True, text=True, timeout=300, env=env
-    )
+        [*launcher, sys.executable, str(HERE / "mps_cuda_script.py"), "10"], capture_output=True, text=True, timeout=300,
+        env=env,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     print(result)
     assert result["mps"], f"MPS did not start: {proc.stderr[-2000:]}"
     assert result["ipc_batches_ok"]
+    assert result["trainer_is_client"], result["control_log"]  # launched with the variables set
     # 10% of the SMs vs 90%: the worker's matmul rate must drop to well under half
     assert result["worker_tflops"] < 0.35 * result["worker_tflops_at_complement"], result
     # the supervisor stops the daemon once the script (its owner) has exited
