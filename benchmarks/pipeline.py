@@ -10,6 +10,7 @@ in shared host memory, a power-law graph with shuffled ids. The data path is the
                    side stream into GPU slots, ping-pong
 * ``worker``       PipelineCallback's worker mode: a worker process, GPU slots shared over CUDA IPC, ping-pong
 * ``worker_mps_X`` the same with a private MPS daemon, worker at X % of the SMs and the trainer at 100 - X
+                   (the configuration's process is started through the MPS launcher, so both are clients)
 * ``gpu_resident`` the bound: graph and features in GPU memory, GPU sampler, ``x = features[n_id]`` on the GPU
 * ``breakdown``    not a training run: median ms of one batch's CPU sampling, CPU gather into pinned memory,
                    copy to the GPU, and the builder's whole ``build_batch`` (what bounds the producer)
@@ -108,11 +109,11 @@ def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict
     if config.startswith("worker_mps_"):
         from lightning_zerocopy.pipeline import mps
 
-        worker_percent = int(config.rsplit("_", 1)[1])
-        daemon = mps.start_mps()  # before this process touches CUDA
+        # this process was started through the MPS launcher (see main), so it is a client with 100 - X % of the
+        # SMs; here it only joins the daemon, whose variables the worker gets at spawn with its own X %
+        daemon = mps.start_mps()
         if daemon is None:
             return {"config": config, "error": "MPS unavailable (see warnings)"}
-        os.environ[mps.PERCENT_ENV] = str(100 - worker_percent)
 
     import torch.nn.functional as F
     from torch_geometric.nn.models import GraphSAGE
@@ -265,9 +266,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _child(args_list: list[str], timeout: float) -> dict:
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), *args_list], capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+def _child(args_list: list[str], timeout: float, prefix: Optional[list[str]] = None) -> dict:
+    proc = subprocess.run([*(prefix or []), sys.executable, os.path.abspath(__file__), *args_list],
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
     for line in reversed(proc.stdout.strip().splitlines()):
         if line.startswith("{"):
             return json.loads(line)
@@ -309,7 +310,11 @@ def main(argv: Optional[list[str]] = None) -> dict:
         runs = []
         for config in [c.strip() for c in args.configs.split(",") if c.strip()]:
             try:
-                r = _child([*passthrough, f"--_run={config}", f"--_handles={handles_path}"], args.config_timeout)
+                prefix = None
+                if config.startswith("worker_mps_"):  # the trainer must start as an MPS client: use the launcher
+                    mps_py = os.path.join(REPO_ROOT, "lightning_zerocopy", "pipeline", "mps.py")
+                    prefix = [sys.executable, mps_py, "--worker-sm-percent", config.rsplit("_", 1)[1], "--"]
+                r = _child([*passthrough, f"--_run={config}", f"--_handles={handles_path}"], args.config_timeout, prefix)
             except subprocess.TimeoutExpired:
                 r = {"error": f"timed out after {args.config_timeout:.0f} s"}
             r.setdefault("config", config)

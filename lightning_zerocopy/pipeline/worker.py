@@ -16,7 +16,9 @@ Lifecycle and faults:
 
 from __future__ import annotations
 
+import atexit
 import os
+import re
 import signal
 import threading
 import time
@@ -59,6 +61,27 @@ def _watch_parent(parent_pid: int, period: float = 0.5) -> None:
 
 
 _SPAWN_ENV_LOCK = threading.Lock()
+_DRIVER_FILES_CLEANUP = []
+
+
+def _unlink_driver_ipc_files(pid: int) -> None:
+    """Remove the CUDA driver's ``/dev/shm/cuda.shm.<n>.<pid hex>.<k>`` files of process ``pid``.
+
+    A process that exports GPU memory over CUDA IPC gets such a file from the driver, and on the H200 box the
+    driver left it behind after the process exited. Unlinking it at exit only removes the name (mappings
+    stay valid), so nothing that still runs is affected.
+    """
+    pattern = re.compile(rf"^cuda\.shm\.\d+\.{pid:x}\.\d+$")
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return
+    for name in names:
+        if pattern.match(name):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
 
 
 def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str, str]) -> None:
@@ -105,6 +128,9 @@ class WorkerTransport:
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
         dev = str(device) if device is not None and torch.device(device).type == "cuda" else None
+        if dev is not None and not _DRIVER_FILES_CLEANUP:  # slots are exported over CUDA IPC from this process
+            _DRIVER_FILES_CLEANUP.append(os.getpid())
+            atexit.register(_unlink_driver_ipc_files, os.getpid())
         self.process = ctx.Process(
             target=_worker_main,
             args=(child, dev, os.getpid(), dict(env or {})),
