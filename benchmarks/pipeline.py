@@ -2,7 +2,8 @@
 
 3-layer GraphSAGE (hidden 256), fanouts [15, 10, 5], batch 1024, fp32 features (``--dim`` wide, ``--gib`` GiB)
 in shared host memory, a power-law graph with shuffled ids. The data path is the DataModule's own contract:
-``BatchPlan`` + ``BatchBuilder`` (CPU sampler threads + CPU gather). Configurations, each in a fresh process
+``BatchPlan`` + ``BatchBuilder`` (by default CPU sampler threads + CPU gather; ``--sampler-placement uva|gpu``
+and ``--gather zerocopy`` select its GPU paths). Configurations, each in a fresh process
 (so that each creates its CUDA context under the MPS setting it needs):
 
 * ``none``         the plain loader: build the batch in the trainer, then ``Data.to(cuda, non_blocking)``
@@ -130,7 +131,7 @@ def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
         torch.cuda.set_device(device)
-    builder = BatchBuilder(handles, FANOUTS)
+    builder = BatchBuilder(handles, FANOUTS, sampler_placement=args.sampler_placement, gather=args.gather)
     plan = BatchPlan(handles.splits["train"].open(), args.batch_size, shuffle=True, seed=1)
     model = GraphSAGE(args.dim, args.hidden, num_layers=3, out_channels=args.classes).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -254,6 +255,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--depth", type=int, default=2, help="pipeline slots (2 = ping-pong)")
+    p.add_argument("--sampler-placement", choices=("cpu", "uva", "gpu"), default="cpu",
+                   help="the DataModule builder's sampler (BatchBuilder(sampler_placement=...))")
+    p.add_argument("--gather", choices=("cpu", "zerocopy"), default="cpu",
+                   help="the DataModule builder's feature gather (BatchBuilder(gather=...))")  # fmt: skip
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--configs", default=DEFAULT_CONFIGS)
@@ -293,7 +298,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
 
     passthrough = [f"--gib={args.gib}", f"--dim={args.dim}", f"--avg-degree={args.avg_degree}", f"--alpha={args.alpha}",
                    f"--classes={args.classes}", f"--hidden={args.hidden}", f"--batch-size={args.batch_size}",
-                   f"--depth={args.depth}", f"--steps={args.steps}", f"--warmup={args.warmup}"]  # fmt: skip
+                   f"--depth={args.depth}", f"--steps={args.steps}", f"--warmup={args.warmup}",
+                   f"--sampler-placement={args.sampler_placement}", f"--gather={args.gather}"]  # fmt: skip
     fd, handles_path = tempfile.mkstemp(prefix="lzc-bench-handles-")
     os.close(fd)
     results: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if not k.startswith("_")}}

@@ -79,21 +79,24 @@ class PlanSource:
     def build_batch(self, item: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
         """``builder.build_batch(item, out)`` with the slot's buffers where the builder can write them.
 
-        The host builder gathers on the CPU: host slot buffers are handed to it directly; for CUDA slots it
-        gathers into page-locked staging buffers of the same capacity (kept by this process), which the
-        pipeline then copies into the slot asynchronously. ``out`` is only handed over when every batch is
-        guaranteed to fit, so the builder never fails on a small buffer (the slot grows instead).
+        A builder that builds on the GPU (``builder.on_gpu``: GPU/UVA sampling or the zero-copy gather) writes
+        features and labels straight into CUDA slots, on the producer's stream. A host builder gathers on the
+        CPU: host slots are handed to it directly, and for CUDA slots it gathers into page-locked staging buffers
+        of the same capacity (kept by this process), which the pipeline then copies into the slot
+        asynchronously. ``out`` is only handed over when every batch is guaranteed to fit, so the builder never
+        fails on a small buffer (the slot grows instead).
         """
         if out is None:
             return self.builder.build_batch(item)
         rows = int(self.builder.max_nodes(item.batch_size))
-        host_out = {}
+        on_gpu = bool(getattr(self.builder, "on_gpu", False))
+        targets = {}
         for key in self.out_fields:
             buf = out.get(key)
             if buf is None or buf.size(0) < rows:
                 continue
-            host_out[key] = buf if buf.device.type == "cpu" else self._staging_like(key, buf)
-        return self.builder.build_batch(item, out=host_out or None)
+            targets[key] = self._staging_like(key, buf) if buf.is_cuda and not on_gpu else buf
+        return self.builder.build_batch(item, out=targets or None)
 
     def _staging_like(self, key: str, buf: torch.Tensor) -> torch.Tensor:
         staging = self.__dict__.setdefault("_staging", {})
