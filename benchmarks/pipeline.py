@@ -68,7 +68,7 @@ def prepare(args: argparse.Namespace, handles_path: str) -> dict:
     x = torch.empty((num_nodes, args.dim), dtype=torch.float32)  # filled on the GPU below, through the handle
     y = torch.randint(0, args.classes, (num_nodes,), generator=gen)
     order = torch.randperm(num_nodes, generator=gen)
-    n_train = min(num_nodes // 2, args.batch_size * (args.steps + args.warmup + 10))
+    n_train = min(num_nodes // 2, args.batch_size * (max(args.steps, 20) + args.warmup + 10))  # breakdown: 20
     data = NodeData(edge_index=edge_index, x=x, y=y, train_idx=order[:n_train], val_idx=order[n_train : n_train + 1024],
                     test_idx=order[n_train + 1024 : n_train + 2048])  # fmt: skip
     gen_s = time.perf_counter() - t0
