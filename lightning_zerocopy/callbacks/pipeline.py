@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Sequence
 
 import pytorch_lightning as pl
 import torch
@@ -65,9 +65,12 @@ class PipelineCallback(Callback):
             MPS is unavailable. Only for ``mode="worker"`` on a GPU.
         worker_sm_percent: the worker's share of SMs under MPS (the trainer gets ``100 - worker_sm_percent``).
         timeout: seconds to wait for one batch from a live producer before raising.
+        copy_stages: loaders whose batches are handed over as copies instead of views of their slot. Default
+            ``("predict",)``: ``predict_step`` outputs are collected by Lightning and often contain batch fields
+            (``batch.n_id``), which a view would let the next batch overwrite.
 
-    A batch handed to the training step is a view of its slot and stays valid until the next batch of that
-    loader is requested (after the step's backward): copy a field to keep it longer.
+    A batch of the other loaders is a view of its slot and stays valid until the next batch of that loader is
+    requested (after the step's backward): copy a field to keep it longer.
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class PipelineCallback(Callback):
         mps: bool = False,
         worker_sm_percent: int = 20,
         timeout: float = 600.0,
+        copy_stages: Sequence[str] = ("predict",),
     ) -> None:
         if mode not in ("auto", "worker", "in_process"):
             raise ValueError(f"PipelineCallback(mode=...) must be 'auto', 'worker' or 'in_process', got {mode!r}")
@@ -91,6 +95,10 @@ class PipelineCallback(Callback):
         self.mps = mps
         self.worker_sm_percent = worker_sm_percent
         self.timeout = timeout
+        unknown = set(copy_stages) - {"train", "val", "test", "predict"}
+        if unknown:
+            raise ValueError(f"PipelineCallback(copy_stages=...) takes 'train', 'val', 'test', 'predict'; got {sorted(unknown)}")
+        self.copy_stages = tuple(copy_stages)
         self.mps_daemon = None
         self.client: Optional[PipelineClient] = None
         self._patched: list[tuple[Any, str]] = []
@@ -165,8 +173,10 @@ class PipelineCallback(Callback):
         original = getattr(datamodule, name)
         client = self.client
 
+        copy = stage in self.copy_stages
+
         def pipelined_dataloader() -> PipelineLoader:
-            return PipelineLoader(client, stage, original())
+            return PipelineLoader(client, stage, original(), copy=copy)
 
         setattr(datamodule, name, pipelined_dataloader)  # this instance only; removed at teardown
         self._patched.append((datamodule, name))

@@ -22,12 +22,15 @@ class PipelineLoader:
         stage: the registered stage name.
         inner: the DataModule's loader it replaces (a ``PlanLoader``: ``len``, ``epoch``, ``start_step``,
             ``state_dict``/``load_state_dict``).
+        copy: yield a copy of each batch instead of views of its slot (for loops that keep what the step
+            returns, like ``predict``, whose outputs often include ``batch.n_id``).
     """
 
-    def __init__(self, client: PipelineClient, stage: str, inner: Any) -> None:
+    def __init__(self, client: PipelineClient, stage: str, inner: Any, copy: bool = False) -> None:
         self.client = client
         self.stage = stage
         self.inner = inner
+        self.copy = copy
         self.epoch = int(getattr(inner, "epoch", 0))
         self._start_step = int(getattr(inner, "start_step", 0))
         self._next_step = self._start_step
@@ -54,7 +57,7 @@ class PipelineLoader:
         self._next_step = start
         for batch in self.client.iterate(self.stage, self.epoch, start, len(self)):
             self._next_step += 1
-            yield batch
+            yield batch.clone() if self.copy else batch
 
     def state_dict(self) -> dict[str, Any]:
         state = dict(self.inner.state_dict())

@@ -227,12 +227,16 @@ class SlotRing:
 
     def _alloc(self, cap: Mapping[str, int]) -> dict[str, torch.Tensor]:
         buffers = {}
-        for f in self.layout.fields:
-            t = torch.empty(f.alloc_shape(cap[f.axis]), dtype=f.dtype, device=self.device)
-            if self.shared and self.device.type == "cpu":
-                t.share_memory_()
-            buffers[f.name] = t
+        with torch.inference_mode(False):  # Lightning's evaluation loops run in inference mode, but the producer
+            for f in self.layout.fields:  # writes these buffers outside it (an inference tensor refuses that)
+                buffers[f.name] = self._alloc_one(f, cap)
         return buffers
+
+    def _alloc_one(self, f: FieldSpec, cap: Mapping[str, int]) -> torch.Tensor:
+        t = torch.empty(f.alloc_shape(cap[f.axis]), dtype=f.dtype, device=self.device)
+        if self.shared and self.device.type == "cpu":
+            t.share_memory_()
+        return t
 
     def fits(self, index: int, sizes: Mapping[str, int]) -> bool:
         cap = self.capacity[index]

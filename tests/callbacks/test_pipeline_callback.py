@@ -110,6 +110,18 @@ def test_toggling_the_callback_changes_no_batch(tmp_path, baseline, mode):
     assert len(telemetry.history) > 0 and all(0 <= m["data/stall_frac"] <= 1 for m in telemetry.history)
 
 
+def test_predict_outputs_survive_later_batches(tmp_path):
+    """predict_step returns batch.n_id; with slot views the next batch would overwrite collected outputs."""
+    dm = _datamodule(tmp_path / "cache")
+    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=16, dropout=0.0)
+    kwargs = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    want = pl.Trainer(**kwargs).predict(model, datamodule=dm)
+    got = pl.Trainer(**kwargs, callbacks=[PipelineCallback(mode="in_process")]).predict(model, datamodule=dm)
+    assert len(got) == len(want) > 1
+    for a, b in zip(got, want):
+        assert torch.equal(a["n_id"], b["n_id"]) and torch.equal(a["pred"], b["pred"])
+
+
 def test_pipeline_loader_resumes_mid_epoch_like_the_plan_loader(tmp_path, monkeypatch):
     """Checkpointed loader state is interchangeable between PlanLoader and PipelineLoader."""
     dm = _datamodule(tmp_path / "cache")
@@ -152,6 +164,8 @@ def test_constructor_checks_and_mps_unavailable_warning(monkeypatch):
         PipelineCallback(depth=0)
     with pytest.raises(ValueError, match="worker_sm_percent"):
         PipelineCallback(worker_sm_percent=100)
+    with pytest.raises(ValueError, match="copy_stages"):
+        PipelineCallback(copy_stages=("training",))
     with pytest.raises(ValueError, match="needs a worker process"):
         PipelineCallback(mode="in_process", mps=True)
     from lightning_zerocopy.pipeline import mps

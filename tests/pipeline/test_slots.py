@@ -136,3 +136,13 @@ def test_view_batch_is_views_not_copies():
     write_batch(layout, ring.slots[0], data, sizes)
     view = view_batch(layout, ring.slots[0], sizes, {})
     assert view.x.data_ptr() == ring.slots[0]["x"].data_ptr()
+
+
+def test_slots_allocated_in_inference_mode_stay_writable():
+    """Lightning allocates evaluation slots inside inference mode; the producer writes them outside it."""
+    data = _batch()
+    layout = SlotLayout.from_batch(data)
+    with torch.inference_mode():
+        ring = SlotRing(layout, layout.sizes(data), depth=1, shared=False)
+    assert not any(t.is_inference() for t in ring.slots[0].values())
+    write_batch(layout, ring.slots[0], data, layout.sizes(data))
