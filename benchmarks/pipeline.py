@@ -318,6 +318,11 @@ def main(argv: Optional[list[str]] = None) -> dict:
             try:
                 prefix = None
                 if config.startswith("worker_mps_"):  # the trainer must start as an MPS client: use the launcher
+                    from lightning_zerocopy.pipeline import mps
+
+                    deadline = time.monotonic() + 60  # the previous configuration's daemon may still be quitting
+                    while mps.mps_processes() and time.monotonic() < deadline:
+                        time.sleep(0.2)
                     mps_py = os.path.join(REPO_ROOT, "lightning_zerocopy", "pipeline", "mps.py")
                     prefix = [sys.executable, mps_py, "--worker-sm-percent", config.rsplit("_", 1)[1], "--"]
                 r = _child([*passthrough, f"--_run={config}", f"--_handles={handles_path}"], args.config_timeout, prefix)
