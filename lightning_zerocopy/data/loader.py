@@ -8,6 +8,7 @@ rest of an interrupted epoch yields exactly the batches an uninterrupted run wou
 
 from __future__ import annotations
 
+import abc
 import warnings
 from typing import Any, Iterator
 
@@ -16,29 +17,32 @@ from torch_geometric.data import Data
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.plan import BatchPlan
 
-__all__ = ["PlanLoader"]
+__all__ = ["EpochLoader", "PlanLoader"]
 
 
-class PlanLoader:
-    """A sized, stateful iterable of PyG ``Data`` batches: ``builder.build_batch(plan.item(epoch, step))``.
+class EpochLoader(abc.ABC):
+    """Lightning's loader protocol for plan-driven batches: a length, ``set_epoch`` and a mid-epoch position.
 
-    Args:
-        plan: which seeds make up every batch of this rank.
-        builder: turns a plan item into a batch (opened on first use).
+    Subclasses say how many batches an epoch has (``__len__``) and produce the batches of an epoch from a
+    given step on (:meth:`_batches`); this class tracks the epoch and how many batches were handed out, so
+    :meth:`__iter__` resumes where a restored state left off.
     """
 
-    def __init__(self, plan: BatchPlan, builder: BatchBuilder) -> None:
-        self.plan = plan
-        self.builder = builder
-        self.epoch = 0
-        self._start_step = 0
-        self._next_step = 0
+    def __init__(self, epoch: int = 0, start_step: int = 0) -> None:
+        self.epoch = int(epoch)
+        self._start_step = int(start_step)
+        self._next_step = self._start_step
 
+    @abc.abstractmethod
     def __len__(self) -> int:
-        return len(self.plan)
+        """Batches per epoch on this rank."""
+
+    @abc.abstractmethod
+    def _batches(self, epoch: int, start: int) -> Iterator[Data]:
+        """The batches of ``epoch`` from step ``start`` to the end of the epoch, in order."""
 
     @property
-    def sampler(self) -> "PlanLoader":
+    def sampler(self) -> "EpochLoader":
         """Lightning calls ``loader.sampler.set_epoch(epoch)`` before every epoch; the loader is its own sampler."""
         return self
 
@@ -60,12 +64,31 @@ class PlanLoader:
 
     def __iter__(self) -> Iterator[Data]:
         start, self._start_step = self._start_step, 0
-        epoch = self.epoch
         self._next_step = start
-        for step in range(start, len(self.plan)):
-            batch = self.builder.build_batch(self.plan.item(epoch, step))
-            self._next_step = step + 1
+        for batch in self._batches(self.epoch, start):
+            self._next_step += 1
             yield batch
+
+
+class PlanLoader(EpochLoader):
+    """A sized, stateful iterable of PyG ``Data`` batches: ``builder.build_batch(plan.item(epoch, step))``.
+
+    Args:
+        plan: which seeds make up every batch of this rank.
+        builder: turns a plan item into a batch (opened on first use).
+    """
+
+    def __init__(self, plan: BatchPlan, builder: BatchBuilder) -> None:
+        super().__init__()
+        self.plan = plan
+        self.builder = builder
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def _batches(self, epoch: int, start: int) -> Iterator[Data]:
+        for step in range(start, len(self.plan)):
+            yield self.builder.build_batch(self.plan.item(epoch, step))
 
     def state_dict(self) -> dict[str, Any]:
         """Position in the plan: the epoch and the number of batches of it already handed out."""

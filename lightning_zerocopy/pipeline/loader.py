@@ -11,10 +11,11 @@ from typing import Any, Iterator
 
 from torch_geometric.data import Data
 
+from lightning_zerocopy.data.loader import EpochLoader
 from lightning_zerocopy.pipeline.client import PipelineClient
 
 
-class PipelineLoader:
+class PipelineLoader(EpochLoader):
     """Iterates ``inner``'s plan through ``client`` (stage ``stage`` must be registered with the same plan).
 
     Args:
@@ -27,36 +28,17 @@ class PipelineLoader:
     """
 
     def __init__(self, client: PipelineClient, stage: str, inner: Any, copy: bool = False) -> None:
+        super().__init__(epoch=int(getattr(inner, "epoch", 0)), start_step=int(getattr(inner, "start_step", 0)))
         self.client = client
         self.stage = stage
         self.inner = inner
         self.copy = copy
-        self.epoch = int(getattr(inner, "epoch", 0))
-        self._start_step = int(getattr(inner, "start_step", 0))
-        self._next_step = self._start_step
 
     def __len__(self) -> int:
         return len(self.inner)
 
-    @property
-    def sampler(self) -> "PipelineLoader":
-        """Lightning calls ``loader.sampler.set_epoch(epoch)``; the loader is its own sampler."""
-        return self
-
-    @property
-    def batch_sampler(self) -> None:
-        return None
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self.epoch = int(epoch)
-            self._start_step = 0
-
-    def __iter__(self) -> Iterator[Data]:
-        start, self._start_step = self._start_step, 0
-        self._next_step = start
-        for batch in self.client.iterate(self.stage, self.epoch, start, len(self)):
-            self._next_step += 1
+    def _batches(self, epoch: int, start: int) -> Iterator[Data]:
+        for batch in self.client.iterate(self.stage, epoch, start, len(self)):
             yield batch.clone() if self.copy else batch
 
     def state_dict(self) -> dict[str, Any]:
