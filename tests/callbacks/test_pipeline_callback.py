@@ -170,6 +170,11 @@ def test_constructor_checks_and_mps_unavailable_warning(monkeypatch):
         PipelineCallback(mode="in_process", mps=True)
     from lightning_zerocopy.pipeline import mps
 
+    # CUDA already initialized in this process (as on a GPU machine after other tests): no MPS for the trainer
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.warns(mps.MPSUnavailableWarning, match="after CUDA was initialized"):
+        assert PipelineCallback(mode="worker", mps=True).mps_daemon is None
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr(mps, "_warned", set())
     with pytest.warns(mps.MPSUnavailableWarning, match="not on PATH"):

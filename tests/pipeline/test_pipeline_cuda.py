@@ -72,6 +72,10 @@ def test_under_mps_ipc_works_and_the_worker_share_takes_effect():
     while mps._alive(result["daemon_pid"]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not mps._alive(result["daemon_pid"]), "MPS daemon still running after its owner exited"
+    # the supervisor removes the private directory after the daemon (and any server it left) is gone, then exits
+    while mps._alive(result["supervisor_pid"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not mps._alive(result["supervisor_pid"]), "MPS supervisor still running after stopping the daemon"
     assert not Path(result["root"]).exists()
     # the exited trainer left no shared-memory file (torch's IPC ref counts, the driver's cuda.shm file)
     trainer = result["trainer_pid"]
