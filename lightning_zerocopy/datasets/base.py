@@ -186,6 +186,27 @@ class ArrayCache:
         return self.file(name).is_file()
 
 
+class CachedNodeDataset(NodeDataset):
+    """A :class:`NodeDataset` built once into an :class:`ArrayCache` and memory-mapped from it afterwards.
+
+    Subclasses set ``self.cache`` in ``__init__`` and implement :meth:`_write`, which writes the standard
+    array names (see :func:`node_data_from_cache`) into a directory and returns the cache's metadata.
+    """
+
+    cache: ArrayCache
+
+    @abstractmethod
+    def _write(self, out: Path) -> dict[str, Any]:
+        """Write the dataset's ``.npy`` arrays into ``out``; return the metadata stored with them."""
+
+    def prepare(self) -> None:
+        self.cache.build(self._write)
+
+    def load(self) -> NodeData:
+        self.prepare()
+        return node_data_from_cache(self.cache)
+
+
 def node_data_from_cache(cache: ArrayCache) -> NodeData:
     """Open the standard array names (``edge_index``, ``x``, ``y``, ``*_idx``, optional ``edge_attr``)."""
     names = {f.name for f in fields(NodeData)} - {"x_file"}

@@ -27,11 +27,9 @@ from tqdm.auto import tqdm
 
 from lightning_zerocopy.datasets.base import (
     ArrayCache,
-    NodeData,
-    NodeDataset,
+    CachedNodeDataset,
     config_key,
     default_cache_root,
-    node_data_from_cache,
 )
 from lightning_zerocopy.graph.shared_memory import save_npy
 
@@ -93,7 +91,7 @@ def convert_csv_to_npy(path: Path, out: Path, rows: int, dtype: Any, desc: str) 
     del target
 
 
-class OGBNodeDataset(NodeDataset):
+class OGBNodeDataset(CachedNodeDataset):
     """An ``ogbn-*`` dataset from a local folder in OGB's layout (see the module docstring).
 
     Args:
@@ -160,13 +158,6 @@ class OGBNodeDataset(NodeDataset):
                 labels = read_csv_matrix(self.raw / "node-label.csv.gz", np.float64, "ogb: labels")
                 self._num_classes = int(np.nanmax(labels)) + 1
         return self._num_classes
-
-    def prepare(self) -> None:
-        self.cache.build(self._write)
-
-    def load(self) -> NodeData:
-        self.prepare()
-        return node_data_from_cache(self.cache)
 
     def _write(self, out: Path) -> dict[str, Any]:
         labels = read_csv_matrix(self.raw / "node-label.csv.gz", np.float64, "ogb: labels")[:, 0]

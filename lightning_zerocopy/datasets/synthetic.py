@@ -29,11 +29,9 @@ from tqdm.auto import tqdm
 
 from lightning_zerocopy.datasets.base import (
     ArrayCache,
-    NodeData,
-    NodeDataset,
+    CachedNodeDataset,
     config_key,
     default_cache_root,
-    node_data_from_cache,
 )
 from lightning_zerocopy.graph.shared_memory import save_npy
 
@@ -60,7 +58,7 @@ def _bar(total: int, desc: str, unit: str) -> tqdm:
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, delay=1.0, leave=False)
 
 
-class SyntheticGraph(NodeDataset):
+class SyntheticGraph(CachedNodeDataset):
     """A generated power-law graph with planted, learnable classes (see the module docstring).
 
     Args:
@@ -141,13 +139,6 @@ class SyntheticGraph(NodeDataset):
     @property
     def num_classes(self) -> int:
         return int(self.config["num_classes"])
-
-    def prepare(self) -> None:
-        self.cache.build(self._write)
-
-    def load(self) -> NodeData:
-        self.prepare()
-        return node_data_from_cache(self.cache)
 
     # -----------------------------------------------------------------------------------------------------
 
