@@ -171,7 +171,14 @@ class NeighborSampler:
             return self._sample_cuda(seeds, seed)
         out = self._sample_raw(seeds, seed)
         e_id = out.edge_pos if self.edge_perm is None else self.edge_perm[out.edge_pos]
-        return _sampled_batch(out, e_id, batch_size=int(seeds.shape[0]))
+        return SampledBatch(
+            n_id=out.n_id,
+            edge_index=torch.stack([out.row, out.col]),
+            e_id=e_id,
+            num_sampled_nodes=out.num_sampled_nodes.tolist(),
+            num_sampled_edges=out.num_sampled_edges.tolist(),
+            batch_size=int(seeds.shape[0]),
+        )
 
     def _sample_raw(self, seeds: torch.Tensor, seed: int) -> ops.SampledSubgraph:
         if self.num_threads is None:
@@ -222,7 +229,14 @@ class NeighborSampler:
                 e_id = edge_perm[out.edge_pos]
             else:  # registered host memory: read the ids in place
                 e_id = ops.gather_rows(edge_perm.view(-1, 1), out.edge_pos).view(-1)
-        return _sampled_batch(out, e_id, batch_size=int(seeds.shape[0]))
+        return SampledBatch(
+            n_id=out.n_id,
+            edge_index=torch.stack([out.row, out.col]),
+            e_id=e_id,
+            num_sampled_nodes=out.num_sampled_nodes.tolist(),
+            num_sampled_edges=out.num_sampled_edges.tolist(),
+            batch_size=int(seeds.shape[0]),
+        )
 
     def close(self) -> None:
         """Release the GPU copies / host registrations of the ``gpu``/``uva`` placements (no-op for ``cpu``)."""
@@ -236,15 +250,3 @@ class NeighborSampler:
             f"{type(self).__name__}(num_nodes={self.num_nodes}, num_edges={self.indices.shape[0]}, "
             f"fanouts={self.fanouts}, replace={self.replace}, placement={self.placement!r})"
         )
-
-
-def _sampled_batch(out: ops.SampledSubgraph, e_id: torch.Tensor, batch_size: int) -> SampledBatch:
-    """The PyG-layout batch of a raw op output (``edge_index = [row, col]``: neighbor -> target)."""
-    return SampledBatch(
-        n_id=out.n_id,
-        edge_index=torch.stack([out.row, out.col]),
-        e_id=e_id,
-        num_sampled_nodes=out.num_sampled_nodes.tolist(),
-        num_sampled_edges=out.num_sampled_edges.tolist(),
-        batch_size=batch_size,
-    )
