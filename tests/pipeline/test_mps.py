@@ -97,6 +97,9 @@ def fake_mps(tmp_path, monkeypatch):
         monkeypatch.setenv(key, "")  # recorded, so teardown restores what start_mps() writes into os.environ
         monkeypatch.delenv(key)
     monkeypatch.setattr(mps, "_warned", set())
+    # fake daemons of earlier tests are stopped asynchronously (by their supervisors): let them finish, or a
+    # start here would rightly see "another MPS daemon" on the machine
+    _wait_until_no_mps_processes(timeout=15)
     before = set(Path("/tmp").glob("lzc-mps-*"))
     yield exe
     for root in set(Path("/tmp").glob("lzc-mps-*")) - before:  # whatever a failed test left behind
@@ -110,6 +113,13 @@ def fake_mps(tmp_path, monkeypatch):
             root.unlink(missing_ok=True)
     for pid in mps.mps_processes():
         os.kill(pid, signal.SIGKILL)
+    _wait_until_no_mps_processes(timeout=15)  # SIGKILL is delivered asynchronously
+
+
+def _wait_until_no_mps_processes(timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while mps.mps_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def test_start_exports_private_dirs_and_stop_quits(fake_mps):
