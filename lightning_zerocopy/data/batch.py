@@ -64,7 +64,7 @@ from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph, CSCGraphHandle
 from lightning_zerocopy.graph.shared_memory import SharedTensorHandle, TensorHandle
-from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, validate_fanouts
+from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch, validate_fanouts
 
 __all__ = [
     "BatchBuilder",
@@ -73,6 +73,7 @@ __all__ = [
     "HostGraphHandles",
     "NodeOrderHandles",
     "NodeOrderKind",
+    "SampledItem",
     "SamplerPlacement",
     "hot_row_ids",
     "max_sampled_nodes",
@@ -192,6 +193,22 @@ def _compact_int_dtype(values: torch.Tensor) -> torch.dtype:
         if info.min <= lo and hi <= info.max:
             return dtype
     return torch.int64
+
+
+@dataclass(frozen=True)
+class SampledItem:
+    """A sampled but not yet gathered batch (:meth:`BatchBuilder.sample_batch`), on the device it is built on.
+
+    Attributes:
+        item: the plan item it was sampled for.
+        sample: the sampled structure; ``n_id`` holds *internal* ids (rows of the host memory), which
+            :meth:`BatchBuilder.gather_batch` maps back to the dataset's ids.
+        input_id: positions of the seeds in their split, on the same device.
+    """
+
+    item: PlanItem
+    sample: SampledBatch
+    input_id: torch.Tensor
 
 
 class BatchBuilder:
@@ -368,6 +385,8 @@ class BatchBuilder:
     def build_batch(self, item: PlanItem, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
         """Sample the neighborhood of ``item.seed_ids`` and gather its features and labels.
 
+        The same as ``gather_batch(sample_batch(item), out)``: a pipeline runs the two stages one batch apart.
+
         Args:
             item: the plan item (seed ids, their positions in the split, the batch's sampler seed).
             out: optional preallocated buffers, by field: ``"x"`` (``[rows, num_features]`` of the feature
@@ -382,24 +401,66 @@ class BatchBuilder:
             ``batch_size``, ``input_id``, ``num_sampled_nodes``, ``num_sampled_edges`` (and ``edge_attr`` when
             the graph has edge features), as PyG's ``NeighborLoader`` yields; on :attr:`device`.
         """
+        return self.gather_batch(self.sample_batch(item), out)
+
+    def sample_batch(self, item: PlanItem) -> "SampledItem":
+        """First stage of :meth:`build_batch`: sample the neighborhood of ``item.seed_ids``.
+
+        Needs no output buffer, so a pipeline can sample batch ``t + 2`` while batch ``t + 1`` is gathered into
+        its slot. A GPU builder samples on the current CUDA stream of its device and leaves the structure there
+        (a caller that gathers on another stream makes that stream wait for this one first).
+
+        Raises:
+            IndexError: a seed id outside the graph.
+        """
+        if not self.is_open:
+            self.open()
+        host = self._host
+        assert host is not None
+        seed_ids = host.internal_ids(item.seed_ids)
+        if not self.on_gpu:
+            return SampledItem(item, host.sampler.sample(seed_ids, seed=item.batch_seed), item.input_id)
+        gpu = self._gpu
+        assert gpu is not None
+        device = gpu.state.device
+        with torch.cuda.device(device):  # the current stream of that device: a caller's side stream is kept
+            if gpu.sampler is None:  # CPU sampler, then the ids go over in one pinned, non-blocking copy
+                sample = host.sampler.sample(seed_ids, seed=item.batch_seed)
+                n_id, edge_index, e_id, input_id = _to_device_packed(
+                    [sample.n_id, sample.edge_index, sample.e_id, item.input_id], device
+                )
+                sample = SampledBatch(n_id, edge_index, e_id, sample.num_sampled_nodes, sample.num_sampled_edges,
+                                      sample.batch_size)  # fmt: skip
+            else:
+                seeds, input_id = _to_device_packed([seed_ids, item.input_id], device)
+                sample = gpu.sampler.sample(seeds, seed=item.batch_seed)
+        return SampledItem(item, sample, input_id)
+
+    def gather_batch(self, sampled: "SampledItem", out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
+        """Second stage of :meth:`build_batch`: gather the features, labels (and edge features) of a sample.
+
+        Args:
+            sampled: what :meth:`sample_batch` returned (in this process, for this builder).
+            out: preallocated buffers, as in :meth:`build_batch`.
+        """
         if not self.is_open:
             self.open()
         if self.on_gpu:
-            return self._build_gpu(item, out or {})
-        return self._build_host(item, out or {})
+            return self._gather_gpu(sampled, out or {})
+        return self._gather_host(sampled, out or {})
 
-    def _build_host(self, item: PlanItem, out: Mapping[str, torch.Tensor]) -> Data:
+    def _gather_host(self, sampled: "SampledItem", out: Mapping[str, torch.Tensor]) -> Data:
         host = self._host
         assert host is not None
         cpu = torch.device("cpu")
-        sample = host.sampler.sample(host.internal_ids(item.seed_ids), seed=item.batch_seed)
+        sample = sampled.sample
         n_id = sample.n_id  # internal ids: rows of the host feature table and labels
         x = host.features.gather(n_id, out=_rows(out, "x", n_id.numel(), cpu))
         y_out = _rows(out, "y", n_id.numel(), cpu)
         y = torch.index_select(host.labels, 0, n_id, out=y_out) if y_out is not None else host.labels[n_id]
         if host.order is not None:
             n_id = torch.index_select(host.order, 0, n_id)
-        data = _data(x, sample.edge_index, y, n_id, sample.e_id, item.input_id, sample)
+        data = _data(x, sample.edge_index, y, n_id, sample.e_id, sampled.input_id, sample)
         if host.edge_attr is not None:
             attr_out = _rows(out, "edge_attr", sample.e_id.numel(), cpu)
             if attr_out is not None:
@@ -409,22 +470,14 @@ class BatchBuilder:
                 data.edge_attr = host.edge_attr[sample.e_id]
         return data
 
-    def _build_gpu(self, item: PlanItem, out: Mapping[str, torch.Tensor]) -> Data:
+    def _gather_gpu(self, sampled: "SampledItem", out: Mapping[str, torch.Tensor]) -> Data:
         host, gpu = self._host, self._gpu
         assert host is not None and gpu is not None
         state = gpu.state
         device = state.device
-        seed_ids = host.internal_ids(item.seed_ids)
-        with torch.cuda.device(device):  # the current stream of that device: a caller's side stream is kept
-            if gpu.sampler is None:  # CPU sampler, then the ids go over in one pinned, non-blocking copy
-                sample = host.sampler.sample(seed_ids, seed=item.batch_seed)
-                n_id, edge_index, e_id, input_id = _to_device_packed(
-                    [sample.n_id, sample.edge_index, sample.e_id, item.input_id], device
-                )
-            else:
-                seeds, input_id = _to_device_packed([seed_ids, item.input_id], device)
-                sample = gpu.sampler.sample(seeds, seed=item.batch_seed)
-                n_id, edge_index, e_id = sample.n_id, sample.edge_index, sample.e_id
+        sample = sampled.sample
+        n_id, edge_index, e_id = sample.n_id, sample.edge_index, sample.e_id
+        with torch.cuda.device(device):
             rows = n_id.numel()
             x_out = _rows(out, "x", rows, device)
             if state.features is not None:
@@ -436,7 +489,7 @@ class BatchBuilder:
             y = y_out.copy_(y_small) if y_out is not None else y_small.to(torch.int64)
             if state.order is not None:  # internal -> original ids, on the GPU
                 n_id = torch.index_select(state.order, 0, n_id).to(torch.int64)
-            data = _data(x, edge_index, y, n_id, e_id, input_id, sample)
+            data = _data(x, edge_index, y, n_id, e_id, sampled.input_id, sample)
             if host.edge_attr is not None:
                 attr_out = _rows(out, "edge_attr", e_id.numel(), device)
                 shape = (e_id.numel(), *host.edge_attr.shape[1:])

@@ -22,6 +22,10 @@ Producer → trainer::
     ("ready", stage, gen, slot, step, sizes, scalars, build_s)
     ("error", stage, gen, traceback_text)
 
+Three stages: with a two-stage source (``sample_batch`` / ``gather_batch``, see :func:`.source.two_stage`) the
+producer samples batch ``t + 2`` on a thread of its own (:class:`.lookahead.Lookahead`) while it gathers batch
+``t + 1`` into a slot and the trainer trains on batch ``t``.
+
 On CUDA the producer writes on a stream of its own and synchronizes it before announcing ``ready``, so a
 ready slot's contents are complete for any stream of any process. The trainer announces ``free`` only once
 the GPU work it queued on the slot (the step's forward and backward) has finished, which it learns from a
@@ -40,7 +44,9 @@ from typing import Any, Optional, Protocol
 
 import torch
 
+from lightning_zerocopy.pipeline.lookahead import Lookahead
 from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch
+from lightning_zerocopy.pipeline.source import two_stage
 
 
 class Channel(Protocol):
@@ -88,21 +94,38 @@ class Producer:
         channel: the producer's end of the channel.
         device: ``None`` for CPU slots, or the CUDA device the slots live on (the producer then writes on a
             side stream of its own).
+        lookahead: sample the next batch on a thread of its own while gathering the current one (two-stage
+            sources only; others build each batch in one call).
+        sm_share: a :class:`~.sm_share.GreenShare` whose streams the producer gathers and samples on, confining
+            its kernels to a share of the SMs; ``None``: ordinary side streams.
     """
 
-    def __init__(self, channel: Channel, device: Optional[torch.device] = None) -> None:
+    def __init__(
+        self,
+        channel: Channel,
+        device: Optional[torch.device] = None,
+        lookahead: bool = True,
+        sm_share: Optional[Any] = None,
+    ) -> None:
         self.channel = channel
         self.device = device
+        self.lookahead = lookahead
         self.stages: dict[str, _Stage] = {}
         self._order = 0
+        self._sm_share = sm_share
         self._stream = None
+        self._sampler: Optional[Lookahead] = None
 
     # ---- main loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
         """Serve commands until ``("stop",)`` or until the trainer's end of the channel closes."""
+        make_stream = None
         if self.device is not None and self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-            self._stream = torch.cuda.Stream(self.device)
+            share, device = self._sm_share, self.device
+            make_stream = share.stream if share is not None else (lambda: torch.cuda.Stream(device))
+            self._stream = make_stream()
+        self._sampler = Lookahead(make_stream)
         try:
             while True:
                 stage = self._pick()
@@ -118,6 +141,8 @@ class Producer:
                     self._produce(stage)
         except ChannelClosed:
             return
+        finally:
+            self._sampler.close()
 
     def _pick(self) -> Optional[str]:
         best, best_order = None, -1
@@ -192,14 +217,9 @@ class Producer:
             slot = st.free[0]
         else:
             step = st.next_step
-            t0 = time.perf_counter()
-            item = st.source.plan(st.epoch, step)
             slot = st.free[0] if st.free else None
-            out = None
-            if slot is not None:
-                out = st.buffers[slot]
-            data = st.source.build_batch(item, out=out)
-            build_s = time.perf_counter() - t0
+            out = None if slot is None else st.buffers[slot]
+            data, build_s = self._build(name, st, step, out)
             if st.layout is None:
                 st.layout = SlotLayout.from_batch(data)
                 sizes = st.layout.sizes(data)
@@ -224,6 +244,26 @@ class Producer:
         st.free.popleft()
         st.next_step = step + 1
         self._send(("ready", name, st.gen, slot, step, sizes, scalars, build_s))
+
+    def _build(self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]]) -> tuple[Any, float]:
+        """Build batch ``step`` of a stage into ``out``; returns it and the seconds its sampling and gather took.
+
+        A two-stage source is sampled on the lookahead thread (batch ``step`` was usually sampled there while
+        the previous batch was gathered) and the sample of ``step + 1`` is started before this gather.
+        """
+        source = st.source
+        if not (self.lookahead and two_stage(source)):
+            t0 = time.perf_counter()
+            data = source.build_batch(source.plan(st.epoch, step), out=out)
+            return data, time.perf_counter() - t0
+        assert self._sampler is not None
+        epoch = st.epoch
+        sampled, sample_s = self._sampler.take((name, st.gen, step), lambda: source.sample_batch(source.plan(epoch, step)))
+        if step + 1 < st.stop:
+            self._sampler.submit((name, st.gen, step + 1), lambda: source.sample_batch(source.plan(epoch, step + 1)))
+        t0 = time.perf_counter()
+        data = source.gather_batch(sampled, out=out)
+        return data, sample_s + time.perf_counter() - t0
 
     def _send(self, msg: tuple) -> None:
         try:

@@ -35,6 +35,15 @@ class BatchSource(Protocol):
         ...
 
 
+def two_stage(source: Any) -> bool:
+    """Whether ``source`` splits ``build_batch`` into ``sample_batch(item)`` and ``gather_batch(sampled, out)``.
+
+    A two-stage source lets the producer sample batch ``t + 2`` while it gathers batch ``t + 1`` (the trainer
+    trains on ``t``); ``build_batch(item, out)`` must equal ``gather_batch(sample_batch(item), out)``.
+    """
+    return callable(getattr(source, "sample_batch", None)) and callable(getattr(source, "gather_batch", None))
+
+
 def capacity_hint(source: Any) -> Optional[dict[str, int]]:
     """The source's upper bound on batch sizes per axis, if it offers one (``capacity_hint()``)."""
     fn = getattr(source, "capacity_hint", None)
@@ -77,7 +86,15 @@ class PlanSource:
         return capacity_bound(self._plan.batch_size, self.builder.fanouts, num_nodes=self.builder.num_nodes)
 
     def build_batch(self, item: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
-        """``builder.build_batch(item, out)`` with the slot's buffers where the builder can write them.
+        """``builder.build_batch(item, out)``: :meth:`gather_batch` of :meth:`sample_batch`."""
+        return self.gather_batch(self.sample_batch(item), out)
+
+    def sample_batch(self, item: Any) -> Any:
+        """The builder's first stage (``builder.sample_batch``): the sampled structure, no slot needed."""
+        return self.builder.sample_batch(item)
+
+    def gather_batch(self, sampled: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
+        """``builder.gather_batch(sampled, out)`` with the slot's buffers where the builder can write them.
 
         A builder that builds on the GPU (``builder.on_gpu``: GPU/UVA sampling or the zero-copy gather) writes
         features and labels straight into CUDA slots, on the producer's stream. A host builder gathers on the
@@ -87,8 +104,8 @@ class PlanSource:
         fails on a small buffer (the slot grows instead).
         """
         if out is None:
-            return self.builder.build_batch(item)
-        rows = int(self.builder.max_nodes(item.batch_size))
+            return self.builder.gather_batch(sampled)
+        rows = int(self.builder.max_nodes(sampled.item.batch_size))
         on_gpu = bool(getattr(self.builder, "on_gpu", False))
         targets = {}
         for key in self.out_fields:
@@ -96,7 +113,7 @@ class PlanSource:
             if buf is None or buf.size(0) < rows:
                 continue
             targets[key] = self._staging_like(key, buf) if buf.is_cuda and not on_gpu else buf
-        return self.builder.build_batch(item, out=targets or None)
+        return self.builder.gather_batch(sampled, out=targets or None)
 
     def _staging_like(self, key: str, buf: torch.Tensor) -> torch.Tensor:
         staging = self.__dict__.setdefault("_staging", {})

@@ -84,12 +84,12 @@ def _unlink_driver_ipc_files(pid: int) -> None:
                 pass
 
 
-def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str, str]) -> None:
+def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str, str], lookahead: bool) -> None:
     """Entry point of the worker process (``env`` was already in its environment at exec; kept for clarity)."""
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="lzc-parent-watch", daemon=True).start()
-    producer = Producer(_PipeChannel(conn), torch.device(device) if device is not None else None)
+    producer = Producer(_PipeChannel(conn), torch.device(device) if device is not None else None, lookahead=lookahead)
     try:
         producer.run()
     finally:
@@ -116,6 +116,7 @@ class WorkerTransport:
         env: environment variables the worker process starts with (e.g. the MPS pipe directory and
             ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``: the CUDA driver reads them when it is loaded, which
             ``import torch`` does, so they cannot be set later inside the worker).
+        lookahead: the producer samples the next batch while it gathers the current one (see :class:`.Producer`).
     """
 
     interprocess = True
@@ -124,6 +125,7 @@ class WorkerTransport:
         self,
         device: Optional[torch.device] = None,
         env: Optional[Mapping[str, str]] = None,
+        lookahead: bool = True,
     ) -> None:
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
@@ -133,7 +135,7 @@ class WorkerTransport:
             atexit.register(_unlink_driver_ipc_files, os.getpid())
         self.process = ctx.Process(
             target=_worker_main,
-            args=(child, dev, os.getpid(), dict(env or {})),
+            args=(child, dev, os.getpid(), dict(env or {}), lookahead),
             name="lightning-zerocopy-pipeline-worker",
             daemon=True,  # multiprocessing terminates it at interpreter exit, should everything else fail
         )

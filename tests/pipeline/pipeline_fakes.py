@@ -87,3 +87,50 @@ class TflopsProbeSource(FakeSource):
         data.tflops = matmul_tflops()
         data.mps_percent = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "")
         return data
+
+
+class TwoStageSource(FakeSource):
+    """A FakeSource split into ``sample_batch`` and ``gather_batch`` (``build_batch`` = gather of sample).
+
+    With ``require_overlap`` the gather of step ``s`` waits (up to ``overlap_wait`` s) until the sample of step
+    ``s + 1`` has *started* on another thread and raises otherwise: it only completes when the producer
+    samples one batch ahead concurrently with the gather, as the three-stage pipeline must.
+    """
+
+    def __init__(self, *args, require_overlap: bool = False, overlap_wait: float = 10.0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.require_overlap, self.overlap_wait = require_overlap, overlap_wait
+
+    def sample_batch(self, item):
+        import threading
+
+        started = self.__dict__.setdefault("_started_any", {})
+        started.setdefault(item, threading.Event()).set()
+        return (item, threading.get_ident())
+
+    def gather_batch(self, sampled, out=None):
+        import threading
+
+        item, sampler_thread = sampled
+        if sampler_thread == threading.get_ident():
+            raise RuntimeError("the batch was sampled on the gathering thread")
+        epoch, step, _ = item
+        if self.require_overlap and step + 1 < self.steps:
+            started = self.__dict__.setdefault("_started_any", {})
+            nxt = self.plan(epoch, step + 1)
+            event = started.setdefault(nxt, threading.Event())
+            if not event.wait(self.overlap_wait):
+                raise RuntimeError(f"step {step} was gathered without the sample of step {step + 1} running ahead")
+        return FakeSource.build_batch(self, item, out)
+
+    def build_batch(self, item, out=None):
+        return self.gather_batch(self.sample_batch(item), out)
+
+    def reference(self, epoch: int, step: int):
+        """The batch of (epoch, step), built directly (no stages, no probes)."""
+        return FakeSource.build_batch(self, self.plan(epoch, step))
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_started_any", None)
+        return state

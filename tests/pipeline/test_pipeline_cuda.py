@@ -14,9 +14,14 @@ import pytest
 import torch
 from pipeline_fakes import FakeSource
 
+from lightning_zerocopy import ZeroCopyDataModule
+from lightning_zerocopy.data.batch import HostGraphHandles
+from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.pipeline import mps, start_pipeline
+from lightning_zerocopy.pipeline.source import PlanSource
 
 HERE = Path(__file__).resolve().parent
+FIELDS = ("x", "y", "n_id", "e_id", "edge_index", "input_id", "num_sampled_nodes", "num_sampled_edges", "batch_size")
 
 
 @pytest.mark.cuda
@@ -47,6 +52,42 @@ def test_gpu_slots_are_not_rewritten_while_queued_work_reads_them(mode):
     if worker_pid is not None:
         leaked = [n for n in set(os.listdir("/dev/shm")) - shm_before if f".{worker_pid:x}." in n or str(worker_pid) in n]
         assert not leaked, f"shared-memory files of the worker left behind: {leaked}"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["worker", "in_process"])
+@pytest.mark.parametrize("placement", ["cpu", "gpu"])
+def test_gpu_builder_in_the_three_stage_pipeline_yields_build_batch_batches(tmp_path, monkeypatch, mode, placement):
+    """The DataModule's GPU builder (zero-copy gather; CPU or GPU sampler) split over the producer's sampling
+    thread and its gather stream: every field of every batch equals build_batch's, over two epochs."""
+    dataset = SyntheticGraph(num_nodes=4000, avg_degree=10, num_features=24, num_classes=5, cache_dir=str(tmp_path))
+    dm = ZeroCopyDataModule(dataset, fanouts=[10, 5], batch_size=256, seed=3, sampler_placement=placement,
+                            gather="zerocopy")  # fmt: skip
+    unlink = HostGraphHandles.unlink
+    monkeypatch.setattr(HostGraphHandles, "unlink", lambda self: None)  # names stay until the worker opened them
+    dm.setup("fit")
+    plan, builder = dm.plan("train"), dm.builder("train")
+    want = {(epoch, step): {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in
+                            ((k, builder.build_batch(plan.item(epoch, step))[k]) for k in FIELDS)}
+            for epoch in (0, 1) for step in range(len(plan))}  # fmt: skip
+    client = start_pipeline(mode, depth=2, device="cuda:0", timeout=120)
+    try:
+        client.register("train", PlanSource(dm.plan("train"), dm.builder("train")))
+        for epoch in (0, 1):
+            count = 0
+            for step, batch in enumerate(client.iterate("train", epoch)):
+                for key in FIELDS:
+                    got, ref = batch[key], want[(epoch, step)][key]
+                    if isinstance(ref, torch.Tensor):
+                        assert got.is_cuda and got.dtype == ref.dtype and torch.equal(got.cpu(), ref), (epoch, step, key)
+                    else:
+                        assert got == ref, (epoch, step, key)
+                count += 1
+            assert count == len(plan)
+    finally:
+        client.close()
+        unlink(dm.handles)
+        dm.teardown("fit")
 
 
 @pytest.mark.cuda

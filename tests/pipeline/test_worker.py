@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from pipeline_fakes import FakeSource
+from pipeline_fakes import FakeSource, TwoStageSource
 from torch_geometric.data import Data
 
 from lightning_zerocopy.pipeline import PipelineError, start_pipeline
@@ -83,6 +83,38 @@ def test_worker_and_in_process_yield_the_batches_of_build_batch(worker, use_out)
         assert worker.stats.grows >= 1 and thread.stats.grows >= 1
     finally:
         thread.close()
+
+
+@pytest.mark.parametrize("mode", ["worker", "in_process"])
+def test_three_stages_sample_the_next_batch_while_gathering_this_one(mode):
+    """A two-stage source whose gather of step s only completes once the sample of step s + 1 runs ahead on
+    another thread: the producer samples t + 2 while it gathers t + 1 (the trainer holds t), over epochs,
+    a grown slot and a mid-epoch start; the batches are build_batch's."""
+    src = TwoStageSource(steps=6, huge_at=3, seed=8, require_overlap=True)
+    client = start_pipeline(mode, depth=2, timeout=30)
+    client.register("t", src)
+    try:
+        for epoch, start in ((0, 0), (1, 0), (2, 2)):
+            steps = []
+            for step, batch in enumerate(client.iterate("t", epoch, start=start), start=start):
+                _assert_same(batch, src.reference(epoch, step))
+                steps.append(step)
+            assert steps == list(range(start, 6))
+        assert client.stats.grows >= 1
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("mode", ["worker", "in_process"])
+def test_without_lookahead_a_two_stage_source_is_built_in_one_call(mode):
+    src = TwoStageSource(steps=4, seed=9, require_overlap=True, overlap_wait=0.2)
+    client = start_pipeline(mode, depth=2, timeout=30, lookahead=False)
+    client.register("t", src)
+    try:  # build_batch runs sample and gather on one thread, so the overlap probe cannot be satisfied
+        with pytest.raises(PipelineError, match="sampled on the gathering thread"):
+            next(iter(client.iterate("t", 0)))
+    finally:
+        client.close()
 
 
 def test_held_slot_is_not_overwritten_until_the_next_batch_is_asked_for(worker):
@@ -166,7 +198,7 @@ _TRAINER_SCRIPT = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {here!r})
-    from pipeline_fakes import FakeSource
+    from pipeline_fakes import FakeSource, TwoStageSource
     from lightning_zerocopy.pipeline import start_pipeline
 
     if __name__ == "__main__":

@@ -1,0 +1,78 @@
+"""The sampling stage of the producer: a thread that samples the next batch while the current one is gathered.
+
+With a two-stage batch source (``sample_batch`` / ``gather_batch``) the producer runs the three-stage pipeline
+of PyTorch-Direct: while the trainer trains on batch ``t`` and the producer gathers batch ``t + 1`` into its
+slot, this thread samples batch ``t + 2``. Every sample of the producer goes through this one thread (a miss is
+sampled here too, then waited for), so a builder is never sampled from two threads at once.
+
+On CUDA the thread samples on a stream of its own and records an event after each sample; :meth:`take` makes
+the caller's current stream wait for it, so the gather kernels see the finished structure without a host
+sync. The sampled tensors were allocated on the sampling stream and are only read by the gather stream until
+the producer synchronizes that stream (before it announces the slot), so freeing them afterwards is safe.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Hashable, Optional
+
+import torch
+
+
+class Lookahead:
+    """Runs sampling one batch ahead of the gather, in one background thread.
+
+    Args:
+        make_stream: called once on the sampling thread to create the CUDA stream it samples on (its device
+            becomes the thread's current device), or ``None`` to sample without CUDA streams (CPU slots).
+    """
+
+    def __init__(self, make_stream: Optional[Callable[[], torch.cuda.Stream]] = None) -> None:
+        self._make_stream = make_stream
+        self._stream: Optional[torch.cuda.Stream] = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lzc-pipeline-sampler")
+        self._key: Optional[Hashable] = None
+        self._future: Optional[Future] = None
+
+    def submit(self, key: Hashable, sample: Callable[[], Any]) -> None:
+        """Start ``sample()`` for the batch ``key`` (dropping an earlier, untaken one)."""
+        self._drop()
+        self._key, self._future = key, self._executor.submit(self._run, sample)
+
+    def take(self, key: Hashable, sample: Callable[[], Any]) -> tuple[Any, float]:
+        """The sample of batch ``key`` and the seconds it took: the one submitted ahead if it is ``key``'s,
+        else ``sample()`` run now (on the sampling thread). Re-raises the sampler's exception.
+
+        On CUDA the caller's current stream is made to wait for the sample before this returns.
+        """
+        if self._future is None or self._key != key:
+            self.submit(key, sample)
+        future, self._future, self._key = self._future, None, None
+        assert future is not None
+        result, event, seconds = future.result()
+        if event is not None:
+            torch.cuda.current_stream(event.device).wait_event(event)
+        return result, seconds
+
+    def _run(self, sample: Callable[[], Any]) -> tuple[Any, Optional[torch.cuda.Event], float]:
+        t0 = time.perf_counter()
+        if self._make_stream is None:
+            return sample(), None, time.perf_counter() - t0
+        if self._stream is None:
+            self._stream = self._make_stream()
+        with torch.cuda.device(self._stream.device), torch.cuda.stream(self._stream):
+            result = sample()
+            event = torch.cuda.Event()
+            event.record(self._stream)
+        return result, event, time.perf_counter() - t0
+
+    def _drop(self) -> None:
+        if self._future is not None:
+            self._future.cancel()  # a sample already running finishes on the thread; its result is dropped
+            self._future, self._key = None, None
+
+    def close(self) -> None:
+        """Drop pending work and stop the thread (waits for a sample in progress)."""
+        self._drop()
+        self._executor.shutdown(wait=True, cancel_futures=True)
