@@ -7,11 +7,13 @@ and ``--gather zerocopy`` select its GPU paths). Configurations, each in a fresh
 (so that each creates its CUDA context under the MPS setting it needs):
 
 * ``none``         the plain loader: build the batch in the trainer, then ``Data.to(cuda, non_blocking)``
-* ``in_process``   PipelineCallback's in-process mode: a producer thread, gather into pinned staging, copy on a
-                   side stream into GPU slots, ping-pong
+* ``in_process``   PipelineCallback's in-process mode: a producer thread builds into GPU slots on side streams
+                   (samples batch t + 2 on a thread of its own while it gathers t + 1; the trainer trains t)
+* ``in_process_green_X``  the same with the producer's kernels on green-context streams of X % of the SMs
 * ``worker``       PipelineCallback's worker mode: a worker process, GPU slots shared over CUDA IPC, ping-pong
 * ``worker_mps_X`` the same with a private MPS daemon, worker at X % of the SMs and the trainer at 100 - X
                    (the configuration's process is started through the MPS launcher, so both are clients)
+* ``..._2stage``   any pipelined configuration without the lookahead (sample and gather of a batch in one call)
 * ``gpu_resident`` the bound: graph and features in GPU memory, GPU sampler, ``x = features[n_id]`` on the GPU
 * ``breakdown``    not a training run: median ms of one batch's CPU sampling, CPU gather into pinned memory,
                    copy to the GPU, and the builder's whole ``build_batch`` (what bounds the producer)
@@ -44,7 +46,7 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 FANOUTS = [15, 10, 5]
-DEFAULT_CONFIGS = "none,in_process,worker,worker_mps_10,worker_mps_20,worker_mps_30,gpu_resident"
+DEFAULT_CONFIGS = "gpu_resident,none,in_process,in_process_green_10,worker,worker_mps_10,worker_mps_20,worker_mps_30"
 
 
 # ---------------------------------------------------------------------------------------------- data (owner process)
@@ -107,7 +109,8 @@ def fill_features(handles_path: str) -> None:
 def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict:
     """Train ``args.steps`` steps after ``args.warmup`` in this process; return steps/s and the stall fraction."""
     daemon = None
-    if config.startswith("worker_mps_"):
+    name, lookahead = _parse(config)
+    if name.startswith("worker_mps_"):
         from lightning_zerocopy.pipeline import mps
 
         # this process was started through the MPS launcher (see main), so it is a client with 100 - X % of the
@@ -200,9 +203,17 @@ def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict
                            batch_size=s.batch_size)  # fmt: skip
 
     else:
-        mode = "in_process" if config == "in_process" else "worker"
-        env = daemon.client_env(int(config.rsplit("_", 1)[1])) if daemon is not None else None
-        client = start_pipeline(mode, depth=args.depth, device=device, worker_env=env, timeout=300)
+        mode = "in_process" if name.startswith("in_process") else "worker"
+        env = daemon.client_env(_percent(name)) if daemon is not None else None
+        green = _percent(name) if name.startswith("in_process_green_") else None
+        if green is not None:
+            import warnings
+
+            from lightning_zerocopy.pipeline.sm_share import SMShareWarning
+
+            warnings.simplefilter("error", SMShareWarning)  # no share: report it, do not measure a plain run
+        client = start_pipeline(mode, depth=args.depth, device=device, worker_env=env, timeout=300,
+                                lookahead=lookahead, green_context_percent=green)  # fmt: skip
         client.register("train", PlanSource(plan, builder))
 
         def batches():
@@ -240,8 +251,24 @@ def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict
         stats = client.stats
         result["producer_build_ms"] = 1e3 * stats.build_s / max(1, stats.batches)
         result["slot_gib"] = stats.slot_bytes / 2**30
+        result["lookahead"] = lookahead
+        share = getattr(client.transport, "sm_share", None)
+        if share is not None:
+            result["sm_share"] = repr(share)
         client.close()
     return result
+
+
+def _parse(config: str) -> tuple[str, bool]:
+    """A configuration's base name and whether its producer samples one batch ahead (not ``..._2stage``)."""
+    if config.endswith("_2stage"):
+        return config[: -len("_2stage")], False
+    return config, True
+
+
+def _percent(name: str) -> int:
+    """The SM share at the end of a configuration's base name (``worker_mps_10`` -> 10)."""
+    return int(name.rsplit("_", 1)[1])
 
 
 # ---------------------------------------------------------------------------------------------- orchestration
@@ -317,14 +344,14 @@ def main(argv: Optional[list[str]] = None) -> dict:
         for config in [c.strip() for c in args.configs.split(",") if c.strip()]:
             try:
                 prefix = None
-                if config.startswith("worker_mps_"):  # the trainer must start as an MPS client: use the launcher
+                if _parse(config)[0].startswith("worker_mps_"):  # the trainer must be an MPS client: use the launcher
                     from lightning_zerocopy.pipeline import mps
 
                     deadline = time.monotonic() + 60  # the previous configuration's daemon may still be quitting
                     while mps.mps_processes() and time.monotonic() < deadline:
                         time.sleep(0.2)
                     mps_py = os.path.join(REPO_ROOT, "lightning_zerocopy", "pipeline", "mps.py")
-                    prefix = [sys.executable, mps_py, "--worker-sm-percent", config.rsplit("_", 1)[1], "--"]
+                    prefix = [sys.executable, mps_py, "--worker-sm-percent", str(_percent(_parse(config)[0])), "--"]
                 r = _child([*passthrough, f"--_run={config}", f"--_handles={handles_path}"], args.config_timeout, prefix)
             except subprocess.TimeoutExpired:
                 r = {"error": f"timed out after {args.config_timeout:.0f} s"}
@@ -333,15 +360,15 @@ def main(argv: Optional[list[str]] = None) -> dict:
             print(json.dumps(r), flush=True)
         results["runs"] = runs
         bound = next((r.get("steps_per_s") for r in runs if r["config"] == "gpu_resident" and "steps_per_s" in r), None)
-        print(f"\n{'config':<16}{'steps/s':>10}{'stall':>8}{'vs GPU-resident':>18}")
+        print(f"\n{'config':<22}{'steps/s':>10}{'stall':>8}{'vs GPU-resident':>18}")
         for r in runs:
             if r["config"] == "breakdown" and "error" not in r:
-                print(f"{'breakdown':<16}" + ", ".join(f"{k}={v:.1f}" for k, v in r.items() if isinstance(v, float)))
+                print(f"{'breakdown':<22}" + ", ".join(f"{k}={v:.1f}" for k, v in r.items() if isinstance(v, float)))
             elif "steps_per_s" in r:
                 ratio = f"{r['steps_per_s'] / bound:.2f}x" if bound else "-"
-                print(f"{r['config']:<16}{r['steps_per_s']:>10.2f}{r['stall_frac']:>8.1%}{ratio:>18}")
+                print(f"{r['config']:<22}{r['steps_per_s']:>10.2f}{r['stall_frac']:>8.1%}{ratio:>18}")
             else:
-                print(f"{r['config']:<16}  error: {r['error'][:200]}")
+                print(f"{r['config']:<22}  error: {r['error'][:200]}")
     finally:
         owner.stdin.close()  # the owner unlinks the segments and exits
         try:

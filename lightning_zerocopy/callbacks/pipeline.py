@@ -63,7 +63,14 @@ class PipelineCallback(Callback):
         mps: run the trainer and the worker as clients of a private CUDA MPS daemon, the worker limited to
             ``worker_sm_percent`` % of the SMs and the trainer to the rest. Warns once and runs without it when
             MPS is unavailable. Only for ``mode="worker"`` on a GPU.
-        worker_sm_percent: the worker's share of SMs under MPS (the trainer gets ``100 - worker_sm_percent``).
+        worker_sm_percent: the producer's share of SMs: the worker's under MPS (the trainer gets
+            ``100 - worker_sm_percent``), or the in-process producer's with ``green_context``.
+        lookahead: three stages: the producer samples batch ``t + 2`` on a thread of its own while it gathers
+            batch ``t + 1`` into a slot and the trainer trains on batch ``t``.
+        green_context: in-process mode on a GPU: run the producer's kernels on CUDA green-context streams
+            limited to ``worker_sm_percent`` % of the SMs, while training keeps the whole GPU (no daemon, no
+            second process). Needs a PyTorch whose ``GreenContext`` has ``Stream()``; warns once and runs
+            without the share otherwise. ``mode="auto"`` then means ``in_process``.
         timeout: seconds to wait for one batch from a live producer before raising.
         copy_stages: loaders whose batches are handed over as copies instead of views of their slot. Default
             ``("predict",)``: ``predict_step`` outputs are collected by Lightning and often contain batch fields
@@ -81,6 +88,8 @@ class PipelineCallback(Callback):
         worker_sm_percent: int = 20,
         timeout: float = 600.0,
         copy_stages: Sequence[str] = ("predict",),
+        lookahead: bool = True,
+        green_context: bool = False,
     ) -> None:
         if mode not in ("auto", "worker", "in_process"):
             raise ValueError(f"PipelineCallback(mode=...) must be 'auto', 'worker' or 'in_process', got {mode!r}")
@@ -90,6 +99,11 @@ class PipelineCallback(Callback):
             raise ValueError(f"PipelineCallback(worker_sm_percent=...) must be in [1, 99], got {worker_sm_percent}")
         if mps and mode == "in_process":
             raise ValueError("PipelineCallback(mps=True) needs a worker process: use mode 'worker' or 'auto'")
+        if green_context and (mps or mode == "worker"):
+            raise ValueError(
+                "PipelineCallback(green_context=True) shares SMs with an in-process producer: use mode 'in_process' "
+                "or 'auto' without mps (a worker process gets its share from MPS)"
+            )
         self.mode: Mode = mode
         self.depth = depth
         self.mps = mps
@@ -99,6 +113,8 @@ class PipelineCallback(Callback):
         if unknown:
             raise ValueError(f"PipelineCallback(copy_stages=...) takes 'train', 'val', 'test', 'predict'; got {sorted(unknown)}")
         self.copy_stages = tuple(copy_stages)
+        self.lookahead = bool(lookahead)
+        self.green_context = bool(green_context)
         self.mps_daemon = None
         self.client: Optional[PipelineClient] = None
         self._patched: list[tuple[Any, str]] = []
@@ -144,6 +160,8 @@ class PipelineCallback(Callback):
         """The mode ``auto`` stands for on ``device``."""
         if self.mode != "auto":
             return self.mode
+        if self.green_context:
+            return "in_process"
         return "worker" if device.type == "cuda" else "in_process"
 
     def attach_host_memory(self, trainer: "pl.Trainer", datamodule: Any) -> None:
@@ -159,7 +177,11 @@ class PipelineCallback(Callback):
         slot_device = device if device.type == "cuda" else torch.device("cpu")
         mode = self.resolve_mode(device)
         fn = trainer.state.fn.value if trainer.state.fn is not None else "fit"
-        self.client = start_pipeline(mode, self.depth, slot_device, worker_env=self._worker_env(), timeout=self.timeout)
+        green = self.worker_sm_percent if self.green_context and slot_device.type == "cuda" else None
+        self.client = start_pipeline(
+            mode, self.depth, slot_device, worker_env=self._worker_env(), timeout=self.timeout,
+            lookahead=self.lookahead, green_context_percent=green,
+        )  # fmt: skip
         try:
             for stage in _STAGES_OF.get(fn, ()):
                 self.client.register(stage, PlanSource(datamodule.plan(stage), datamodule.builder(stage)))

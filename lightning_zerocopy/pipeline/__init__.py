@@ -2,15 +2,18 @@
 
 * :mod:`.slots` — the ring of preallocated batch buffers shared once with the producer;
 * :mod:`.producer` / :mod:`.client` — the producer loop and the trainer side of their small protocol;
+* :mod:`.lookahead` — the producer's sampling thread (sample ``t + 2`` while gathering ``t + 1``);
 * :mod:`.worker` — the worker process (CUDA IPC, optional MPS share); :mod:`.in_process` — a producer thread
   with a side CUDA stream;
-* :mod:`.mps` — the CUDA MPS control daemon, started before any CUDA context.
+* :mod:`.mps` — the CUDA MPS control daemon, started before any CUDA context;
+* :mod:`.sm_share` — green-context streams: an SM share for the in-process producer.
 
 Importing this package starts nothing: no process, no daemon, no CUDA context.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Mapping, Optional
 
 import torch
@@ -37,6 +40,8 @@ def start_pipeline(
     device: torch.device | str = "cpu",
     worker_env: Optional[Mapping[str, str]] = None,
     timeout: float = 600.0,
+    lookahead: bool = True,
+    green_context_percent: Optional[int] = None,
 ) -> PipelineClient:
     """Start a producer (``mode="worker"``: a process; ``"in_process"``: a thread) and return its client.
 
@@ -46,16 +51,38 @@ def start_pipeline(
         device: where slots live (a CUDA device, or CPU for shared host memory).
         worker_env: environment set in the worker process before it touches CUDA.
         timeout: seconds to wait for one batch from a live producer before raising.
+        lookahead: three stages: sample batch ``t + 2`` while gathering ``t + 1`` (two-stage sources).
+        green_context_percent: ``in_process`` on a GPU only: run the producer's kernels on green-context
+            streams limited to this share of the SMs (:mod:`.sm_share`). Warns once and runs without a share
+            where green contexts are unavailable.
     """
     device = torch.device(device)
+    if green_context_percent is not None and mode != "in_process":
+        raise ValueError("a green-context SM share is for mode='in_process' (the worker process uses MPS)")
     if mode == "worker":
         from lightning_zerocopy.pipeline.worker import WorkerTransport
 
-        transport = WorkerTransport(device, env=worker_env)
+        transport = WorkerTransport(device, env=worker_env, lookahead=lookahead)
     elif mode == "in_process":
         from lightning_zerocopy.pipeline.in_process import ThreadTransport
 
-        transport = ThreadTransport(device)
+        share = _green_share(device, green_context_percent) if green_context_percent is not None else None
+        transport = ThreadTransport(device, lookahead=lookahead, sm_share=share)
     else:
         raise ValueError(f"PipelineCallback(mode=...) must be 'worker', 'in_process' or 'auto', got {mode!r}")
     return PipelineClient(transport, depth=depth, device=device, timeout=timeout)
+
+
+def _green_share(device: torch.device, percent: int):
+    """Green-context streams for the in-process producer, or ``None`` (with a warning) where unavailable."""
+    from lightning_zerocopy.pipeline.sm_share import GreenShare, SMShareUnavailable, SMShareWarning
+
+    try:
+        return GreenShare(device, percent)
+    except SMShareUnavailable as exc:
+        warnings.warn(
+            f"PipelineCallback(green_context=True): {exc}; the producer runs without an SM share",
+            SMShareWarning,
+            stacklevel=3,
+        )
+        return None

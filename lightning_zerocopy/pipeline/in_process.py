@@ -4,6 +4,9 @@ No second process, no CUDA IPC and no MPS: the producer thread calls the DataMod
 sampler and gather release the GIL and run their own threads) and writes into slots on a stream of its own;
 the trainer's stream waits on the slot's ready event. Everything else (slots, growth, the slot hand-back
 after the step, errors) is the protocol of :mod:`.producer` and :mod:`.client`, shared with the worker.
+
+Optionally the producer's kernels run on streams of CUDA green contexts (:mod:`.sm_share`), which confine them
+to a share of the SMs while the trainer's kernels keep the whole GPU: the in-process counterpart of MPS.
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ from __future__ import annotations
 import queue
 import threading
 import traceback
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
 from lightning_zerocopy.pipeline.client import PipelineError
 from lightning_zerocopy.pipeline.producer import ChannelClosed, Producer
+
+if TYPE_CHECKING:
+    from lightning_zerocopy.pipeline.sm_share import GreenShare
 
 _CLOSED = ("__closed__",)
 
@@ -45,23 +51,32 @@ class ThreadTransport:
 
     Args:
         device: the CUDA device the slots live on (the producer writes on its own stream), or ``None``.
+        lookahead: the producer samples the next batch while it gathers the current one (see :class:`.Producer`).
+        sm_share: the share of the SMs the producer's kernels run on (green contexts), or ``None`` for ordinary
+            streams; kept alive by this transport.
     """
 
     interprocess = False
 
-    def __init__(self, device: Optional[torch.device] = None) -> None:
+    def __init__(
+        self,
+        device: Optional[torch.device] = None,
+        lookahead: bool = True,
+        sm_share: Optional["GreenShare"] = None,
+    ) -> None:
         self._to_producer: "queue.Queue[tuple]" = queue.Queue()
         self._to_trainer: "queue.Queue[tuple]" = queue.Queue()
         dev = torch.device(device) if device is not None and torch.device(device).type == "cuda" else None
         self._failure: Optional[str] = None
+        self.sm_share = sm_share
         self.thread = threading.Thread(
-            target=self._run, args=(dev,), name="lightning-zerocopy-pipeline-producer", daemon=True
+            target=self._run, args=(dev, lookahead, sm_share), name="lightning-zerocopy-pipeline-producer", daemon=True
         )
         self.thread.start()
 
-    def _run(self, device: Optional[torch.device]) -> None:
+    def _run(self, device: Optional[torch.device], lookahead: bool, sm_share: Optional["GreenShare"]) -> None:
         try:
-            Producer(_QueueChannel(self._to_producer, self._to_trainer), device).run()
+            Producer(_QueueChannel(self._to_producer, self._to_trainer), device, lookahead, sm_share).run()
         except BaseException:  # noqa: BLE001 - reported to the trainer by check_alive
             self._failure = traceback.format_exc()
 

@@ -94,10 +94,11 @@ def baseline(tmp_path_factory):
     return record
 
 
-@pytest.mark.parametrize("mode", ["worker", "in_process"])
-def test_toggling_the_callback_changes_no_batch(tmp_path, baseline, mode):
-    """Same train and val batches (every field, bitwise) and the same losses with and without the pipeline."""
-    pipeline = PipelineCallback(mode=mode)
+@pytest.mark.parametrize("mode, lookahead", [("worker", True), ("in_process", True), ("in_process", False)])
+def test_toggling_the_callback_changes_no_batch(tmp_path, baseline, mode, lookahead):
+    """Same train and val batches (every field, bitwise) and the same losses with and without the pipeline,
+    with three stages (sampling one batch ahead of the gather) or two."""
+    pipeline = PipelineCallback(mode=mode, lookahead=lookahead)
     telemetry = DataTelemetry()
     record, trainer = _fit(tmp_path, pipeline, telemetry)
     _assert_same_batches(record.train, baseline.train)
