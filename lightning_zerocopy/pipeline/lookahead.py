@@ -52,7 +52,7 @@ class Lookahead:
         assert future is not None
         result, event, seconds = future.result()
         if event is not None:
-            torch.cuda.current_stream(event.device).wait_event(event)
+            event.wait()  # the caller's current stream waits; no host sync
         return result, seconds
 
     def _run(self, sample: Callable[[], Any]) -> tuple[Any, Optional[torch.cuda.Event], float]:
