@@ -55,10 +55,9 @@ class PipelineCallback(Callback):
 
     Args:
         mode: ``"worker"``: a worker process builds batches into GPU (or shared host) slots it shares with
-            the trainer over CUDA IPC; ``"in_process"``: a producer thread of the trainer builds them on a
-            side CUDA stream; ``"auto"``: ``worker`` on a GPU (the faster of the two in ``benchmarks/pipeline.py``
-            on an H200: 18.0 vs 15.7 and 15.9 vs 14.8 steps/s in two runs, CPU-built batches), ``in_process`` on
-            the CPU (a second process would only compete for the same cores, and costs a spawn).
+            the trainer over CUDA IPC; ``"in_process"``: a producer thread of the trainer builds them on side
+            CUDA streams; ``"auto"``: what measured fastest in ``benchmarks/pipeline.py`` on an H200 (see
+            :meth:`resolve_mode`).
         depth: batch slots per loader; 2 is ping-pong (one being trained on, one being filled).
         mps: run the trainer and the worker as clients of a private CUDA MPS daemon, the worker limited to
             ``worker_sm_percent`` % of the SMs and the trainer to the rest. Warns once and runs without it when
@@ -85,7 +84,7 @@ class PipelineCallback(Callback):
         mode: Mode = "auto",
         depth: int = 2,
         mps: bool = False,
-        worker_sm_percent: int = 20,
+        worker_sm_percent: int = 10,
         timeout: float = 600.0,
         copy_stages: Sequence[str] = ("predict",),
         lookahead: bool = True,
@@ -156,13 +155,24 @@ class PipelineCallback(Callback):
         return self.mps_daemon.client_env(self.worker_sm_percent)
 
     # ---- wiring into the DataModule ---------------------------------------------------------------------------
-    def resolve_mode(self, device: torch.device) -> str:
-        """The mode ``auto`` stands for on ``device``."""
+    def resolve_mode(self, device: torch.device, gpu_builder: bool = False) -> str:
+        """The mode ``auto`` stands for on ``device``, for a DataModule whose batches are built on the GPU
+        (``gpu_builder``: GPU/UVA sampling or the zero-copy gather) or on the CPU.
+
+        Measured with ``benchmarks/pipeline.py`` on an H200 (3-layer SAGE, 8 GiB of host features, three-stage
+        producer; steps/s, same run each): with ``mps`` the worker (39.1 at a 10 % share, GPU builder: the
+        fastest configuration, 0.94x all-in-GPU); without MPS, for a GPU builder ``in_process`` (34.6 vs 32.1;
+        a worker process outside MPS time-slices the GPU with the trainer), for a CPU builder ``worker`` (38.2
+        vs 38.0: a tie, and the worker keeps the trainer's interpreter free); on the CPU ``in_process`` (a
+        second process only competes for the same cores and costs a spawn).
+        """
         if self.mode != "auto":
             return self.mode
-        if self.green_context:
+        if device.type != "cuda" or self.green_context:
             return "in_process"
-        return "worker" if device.type == "cuda" else "in_process"
+        if self.mps:
+            return "worker"
+        return "in_process" if gpu_builder else "worker"
 
     def attach_host_memory(self, trainer: "pl.Trainer", datamodule: Any) -> None:
         """Start the producer and have it open this run's batch sources (called by the DataModule's ``setup``)."""
@@ -175,7 +185,7 @@ class PipelineCallback(Callback):
         self._shutdown()
         device = trainer.strategy.root_device
         slot_device = device if device.type == "cuda" else torch.device("cpu")
-        mode = self.resolve_mode(device)
+        mode = self.resolve_mode(device, gpu_builder=getattr(datamodule, "batch_device_type", "cpu") == "cuda")
         fn = trainer.state.fn.value if trainer.state.fn is not None else "fit"
         green = self.worker_sm_percent if self.green_context and slot_device.type == "cuda" else None
         self.client = start_pipeline(

@@ -185,6 +185,22 @@ def test_constructor_checks_and_mps_unavailable_warning(monkeypatch):
         callback.attach_host_memory(None, object())  # type: ignore[arg-type]
 
 
+def test_auto_mode_is_the_measured_fastest_for_the_setup(monkeypatch):
+    from lightning_zerocopy.pipeline import mps
+
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert PipelineCallback().resolve_mode(cpu) == "in_process"
+    assert PipelineCallback().resolve_mode(cpu, gpu_builder=True) == "in_process"
+    assert PipelineCallback().resolve_mode(cuda, gpu_builder=True) == "in_process"
+    assert PipelineCallback().resolve_mode(cuda, gpu_builder=False) == "worker"
+    monkeypatch.setattr(mps, "start_mps", lambda: None)  # MPS requested (unavailable here): still the worker
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert PipelineCallback(mps=True).resolve_mode(cuda, gpu_builder=True) == "worker"
+    for mode in ("worker", "in_process"):
+        assert PipelineCallback(mode=mode).resolve_mode(cuda, gpu_builder=True) == mode
+    assert PipelineCallback().worker_sm_percent == 10
+
+
 def _gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/status") as f:

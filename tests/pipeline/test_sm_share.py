@@ -44,7 +44,6 @@ def test_a_share_is_for_the_in_process_producer_only():
     with pytest.raises(ValueError, match="green_context=True"):
         PipelineCallback(mps=True, green_context=True)
     assert PipelineCallback(green_context=True).resolve_mode(torch.device("cuda", 0)) == "in_process"
-    assert PipelineCallback().resolve_mode(torch.device("cpu")) == "in_process"
 
 
 def _tflops_on(make_stream) -> float:
