@@ -5,7 +5,7 @@ Put it in a recipe's ``trainer.callbacks``; nothing else changes::
     trainer:
       callbacks:
         - class_path: lightning_zerocopy.callbacks.PipelineCallback
-          init_args: {mode: worker, depth: 2, mps: true, worker_sm_percent: 20}
+          init_args: {mode: worker, depth: 2, mps: true, worker_sm_percent: 10}
 
 The batches are the ones the DataModule yields without it (its own plan and ``build_batch`` run in the
 producer), so toggling the callback changes where batches are made, never what they contain.
@@ -38,6 +38,7 @@ from typing_extensions import override
 
 from lightning_zerocopy.pipeline import PipelineClient, start_pipeline
 from lightning_zerocopy.pipeline.loader import PipelineLoader
+from lightning_zerocopy.pipeline.slots import check_depth
 from lightning_zerocopy.pipeline.source import PlanSource
 
 Mode = Literal["auto", "worker", "in_process"]
@@ -92,8 +93,7 @@ class PipelineCallback(Callback):
     ) -> None:
         if mode not in ("auto", "worker", "in_process"):
             raise ValueError(f"PipelineCallback(mode=...) must be 'auto', 'worker' or 'in_process', got {mode!r}")
-        if depth < 1:
-            raise ValueError(f"PipelineCallback(depth=...) must be >= 1 (2 = ping-pong), got {depth}")
+        check_depth(depth, "PipelineCallback")
         if not 1 <= worker_sm_percent <= 99:
             raise ValueError(f"PipelineCallback(worker_sm_percent=...) must be in [1, 99], got {worker_sm_percent}")
         if mps and mode == "in_process":

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Optional, Protocol
 import torch
 from torch_geometric.data import Data
 
-from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing
+from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing, check_depth
 from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
 
 
@@ -91,8 +91,7 @@ class PipelineClient:
         growth: float = 1.25,
         timeout: float = 600.0,
     ) -> None:
-        if depth < 1:
-            raise ValueError(f"PipelineCallback(depth=...) must be at least 1 (2 = ping-pong), got {depth}")
+        check_depth(depth, "PipelineClient")
         self.transport = transport
         self.depth = depth
         self.device = torch.device(device)

@@ -186,6 +186,12 @@ def capacity_bound(
     return {NODES: nodes, EDGES: edges, SEEDS: batch_size}
 
 
+def check_depth(depth: int, owner: str) -> None:
+    """Raise ``ValueError`` naming ``owner`` unless ``depth`` (slots per loader) is an int >= 1."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"{owner}(depth=...) must be an int >= 1 (2 = ping-pong), got {depth!r}")
+
+
 class SlotRing:
     """``depth`` slots of one :class:`SlotLayout`, each a dict of capacity-sized tensors.
 
@@ -211,8 +217,7 @@ class SlotRing:
         growth: float = 1.25,
         shared: bool = True,
     ) -> None:
-        if depth < 1:
-            raise ValueError(f"the pipeline depth must be at least 1 (2 = ping-pong), got depth={depth}")
+        check_depth(depth, "SlotRing")
         self.layout = layout
         self.depth = depth
         self.device = torch.device(device)

@@ -54,6 +54,18 @@ class SampledBatch:
     batch_size: int
 
 
+def _sampled_batch(out: "ops.SampledSubgraph", e_id: torch.Tensor, batch_size: int) -> SampledBatch:
+    """The op's raw output in PyG's layout: ``edge_index = [row; col]`` (neighbor -> target), per-hop counts."""
+    return SampledBatch(
+        n_id=out.n_id,
+        edge_index=torch.stack([out.row, out.col]),
+        e_id=e_id,
+        num_sampled_nodes=out.num_sampled_nodes.tolist(),
+        num_sampled_edges=out.num_sampled_edges.tolist(),
+        batch_size=batch_size,
+    )
+
+
 def validate_fanouts(fanouts: Sequence[int]) -> list[int]:
     """Return ``fanouts`` as a list of ints, raising ``ValueError``/``TypeError`` naming the bad entry.
 
@@ -171,14 +183,7 @@ class NeighborSampler:
             return self._sample_cuda(seeds, seed)
         out = self._sample_raw(seeds, seed)
         e_id = out.edge_pos if self.edge_perm is None else self.edge_perm[out.edge_pos]
-        return SampledBatch(
-            n_id=out.n_id,
-            edge_index=torch.stack([out.row, out.col]),
-            e_id=e_id,
-            num_sampled_nodes=out.num_sampled_nodes.tolist(),
-            num_sampled_edges=out.num_sampled_edges.tolist(),
-            batch_size=int(seeds.shape[0]),
-        )
+        return _sampled_batch(out, e_id, int(seeds.shape[0]))
 
     def _sample_raw(self, seeds: torch.Tensor, seed: int) -> ops.SampledSubgraph:
         if self.num_threads is None:
@@ -229,14 +234,7 @@ class NeighborSampler:
                 e_id = edge_perm[out.edge_pos]
             else:  # registered host memory: read the ids in place
                 e_id = ops.gather_rows(edge_perm.view(-1, 1), out.edge_pos).view(-1)
-        return SampledBatch(
-            n_id=out.n_id,
-            edge_index=torch.stack([out.row, out.col]),
-            e_id=e_id,
-            num_sampled_nodes=out.num_sampled_nodes.tolist(),
-            num_sampled_edges=out.num_sampled_edges.tolist(),
-            batch_size=int(seeds.shape[0]),
-        )
+        return _sampled_batch(out, e_id, int(seeds.shape[0]))
 
     def close(self) -> None:
         """Release the GPU copies / host registrations of the ``gpu``/``uva`` placements (no-op for ``cpu``)."""

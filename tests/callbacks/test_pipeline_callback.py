@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import process_gone
 from pytorch_lightning.callbacks import Callback
 
 from lightning_zerocopy import ZeroCopyDataModule
@@ -201,14 +202,6 @@ def test_auto_mode_is_the_measured_fastest_for_the_setup(monkeypatch):
     assert PipelineCallback().worker_sm_percent == 10
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return any(line.startswith("State:") and "Z" in line for line in f)
-    except FileNotFoundError:
-        return True
-
-
 def test_ctrl_c_in_the_trainer_stops_the_worker_and_leaks_nothing(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(
@@ -233,13 +226,13 @@ def test_ctrl_c_in_the_trainer_stops_the_worker_and_leaks_nothing(tmp_path):
         err = proc.stderr.read()
         assert "KeyboardInterrupt" in err or "graceful shutdown" in err or proc.returncode != 0
         deadline = time.monotonic() + 5
-        while not _gone(worker_pid) and time.monotonic() < deadline:
+        while not process_gone(worker_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _gone(worker_pid), "the pipeline worker outlived the interrupted trainer"
+        assert process_gone(worker_pid), "the pipeline worker outlived the interrupted trainer"
         assert not {n for n in os.listdir("/dev/shm") if n.startswith(f"lzc-{proc.pid}-")}, shm_before
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-        if worker_pid is not None and not _gone(worker_pid):
+        if worker_pid is not None and not process_gone(worker_pid):
             os.kill(worker_pid, signal.SIGKILL)

@@ -7,9 +7,9 @@ bad ids.
 
 from __future__ import annotations
 
-import mmap
 import pytest
 import torch
+from helpers import exclusive_host_copy
 
 from lightning_zerocopy import ops
 
@@ -17,16 +17,6 @@ pytestmark = pytest.mark.cuda
 
 WIDTHS = [1, 3, 7, 33, 100, 128, 129, 512]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-
-
-def exclusive_host_copy(t: torch.Tensor) -> torch.Tensor:
-    """A copy of ``t`` in its own anonymous memory mapping (like the shared-memory tables the library registers).
-    Registration works on whole pages, so heap memory shared with other tensors would share registrations."""
-    nbytes = t.numel() * t.element_size()
-    mapping = mmap.mmap(-1, max(nbytes, 1))
-    out = torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes].view(t.dtype).view(t.shape)
-    out.copy_(t)
-    return out
 
 
 def random_table(num_rows: int, width: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:

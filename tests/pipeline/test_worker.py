@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import process_gone, wait_process_gone
 from pipeline_fakes import FakeSource, TwoStageSource
 from torch_geometric.data import Data
 
@@ -37,30 +38,13 @@ def _reference(src: FakeSource, epoch: int, step: int) -> Data:
     return src.build_batch(src.plan(epoch, step))
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return any(line.startswith("State:") and "Z" in line for line in f)
-    except FileNotFoundError:
-        return True
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _gone(pid):
-            return True
-        time.sleep(0.05)
-    return _gone(pid)
-
-
 @pytest.fixture(scope="module")
 def worker():
     """One worker process shared by the protocol tests (spawning one costs seconds)."""
     client = start_pipeline("worker", depth=2, timeout=30)
     yield client
     client.close()
-    assert _wait_gone(client.transport.pid, 5)
+    assert wait_process_gone(client.transport.pid, 5)
 
 
 @pytest.mark.parametrize("use_out", [True, False])
@@ -198,7 +182,7 @@ _TRAINER_SCRIPT = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {here!r})
-    from pipeline_fakes import FakeSource, TwoStageSource
+    from pipeline_fakes import FakeSource
     from lightning_zerocopy.pipeline import start_pipeline
 
     if __name__ == "__main__":
@@ -242,15 +226,15 @@ def test_worker_never_outlives_the_trainer(tmp_path, sig):
     before = _shm_entries()
     proc, worker_pid = _start_trainer(tmp_path)
     try:
-        assert not _gone(worker_pid)
+        assert not process_gone(worker_pid)
         proc.send_signal(sig)
         proc.wait(timeout=60)  # generous: CI machines can be loaded
-        assert _wait_gone(worker_pid, 5), f"worker {worker_pid} outlived the trainer ({sig.name})"
+        assert wait_process_gone(worker_pid, 5), f"worker {worker_pid} outlived the trainer ({sig.name})"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-        if not _gone(worker_pid):
+        if not process_gone(worker_pid):
             os.kill(worker_pid, signal.SIGKILL)
     # names a leak of ours would carry (torch's file_system strategy, our segments); other processes' are ignored
     leaked = {n for n in _shm_entries() - before if str(proc.pid) in n or str(worker_pid) in n}

@@ -8,7 +8,6 @@ sampler's reference/invariant checks, its chi-square uniformity tests, determini
 
 from __future__ import annotations
 
-import mmap
 import importlib.util
 import math
 import pathlib
@@ -16,6 +15,7 @@ from collections import Counter
 
 import pytest
 import torch
+from helpers import exclusive_host_copy
 
 from lightning_zerocopy import ops
 
@@ -28,16 +28,6 @@ cpu_tests = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cpu_tests)
 
 PLACEMENTS = ["gpu", "uva", "uva-indices"]
-
-
-def exclusive_host_copy(t: torch.Tensor) -> torch.Tensor:
-    """A copy of ``t`` in its own anonymous memory mapping (like the shared-memory tables the library registers).
-    Registration works on whole pages, so heap memory shared with other tensors would share registrations."""
-    nbytes = t.numel() * t.element_size()
-    mapping = mmap.mmap(-1, max(nbytes, 1))
-    out = torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes].view(t.dtype).view(t.shape)
-    out.copy_(t)
-    return out
 
 
 class Placed:

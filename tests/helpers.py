@@ -1,0 +1,37 @@
+"""Helpers shared by test files of several directories (``tests/`` is on ``sys.path`` through its conftest)."""
+
+from __future__ import annotations
+
+import mmap
+import time
+
+import torch
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie counts: it runs nothing and holds no GPU context)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(line.startswith("State:") and "Z" in line for line in f)
+    except FileNotFoundError:
+        return True
+
+
+def wait_process_gone(pid: int, timeout: float) -> bool:
+    """Poll :func:`process_gone` for up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process_gone(pid):
+            return True
+        time.sleep(0.05)
+    return process_gone(pid)
+
+
+def exclusive_host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` in its own anonymous memory mapping (like the shared-memory tables the library registers).
+    Registration works on whole pages, so heap memory shared with other tensors would share registrations."""
+    nbytes = t.numel() * t.element_size()
+    mapping = mmap.mmap(-1, max(nbytes, 1))
+    out = torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes].view(t.dtype).view(t.shape)
+    out.copy_(t)
+    return out
