@@ -405,7 +405,7 @@ def launch(argv: list[str]) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m lightning_zerocopy.pipeline.mps", description=launch.__doc__)
-    parser.add_argument("--worker-sm-percent", type=int, default=20, help="the pipeline worker's share of SMs")
+    parser.add_argument("--worker-sm-percent", type=int, default=10, help="the pipeline worker's share of SMs")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run (e.g. lightning-zerocopy fit ...)")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
