@@ -7,14 +7,25 @@ your own package. The data's ``num_features``/``num_classes`` are linked into th
     lightning-zerocopy fit --config recipes/quickstart.yaml
     lightning-zerocopy fit --config recipes/quickstart.yaml --print_config
     python -m lightning_zerocopy test --config recipes/quickstart.yaml --ckpt_path last.ckpt
+
+MPS: when a recipe lists ``PipelineCallback`` with ``mps: true``, the command starts the private MPS daemon
+before it imports anything that initializes CUDA (``import torch_geometric`` does), so that the trainer becomes
+an MPS client with ``100 - worker_sm_percent`` % of the SMs; the callback then joins that daemon. Only the
+recipe files (``--config``) are read for this, not command-line overrides of the callback.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
 from pytorch_lightning import LightningDataModule, LightningModule
 from pytorch_lightning.cli import ArgsType, LightningArgumentParser, LightningCLI
 
-__all__ = ["ZeroCopyCLI", "build_cli", "main"]
+__all__ = ["ZeroCopyCLI", "build_cli", "main", "mps_requested_by"]
+
+_RUN_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
 class ZeroCopyCLI(LightningCLI):
@@ -48,6 +59,57 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ZeroCopyCLI:
     )
 
 
+def mps_requested_by(args: Sequence[str]) -> Optional[int]:
+    """The pipeline worker's SM share if the recipes named in ``args`` (``--config``/``-c``) list a
+    ``PipelineCallback`` with ``mps: true`` for a run subcommand, else ``None``.
+
+    The last recipe that sets ``trainer.callbacks`` decides, as when LightningCLI merges them. A recipe that
+    cannot be read is skipped here: LightningCLI reports it.
+    """
+    import yaml
+
+    from lightning_zerocopy.pipeline.mps import DEFAULT_WORKER_SM_PERCENT
+
+    if not any(a in _RUN_SUBCOMMANDS for a in args) or any(a in ("-h", "--help", "--print_config") or
+                                                            a.startswith("--print_config=") for a in args):  # fmt: skip
+        return None
+    callbacks: Any = None
+    for path in _config_paths(args):
+        try:
+            recipe = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        trainer = recipe.get("trainer") if isinstance(recipe, dict) else None
+        if isinstance(trainer, dict) and "callbacks" in trainer:
+            callbacks = trainer["callbacks"]
+    for entry in callbacks if isinstance(callbacks, list) else [callbacks]:
+        if not isinstance(entry, dict) or str(entry.get("class_path", "")).rsplit(".", 1)[-1] != "PipelineCallback":
+            continue
+        init_args = entry.get("init_args") or {}
+        if init_args.get("mps") is True and init_args.get("mode", "auto") != "in_process":
+            return int(init_args.get("worker_sm_percent", DEFAULT_WORKER_SM_PERCENT))
+    return None
+
+
+def _config_paths(args: Sequence[str]) -> list[str]:
+    paths = []
+    for i, arg in enumerate(args):
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            paths.append(args[i + 1])
+        elif arg.startswith("--config="):
+            paths.append(arg.split("=", 1)[1])
+    return paths
+
+
 def main(args: ArgsType = None) -> None:
-    """Entry point of the ``lightning-zerocopy`` console script and of ``python -m lightning_zerocopy``."""
+    """Entry point of the ``lightning-zerocopy`` console script and of ``python -m lightning_zerocopy``.
+
+    Starts the MPS daemon first when the recipe asks for it (see the module docstring), then runs LightningCLI.
+    """
+    argv = list(sys.argv[1:] if args is None else args) if args is None or isinstance(args, (list, tuple)) else None
+    worker_percent = mps_requested_by(argv) if argv is not None else None
+    if worker_percent is not None:  # before build_cli imports the DataModule, the model and PyG
+        from lightning_zerocopy.pipeline.mps import start_for_trainer
+
+        start_for_trainer(worker_percent)  # a DDP rank re-running this command joins its parent's daemon
     build_cli(args)

@@ -35,3 +35,18 @@ def exclusive_host_copy(t: torch.Tensor) -> torch.Tensor:
     out = torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes].view(t.dtype).view(t.shape)
     out.copy_(t)
     return out
+
+
+def matmul_tflops(size: int = 8192, iters: int = 20) -> float:
+    """bf16 matmul TFLOP/s of this process on its current CUDA device (random inputs, timed with events)."""
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        a @ b
+    end.record()
+    end.synchronize()
+    return 2 * size**3 * iters / (start.elapsed_time(end) / 1e3) / 1e12

@@ -115,3 +115,47 @@ def test_a_users_module_is_chosen_by_class_path(tmp_path: Path, monkeypatch: pyt
     assert type(cli.model).__name__ == "UserGNN"
     hparams = {k: v for k, v in cli.model.hparams.items() if not k.startswith("_")}
     assert hparams == {"in_channels": 32, "out_channels": 8, "width": 3}
+
+
+def _recipe(tmp_path: Path, name: str, callbacks) -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
+    return str(path)
+
+
+def test_the_command_reads_an_mps_request_from_the_recipes(tmp_path: Path) -> None:
+    from lightning_zerocopy.cli import mps_requested_by
+
+    pipeline = "lightning_zerocopy.callbacks.PipelineCallback"
+    on = _recipe(tmp_path, "on.yaml", [{"class_path": pipeline, "init_args": {"mps": True, "worker_sm_percent": 20}}])
+    default = _recipe(tmp_path, "default.yaml", [{"class_path": "PipelineCallback", "init_args": {"mps": True}}])
+    off = _recipe(tmp_path, "off.yaml", [{"class_path": pipeline, "init_args": {"mps": False}}])
+    thread = _recipe(tmp_path, "thread.yaml", [{"class_path": pipeline, "init_args": {"mps": True, "mode": "in_process"}}])
+    other = _recipe(tmp_path, "other.yaml", [{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint"}])
+    assert mps_requested_by(["fit", "--config", on]) == 20
+    assert mps_requested_by(["fit", f"--config={default}"]) == 10
+    assert mps_requested_by(["-c", on, "test"]) == 20
+    assert mps_requested_by(["fit", "--config", on, "--config", off]) is None  # the last recipe's callbacks win
+    assert mps_requested_by(["fit", "--config", off, "--config", on]) == 20
+    for args in (["fit", "--config", thread], ["fit", "--config", other], ["fit", "--config", str(tmp_path / "nope.yaml")],
+                 ["fit", "--config", on, "--print_config"], ["fit", "--config", on, "--help"], ["--config", on]):  # fmt: skip
+        assert mps_requested_by(args) is None, args
+
+
+def test_the_command_starts_mps_before_anything_imports_pyg(tmp_path: Path) -> None:
+    """``import torch_geometric`` initializes CUDA, after which the trainer could no longer become an MPS client:
+    the command must have started the daemon (here: recorded by a stand-in) before the recipe's classes load."""
+    recipe = _recipe(tmp_path, "on.yaml", [{"class_path": "PipelineCallback", "init_args": {"mps": True, "worker_sm_percent": 30}}])
+    script = f"""
+import sys
+import lightning_zerocopy.cli as cli
+import lightning_zerocopy.pipeline.mps as mps
+calls = []
+mps.start_for_trainer = lambda percent: calls.append((percent, "torch_geometric" in sys.modules))
+cli.build_cli = lambda args: calls.append(("cli", "torch_geometric" in sys.modules))
+cli.main(["fit", "--config", {recipe!r}])
+print(calls)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[(30, False), ('cli', False)]"

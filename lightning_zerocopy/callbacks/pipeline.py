@@ -16,13 +16,15 @@ name; the callback starts the producer there, has it open the builders, and repl
 ``*_dataloader`` methods (on this instance only, undone at ``teardown``) by ones that wrap the DataModule's
 loader in a :class:`~lightning_zerocopy.pipeline.loader.PipelineLoader`.
 
-MPS: a process is an MPS client only if the MPS variables were in its environment when it loaded the CUDA
-driver, which ``import torch`` does (measured on the H200 box). So with ``mps=True`` the callback starts the
-daemon when it is constructed (before the worker exists: the worker always starts as a client, limited to
-``worker_sm_percent``), and the trainer is a client too when the job was launched through
-``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- lightning-zerocopy fit ...`` (which starts
-the daemon, then execs the command with the variables set; the callback then joins that daemon). DDP ranks
-started later by Lightning's launcher inherit the variables and join the same daemon.
+MPS: a process becomes an MPS client only if the daemon runs, and the MPS variables are in its environment,
+when it initializes the CUDA driver; ``import torch_geometric`` already does that (measured on the H200 box), and
+every recipe's DataModule or model imports PyG before LightningCLI constructs the callbacks. So the
+``lightning-zerocopy`` command reads the recipe first and, for ``mps: true``, starts a private daemon before it
+imports anything else (:func:`lightning_zerocopy.cli.main`); the callback then joins it, and the worker it starts
+gets ``worker_sm_percent`` % of the SMs, the trainer the rest. DDP ranks started later by Lightning's launcher
+inherit the variables and join the same daemon. Other entry points: start the job through
+``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND``, or construct the callback
+before anything imports PyG or touches CUDA (it starts the daemon itself then, and warns when it is too late).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing_extensions import override
 
 from lightning_zerocopy.pipeline import PipelineClient, start_pipeline
 from lightning_zerocopy.pipeline.loader import PipelineLoader
+from lightning_zerocopy.pipeline.mps import DEFAULT_WORKER_SM_PERCENT
 from lightning_zerocopy.pipeline.slots import check_depth
 from lightning_zerocopy.pipeline.source import PlanSource
 
@@ -85,7 +88,7 @@ class PipelineCallback(Callback):
         mode: Mode = "auto",
         depth: int = 2,
         mps: bool = False,
-        worker_sm_percent: int = 10,
+        worker_sm_percent: int = DEFAULT_WORKER_SM_PERCENT,
         timeout: float = 600.0,
         copy_stages: Sequence[str] = ("predict",),
         lookahead: bool = True,
@@ -124,30 +127,21 @@ class PipelineCallback(Callback):
     def _start_mps(self) -> None:
         from lightning_zerocopy.pipeline import mps
 
-        if torch.cuda.is_initialized():
+        launched = os.environ.get(mps.ROOT_ENV) is not None  # by the launcher, or a rank started by one: join
+        if not launched and (torch.cuda.is_initialized() or mps.cuda_driver_initialized()):
             warnings.warn(
-                "PipelineCallback(mps=True) was constructed after CUDA was initialized in this process, so the "
-                "trainer cannot become an MPS client; running without MPS. Construct the callback before anything "
-                "touches CUDA (LightningCLI does: list it under trainer.callbacks).",
+                "PipelineCallback(mps=True) was constructed after this process initialized CUDA (importing "
+                "torch_geometric does), so the trainer can no longer become an MPS client; running without MPS. "
+                "Start the job with the `lightning-zerocopy` command (it starts MPS before loading the recipe's "
+                "classes), or through `python -m lightning_zerocopy.pipeline.mps --worker-sm-percent "
+                f"{self.worker_sm_percent} -- ...`.",
                 mps.MPSUnavailableWarning,
                 stacklevel=3,
             )
             return
-        launched = os.environ.get(mps.ROOT_ENV) is not None  # by the launcher, or a rank started by one
-        self.mps_daemon = mps.start_mps()
-        if self.mps_daemon is None or launched:
-            return
-        if mps.libcuda_loaded():
-            warnings.warn(
-                "PipelineCallback(mps=True): the MPS daemon started, but this process loaded the CUDA driver "
-                "(import torch) before it, so only the pipeline worker is an MPS client and the trainer runs outside "
-                "MPS. To make the trainer a client too (its share: 100 - worker_sm_percent), launch the job through "
-                f"`python -m lightning_zerocopy.pipeline.mps --worker-sm-percent {self.worker_sm_percent} -- "
-                "lightning-zerocopy fit ...`.",
-                mps.MPSUnavailableWarning,
-                stacklevel=3,
-            )
-        os.environ[mps.PERCENT_ENV] = str(100 - self.worker_sm_percent)  # for processes started later (ranks)
+        # joins the daemon of the command, the launcher or a parent rank; or starts one, and then this process's
+        # CUDA context (created later by the Trainer) and DDP ranks started later get 100 - worker_sm_percent %
+        self.mps_daemon = mps.start_for_trainer(self.worker_sm_percent)
 
     def _worker_env(self) -> dict[str, str]:
         if self.mps_daemon is None:

@@ -8,30 +8,42 @@
 * :mod:`.mps` — the CUDA MPS control daemon, started before any CUDA context;
 * :mod:`.sm_share` — green-context streams: an SM share for the in-process producer.
 
-Importing this package starts nothing: no process, no daemon, no CUDA context.
+Importing this package starts nothing (no process, no daemon, no CUDA context) and imports neither PyG nor the
+CUDA-initializing parts of the stack: ``import torch_geometric`` initializes the CUDA driver, after which a
+process can no longer become an MPS client, so :mod:`.mps` must be importable before it. The classes below are
+imported on first access.
 """
 
 from __future__ import annotations
 
+import importlib
 import warnings
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import torch
 
-from lightning_zerocopy.pipeline.client import PipelineClient, PipelineError, PipelineStats
-from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing, capacity_bound
-from lightning_zerocopy.pipeline.source import BatchSource
+if TYPE_CHECKING:
+    from lightning_zerocopy.pipeline.client import PipelineClient
 
-__all__ = [
-    "BatchSource",
-    "PipelineClient",
-    "PipelineError",
-    "PipelineStats",
-    "SlotLayout",
-    "SlotRing",
-    "capacity_bound",
-    "start_pipeline",
-]
+_LAZY = {
+    "PipelineClient": "lightning_zerocopy.pipeline.client",
+    "PipelineError": "lightning_zerocopy.pipeline.client",
+    "PipelineStats": "lightning_zerocopy.pipeline.client",
+    "SlotLayout": "lightning_zerocopy.pipeline.slots",
+    "SlotRing": "lightning_zerocopy.pipeline.slots",
+    "capacity_bound": "lightning_zerocopy.pipeline.slots",
+    "BatchSource": "lightning_zerocopy.pipeline.source",
+}
+
+__all__ = [*_LAZY, "start_pipeline"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'lightning_zerocopy.pipeline' has no attribute {name!r}")
 
 
 def start_pipeline(
@@ -70,6 +82,8 @@ def start_pipeline(
         transport = ThreadTransport(device, lookahead=lookahead, sm_share=share)
     else:
         raise ValueError(f"PipelineCallback(mode=...) must be 'worker', 'in_process' or 'auto', got {mode!r}")
+    from lightning_zerocopy.pipeline.client import PipelineClient
+
     return PipelineClient(transport, depth=depth, device=device, timeout=timeout)
 
 

@@ -283,10 +283,10 @@ def _start(timeout: float) -> Optional[MPSDaemon]:
         _warn_once("refused", f"`{binary} -d` failed: {detail} (MPS may need root or an exclusive GPU)")
         return None
     daemon_pid = _find_daemon(pipe, timeout)
-    if daemon_pid is None:
+    if daemon_pid is None or not _wait_until_serving(binary, root, timeout):
         _kill_mps_of(pipe)
         shutil.rmtree(root, ignore_errors=True)
-        _warn_once("refused", f"`{binary} -d` returned but no daemon came up within {timeout:.0f} s")
+        _warn_once("refused", f"`{binary} -d` returned but no daemon answered on its control pipe within {timeout:.0f} s")
         return None
     _write_state(root, {"daemon_pid": daemon_pid, "owner_pid": os.getpid(), "stopping": False})
     with open(os.path.join(log, "supervisor.log"), "ab") as supervisor_log:
@@ -327,6 +327,37 @@ def _find_daemon(pipe: str, timeout: float) -> Optional[int]:
         time.sleep(0.05)
 
 
+def _control_env(root: str) -> dict[str, str]:
+    """The environment of a control command (``quit``, ``get_server_list``) sent to the daemon of ``root``."""
+    env = dict(os.environ, **{PIPE_ENV: os.path.join(root, "pipe"), LOG_ENV: os.path.join(root, "log")})
+    env.pop(PERCENT_ENV, None)
+    return env
+
+
+def _wait_until_serving(binary: str, root: str, timeout: float) -> bool:
+    """Wait until the daemon of ``root`` answers a control command (``get_server_list``) on its pipe.
+
+    ``-d`` returns, and the daemon's pid file appears, before the daemon listens on its pipe. A process that
+    creates its CUDA context in between runs outside MPS without any error (seen on the H200 box: a context
+    created right after ``-d`` was no client, one created after this answer was).
+    """
+    env = _control_env(root)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            answer = subprocess.run(
+                [binary], input="get_server_list\n", env=env, capture_output=True, text=True,
+                timeout=max(0.5, deadline - time.monotonic()),
+            )  # fmt: skip
+            if answer.returncode == 0:
+                return True
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
 def _kill_mps_of(pipe: str) -> None:
     for pid in mps_processes():
         if _environ_has(pid, PIPE_ENV, pipe):
@@ -355,8 +386,7 @@ def _stop_daemon(root: str, binary: str, daemon_pid: int, grace: float = 30.0) -
     state["stopping"] = True
     _write_state(root, state)
     pipe = os.path.join(root, "pipe")
-    env = dict(os.environ, **{PIPE_ENV: pipe, LOG_ENV: os.path.join(root, "log")})
-    env.pop(PERCENT_ENV, None)
+    env = _control_env(root)
     try:
         # quit waits for the daemon's clients; a client left by a crash holds it, hence the kill below
         subprocess.run([binary], input="quit\n", env=env, capture_output=True, text=True, timeout=grace)
@@ -375,37 +405,58 @@ def _stop_daemon(root: str, binary: str, daemon_pid: int, grace: float = 30.0) -
     shutil.rmtree(root, ignore_errors=True)
 
 
-def libcuda_loaded() -> bool:
-    """Whether this process has loaded the CUDA driver library (``import torch`` does, on CUDA builds).
+def cuda_driver_initialized() -> bool:
+    """Whether this process has initialized the CUDA driver (``cuInit``), found out without initializing it.
 
-    The driver reads the MPS variables (``CUDA_MPS_PIPE_DIRECTORY``, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) from
-    the environment it was loaded with (seen on an H200 with torch 2.11 cu130: a process that set them after
-    ``import torch`` ran outside MPS, while processes started with them were MPS clients). A process that loaded
-    it before the daemon started cannot become a client; processes it starts afterwards can.
+    A process whose driver was initialized before the daemon started does not become an MPS client, whatever
+    its environment says later (measured on the H200 box: 809-817 TFLOP/s bf16 with a 50 % share set, against
+    443-447 for a process that started the daemon first). ``import torch``, ``import pytorch_lightning`` and
+    ``torch.cuda.device_count()`` leave the driver uninitialized (torch 2.11); ``import torch_geometric``
+    initializes it, and so ``torch.cuda.is_initialized()`` can be False while it is too late.
     """
-    try:
-        with open("/proc/self/maps") as f:
-            return "libcuda.so" in f.read()
-    except OSError:
+    import ctypes
+
+    try:  # RTLD_NOLOAD: a handle only if this process has loaded the driver already; never load it here
+        driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD)
+        get_current = driver.cuCtxGetCurrent
+    except (OSError, AttributeError):
         return False
+    context = ctypes.c_void_p()
+    return get_current(ctypes.byref(context)) != 3  # CUDA_ERROR_NOT_INITIALIZED: cuInit has not run
 
 
-#: Set by :func:`launch` for the worker's share (the trainer's own is ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``).
+#: The pipeline worker's share of SMs when none is given (the fastest measured in ``benchmarks/pipeline.py``).
+DEFAULT_WORKER_SM_PERCENT = 10
+#: Set by :func:`start_for_trainer` for the worker's share (the trainer's own is ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``).
 WORKER_PERCENT_ENV = "LZC_MPS_WORKER_PERCENT"
+
+
+def start_for_trainer(worker_percent: int = DEFAULT_WORKER_SM_PERCENT) -> Optional[MPSDaemon]:
+    """Start (or join) this job's daemon in a process that has not initialized CUDA yet and will train, with
+    ``100 - worker_percent`` % of the SMs for this process and the processes it starts (DDP ranks), and
+    ``worker_percent`` % recorded for the pipeline worker. Returns ``None`` after a warning without MPS."""
+    if not 1 <= worker_percent <= 99:
+        raise ValueError(f"the pipeline worker's SM share must be in [1, 99] %, got {worker_percent}")
+    daemon = start_mps()
+    if daemon is not None and daemon.owner:  # a process that joined (a DDP rank) inherited the shares
+        os.environ[PERCENT_ENV] = str(100 - worker_percent)
+        os.environ[WORKER_PERCENT_ENV] = str(worker_percent)
+    return daemon
 
 
 def launch(argv: list[str]) -> None:
     """``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND...``
 
     Starts this job's MPS daemon, then replaces this process by ``COMMAND`` with the MPS variables in its
-    environment from the start (the trainer ``100 - X`` % of the SMs), so the trainer is an MPS client too.
-    The supervisor stops the daemon when ``COMMAND`` exits (it keeps this pid). Without MPS it warns and
-    runs ``COMMAND`` anyway.
+    environment from the start (the trainer ``100 - X`` % of the SMs), so the trainer is an MPS client however
+    early it initializes CUDA. The supervisor stops the daemon when ``COMMAND`` exits (it keeps this pid).
+    Without MPS it warns and runs ``COMMAND`` anyway. (``lightning-zerocopy fit`` does this by itself when its
+    recipe asks for ``mps: true``.)
     """
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m lightning_zerocopy.pipeline.mps", description=launch.__doc__)
-    parser.add_argument("--worker-sm-percent", type=int, default=10, help="the pipeline worker's share of SMs")
+    parser.add_argument("--worker-sm-percent", type=int, default=DEFAULT_WORKER_SM_PERCENT, help="the pipeline worker's share of SMs")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run (e.g. lightning-zerocopy fit ...)")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -413,10 +464,7 @@ def launch(argv: list[str]) -> None:
         parser.error("give the command to run after --")
     if not 1 <= args.worker_sm_percent <= 99:
         parser.error(f"--worker-sm-percent must be in [1, 99], got {args.worker_sm_percent}")
-    daemon = start_mps()
-    if daemon is not None:
-        os.environ[PERCENT_ENV] = str(100 - args.worker_sm_percent)
-        os.environ[WORKER_PERCENT_ENV] = str(args.worker_sm_percent)
+    start_for_trainer(args.worker_sm_percent)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvp(command[0], command)

@@ -114,8 +114,8 @@ class WorkerTransport:
     Args:
         device: the CUDA device the slots live on, or ``None`` for host slots.
         env: environment variables the worker process starts with (e.g. the MPS pipe directory and
-            ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``: the CUDA driver reads them when it is loaded, which
-            ``import torch`` does, so they cannot be set later inside the worker).
+            ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``), set before the worker imports anything, so they are in
+            place however early the worker initializes CUDA).
         lookahead: the producer samples the next batch while it gathers the current one (see :class:`.Producer`).
     """
 
@@ -140,7 +140,7 @@ class WorkerTransport:
             daemon=True,  # multiprocessing terminates it at interpreter exit, should everything else fail
         )
         env = dict(env or {})
-        with _SPAWN_ENV_LOCK:  # the CUDA driver reads MPS variables when it is loaded: they must be in the
+        with _SPAWN_ENV_LOCK:  # MPS variables must be in place before the worker initializes CUDA: in the
             saved = {k: os.environ.get(k) for k in env}  # environment the child process starts with
             os.environ.update(env)
             try:
@@ -161,6 +161,7 @@ class WorkerTransport:
         try:
             self._conn.send(msg)
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
+            self.process.join(1.0)  # a killed worker's pipe breaks before waitpid reports its death
             self.check_alive("a command to be sent")
             raise PipelineError(f"the pipeline worker (pid {self.pid}) closed its pipe: {exc}") from exc
 

@@ -172,11 +172,17 @@ def test_constructor_checks_and_mps_unavailable_warning(monkeypatch):
         PipelineCallback(mode="in_process", mps=True)
     from lightning_zerocopy.pipeline import mps
 
-    # CUDA already initialized in this process (as on a GPU machine after other tests): no MPS for the trainer
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    with pytest.warns(mps.MPSUnavailableWarning, match="after CUDA was initialized"):
-        assert PipelineCallback(mode="worker", mps=True).mps_daemon is None
+    # CUDA already initialized in this process (as on a GPU machine after other tests): no MPS for the trainer;
+    # also when only the driver was (torch.cuda.device_count() does that, torch.cuda.is_initialized() stays False)
+    monkeypatch.setattr(mps, "start_mps", lambda: pytest.fail("no daemon may start once CUDA is initialized"))
+    for torch_state, driver_state in ((True, False), (False, True)):
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: torch_state)
+        monkeypatch.setattr(mps, "cuda_driver_initialized", lambda: driver_state)
+        with pytest.warns(mps.MPSUnavailableWarning, match="after this process initialized CUDA"):
+            assert PipelineCallback(mode="worker", mps=True).mps_daemon is None
+    monkeypatch.undo()
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(mps, "cuda_driver_initialized", lambda: False)
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr(mps, "_warned", set())
     with pytest.warns(mps.MPSUnavailableWarning, match="not on PATH"):
@@ -196,6 +202,7 @@ def test_auto_mode_is_the_measured_fastest_for_the_setup(monkeypatch):
     assert PipelineCallback().resolve_mode(cuda, gpu_builder=False) == "worker"
     monkeypatch.setattr(mps, "start_mps", lambda: None)  # MPS requested (unavailable here): still the worker
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(mps, "cuda_driver_initialized", lambda: False)
     assert PipelineCallback(mps=True).resolve_mode(cuda, gpu_builder=True) == "worker"
     for mode in ("worker", "in_process"):
         assert PipelineCallback(mode=mode).resolve_mode(cuda, gpu_builder=True) == mode

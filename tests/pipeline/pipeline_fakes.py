@@ -11,6 +11,7 @@ import time
 from typing import Mapping, Optional
 
 import torch
+from helpers import matmul_tflops
 from torch_geometric.data import Data
 
 
@@ -61,21 +62,6 @@ class FakeSource:
             num_sampled_nodes=[b, hop1, n - b - hop1],
             num_sampled_edges=torch.tensor([e // 2, e - e // 2]),
         )
-
-
-def matmul_tflops(size: int = 8192, iters: int = 20) -> float:
-    """bf16 matmul TFLOP/s of this process on its current CUDA device (random inputs, timed with events)."""
-    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        a @ b
-    end.record()
-    end.synchronize()
-    return 2 * size**3 * iters / (start.elapsed_time(end) / 1e3) / 1e12
 
 
 class TflopsProbeSource(FakeSource):

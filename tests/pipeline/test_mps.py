@@ -28,6 +28,7 @@ FAKE = textwrap.dedent(
     pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
     pidfile = os.path.join(pipe, "nvidia-cuda-mps-control.pid")
     cmdfile = os.path.join(pipe, "fake-command")
+    listening = os.path.join(pipe, "fake-listening")
     if sys.argv[1:] == ["-d"]:
         if os.environ.get("FAKE_MPS_FAIL"):
             print("An MPS daemon cannot be started: permission denied", file=sys.stderr)
@@ -42,12 +43,15 @@ FAKE = textwrap.dedent(
                 with open(pidfile + ".tmp", "w") as f:
                     f.write(str(os.getpid()))
                 os.replace(pidfile + ".tmp", pidfile)
+                time.sleep(float(os.environ.get("FAKE_MPS_LISTEN_DELAY", "0")))  # pid file first, then the pipe
+                open(listening, "w").close()
                 while True:
                     if os.path.exists(cmdfile):
                         cmd = open(cmdfile).read().strip()
                         os.remove(cmdfile)
                         if cmd == "quit" and not os.environ.get("FAKE_MPS_IGNORE_QUIT"):
                             os.remove(pidfile)
+                            os.remove(listening)
                             os._exit(0)
                     time.sleep(0.02)
             os._exit(0)
@@ -58,7 +62,7 @@ FAKE = textwrap.dedent(
             time.sleep(0.01)
         sys.exit(0)
     cmd = sys.stdin.read().strip()
-    if not os.path.exists(pidfile):
+    if not os.path.exists(listening):
         print("Cannot find MPS control daemon process", file=sys.stderr)
         sys.exit(1)
     with open(cmdfile, "w") as f:
@@ -134,6 +138,16 @@ def test_start_exports_private_dirs_and_stop_quits(fake_mps):
     assert not _alive(daemon.daemon_pid) and not _alive(daemon.supervisor_pid)
     assert not Path(daemon.root).exists()
     assert mps.PIPE_ENV not in os.environ
+
+
+def test_start_returns_only_once_the_daemon_answers_on_its_pipe(fake_mps, monkeypatch):
+    """The pid file appears before the daemon listens; a CUDA context created in between would silently run
+    outside MPS, so start_mps() waits for an answer to a control command."""
+    monkeypatch.setenv("FAKE_MPS_LISTEN_DELAY", "1.0")
+    daemon = mps.start_mps()
+    assert daemon is not None
+    assert Path(daemon.pipe_dir, "fake-listening").exists()
+    daemon.stop(timeout=10)
 
 
 def test_a_child_joins_the_daemon_instead_of_starting_one(fake_mps):

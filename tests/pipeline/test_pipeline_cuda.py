@@ -92,28 +92,33 @@ def test_gpu_builder_in_the_three_stage_pipeline_yields_build_batch_batches(tmp_
 
 @pytest.mark.cuda
 def test_under_mps_ipc_works_and_the_worker_share_takes_effect():
+    """Through the launcher (trainer at 50 % of the SMs): the script, which imports PyG and so could not start
+    MPS for itself, is an MPS client limited to its share; batches cross CUDA IPC correctly; a worker at 10 %
+    runs well below one at 90 %."""
     if __import__("shutil").which(mps.CONTROL_BINARY) is None:
         pytest.fail(f"{mps.CONTROL_BINARY} is not on PATH on this GPU machine")
     env = {k: v for k, v in os.environ.items() if k not in (mps.ROOT_ENV, mps.PIPE_ENV, mps.LOG_ENV, mps.PERCENT_ENV)}
-    launcher = [sys.executable, str(HERE.parents[1] / "lightning_zerocopy" / "pipeline" / "mps.py"), "--worker-sm-percent", "10", "--"]
+    launcher = [sys.executable, str(HERE.parents[1] / "lightning_zerocopy" / "pipeline" / "mps.py"), "--worker-sm-percent", "50", "--"]
     proc = subprocess.run(
-        [*launcher, sys.executable, str(HERE / "mps_cuda_script.py"), "10"], capture_output=True, text=True, timeout=300,
-        env=env,
+        [*launcher, sys.executable, str(HERE / "mps_cuda_script.py"), "10"], capture_output=True, text=True,
+        timeout=300, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     print(result)
     assert result["mps"], f"MPS did not start: {proc.stderr[-2000:]}"
     assert result["ipc_batches_ok"]
-    assert result["trainer_is_client"], result["control_log"]  # launched with the variables set
-    # 10% of the SMs vs 90%: the worker's matmul rate must drop to well under half
-    assert result["worker_tflops"] < 0.35 * result["worker_tflops_at_complement"], result
+    assert result["launched"] and result["supervisor_pid"], result
+    # the share decides, not the control log (a process outside MPS was seen logged there as a NEW CLIENT too):
+    # a worker at 10 % of the SMs well under half its rate at 90 %; the trainer, at 50 %, clearly under 90 %'s
+    assert result["worker_tflops"] < 0.35 * result["worker_tflops_at_90"], result
+    assert result["trainer_tflops"] < 0.75 * result["worker_tflops_at_90"], result
     # the supervisor stops the daemon once the script (its owner) has exited
     deadline = time.monotonic() + 60
     while mps._alive(result["daemon_pid"]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not mps._alive(result["daemon_pid"]), "MPS daemon still running after its owner exited"
-    # the supervisor (started by the launcher, so the script only knows it when it started the daemon itself)
+    # the supervisor (started by the launcher; the script read its pid from the daemon state)
     # removes the private directory after the daemon and any server it left are gone, then exits
     root = Path(result["root"])
     while (root.exists() or mps._alive(result["supervisor_pid"])) and time.monotonic() < deadline:

@@ -181,7 +181,7 @@ def test_sigkill_of_the_worker_mid_epoch_raises_a_clear_error_quickly():
 _TRAINER_SCRIPT = textwrap.dedent(
     """
     import sys, time
-    sys.path.insert(0, {here!r})
+    sys.path[:0] = [{here!r}, {tests!r}]
     from pipeline_fakes import FakeSource
     from lightning_zerocopy.pipeline import start_pipeline
 
@@ -199,7 +199,7 @@ _TRAINER_SCRIPT = textwrap.dedent(
 
 def _start_trainer(tmp_path: Path) -> tuple[subprocess.Popen, int]:
     script = tmp_path / "trainer.py"
-    script.write_text(_TRAINER_SCRIPT.format(here=str(HERE)))
+    script.write_text(_TRAINER_SCRIPT.format(here=str(HERE), tests=str(HERE.parent)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(
         [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
