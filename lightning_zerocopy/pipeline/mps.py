@@ -337,9 +337,8 @@ def _control_env(root: str) -> dict[str, str]:
 def _wait_until_serving(binary: str, root: str, timeout: float) -> bool:
     """Wait until the daemon of ``root`` answers a control command (``get_server_list``) on its pipe.
 
-    ``-d`` returns, and the daemon's pid file appears, before the daemon listens on its pipe. A process that
-    creates its CUDA context in between runs outside MPS without any error (seen on the H200 box: a context
-    created right after ``-d`` was no client, one created after this answer was).
+    A process that initializes CUDA while it finds no daemon runs outside MPS without any error, and ``-d``
+    returning or the pid file appearing does not prove the daemon listens yet; an answer does.
     """
     env = _control_env(root)
     deadline = time.monotonic() + timeout
