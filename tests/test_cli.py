@@ -159,3 +159,12 @@ print(calls)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[(30, False), ('cli', False)]"
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")))
+def test_every_recipe_parses_through_the_command(tmp_path: Path, recipe: str) -> None:
+    """Keys and types of every shipped recipe are valid (--print_config parses and links without building data)."""
+    proc = _run(["fit", "--config", str(ROOT / "recipes" / recipe), "--print_config"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = yaml.safe_load(proc.stdout)
+    assert printed["data"]["class_path"] and printed["model"]["class_path"]

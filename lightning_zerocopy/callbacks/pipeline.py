@@ -154,17 +154,18 @@ class PipelineCallback(Callback):
         (``gpu_builder``: GPU/UVA sampling or the zero-copy gather) or on the CPU.
 
         Measured with ``benchmarks/pipeline.py`` on an H200 (3-layer SAGE, 8 GiB of host features, three-stage
-        producer; steps/s, same run each): with ``mps`` the worker (39.1 at a 10 % share, GPU builder: the
-        fastest configuration, 0.94x all-in-GPU); without MPS, for a GPU builder ``in_process`` (34.6 vs 32.1;
-        a worker process outside MPS time-slices the GPU with the trainer), for a CPU builder ``worker`` (38.2
-        vs 38.0: a tie, and the worker keeps the trainer's interpreter free); on the CPU ``in_process`` (a
-        second process only competes for the same cores and costs a spawn).
+        producer; steps/s, same run each): with a running MPS daemon the worker (39.1 at a 10 % share, GPU
+        builder: the fastest configuration, 0.93x all-in-GPU); without MPS (not asked for, or unavailable), for
+        a GPU builder ``in_process`` (34.7 vs 32.2; a worker process outside MPS time-slices the GPU with the
+        trainer), for a CPU builder ``worker`` (38.2 vs 38.0: a tie, and the worker keeps the trainer's
+        interpreter free); on the CPU ``in_process`` (a second process only competes for the same cores and
+        costs a spawn).
         """
         if self.mode != "auto":
             return self.mode
         if device.type != "cuda" or self.green_context:
             return "in_process"
-        if self.mps:
+        if self.mps_daemon is not None:
             return "worker"
         return "in_process" if gpu_builder else "worker"
 

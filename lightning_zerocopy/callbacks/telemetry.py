@@ -1,23 +1,31 @@
-"""``DataTelemetry``: how long the trainer waits for data, and how fast data arrives, per training step.
+"""``DataTelemetry``: how long training waits for data, and how fast data arrives, per training step.
 
 Logged through the LightningModule's logger, per step and as epoch means (the progress bar shows ``stall``,
 the stall fraction, and ``MEPS``, millions of sampled edges per second):
 
-* ``data/stall_ms``: host time between the end of one training step and the start of the next (fetching the
-  batch and moving it to the device), i.e. what the trainer waited for data;
-* ``data/stall_frac``: that time over the whole step interval;
-* ``data/seps``: sampled edges per second delivered to the trainer (``edge_index`` columns / step interval);
+* ``data/stall_ms``: time training could not run for want of the next batch. On a GPU that is the GPU's
+  idle gap on the trainer's stream between the end of one step's work and the start of the next (CUDA
+  events; no synchronization); on the CPU, the host time between the end of one step and the start of the next;
+* ``data/stall_frac``: that gap over the whole step interval (GPU time on a GPU);
+* ``data/step_ms``: the step interval, start of one step to the start of the next (GPU time on a GPU);
+* ``data/wait_ms``: host time between the end of one step and the start of the next (fetching the batch and
+  moving it to the device). On a GPU the host runs ahead of the device, so this includes time the GPU was
+  still busy with earlier steps and is no loss by itself (with ping-pong slots the host waits for a slot that
+  frees when the step that used it has run);
+* ``data/seps``: sampled edges per second delivered to training (``edge_index`` columns / step interval);
 * ``data/gather_GBps``: feature bytes delivered per second (``x`` bytes / step interval);
 * with :class:`~lightning_zerocopy.callbacks.PipelineCallback`: ``data/build_ms``, the producer's time to
   sample and gather the batch (off the trainer's critical path).
 
-Intervals are host wall-clock times: on a GPU the host runs ahead of the device until something synchronizes,
-so per-step figures fluctuate; their averages over an epoch (logged ``on_epoch``) are the ones to read.
+On a GPU a step's figures are logged a step or two later, once its events have completed (never waited for);
+the last steps of an epoch whose events are still pending then are not logged.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import pytorch_lightning as pl
@@ -26,8 +34,18 @@ from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
 
+@dataclass
+class _PendingStep:
+    """One step interval on a GPU, waiting for its events: previous step's start and end, this step's start."""
+
+    host: dict[str, float]
+    prev_start: Any
+    prev_end: Any
+    start: Any
+
+
 class DataTelemetry(Callback):
-    """Per-step data-wait (stall), SEPS and feature GB/s of the training loop.
+    """Per-step data stall (GPU idle time on a GPU), host wait, SEPS and feature GB/s of the training loop.
 
     Args:
         prog_bar: show the figures in the progress bar.
@@ -35,13 +53,15 @@ class DataTelemetry(Callback):
 
     def __init__(self, prog_bar: bool = True) -> None:
         self.prog_bar = prog_bar
-        self._last_start: Optional[float] = None
-        self._last_end: Optional[float] = None
         self.history: list[dict[str, float]] = []
+        self._reset()
 
     def _reset(self) -> None:
-        self._last_start = None
-        self._last_end = None
+        self._last_start: Optional[float] = None
+        self._last_end: Optional[float] = None
+        self._start_event: Any = None
+        self._end_event: Any = None
+        self._pending: deque[_PendingStep] = deque()
 
     @override
     def on_train_epoch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
@@ -54,34 +74,62 @@ class DataTelemetry(Callback):
     @override
     def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
+        on_gpu = pl_module.device.type == "cuda"
+        start_event = _record(pl_module.device) if on_gpu else None
         if self._last_start is not None and self._last_end is not None:
-            interval = now - self._last_start
-            stall = now - self._last_end
-            metrics = {"data/stall_ms": 1e3 * stall, "data/stall_frac": stall / interval if interval > 0 else 0.0}
-            edge_index = getattr(batch, "edge_index", None)
-            if isinstance(edge_index, torch.Tensor) and interval > 0:
-                metrics["data/seps"] = edge_index.size(1) / interval
-            x = getattr(batch, "x", None)
-            if isinstance(x, torch.Tensor) and interval > 0:
-                metrics["data/gather_GBps"] = x.numel() * x.element_size() / interval / 1e9
+            host = {"interval_s": now - self._last_start, "wait_s": now - self._last_end}
+            edge_index, x = getattr(batch, "edge_index", None), getattr(batch, "x", None)
+            host["edges"] = float(edge_index.size(1)) if isinstance(edge_index, torch.Tensor) else -1.0
+            host["x_bytes"] = float(x.numel() * x.element_size()) if isinstance(x, torch.Tensor) else -1.0
             stats = _pipeline_stats(trainer)
             if stats is not None:
-                metrics["data/build_ms"] = 1e3 * stats.last_build_s
-            self.history.append(metrics)
+                host["build_ms"] = 1e3 * stats.last_build_s
             bs = getattr(batch, "batch_size", None)
-            bs = bs if isinstance(bs, int) else None
-            pl_module.log_dict(metrics, on_step=True, on_epoch=True, batch_size=bs)
-            if self.prog_bar:  # two compact figures; the full set goes to the logger
-                pl_module.log("stall", metrics["data/stall_frac"], prog_bar=True, logger=False, batch_size=bs)
-                if "data/seps" in metrics:
-                    pl_module.log("MEPS", metrics["data/seps"] / 1e6, prog_bar=True, logger=False, batch_size=bs)
-        self._last_start = now
+            host["batch_size"] = float(bs) if isinstance(bs, int) else -1.0
+            if on_gpu and self._start_event is not None and self._end_event is not None:
+                self._pending.append(_PendingStep(host, self._start_event, self._end_event, start_event))
+            else:
+                self._log(pl_module, host, stall_s=host["wait_s"], interval_s=host["interval_s"])
+        while self._pending and self._pending[0].start.query():  # completed: reading them does not block
+            step = self._pending.popleft()
+            gap_s = step.prev_end.elapsed_time(step.start) / 1e3
+            interval_s = step.prev_start.elapsed_time(step.start) / 1e3
+            self._log(pl_module, step.host, stall_s=max(gap_s, 0.0), interval_s=interval_s)
+        self._last_start, self._start_event = now, start_event
 
     @override
     def on_train_batch_end(
         self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._last_end = time.perf_counter()
+        self._end_event = _record(pl_module.device) if pl_module.device.type == "cuda" else None
+
+    def _log(self, pl_module: "pl.LightningModule", host: dict[str, float], stall_s: float, interval_s: float) -> None:
+        metrics = {
+            "data/stall_ms": 1e3 * stall_s,
+            "data/stall_frac": stall_s / interval_s if interval_s > 0 else 0.0,
+            "data/step_ms": 1e3 * interval_s,
+            "data/wait_ms": 1e3 * host["wait_s"],
+        }
+        if host["edges"] >= 0 and interval_s > 0:
+            metrics["data/seps"] = host["edges"] / interval_s
+        if host["x_bytes"] >= 0 and interval_s > 0:
+            metrics["data/gather_GBps"] = host["x_bytes"] / interval_s / 1e9
+        if "build_ms" in host:
+            metrics["data/build_ms"] = host["build_ms"]
+        self.history.append(metrics)
+        bs = int(host["batch_size"]) if host["batch_size"] >= 0 else None
+        pl_module.log_dict(metrics, on_step=True, on_epoch=True, batch_size=bs)
+        if self.prog_bar:  # two compact figures; the full set goes to the logger
+            pl_module.log("stall", metrics["data/stall_frac"], prog_bar=True, logger=False, batch_size=bs)
+            if "data/seps" in metrics:
+                pl_module.log("MEPS", metrics["data/seps"] / 1e6, prog_bar=True, logger=False, batch_size=bs)
+
+
+def _record(device: torch.device) -> Any:
+    event = torch.cuda.Event(enable_timing=True)
+    event.record(torch.cuda.current_stream(device))
+    return event
 
 
 def _pipeline_stats(trainer: "pl.Trainer"):

@@ -107,7 +107,7 @@ def test_toggling_the_callback_changes_no_batch(tmp_path, baseline, mode, lookah
     assert record.losses == baseline.losses
     assert pipeline.client is None  # torn down after fit
     assert not any(name.endswith("_dataloader") for name in vars(trainer.datamodule))  # patch undone
-    for key in ("data/stall_ms", "data/stall_frac", "data/seps", "data/gather_GBps", "data/build_ms"):
+    for key in ("data/stall_ms", "data/stall_frac", "data/step_ms", "data/wait_ms", "data/seps", "data/gather_GBps", "data/build_ms"):
         assert key in trainer.callback_metrics, key
     assert len(telemetry.history) > 0 and all(0 <= m["data/stall_frac"] <= 1 for m in telemetry.history)
 
@@ -200,10 +200,13 @@ def test_auto_mode_is_the_measured_fastest_for_the_setup(monkeypatch):
     assert PipelineCallback().resolve_mode(cpu, gpu_builder=True) == "in_process"
     assert PipelineCallback().resolve_mode(cuda, gpu_builder=True) == "in_process"
     assert PipelineCallback().resolve_mode(cuda, gpu_builder=False) == "worker"
-    monkeypatch.setattr(mps, "start_mps", lambda: None)  # MPS requested (unavailable here): still the worker
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(mps, "cuda_driver_initialized", lambda: False)
-    assert PipelineCallback(mps=True).resolve_mode(cuda, gpu_builder=True) == "worker"
+    monkeypatch.setattr(mps, "start_mps", lambda: mps.MPSDaemon("/nonexistent", 1, None, owner=False))
+    assert PipelineCallback(mps=True).resolve_mode(cuda, gpu_builder=True) == "worker"  # MPS up: the worker
+    monkeypatch.setattr(mps, "start_mps", lambda: None)  # asked for but unavailable: as without MPS
+    assert PipelineCallback(mps=True).resolve_mode(cuda, gpu_builder=True) == "in_process"
+    assert PipelineCallback(mps=True).resolve_mode(cuda, gpu_builder=False) == "worker"
     for mode in ("worker", "in_process"):
         assert PipelineCallback(mode=mode).resolve_mode(cuda, gpu_builder=True) == mode
     assert PipelineCallback().worker_sm_percent == 10

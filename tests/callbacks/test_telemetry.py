@@ -1,0 +1,93 @@
+"""DataTelemetry: on the CPU the stall is the host's wait for data; on a GPU it is the GPU's idle gap between
+steps, which a slow loader causes and a host that merely runs ahead of a busy GPU does not."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch_geometric.data import Data
+
+from lightning_zerocopy.callbacks import DataTelemetry
+
+
+class _SlowLoader:
+    """Batches that take ``host_ms`` of host time each to produce."""
+
+    def __init__(self, steps: int, host_ms: float) -> None:
+        self.steps, self.host_ms = steps, host_ms
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        for _ in range(self.steps):
+            time.sleep(self.host_ms / 1e3)
+            yield Data(x=torch.randn(64, 8), edge_index=torch.randint(0, 64, (2, 256)), batch_size=16)
+
+
+class _BusyModel(pl.LightningModule):
+    """A step that keeps the GPU busy for ``gpu_cycles`` clock cycles (``torch.cuda._sleep``), or does nothing
+    on the CPU."""
+
+    def __init__(self, gpu_cycles: int = 0) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 2)
+        self.gpu_cycles = gpu_cycles
+
+    def training_step(self, batch, batch_idx):
+        if self.gpu_cycles and batch.x.is_cuda:
+            torch.cuda._sleep(self.gpu_cycles)
+        return self.lin(batch.x).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def _fit(accelerator: str, host_ms: float, gpu_cycles: int = 0, steps: int = 40) -> list[dict[str, float]]:
+    telemetry = DataTelemetry(prog_bar=False)
+    trainer = pl.Trainer(
+        accelerator=accelerator, devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False, callbacks=[telemetry],
+    )  # fmt: skip
+    trainer.fit(_BusyModel(gpu_cycles), train_dataloaders=_SlowLoader(steps, host_ms))
+    assert len(telemetry.history) >= steps // 2
+    return telemetry.history[5:]
+
+
+def _median(history: list[dict[str, float]], key: str) -> float:
+    return statistics.median(m[key] for m in history)
+
+
+def test_on_the_cpu_the_stall_is_the_host_wait():
+    history = _fit("cpu", host_ms=20)
+    assert all(m["data/stall_ms"] == m["data/wait_ms"] for m in history)
+    assert _median(history, "data/stall_ms") >= 18 and 0 < _median(history, "data/stall_frac") <= 1
+    for key in ("data/seps", "data/gather_GBps"):
+        assert _median(history, key) > 0
+
+
+def _cycles_per_ms() -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1_000_000)
+    start.record()
+    torch.cuda._sleep(50_000_000)
+    end.record()
+    end.synchronize()
+    return 50_000_000 / start.elapsed_time(end)
+
+
+@pytest.mark.cuda
+def test_on_a_gpu_the_stall_is_idle_gpu_time_not_host_wait():
+    cycles_per_ms = _cycles_per_ms()
+    # GPU-bound: 30 ms of GPU work per step, 3 ms to load a batch: the host waits, the GPU never idles
+    busy = _fit("gpu", host_ms=3, gpu_cycles=int(30 * cycles_per_ms))
+    # loader-bound: 2 ms of GPU work, 30 ms to load: the GPU idles most of each step
+    starved = _fit("gpu", host_ms=30, gpu_cycles=int(2 * cycles_per_ms))
+    assert _median(busy, "data/wait_ms") >= 2.5  # the host did wait for every batch ...
+    assert _median(busy, "data/stall_frac") < 0.15, busy[:5]  # ... but the GPU was busy meanwhile
+    assert _median(starved, "data/stall_frac") > 0.6, starved[:5]
+    assert _median(starved, "data/stall_ms") > 20
