@@ -7,10 +7,8 @@ lazily on first access (``lightning_zerocopy.ZeroCopyDataModule`` imports Lightn
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from lightning_zerocopy._extension import WITH_CUDA
+from lightning_zerocopy._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -28,12 +26,7 @@ _LAZY = {
 __all__ = ["WITH_CUDA", "__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'lightning_zerocopy' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:

@@ -16,11 +16,12 @@ imported on first access.
 
 from __future__ import annotations
 
-import importlib
 import warnings
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 import torch
+
+from lightning_zerocopy._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from lightning_zerocopy.pipeline.client import PipelineClient
@@ -38,12 +39,7 @@ _LAZY = {
 __all__ = [*_LAZY, "start_pipeline"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'lightning_zerocopy.pipeline' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 def start_pipeline(
