@@ -64,7 +64,7 @@ def mps_requested_by(args: Sequence[str]) -> Optional[int]:
     ``PipelineCallback`` with ``mps: true`` for a run subcommand, else ``None``.
 
     The last recipe that sets ``trainer.callbacks`` decides, as when LightningCLI merges them. A recipe that
-    cannot be read is skipped here: LightningCLI reports it.
+    cannot be read, or an invalid share, is skipped here: LightningCLI reports it.
     """
     import yaml
 
@@ -87,7 +87,9 @@ def mps_requested_by(args: Sequence[str]) -> Optional[int]:
             continue
         init_args = entry.get("init_args") or {}
         if init_args.get("mps") is True and init_args.get("mode", "auto") != "in_process":
-            return int(init_args.get("worker_sm_percent", DEFAULT_WORKER_SM_PERCENT))
+            percent = init_args.get("worker_sm_percent", DEFAULT_WORKER_SM_PERCENT)
+            # anything else is a recipe error that LightningCLI reports, naming the key
+            return percent if isinstance(percent, int) and 1 <= percent <= 99 else None
     return None
 
 
@@ -106,7 +108,12 @@ def main(args: ArgsType = None) -> None:
 
     Starts the MPS daemon first when the recipe asks for it (see the module docstring), then runs LightningCLI.
     """
-    argv = list(sys.argv[1:] if args is None else args) if args is None or isinstance(args, (list, tuple)) else None
+    if args is None:
+        argv: Optional[list[str]] = sys.argv[1:]
+    elif isinstance(args, (list, tuple)):
+        argv = [str(a) for a in args]
+    else:  # a dict or Namespace: no recipe files to read
+        argv = None
     worker_percent = mps_requested_by(argv) if argv is not None else None
     if worker_percent is not None:  # before build_cli imports the DataModule, the model and PyG
         from lightning_zerocopy.pipeline.mps import start_for_trainer

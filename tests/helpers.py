@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import mmap
+import subprocess
 import time
+from typing import Optional
 
 import torch
 
@@ -25,6 +27,19 @@ def wait_process_gone(pid: int, timeout: float) -> bool:
             return True
         time.sleep(0.05)
     return process_gone(pid)
+
+
+def read_ready_line(proc: subprocess.Popen, timeout: float) -> Optional[str]:
+    """The first stdout line of ``proc`` that starts with ``READY``, or ``None`` if it exits or ``timeout``
+    seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("READY"):
+            return line
+        if not line and proc.poll() is not None:
+            return None
+    return None
 
 
 def exclusive_host_copy(t: torch.Tensor) -> torch.Tensor:

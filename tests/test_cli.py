@@ -137,6 +137,9 @@ def test_the_command_reads_an_mps_request_from_the_recipes(tmp_path: Path) -> No
     assert mps_requested_by(["-c", on, "test"]) == 20
     assert mps_requested_by(["fit", "--config", on, "--config", off]) is None  # the last recipe's callbacks win
     assert mps_requested_by(["fit", "--config", off, "--config", on]) == 20
+    for bad in (150, 0, "ten"):  # left to LightningCLI, whose error names the key
+        bad_share = _recipe(tmp_path, "bad.yaml", [{"class_path": pipeline, "init_args": {"mps": True, "worker_sm_percent": bad}}])
+        assert mps_requested_by(["fit", "--config", bad_share]) is None, bad
     for args in (["fit", "--config", thread], ["fit", "--config", other], ["fit", "--config", str(tmp_path / "nope.yaml")],
                  ["fit", "--config", on, "--print_config"], ["fit", "--config", on, "--help"], ["--config", on]):  # fmt: skip
         assert mps_requested_by(args) is None, args

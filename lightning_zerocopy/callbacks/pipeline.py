@@ -39,6 +39,7 @@ from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
 from lightning_zerocopy.pipeline import PipelineClient, start_pipeline
+from lightning_zerocopy.pipeline import mps as mps_control
 from lightning_zerocopy.pipeline.loader import PipelineLoader
 from lightning_zerocopy.pipeline.mps import DEFAULT_WORKER_SM_PERCENT
 from lightning_zerocopy.pipeline.slots import check_depth
@@ -125,23 +126,23 @@ class PipelineCallback(Callback):
 
     # ---- MPS ---------------------------------------------------------------------------------------------------
     def _start_mps(self) -> None:
-        from lightning_zerocopy.pipeline import mps
-
-        launched = os.environ.get(mps.ROOT_ENV) is not None  # by the launcher, or a rank started by one: join
-        if not launched and (torch.cuda.is_initialized() or mps.cuda_driver_initialized()):
+        if mps_control.found_unavailable():  # the command (or an earlier callback) tried and warned why
+            return
+        launched = os.environ.get(mps_control.ROOT_ENV) is not None  # by the command, the launcher or a parent rank
+        if not launched and (torch.cuda.is_initialized() or mps_control.cuda_driver_initialized()):
             warnings.warn(
                 "PipelineCallback(mps=True) was constructed after this process initialized CUDA (importing "
                 "torch_geometric does), so the trainer can no longer become an MPS client; running without MPS. "
                 "Start the job with the `lightning-zerocopy` command (it starts MPS before loading the recipe's "
                 "classes), or through `python -m lightning_zerocopy.pipeline.mps --worker-sm-percent "
                 f"{self.worker_sm_percent} -- ...`.",
-                mps.MPSUnavailableWarning,
+                mps_control.MPSUnavailableWarning,
                 stacklevel=3,
             )
             return
         # joins the daemon of the command, the launcher or a parent rank; or starts one, and then this process's
         # CUDA context (created later by the Trainer) and DDP ranks started later get 100 - worker_sm_percent %
-        self.mps_daemon = mps.start_for_trainer(self.worker_sm_percent)
+        self.mps_daemon = mps_control.start_for_trainer(self.worker_sm_percent)
 
     def _worker_env(self) -> dict[str, str]:
         if self.mps_daemon is None:

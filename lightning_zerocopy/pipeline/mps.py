@@ -66,6 +66,11 @@ def _warn_once(reason: str, message: str) -> None:
     )
 
 
+def found_unavailable() -> bool:
+    """Whether this process already found MPS unavailable and warned why (e.g. the command's attempt)."""
+    return bool(_warned)
+
+
 # ---- processes ---------------------------------------------------------------------------------------------------
 def _alive(pid: int) -> bool:
     try:

@@ -7,12 +7,13 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import process_gone
+from helpers import process_gone, read_ready_line
 from pytorch_lightning.callbacks import Callback
 
 from lightning_zerocopy import ZeroCopyDataModule
@@ -174,6 +175,7 @@ def test_constructor_checks_and_mps_unavailable_warning(monkeypatch):
 
     # CUDA already initialized in this process (as on a GPU machine after other tests): no MPS for the trainer;
     # also when only the driver was (torch.cuda.device_count() does that, torch.cuda.is_initialized() stays False)
+    monkeypatch.setattr(mps, "_warned", set())  # no earlier unavailability in this process
     monkeypatch.setattr(mps, "start_mps", lambda: pytest.fail("no daemon may start once CUDA is initialized"))
     for torch_state, driver_state in ((True, False), (False, True)):
         monkeypatch.setattr(torch.cuda, "is_initialized", lambda: torch_state)
@@ -192,6 +194,23 @@ def test_constructor_checks_and_mps_unavailable_warning(monkeypatch):
         callback.attach_host_memory(None, object())  # type: ignore[arg-type]
 
 
+def test_after_the_command_found_mps_unavailable_the_callback_does_not_warn_again(monkeypatch):
+    """The command tried first and said why MPS is unavailable; the callback, constructed after PyG initialized
+    CUDA, must not add a second warning telling the user to use the command they used."""
+    from lightning_zerocopy.pipeline import mps
+
+    monkeypatch.setattr(mps, "_warned", set())
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.warns(mps.MPSUnavailableWarning, match="not on PATH"):
+        assert mps.start_for_trainer(10) is None  # what lightning-zerocopy does before loading the recipe
+    monkeypatch.setattr(mps, "cuda_driver_initialized", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", mps.MPSUnavailableWarning)
+        callback = PipelineCallback(mode="auto", mps=True)
+    assert callback.mps_daemon is None
+    assert callback.resolve_mode(torch.device("cuda", 0), gpu_builder=True) == "in_process"
+
+
 def test_auto_mode_is_the_measured_fastest_for_the_setup(monkeypatch):
     from lightning_zerocopy.pipeline import mps
 
@@ -202,6 +221,7 @@ def test_auto_mode_is_the_measured_fastest_for_the_setup(monkeypatch):
     assert PipelineCallback().resolve_mode(cuda, gpu_builder=False) == "worker"
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(mps, "cuda_driver_initialized", lambda: False)
+    monkeypatch.setattr(mps, "_warned", set())
     monkeypatch.setattr(mps, "start_mps", lambda: mps.MPSDaemon("/nonexistent", 1, None, owner=False))
     assert PipelineCallback(mps=True).resolve_mode(cuda, gpu_builder=True) == "worker"  # MPS up: the worker
     monkeypatch.setattr(mps, "start_mps", lambda: None)  # asked for but unavailable: as without MPS
@@ -223,12 +243,8 @@ def test_ctrl_c_in_the_trainer_stops_the_worker_and_leaks_nothing(tmp_path):
     )
     worker_pid = None
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if line.startswith("READY") or (not line and proc.poll() is not None):
-                break
-        assert line.startswith("READY"), f"trainer did not start: {proc.stderr.read()[-3000:]}"
+        line = read_ready_line(proc, timeout=90)
+        assert line is not None, f"trainer did not start: {proc.stderr.read()[-3000:]}"
         worker_pid = int(line.split()[1])
         shm_before = {n for n in os.listdir("/dev/shm") if n.startswith(f"lzc-{proc.pid}-")}
         proc.send_signal(signal.SIGINT)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import matmul_tflops, process_gone, wait_process_gone
+from helpers import matmul_tflops, process_gone, read_ready_line, wait_process_gone
 
 from lightning_zerocopy.pipeline import mps
 
@@ -63,13 +63,8 @@ def _start_fit(tmp_path: Path, use_mps: bool) -> tuple[subprocess.Popen, dict]:
         [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(config)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
     )  # fmt: skip
-    deadline = time.monotonic() + 240
-    line = ""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("READY") or (not line and proc.poll() is not None):
-            break
-    if not line.startswith("READY"):
+    line = read_ready_line(proc, timeout=240)
+    if line is None:
         proc.kill()
         pytest.fail(f"lightning-zerocopy fit did not reach its first training batch: {proc.stderr.read()[-4000:]}")
     return proc, json.loads(line[len("READY ") :])

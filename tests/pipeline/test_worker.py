@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import process_gone, wait_process_gone
+from helpers import process_gone, read_ready_line, wait_process_gone
 from pipeline_fakes import FakeSource, TwoStageSource
 from torch_geometric.data import Data
 
@@ -204,15 +204,10 @@ def _start_trainer(tmp_path: Path) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen(
         [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
-    deadline = time.monotonic() + 60
-    line = ""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("READY") or proc.poll() is not None:
-            break
-    if not line.startswith("READY"):
+    line = read_ready_line(proc, timeout=60)
+    if line is None:
         proc.kill()
-        pytest.fail(f"trainer script did not start: {line!r} {proc.stderr.read()}")
+        pytest.fail(f"trainer script did not start: {proc.stderr.read()}")
     return proc, int(line.split()[1])
 
 
