@@ -17,7 +17,8 @@ factory (:meth:`ZeroCopyDataModule.use_loader_factory`) that wraps its loaders i
 :class:`~lightning_zerocopy.pipeline.loader.PipelineLoader`; ``teardown`` hands it back (``None``).
 
 MPS: a process becomes an MPS client only if the daemon runs, and the MPS variables are in its environment,
-when it initializes the CUDA driver; ``import torch_geometric`` already does that (measured on the H200 box), and
+when it initializes the CUDA driver; ``import torch_geometric`` already does that (``benchmarks/NOTES.md``, "When
+does a process become an MPS client?"), and
 every recipe's DataModule or model imports PyG before LightningCLI constructs the callbacks. So whoever starts
 the process starts MPS: the ``lightning-zerocopy`` command reads the recipe first and, for ``mps: true``, starts a
 private daemon before it imports anything else (:func:`lightning_zerocopy.cli.main`); other entry points run
@@ -67,7 +68,7 @@ class PipelineCallback(Callback):
     Args:
         mode: ``"worker"``: a worker process builds batches into GPU (or shared host) slots it shares with
             the trainer over CUDA IPC; ``"in_process"``: a producer thread of the trainer builds them on side
-            CUDA streams; ``"auto"``: what measured fastest in ``benchmarks/pipeline.py`` on an H200 (see
+            CUDA streams; ``"auto"``: the fastest mode for the setup in ``benchmarks/pipeline.py`` (see
             :meth:`resolve_mode`).
         depth: batch slots per loader; 2 is ping-pong (one being trained on, one being filled).
         mps: run the trainer and the worker as clients of a private CUDA MPS daemon, the worker limited to
@@ -175,13 +176,11 @@ class PipelineCallback(Callback):
         """The mode ``auto`` stands for on ``device``, for a DataModule whose batches are built on the GPU
         (``gpu_builder``: GPU/UVA sampling or the zero-copy gather) or on the CPU.
 
-        Measured with ``benchmarks/pipeline.py`` on an H200 (3-layer SAGE, 8 GiB of host features, three-stage
-        producer; steps/s, same run each): with a running MPS daemon the worker (39.1 at a 10 % share, GPU
-        builder: the fastest configuration, 0.93x all-in-GPU); without MPS (not asked for, or unavailable), for
-        a GPU builder ``in_process`` (34.7 vs 32.2; a worker process outside MPS time-slices the GPU with the
-        trainer), for a CPU builder ``worker`` (38.2 vs 38.0: a tie, and the worker keeps the trainer's
-        interpreter free); on the CPU ``in_process`` (a second process only competes for the same cores and
-        costs a spawn).
+        With a running MPS daemon: the worker. Without MPS (not asked for, or unavailable): ``in_process`` for a
+        GPU builder (a worker process outside MPS time-slices the GPU with the trainer), ``worker`` for a CPU
+        builder (it keeps the trainer's interpreter free). On the CPU: ``in_process`` (a second process only
+        competes for the same cores and costs a spawn). The figures behind this choice (``benchmarks/pipeline.py``)
+        are in ``benchmarks/NOTES.md``, "Three-stage producer, green contexts and the ``auto`` mode".
         """
         if self.mode != "auto":
             return self.mode
