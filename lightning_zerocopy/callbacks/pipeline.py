@@ -44,7 +44,7 @@ from typing_extensions import override
 from lightning_zerocopy.options import check_depth
 from lightning_zerocopy.pipeline import start_pipeline
 from lightning_zerocopy.pipeline import mps as mps_control
-from lightning_zerocopy.pipeline.mps import DEFAULT_WORKER_SM_PERCENT
+from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
 
 if TYPE_CHECKING:
     from lightning_zerocopy.pipeline.client import PipelineClient

@@ -5,7 +5,8 @@
 * :mod:`.lookahead` — the producer's sampling thread (sample ``t + 2`` while gathering ``t + 1``);
 * :mod:`.worker` — the worker process (CUDA IPC, optional MPS share); :mod:`.in_process` — a producer thread
   with a side CUDA stream;
-* :mod:`.mps` — the CUDA MPS control daemon, started before any CUDA context;
+* :mod:`.mps` — the CUDA MPS control daemon and its supervisor; :mod:`.mps_launcher` — starting it for a job
+  before CUDA (and the command-line launcher); :mod:`.cuda_probe` — has this process initialized the driver?
 * :mod:`.sm_share` — green-context streams: an SM share for the in-process producer.
 
 Importing this package starts nothing (no process, no daemon, no CUDA context) and imports neither PyG nor the

@@ -409,72 +409,29 @@ def _stop_daemon(root: str, binary: str, daemon_pid: int, grace: float = 30.0) -
     shutil.rmtree(root, ignore_errors=True)
 
 
-def cuda_driver_initialized() -> bool:
-    """Whether this process has initialized the CUDA driver (``cuInit``), found out without initializing it.
-
-    A process whose driver was initialized before the daemon started does not become an MPS client, whatever
-    its environment says later. ``import torch``, ``import pytorch_lightning`` and ``torch.cuda.device_count()``
-    leave the driver uninitialized; ``import torch_geometric`` initializes it, so ``torch.cuda.is_initialized()``
-    can be False while it is too late (``benchmarks/NOTES.md``, "When does a process become an MPS client?").
-    """
-    import ctypes
-
-    try:  # RTLD_NOLOAD: a handle only if this process has loaded the driver already; never load it here
-        driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD)
-        get_current = driver.cuCtxGetCurrent
-    except (OSError, AttributeError):
-        return False
-    context = ctypes.c_void_p()
-    return get_current(ctypes.byref(context)) != 3  # CUDA_ERROR_NOT_INITIALIZED: cuInit has not run
+#: Names of the launcher (:mod:`.mps_launcher`) and the driver probe (:mod:`.cuda_probe`), reachable from here too;
+#: imported on first access, so running this file as the supervisor needs only the standard library.
+_ELSEWHERE = {
+    "DEFAULT_WORKER_SM_PERCENT": "lightning_zerocopy.pipeline.mps_launcher",
+    "WORKER_PERCENT_ENV": "lightning_zerocopy.pipeline.mps_launcher",
+    "launch": "lightning_zerocopy.pipeline.mps_launcher",
+    "start_for_trainer": "lightning_zerocopy.pipeline.mps_launcher",
+    "cuda_driver_initialized": "lightning_zerocopy.pipeline.cuda_probe",
+}
 
 
-#: The pipeline worker's share of SMs when none is given (the fastest in ``benchmarks/pipeline.py``, see NOTES).
-DEFAULT_WORKER_SM_PERCENT = 10
-#: Set by :func:`start_for_trainer` for the worker's share (the trainer's own is ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``).
-WORKER_PERCENT_ENV = "LZC_MPS_WORKER_PERCENT"
+def __getattr__(name: str):
+    if name in _ELSEWHERE:
+        import importlib
 
-
-def start_for_trainer(worker_percent: int = DEFAULT_WORKER_SM_PERCENT) -> Optional[MPSDaemon]:
-    """Start (or join) this job's daemon in a process that has not initialized CUDA yet and will train, with
-    ``100 - worker_percent`` % of the SMs for this process and the processes it starts (DDP ranks), and
-    ``worker_percent`` % recorded for the pipeline worker. Returns ``None`` after a warning without MPS."""
-    if not 1 <= worker_percent <= 99:
-        raise ValueError(f"the pipeline worker's SM share must be in [1, 99] %, got {worker_percent}")
-    daemon = start_mps()
-    if daemon is not None and daemon.owner:  # a process that joined (a DDP rank) inherited the shares
-        os.environ[PERCENT_ENV] = str(100 - worker_percent)
-        os.environ[WORKER_PERCENT_ENV] = str(worker_percent)
-    return daemon
-
-
-def launch(argv: list[str]) -> None:
-    """``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND...``
-
-    Starts this job's MPS daemon, then replaces this process by ``COMMAND`` with the MPS variables in its
-    environment from the start (the trainer ``100 - X`` % of the SMs), so the trainer is an MPS client however
-    early it initializes CUDA. The supervisor stops the daemon when ``COMMAND`` exits (it keeps this pid).
-    Without MPS it warns and runs ``COMMAND`` anyway. (``lightning-zerocopy fit`` does this by itself when its
-    recipe asks for ``mps: true``.)
-    """
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m lightning_zerocopy.pipeline.mps", description=launch.__doc__)
-    parser.add_argument("--worker-sm-percent", type=int, default=DEFAULT_WORKER_SM_PERCENT, help="the pipeline worker's share of SMs")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run (e.g. lightning-zerocopy fit ...)")
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("give the command to run after --")
-    if not 1 <= args.worker_sm_percent <= 99:
-        parser.error(f"--worker-sm-percent must be in [1, 99], got {args.worker_sm_percent}")
-    start_for_trainer(args.worker_sm_percent)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execvp(command[0], command)
+        return getattr(importlib.import_module(_ELSEWHERE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "--supervise":
+    if len(sys.argv) == 6 and sys.argv[1] == "--supervise":  # run by path: standard library only
         _supervise(int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))
-    else:
+    else:  # python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND
+        from lightning_zerocopy.pipeline.mps_launcher import launch
+
         launch(sys.argv[1:])

@@ -1,0 +1,61 @@
+"""Starting MPS for a job before CUDA: the trainer's share and the worker's, and the command-line launcher.
+
+``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND`` runs :func:`launch`; the
+``lightning-zerocopy`` command calls :func:`start_for_trainer` before it imports anything that loads PyG.
+The daemon itself (start, join, supervisor) is :mod:`lightning_zerocopy.pipeline.mps`. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+from lightning_zerocopy.pipeline import mps
+from lightning_zerocopy.pipeline.mps import MPSDaemon
+
+__all__ = ["DEFAULT_WORKER_SM_PERCENT", "WORKER_PERCENT_ENV", "launch", "start_for_trainer"]
+
+#: The pipeline worker's share of SMs when none is given (the fastest in ``benchmarks/pipeline.py``, see NOTES).
+DEFAULT_WORKER_SM_PERCENT = 10
+#: Set by :func:`start_for_trainer` for the worker's share (the trainer's own is ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``).
+WORKER_PERCENT_ENV = "LZC_MPS_WORKER_PERCENT"
+
+
+def start_for_trainer(worker_percent: int = DEFAULT_WORKER_SM_PERCENT) -> Optional[MPSDaemon]:
+    """Start (or join) this job's daemon in a process that has not initialized CUDA yet and will train, with
+    ``100 - worker_percent`` % of the SMs for this process and the processes it starts (DDP ranks), and
+    ``worker_percent`` % recorded for the pipeline worker. Returns ``None`` after a warning without MPS."""
+    if not 1 <= worker_percent <= 99:
+        raise ValueError(f"the pipeline worker's SM share must be in [1, 99] %, got {worker_percent}")
+    daemon = mps.start_mps()  # through the module: tests and tools may replace it
+    if daemon is not None and daemon.owner:  # a process that joined (a DDP rank) inherited the shares
+        os.environ[mps.PERCENT_ENV] = str(100 - worker_percent)
+        os.environ[WORKER_PERCENT_ENV] = str(worker_percent)
+    return daemon
+
+
+def launch(argv: list[str]) -> None:
+    """``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND...``
+
+    Starts this job's MPS daemon, then replaces this process by ``COMMAND`` with the MPS variables in its
+    environment from the start (the trainer ``100 - X`` % of the SMs), so the trainer is an MPS client however
+    early it initializes CUDA. The supervisor stops the daemon when ``COMMAND`` exits (it keeps this pid).
+    Without MPS it warns and runs ``COMMAND`` anyway. (``lightning-zerocopy fit`` does this by itself when its
+    recipe asks for ``mps: true``.)
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m lightning_zerocopy.pipeline.mps", description=launch.__doc__)
+    parser.add_argument("--worker-sm-percent", type=int, default=DEFAULT_WORKER_SM_PERCENT, help="the pipeline worker's share of SMs")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run (e.g. lightning-zerocopy fit ...)")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the command to run after --")
+    if not 1 <= args.worker_sm_percent <= 99:
+        parser.error(f"--worker-sm-percent must be in [1, 99], got {args.worker_sm_percent}")
+    start_for_trainer(args.worker_sm_percent)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvp(command[0], command)
