@@ -1,31 +1,39 @@
-"""The data contract shared by every execution path: plan, builder, loader, and the DataModule."""
+"""The data contract shared by every execution path: plan, builder, loader, resources, and the DataModule.
 
-from lightning_zerocopy.data.batch import BatchBuilder, max_sampled_nodes
-from lightning_zerocopy.data.cache import CacheContext, FeatureCacheSpec, FeatureGather, HotRowsCache
-from lightning_zerocopy.data.datamodule import HostMemoryConsumer, ZeroCopyDataModule
-from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
-from lightning_zerocopy.data.host import share_node_data
-from lightning_zerocopy.data.loader import PlanLoader
-from lightning_zerocopy.data.plan import BatchPlan, PlanItem, derive_seed
-from lightning_zerocopy.data.resources import DeviceResources, HostData, ResourceScope
+Names are imported on first access, so a process that needs only part of it (a pipeline worker opening
+``DeviceResources``) does not import Lightning with the DataModule.
+"""
 
-__all__ = [
-    "BatchBuilder",
-    "BatchPlan",
-    "CacheContext",
-    "DeviceResources",
-    "FeatureCacheSpec",
-    "FeatureGather",
-    "HostData",
-    "HostGraphHandles",
-    "HostMemoryConsumer",
-    "HotRowsCache",
-    "NodeOrderHandles",
-    "PlanItem",
-    "PlanLoader",
-    "ResourceScope",
-    "ZeroCopyDataModule",
-    "derive_seed",
-    "max_sampled_nodes",
-    "share_node_data",
-]
+from __future__ import annotations
+
+from lightning_zerocopy._lazy import lazy_exports
+
+_LAZY = {
+    "BatchBuilder": "lightning_zerocopy.data.batch",
+    "max_sampled_nodes": "lightning_zerocopy.data.batch",
+    "BatchPlan": "lightning_zerocopy.data.plan",
+    "PlanItem": "lightning_zerocopy.data.plan",
+    "derive_seed": "lightning_zerocopy.data.plan",
+    "CacheContext": "lightning_zerocopy.data.cache",
+    "FeatureCacheSpec": "lightning_zerocopy.data.cache",
+    "FeatureGather": "lightning_zerocopy.data.cache",
+    "HotRowsCache": "lightning_zerocopy.data.cache",
+    "DeviceResources": "lightning_zerocopy.data.resources",
+    "HostData": "lightning_zerocopy.data.resources",
+    "ResourceScope": "lightning_zerocopy.data.resources",
+    "HostGraphHandles": "lightning_zerocopy.data.handles",
+    "NodeOrderHandles": "lightning_zerocopy.data.handles",
+    "HostMemoryConsumer": "lightning_zerocopy.data.hooks",
+    "LoaderFactory": "lightning_zerocopy.data.hooks",
+    "PlanLoader": "lightning_zerocopy.data.loader",
+    "ZeroCopyDataModule": "lightning_zerocopy.data.datamodule",
+    "share_node_data": "lightning_zerocopy.data.host",
+}
+
+__all__ = sorted(_LAZY)
+
+__getattr__ = lazy_exports(__name__, _LAZY)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -323,8 +323,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
         The extension point for cache providers (e.g. a Strategy's replicated or sharded hot rows): ``spec`` is a
         picklable, hashable :class:`~lightning_zerocopy.data.cache.FeatureCacheSpec`; each process's
-        :class:`~lightning_zerocopy.data.resources.DeviceResources` opens it once. Call it before ``setup`` (a
-        Strategy's ``setup`` runs before the DataModule's). It replaces the ``hot_rows`` cache.
+        :class:`~lightning_zerocopy.data.resources.DeviceResources` opens it once. Call it before the DataModule's
+        ``setup``: a Strategy does it in ``setup_environment`` (Lightning runs the Strategy's ``setup`` only after
+        the DataModule's). It replaces the ``hot_rows`` cache.
 
         Raises:
             TypeError: ``spec`` has no ``open(context)``.

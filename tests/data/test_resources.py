@@ -152,3 +152,19 @@ def test_topology_is_placed_once_and_released_on_close(shared, placement) -> Non
         assert placed.registrations and placed.indices.is_pinned()
     resources.close()
     assert not placed.registrations
+
+
+def test_resources_import_without_lightning_or_pyg() -> None:
+    """A pipeline worker opens DeviceResources; it need not import the DataModule's stack for that."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import sys, lightning_zerocopy.data.resources; "
+        "bad = [m for m in ('pytorch_lightning', 'torch_geometric') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
