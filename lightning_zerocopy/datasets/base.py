@@ -33,6 +33,23 @@ CACHE_ENV = "LIGHTNING_ZEROCOPY_CACHE"
 _SPLITS = ("train", "val", "test")
 
 
+class DatasetFileError(ValueError):
+    """An input file of a dataset cannot be used; the message names the file (and the line, where known).
+
+    Attributes:
+        path: the file.
+        line: the 1-based line number, or ``None`` where the reader does not know it.
+        problem: what is wrong, without the location.
+    """
+
+    def __init__(self, path: "os.PathLike[str] | str", problem: str, line: Optional[int] = None) -> None:
+        self.path = Path(path)
+        self.line = line
+        self.problem = problem
+        where = f"{self.path}, line {line:,}" if line is not None else str(self.path)
+        super().__init__(f"{where}: {problem}")
+
+
 def default_cache_root() -> Path:
     """``$LIGHTNING_ZEROCOPY_CACHE`` if set, else ``~/.cache/lightning_zerocopy``."""
     return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "lightning_zerocopy")).expanduser()
@@ -117,6 +134,11 @@ class NodeDataset(ABC):
 
     def prepare(self) -> None:
         """Build or convert the dataset into its cache. Safe to call more than once; the default does nothing."""
+
+    def split_source(self, split: str) -> str:
+        """Where the node ids of ``split`` (``"train"``, ``"val"`` or ``"test"``) come from, for error messages:
+        a file, an attribute, a generator. The default names the dataset class."""
+        return f"the {split} split of {type(self).__name__}"
 
     @abstractmethod
     def load(self) -> NodeData:
