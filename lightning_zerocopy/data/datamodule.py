@@ -44,7 +44,8 @@ from lightning_zerocopy.data.host import (
 )
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
-from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
+from lightning_zerocopy.datasets.base import ArrayCache, NodeData, NodeDataset
+from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
 from lightning_zerocopy.sampling.neighbor_sampler import validate_fanouts
 
@@ -168,6 +169,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._named: Optional[HostGraphHandles] = None  # segments this process created and has not unlinked yet
         self._builders: dict[str, BatchBuilder] = {}
         self._splits: dict[str, torch.Tensor] = {}
+        self._splits_checked = False  # check_splits ran on this dataset (setup runs again after teardown)
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
 
@@ -353,14 +355,30 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def _create_host_memory(self) -> "HostGraphHandles | Exception":
         try:
             cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
+            data = self.dataset.load()
+            self._check_splits(data)
             return share_node_data(
-                self.dataset.load(),
+                data,
                 self.feature_storage,
                 node_order=self.node_order,
                 cache_dir=node_order_cache_dir(self.dataset, self.node_order),
             )
         except Exception as exc:  # reported to every rank (so none waits forever), then raised
             return exc
+
+    def _check_splits(self, data: NodeData) -> None:
+        """Check every split once (ids in range, no repeats: errors; shared nodes: warnings), before any batch."""
+        if self._splits_checked:
+            return
+        dataset = f"data.init_args.dataset ({type(self.dataset).__name__})"
+        sources = {name: self.dataset.split_source(name) for name in ("train", "val", "test")}
+        try:
+            warnings = check_splits(data, sources, num_classes=self.dataset.num_classes)
+        except SplitError as exc:
+            raise ValueError(f"{dataset}: {exc}") from exc
+        for warning in warnings:
+            rank_zero_warn(f"{dataset}: {warning}")
+        self._splits_checked = True
 
     def _exchange_handles(
         self, mine: "HostGraphHandles | Exception | None", rank: int, local_rank: int, world_size: int

@@ -115,3 +115,8 @@ def test_generates_on_the_gpu(tmp_path: Path) -> None:
     assert 0.75 < same < 0.9
     again = _build(tmp_path / "gpu2", device="cuda").load()
     assert torch.equal(again.edge_index, gpu.edge_index) and torch.equal(again.x, gpu.x)
+
+
+def test_split_source_names_the_generator(tmp_path) -> None:
+    ds = SyntheticGraph(num_nodes=100, train_fraction=0.5, val_fraction=0.25, seed=3, cache_dir=str(tmp_path))
+    assert ds.split_source("val").startswith("SyntheticGraph(num_nodes=100, train_fraction=0.5, val_fraction=0.25, seed=3)")
