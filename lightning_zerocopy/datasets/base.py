@@ -171,8 +171,16 @@ class ArrayCache:
         return (self.path / self.META).is_file()
 
     def meta(self) -> dict[str, Any]:
-        with open(self.path / self.META, encoding="utf-8") as f:
-            return json.load(f)
+        path = self.path / self.META
+        try:
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise DatasetFileError(path, f"is not valid JSON ({exc}): {self._damaged}") from exc
+
+    @property
+    def _damaged(self) -> str:
+        return f"the cache {self.path} is damaged; delete that directory and it is built again"
 
     def build(self, write: Callable[[Path], dict[str, Any]]) -> None:
         """Run ``write(tmp_dir) -> meta`` into a temporary directory, then move it into place atomically.
@@ -201,8 +209,19 @@ class ArrayCache:
         return self.path / f"{name}.npy"
 
     def tensor(self, name: str) -> torch.Tensor:
-        """Array ``name`` as a tensor over a copy-on-write memory map (nothing is read until touched)."""
-        return open_npy_memmap(self.file(name))
+        """Array ``name`` as a tensor over a copy-on-write memory map (nothing is read until touched).
+
+        Raises:
+            DatasetFileError: the file is missing, truncated or not an ``.npy`` file (the message says to delete
+                the cache directory).
+        """
+        path = self.file(name)
+        if not path.is_file():
+            raise DatasetFileError(path, f"is missing: {self._damaged}")
+        try:
+            return open_npy_memmap(path)
+        except (ValueError, OSError, EOFError) as exc:
+            raise DatasetFileError(path, f"cannot be opened ({exc}): {self._damaged}") from exc
 
     def has(self, name: str) -> bool:
         return self.file(name).is_file()
@@ -231,6 +250,7 @@ class CachedNodeDataset(NodeDataset):
 
 def node_data_from_cache(cache: ArrayCache) -> NodeData:
     """Open the standard array names (``edge_index``, ``x``, ``y``, ``*_idx``, optional ``edge_attr``)."""
+    optional = {"edge_attr"}
     names = {f.name for f in fields(NodeData)} - {"x_file"}
-    arrays = {name: cache.tensor(name) for name in names if cache.has(name)}
+    arrays = {name: cache.tensor(name) for name in names if name not in optional or cache.has(name)}
     return NodeData(**arrays, x_file=str(cache.file("x")))
