@@ -22,6 +22,7 @@ edges, edge features, the node count or a split file -- converts the folder agai
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -158,6 +159,42 @@ class OGBNodeDataset(CachedNodeDataset):
             else:
                 self._num_classes = int(self._read_labels().max(initial=-1)) + 1
         return self._num_classes
+
+    def prepare(self) -> None:
+        """Convert the folder into the cache if no cache matches the files; warn about caches this replaced."""
+        if self.cache.exists():
+            return
+        super().prepare()
+        stale = self._stale_caches()
+        if stale:
+            size = sum(f.stat().st_size for d in stale for f in d.rglob("*") if f.is_file())
+            warnings.warn(
+                f"the files under {self.root} changed, so they were converted again into {self.cache.path}; older "
+                f"caches of this folder are no longer used: {', '.join(str(d) for d in stale)} ({size / 2**30:.2f} GiB"
+                " in all): delete them to free the space",
+                stacklevel=2,
+            )
+
+    def _stale_caches(self) -> list[Path]:
+        """Complete caches of this folder built from other versions of its files (another raw file, or another
+        version of this split's files), with their node-order caches."""
+        ours = self.config["inputs"]
+        found: list[Path] = []
+        for path in sorted(self.cache.path.parent.glob(f"ogb-{self.root.name}-*")):
+            if path == self.cache.path or "-order-" in path.name or not ArrayCache(path).exists():
+                continue
+            try:
+                meta = ArrayCache(path).meta()
+            except ValueError:
+                continue
+            theirs = meta.get("inputs")
+            if meta.get("root") != str(self.root) or not isinstance(theirs, dict):
+                continue
+            same_split = meta.get("split") == self.split
+            if any(theirs.get(name) != stamp for name, stamp in ours.items() if same_split or name.startswith("raw/")):
+                found.append(path)
+                found += sorted(path.parent.glob(f"{path.name}-order-*"))
+        return found
 
     def split_source(self, split: str) -> str:
         """The split's file, e.g. ``<root>/split/random/train.csv.gz``."""

@@ -247,3 +247,26 @@ def test_integral_float_ids_are_read_exactly(ogb_folder, tmp_path: Path) -> None
     (root / "raw" / "edge.csv.gz").write_bytes(_compressed(text))
     data = OGBNodeDataset(str(root), cache_dir=str(tmp_path / "cache")).load()
     assert torch.equal(data.edge_index, torch.from_numpy(ref["edges"].T))
+
+
+def test_a_rebuild_names_the_caches_it_replaced(ogb_folder, tmp_path: Path) -> None:
+    root, _ = ogb_folder
+    cache = tmp_path / "cache"
+    old = OGBNodeDataset(str(root), cache_dir=str(cache))
+    old.prepare()
+    other_dtype = OGBNodeDataset(str(root), feature_dtype="float16", cache_dir=str(cache))
+    other_dtype.prepare()  # same files, other arguments: not stale
+    (cache / f"{old.cache.path.name}-order-bfs-v1").mkdir()  # a node-order cache derived from the old one
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        OGBNodeDataset(str(root), cache_dir=str(cache)).prepare()  # reused: nothing to say
+    _write_csv(root / "raw" / "node-label.csv.gz", np.arange(50) % 3, "g")
+    new = OGBNodeDataset(str(root), cache_dir=str(cache))
+    with pytest.warns(UserWarning, match="older caches of this folder are no longer used") as record:
+        new.prepare()
+    message = str(record[0].message)
+    assert str(old.cache.path) in message and f"{old.cache.path}-order-bfs-v1" in message
+    assert str(other_dtype.cache.path) in message  # built from the old labels too
+    assert str(new.cache.path) + "," not in message and message.count(str(cache)) == 4
