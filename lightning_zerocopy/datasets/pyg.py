@@ -32,7 +32,14 @@ def _split_ids(data: Data, split: str) -> torch.Tensor:
             )
         return mask.nonzero().view(-1)
     if idx_name in data:
-        return data[idx_name].to(torch.int64).view(-1)
+        idx = torch.as_tensor(data[idx_name]).view(-1)
+        if idx.dtype == torch.bool:
+            raise ValueError(f"data.{idx_name} is a boolean tensor: store it as data.{mask_name}, or store node ids")
+        if idx.is_floating_point():
+            if not bool((idx == idx.round()).all()):
+                bad = idx[idx != idx.round()][0]
+                raise ValueError(f"data.{idx_name} holds {float(bad):g}, which is not a node id: ids are integers")
+        return idx.to(torch.int64)
     raise ValueError(f"the PyG Data object has neither `{mask_name}` nor `{idx_name}`: add one to define the {split} split")
 
 

@@ -79,3 +79,16 @@ def test_a_missing_or_damaged_file_is_named(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:100])  # truncated
     with pytest.raises(ValueError, match=re.escape(f"{path}: cannot be loaded with torch.load")):
         PyGNodeDataset(str(path))
+
+
+def test_index_tensors_must_hold_integer_ids() -> None:
+    data = _data()
+    del data.train_mask
+    data.train_idx = torch.tensor([0.0, 3.7, 5.0])
+    with pytest.raises(ValueError, match=r"data\.train_idx holds 3\.7, which is not a node id"):
+        PyGNodeDataset(data).load()
+    data.train_idx = torch.tensor([0.0, 3.0, 5.0])  # integral floats are ids
+    assert PyGNodeDataset(data).load().train_idx.tolist() == [0, 3, 5]
+    data.train_idx = torch.ones(30, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"data\.train_idx is a boolean tensor: store it as data\.train_mask"):
+        PyGNodeDataset(data).load()
