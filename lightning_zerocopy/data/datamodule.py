@@ -45,7 +45,8 @@ from lightning_zerocopy.data.host import build_node_order_cache, node_order_cach
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
-from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
+from lightning_zerocopy.datasets.base import ArrayCache, NodeData, NodeDataset
+from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.graph.reorder import NodeOrder
 from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
 from lightning_zerocopy.options import (
@@ -180,6 +181,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._splits: dict[str, torch.Tensor] = {}
         # an in-memory node order outlives teardown, so fit then test in one process computes it once
         self._kept_order: Optional[NodeOrder] = None
+        self._splits_checked = False  # check_splits ran on this dataset (setup runs again after teardown)
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
 
@@ -393,9 +395,11 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def _create_host_memory(self) -> "HostGraphHandles | Exception":
         try:
             cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
+            data = self.dataset.load()
+            self._check_splits(data)
             cache_dir = node_order_cache_dir(self.dataset, self.node_order)
             handles = share_node_data(
-                self.dataset.load(),
+                data,
                 self.feature_storage,
                 node_order=self.node_order,
                 cache_dir=cache_dir,
@@ -406,6 +410,20 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             return handles
         except Exception as exc:  # reported to every rank (so none waits forever), then raised
             return exc
+
+    def _check_splits(self, data: NodeData) -> None:
+        """Check every split once (ids in range, no repeats: errors; shared nodes: warnings), before any batch."""
+        if self._splits_checked:
+            return
+        dataset = f"data.init_args.dataset ({type(self.dataset).__name__})"
+        sources = {name: self.dataset.split_source(name) for name in ("train", "val", "test")}
+        try:
+            warnings = check_splits(data, sources, num_classes=self.dataset.num_classes)
+        except SplitError as exc:
+            raise ValueError(f"{dataset}: {exc}") from exc
+        for warning in warnings:
+            rank_zero_warn(f"{dataset}: {warning}")
+        self._splits_checked = True
 
     def _exchange_handles(
         self, mine: "HostGraphHandles | Exception | None", rank: int, local_rank: int, world_size: int
