@@ -405,7 +405,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         report = run_pages_only(args, widths)
         _write(report, args.out)
         return report
-    from lightning_zerocopy.gather import register_host_tensor
+    from lightning_zerocopy.graph import register_host_tensor
 
     nbytes = int(args.table_gib * 2**30)
     print(f"host table: {nbytes / 2**30:.1f} GiB; GPU {torch.cuda.get_device_name()}; threads "

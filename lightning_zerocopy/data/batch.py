@@ -595,7 +595,8 @@ class _DeviceState:
 
     @classmethod
     def _create(cls, key: tuple, builder: BatchBuilder, host: _Host, device: torch.device) -> "_DeviceState":
-        from lightning_zerocopy.gather.cuda_table import CudaFeatureTable, register_host_tensor
+        from lightning_zerocopy.gather.cuda_table import CudaFeatureTable
+        from lightning_zerocopy.graph.host_registration import register_host_tensor
 
         labels = host.labels.to(_compact_int_dtype(host.labels))
         with torch.cuda.device(device):

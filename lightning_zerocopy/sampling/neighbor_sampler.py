@@ -209,7 +209,7 @@ class NeighborSampler:
             to_gpu = lambda t: None if t is None else t.to(self.device).contiguous()  # noqa: E731
             self._placed = (to_gpu(self.indptr), to_gpu(self.indices), to_gpu(self.edge_perm))
             return self._placed
-        from lightning_zerocopy.gather.cuda_table import register_host_tensor
+        from lightning_zerocopy.graph.host_registration import register_host_tensor
 
         def host(t: Optional[torch.Tensor], name: str) -> Optional[torch.Tensor]:
             if t is None:

@@ -47,7 +47,7 @@ class Placed:
     """A table in one of the placements the CUDA kernel reads from; registered memory is unregistered on close."""
 
     def __init__(self, table: torch.Tensor, placement: str) -> None:
-        from lightning_zerocopy.gather import register_host_tensor
+        from lightning_zerocopy.graph import register_host_tensor
 
         self.registration = None
         if placement == "registered":
@@ -92,7 +92,7 @@ def test_misaligned_table_and_out_views(dtype: torch.dtype, width: int) -> None:
     num_rows = 513
     flat = random_table(1, num_rows * width + 1, dtype, seed=3).view(-1)
     placed_flat = exclusive_host_copy(flat)
-    from lightning_zerocopy.gather import register_host_tensor
+    from lightning_zerocopy.graph import register_host_tensor
 
     with register_host_tensor(placed_flat):
         table = placed_flat[1:].view(num_rows, width)
@@ -240,7 +240,7 @@ def test_feature_table_auto_mode_measures_then_chooses() -> None:
 
 
 def test_register_host_tensor_pins_in_chunks_and_unregisters() -> None:
-    from lightning_zerocopy.gather import register_host_tensor
+    from lightning_zerocopy.graph import register_host_tensor
 
     table = exclusive_host_copy(random_table(3000, 700, torch.float32))  # 8.4 MB, several 1 MiB chunks
     reg = register_host_tensor(table, chunk_bytes=1 << 20)

@@ -35,7 +35,7 @@ class Placed:
     (``uva``), or indptr on the GPU and indices in host memory (``uva-indices``)."""
 
     def __init__(self, indptr: torch.Tensor, indices: torch.Tensor, placement: str) -> None:
-        from lightning_zerocopy.gather import register_host_tensor
+        from lightning_zerocopy.graph import register_host_tensor
 
         self.registrations = []
 
