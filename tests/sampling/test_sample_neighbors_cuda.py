@@ -154,6 +154,20 @@ def test_picks_are_uniform_over_positions(placement, degree: int, fanout: int, r
 
 
 @pytest.mark.parametrize("placement", ["gpu", "uva"])
+@pytest.mark.parametrize(("degree", "fanout"), cpu_tests.ORDER_CASES, ids=cpu_tests.ORDER_IDS)
+def test_pick_order_is_uniform_and_equals_cpu(placement, degree: int, fanout: int) -> None:
+    num_targets = max(3000, 60 * degree)
+    graph = cpu_tests.regular_graph(num_targets, degree, torch.Generator().manual_seed(8))
+    seeds = torch.arange(num_targets)
+    with Placed(graph.indptr, graph.indices, placement) as placed:
+        out = sample_cuda(placed, seeds, [fanout], False, 5)
+    cpu_tests.assert_same(out, ops.sample_neighbors(graph.indptr, graph.indices, seeds, [fanout], False, 5))
+    counts = cpu_tests.position_counts(graph, out, degree, fanout)
+    for j in sorted({0, 1, fanout // 2, fanout - 1}):
+        assert cpu_tests.chi2_uniform_pvalue(counts[j]) > 1e-4, (j, counts[j])
+
+
+@pytest.mark.parametrize("placement", ["gpu", "uva"])
 def test_subsets_without_replacement_are_uniform(placement) -> None:
     degree, fanout, num_targets = 6, 2, 15000
     graph = cpu_tests.regular_graph(num_targets, degree, torch.Generator().manual_seed(7))

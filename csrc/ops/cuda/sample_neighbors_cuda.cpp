@@ -21,6 +21,7 @@
 #include "ops/checks.h"
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/sample_neighbors_kernel.cuh"
+#include "ops/pick_policy.h"
 #include "ops/sample_neighbors.h"
 
 namespace zerocopy {
@@ -222,7 +223,9 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
         at::Tensor pos = at::empty({num_edges}, opts);
         at::Tensor col = at::empty({num_edges}, opts);
         at::Tensor scratch;
-        if (!replace && fanout > cuda::kFloydMaxPicks) scratch = at::empty({2 * num_edges}, opts);
+        if (!replace && fanout > pick::kFloydMaxPicks) {
+          scratch = at::empty({pick::kScratchPerPick * num_edges}, opts);
+        }
         reserve_nodes(t1, num_edges);
         cuda::check_cuda(cuda::launch_pick_edges(frontier, starts.const_data_ptr<int64_t>(),
                                                  degrees.const_data_ptr<int64_t>(), offsets.const_data_ptr<int64_t>(),
