@@ -170,7 +170,7 @@ class CudaFeatureTable:
             raise ValueError("`hot_rows` must be unique")
         with torch.cuda.device(self.device):
             cache = torch.empty((rows.numel(), self.dim), dtype=self.dtype, device=self.device)
-            ops.gather_rows_ex(self.table, rows, cache)
+            ops.gather_rows(self.table, rows, cache)
             slot = torch.full((self.num_rows,), -1, dtype=torch.int32, device=self.device)
             slot[rows] = torch.arange(rows.numel(), dtype=torch.int32, device=self.device)
         self._cache_slot, self._cache = slot, cache
@@ -205,7 +205,7 @@ class CudaFeatureTable:
             if mode is None:
                 self._trial(ids, out, stream)
             else:
-                ops.gather_rows_ex(self.table, ids, out, sort_ids=mode == "sorted", cache_slot=self._cache_slot,
+                ops.gather_rows(self.table, ids, out, sort_ids=mode == "sorted", cache_slot=self._cache_slot,
                                    cache=self._cache)  # fmt: skip
         return out
 
@@ -215,7 +215,7 @@ class CudaFeatureTable:
         mode = "direct" if done["direct"] <= done["sorted"] else "sorted"
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(stream)
-        ops.gather_rows_ex(self.table, ids, out, sort_ids=mode == "sorted", cache_slot=self._cache_slot,
+        ops.gather_rows(self.table, ids, out, sort_ids=mode == "sorted", cache_slot=self._cache_slot,
                            cache=self._cache)  # fmt: skip
         end.record(stream)
         end.synchronize()

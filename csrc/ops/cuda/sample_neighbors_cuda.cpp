@@ -63,17 +63,20 @@ int64_t next_pow2(int64_t x) {
   return p;
 }
 
-// Upper bound on the nodes of one sample (each hop adds at most frontier * fanout), capped at num_nodes.
+// Upper bound on the nodes of one sample, the bound of the Python `max_sampled_nodes` (keep them equal):
+// seeds, plus seeds * fanout[0], plus that * fanout[1], ..., capped at num_nodes (>= num_seeds); a -1 fanout gives
+// num_nodes. The cap is applied before a product could overflow.
 int64_t node_bound(int64_t num_seeds, c10::IntArrayRef fanouts, int64_t num_nodes) {
-  int64_t total = num_seeds;
+  int64_t bound = num_seeds;
   int64_t frontier = num_seeds;
   for (int64_t f : fanouts) {
     if (f < 0) return num_nodes;
-    const int64_t added = frontier > num_nodes / f ? num_nodes : frontier * f;
-    total = std::min(num_nodes, total + std::min(added, num_nodes));
-    frontier = std::min(added, num_nodes);
+    if (f > 0 && frontier > (num_nodes - bound) / f) return num_nodes;  // bound + frontier * f > num_nodes
+    frontier *= f;
+    bound += frontier;
+    if (bound >= num_nodes) return num_nodes;
   }
-  return std::max<int64_t>(std::min(total, num_nodes), num_seeds);
+  return bound;
 }
 
 class Readback {
