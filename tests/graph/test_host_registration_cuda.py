@@ -20,6 +20,14 @@ pytestmark = pytest.mark.cuda
 P = mmap.PAGESIZE
 
 
+@pytest.fixture(autouse=True)
+def registry_left_as_found():
+    """Every test closes what it registered: the registry ends as it started (other tests may hold ranges)."""
+    before = REGISTRY.ranges()
+    yield
+    assert REGISTRY.ranges() == before
+
+
 def random_graph(num_nodes: int, num_edges: int, seed: int) -> ops.CSC:
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(0, num_nodes, (num_edges,), generator=g)
@@ -60,7 +68,6 @@ def test_uva_sampler_over_build_csc_tensors_after_an_earlier_one_closed() -> Non
         assert_same_batch(gpu.sample(seeds, seed=3), cpu.sample(seeds, seed=3))
         gpu.close()
     unrelated_launches()
-    assert REGISTRY.ranges() == []
 
 
 def test_samplers_created_in_a_loop_over_the_same_and_different_graphs() -> None:
@@ -80,7 +87,6 @@ def test_samplers_created_in_a_loop_over_the_same_and_different_graphs() -> None
     for sampler in open_samplers:
         sampler.close()
     unrelated_launches()
-    assert REGISTRY.ranges() == []
 
 
 def test_small_tensors_sharing_pages_registered_and_closed_in_any_order() -> None:
@@ -102,7 +108,6 @@ def test_small_tensors_sharing_pages_registered_and_closed_in_any_order() -> Non
             assert torch.equal(ops.gather_rows(t, ids.cuda()).cpu(), t[ids]), (trial, i)
         for i in order[len(order) // 2 :]:
             regs[i].close()
-        assert REGISTRY.ranges() == []
     unrelated_launches()
 
 
@@ -121,7 +126,6 @@ def test_uva_sampler_reads_small_csc_tensors_that_share_pages_with_closed_ones()
         assert torch.equal(getattr(out, name).cpu(), getattr(reference, name)), name
     for r in mine:
         r.close()
-    assert REGISTRY.ranges() == []
 
 
 def test_a_handled_712_does_not_surface_in_a_later_launch() -> None:
@@ -142,7 +146,6 @@ def test_a_handled_712_does_not_surface_in_a_later_launch() -> None:
         ids = torch.arange(0, table.numel(), 97)
         assert torch.equal(ops.gather_rows(table.view(-1, 1), ids.cuda()).cpu(), table.view(-1, 1)[ids])
         pieces.close()
-        assert REGISTRY.ranges() == []
         unrelated_launches()
     finally:
         assert int(cudart.cudaHostUnregister(foreign)) == 0
