@@ -7,6 +7,7 @@
 //
 // Every index that leads to a memory read is checked first (seeds, indptr entries, neighbor ids); a bad one is
 // reported through the status slot and never dereferenced.
+#include "ops/cuda/sample_neighbors_device.cuh"
 #include "ops/cuda/sample_neighbors_kernel.cuh"
 #include "ops/pick_policy.h"
 #include "ops/random.h"
@@ -17,44 +18,6 @@ namespace {
 constexpr int kThreads = 256;
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
-
-__device__ void report(long long* status, long long code, long long a, long long b, long long c) {
-  if (atomicCAS(reinterpret_cast<unsigned long long*>(status), 0ull, static_cast<unsigned long long>(code)) == 0ull) {
-    status[1] = a;
-    status[2] = b;
-    status[3] = c;
-  }
-}
-
-// Finds or inserts `key`; returns its slot and whether this call inserted it.
-__device__ int64_t table_insert(const NodeTable& t, long long key, bool* inserted) {
-  const uint64_t mask = static_cast<uint64_t>(t.capacity) - 1;
-  uint64_t s = rng::mix64(static_cast<uint64_t>(key)) & mask;
-  while (true) {
-    const long long k = __ldcg(t.keys + s);
-    if (k == key) {
-      *inserted = false;
-      return static_cast<int64_t>(s);
-    }
-    if (k == -1) {
-      const long long prev = static_cast<long long>(atomicCAS(reinterpret_cast<unsigned long long*>(t.keys + s),
-                                                              ~0ull, static_cast<unsigned long long>(key)));
-      if (prev == -1) {
-        *inserted = true;
-        return static_cast<int64_t>(s);
-      }
-      if (prev == key) {
-        *inserted = false;
-        return static_cast<int64_t>(s);
-      }
-    }
-    s = (s + 1) & mask;
-  }
-}
-
-__device__ __forceinline__ int64_t load_index(const void* indices, bool is64, int64_t pos) {
-  return is64 ? static_cast<const int64_t*>(indices)[pos] : static_cast<int64_t>(static_cast<const int32_t*>(indices)[pos]);
-}
 
 __global__ void insert_seeds_kernel(const int64_t* seeds, int64_t n, int64_t num_nodes, NodeTable table,
                                     int64_t* n_id, long long* status) {

@@ -30,6 +30,7 @@ enum SampleErrorCode : int64_t {
   kSampleDuplicateSeed = 2,  // [1] = position in seeds, [2] = node
   kSampleBadIndptr = 3,      // [1] = node, [2] = indptr[node], [3] = indptr[node + 1]
   kSampleBadNeighbor = 4,    // [1] = position in indices, [2] = value
+  kSampleBoundExceeded = 5,  // [1] = hop, [2] = count, [3] = bound (only with an invalid indptr)
 };
 inline constexpr int kSampleStatusSlots = 4;
 
