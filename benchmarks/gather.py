@@ -242,15 +242,15 @@ def run_width(args, host_bytes: torch.Tensor, gpu_bytes: Optional[torch.Tensor],
         "index_to_cuda": lambda ids, ids_cpu: table[ids_cpu].to("cuda"),
         "cpu_gather_pinned": lambda ids, ids_cpu: out[: ids.numel()].copy_(
             ops.gather_rows(table, ids_cpu, pinned[: ids.numel()]), non_blocking=True),
-        "ours_direct": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()], sort_ids=False),
-        "ours_sorted": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()], sort_ids=True),
+        "ours_direct": lambda ids, ids_cpu: ops.gather_rows(table, ids, out[: ids.numel()], sort_ids=False),
+        "ours_sorted": lambda ids, ids_cpu: ops.gather_rows(table, ids, out[: ids.numel()], sort_ids=True),
         "ours_cached": lambda ids, ids_cpu: cached.gather(ids, out[: ids.numel()]),
         "ours_cached_big": lambda ids, ids_cpu: cached_big.gather(ids, out[: ids.numel()]),
         "ours_auto": lambda ids, ids_cpu: auto.gather(ids, out[: ids.numel()]),
         # ids of the frequency-/BFS-ordered table (see below): same batches, rows renumbered
-        "ours_sorted_freq_order": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()],
+        "ours_sorted_freq_order": lambda ids, ids_cpu: ops.gather_rows(table, ids, out[: ids.numel()],
                                                                           sort_ids=True),
-        "ours_sorted_bfs_order": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()],
+        "ours_sorted_bfs_order": lambda ids, ids_cpu: ops.gather_rows(table, ids, out[: ids.numel()],
                                                                          sort_ids=True),
     }  # fmt: skip
     ids_of = {"ours_sorted_freq_order": reordered["freq"], "ours_sorted_bfs_order": reordered["bfs"]}
@@ -405,7 +405,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         report = run_pages_only(args, widths)
         _write(report, args.out)
         return report
-    from lightning_zerocopy.gather import register_host_tensor
+    from lightning_zerocopy.graph import register_host_tensor
 
     nbytes = int(args.table_gib * 2**30)
     print(f"host table: {nbytes / 2**30:.1f} GiB; GPU {torch.cuda.get_device_name()}; threads "

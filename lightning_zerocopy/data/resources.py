@@ -134,7 +134,7 @@ def _row_width(t: torch.Tensor) -> int:
 
 def _pin(tensor: torch.Tensor, name: str) -> Any:
     """Register host memory for zero-copy reads; a failure says which option asked for it."""
-    from lightning_zerocopy.gather.cuda_table import register_host_tensor
+    from lightning_zerocopy.graph.host_registration import register_host_tensor
 
     try:
         return register_host_tensor(tensor, name=name)

@@ -2,10 +2,8 @@
 
 from lightning_zerocopy.gather.cuda_table import (
     CudaFeatureTable,
-    HostRegistration,
     frequency_order,
     most_frequent_neighbors,
-    register_host_tensor,
 )
 from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable
 
@@ -13,8 +11,6 @@ __all__ = [
     "CudaFeatureTable",
     "FeatureTableHandle",
     "HostFeatureTable",
-    "HostRegistration",
     "frequency_order",
     "most_frequent_neighbors",
-    "register_host_tensor",
 ]

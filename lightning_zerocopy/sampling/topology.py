@@ -79,7 +79,7 @@ def place_topology(
         to_gpu = lambda t: None if t is None else t.to(device).contiguous()  # noqa: E731
         return PlacedTopology(to_gpu(indptr), to_gpu(indices), to_gpu(edge_perm), device)
     if register is None:
-        from lightning_zerocopy.gather.cuda_table import register_host_tensor as register
+        from lightning_zerocopy.graph.host_registration import register_host_tensor as register
     placed = PlacedTopology(indptr, indices, edge_perm, device)
 
     def host(t: Optional[torch.Tensor], name: str) -> Optional[torch.Tensor]:
