@@ -1,5 +1,6 @@
 """Feature store: node features in shareable host memory and row gathers out of it."""
 
+from lightning_zerocopy.gather.cache_plan import CachePlan
 from lightning_zerocopy.gather.cuda_table import (
     CudaFeatureTable,
     HostRegistration,
@@ -7,14 +8,29 @@ from lightning_zerocopy.gather.cuda_table import (
     most_frequent_neighbors,
     register_host_tensor,
 )
+from lightning_zerocopy.gather.feature_cache import (
+    CacheCounts,
+    FeatureCacheSpec,
+    SegmentedFeatureCache,
+    ShardHandle,
+    fill_shard,
+    open_feature_cache,
+)
 from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable
 
 __all__ = [
+    "CacheCounts",
+    "CachePlan",
     "CudaFeatureTable",
+    "FeatureCacheSpec",
     "FeatureTableHandle",
     "HostFeatureTable",
     "HostRegistration",
     "frequency_order",
     "most_frequent_neighbors",
+    "SegmentedFeatureCache",
+    "ShardHandle",
+    "fill_shard",
+    "open_feature_cache",
     "register_host_tensor",
 ]
