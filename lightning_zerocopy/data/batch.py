@@ -236,6 +236,10 @@ class BatchBuilder:
             ``0`` = no cache. Needs ``gather="zerocopy"``; capped at the number of nodes.
         device: CUDA device index that builds the batches; ``None`` = the current device of the process (or
             thread) that calls :meth:`open`.
+        feature_cache: a :class:`~lightning_zerocopy.gather.feature_cache.FeatureCacheSpec` (from
+            :class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy`): feature rows are then gathered through
+            that GPU cache (its shards, local or on peer GPUs, and host memory), opened in the process that builds.
+            Needs ``gather="zerocopy"``; excludes ``hot_rows``.
 
     Raises:
         ValueError / TypeError: an option is invalid (the message names it).
@@ -253,6 +257,7 @@ class BatchBuilder:
         gather_mode: GatherMode = "auto",
         hot_rows: int = 0,
         device: Optional[int] = None,
+        feature_cache: Optional[Any] = None,
     ) -> None:
         if sampler_placement not in _PLACEMENTS:
             raise ValueError(f"`sampler_placement` must be 'cpu', 'uva' or 'gpu', got {sampler_placement!r}")
@@ -266,6 +271,10 @@ class BatchBuilder:
             raise ValueError(f"`hot_rows` must be >= 0, got {hot_rows}")
         if hot_rows > 0 and gather != "zerocopy":
             raise ValueError(f"`hot_rows`={hot_rows} caches rows for the zero-copy gather: set gather='zerocopy'")
+        if feature_cache is not None and gather != "zerocopy":
+            raise ValueError("`feature_cache` serves the zero-copy gather: set gather='zerocopy'")
+        if feature_cache is not None and hot_rows > 0:
+            raise ValueError(f"`feature_cache` and `hot_rows`={hot_rows} both cache rows on the GPU: set hot_rows=0")
         if device is not None and (isinstance(device, bool) or not isinstance(device, int) or device < 0):
             raise ValueError(f"`device` must be a CUDA device index >= 0 or None, got {device!r}")
         if num_threads is not None and num_threads < 1:
@@ -279,6 +288,7 @@ class BatchBuilder:
         self.gather_mode: GatherMode = gather_mode
         self.hot_rows = int(hot_rows)
         self.device_index = device
+        self.feature_cache = feature_cache
         self._host: Optional[_Host] = None
         self._gpu: Optional[_GpuBuilder] = None
 
@@ -369,6 +379,14 @@ class BatchBuilder:
     @property
     def num_nodes(self) -> int:
         return self.handles.graph.num_nodes
+
+    def cache_counts(self) -> Optional[Any]:
+        """Rows the feature cache served from local / peer GPU memory and from host memory so far in this process
+        (a :class:`~lightning_zerocopy.gather.feature_cache.CacheCounts`; reading it synchronizes the GPU), or
+        ``None`` without a ``feature_cache`` or before :meth:`open`."""
+        features = None if self._gpu is None else self._gpu.state.features
+        counts = getattr(features, "counts", None)
+        return counts() if self.feature_cache is not None and counts is not None else None
 
     @property
     def node_order(self) -> NodeOrderKind:
@@ -583,7 +601,8 @@ class _DeviceState:
     def acquire(cls, builder: BatchBuilder, host: _Host, device: torch.device) -> "_DeviceState":
         h = builder.handles
         key = (h.graph, h.features, h.labels, h.edge_attr, h.node_order, device.index, builder.sampler_placement,
-               builder.gather, builder.gather_mode, builder.hot_rows)  # fmt: skip
+               builder.gather, builder.gather_mode, builder.hot_rows,
+               None if builder.feature_cache is None else builder.feature_cache.plan.digest)  # fmt: skip
         with _REGISTRY_LOCK:
             state = _REGISTRY.get(key)
             if state is not None:
@@ -623,9 +642,14 @@ class _DeviceState:
                         hot = hot_row_ids(indices, graph.num_nodes, builder.hot_rows)
                     table = host.features.data
                     state.registrations.append(_register(register_host_tensor, table, "features"))
-                    state.features = CudaFeatureTable(
-                        table, device, mode=builder.gather_mode, hot_rows=hot, register=False
-                    )
+                    if builder.feature_cache is not None:
+                        from lightning_zerocopy.gather.feature_cache import open_feature_cache
+
+                        state.features = open_feature_cache(builder.feature_cache, table, device, register=False)
+                    else:
+                        state.features = CudaFeatureTable(
+                            table, device, mode=builder.gather_mode, hot_rows=hot, register=False
+                        )
                     if host.edge_attr is not None and host.edge_attr.shape[0] > 0:
                         attr = host.edge_attr.reshape(host.edge_attr.shape[0], _row_width(host.edge_attr))
                         state.registrations.append(_register(register_host_tensor, attr, "edge_attr"))

@@ -168,6 +168,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._named: Optional[HostGraphHandles] = None  # segments this process created and has not unlinked yet
         self._builders: dict[str, BatchBuilder] = {}
         self._splits: dict[str, torch.Tensor] = {}
+        self._feature_cache: Optional[Any] = None  # FeatureCacheSpec handed over by the strategy in setup
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
 
@@ -204,9 +205,10 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             self._open(handles)
             trainer = self._trainer_or_none()
             if trainer is not None:
-                for callback in trainer.callbacks:
-                    if isinstance(callback, HostMemoryConsumer):
-                        callback.attach_host_memory(trainer, self)
+                # the strategy first (it may hand a feature cache to the builders), then callbacks (workers)
+                for consumer in (trainer.strategy, *trainer.callbacks):
+                    if isinstance(consumer, HostMemoryConsumer):
+                        consumer.attach_host_memory(trainer, self)
                 trainer.strategy.barrier("zerocopy_host_memory_mapped")
         finally:
             self._unlink_names()  # every local process has mapped the memory (or setup failed)
@@ -283,6 +285,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             gather_mode=self.gather_mode,
             hot_rows=self.hot_rows,
             device=self._device_index,
+            feature_cache=self._feature_cache,
         )
 
     @property
@@ -294,6 +297,42 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         """
         self._require_setup()
         return "cuda" if self.sampler_placement != "cpu" or self._gather_resolved == "zerocopy" else "cpu"
+
+    @property
+    def uses_zerocopy_gather(self) -> bool:
+        """Whether feature rows are gathered by the GPU from host memory (``gather`` resolved to ``"zerocopy"``).
+
+        Raises:
+            RuntimeError: before :meth:`setup`.
+        """
+        self._require_setup()
+        return self._gather_resolved == "zerocopy"
+
+    def use_feature_cache(self, spec: Any) -> None:
+        """Gather feature rows through the GPU cache ``spec`` (a ``FeatureCacheSpec``) from now on.
+
+        Called by :class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy` during :meth:`setup`, while the host
+        memory can still be mapped by name; every builder made afterwards (this process's and a pipeline worker's)
+        carries the spec and opens the cache in the process that builds.
+
+        Raises:
+            ValueError: ``data.init_args.hot_rows`` is set too (both would cache rows), or the gather is not the
+                zero-copy one.
+            RuntimeError: before :meth:`setup`.
+        """
+        handles = self._require_setup()
+        if self.hot_rows > 0:
+            raise ValueError(
+                f"data.init_args.hot_rows={self.hot_rows} and the strategy's cache_budget both cache feature rows on "
+                "the GPU: set data.init_args.hot_rows to 0 (the strategy's cache replaces it)"
+            )
+        if self._gather_resolved != "zerocopy":
+            raise ValueError("a feature cache serves the zero-copy gather: set data.init_args.gather='zerocopy'")
+        self._feature_cache = spec
+        old, self._builders = self._builders, {}
+        for builder in {id(b): b for b in old.values()}.values():
+            builder.close()  # only mapped so far (the GPU side opens on the first batch)
+        self._open(handles)
 
     @property
     def handles(self) -> HostGraphHandles:
@@ -405,6 +444,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
                 rank_zero_warn(f"closing the batch builder failed: {exc!r}")
         self._handles = None
         self._splits = {}
+        self._feature_cache = None
 
     def _require_setup(self) -> HostGraphHandles:
         if self._handles is None:
