@@ -130,6 +130,7 @@ def main(config: dict) -> None:
         presample_batches=config.get("presample_batches", 24),
         peer_access=config.get("peer_access"),
         process_group_backend="gloo",
+        liveness_interval=config.get("liveness_interval", 0.5),
     )
     trainer = pl.Trainer(
         accelerator="cpu",
