@@ -335,6 +335,18 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._open(handles)
 
     @property
+    def feature_cache(self) -> Optional[Any]:
+        """The ``FeatureCacheSpec`` the builders gather through (set by the strategy), or ``None``."""
+        return self._feature_cache
+
+    def cache_counts(self) -> Optional[Any]:
+        """Rows the training builder of this process served from local / peer GPU memory and from host memory (a
+        ``CacheCounts``; reading it synchronizes the GPU), or ``None`` without a feature cache or before the first
+        batch. A pipeline worker's builder counts in its own process."""
+        builder = self._builders.get("train")
+        return None if builder is None else builder.cache_counts()
+
+    @property
     def handles(self) -> HostGraphHandles:
         """Names of the shared host memory (valid for opening only until ``setup`` returns)."""
         return self._require_setup()
