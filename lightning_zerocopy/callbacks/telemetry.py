@@ -20,7 +20,7 @@ the stall fraction, and ``MEPS``, millions of sampled edges per second):
   training epoch and per rank: ``cache/hit_rate`` (rows served from GPU memory over all rows gathered),
   ``cache/local_rows``, ``cache/peer_rows`` and ``cache/host_rows`` (where the rows came from) and
   ``cache/host_read_GBps`` (feature bytes read from host memory over the epoch's wall time). Read once per epoch
-  (one GPU synchronization), from the builder of the trainer's process (a pipeline worker counts in its own).
+  (one GPU synchronization), from the caches of the trainer's process (a pipeline worker counts in its own).
 
 On a GPU a step's figures are logged a step or two later, once its events have completed (never waited for);
 the last steps of an epoch whose events are still pending then are not logged.
@@ -89,9 +89,7 @@ class DataTelemetry(Callback):
         if before is not None:
             local, peer, host = local - before.local, peer - before.peer, host - before.host
         total = local + peer + host
-        spec = trainer.datamodule.feature_cache
-        handle = spec.handles[0]
-        row_bytes = handle.dim * torch.empty((), dtype=handle.dtype).element_size()
+        row_bytes = getattr(trainer.strategy, "cache_row_bytes", 0)
         metrics = {
             "cache/hit_rate": (local + peer) / total if total else 0.0,
             "cache/local_rows": float(local),
@@ -177,6 +175,5 @@ def _pipeline_stats(trainer: "pl.Trainer"):
 
 
 def _cache_counts(trainer: "pl.Trainer") -> Any:
-    datamodule = getattr(trainer, "datamodule", None)
-    read = getattr(datamodule, "cache_counts", None)
+    read = getattr(trainer.strategy, "cache_counts", None)  # ZeroCopyDDPStrategy's feature cache
     return read() if read is not None else None

@@ -155,8 +155,14 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         self._free_retired()  # shards of an earlier stage: every rank has closed its caches since (teardown)
         if self.cache_budget.is_zero:
             return
+        if datamodule.hot_rows > 0:
+            raise ValueError(
+                f"data.init_args.hot_rows={datamodule.hot_rows} and the strategy's cache_budget="
+                f"{self.cache_budget.text!r} both cache feature rows on the GPU: set data.init_args.hot_rows to 0 "
+                "(the strategy's cache replaces it) or cache_budget to 0"
+            )
         root = self.root_device
-        on_gpu = root.type == "cuda" and datamodule.batch_device_type == "cuda" and datamodule.uses_zerocopy_gather
+        on_gpu = root.type == "cuda" and datamodule.uses_zerocopy_gather
         if root.type == "cuda" and not on_gpu:
             rank_zero_warn(
                 f"cache_budget={self.cache_budget.text!r} is not used: the feature cache serves the zero-copy gather, "
@@ -173,7 +179,23 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         if decision.layout.note and self.local_rank == 0 and self.node_rank > 0:
             print(f"[node {self.node_rank}] ZeroCopyDDPStrategy: {decision.layout.note}", flush=True)
         if on_gpu:
-            datamodule.use_feature_cache(self._place(decision, table, root))
+            from lightning_zerocopy.strategies.cache_spec import ShardedFeatureCache
+
+            datamodule.set_feature_cache(ShardedFeatureCache(self._place(decision, table, root)))
+
+    def cache_counts(self) -> Optional[Any]:
+        """Rows this process's builders gathered so far from the local shard(s), peers' shards and host memory (a
+        :class:`~lightning_zerocopy.gather.feature_cache.CacheCounts`; reading synchronizes the GPU), or ``None``
+        without a cache. A pipeline worker process counts in its own process."""
+        from lightning_zerocopy.strategies.cache_spec import open_cache_counts
+
+        decision = self.cache_decision
+        return None if decision is None else open_cache_counts(decision.plan.digest)
+
+    @property
+    def cache_row_bytes(self) -> int:
+        """Bytes of one feature row (0 before the cache is decided)."""
+        return 0 if self.cache_decision is None else self.cache_decision.row_bytes
 
     # ---- internals -----------------------------------------------------------------------------------------
 
@@ -278,7 +300,7 @@ def _presample(
     # the CPU placement draws bitwise the samples of the GPU placements (same plan item, same seed)
     builder = BatchBuilder(
         datamodule.handles, datamodule.fanouts, replace=datamodule.replace, num_threads=datamodule.num_threads
-    ).map_host()
+    ).open(datamodule.resources, place=False)
     try:
         items = presample_items(plan, num_batches, rank, world_size)
         total = len(range(rank, num_batches, world_size))
