@@ -33,6 +33,7 @@ from typing import Any, NamedTuple, Optional, Union
 
 import torch
 
+from lightning_zerocopy import ops
 from lightning_zerocopy.gather.cache_plan import CachePlan
 
 __all__ = [
@@ -347,19 +348,9 @@ class SegmentedFeatureCache:
         return out
 
     def _gather_into(self, ids: torch.Tensor, out: torch.Tensor) -> None:
-        from lightning_zerocopy.gather.cache_plan import decode_location
-
-        if ids.numel() and bool(((ids < 0) | (ids >= self.num_rows)).any()):
-            bad = int(torch.nonzero((ids < 0) | (ids >= self.num_rows))[0, 0])
-            raise IndexError(f"`ids` holds the row id {int(ids[bad])} at position {bad}, outside a table of {self.num_rows} rows")
-        shard, slot = decode_location(self._location[ids.long()], self.slot_bits)
-        host = shard < 0
-        out[host] = self.table.index_select(0, ids[host].to(self.table.device)).to(self.device)
-        self._counts[-1] += host.sum()
-        for s, seg in enumerate(self._segments):
-            mask = shard == s
-            out[mask] = seg.index_select(0, slot[mask].to(seg.device)).to(self.device)
-            self._counts[s] += mask.sum()
+        ops.gather_segmented(
+            self.table, ids, self._location, self.slot_bits, self._segments, out=out, counts=self._counts
+        )
 
     # ----------------------------------------------------------------------------------------- telemetry
 
