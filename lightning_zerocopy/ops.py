@@ -237,6 +237,8 @@ def gather_segmented(
     segments: Sequence[torch.Tensor],
     out: Optional[torch.Tensor] = None,
     counts: Optional[torch.Tensor] = None,
+    *,
+    sort_ids: bool = False,
 ) -> torch.Tensor:
     """``table[ids]`` with cached rows read from ``segments`` (the shards of a GPU feature cache), in one launch.
 
@@ -252,6 +254,8 @@ def gather_segmented(
         out: optional contiguous ``(len(ids), table.shape[1])`` tensor on the device of ``ids``.
         counts: optional int64 tensor of ``len(segments) + 1`` entries on the device of ``ids``: rows served from
             each segment, then from ``table``, are added to it (on the GPU, no host sync).
+        sort_ids: (CUDA) read the rows in ascending id (address) order and write each back to its batch position;
+            the same result, fewer pages touched per batch in host memory.
 
     Returns:
         ``out`` (or a new tensor), bitwise equal to ``table[ids]`` when the segments hold the rows ``location``
@@ -261,12 +265,12 @@ def gather_segmented(
     if out is None:
         device = ids.device if ids.is_cuda else table.device
         out = torch.empty((ids.shape[0],) + tuple(table.shape[1:]), dtype=table.dtype, device=device)
-    _ops.gather_segmented_into(table, ids, out, location, slot_bits, list(segments), counts)
+    _ops.gather_segmented_into(table, ids, out, location, slot_bits, list(segments), counts, sort_ids)
     return out
 
 
 @torch.library.register_fake("zerocopy::gather_segmented_into")
-def _gather_segmented_into_fake(table, ids, out, location, slot_bits, segments, counts=None):
+def _gather_segmented_into_fake(table, ids, out, location, slot_bits, segments, counts=None, sort_ids=False):
     # Mirrors csrc/ops/gather_segmented.cpp; ids and lookup entries are range-checked only by the kernels.
     op = "gather_segmented_into"
     _gather_rows_into_fake(table, ids, out)

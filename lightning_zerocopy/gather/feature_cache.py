@@ -32,6 +32,7 @@ import torch
 from lightning_zerocopy import ops
 from lightning_zerocopy.gather.cache_plan import CachePlan
 from lightning_zerocopy.gather.cache_shards import ShardHandle, _cuda_device, _table_tensor, fill_shard
+from lightning_zerocopy.gather.read_order import ReadOrder, ReadOrderChooser
 
 __all__ = [
     "CacheCounts",
@@ -111,6 +112,7 @@ class SegmentedFeatureCache:
         segments: tuple[torch.Tensor, ...],
         location: torch.Tensor,
         registration: Any = None,
+        read_order: ReadOrder = "auto",
     ) -> None:
         self.spec = spec
         self.table = table
@@ -118,6 +120,7 @@ class SegmentedFeatureCache:
         self._segments = segments
         self._location = location
         self._registration = registration
+        self._order = ReadOrderChooser(read_order)
         self._counts = torch.zeros(len(segments) + 1, dtype=torch.int64, device=device)
         self._local = tuple(seg.device == device for seg in segments)
         self.closed = False
@@ -188,13 +191,20 @@ class SegmentedFeatureCache:
                 ids = ids.to(self.device, non_blocking=True)
             if out is None:
                 out = torch.empty((ids.shape[0], self.dim), dtype=self.dtype, device=self.device)
-            self._gather_into(ids, out)
+            self._gather_into(ids, out, stream)
         return out
 
-    def _gather_into(self, ids: torch.Tensor, out: torch.Tensor) -> None:
-        ops.gather_segmented(
-            self.table, ids, self._location, self.slot_bits, self._segments, out=out, counts=self._counts
-        )
+    def _gather_into(self, ids: torch.Tensor, out: torch.Tensor, stream: torch.cuda.Stream) -> None:
+        def gather(sort_ids: bool) -> None:
+            ops.gather_segmented(self.table, ids, self._location, self.slot_bits, self._segments, out=out,
+                                 counts=self._counts, sort_ids=sort_ids)  # fmt: skip
+
+        self._order.run(gather, ids.numel(), stream)
+
+    @property
+    def read_order(self) -> Optional[str]:
+        """``"direct"`` or ``"sorted"`` once decided (``read_order="auto"`` times both on the first gathers)."""
+        return self._order.chosen
 
     # ----------------------------------------------------------------------------------------- telemetry
 
@@ -250,6 +260,7 @@ def open_feature_cache(
     device: Union[torch.device, str, int, None],
     *,
     register: bool = True,
+    read_order: ReadOrder = "auto",
 ) -> SegmentedFeatureCache:
     """Open the cache described by ``spec`` on ``device``, in any process of the machine.
 
@@ -263,6 +274,9 @@ def open_feature_cache(
         table: the host feature table (CPU tensor / HostFeatureTable, same memory every process maps) or a CUDA
             tensor on ``device``; ``(spec.plan.num_table_rows, dim)``.
         device: the GPU that gathers.
+        register: register a CPU ``table`` here (False when the caller registered it and keeps it registered).
+        read_order: ``"direct"`` (batch order), ``"sorted"`` (ascending ids: host rows read in address order) or
+            ``"auto"`` (time both on the first gathers, keep the faster).
     """
     device = _cuda_device(device)
     table = _table_tensor(table)
@@ -290,4 +304,4 @@ def open_feature_cache(
         if registration is not None:
             registration.close()
         raise
-    return SegmentedFeatureCache(spec, table, device, segments, location, registration)
+    return SegmentedFeatureCache(spec, table, device, segments, location, registration, read_order)

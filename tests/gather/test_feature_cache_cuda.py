@@ -66,6 +66,34 @@ def test_replicate_gathers_bitwise(id_dtype, dtype):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("read_order", ["direct", "sorted", "auto"])
+def test_read_orders_give_the_same_rows(read_order):
+    table = _table(seed=3)
+    plan = _plan(2, seed=3)
+    _, spec = _spec(plan, table, [0, 0], "clique")
+    with open_feature_cache(spec, table, "cuda:0", read_order=read_order) as cache:
+        for seed in range(8):  # auto: 3 timed trials per order, then its choice
+            ids = _ids(seed=seed)
+            assert torch.equal(cache.gather(ids).cpu(), table[ids])
+        assert cache.read_order in ("direct", "sorted")
+        if read_order != "auto":
+            assert cache.read_order == read_order
+        assert cache.counts().total == 8 * _ids().numel()
+
+
+@pytest.mark.cuda
+def test_bad_location_entry_raises_value_error():
+    table = _table(seed=4)
+    plan = _plan(3, seed=4)
+    _, spec = _spec(plan, table, [0, 0, 0], "clique")
+    with open_feature_cache(spec, table, "cuda:0", read_order="sorted") as cache:
+        ids = torch.randperm(NUM_ROWS, generator=torch.Generator().manual_seed(4))[:200]  # unique: one position
+        cache.location[int(ids[17])] = 3 << plan.slot_bits  # a segment that does not exist
+        with pytest.raises(ValueError, match=rf"of row {int(ids[17])} \(position 17 of `ids`\) names segment 3"):
+            cache.gather(ids)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("num_shards", [2, 3, 4])
 def test_several_shards_on_one_device(num_shards):
     table = _table(seed=num_shards)

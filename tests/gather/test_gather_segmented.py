@@ -63,6 +63,13 @@ def test_int64_location_and_counts_accumulate():
     assert int(counts.sum()) == 2 * ids.numel()
 
 
+def test_sort_ids_gives_the_same_rows():
+    table, plan, segments, ids = make_case(num_shards=2)
+    location = plan.build_location()
+    direct = ops.gather_segmented(table, ids, location, plan.slot_bits, segments)
+    assert torch.equal(ops.gather_segmented(table, ids, location, plan.slot_bits, segments, sort_ids=True), direct)
+
+
 def test_without_segments_is_a_plain_gather():
     table, _, _, ids = make_case()
     location = torch.full((table.shape[0],), -1, dtype=torch.int32)

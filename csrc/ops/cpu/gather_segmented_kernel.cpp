@@ -49,7 +49,7 @@ void resolve_rows(const IdT* ids, int64_t n, const LocT* location, int64_t slot_
 
 void gather_segmented_into_cpu(const at::Tensor& table, const at::Tensor& ids, const at::Tensor& out,
                                const at::Tensor& location, int64_t slot_bits, at::TensorList segments,
-                               const std::optional<at::Tensor>& counts) {
+                               const std::optional<at::Tensor>& counts, bool /*sort_ids: read order only*/) {
   check_cpu(table, kOp, "table");
   check_cpu(ids, kOp, "ids");
   check_cpu(out, kOp, "out");

@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/sort.h>
 #include <torch/library.h>
 
 #include <mutex>
@@ -49,7 +50,7 @@ bool enable_peer_access(int device, int peer) {
 
 void gather_segmented_into_cuda(const at::Tensor& table, const at::Tensor& ids, const at::Tensor& out,
                                 const at::Tensor& location, int64_t slot_bits, at::TensorList segments,
-                                const std::optional<at::Tensor>& counts) {
+                                const std::optional<at::Tensor>& counts, bool sort_ids) {
   check_gather_segmented_args(table, ids, out, location, slot_bits, segments, counts);
   TORCH_CHECK_VALUE(ids.device().is_cuda(), kOp, ": `ids` must be a CUDA tensor here, got ", ids.device());
   const at::Device device = ids.device();
@@ -79,8 +80,18 @@ void gather_segmented_into_cuda(const at::Tensor& table, const at::Tensor& ids, 
   }
   if (args.n == 0 || args.row_bytes == 0) return;
   args.table = cuda::device_readable_pointer(table, device_index, kOp, "table");
-  args.ids = ids.const_data_ptr();
-  args.ids_int64 = ids.scalar_type() == at::kLong;
+  at::Tensor order_ids = ids;
+  at::Tensor positions;
+  if (sort_ids && args.n > 1) {
+    // Address order: consecutive reads of host rows share pages and translation entries; rows are written back
+    // to their batch positions.
+    auto sorted = at::sort(ids);
+    order_ids = std::get<0>(sorted).contiguous();
+    positions = std::get<1>(sorted).contiguous();
+    args.out_pos = positions.const_data_ptr<int64_t>();
+  }
+  args.ids = order_ids.const_data_ptr();
+  args.ids_int64 = order_ids.scalar_type() == at::kLong;
   args.location = location.const_data_ptr();
   args.location_int64 = location.scalar_type() == at::kLong;
   args.slot_bits = static_cast<int>(slot_bits);
@@ -107,7 +118,8 @@ void gather_segmented_into_cuda(const at::Tensor& table, const at::Tensor& ids, 
     TORCH_CHECK_INDEX(false, kOp, ": `ids` holds a row id out of range for a `table` of ", table.size(0), " rows");
   }
   if (first_bad[1] != cuda::kNoBadPosition) {
-    const auto position = static_cast<int64_t>(first_bad[1]);
+    int64_t position = static_cast<int64_t>(first_bad[1]);
+    if (positions.defined()) position = positions.select(0, position).item<int64_t>();  // back to batch order
     const int64_t id = ids.cpu().to(at::kLong).const_data_ptr<int64_t>()[position];
     const int64_t code = location.select(0, id).cpu().to(at::kLong).item<int64_t>();
     TORCH_CHECK_VALUE(false, kOp, ": `location` entry ", code, " of row ", id, " (position ", position,

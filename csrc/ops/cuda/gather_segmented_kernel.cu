@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) gather_segmented_kernel(const Segmen
       }
       if (row == nullptr) continue;
       src[k] = reinterpret_cast<const T*>(row);
-      dst[k] = reinterpret_cast<T*>(out + i * p.row_bytes);
+      dst[k] = reinterpret_cast<T*>(out + (p.out_pos != nullptr ? p.out_pos[i] : i) * p.row_bytes);
       if (counting && lane == 0) atomicAdd(&block_counts[source], 1ull);
     }
     copy_rows_in_flight<T, kRowsInFlight, kVectorsInFlight>(src, dst, lane, group_size, vectors);

@@ -34,6 +34,9 @@ struct SegmentedGatherArgs {
   int64_t segment_rows[kMaxSegments] = {};
   void* out = nullptr;  // n x row_bytes, device memory
   int64_t n = 0;
+  // Optional: where the i-th id's row goes in `out` (int64, device memory); nullptr means position i. Used to
+  // read rows in ascending id (address) order and write each back to its batch position.
+  const int64_t* out_pos = nullptr;
   // Device slots, kNoBadPosition before the launch: the smallest position whose id is out of range, and the
   // smallest position whose lookup entry names a segment or slot that does not exist. Such rows are neither
   // read nor written.
