@@ -4,7 +4,8 @@ from lightning_zerocopy.sampling.neighbor_sampler import (
     CSCLike,
     NeighborSampler,
     SampledBatch,
+    sample_bound,
     validate_fanouts,
 )
 
-__all__ = ["CSCLike", "NeighborSampler", "SampledBatch", "validate_fanouts"]
+__all__ = ["CSCLike", "NeighborSampler", "SampledBatch", "sample_bound", "validate_fanouts"]
