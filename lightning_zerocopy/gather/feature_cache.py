@@ -80,6 +80,15 @@ class FeatureCacheSpec:
         if len({(h.dim, h.dtype) for h in self.handles}) > 1:
             raise ValueError("FeatureCacheSpec: every shard must have the same width and dtype")
 
+    def open(self, context: Any) -> "SegmentedFeatureCache":
+        """Open the cache in this process: the DataModule's cache extension point.
+
+        ``context`` is a :class:`lightning_zerocopy.data.cache.CacheContext` (the host feature table, already
+        registered for ``context.device``; the read order ``context.mode``): every builder that carries this spec
+        (``ZeroCopyDataModule.set_feature_cache``), in the trainer or a pipeline worker, gathers through it.
+        """
+        return open_feature_cache(self, context.table, context.device, register=False, read_order=context.mode)
+
 
 class CacheCounts(NamedTuple):
     """Rows a :class:`SegmentedFeatureCache` served since it opened (or since ``reset_counts``)."""
