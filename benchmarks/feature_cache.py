@@ -53,9 +53,9 @@ def measure(fn: Callable[[torch.Tensor], torch.Tensor], batches: list[torch.Tens
 
 def run(args: argparse.Namespace) -> dict:
     from lightning_zerocopy import ops
-    from lightning_zerocopy.gather import (
-        CachePlan, FeatureCacheSpec, fill_shard, most_frequent_neighbors, open_feature_cache, register_host_tensor,
-    )  # fmt: skip
+    from lightning_zerocopy.gather import CachePlan, FeatureCacheSpec, fill_shard, open_feature_cache
+    from lightning_zerocopy.gather.cuda_table import register_host_tensor
+    from lightning_zerocopy.graph.reorder import most_frequent_neighbors
 
     row_bytes = args.row_bytes
     num_rows = int(args.table_gib * 2**30) // row_bytes
