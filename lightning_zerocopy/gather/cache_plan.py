@@ -29,7 +29,7 @@ from typing import Optional, Union
 
 import torch
 
-__all__ = ["CachePlan", "MAX_SHARDS", "decode_location", "location_layout"]
+__all__ = ["CachePlan", "MAX_SHARDS", "decode_location", "location_bytes", "location_layout"]
 
 #: Most shards one lookup can address (the gather kernel keeps one pointer per shard in its launch arguments).
 MAX_SHARDS = 32
@@ -47,6 +47,13 @@ def location_layout(num_shards: int, max_shard_rows: int) -> tuple[torch.dtype, 
     if max_shard_rows <= (1 << slot_bits):
         return torch.int32, slot_bits
     return torch.int64, 32
+
+
+def location_bytes(num_table_rows: int, num_shards: int, max_shard_rows: int) -> int:
+    """GPU bytes of the lookup of one process that opens the cache (count it in the cache's budget, once per
+    process on the GPU: a trainer rank and its pipeline worker each hold one)."""
+    dtype, _ = location_layout(num_shards, max_shard_rows)
+    return num_table_rows * (4 if dtype == torch.int32 else 8)
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,6 +170,11 @@ class CachePlan:
     @property
     def location_dtype(self) -> torch.dtype:
         return location_layout(self.num_shards, self.max_shard_rows)[0]
+
+    @property
+    def location_bytes(self) -> int:
+        """GPU bytes of this plan's lookup, per process that opens the cache (see :func:`location_bytes`)."""
+        return location_bytes(self.num_table_rows, self.num_shards, self.max_shard_rows)
 
     @property
     def slot_bits(self) -> int:

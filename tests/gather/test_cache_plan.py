@@ -7,7 +7,13 @@ import pickle
 import pytest
 import torch
 
-from lightning_zerocopy.gather.cache_plan import MAX_SHARDS, CachePlan, decode_location, location_layout
+from lightning_zerocopy.gather.cache_plan import (
+    MAX_SHARDS,
+    CachePlan,
+    decode_location,
+    location_bytes,
+    location_layout,
+)
 from lightning_zerocopy.gather.feature_cache import CacheCounts, FeatureCacheSpec, ShardHandle
 
 
@@ -67,6 +73,8 @@ def test_location_layout() -> None:
     assert location_layout(8, 1 << 28) == (torch.int32, 28)
     assert location_layout(8, (1 << 28) + 1) == (torch.int64, 32)
     assert location_layout(5, 10) == (torch.int32, 28)
+    assert location_bytes(100_000_000, 2, 10**6) == 400_000_000  # 100M nodes: 400 MB per process
+    assert location_bytes(10, 8, (1 << 28) + 1) == 80
 
 
 @pytest.mark.parametrize("num_shards", [1, 3, 8])
@@ -74,6 +82,7 @@ def test_build_location_matches_plan(num_shards: int) -> None:
     plan = CachePlan.from_ranking(_ranking(300, seed=num_shards), 300, num_shards, num_rows=120)
     location = plan.build_location()
     assert location.dtype == plan.location_dtype and location.shape == (300,)
+    assert plan.location_bytes == location.numel() * location.element_size()
     shard, slot = decode_location(location, plan.slot_bits)
     cached = torch.zeros(300, dtype=torch.bool)
     cached[plan.rows] = True
