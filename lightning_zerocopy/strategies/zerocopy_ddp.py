@@ -130,13 +130,15 @@ class ZeroCopyDDPStrategy(DDPStrategy):
     def teardown(self) -> None:
         liveness, self._liveness = self._liveness, None
         if liveness is not None:
-            liveness.stop()  # before the last collective, so ranks that finish first are not taken for dead
+            liveness.stop()
+            # no rank leaves before every rank has stopped watching: a rank that finishes first is not taken for dead
+            self.barrier("zerocopy_liveness_stopped")
         self._retire_shard()
         super().teardown()
 
     @override
     def on_exception(self, exception: BaseException) -> None:
-        liveness, self._liveness = self._liveness, None
+        liveness, self._liveness = self._liveness, None  # teardown then skips its barrier (a rank may be gone)
         if liveness is not None:
             liveness.stop()
         self._retire_shard()
@@ -168,10 +170,10 @@ class ZeroCopyDDPStrategy(DDPStrategy):
                 f"cache_budget={self.cache_budget.text!r} is not used: the feature cache serves the zero-copy gather, "
                 "but data.init_args.gather resolves to 'cpu'"
             )
-        features = datamodule.handles.features.open()
-        table = features.data
+        host = datamodule.resources.host  # this process's mapping of the host memory
+        table = host.features.data
         num_nodes, row_bytes = int(table.shape[0]), int(table[0].numel() * table.element_size()) if table.shape[0] else 0
-        scores = self._scores(datamodule, num_nodes)
+        scores = self._scores(datamodule, host.graph.indices, num_nodes)
         facts = self._exchange_facts(self._budget_bytes(root, on_gpu))
         decision = decide_cache(self.global_rank, facts, scores, num_nodes, row_bytes, self.cache_policy)
         self.cache_decision = decision
@@ -212,12 +214,11 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         free, _total = torch.cuda.mem_get_info(root)
         return resolve_budget(self.cache_budget, free, "cache_budget", where=str(root))
 
-    def _scores(self, datamodule: "ZeroCopyDataModule", num_nodes: int) -> torch.Tensor:
+    def _scores(self, datamodule: "ZeroCopyDataModule", indices: torch.Tensor, num_nodes: int) -> torch.Tensor:
         from lightning_zerocopy.strategies.ranking import degree_scores
 
         if self.cache_ranking == "degree":
-            graph = datamodule.handles.graph.open()
-            return degree_scores(graph.indices, num_nodes)
+            return degree_scores(indices, num_nodes)
         counts = _presample(datamodule, self.presample_batches, self.global_rank, self.world_size, num_nodes)
         if self.world_size > 1:
             device = self.root_device if dist.get_backend() == "nccl" else torch.device("cpu")

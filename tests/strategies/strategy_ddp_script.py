@@ -12,26 +12,13 @@ import os
 import sys
 
 import pytorch_lightning as pl
-import torch
-import torch.nn.functional as F
-from torch_geometric.nn import SAGEConv
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data"))
+from ddp_script import TinySAGE  # noqa: E402  (the suite's two-rank DDP model)
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
-
-
-class TinySAGE(pl.LightningModule):
-    def __init__(self, in_channels: int, out_channels: int) -> None:
-        super().__init__()
-        self.conv = SAGEConv(in_channels, out_channels)
-
-    def training_step(self, data, batch_idx):
-        out = self.conv(data.x, data.edge_index)[: data.batch_size]
-        return F.cross_entropy(out, data.y[: data.batch_size])
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
 def segment_pss(paths: list[str]) -> tuple[int, int]:

@@ -48,16 +48,18 @@ class _CheckRows(Callback):
         self.checked += 1
 
 
-def _fit(tmp_path: Path, budget, ranking: str, policy: str, epochs: int = 1, **strategy_kwargs):
+def _fit(tmp_path: Path, budget, ranking: str, policy: str, epochs: int = 1, extra_callbacks=(),
+         sampler_placement: str = "cpu", **strategy_kwargs):
     dataset = SyntheticGraph(num_nodes=NUM_NODES, avg_degree=10, num_features=FEATURES, num_classes=5,
                              cache_dir=str(tmp_path / "data"))  # fmt: skip
-    dm = ZeroCopyDataModule(dataset, fanouts=[10, 5], batch_size=256, gather="zerocopy", seed=3)
+    dm = ZeroCopyDataModule(dataset, fanouts=[10, 5], batch_size=256, gather="zerocopy", seed=3,
+                            sampler_placement=sampler_placement)  # fmt: skip
     strategy = ZeroCopyDDPStrategy(cache_budget=budget, cache_ranking=ranking, cache_policy=policy,
                                    presample_batches=64, **strategy_kwargs)  # fmt: skip
     check, telemetry = _CheckRows(), DataTelemetry(prog_bar=False)
     trainer = pl.Trainer(accelerator="gpu", devices=1, strategy=strategy, max_epochs=epochs, limit_val_batches=0,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[check, telemetry])  # fmt: skip
+                         enable_model_summary=False, callbacks=[check, telemetry, *extra_callbacks])  # fmt: skip
     trainer.fit(_SAGE(FEATURES, 5), datamodule=dm)
     assert check.checked > 0
     return strategy.cache_decision, telemetry.cache_history
@@ -102,3 +104,25 @@ def test_presample_hits_at_least_as_often_as_degree(tmp_path: Path) -> None:
     _, degree = _fit(tmp_path / "d", budget, "degree", "replicate")
     _, presample = _fit(tmp_path / "p", budget, "presample", "replicate")
     assert presample[-1]["cache/hit_rate"] >= degree[-1]["cache/hit_rate"] - 0.01
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["worker", "in_process"])
+def test_the_pipeline_producer_gathers_through_the_same_cache(tmp_path: Path, mode: str) -> None:
+    """A PipelineCallback producer (a worker process opens the trainer's shard over CUDA IPC) builds the same rows."""
+    from lightning_zerocopy.callbacks import PipelineCallback
+
+    budget = (NUM_NODES // 5) * ROW_BYTES
+    decision, history = _fit(tmp_path, budget, "degree", "replicate", extra_callbacks=[PipelineCallback(mode=mode)])
+    assert decision.plan.num_cached == NUM_NODES // 5
+    if mode == "in_process":  # the producer's cache is this process's: its counts are the strategy's
+        assert history and history[-1]["cache/local_rows"] > 0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("sampler_placement", ["uva", "gpu"])
+def test_every_sampler_placement_gathers_through_the_cache(tmp_path: Path, sampler_placement: str) -> None:
+    budget = (NUM_NODES // 5) * ROW_BYTES
+    decision, history = _fit(tmp_path, budget, "presample", "auto", sampler_placement=sampler_placement)
+    assert decision.plan.num_cached == NUM_NODES // 5
+    assert history[-1]["cache/local_rows"] > 0 and history[-1]["cache/host_rows"] > 0
