@@ -46,6 +46,7 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ZeroCopyCLI:
     """
     import lightning_zerocopy.data  # noqa: F401  (registers ZeroCopyDataModule as a known subclass)
     import lightning_zerocopy.models  # noqa: F401
+    import lightning_zerocopy.strategies  # noqa: F401  (registers trainer.strategy: zerocopy_ddp)
 
     return ZeroCopyCLI(
         LightningModule,

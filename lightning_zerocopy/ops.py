@@ -208,3 +208,73 @@ def _gather_rows_into_fake(table, ids, out, sort_ids=False, cache_slot=None, cac
             lambda: f"{op}: `cache` must be 2-D with the width and dtype of `table`",
         )
     return None
+
+
+def gather_segmented(
+    table: torch.Tensor,
+    ids: torch.Tensor,
+    location: torch.Tensor,
+    slot_bits: int,
+    segments: Sequence[torch.Tensor],
+    out: Optional[torch.Tensor] = None,
+    counts: Optional[torch.Tensor] = None,
+    *,
+    sort_ids: bool = False,
+) -> torch.Tensor:
+    """``table[ids]`` with cached rows read from ``segments`` (the shards of a GPU feature cache), in one launch.
+
+    Args:
+        table: 2-D table of every row: registered host memory (zero-copy) or a tensor on the GPU of ``ids``
+            (a CPU tensor for the CPU kernel).
+        ids: int32/int64 row ids; every id must be in ``[0, table.shape[0])`` (else IndexError naming it).
+        location: int32/int64 lookup with one entry per table row: ``< 0`` = read from ``table``, else
+            ``(segment << slot_bits) | slot`` (see :meth:`lightning_zerocopy.gather.CachePlan.build_location`).
+        slot_bits: bits of the slot in ``location`` (at most 31 for int32, 62 for int64).
+        segments: at most 32 2-D tensors with ``table``'s width and dtype; on CUDA each on the GPU of ``ids`` or
+            on a GPU it can peer with (peer access is enabled on first use), e.g. a shard opened over CUDA IPC.
+        out: optional contiguous ``(len(ids), table.shape[1])`` tensor on the device of ``ids``.
+        counts: optional int64 tensor of ``len(segments) + 1`` entries on the device of ``ids``: rows served from
+            each segment, then from ``table``, are added to it (on the GPU, no host sync).
+        sort_ids: (CUDA) read the rows in ascending id (address) order and write each back to its batch position;
+            the same result, fewer pages touched per batch in host memory.
+
+    Returns:
+        ``out`` (or a new tensor), bitwise equal to ``table[ids]`` when the segments hold the rows ``location``
+        says. On CUDA it runs on the current stream and returns once the rows are written (it waits for that
+        stream to check the ids). A lookup entry naming a missing segment or slot raises ValueError.
+    """
+    if out is None:
+        device = ids.device if ids.is_cuda else table.device
+        out = torch.empty((ids.shape[0],) + tuple(table.shape[1:]), dtype=table.dtype, device=device)
+    _ops.gather_segmented_into(table, ids, out, location, slot_bits, list(segments), counts, sort_ids)
+    return out
+
+
+@torch.library.register_fake("zerocopy::gather_segmented_into")
+def _gather_segmented_into_fake(table, ids, out, location, slot_bits, segments, counts=None, sort_ids=False):
+    # Mirrors csrc/ops/gather_segmented.cpp; ids and lookup entries are range-checked only by the kernels.
+    op = "gather_segmented_into"
+    _gather_rows_into_fake(table, ids, out)
+    torch._check_type(
+        location.dtype in (torch.int32, torch.int64),
+        lambda: f"{op}: `location` must be int64 or int32, got {location.dtype}",
+    )
+    torch._check_value(
+        location.dim() == 1 and location.shape[0] == table.shape[0] and location.is_contiguous(),
+        lambda: f"{op}: `location` must be contiguous with one entry per table row",
+    )
+    max_bits = 31 if location.dtype == torch.int32 else 62
+    torch._check_value(1 <= slot_bits <= max_bits, lambda: f"{op}: `slot_bits` must be in [1, {max_bits}]")
+    torch._check_value(len(segments) <= 32, lambda: f"{op}: at most 32 `segments` per call")
+    for seg in segments:
+        torch._check_value(
+            seg.dim() == 2 and seg.shape[1] == table.shape[1] and seg.dtype == table.dtype and seg.is_contiguous(),
+            lambda: f"{op}: every segment must be 2-D and contiguous with the width and dtype of `table`",
+        )
+    if counts is not None:
+        torch._check_type(counts.dtype == torch.int64, lambda: f"{op}: `counts` must be int64, got {counts.dtype}")
+        torch._check_value(
+            counts.dim() == 1 and counts.shape[0] == len(segments) + 1,
+            lambda: f"{op}: `counts` must have len(segments) + 1 entries",
+        )
+    return None

@@ -16,6 +16,11 @@ the stall fraction, and ``MEPS``, millions of sampled edges per second):
 * ``data/gather_GBps``: feature bytes delivered per second (``x`` bytes / step interval);
 * with :class:`~lightning_zerocopy.callbacks.PipelineCallback`: ``data/build_ms``, the producer's time to
   sample and gather the batch (off the trainer's critical path).
+* with a GPU feature cache (:class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy`'s ``cache_budget``), per
+  training epoch and per rank: ``cache/hit_rate`` (rows served from GPU memory over all rows gathered),
+  ``cache/local_rows``, ``cache/peer_rows`` and ``cache/host_rows`` (where the rows came from) and
+  ``cache/host_read_GBps`` (feature bytes read from host memory over the epoch's wall time). Read once per epoch
+  (one GPU synchronization), from the caches of the trainer's process (a pipeline worker counts in its own).
 
 On a GPU a step's figures are logged a step or two later, once its events have completed (never waited for);
 the last steps of an epoch whose events are still pending then are not logged.
@@ -54,6 +59,10 @@ class DataTelemetry(Callback):
     def __init__(self, prog_bar: bool = True) -> None:
         self.prog_bar = prog_bar
         self.history: list[dict[str, float]] = []
+        #: per training epoch, this rank's feature-cache figures (see the module docstring)
+        self.cache_history: list[dict[str, float]] = []
+        self._epoch_start: Optional[float] = None
+        self._epoch_counts: Any = None
         self._reset()
 
     def _reset(self) -> None:
@@ -66,6 +75,30 @@ class DataTelemetry(Callback):
     @override
     def on_train_epoch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         self._reset()
+        self._epoch_start = time.perf_counter()
+        self._epoch_counts = _cache_counts(trainer)
+
+    @override
+    def on_train_epoch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        counts = _cache_counts(trainer)
+        if counts is None or self._epoch_start is None:
+            return
+        seconds = time.perf_counter() - self._epoch_start
+        before = self._epoch_counts
+        local, peer, host = (counts.local, counts.peer, counts.host)
+        if before is not None:
+            local, peer, host = local - before.local, peer - before.peer, host - before.host
+        total = local + peer + host
+        row_bytes = getattr(trainer.strategy, "cache_row_bytes", 0)
+        metrics = {
+            "cache/hit_rate": (local + peer) / total if total else 0.0,
+            "cache/local_rows": float(local),
+            "cache/peer_rows": float(peer),
+            "cache/host_rows": float(host),
+            "cache/host_read_GBps": host * row_bytes / seconds / 1e9 if seconds > 0 else 0.0,
+        }
+        self.cache_history.append(metrics)
+        pl_module.log_dict(metrics, on_step=False, on_epoch=True)
 
     @override
     def on_validation_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
@@ -139,3 +172,8 @@ def _pipeline_stats(trainer: "pl.Trainer"):
         if isinstance(callback, PipelineCallback):
             return callback.stats
     return None
+
+
+def _cache_counts(trainer: "pl.Trainer") -> Any:
+    read = getattr(trainer.strategy, "cache_counts", None)  # ZeroCopyDDPStrategy's feature cache
+    return read() if read is not None else None

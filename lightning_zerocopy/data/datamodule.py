@@ -178,6 +178,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._named: Optional[HostGraphHandles] = None  # segments this process created and has not unlinked yet
         self._resources: Optional[DeviceResources] = None  # this process's placement, from setup to teardown
         self._builders: dict[str, BatchBuilder] = {}
+        self._attaching = False  # inside setup, while HostMemoryConsumers attach (set_feature_cache allowed)
         self._splits: dict[str, torch.Tensor] = {}
         # an in-memory node order outlives teardown, so fit then test in one process computes it once
         self._kept_order: Optional[NodeOrder] = None
@@ -218,9 +219,14 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             self._open(handles)
             trainer = self._trainer_or_none()
             if trainer is not None:
-                for callback in trainer.callbacks:
-                    if isinstance(callback, HostMemoryConsumer):
-                        callback.attach_host_memory(trainer, self)
+                # the strategy first (it may set a feature cache, see set_feature_cache), then callbacks (workers)
+                self._attaching = True
+                try:
+                    for consumer in (trainer.strategy, *trainer.callbacks):
+                        if isinstance(consumer, HostMemoryConsumer):
+                            consumer.attach_host_memory(trainer, self)
+                finally:
+                    self._attaching = False
                 trainer.strategy.barrier("zerocopy_host_memory_mapped")
         finally:
             self._unlink_names()  # every local process has mapped the memory (or setup failed)
@@ -309,8 +315,10 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
         The extension point for cache providers (e.g. a Strategy's replicated or sharded hot rows): ``spec`` is a
         picklable, hashable :class:`~lightning_zerocopy.data.cache.FeatureCacheSpec`; each process's
-        :class:`~lightning_zerocopy.data.resources.DeviceResources` opens it once. Call it before ``setup`` (a
-        Strategy's ``setup`` runs before the DataModule's). It replaces the ``hot_rows`` cache.
+        :class:`~lightning_zerocopy.data.resources.DeviceResources` opens it once. Call it before ``setup``, or
+        during it from a :class:`HostMemoryConsumer`'s ``attach_host_memory`` (the strategy's runs first, before any
+        callback hands builders to a worker; a cache built from the host memory, like ZeroCopyDDPStrategy's, can
+        only be made then). It replaces the ``hot_rows`` cache.
 
         Raises:
             TypeError: ``spec`` has no ``open(context)``.
@@ -318,14 +326,32 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         """
         if spec is not None and not isinstance(spec, FeatureCacheSpec):
             raise TypeError(f"`spec` must be a FeatureCacheSpec (with open(context)), got {type(spec).__name__}")
-        if self._handles is not None:
-            raise RuntimeError("set_feature_cache() must be called before ZeroCopyDataModule.setup()")
+        if self._handles is not None and not self._attaching:
+            raise RuntimeError(
+                "set_feature_cache() must be called before ZeroCopyDataModule.setup() or from attach_host_memory"
+            )
         self._feature_cache = spec
+        if self._handles is not None:  # during setup: nothing is placed yet, the builders take the new spec
+            old, self._builders = self._builders, {}
+            for builder in {id(b): b for b in old.values()}.values():
+                builder.close()
+            self._bind_builders()
 
     @property
     def resources(self) -> Optional[DeviceResources]:
         """This process's :class:`DeviceResources` (from ``setup`` to ``teardown``; ``None`` outside)."""
         return self._resources
+
+    @property
+    def uses_zerocopy_gather(self) -> bool:
+        """Whether the GPU gathers feature rows from host memory (``gather`` resolved to ``"zerocopy"``), which is
+        what a GPU feature cache serves.
+
+        Raises:
+            RuntimeError: before :meth:`setup`.
+        """
+        self._require_setup()
+        return self._gather_resolved == "zerocopy"
 
     @property
     def batch_device_type(self) -> str:
@@ -450,6 +476,10 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         # map the host memory now (the names go away after setup); the GPU side (registrations, caches) is placed
         # by the first batch built here (a pipeline worker builds with resources of its own)
         self._resources = DeviceResources(handles, self._device_index)
+        self._bind_builders()
+
+    def _bind_builders(self) -> None:
+        assert self._resources is not None
         train = self.builder("train").open(self._resources, place=False)
         evaluation = train if self.eval_fanouts == self.fanouts else self.builder("val").open(self._resources, place=False)
         self._builders = {"train": train, "val": evaluation, "test": evaluation, "predict": evaluation}

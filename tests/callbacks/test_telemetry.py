@@ -91,3 +91,24 @@ def test_on_a_gpu_the_stall_is_idle_gpu_time_not_host_wait():
     assert _median(busy, "data/stall_frac") < 0.15, busy[:5]  # ... but the GPU was busy meanwhile
     assert _median(starved, "data/stall_frac") > 0.6, starved[:5]
     assert _median(starved, "data/stall_ms") > 20
+
+
+def test_cache_figures_per_epoch_from_the_datamodule() -> None:
+    """The epoch's cache counts (a delta since the epoch started, from the strategy) become hit rate, row sources
+    and host GB/s."""
+    from types import SimpleNamespace
+
+    from lightning_zerocopy.gather.feature_cache import CacheCounts
+
+    readings = iter([CacheCounts(10, 0, 5), CacheCounts(40, 10, 25)])
+    strategy = SimpleNamespace(cache_counts=lambda: next(readings), cache_row_bytes=16)
+    logged: dict[str, float] = {}
+    module = SimpleNamespace(log_dict=lambda metrics, **kw: logged.update(metrics))
+    telemetry = DataTelemetry(prog_bar=False)
+    trainer = SimpleNamespace(strategy=strategy)
+    telemetry.on_train_epoch_start(trainer, module)
+    telemetry.on_train_epoch_end(trainer, module)
+    assert logged["cache/local_rows"] == 30 and logged["cache/peer_rows"] == 10 and logged["cache/host_rows"] == 20
+    assert logged["cache/hit_rate"] == pytest.approx(40 / 60)
+    assert logged["cache/host_read_GBps"] > 0
+    assert telemetry.cache_history == [logged]
