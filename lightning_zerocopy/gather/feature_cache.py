@@ -32,7 +32,8 @@ import torch
 from lightning_zerocopy import ops
 from lightning_zerocopy.gather.cache_plan import CachePlan
 from lightning_zerocopy.gather.cache_shards import ShardHandle, _cuda_device, _table_tensor, fill_shard
-from lightning_zerocopy.gather.read_order import ReadOrder, ReadOrderChooser
+from lightning_zerocopy.gather.read_order import ReadOrderChooser
+from lightning_zerocopy.options import GatherMode
 
 __all__ = [
     "CacheCounts",
@@ -121,7 +122,7 @@ class SegmentedFeatureCache:
         segments: tuple[torch.Tensor, ...],
         location: torch.Tensor,
         registration: Any = None,
-        read_order: ReadOrder = "auto",
+        read_order: GatherMode = "auto",
     ) -> None:
         self.spec = spec
         self.table = table
@@ -269,7 +270,7 @@ def open_feature_cache(
     device: Union[torch.device, str, int, None],
     *,
     register: bool = True,
-    read_order: ReadOrder = "auto",
+    read_order: GatherMode = "auto",
 ) -> SegmentedFeatureCache:
     """Open the cache described by ``spec`` on ``device``, in any process of the machine.
 
