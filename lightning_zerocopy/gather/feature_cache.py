@@ -44,6 +44,7 @@ __all__ = [
     "open_feature_cache",
 ]
 
+
 @dataclass(frozen=True)
 class FeatureCacheSpec:
     """What one GPU's processes need to open the cache: the plan and one handle per shard (picklable).
@@ -70,7 +71,9 @@ class FeatureCacheSpec:
             if not isinstance(handle, ShardHandle):
                 raise TypeError(f"FeatureCacheSpec: `handles[{s}]` must be a ShardHandle, got {type(handle).__name__}")
             if handle.shard_index != s:
-                raise ValueError(f"FeatureCacheSpec: `handles[{s}]` holds shard {handle.shard_index}; order them by shard")
+                raise ValueError(
+                    f"FeatureCacheSpec: `handles[{s}]` holds shard {handle.shard_index}; order them by shard"
+                )
             if handle.plan_digest != self.plan.digest:
                 raise ValueError(f"FeatureCacheSpec: `handles[{s}]` was filled for another plan than `plan`")
             if handle.num_rows != self.plan.shard_sizes[s]:
