@@ -63,6 +63,14 @@ class HybridStats:
     last: Optional[Dispatch] = None
     auto_choice: Optional[tuple[str, ...]] = None
 
+    def record(self, dispatch: Dispatch) -> None:
+        """Count one measured batch (e.g. a record that crossed from a pipeline worker)."""
+        stats = self.lanes.setdefault(dispatch.lane, LaneStats())
+        stats.batches += 1
+        stats.predicted_s += dispatch.predicted_s
+        stats.measured_s += dispatch.measured_s
+        self.last = dispatch
+
     def share(self, lane: str) -> float:
         """Fraction of the measured batches that ``lane`` sampled (0 when none were)."""
         total = sum(s.batches for s in self.lanes.values())
@@ -181,11 +189,7 @@ class HybridPolicy:
         if seconds is None or pending is None:
             return None
         record = Dispatch(key, lane, float(size), pending.predicted_s, float(seconds))
-        stats = self.stats.lanes[lane]
-        stats.batches += 1
-        stats.predicted_s += pending.predicted_s
-        stats.measured_s += float(seconds)
-        self.stats.last = record
+        self.stats.record(record)
         if state.skip > 0:
             state.skip -= 1
             return record
@@ -276,11 +280,15 @@ class HybridDispatcher:
         result, _, record = self._measure(lane, key, size, sample, stream=None)
         return result, record
 
-    def drop(self) -> None:
-        """Forget every queued batch (a new epoch or an abandoned iteration); running samples finish unread."""
-        futures, self._futures = self._futures, {}
-        for _, future in futures.values():
-            future.cancel()
+    def drop(self, where: Optional[Callable[[Hashable], bool]] = None) -> None:
+        """Forget the queued batches whose key satisfies ``where`` (default: all), e.g. those of an abandoned
+        iteration; a sample already running finishes unread (and still calibrates its lane)."""
+        keys = [key for key in self._futures if where is None or where(key)]
+        for key in keys:
+            lane, future = self._futures.pop(key)
+            if future.cancel():  # never started: take it off the lane's predicted backlog
+                with self._lock:
+                    self.policy.finished(lane, key, 0.0, None)
 
     def close(self) -> None:
         """Drop queued work and stop the lane threads (waits for samples in progress)."""

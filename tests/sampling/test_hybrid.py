@@ -271,3 +271,22 @@ def test_run_places_and_measures_on_the_calling_thread() -> None:
         dispatcher.close()
     assert threads == {caller}
     assert lanes[10:].count("cpu") >= 29
+
+
+def test_drop_forgets_queued_batches_and_their_backlog() -> None:
+    gate = threading.Event()
+    dispatcher = HybridDispatcher(HybridPolicy(["cpu"], warmup=0))
+    try:
+        dispatcher.submit(("train", 0), 1.0, lambda lane: gate.wait(10))  # runs, blocks the lane
+        for step in range(1, 4):
+            dispatcher.submit(("train", step), 1.0, lambda lane: 0)
+        dispatcher.submit(("val", 0), 1.0, lambda lane: "val")
+        dispatcher.drop(lambda key: key[0] == "train")
+        assert ("train", 2) not in dispatcher and ("val", 0) in dispatcher
+        assert len(dispatcher.policy._lanes["cpu"].pending) == 2  # the running train batch and val's
+        gate.set()
+        assert dispatcher.take(("val", 0))[0] == "val"
+        assert dispatcher.policy._lanes["cpu"].pending == {}
+    finally:
+        gate.set()
+        dispatcher.close()
