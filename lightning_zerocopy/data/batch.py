@@ -14,7 +14,7 @@ The batch has PyG ``NeighborLoader``'s fields and conventions:
 
 Where a batch is built (the GPU data path)
 ------------------------------------------
-``sampler_placement`` (``cpu`` | ``uva`` | ``gpu``) says where neighbors are sampled and ``gather`` (``cpu`` |
+``sampler_placement`` (``cpu`` | ``uva`` | ``gpu`` | ``hybrid`` | ``auto``) says where neighbors are sampled and ``gather`` (``cpu`` |
 ``zerocopy``) how feature rows are fetched. With ``gather="cpu"`` and the CPU sampler the batch is built in
 host memory (the trainer moves it). Otherwise the whole batch is built on the GPU, on the current CUDA stream
 (a pipeline may run it on a side stream):
@@ -23,6 +23,9 @@ host memory (the trainer moves it). Otherwise the whole batch is built on the GP
   pinned, non-blocking copy;
 * ``uva``/``gpu`` sampler: the seeds go to the GPU (pinned, non-blocking) and the CUDA kernel samples there,
   reading the topology from registered host memory (``uva``) or a GPU copy (``gpu``);
+* ``hybrid``/``auto``: each batch takes one of the two paths above (CPU threads, or the ``gpu`` kernel), where a
+  calibrated cost model expects it to finish first (:mod:`lightning_zerocopy.data.hybrid_sampling`); the batch is
+  the same either way, and the gather below does not depend on where it was sampled;
 * ``gather="zerocopy"``: :class:`~lightning_zerocopy.gather.cuda_table.CudaFeatureTable` reads the rows of
   ``n_id`` straight from the registered host feature table into the GPU (into ``out["x"]`` when that is a
   CUDA buffer: no host staging), optionally serving the ``hot_rows`` most frequently sampled rows from a GPU
@@ -60,10 +63,12 @@ from typing import Any, Literal, Mapping, Optional, Sequence
 import torch
 from torch_geometric.data import Data
 
+from lightning_zerocopy.data.hybrid_sampling import HybridSampling, cuda_usable, gpu_lane_placement
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph, CSCGraphHandle
 from lightning_zerocopy.graph.shared_memory import SharedTensorHandle, TensorHandle
+from lightning_zerocopy.sampling.hybrid import HybridPolicy
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch, validate_fanouts
 
 __all__ = [
@@ -80,8 +85,9 @@ __all__ = [
 ]
 
 #: Where neighbors are sampled: compiled CPU kernel, CUDA kernel over host topology (UVA), CUDA kernel over a
-#: GPU copy of the topology.
-SamplerPlacement = Literal["cpu", "uva", "gpu"]
+#: GPU copy of the topology, or per batch on whichever of the CPU threads and the GPU copy is expected to finish
+#: first (``hybrid``; ``auto``: hybrid where that measures faster, else the faster of the two).
+SamplerPlacement = Literal["cpu", "uva", "gpu", "hybrid", "auto"]
 #: How feature rows are fetched: CPU threads (``cpu``) or the GPU reading registered host memory (``zerocopy``).
 GatherBackend = Literal["cpu", "zerocopy"]
 #: Read order of the zero-copy gather (see ``CudaFeatureTable``): measured choice, batch order, address order.
@@ -91,7 +97,7 @@ GatherMode = Literal["auto", "direct", "sorted"]
 #: (see :mod:`lightning_zerocopy.graph.reorder`).
 NodeOrderKind = Literal["none", "bfs", "degree"]
 
-_PLACEMENTS = ("cpu", "uva", "gpu")
+_PLACEMENTS = ("cpu", "uva", "gpu", "hybrid", "auto")
 _GATHERS = ("cpu", "zerocopy")
 _GATHER_MODES = ("auto", "direct", "sorted")
 _COUNT_CHUNK = 1 << 26  # edges per bincount chunk when choosing hot rows (bounds the int64 temporary)
@@ -224,8 +230,12 @@ class BatchBuilder:
         replace: sample with replacement.
         num_threads: threads of the CPU sampling kernel; ``None`` uses ``torch.get_num_threads()``.
         sampler_placement: where neighbors are sampled: ``"cpu"`` (C++ threads), ``"uva"`` (CUDA kernel reading
-            the topology from registered host memory) or ``"gpu"`` (CUDA kernel, topology copied to the GPU).
-            The GPU placements give bitwise the CPU placement's sample for the same plan item.
+            the topology from registered host memory), ``"gpu"`` (CUDA kernel, topology copied to the GPU),
+            ``"hybrid"`` (per batch, C++ threads or the ``"gpu"`` kernel, whichever a cost model calibrated on
+            measured times expects to finish first; a pipeline producer runs both at once) or ``"auto"`` (hybrid
+            if both devices together measure faster, else the faster one). Every placement gives bitwise the CPU
+            placement's sample for the same plan item. Without a usable CUDA device ``hybrid``/``auto`` warn once
+            and sample on the CPU.
         gather: how feature (and edge-feature) rows are fetched: ``"cpu"`` (CPU threads) or ``"zerocopy"`` (the
             GPU reads the rows from registered host memory). With ``"cpu"`` and a CPU sampler the batch is built
             in host memory; any other combination builds it on the GPU.
@@ -255,7 +265,7 @@ class BatchBuilder:
         device: Optional[int] = None,
     ) -> None:
         if sampler_placement not in _PLACEMENTS:
-            raise ValueError(f"`sampler_placement` must be 'cpu', 'uva' or 'gpu', got {sampler_placement!r}")
+            raise ValueError(f"`sampler_placement` must be one of {', '.join(map(repr, _PLACEMENTS))}, got {sampler_placement!r}")
         if gather not in _GATHERS:
             raise ValueError(f"`gather` must be 'cpu' or 'zerocopy', got {gather!r}")
         if gather_mode not in _GATHER_MODES:
@@ -279,6 +289,13 @@ class BatchBuilder:
         self.gather_mode: GatherMode = gather_mode
         self.hot_rows = int(hot_rows)
         self.device_index = device
+        cuda, why = cuda_usable() if sampler_placement in ("hybrid", "auto") else (True, "")
+        #: placement of the CUDA sampler ("cpu": none); a hybrid builder's GPU side, decided here for this machine
+        self.gpu_sampler_placement = gpu_lane_placement(sampler_placement, cuda)
+        self.hybrid_lanes: Optional[tuple[str, ...]] = None
+        hybrid = HybridSampling.for_placement(sampler_placement, self.fanouts, self.replace, cuda, why)
+        if hybrid is not None:
+            self.hybrid_lanes = hybrid.lanes
         self._host: Optional[_Host] = None
         self._gpu: Optional[_GpuBuilder] = None
 
@@ -287,7 +304,7 @@ class BatchBuilder:
     @property
     def on_gpu(self) -> bool:
         """Whether batches are built on a CUDA device (any GPU placement or the zero-copy gather)."""
-        return self.gather == "zerocopy" or self.sampler_placement != "cpu"
+        return self.gather == "zerocopy" or self.gpu_sampler_placement != "cpu"
 
     @property
     def device(self) -> torch.device:
@@ -314,6 +331,8 @@ class BatchBuilder:
             self._host = _Host(
                 graph=graph,
                 sampler=NeighborSampler(graph, fanouts=self.fanouts, replace=self.replace, num_threads=self.num_threads),
+                hybrid=None if self.hybrid_lanes is None else HybridSampling(
+                    self.sampler_placement, self.hybrid_lanes, self.fanouts, self.replace),  # type: ignore[arg-type]
                 features=self.handles.features.open(),
                 labels=self.handles.labels.open(),
                 edge_attr=None if self.handles.edge_attr is None else self.handles.edge_attr.open(),
@@ -339,11 +358,11 @@ class BatchBuilder:
             state = _DeviceState.acquire(self, self._host, device)
             try:
                 sampler = None
-                if self.sampler_placement != "cpu":
+                if self.gpu_sampler_placement != "cpu":
                     indptr, indices, edge_perm = state.topology  # type: ignore[misc]
                     sampler = NeighborSampler(
                         indptr, indices, edge_perm, fanouts=self.fanouts, replace=self.replace,
-                        placement=self.sampler_placement, device=device,
+                        placement=self.gpu_sampler_placement, device=device,
                     )  # fmt: skip
             except BaseException:
                 state.release()
@@ -355,7 +374,9 @@ class BatchBuilder:
         """Release this builder's GPU resources (host registrations once no other builder of this process uses
         them) and its host mappings. Idempotent; a later :meth:`open` maps the memory again by name."""
         gpu, self._gpu = self._gpu, None
-        self._host = None
+        host, self._host = self._host, None
+        if host is not None and host.hybrid is not None:
+            host.hybrid.close()
         if gpu is not None:
             if gpu.sampler is not None:
                 gpu.sampler.close()
@@ -403,20 +424,30 @@ class BatchBuilder:
         """
         return self.gather_batch(self.sample_batch(item), out)
 
-    def sample_batch(self, item: PlanItem) -> "SampledItem":
+    def sample_batch(self, item: PlanItem, lane: Optional[str] = None) -> "SampledItem":
         """First stage of :meth:`build_batch`: sample the neighborhood of ``item.seed_ids``.
 
         Needs no output buffer, so a pipeline can sample batch ``t + 2`` while batch ``t + 1`` is gathered into
         its slot. A GPU builder samples on the current CUDA stream of its device and leaves the structure there
         (a caller that gathers on another stream makes that stream wait for this one first).
 
+        Args:
+            item: the plan item.
+            lane: for a hybrid builder, the device to sample on (one of :attr:`hybrid_lanes`; a pipeline's
+                dispatcher names it); ``None`` lets the builder's own cost model pick. The sample is the same.
+
         Raises:
             IndexError: a seed id outside the graph.
+            ValueError: ``lane`` is not one of this builder's devices.
         """
         if not self.is_open:
             self.open()
         host = self._host
         assert host is not None
+        if lane is not None and lane not in (self.hybrid_lanes or ()):
+            raise ValueError(f"`lane` must be one of this builder's sampling devices {self.hybrid_lanes}, got {lane!r}")
+        if host.hybrid is not None and lane is None:
+            return host.hybrid.run(self.expected_size(item), lambda chosen: self.sample_batch(item, lane=chosen))
         seed_ids = host.internal_ids(item.seed_ids)
         if not self.on_gpu:
             return SampledItem(item, host.sampler.sample(seed_ids, seed=item.batch_seed), item.input_id)
@@ -424,7 +455,7 @@ class BatchBuilder:
         assert gpu is not None
         device = gpu.state.device
         with torch.cuda.device(device):  # the current stream of that device: a caller's side stream is kept
-            if gpu.sampler is None:  # CPU sampler, then the ids go over in one pinned, non-blocking copy
+            if gpu.sampler is None or lane == "cpu":  # CPU sampler, then the ids go over in one pinned copy
                 sample = host.sampler.sample(seed_ids, seed=item.batch_seed)
                 n_id, edge_index, e_id, input_id = _to_device_packed(
                     [sample.n_id, sample.edge_index, sample.e_id, item.input_id], device
@@ -435,6 +466,31 @@ class BatchBuilder:
                 seeds, input_id = _to_device_packed([seed_ids, item.input_id], device)
                 sample = gpu.sampler.sample(seeds, seed=item.batch_seed)
         return SampledItem(item, sample, input_id)
+
+    def expected_size(self, item: PlanItem) -> float:
+        """Expected sampled edges of the batch of ``item`` (the hybrid cost models' size; a sum over its seeds).
+
+        Raises:
+            RuntimeError: the builder is not hybrid (``sampler_placement`` ``hybrid``/``auto`` with a GPU).
+        """
+        host = self.map_host()._host  # the estimate needs the host graph only
+        assert host is not None
+        if host.hybrid is None:
+            raise RuntimeError(f"expected_size() is for hybrid builders; this one samples on {self.gpu_sampler_placement!r}")
+        return host.hybrid.expected_size(host.graph, host.internal_ids(item.seed_ids))
+
+    def hybrid_policy(self) -> Optional[Any]:
+        """A fresh :class:`~lightning_zerocopy.sampling.HybridPolicy` over this builder's devices for a pipeline
+        producer that samples batches ahead on all of them, or ``None`` for a single-device builder."""
+        if self.hybrid_lanes is None:
+            return None
+        return HybridPolicy(self.hybrid_lanes, mode=self.sampler_placement)  # type: ignore[arg-type]
+
+    @property
+    def sampling_stats(self) -> Optional[Any]:
+        """Where this builder's own cost model placed the batches it sampled (hybrid builders used directly)."""
+        host = self._host
+        return None if host is None or host.hybrid is None else host.hybrid.stats
 
     def gather_batch(self, sampled: "SampledItem", out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
         """Second stage of :meth:`build_batch`: gather the features, labels (and edge features) of a sample.
@@ -524,6 +580,7 @@ class _Host:
     edge_attr: Optional[torch.Tensor]
     order: Optional[torch.Tensor] = None  # internal -> original id (None: no node order)
     rank: Optional[torch.Tensor] = None  # original -> internal id
+    hybrid: Optional[HybridSampling] = None  # hybrid builders: size estimate and the serial placement policy
 
     def internal_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Internal ids of original node ids (the ids themselves without a node order); checked, on the CPU.
@@ -582,7 +639,7 @@ class _DeviceState:
     @classmethod
     def acquire(cls, builder: BatchBuilder, host: _Host, device: torch.device) -> "_DeviceState":
         h = builder.handles
-        key = (h.graph, h.features, h.labels, h.edge_attr, h.node_order, device.index, builder.sampler_placement,
+        key = (h.graph, h.features, h.labels, h.edge_attr, h.node_order, device.index, builder.gpu_sampler_placement,
                builder.gather, builder.gather_mode, builder.hot_rows)  # fmt: skip
         with _REGISTRY_LOCK:
             state = _REGISTRY.get(key)
@@ -605,13 +662,13 @@ class _DeviceState:
                     fits32 = host.order.numel() - 1 <= torch.iinfo(torch.int32).max
                     state.order = host.order.to(torch.int32 if fits32 else torch.int64).to(device)
                 graph = host.graph
-                if builder.sampler_placement == "gpu":
+                if builder.gpu_sampler_placement == "gpu":
                     state.topology = (
                         graph.indptr.to(device),
                         graph.indices.to(device),
                         None if graph.edge_perm is None else graph.edge_perm.to(device),
                     )
-                elif builder.sampler_placement == "uva":
+                elif builder.gpu_sampler_placement == "uva":
                     for tensor, name in ((graph.indices, "indices"), (graph.edge_perm, "edge_perm")):
                         if tensor is not None:
                             state.registrations.append(_register(register_host_tensor, tensor, name))

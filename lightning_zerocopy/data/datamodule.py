@@ -31,7 +31,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from torch_geometric.data import Data
-from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_zerocopy.data.batch import BatchBuilder, GatherMode, HostGraphHandles, NodeOrderKind, SamplerPlacement
@@ -88,8 +88,12 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             ``"mmap"`` (map the dataset's ``.npy`` feature file; for features larger than RAM).
         sampler_placement: where neighbors are sampled: ``"cpu"`` (C++ threads, default), ``"uva"`` (CUDA
             kernel reading the graph from pinned host memory; needs no GPU memory for the edges) or ``"gpu"``
-            (CUDA kernel, graph copied to GPU memory: fastest when it fits). ``uva``/``gpu`` need a GPU trainer
-            and give the same batches as ``cpu``.
+            (CUDA kernel, graph copied to GPU memory: fastest when it fits), ``"hybrid"`` (per batch on the CPU
+            threads or the ``gpu`` kernel, whichever a cost model calibrated on measured times expects to finish
+            first; with a :class:`~lightning_zerocopy.callbacks.PipelineCallback` both sample at once) or
+            ``"auto"`` (hybrid if both together measure faster, else the faster device). ``uva``/``gpu`` need a
+            GPU trainer; ``hybrid``/``auto`` on a CPU trainer say so in one line and sample on the CPU. Every
+            placement gives the same batches as ``cpu``.
         gather: how feature rows reach the model: ``"auto"`` (default: ``"zerocopy"`` when the trainer runs on
             a CUDA GPU, else ``"cpu"``), ``"cpu"`` (CPU threads gather, the trainer copies the batch) or
             ``"zerocopy"`` (the GPU reads exactly the batch's rows from pinned host memory; no CPU gather, no
@@ -159,6 +163,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self.hot_rows = int(hot_rows)
         self.node_order: NodeOrderKind = node_order
         self._gather_resolved: Optional[str] = None  # "cpu" | "zerocopy", decided in setup
+        self._placement_resolved: Optional[str] = None  # hybrid/auto become "cpu" on a CPU trainer, decided in setup
         self._device_index: Optional[int] = None  # the trainer's CUDA device, decided in setup
         # a bad recipe fails here, before any data is built
         validate_fanouts(self.fanouts)
@@ -278,7 +283,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             fanouts,
             replace=self.replace,
             num_threads=self.num_threads,
-            sampler_placement=self.sampler_placement,
+            sampler_placement=self._placement_resolved or self.sampler_placement,  # type: ignore[arg-type]
             gather=gather,  # type: ignore[arg-type]
             gather_mode=self.gather_mode,
             hot_rows=self.hot_rows,
@@ -293,7 +298,15 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             RuntimeError: before :meth:`setup` (``gather="auto"`` is decided there).
         """
         self._require_setup()
-        return "cuda" if self.sampler_placement != "cpu" or self._gather_resolved == "zerocopy" else "cpu"
+        placement = self._placement_resolved or self.sampler_placement
+        return "cuda" if placement != "cpu" or self._gather_resolved == "zerocopy" else "cpu"
+
+    def sampling_stats(self, split: Split) -> Optional[Any]:
+        """Where the in-process loader's hybrid builder sampled the batches of ``split`` so far (batches and
+        predicted/measured seconds per device; see ``HybridStats``), or ``None`` (not hybrid, or no batch yet).
+        With a pipeline the producer places the batches, and its client reports them instead."""
+        builder = self._builders.get(split)
+        return None if builder is None else builder.sampling_stats
 
     @property
     def handles(self) -> HostGraphHandles:
@@ -315,7 +328,16 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         else:
             root = None
             on_cuda, where = torch.cuda.is_available(), "no CUDA GPU is available"
-        needs = [f"data.init_args.sampler_placement={self.sampler_placement!r}"] if self.sampler_placement != "cpu" else []
+        placement = self.sampler_placement
+        if placement in ("hybrid", "auto"):
+            from lightning_zerocopy import WITH_CUDA
+
+            if not (on_cuda and WITH_CUDA):
+                why = where if not on_cuda else "lightning_zerocopy._C was built without its CUDA kernels"
+                rank_zero_info(f"data.init_args.sampler_placement={placement!r}: {why}, so sampling runs on the CPU only")
+                placement = "cpu"
+        self._placement_resolved = placement
+        needs = [f"data.init_args.sampler_placement={placement!r}"] if placement not in ("cpu", "hybrid", "auto") else []
         if self.gather == "zerocopy":
             needs.append("data.init_args.gather='zerocopy'")
         if needs and not on_cuda:
@@ -426,8 +448,11 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
 def _check_gpu_options(sampler_placement: Any, gather: Any, gather_mode: Any, hot_rows: Any) -> None:
     """Validate the GPU data-path options (values, and whether this build can run them), naming the YAML key."""
-    if sampler_placement not in ("cpu", "uva", "gpu"):
-        raise ValueError(f"data.init_args.sampler_placement must be 'cpu', 'uva' or 'gpu', got {sampler_placement!r}")
+    if sampler_placement not in ("cpu", "uva", "gpu", "hybrid", "auto"):
+        raise ValueError(
+            "data.init_args.sampler_placement must be 'cpu', 'uva', 'gpu', 'hybrid' or 'auto', "
+            f"got {sampler_placement!r}"
+        )
     if gather not in ("auto", "cpu", "zerocopy"):
         raise ValueError(f"data.init_args.gather must be 'auto', 'cpu' or 'zerocopy', got {gather!r}")
     if gather_mode not in ("auto", "direct", "sorted"):
