@@ -21,7 +21,9 @@ issue 15: >= 1 on every workload, >= 1.2 on the mixed one).
 
 ``--gather-split`` also measures where a hybrid batch's feature gather should run: the fraction ``f`` of its rows
 gathered by CPU threads into pinned memory and copied (concurrently with the GPU reading the other rows zero-copy),
-for f in 0 (all zero-copy), 0.25, 0.5, 0.75, 1 (all CPU), in GB/s of feature bytes delivered.
+for f in 0 (all zero-copy), 0.25, 0.5, 0.75, 1 (all CPU), in GB/s of feature bytes delivered, for each row width of
+``--split-features`` over a ``--split-gib`` table (the batches' ids spread over it), once with the GPU idle and
+once while it trains the heavy model on another thread (the gather then competes with training as in the aims).
 
 Example (on the GPU machine)::
 
@@ -69,14 +71,16 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256, 1024, 4096])
     p.add_argument("--hot-frac", type=float, default=0.05, help="high-degree seeds: the top fraction by in-degree")
-    p.add_argument("--configs", default="cpu,gpu,uva,hybrid,hybrid_uva,auto")
+    p.add_argument("--configs", default="cpu,gpu,uva,hybrid,auto", help="also: hybrid_uva")
     p.add_argument("--models", default="light,heavy")
     p.add_argument("--cpu-threads", type=int, default=None, help="sampler threads (default: torch's)")
     p.add_argument("--depth", type=int, default=4, help="batches sampled ahead")
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--max-seconds", type=float, default=6.0, help="cap on a run's timed part")
+    p.add_argument("--steps", type=int, default=48)
+    p.add_argument("--warmup", type=int, default=8)
+    p.add_argument("--max-seconds", type=float, default=2.5, help="cap on a run's timed part")
     p.add_argument("--gather-split", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--split-features", type=int, nargs="+", default=[32, 128, 512], help="fp32 row widths")
+    p.add_argument("--split-gib", type=float, default=4.0, help="table size of the gather split, GiB")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: plumbing check of the cpu lane")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the results JSON here")
@@ -208,8 +212,7 @@ def gather_split(table: torch.Tensor, batches: list[torch.Tensor], device: torch
         times, nbytes = [], 0
         for rep in range(repeats + 1):
             t = 0.0
-            for n_id in batches:
-                ids = n_id.cpu()
+            for ids in batches:
                 k = int(round(frac * ids.numel()))  # rows [0, k) by the CPU, [k, n) by the GPU
                 out = torch.empty((ids.numel(), table.shape[1]), dtype=table.dtype, device=device)
                 staged = torch.empty((k, table.shape[1]), dtype=table.dtype, pin_memory=True)
@@ -223,15 +226,64 @@ def gather_split(table: torch.Tensor, batches: list[torch.Tensor], device: torch
                     future.result()
                 torch.cuda.synchronize(device)
                 t += time.perf_counter() - t0
-                if rep == 0 and not torch.equal(out[: min(64, ids.numel())].cpu(), table[ids[:64]]):
-                    raise AssertionError(f"gather split f={frac}: wrong rows")
-                nbytes += ids.numel() * table.shape[1] * table.element_size() if rep else 0
+                if rep == 0:
+                    probe = torch.randperm(ids.numel())[:256]
+                    if not torch.equal(out[probe.to(device)].cpu(), table[ids[probe]]):
+                        raise AssertionError(f"gather split f={frac}: wrong rows")
+                elif rep:
+                    nbytes += ids.numel() * table.shape[1] * table.element_size()
             if rep:
                 times.append(t)
         results.append({"cpu_fraction": frac, "GBps": nbytes / repeats / 1e9 / statistics.median(times)})
-        print(f"  gather split f={frac:.2f}: {results[-1]['GBps']:.1f} GB/s", flush=True)
     pool.shutdown()
     return results
+
+
+def gather_split_study(args, n_ids: list[torch.Tensor], device: torch.device) -> list[dict]:
+    """:func:`gather_split` per row width, GPU idle and GPU training the heavy model on another thread."""
+    import threading
+
+    out = []
+    for width in args.split_features:
+        rows = max(int(args.split_gib * 2**30 // (4 * width)), args.nodes)
+        gen = torch.Generator().manual_seed(args.seed)
+        table = torch.randn((rows, width), generator=gen)
+        spread = torch.randperm(rows, generator=gen)  # graph ids -> rows all over the table
+        batches = [spread[n_id.cpu() * (rows // args.nodes)] for n_id in n_ids]
+        from lightning_zerocopy.gather import register_host_tensor
+
+        with register_host_tensor(table, name="split table"):
+            for busy in (False, True):
+                stop = threading.Event()
+                trainer = threading.Thread(target=_train_forever, args=(stop, device), daemon=True) if busy else None
+                if trainer is not None:
+                    trainer.start()
+                try:
+                    for r in gather_split(table, batches, device):
+                        r.update(row_bytes=4 * width, gpu_training=busy)
+                        out.append(r)
+                        print(f"  gather split {4 * width:5d} B rows, training={busy!s:5}: f={r['cpu_fraction']:.2f} "
+                              f"{r['GBps']:.1f} GB/s", flush=True)  # fmt: skip
+                finally:
+                    stop.set()
+                    if trainer is not None:
+                        trainer.join()
+        del table
+    return out
+
+
+def _train_forever(stop, device: torch.device) -> None:
+    """A heavy MLP training loop on its own stream (the GPU load of the gather study)."""
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(8192, 1024, device=device)
+    with torch.cuda.stream(torch.cuda.Stream(device)):
+        while not stop.is_set():
+            loss = model(x).square().mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            torch.cuda.current_stream(device).synchronize()
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
@@ -272,8 +324,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
             results["summary"][f"{model_name}/{name}"] = {"hybrid_over_best_single": row["hybrid"] / max(singles), **row}
     if args.gather_split and device.type == "cuda":
         cpu = samplers["cpu"]
-        batches = [cpu(s, i)[0] for i, s in enumerate(batch_seeds(pools, [(1024, "low")], 4, args.seed))]
-        results["gather_split"] = gather_split(table, batches, device)
+        n_ids = [cpu(s, i)[0] for i, s in enumerate(batch_seeds(pools, [(1024, "low")], 4, args.seed))]
+        results["gather_split"] = gather_split_study(args, n_ids, device)
     if registration is not None:
         registration.close()
     if args.out:

@@ -182,6 +182,7 @@ class Producer:
         if kind == "source":
             try:
                 stage.source = pickle.loads(msg[2]) if isinstance(msg[2], bytes) else msg[2]
+                stage.hybrid = None  # decided again for the new source
                 if hasattr(stage.source, "open"):
                     stage.source.open()  # map the shared host memory now, while its names still exist
             except Exception:  # noqa: BLE001 - reported to the trainer, which raises it
