@@ -65,7 +65,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--nodes", type=int, default=2_000_000)
     p.add_argument("--avg-degree", type=float, default=25.0)
-    p.add_argument("--alpha", type=float, default=1.1, help="Zipf exponent of the degrees")
+    p.add_argument("--alpha", type=float, default=0.6, help="Zipf exponent of the degrees (as benchmarks/sampling.py)")
     p.add_argument("--features", type=int, default=128, help="fp32 features per node")
     p.add_argument("--classes", type=int, default=16)
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
