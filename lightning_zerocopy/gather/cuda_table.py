@@ -24,11 +24,13 @@ import resource
 import statistics
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import torch
 
 from lightning_zerocopy import ops
+from lightning_zerocopy.graph.reorder import frequency_order, most_frequent_neighbors
+from lightning_zerocopy.options import GatherMode, check_choice
 
 if TYPE_CHECKING:
     from lightning_zerocopy.gather.host_table import HostFeatureTable
@@ -41,8 +43,6 @@ __all__ = [
     "most_frequent_neighbors",
     "register_host_tensor",
 ]
-
-GatherMode = Literal["auto", "direct", "sorted"]
 
 _CUDA_HOST_REGISTER_PORTABLE = 0x01
 _CUDA_HOST_REGISTER_MAPPED = 0x02
@@ -200,31 +200,6 @@ def register_host_tensor(
     return registration
 
 
-def most_frequent_neighbors(indices: torch.Tensor, num_nodes: int, count: int) -> torch.Tensor:
-    """The ``count`` nodes that appear most often in ``indices`` (the CSC neighbor array).
-
-    A node enters a sampled batch as a neighbor in proportion to how often it appears in ``indices``, so these
-    are the rows a hot-row cache should hold. Returns int64 ids sorted by descending frequency.
-    """
-    if count < 0:
-        raise ValueError(f"`count` must be >= 0, got {count}")
-    counts = torch.bincount(indices.long(), minlength=num_nodes)
-    count = min(count, num_nodes)
-    return torch.topk(counts, count, sorted=True).indices
-
-
-def frequency_order(indices: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    """A node order for the feature table that puts rows used together next to each other.
-
-    Returns ``order`` (int64, a permutation): new row ``i`` holds node ``order[i]``, nodes sorted by how often
-    they appear in ``indices`` (the CSC neighbor array), most frequent first, ties by id. Sampled batches then
-    read the frequent rows from a few dense pages instead of one page per row. Apply it once when the table is
-    built (``x[order]``, and map ids through the inverse, ``rank[order] = arange(num_nodes)``).
-    """
-    counts = torch.bincount(indices.long(), minlength=num_nodes)
-    return torch.argsort(counts, descending=True, stable=True)
-
-
 class CudaFeatureTable:
     """A host feature table that the GPU reads in place, with an optional GPU hot-row cache.
 
@@ -256,8 +231,7 @@ class CudaFeatureTable:
             raise ValueError("`table` must be a 2-D tensor (num_rows, dim) or a HostFeatureTable")
         if not table.is_contiguous():
             raise ValueError("`table` must be contiguous")
-        if mode not in ("auto", "direct", "sorted"):
-            raise ValueError(f"`mode` must be 'auto', 'direct' or 'sorted', got {mode!r}")
+        check_choice(mode, GatherMode, "mode")
         if trial_calls < 1:
             raise ValueError(f"`trial_calls` must be >= 1, got {trial_calls}")
         if not torch.cuda.is_available():

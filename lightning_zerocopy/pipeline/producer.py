@@ -134,6 +134,10 @@ class Producer:
         self._sm_share = sm_share
         self._stream = None
         self._sampler: Optional[Lookahead] = None
+        from lightning_zerocopy.data.resources import ResourceScope
+
+        #: the data path's GPU resources this producer's sources open with (one per host memory and device)
+        self._scope = ResourceScope()
 
     # ---- main loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -165,6 +169,10 @@ class Producer:
             self._sampler.close()
             if self._hybrid is not None:
                 self._hybrid.close()
+            for st in self.stages.values():
+                if hasattr(st.source, "close"):
+                    st.source.close()
+            self._scope.close()  # GPU copies, caches and host registrations of this producer
 
     def _pick(self) -> Optional[str]:
         best, best_order = None, -1
@@ -184,7 +192,7 @@ class Producer:
                 stage.source = pickle.loads(msg[2]) if isinstance(msg[2], bytes) else msg[2]
                 stage.hybrid = None  # decided again for the new source
                 if hasattr(stage.source, "open"):
-                    stage.source.open()  # map the shared host memory now, while its names still exist
+                    stage.source.open(self._scope)  # map the shared host memory now, while its names still exist
             except Exception:  # noqa: BLE001 - reported to the trainer, which raises it
                 self._send(("error", msg[1], None, traceback.format_exc()))
             else:

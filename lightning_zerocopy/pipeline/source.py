@@ -8,10 +8,13 @@ what it contains.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, runtime_checkable
 
 import torch
 from torch_geometric.data import Data
+
+if TYPE_CHECKING:
+    from lightning_zerocopy.data.resources import ResourceScope
 
 
 @runtime_checkable
@@ -69,9 +72,15 @@ class PlanSource:
         self.builder = builder
         self.out_fields = tuple(out_fields)
 
-    def open(self) -> None:
-        """Map the builder's shared host memory in this process."""
-        self.builder.open()
+    def open(self, scope: Optional["ResourceScope"] = None) -> None:
+        """Open the builder in this process with the resources ``scope`` owns for its host memory and device
+        (shared with the other sources of the same producer); without a scope the builder owns private ones."""
+        resources = None if scope is None else scope.get(self.builder.handles, self.builder.device_index)
+        self.builder.open(resources)
+
+    def close(self) -> None:
+        """Release the builder (its resources stay with the scope that owns them)."""
+        self.builder.close()
 
     def num_steps(self, epoch: int) -> int:
         return len(self._plan)

@@ -7,6 +7,7 @@ from lightning_zerocopy.sampling.neighbor_sampler import (
     CSCLike,
     NeighborSampler,
     SampledBatch,
+    sample_bound,
     validate_fanouts,
 )
 
@@ -21,5 +22,6 @@ __all__ = [
     "SampleSizeEstimator",
     "SampledBatch",
     "expected_sample_edges",
+    "sample_bound",
     "validate_fanouts",
 ]

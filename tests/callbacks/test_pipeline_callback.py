@@ -18,7 +18,7 @@ from pytorch_lightning.callbacks import Callback
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
-from lightning_zerocopy.data.batch import HostGraphHandles
+from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.models import GraphSAGE

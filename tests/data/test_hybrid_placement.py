@@ -59,7 +59,7 @@ def test_a_lane_the_builder_does_not_have_is_rejected(shared) -> None:
 
 def test_builder_rejects_an_unknown_placement_listing_the_values(shared) -> None:
     _, handles = shared
-    with pytest.raises(ValueError, match="`sampler_placement` must be one of 'cpu', 'uva', 'gpu', 'hybrid', 'auto'"):
+    with pytest.raises(ValueError, match="`sampler_placement` must be 'cpu', 'uva', 'gpu', 'hybrid' or 'auto', got 'both'"):
         BatchBuilder(handles, [5, 3], sampler_placement="both")
 
 
