@@ -290,3 +290,10 @@ def test_drop_forgets_queued_batches_and_their_backlog() -> None:
     finally:
         gate.set()
         dispatcher.close()
+
+
+@pytest.mark.parametrize("placement", ["hybrid", "auto"])
+def test_a_single_sampler_does_not_take_a_builder_level_placement(placement) -> None:
+    graph = CSCGraph.from_edge_index(torch.tensor([[0, 1], [1, 0]]), 2)
+    with pytest.raises(ValueError, match="`placement` must be 'cpu', 'uva' or 'gpu'"):
+        NeighborSampler(graph, fanouts=[2], placement=placement)
