@@ -126,6 +126,8 @@ class Producer:
         self.channel = channel
         self.hybrid_depth = int(hybrid_depth)
         self._hybrid: Optional[HybridDispatcher] = None
+        self._last_take: Optional[float] = None  # when the producer last took a hybrid sample
+        self._take_interval: Optional[float] = None  # EWMA of the seconds between takes: the deadlines' unit
         self._make_stream: Optional[Any] = None
         self.device = device
         self.lookahead = lookahead
@@ -316,12 +318,19 @@ class Producer:
     def _build_hybrid(self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]]) -> tuple[Any, float]:
         dispatcher, source, epoch, gen = self._hybrid, st.source, st.epoch, st.gen
         assert dispatcher is not None
+        interval = self._take_interval
         for ahead in range(step, min(step + 1 + self.hybrid_depth, st.stop)):
             if (name, gen, ahead) not in dispatcher:
                 item = source.plan(epoch, ahead)
+                deadline_s = None if interval is None else (ahead - step) * interval  # when it will be taken
                 dispatcher.submit((name, gen, ahead), source.expected_size(item),
-                                  lambda lane, item=item: source.sample_batch(item, lane=lane))  # fmt: skip
+                                  lambda lane, item=item: source.sample_batch(item, lane=lane), deadline_s)  # fmt: skip
         sampled, st.dispatch = dispatcher.take((name, gen, step))
+        now = time.perf_counter()
+        if self._last_take is not None:
+            gap = now - self._last_take
+            self._take_interval = gap if interval is None else 0.8 * interval + 0.2 * gap
+        self._last_take = now
         t0 = time.perf_counter()
         data = source.gather_batch(sampled, out=out)
         sample_s = st.dispatch.measured_s if st.dispatch is not None else 0.0

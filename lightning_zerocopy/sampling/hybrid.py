@@ -6,11 +6,15 @@ sampled changes nothing in the batch: this module only decides *where*.
 * :class:`HybridPolicy` (pure, no threads): per device ("lane") a :class:`~.cost_model.LinearCostModel` and
   the batches queued on it. A batch goes to the lane whose backlog (predicted seconds still queued, minus what
   the running batch has already spent) plus its own predicted time is smallest. Uncalibrated lanes are tried
-  first, and a lane left unused for ``explore_every`` batches gets a probe when it is idle, so its model does
-  not go stale while the other device's load changes. ``mode="auto"`` keeps both lanes only if together they
-  are measurably faster than the better one alone (see :meth:`HybridPolicy.decide_auto`).
+  first, and a lane left unused for ``explore_every`` batches is probed when it is idle, so its model does not go
+  stale while the other device's load changes. ``mode="auto"`` keeps both lanes only if together they are
+  measurably faster than the better one alone (see :meth:`HybridPolicy.decide_auto`). With ``prefer`` (e.g. the
+  CPU, which takes no SMs from training) and a deadline per batch (when the consumer will need it), a batch goes
+  to the preferred lane whenever that lane is expected to finish it in time, else to the earliest finish.
 * :class:`HybridDispatcher`: one thread per lane runs the samples; results are taken back by key in whatever
-  order the caller asks (the producer asks in batch order), a sampler's exception is re-raised in the taker.
+  order the caller asks (the producer asks in batch order), a sampler's exception is re-raised in the taker. A
+  probe of a stale lane is a *shadow* sample: the batch also runs on the idle stale lane, only to measure it, so
+  a probe never delays a batch (the serial :meth:`HybridDispatcher.run` puts the batch itself there instead).
   On CUDA each lane samples on a stream of its own and :meth:`HybridDispatcher.take` makes the caller's
   current stream wait for it (an event, no host sync), as the single-lane lookahead does.
 
@@ -61,6 +65,7 @@ class HybridStats:
 
     lanes: dict[str, LaneStats] = field(default_factory=dict)
     last: Optional[Dispatch] = None
+    probes: int = 0  # shadow samples run only to measure an idle lane (not counted in ``lanes``)
     auto_choice: Optional[tuple[str, ...]] = None
 
     def record(self, dispatch: Dispatch) -> None:
@@ -104,6 +109,8 @@ class HybridPolicy:
         warmup: measurements per lane dropped before the model is fed (the first call pays one-time setup).
         auto_after: measured batches (all lanes calibrated) before ``auto`` decides.
         auto_margin: ``auto`` keeps every lane if their summed rates beat the best single lane by this fraction.
+        prefer: a lane that gets a batch whenever it is expected to finish it before the batch's deadline (see
+            :meth:`choose`); ``None``: always the earliest finish.
     """
 
     def __init__(
@@ -115,8 +122,12 @@ class HybridPolicy:
         warmup: int = 1,
         auto_after: int = 64,
         auto_margin: float = 0.1,
+        prefer: Optional[str] = None,
     ) -> None:
         names = list(lanes)
+        if prefer is not None and prefer not in names:
+            raise ValueError(f"`prefer` must be one of the lanes {names!r}, got {prefer!r}")
+        self.prefer = prefer
         if not names or len(set(names)) != len(names):
             raise ValueError(f"`lanes` must be distinct lane names, got {names!r}")
         if mode not in ("hybrid", "auto"):
@@ -155,17 +166,36 @@ class HybridPolicy:
             total += max(p.predicted_s - spent, 0.0)
         return total
 
-    def choose(self, size: float, now: float) -> str:
-        """The lane for a batch of expected ``size`` at time ``now``."""
+    def choose(self, size: float, now: float, deadline: Optional[float] = None, explore: bool = True) -> str:
+        """The lane for a batch of expected ``size`` at time ``now``.
+
+        Args:
+            deadline: when the batch will be needed (same clock as ``now``); with ``prefer`` set, the preferred
+                lane gets the batch if it is expected to finish by then.
+            explore: put the batch itself on a stale idle lane (serial use); a dispatcher that probes with
+                shadow samples (:meth:`stale_lane`) passes ``False``.
+        """
         active = [self._lanes[n] for n in self.active_lanes]
         cold = [lane for lane in active if not lane.model.calibrated]
         if cold:  # calibrate first: an idle cold lane, else the cold lane with the least queued
             return min(cold, key=lambda lane: (len(lane.pending) > 0, len(lane.pending))).name
-        if len(active) > 1:
-            stale = [lane for lane in active if not lane.pending and self._dispatched - lane.last_dispatch >= self.explore_every]
-            if stale:
-                return min(stale, key=lambda lane: lane.last_dispatch).name
-        return min(active, key=lambda lane: self.backlog(lane.name, now) + lane.model.predict(size)).name
+        if explore:
+            stale = self.stale_lane()
+            if stale is not None:
+                return stale
+        finish = {lane.name: self.backlog(lane.name, now) + lane.model.predict(size) for lane in active}
+        if self.prefer in finish and deadline is not None and now + finish[self.prefer] <= deadline:
+            return self.prefer
+        return min(finish, key=lambda name: finish[name])
+
+    def stale_lane(self, exclude: Optional[str] = None) -> Optional[str]:
+        """An idle, calibrated lane not used for ``explore_every`` dispatches (the longest unused), if any."""
+        active = [self._lanes[n] for n in self.active_lanes]
+        if len(active) < 2:
+            return None
+        stale = [lane for lane in active if lane.name != exclude and not lane.pending and lane.model.calibrated
+                 and self._dispatched - lane.last_dispatch >= self.explore_every]  # fmt: skip
+        return min(stale, key=lambda lane: lane.last_dispatch).name if stale else None
 
     def dispatched(self, lane: str, key: Hashable, size: float) -> float:
         """Record that batch ``key`` was queued on ``lane``; returns its predicted seconds."""
@@ -182,14 +212,20 @@ class HybridPolicy:
         if pending is not None:
             pending.started_at = now
 
-    def finished(self, lane: str, key: Hashable, size: float, seconds: Optional[float]) -> Optional[Dispatch]:
-        """Batch ``key`` left ``lane``; ``seconds`` is its measured time, ``None`` if it failed. Feeds the model."""
+    def finished(
+        self, lane: str, key: Hashable, size: float, seconds: Optional[float], probe: bool = False
+    ) -> Optional[Dispatch]:
+        """Batch ``key`` left ``lane``; ``seconds`` is its measured time, ``None`` if it failed. Feeds the model.
+        A ``probe`` (shadow sample) calibrates the lane but is not counted as a batch of it."""
         state = self._lanes[lane]
         pending = state.pending.pop(key, None)
         if seconds is None or pending is None:
             return None
         record = Dispatch(key, lane, float(size), pending.predicted_s, float(seconds))
-        self.stats.record(record)
+        if probe:
+            self.stats.probes += 1
+        else:
+            self.stats.record(record)
         if state.skip > 0:
             state.skip -= 1
             return record
@@ -250,15 +286,26 @@ class HybridDispatcher:
     def __contains__(self, key: Hashable) -> bool:
         return key in self._futures
 
-    def submit(self, key: Hashable, size: float, sample: Callable[[str], Any]) -> str:
-        """Queue ``sample(lane)`` for batch ``key`` (expected ``size``) on the chosen lane; returns the lane."""
+    def submit(self, key: Hashable, size: float, sample: Callable[[str], Any], deadline_s: Optional[float] = None) -> str:
+        """Queue ``sample(lane)`` for batch ``key`` (expected ``size``) on the chosen lane; returns the lane.
+
+        Args:
+            deadline_s: seconds from now until the caller will take the batch (for a policy with ``prefer``).
+        """
         if key in self._futures:
             raise ValueError(f"batch {key!r} is already queued")
         with self._lock:
-            lane = self.policy.choose(size, self._clock())
+            now = self._clock()
+            deadline = None if deadline_s is None else now + deadline_s
+            lane = self.policy.choose(size, now, deadline=deadline, explore=False)
             self.policy.dispatched(lane, key, size)
+            probe = self.policy.stale_lane(exclude=lane)
+            if probe is not None:
+                self.policy.dispatched(probe, _Probe(key), size)
         future = self._executors[lane].submit(self._run, lane, key, size, sample)
         self._futures[key] = (lane, future)
+        if probe is not None:  # a shadow sample on the idle stale lane: measured, then dropped
+            self._executors[probe].submit(self._run, probe, _Probe(key), size, sample)
         return lane
 
     def take(self, key: Hashable) -> tuple[Any, Optional[Dispatch]]:
@@ -297,6 +344,14 @@ class HybridDispatcher:
             executor.shutdown(wait=True, cancel_futures=True)
 
     def _run(self, lane: str, key: Hashable, size: float, sample: Callable[[str], Any]) -> tuple[Any, Any, Any]:
+        if isinstance(key, _Probe):
+            try:
+                return self._run_on_stream(lane, key, size, sample)
+            except Exception:  # noqa: BLE001 - a probe only measures; the batch itself reports its errors
+                return None, None, None
+        return self._run_on_stream(lane, key, size, sample)
+
+    def _run_on_stream(self, lane: str, key: Hashable, size: float, sample: Callable[[str], Any]) -> tuple[Any, Any, Any]:
         stream = None
         if self._make_stream is not None:
             stream = self._streams.get(lane)
@@ -323,5 +378,12 @@ class HybridDispatcher:
                 self.policy.finished(lane, key, size, None)
             raise
         with self._lock:
-            record = self.policy.finished(lane, key, size, self._clock() - start)
+            record = self.policy.finished(lane, key, size, self._clock() - start, probe=isinstance(key, _Probe))
         return result, event, record
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """The key of a shadow sample of batch ``key``."""
+
+    key: Hashable

@@ -149,18 +149,17 @@ def test_policy_checks_arguments() -> None:
 
 
 class FakeClock:
-    """A clock that only moves when a fake sampler spends time."""
+    """A clock that only moves when a fake sampler spends time, separately on each thread (a lane's measured time
+    is exactly what its samples spent, whatever runs concurrently on other lanes)."""
 
     def __init__(self) -> None:
-        self.now = 0.0
-        self._lock = threading.Lock()
+        self._local = threading.local()
 
     def __call__(self) -> float:
-        return self.now
+        return getattr(self._local, "now", 0.0)
 
     def spend(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
+        self._local.now = self() + seconds
 
 
 def test_dispatcher_with_fake_clock_converges_and_moves() -> None:
@@ -195,7 +194,7 @@ class RandomPolicy(HybridPolicy):
         super().__init__(lanes)
         self._rng = random.Random(seed)
 
-    def choose(self, size: float, now: float) -> str:
+    def choose(self, size: float, now: float, **kwargs) -> str:
         return self._rng.choice(self.lanes)
 
 
@@ -297,3 +296,45 @@ def test_a_single_sampler_does_not_take_a_builder_level_placement(placement) -> 
     graph = CSCGraph.from_edge_index(torch.tensor([[0, 1], [1, 0]]), 2)
     with pytest.raises(ValueError, match="`placement` must be 'cpu', 'uva' or 'gpu'"):
         NeighborSampler(graph, fanouts=[2], placement=placement)
+
+
+def test_probes_are_shadow_samples_that_never_delay_a_batch_and_keep_the_idle_lane_calibrated() -> None:
+    clock = FakeClock()
+    cost = {"cpu": 4e-3, "gpu": 1e-3}
+    dispatcher = HybridDispatcher(HybridPolicy(["cpu", "gpu"], explore_every=10), clock=clock)
+    ran: list[tuple[int, str]] = []
+
+    def sample(step: int, lane: str) -> int:
+        ran.append((step, lane))
+        clock.spend(cost[lane])
+        return step
+
+    try:
+        lanes = []
+        for step in range(200):
+            if step == 100:
+                cost["cpu"] = 0.5e-3  # the CPU got freer: only the probes can tell
+            lane = dispatcher.submit(step, 1e4, lambda lane, s=step: sample(s, lane))
+            assert dispatcher.take(step)[0] == step
+            lanes.append(lane)
+    finally:
+        dispatcher.close()
+    stats = dispatcher.stats
+    assert stats.probes >= 10  # shadow samples ran on the idle lane ...
+    assert sum(s.batches for s in stats.lanes.values()) == 200  # ... and are not counted as its batches
+    assert lanes[20:100].count("gpu") == 80  # no batch of the faster lane was put on the slower one to probe it
+    assert lanes[150:].count("cpu") == 50  # the probes saw the CPU get faster
+    assert dispatcher.policy.model("cpu").predict(1e4) == pytest.approx(0.5e-3, rel=0.05)
+
+
+def test_a_preferred_lane_takes_every_batch_it_can_finish_before_its_deadline() -> None:
+    policy = HybridPolicy(["cpu", "gpu"], prefer="cpu", warmup=0)
+    for lane, seconds in (("cpu", 8e-3), ("gpu", 1e-3)):
+        policy.dispatched(lane, lane, 1e4)
+        policy.finished(lane, lane, 1e4, seconds)
+    assert policy.choose(1e4, now=0.0) == "gpu"  # no deadline: the earliest finish
+    assert policy.choose(1e4, now=0.0, deadline=0.010) == "cpu"  # the CPU makes it in time: keep the GPU free
+    policy.dispatched("cpu", "queued", 1e4)  # 8 ms already queued on the CPU
+    assert policy.choose(1e4, now=0.0, deadline=0.010) == "gpu"  # 16 ms would miss the deadline
+    with pytest.raises(ValueError, match="prefer"):
+        HybridPolicy(["cpu", "gpu"], prefer="tpu")
