@@ -29,7 +29,7 @@ batches serves the same rows from GPU memory.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Literal, Optional, Protocol, Sequence, runtime_checkable
 
 import pytorch_lightning as pl
 import torch
@@ -59,11 +59,18 @@ from lightning_zerocopy.options import (
     check_fanouts,
 )
 
-__all__ = ["GatherChoice", "HostMemoryConsumer", "Split", "ZeroCopyDataModule"]
+__all__ = ["GatherChoice", "HostMemoryConsumer", "LoaderFactory", "Split", "ZeroCopyDataModule"]
 
 Split = Literal["train", "val", "test", "predict"]
 _KEY = "data.init_args."  # how errors name this class's arguments: the recipe's YAML keys
 _STREAMS = {"train": 0, "val": 1, "test": 2, "predict": 3}
+
+
+class LoaderFactory(Protocol):
+    """Turns the DataModule's loader of a split into the iterable its ``*_dataloader`` hook returns
+    (:meth:`ZeroCopyDataModule.use_loader_factory`)."""
+
+    def __call__(self, split: str, loader: PlanLoader) -> Iterable[Data]: ...
 
 
 @runtime_checkable
@@ -185,6 +192,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._splits: dict[str, torch.Tensor] = {}
         # an in-memory node order outlives teardown, so fit then test in one process computes it once
         self._kept_order: Optional[NodeOrder] = None
+        self._loader_factory: Optional[LoaderFactory] = None
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
 
@@ -237,20 +245,41 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._release()
 
     @override
-    def train_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("train"), self._builder_for("train"))
+    def train_dataloader(self) -> Iterable[Data]:
+        return self._loader("train")
 
     @override
-    def val_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("val"), self._builder_for("val"))
+    def val_dataloader(self) -> Iterable[Data]:
+        return self._loader("val")
 
     @override
-    def test_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("test"), self._builder_for("test"))
+    def test_dataloader(self) -> Iterable[Data]:
+        return self._loader("test")
 
     @override
-    def predict_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("predict"), self._builder_for("predict"))
+    def predict_dataloader(self) -> Iterable[Data]:
+        return self._loader("predict")
+
+    def use_loader_factory(self, factory: Optional[LoaderFactory]) -> None:
+        """Have the ``*_dataloader`` hooks return ``factory(split, loader)`` instead of the plain loader.
+
+        The hook a component uses to take over where batches are built without changing them (e.g.
+        :class:`~lightning_zerocopy.callbacks.PipelineCallback` wraps each loader so a producer builds its batches
+        ahead of the step). ``loader`` is the :class:`PlanLoader` the hook would return; the factory returns any
+        iterable with the same length and batches. ``None`` restores the plain loaders.
+        """
+        if factory is not None and not callable(factory):
+            raise TypeError(f"`factory` must be callable as factory(split, loader) or None, got {type(factory).__name__}")
+        self._loader_factory = factory
+
+    @property
+    def loader_factory(self) -> Optional[LoaderFactory]:
+        """The factory set by :meth:`use_loader_factory`, or ``None``."""
+        return self._loader_factory
+
+    def _loader(self, split: Split) -> Iterable[Data]:
+        loader = PlanLoader(self.plan(split), self._builder_for(split))
+        return loader if self._loader_factory is None else self._loader_factory(split, loader)
 
     @override
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
