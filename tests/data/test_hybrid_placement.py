@@ -10,21 +10,13 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
-from test_gpu_data_path import SAGE, _assert_same_batch, _datamodule, _graph, _item, _trainer
+from test_gpu_data_path import SAGE, _assert_same_batch, _datamodule, _graph, _item, _trainer, shared  # noqa: F401 (fixture)
 
 import lightning_zerocopy.data.batch as batch_module
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.host import share_node_data
 
 NO_CUDA = not torch.cuda.is_available()
-
-
-@pytest.fixture
-def shared():
-    data = _graph()
-    handles = share_node_data(data)
-    yield data, handles
-    handles.unlink()
 
 
 @pytest.fixture
