@@ -15,7 +15,11 @@ the stall fraction, and ``MEPS``, millions of sampled edges per second):
 * ``data/seps``: sampled edges per second delivered to training (``edge_index`` columns / step interval);
 * ``data/gather_GBps``: feature bytes delivered per second (``x`` bytes / step interval);
 * with :class:`~lightning_zerocopy.callbacks.PipelineCallback`: ``data/build_ms``, the producer's time to
-  sample and gather the batch (off the trainer's critical path).
+  sample and gather the batch (off the trainer's critical path);
+* with hybrid sampling (``sampler_placement: hybrid | auto``; from the pipeline's stats, or the DataModule's
+  ``sampling_stats("train")`` without a pipeline): ``data/sample_ms`` and ``data/sample_pred_ms``, the measured
+  and the cost model's predicted sampling time of the latest batch, and ``data/share_<device>``, the share of
+  the batches so far that each device (``cpu``, ``gpu``) sampled;
 * with a GPU feature cache (:class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy`'s ``cache_budget``), per
   training epoch and per rank: ``cache/hit_rate`` (rows served from GPU memory over all rows gathered),
   ``cache/local_rows``, ``cache/peer_rows`` and ``cache/host_rows`` (where the rows came from) and
@@ -117,6 +121,7 @@ class DataTelemetry(Callback):
             stats = _pipeline_stats(trainer)
             if stats is not None:
                 host["build_ms"] = 1e3 * stats.last_build_s
+            host.update(_sampling_metrics(trainer, stats))
             bs = getattr(batch, "batch_size", None)
             host["batch_size"] = float(bs) if isinstance(bs, int) else -1.0
             if on_gpu and self._start_event is not None and self._end_event is not None:
@@ -148,8 +153,9 @@ class DataTelemetry(Callback):
             metrics["data/seps"] = host["edges"] / interval_s
         if host["x_bytes"] >= 0 and interval_s > 0:
             metrics["data/gather_GBps"] = host["x_bytes"] / interval_s / 1e9
-        if "build_ms" in host:
-            metrics["data/build_ms"] = host["build_ms"]
+        for key, value in host.items():
+            if key == "build_ms" or key.startswith(("sample_", "share_")):
+                metrics[f"data/{key}"] = value
         self.history.append(metrics)
         bs = int(host["batch_size"]) if host["batch_size"] >= 0 else None
         pl_module.log_dict(metrics, on_step=True, on_epoch=True, batch_size=bs)
@@ -163,6 +169,20 @@ def _record(device: torch.device) -> Any:
     event = torch.cuda.Event(enable_timing=True)
     event.record(torch.cuda.current_stream(device))
     return event
+
+
+def _sampling_metrics(trainer: "pl.Trainer", pipeline_stats: Any) -> dict[str, float]:
+    """Hybrid sampling figures of the latest batch: measured and predicted ms, and each device's share."""
+    sampling = getattr(pipeline_stats, "sampling", None)
+    if sampling is None or sampling.last is None:
+        provider = getattr(getattr(trainer, "datamodule", None), "sampling_stats", None)
+        sampling = provider("train") if callable(provider) else None
+    if sampling is None or sampling.last is None:
+        return {}
+    out = {"sample_ms": 1e3 * sampling.last.measured_s, "sample_pred_ms": 1e3 * sampling.last.predicted_s}
+    for lane in sampling.lanes:
+        out[f"share_{lane}"] = sampling.share(lane)
+    return out
 
 
 def _pipeline_stats(trainer: "pl.Trainer"):

@@ -112,3 +112,53 @@ def test_cache_figures_per_epoch_from_the_datamodule() -> None:
     assert logged["cache/hit_rate"] == pytest.approx(40 / 60)
     assert logged["cache/host_read_GBps"] > 0
     assert telemetry.cache_history == [logged]
+
+
+class _HybridDataModule(pl.LightningDataModule):
+    """Batches whose sampling a fake hybrid dispatcher placed: every third on the CPU, the rest on the GPU."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        from lightning_zerocopy.sampling import HybridStats
+
+        self.steps, self.stats = steps, HybridStats()
+
+    def sampling_stats(self, split: str):
+        assert split == "train"
+        return self.stats
+
+    def train_dataloader(self):
+        from lightning_zerocopy.sampling import Dispatch
+
+        def batches():
+            for step in range(self.steps):
+                lane = "cpu" if step % 3 == 0 else "gpu"
+                self.stats.record(Dispatch(step, lane, 100.0, predicted_s=0.004, measured_s=0.005 if lane == "gpu" else 0.02))
+                yield Data(x=torch.randn(64, 8), edge_index=torch.randint(0, 64, (2, 256)), batch_size=16)
+
+        return _Batches(batches(), self.steps)
+
+
+class _Batches:
+    def __init__(self, it, n: int) -> None:
+        self.it, self.n = it, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return self.it
+
+
+def test_hybrid_sampling_shares_and_predicted_vs_measured_times_are_logged():
+    telemetry = DataTelemetry(prog_bar=False)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False, callbacks=[telemetry],
+    )  # fmt: skip
+    trainer.fit(_BusyModel(), datamodule=_HybridDataModule(30))
+    last = telemetry.history[-1]
+    assert last["data/share_cpu"] == pytest.approx(1 / 3, abs=0.05)
+    assert last["data/share_gpu"] == pytest.approx(2 / 3, abs=0.05)
+    assert last["data/sample_pred_ms"] == pytest.approx(4.0)
+    assert {m["data/sample_ms"] for m in telemetry.history} == {5.0, 20.0}
