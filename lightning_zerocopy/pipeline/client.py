@@ -214,7 +214,9 @@ class PipelineClient:
             msg = self.transport.recv(timeout=0.2)
             if msg is None:
                 self.transport.check_alive(what)
-                if time.monotonic() > deadline:
+                if getattr(self.transport, "starting", False):  # a worker still starting is not a stuck producer
+                    deadline = time.monotonic() + self.timeout
+                elif time.monotonic() > deadline:
                     raise PipelineError(
                         f"the pipeline producer did not deliver {what} within {self.timeout:.0f} s although "
                         "it is alive; raise PipelineCallback(timeout=...) if batches are this slow"
