@@ -109,7 +109,7 @@ setup(
         "numpy",
         "tqdm",
     ],
-    extras_require={"test": ["pytest>=7", "scipy"]},
+    extras_require={"test": ["pytest>=7", "scipy", "matplotlib>=3.7"], "bench": ["matplotlib>=3.7"]},
     entry_points={"console_scripts": ["lightning-zerocopy=lightning_zerocopy.cli:main"]},
     zip_safe=False,
 )

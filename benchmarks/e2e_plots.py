@@ -75,7 +75,10 @@ def _accuracy(results: dict[str, Any]) -> Callable[[Any, str, list], None]:
 
 def _latency(ax: Any, model: str, runs: list) -> None:
     data = [r.get("step_ms") or [0.0] for r in runs]
-    ax.boxplot(data, vert=False, showfliers=False)
+    try:
+        ax.boxplot(data, orientation="horizontal", showfliers=False)  # matplotlib >= 3.10
+    except TypeError:
+        ax.boxplot(data, vert=False, showfliers=False)
     ax.set_yticks(range(1, len(runs) + 1), [r["row"] for r in runs])
     ax.invert_yaxis()
     ax.set_xscale("log")

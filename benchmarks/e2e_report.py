@@ -77,7 +77,7 @@ def one_line(run: dict[str, Any]) -> str:
 def aims(results: dict[str, Any], model: str) -> list[str]:
     """Lines on the issue's aims for ``model``: best row vs PyG and vs model-only, and what limits it."""
     rows = _by_row(results, model)
-    ours = [r for r in rows.values() if _ok(r) and r["kind"] == "ours" and r.get("batch_check", {}).get("ok", True)]
+    ours = [r for r in rows.values() if _ok(r) and r.get("kind") == "ours" and r.get("batch_check", {}).get("ok", True)]
     if not ours:
         return [f"- {model}: no row of ours finished."]
     best = max(ours, key=lambda r: r["steps_per_s"])
