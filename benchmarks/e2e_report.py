@@ -153,6 +153,8 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
              f"seed {args.get('seed')}; row budget {args.get('row_budget_s')} s of training",
              "", "Steps/s: steady state after warm-up, training time only (host timer between device syncs, validation "
              "excluded). Stall, host wait, feature GB/s, build ms and the step interval come from `DataTelemetry`. "
+             "Feature GB/s: bytes of `x` delivered per second of step interval (read from host memory by the zero-copy rows, "
+             "partly from GPU memory with a cache, wholly for `all_in_gpu` and `model_only`). "
              "Time to target: training seconds at the first validation at or above the target. Batches checked: the "
              "first training batches compared with the dataset (seeds in plan order, `x`, `y`, `edge_index` range).",
              ""]  # fmt: skip

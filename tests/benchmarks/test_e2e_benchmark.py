@@ -19,18 +19,22 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CPU_ROWS = ("cpu", "cpu_inproc", "model_only")
 
 
-@pytest.fixture(scope="module")
-def ci_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ``--preset ci`` run (CPU rows on a few thousand nodes); its output folder."""
-    tmp = tmp_path_factory.mktemp("e2e")
+def _run_e2e(tmp: Path, *flags: str) -> Path:
+    """``python -m benchmarks.e2e --preset ci FLAGS`` into ``tmp/out``; the output folder."""
     out = tmp / "out"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.e2e", "--preset", "ci", "--out", str(out), "--cache-dir", str(tmp / "cache")],
+        [sys.executable, "-m", "benchmarks.e2e", "--preset", "ci", "--out", str(out), "--cache-dir", str(tmp / "cache"), *flags],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ``--preset ci`` run (CPU rows on a few thousand nodes); its output folder."""
+    return _run_e2e(tmp_path_factory.mktemp("e2e"))
 
 
 def test_ci_run_writes_json_report_and_plots(ci_run: Path) -> None:
@@ -186,8 +190,44 @@ def test_pyg_row_trains_through_neighbor_loader(tmp_path: Path, monkeypatch: pyt
     from lightning_zerocopy import SyntheticGraph
 
     SyntheticGraph(**kwargs).prepare()
-    [result] = run_row(ROWS["pyg"], [MODELS["light"]], args, kwargs)
-    assert result["status"] == "ok", result
-    assert result["pyg_workers"] in (0, 1) and set(result["pyg_sweep_batches_per_s"]) == {0, 1}
-    assert result["steps"] == 12 and len(result["val_curve"]) == 2 and result["steps_per_s"] > 0
-    assert result["batch_check"] == {"checked": 3, "ok": True, "problems": []}
+    results = run_row(ROWS["pyg"], [MODELS["light"], MODELS["heavy"]], args, kwargs)  # one PyG CSC, two fanouts
+    for result in results:
+        assert result["status"] == "ok", result
+        assert result["pyg_workers"] in (0, 1) and set(result["pyg_sweep_batches_per_s"]) == {0, 1}
+        assert result["steps"] == 12 and len(result["val_curve"]) == 2 and result["steps_per_s"] > 0
+        assert result["batch_check"] == {"checked": 3, "ok": True, "problems": []}
+
+
+#: Reasons a row may be skipped on a GPU machine: a feature this build or machine does not have.
+_GPU_SKIPS = {
+    "pyg": "pyg-lib or torch-sparse",
+    "zc_gpu_mps": "MPS is unavailable",
+    "hybrid": "ZeroCopyDataModule rejects",
+    "zerocopy_ddp": "ZeroCopyDDPStrategy",
+}
+
+
+@pytest.mark.cuda
+def test_gpu_rows_train_on_checked_batches(tmp_path: Path) -> None:
+    """Every kind of GPU row (sampler placements, pipeline modes, MPS, hot rows, all-in-GPU, Strategy, hybrid,
+    PyG) trains both models on the ci graph and its first batches match the dataset; skips only for a missing
+    feature, with the reason."""
+    rows = ["model_only", "cpu", "zc_cpu", "zc_uva", "zc_gpu", "zc_gpu_inproc", "zc_gpu_mps", "zc_gpu_hot",
+            "all_in_gpu", "pyg", "hybrid", "zerocopy_ddp"]  # fmt: skip
+    out = _run_e2e(tmp_path, "--configs", ",".join(rows), "--models", "light,heavy", "--threads", "0",
+                   "--pyg-workers", "0,2")  # fmt: skip
+    results = json.loads((out / "results.json").read_text())
+    assert results["meta"]["gpu"]
+    runs = {(r["row"], r["model"]): r for r in results["runs"]}
+    assert set(runs) == {(row, m) for row in rows for m in ("light", "heavy")}
+    for (row, model), r in runs.items():
+        if r["status"] == "skipped" and row in _GPU_SKIPS:
+            assert _GPU_SKIPS[row] in r["reason"], r
+            continue
+        assert r["status"] == "ok", r
+        assert r["device"] != "cpu" and r["steps"] == PRESETS["ci"].steps and r["steps_per_s"] > 0
+        assert r["batch_check"]["ok"] and r["batch_check"]["checked"] >= 1, (row, model, r["batch_check"])
+        assert r["best_val_acc"] is not None and r["stall_frac"] is not None
+    for row in ("model_only", "zc_gpu", "zc_gpu_inproc", "all_in_gpu"):
+        assert runs[(row, "heavy")]["status"] == "ok"
+    assert runs[("zc_gpu_hot", "light")]["hot_rows"] == round(0.2 * PRESETS["ci"].num_nodes)
