@@ -17,8 +17,9 @@ Examples::
     python -m benchmarks.e2e --preset headline --configs pyg,zc_gpu_mps --models heavy --out results/e2e-big
     python -m benchmarks.e2e --report-only results/e2e-small                   # plots and report from the JSON
 
-On the GPU box PyG's sampling backend comes from ``/work/shared/baselines`` (unpack the .tgz onto
-``PYTHONPATH``); ``--prepare-only`` builds the graph cache once (``headline``: ~34 GB on disk).
+On the GPU box PyG's sampling backend comes from ``.pyg/*.tgz`` (``mkdir -p /tmp/pygsite && tar xzf .pyg/*.tgz -C
+/tmp/pygsite``, then ``--pyg-site /tmp/pygsite``); ``--prepare-only`` builds the graph cache once (``headline``:
+~34 GB on disk, kept under ``--cache-dir``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--out", help="output folder (default: results/e2e-<preset>)")
     p.add_argument("--report-only", metavar="DIR", help="re-render report.md and the plots from DIR/results.json")
     p.add_argument("--list", action="store_true", help="list the rows and exit")
+    p.add_argument("--pyg-site", metavar="DIR", help="a folder with pyg-lib or torch-sparse, put first on every row's "
+                   "import path (the GPU box: where .pyg/*.tgz is unpacked)")  # fmt: skip
+    p.add_argument("--append", action="store_true", help="keep the runs already in --out/results.json (same graph) "
+                   "and add or replace this command's rows: a long preset split over several commands")  # fmt: skip
     p.add_argument("--prepare-only", action="store_true", help="generate (or find) the cached graph and exit")
     g = p.add_argument_group("graph (SyntheticGraph, cached under --cache-dir)")
     g.add_argument("--num-nodes", type=int)
@@ -81,6 +86,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--pyg-workers", help="NeighborLoader worker counts to sweep; the best trains")
     t.add_argument("--sweep-batches", type=int, default=40, help="batches timed per worker count of the sweep")
     t.add_argument("--stage-batches", type=int, default=256, help="model_only: distinct batches pre-staged on the device")
+    t.add_argument("--stage-steps", type=int, default=20, help="stages row: batches timed per path (after 5)")
     t.add_argument("--worker-sm-percent", type=int, default=10, help="MPS rows: the pipeline worker's share of SMs")
     t.add_argument("--cache-fraction", type=float, default=0.2, help="zc_gpu_hot rows: share of feature rows cached on the GPU")
     t.add_argument("--cache-budget", default="20%", help="zerocopy_ddp rows: the Strategy's cache_budget")
@@ -179,7 +185,7 @@ def _precheck(row: Any) -> Optional[str]:
         return "needs a CUDA GPU (none here)"
     if row.kind == "pyg" and not any(importlib.util.find_spec(m) for m in ("pyg_lib", "torch_sparse")):
         return ("PyG's NeighborLoader needs pyg-lib or torch-sparse; neither is installed here "
-                "(on the GPU box: unpack /work/shared/baselines/*.tgz onto PYTHONPATH)")  # fmt: skip
+                "(on the GPU box: unpack .pyg/*.tgz and pass --pyg-site DIR)")  # fmt: skip
     return None
 
 
@@ -196,6 +202,10 @@ def _mps_prefix(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Prepare the graph, run every selected row in its own process, write the JSON and the report."""
     rows = select_rows(args.configs)
+    if args.pyg_site:  # this process (the precheck) and every row's process import from it first
+        site = os.path.abspath(args.pyg_site)
+        sys.path.insert(0, site)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in MODELS]
     if unknown:
@@ -224,6 +234,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.prepare_only:
         _write(results, out)
         return results
+    if args.append:
+        _keep_previous(results, out, [(r.name, m) for r in rows for m in models])
     rows_start = time.monotonic()  # the budget is for the rows: generating a headline graph can take longer
     for row in rows:
         why = _precheck(row)
@@ -251,6 +263,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     files = e2e_report.render(out)
     print(f"e2e: wrote {', '.join(os.path.basename(f) for f in files)} in {out}", flush=True)
     return results
+
+
+def _keep_previous(results: dict[str, Any], out: str, planned: list[tuple[str, str]]) -> None:
+    """``--append``: the earlier runs in ``out`` (same graph) that this command does not repeat."""
+    path = os.path.join(out, "results.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        previous = json.load(f)
+    if previous.get("graph", {}).get("cache") != results["graph"]["cache"]:
+        raise SystemExit(f"--append: {path} holds runs on another graph ({previous.get('graph', {}).get('cache')}); "
+                         "use another --out or the same graph flags")  # fmt: skip
+    results["runs"] = [r for r in previous.get("runs", []) if (r["row"], r["model"]) not in set(planned)]
+    results["rows"] = {**previous.get("rows", {}), **results["rows"]}
+    results["earlier_commands"] = [*previous.get("earlier_commands", []), previous.get("command")]
 
 
 def _write(results: dict[str, Any], out: str) -> None:

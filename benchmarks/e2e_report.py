@@ -66,6 +66,8 @@ def _fmt(value: Any, spec: str = ".1f", suffix: str = "") -> str:
 def one_line(run: dict[str, Any]) -> str:
     """A console line for one row and model."""
     head = f"{run['row']:<18}{run['model']:<7}"
+    if run.get("kind") == "stages" and run.get("status") == "ok":
+        return head + "ms per batch: " + ", ".join(f"{p} {t['total_ms']:.1f}" for p, t in run["stages"].items())
     if not _ok(run):
         return f"{head}{run.get('status', '?')}: {str(run.get('reason', ''))[:300]}"
     check = run.get("batch_check", {})
@@ -117,6 +119,8 @@ def _table(results: dict[str, Any], model: str) -> list[str]:
            "| best val acc | time to target s | batches checked |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, r in rows.items():
+        if r.get("kind") == "stages":
+            continue
         if not _ok(r):
             out.append(f"| `{name}` | {r.get('status')}: {str(r.get('reason', '')).splitlines()[0][:160] if r.get('reason') else ''} |||||||||||")
             continue
@@ -133,11 +137,32 @@ def _table(results: dict[str, Any], model: str) -> list[str]:
     return out + [""]
 
 
+def _stage_tables(results: dict[str, Any]) -> list[str]:
+    """The ``stages`` row: median ms per batch of each build stage and path, per model."""
+    out: list[str] = []
+    for r in results.get("runs", []):
+        if r.get("kind") != "stages":
+            continue
+        if r.get("status") != "ok":
+            out += [f"- {r['model']}: {r.get('status')}: {r.get('reason', '')}", ""]
+            continue
+        out += [f"### {r['model']} model: {r['nodes_per_batch']:,.0f} nodes, {r['edges_per_batch']:,.0f} edges, "
+                f"{r['feature_MB_per_batch']:.1f} MB of features per batch ({r['threads']} threads)", "",
+                "| sampler + gather | sample ms | gather ms | copy to device ms | total ms | batches/s if alone |",
+                "|---|---|---|---|---|---|"]  # fmt: skip
+        for path, t in r["stages"].items():
+            out.append(f"| `{path}` | {t['sample_ms']:.2f} | {t['gather_ms']:.2f} | {t['copy_ms']:.2f} | "
+                       f"{t['total_ms']:.2f} | {1e3 / t['total_ms']:.0f} |" if t["total_ms"] > 0 else f"| `{path}` | – |")  # fmt: skip
+        out.append("")
+    return out
+
+
 def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_note: str) -> str:
     """Write ``report.md``; returns its path."""
     meta, graph, args = results.get("meta", {}), results.get("graph", {}), results.get("args", {})
     lines = ["# End-to-end benchmark: lightning-zerocopy vs PyG NeighborLoader", "",
-             f"- Command: `{results.get('command', '?')}`",
+             f"- Command: `{results.get('command', '?')}`"
+             + "".join(f"; earlier runs kept from `{c}`" for c in results.get("earlier_commands", [])),
              f"- Date: {meta.get('date')}; host {meta.get('host')}; total {_fmt(results.get('total_s'), '.0f')} s",
              f"- GPU: {meta.get('gpu') or 'none'}; CPU: {meta.get('cpu')} ({meta.get('cpu_count')} logical cores); "
              f"RAM {_fmt(meta.get('ram_gib'), '.0f')} GiB; disk free {_fmt(meta.get('disk_free_gib'), '.0f')} GiB",
@@ -162,6 +187,9 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
     lines += ["## Results", ""]
     for model in _models(results):
         lines += _table(results, model)
+    stages = _stage_tables(results)
+    if stages:
+        lines += ["## Per-stage build times (no training running)", ""] + stages
     lines += ["## Aims", ""]
     for model in _models(results):
         lines += aims(results, model)

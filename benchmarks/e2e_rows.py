@@ -20,7 +20,8 @@ class Row:
     Attributes:
         name: the ``--configs`` name.
         kind: ``"ours"`` (ZeroCopyDataModule through the Trainer), ``"pyg"`` (PyG's NeighborLoader through the
-            Trainer) or ``"model_only"`` (the same batches pre-staged on the device).
+            Trainer), ``"model_only"`` (the same batches pre-staged on the device) or ``"stages"`` (no training:
+            per-stage batch build times).
         doc: one line for the report.
         data: ZeroCopyDataModule keyword arguments (``hot_fraction`` is turned into ``hot_rows``).
         pipeline: PipelineCallback keyword arguments, or None for no pipeline.
@@ -83,6 +84,8 @@ _ROW_LIST: list[Row] = [
         {"sampler_placement": "hybrid", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True}),  # fmt: skip
     Row("all_in_gpu", "ours", "graph and all feature rows in GPU memory, same GPU sampler",
         {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": 1.0}),  # fmt: skip
+    Row("stages", "stages", "not a training row: median ms per batch of sampling, gather and the copy to the device, "
+        "per sampler placement and gather, with nothing else running", needs_cuda=False),  # fmt: skip
     Row("model_only", "model_only", "the same batches pre-staged in device memory: the compute bound", needs_cuda=False),
 ]
 
@@ -92,17 +95,19 @@ ROWS: dict[str, Row] = {row.name: row for row in _ROW_LIST}
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A GraphSAGE configuration and its fanouts."""
+    """A model of ``lightning_zerocopy.models`` (``arch``: ``GraphSAGE`` or ``GAT``), its size and fanouts."""
 
     name: str
     hidden: int
     layers: int
     fanouts: tuple[int, ...]
+    arch: str = "GraphSAGE"
 
 
 MODELS: dict[str, ModelSpec] = {
     "light": ModelSpec("light", 128, 2, (10, 5)),
     "heavy": ModelSpec("heavy", 256, 3, (15, 10, 5)),
+    "gat": ModelSpec("gat", 128, 2, (10, 5), arch="GAT"),  # 4 heads of 32; not in the presets (--models ...,gat)
 }
 
 
@@ -129,17 +134,17 @@ class Preset:
 
 
 # most telling first: a run that hits --total-budget-s skips the tail
-_GPU_SMALL = "model_only,pyg,zc_gpu_mps,all_in_gpu,cpu,zc_gpu,zc_gpu_inproc,zc_cpu_mps,cpu_mps,zc_uva_mps,zc_gpu_hot,zerocopy_ddp,hybrid_mps"
+_GPU_SMALL = "model_only,pyg,zc_gpu_mps,all_in_gpu,stages,cpu,zc_gpu,zc_gpu_inproc,zc_cpu_mps,cpu_mps,zc_uva_mps,zc_gpu_hot,zerocopy_ddp,hybrid_mps"
 
 PRESETS: dict[str, Preset] = {
     # the CI run: CPU-only rows on a few thousand nodes; one thread per row process (a shared CI box: two
     # spinning threads on a loaded two-core machine ran the light model 5-8x slower than one)
-    "ci": Preset(4_000, 10.0, 32, 8, 128, 24, 4, 8, 2, 30.0, 0.0, 300.0, "pyg,cpu,cpu_inproc,model_only,zc_gpu", "light", "0", 1),
+    "ci": Preset(4_000, 10.0, 32, 8, 128, 24, 4, 8, 2, 30.0, 0.0, 300.0, "pyg,cpu,cpu_inproc,model_only,stages,zc_gpu", "light", "0", 1),
     # ~6 minutes for all its rows on an H100 (1M nodes, 20M edges, 0.5 GB of features)
     "small": Preset(1_000_000, 20.0, 128, 16, 1024, 300, 30, 30, 2, 20.0, 420.0, 150.0, _GPU_SMALL, "light,heavy", "4,8,12", 0),
     # >= 25 GB of fp32 features in host memory and >= 500M edges (50M nodes x 128; sized for 128 GiB RAM, 64 GiB disk)
     "headline": Preset(50_000_000, 10.2, 128, 16, 1024, 600, 50, 100, 2, 40.0, 540.0, 300.0,
-                       "model_only,pyg,zc_gpu_mps,all_in_gpu,zc_cpu_mps,zc_gpu_hot_mps,zerocopy_ddp_mps,hybrid_mps",
+                       "model_only,pyg,zc_gpu_mps,all_in_gpu,stages,zc_cpu_mps,zc_gpu_hot_mps,zerocopy_ddp_mps,hybrid_mps",
                        "light,heavy", "8,12", 0),  # fmt: skip
 }
 

@@ -1,6 +1,6 @@
 """One row of the end-to-end benchmark, run in a process of its own (see ``benchmarks/e2e.py``).
 
-Every row trains the same ``lightning_zerocopy.models.GraphSAGE`` (same seed, so the same initial weights, same
+Every row trains the same ``lightning_zerocopy.models`` model (same seed, so the same initial weights, same
 optimizer) through Lightning's ``Trainer`` on the same cached ``SyntheticGraph``, with the same seed nodes per
 step: our rows through ``ZeroCopyDataModule`` (``drop_last=True``, so every batch has ``batch_size`` seeds),
 PyG's ``NeighborLoader`` on the plan's seed order, and model-only on batches our builder made before training.
@@ -142,7 +142,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     from lightning_zerocopy import SyntheticGraph, ZeroCopyDataModule
     from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
     from lightning_zerocopy.data.plan import BatchPlan
-    from lightning_zerocopy.models import GraphSAGE
+    from lightning_zerocopy import models
 
     cuda = torch.cuda.device_count() > 0 and torch.version.cuda is not None
     if row.needs_cuda and not cuda:
@@ -167,6 +167,8 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
             epoch, s = divmod(step % min(args.stage_batches, args.steps), len(plan))
         return plan.item(epoch, s).seed_ids
 
+    if row.kind == "stages":
+        return _stages(dataset, spec, args, device)
     clock = TrainClock(args.warmup, args.row_budget_s, sync)
     telemetry = DataTelemetry(prog_bar=False)
     check = BatchCheck(expected_seeds, data.x, data.y, count=min(3, max(1, args.warmup)))
@@ -178,8 +180,8 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
         strategy = _strategy(row, args)
 
     pl.seed_everything(args.seed, workers=True, verbose=False)
-    model = GraphSAGE(data.num_features, dataset.num_classes, hidden_channels=spec.hidden, num_layers=spec.layers,
-                      optimizer=functools.partial(torch.optim.Adam, lr=args.lr))  # fmt: skip
+    model = getattr(models, spec.arch)(data.num_features, dataset.num_classes, hidden_channels=spec.hidden,
+                                       num_layers=spec.layers, optimizer=functools.partial(torch.optim.Adam, lr=args.lr))  # fmt: skip
     trainer = pl.Trainer(
         accelerator="gpu" if cuda else "cpu", devices=1, strategy=strategy, max_steps=args.steps,
         val_check_interval=args.val_every, check_val_every_n_epoch=None, limit_val_batches=args.val_batches,
@@ -244,7 +246,7 @@ def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, ar
             pass
     if not backends:
         raise RowUnavailable("PyG's NeighborLoader needs pyg-lib or torch-sparse; neither imports here "
-                             "(on the GPU box: unpack /work/shared/baselines/*.tgz onto PYTHONPATH)")  # fmt: skip
+                             "(on the GPU box: unpack .pyg/*.tgz and pass --pyg-site DIR)")  # fmt: skip
     import pytorch_lightning as pl
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
@@ -341,6 +343,59 @@ def _fit_model_only(trainer: Any, model: Any, dataset: Any, common: dict, args: 
         return {"fit_s": time.perf_counter() - t0, "staged_batches": count, "stage_s": stage_s}
     finally:
         dm.teardown("fit")
+
+
+_STAGE_PATHS = (("cpu", "cpu"), ("cpu", "zerocopy"), ("uva", "zerocopy"), ("gpu", "zerocopy"))
+
+
+def _stages(dataset: Any, spec: ModelSpec, args: Any, device: torch.device) -> dict[str, Any]:
+    """Median ms per batch of each build stage, per (sampler placement, gather), with no training running:
+    ``sample_batch``, ``gather_batch`` and, for CPU-built batches, the copy to the device."""
+    import statistics
+
+    from lightning_zerocopy import ZeroCopyDataModule
+
+    stages: dict[str, dict[str, float]] = {}
+    sizes: dict[str, float] = {}
+    for placement, gather in _STAGE_PATHS:
+        if device.type != "cuda" and (placement, gather) != ("cpu", "cpu"):
+            continue
+        dm = ZeroCopyDataModule(dataset, fanouts=list(spec.fanouts), batch_size=args.batch_size, drop_last=True,
+                                seed=args.seed, sampler_placement=placement, gather=gather)  # fmt: skip
+        dm.prepare_data()
+        dm.setup("fit")
+        try:
+            loader, plan = dm.train_dataloader(), dm.plan("train")
+            builder = loader.builder
+            times: dict[str, list[float]] = {"sample_ms": [], "gather_ms": [], "copy_ms": []}
+            nodes, edges, x_bytes = [], [], []
+            for step in range(5 + args.stage_steps):
+                item = plan.item(*divmod(step, len(plan)))
+                _sync(device)
+                t0 = time.perf_counter()
+                sampled = builder.sample_batch(item)
+                _sync(device)
+                t1 = time.perf_counter()
+                batch = builder.gather_batch(sampled)
+                _sync(device)
+                t2 = time.perf_counter()
+                batch = batch.to(device, non_blocking=True)
+                _sync(device)
+                t3 = time.perf_counter()
+                if step >= 5:
+                    for key, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
+                        times[key].append(1e3 * dt)
+                    nodes.append(batch.n_id.numel())
+                    edges.append(batch.edge_index.size(1))
+                    x_bytes.append(batch.x.numel() * batch.x.element_size())
+            med = {k: statistics.median(v) for k, v in times.items()}
+            med["total_ms"] = sum(med.values())
+            stages[f"{placement}+{gather}"] = med
+            sizes = {"nodes_per_batch": statistics.mean(nodes), "edges_per_batch": statistics.mean(edges),
+                     "feature_MB_per_batch": statistics.mean(x_bytes) / 1e6}  # fmt: skip
+        finally:
+            dm.teardown("fit")
+    return {"stages": stages, **sizes, "device": _device_name(device.type == "cuda"), "threads": torch.get_num_threads()}
 
 
 def _sync(device: torch.device) -> None:
