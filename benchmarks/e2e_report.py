@@ -84,6 +84,15 @@ def aims(results: dict[str, Any], model: str) -> list[str]:
         return [f"- {model}: no row of ours finished."]
     best = max(ours, key=lambda r: r["steps_per_s"])
     lines = [f"- {model}: best row `{best['row']}` at {best['steps_per_s']:.1f} steps/s."]
+    samples: dict[str, list[str]] = {}
+    for r in rows.values():
+        if _ok(r) and r.get("kind") in ("ours", "model_only") and r.get("batch_check", {}).get("first_sample"):
+            samples.setdefault(r["batch_check"]["first_sample"], []).append(r["row"])
+    if len(samples) > 1:
+        lines.append("  - **our rows sampled different first batches** (expected one sample for every placement): "
+                     + "; ".join(f"{', '.join(v)}: {k}" for k, v in samples.items()))  # fmt: skip
+    elif samples:
+        lines.append(f"  - every row of ours (and model-only) trained on the same first batch (sample {next(iter(samples))}).")
     pyg, bound = rows.get("pyg"), rows.get("model_only")
     if pyg and _ok(pyg):
         ratio = best["steps_per_s"] / pyg["steps_per_s"]

@@ -53,6 +53,7 @@ def test_ci_run_writes_json_report_and_plots(ci_run: Path) -> None:
         assert r["batch_check"]["ok"] and r["batch_check"]["checked"] >= 1, r["batch_check"]
         for key in ("stall_frac", "gather_GBps", "seps", "step_ms", "best_val_acc"):
             assert r[key] is not None, key
+    assert len({runs[(row, "light")]["batch_check"]["first_sample"] for row in CPU_ROWS}) == 1  # same batches
     assert runs[("cpu_inproc", "light")]["build_ms"] is not None  # the producer's build time, from the pipeline
     stages = runs[("stages", "light")]
     assert stages["status"] == "ok", stages
@@ -86,14 +87,15 @@ def _fake_results() -> dict:
     def run(row: str, rate: float, curve: list, **extra) -> dict:
         return {"row": row, "model": "heavy", "kind": ROWS[row].kind, "status": "ok", "steps_per_s": rate,
                 "val_curve": curve, "best_val_acc": max(c[2] for c in curve), "step_ms": [1000 / rate] * 10,
-                "stall_frac": 0.1, "gather_GBps": 1.0, "batch_check": {"checked": 3, "ok": True, "problems": []}, **extra}  # fmt: skip
+                "stall_frac": 0.1, "gather_GBps": 1.0, **extra,
+                "batch_check": {"checked": 3, "ok": True, "problems": [], "first_sample": extra.get("sample", "s1")}}  # fmt: skip
 
     return {
         "meta": {"commit": "abc1234", "gpu": "GPU X"}, "args": {"preset": "small", "target_acc": None},
         "graph": {"num_nodes": 10, "num_edges": 20}, "rows": {r: ROWS[r].doc for r in ("pyg", "zc_gpu_mps", "model_only")},
         "runs": [
             run("pyg", 20.0, [[100, 5.0, 0.6], [200, 10.0, 0.8]], pyg_workers=12),
-            run("zc_gpu_mps", 110.0, [[100, 1.0, 0.62], [200, 2.0, 0.81]], build_ms=5.0),
+            run("zc_gpu_mps", 110.0, [[100, 1.0, 0.62], [200, 2.0, 0.81]], build_ms=5.0, sample="s2"),
             run("model_only", 120.0, [[100, 0.8, 0.61], [200, 1.6, 0.82]]),
             {"row": "hybrid", "model": "heavy", "kind": "ours", "status": "skipped", "reason": "not in this build"},
         ],
@@ -110,6 +112,7 @@ def test_report_only_rerenders_from_json(tmp_path: Path) -> None:
     assert "target val acc 0.760" in report
     assert "| `zc_gpu_mps` | 110.0 | 0.92× | 5.50× |" in report
     assert "(aim ≥ 5×: met)" in report and "(aim ≥ 0.9×: met)" in report
+    assert "**our rows sampled different first batches**" in report  # zc_gpu_mps's sample differs from model_only's
     assert "`hybrid` | skipped: not in this build" in report
 
 
@@ -152,7 +155,7 @@ def test_batch_check_catches_wrong_rows() -> None:
     good = Data(x=x[n_id], y=y[n_id], n_id=n_id, edge_index=torch.tensor([[1, 2], [0, 0]]), batch_size=1)
     check = BatchCheck(lambda step: torch.tensor([3]), x, y, count=2)
     check.on_train_batch_start(_Trainer(), None, good, 0)
-    assert check.result == {"checked": 1, "ok": True, "problems": []}
+    assert check.result["checked"] == 1 and check.result["ok"] and len(check.result["first_sample"]) == 12
     bad = good.clone()
     bad.x = x[torch.tensor([3, 1, 6])]  # one row from the wrong node
     check.on_train_batch_start(_Trainer(), None, bad, 0)
@@ -205,7 +208,7 @@ def test_pyg_row_trains_through_neighbor_loader(tmp_path: Path, monkeypatch: pyt
         assert result["status"] == "ok", result
         assert result["pyg_workers"] in (0, 1) and set(result["pyg_sweep_batches_per_s"]) == {0, 1}
         assert result["steps"] == 12 and len(result["val_curve"]) == 2 and result["steps_per_s"] > 0
-        assert result["batch_check"] == {"checked": 3, "ok": True, "problems": []}
+        assert result["batch_check"]["checked"] == 3 and result["batch_check"]["ok"], result["batch_check"]
 
 
 #: Reasons a row may be skipped on a GPU machine: a feature this build or machine does not have.
@@ -243,4 +246,8 @@ def test_gpu_rows_train_on_checked_batches(tmp_path: Path) -> None:
         assert r["best_val_acc"] is not None and r["stall_frac"] is not None
     for row in ("model_only", "zc_gpu", "zc_gpu_inproc", "all_in_gpu"):
         assert runs[(row, "heavy")]["status"] == "ok"
+    for model in ("light", "heavy"):  # every placement, pipeline and cache samples bitwise the same first batch
+        ours = {r["batch_check"]["first_sample"] for (row, m), r in runs.items()
+                if m == model and r["status"] == "ok" and r["kind"] in ("ours", "model_only")}  # fmt: skip
+        assert len(ours) == 1, (model, ours)
     assert runs[("zc_gpu_hot", "light")]["hot_rows"] == round(0.2 * PRESETS["ci"].num_nodes)
