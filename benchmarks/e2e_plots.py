@@ -10,17 +10,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.e2e_report import PLOTS, target_acc  # noqa: E402
+from benchmarks.e2e_report import PLOTS, _models, _ok, target_acc  # noqa: E402
 
 __all__ = ["write_plots"]
 
 
 def _ok_runs(results: dict[str, Any], model: str) -> list[dict[str, Any]]:
-    return [r for r in results.get("runs", []) if r["model"] == model and r.get("status") == "ok" and r.get("steps_per_s")]
-
-
-def _models(results: dict[str, Any]) -> list[str]:
-    return list(dict.fromkeys(r["model"] for r in results.get("runs", [])))
+    return [r for r in results.get("runs", []) if r["model"] == model and _ok(r)]
 
 
 def _per_model(results: dict[str, Any], out_dir: str, name: str, draw: Callable[[Any, str, list], None]) -> str:

@@ -11,14 +11,14 @@ Callbacks measure training wall time without validation (``TrainClock``), the da
 from __future__ import annotations
 
 import functools
-import hashlib
 import time
 import traceback
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator
 
 import torch
 from pytorch_lightning.callbacks import Callback
 
+from benchmarks.e2e_measure import BatchCheck, TrainClock, summarize
 from benchmarks.e2e_rows import ModelSpec, Row
 
 __all__ = ["RowUnavailable", "run_row"]
@@ -26,100 +26,6 @@ __all__ = ["RowUnavailable", "run_row"]
 
 class RowUnavailable(Exception):
     """This build or machine lacks the row's feature; the row is reported as skipped with this message."""
-
-
-# ---------------------------------------------------------------------------------------------- measuring callbacks
-class TrainClock(Callback):
-    """Training wall time without validation, validation accuracy over it, steady-state steps/s, a time budget.
-
-    Host timers between device synchronizations at the boundaries (train start/end, each validation, the end of
-    warm-up), so the GPU's queued work is counted where it ran.
-    """
-
-    def __init__(self, warmup: int, budget_s: float, sync: Callable[[], None]) -> None:
-        self.warmup, self.budget_s, self.sync = warmup, budget_s, sync
-        self.train_s = 0.0
-        self._resume: Optional[float] = None
-        self.steady: Optional[tuple[int, float]] = None  # (global step, train seconds) at the end of warm-up
-        self.end: Optional[tuple[int, float]] = None
-        self.val_curve: list[list[float]] = []  # [global step, train seconds, val acc]
-        self.stopped_by_budget = False
-
-    def elapsed(self) -> float:
-        return self.train_s + (time.perf_counter() - self._resume if self._resume is not None else 0.0)
-
-    def _pause(self) -> None:
-        self.sync()
-        self.train_s = self.elapsed()
-        self._resume = None
-
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self.sync()
-        self._resume = time.perf_counter()
-
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        if self.steady is None and trainer.global_step >= self.warmup:
-            self.sync()
-            self.steady = (trainer.global_step, self.elapsed())
-
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.budget_s > 0 and self.steady is not None and self.elapsed() > self.budget_s:
-            trainer.should_stop = True
-            self.stopped_by_budget = True
-
-    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-        if not trainer.sanity_checking and self._resume is not None:
-            self._pause()
-
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-        if trainer.sanity_checking:
-            return
-        acc = trainer.callback_metrics.get("val_acc")
-        if acc is not None:
-            self.val_curve.append([trainer.global_step, self.train_s, float(acc)])
-        self.sync()
-        self._resume = time.perf_counter()
-
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        if self._resume is not None:
-            self._pause()
-        self.end = (trainer.global_step, self.train_s)
-
-    def steps_per_s(self) -> Optional[float]:
-        if self.steady is None or self.end is None or self.end[0] <= self.steady[0]:
-            return None
-        return (self.end[0] - self.steady[0]) / max(self.end[1] - self.steady[1], 1e-9)
-
-
-class BatchCheck(Callback):
-    """Compares the first ``count`` training batches with the dataset: seeds in plan order, ``x``, ``y`` and
-    ``edge_index`` bounds; keeps a fingerprint of the first batch's sample (``n_id``, ``edge_index``). Speed must
-    not come from wrong batches."""
-
-    def __init__(self, expected_seeds: Callable[[int], torch.Tensor], x: torch.Tensor, y: torch.Tensor, count: int) -> None:
-        self.expected_seeds, self.x, self.y, self.count = expected_seeds, x, y, count
-        self.result: dict[str, Any] = {"checked": 0, "ok": True, "problems": []}
-
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        step = trainer.global_step
-        if step >= self.count:
-            return
-        problems = self.result["problems"]
-        bs = int(batch.batch_size)
-        n_id = batch.n_id.cpu()
-        if not torch.equal(n_id[:bs], self.expected_seeds(step)):
-            problems.append(f"step {step}: seeds differ from the plan")
-        if not torch.equal(batch.x.cpu(), self.x[n_id].to(batch.x.dtype)):
-            problems.append(f"step {step}: x differs from the dataset's rows at n_id")
-        if not torch.equal(batch.y[:bs].cpu(), self.y[n_id[:bs]].to(batch.y.dtype)):
-            problems.append(f"step {step}: y differs from the dataset's labels")
-        ei = batch.edge_index
-        if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= n_id.numel()):
-            problems.append(f"step {step}: edge_index out of range")
-        if step == 0:  # our rows sample bitwise alike on every placement: the report compares these
-            self.result["first_sample"] = hashlib.sha1(n_id.numpy().tobytes() + batch.edge_index.cpu().numpy().tobytes()).hexdigest()[:12]
-        self.result["checked"] += 1
-        self.result["ok"] = not problems
 
 
 # ---------------------------------------------------------------------------------------------- one row
@@ -216,7 +122,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
         raise ValueError(f"row {row.name}: unknown kind {row.kind!r}")
     if trainer.interrupted:
         raise RuntimeError("training was interrupted (see the row's log)")
-    return {**_summarize(clock, telemetry, args), "batch_check": check.result, "device": _device_name(cuda),
+    return {**summarize(clock, telemetry, args.warmup), "batch_check": check.result, "device": _device_name(cuda),
             "threads": torch.get_num_threads(), **extra}  # fmt: skip
 
 
@@ -409,26 +315,3 @@ def _sync(device: torch.device) -> None:
 
 def _device_name(cuda: bool) -> str:
     return torch.cuda.get_device_name(0) if cuda else "cpu"
-
-
-# ---------------------------------------------------------------------------------------------- summary
-def _summarize(clock: TrainClock, telemetry: Any, args: Any) -> dict[str, Any]:
-    """Steady-state figures: steps/s, stall share, feature GB/s, per-batch latency (after ``args.warmup``)."""
-    hist = telemetry.history[args.warmup :] or telemetry.history
-    mean = lambda key: (sum(h[key] for h in hist if key in h) / n) if (n := sum(key in h for h in hist)) else None  # noqa: E731
-    step_ms = [h["data/step_ms"] for h in hist]
-    return {
-        "steps": clock.end[0] if clock.end else 0,
-        "train_s": clock.end[1] if clock.end else None,
-        "steps_per_s": clock.steps_per_s(),
-        "stopped_by_budget": clock.stopped_by_budget,
-        "val_curve": clock.val_curve,
-        "final_val_acc": clock.val_curve[-1][2] if clock.val_curve else None,
-        "best_val_acc": max((v[2] for v in clock.val_curve), default=None),
-        "stall_frac": mean("data/stall_frac"),
-        "wait_ms": mean("data/wait_ms"),
-        "gather_GBps": mean("data/gather_GBps"),
-        "seps": mean("data/seps"),
-        "build_ms": mean("data/build_ms"),
-        "step_ms": step_ms[:: max(1, len(step_ms) // 2000)],
-    }

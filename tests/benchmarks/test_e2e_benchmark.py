@@ -14,7 +14,7 @@ import torch
 
 from benchmarks import e2e_report
 from benchmarks.e2e_rows import PRESETS, ROWS, select_rows
-from benchmarks.e2e_train import BatchCheck
+from benchmarks.e2e_measure import BatchCheck
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CPU_ROWS = ("cpu", "cpu_inproc", "model_only")
