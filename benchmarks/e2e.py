@@ -57,6 +57,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="list the rows and exit")
     p.add_argument("--pyg-site", metavar="DIR", help="a folder with pyg-lib or torch-sparse, put first on every row's "
                    "import path (the GPU box: where .pyg/*.tgz is unpacked)")  # fmt: skip
+    p.add_argument("--commit", default=os.environ.get("GPU_CHECK_COMMIT"),
+                   help="the tree's commit for the report where it is no git checkout (default $GPU_CHECK_COMMIT, else git)")
     p.add_argument("--append", action="store_true", help="keep the runs already in --out/results.json (same graph) "
                    "and add or replace this command's rows: a long preset split over several commands")  # fmt: skip
     p.add_argument("--prepare-only", action="store_true", help="generate (or find) the cached graph and exit")
@@ -213,7 +215,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = os.path.abspath(args.out or os.path.join("results", f"e2e-{args.preset}"))
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     public = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    results: dict[str, Any] = {"meta": machine_info(REPO_ROOT, args.cache_dir), "args": public,
+    results: dict[str, Any] = {"meta": machine_info(REPO_ROOT, args.cache_dir, args.commit), "args": public,
                                "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.e2e", *sys.argv[1:]]),
                                "rows": {r.name: r.doc for r in rows}, "runs": []}  # fmt: skip
     start = time.monotonic()

@@ -50,10 +50,16 @@ def _ram_gib() -> Optional[float]:
     return None
 
 
-def machine_info(repo_root: str, cache_dir: Optional[str]) -> dict[str, Any]:
-    """A dict for the report's header; fields that cannot be read here are None."""
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=repo_root)
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo_root)
+def machine_info(repo_root: str, cache_dir: Optional[str], commit: Optional[str] = None) -> dict[str, Any]:
+    """A dict for the report's header; fields that cannot be read here are None.
+
+    ``commit``: what the tree is, where it is no git checkout (a device copy); else ``git rev-parse HEAD``,
+    marked ``+dirty`` when tracked files differ from it.
+    """
+    dirty = None
+    if commit is None:
+        commit = _run(["git", "rev-parse", "HEAD"], cwd=repo_root)
+        dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo_root)
     disk_path = cache_dir or os.environ.get("LIGHTNING_ZEROCOPY_CACHE") or os.path.expanduser("~")
     while not os.path.exists(disk_path):
         disk_path = os.path.dirname(disk_path) or "/"
