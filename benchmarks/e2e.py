@@ -79,6 +79,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--val-batches", type=int, help="validation batches per validation")
     t.add_argument("--target-acc", type=float, help="time-to-accuracy target (default: 95%% of the lowest best "
                    "validation accuracy among the rows of a model, decided when the report is written)")  # fmt: skip
+    t.add_argument("--stop-at-target", action="store_true", help="end a row's training at the first validation "
+                   "reaching --target-acc (after warm-up) instead of running --steps")  # fmt: skip
     t.add_argument("--threads", type=int, help="torch threads per row process (0: torch's default)")
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--seed", type=int, default=0)
@@ -204,6 +206,8 @@ def _mps_prefix(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Prepare the graph, run every selected row in its own process, write the JSON and the report."""
     rows = select_rows(args.configs)
+    if args.stop_at_target and args.target_acc is None:
+        raise SystemExit("--stop-at-target needs --target-acc")
     if args.pyg_site:  # this process (the precheck) and every row's process import from it first
         site = os.path.abspath(args.pyg_site)
         sys.path.insert(0, site)

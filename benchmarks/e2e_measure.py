@@ -24,14 +24,16 @@ class TrainClock(Callback):
     warm-up), so the GPU's queued work is counted where it ran.
     """
 
-    def __init__(self, warmup: int, budget_s: float, sync: Callable[[], None]) -> None:
-        self.warmup, self.budget_s, self.sync = warmup, budget_s, sync
+    def __init__(self, warmup: int, budget_s: float, sync: Callable[[], None], stop_at: Optional[float] = None) -> None:
+        self.warmup, self.budget_s, self.sync, self.stop_at = warmup, budget_s, sync, stop_at
+        self.train_started: Optional[float] = None  # host time of on_train_start (after the Trainer's setup)
         self.train_s = 0.0
         self._resume: Optional[float] = None
         self.steady: Optional[tuple[int, float]] = None  # (global step, train seconds) at the end of warm-up
         self.end: Optional[tuple[int, float]] = None
         self.val_curve: list[list[float]] = []  # [global step, train seconds, val acc]
         self.stopped_by_budget = False
+        self.stopped_at_target = False
 
     def elapsed(self) -> float:
         return self.train_s + (time.perf_counter() - self._resume if self._resume is not None else 0.0)
@@ -43,7 +45,7 @@ class TrainClock(Callback):
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self.sync()
-        self._resume = time.perf_counter()
+        self._resume = self.train_started = time.perf_counter()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self.steady is None and trainer.global_step >= self.warmup:
@@ -65,6 +67,9 @@ class TrainClock(Callback):
         acc = trainer.callback_metrics.get("val_acc")
         if acc is not None:
             self.val_curve.append([trainer.global_step, self.train_s, float(acc)])
+            if self.stop_at is not None and float(acc) >= self.stop_at and self.steady is not None:
+                trainer.should_stop = True  # --stop-at-target: the target is reached (after warm-up)
+                self.stopped_at_target = True
         self.sync()
         self._resume = time.perf_counter()
 
@@ -122,6 +127,7 @@ def summarize(clock: TrainClock, telemetry: Any, warmup: int) -> dict[str, Any]:
         "train_s": clock.end[1] if clock.end else None,
         "steps_per_s": clock.steps_per_s(),
         "stopped_by_budget": clock.stopped_by_budget,
+        "stopped_at_target": clock.stopped_at_target,
         "val_curve": clock.val_curve,
         "final_val_acc": clock.val_curve[-1][2] if clock.val_curve else None,
         "best_val_acc": max((v[2] for v in clock.val_curve), default=None),

@@ -79,7 +79,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
 
     if row.kind == "stages":
         return _stages(dataset, spec, args, device)
-    clock = TrainClock(args.warmup, args.row_budget_s, sync)
+    clock = TrainClock(args.warmup, args.row_budget_s, sync, stop_at=args.target_acc if args.stop_at_target else None)
     telemetry = DataTelemetry(prog_bar=False)
     check = BatchCheck(expected_seeds, data.x, data.y, count=min(3, max(1, args.warmup)))
     callbacks: list[Callback] = [clock, telemetry, check]
@@ -113,7 +113,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
             raise RowUnavailable(f"ZeroCopyDataModule rejects {kwargs}: {exc}") from exc
         t0 = time.perf_counter()
         trainer.fit(model, datamodule=dm)
-        extra["fit_s"] = time.perf_counter() - t0
+        extra.update(fit_s=time.perf_counter() - t0, fit_t0=t0)
     elif row.kind == "pyg":
         extra.update(_fit_pyg(trainer, model, data, plan, spec, args, device))
     elif row.kind == "model_only":
@@ -122,6 +122,9 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
         raise ValueError(f"row {row.name}: unknown kind {row.kind!r}")
     if trainer.interrupted:
         raise RuntimeError("training was interrupted (see the row's log)")
+    if clock.train_started is not None:  # Trainer setup: DataModule host memory, CSC, pipeline start, model to device
+        extra["setup_s"] = clock.train_started - extra["fit_t0"]
+    del extra["fit_t0"]
     return {**summarize(clock, telemetry, args.warmup), "batch_check": check.result, "device": _device_name(cuda),
             "threads": torch.get_num_threads(), **extra}  # fmt: skip
 
@@ -197,7 +200,7 @@ def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, ar
 
     t0 = time.perf_counter()
     trainer.fit(model, datamodule=PyGData())
-    return {"fit_s": time.perf_counter() - t0, "pyg_workers": best, "pyg_sweep_batches_per_s": sweep,
+    return {"fit_s": time.perf_counter() - t0, "fit_t0": t0, "pyg_workers": best, "pyg_sweep_batches_per_s": sweep,
             "pyg_backends": backends, "pyg_sampler_build_s": sampler_s}  # fmt: skip
 
 
@@ -250,7 +253,7 @@ def _fit_model_only(trainer: Any, model: Any, dataset: Any, common: dict, args: 
 
         t0 = time.perf_counter()
         trainer.fit(model, train_dataloaders=Staged(), val_dataloaders=dm.val_dataloader())
-        return {"fit_s": time.perf_counter() - t0, "staged_batches": count, "stage_s": stage_s}
+        return {"fit_s": time.perf_counter() - t0, "fit_t0": t0, "staged_batches": count, "stage_s": stage_s}
     finally:
         dm.teardown("fit")
 

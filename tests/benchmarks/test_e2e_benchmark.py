@@ -14,7 +14,7 @@ import torch
 
 from benchmarks import e2e_report
 from benchmarks.e2e_rows import PRESETS, ROWS, select_rows
-from benchmarks.e2e_measure import BatchCheck
+from benchmarks.e2e_measure import BatchCheck, TrainClock
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CPU_ROWS = ("cpu", "cpu_inproc", "model_only")
@@ -110,7 +110,7 @@ def test_report_only_rerenders_from_json(tmp_path: Path) -> None:
     assert [os.path.basename(f) for f in files] == ["report.md", *e2e_report.PLOTS]
     # target: 95 % of the lowest best accuracy (0.8); the first validation reaching 0.76 is each row's second
     assert "target val acc 0.760" in report
-    assert "| `zc_gpu_mps` | 110.0 | 0.92× | 5.50× |" in report
+    assert "| `zc_gpu_mps` | 110.0 | 0.92× | 5.50× |" in report and "| setup s |" in report
     assert "(aim ≥ 5×: met)" in report and "(aim ≥ 0.9×: met)" in report
     assert "**our rows sampled different first batches**" in report  # zc_gpu_mps's sample differs from model_only's
     assert "`hybrid` | skipped: not in this build" in report
@@ -145,6 +145,41 @@ def test_unknown_row_names_the_known_ones() -> None:
 
 class _Trainer:
     global_step = 0
+    sanity_checking = False
+    should_stop = False
+
+    def __init__(self) -> None:
+        self.callback_metrics: dict = {}
+
+
+def test_train_clock_excludes_validation_and_stops_at_target_or_budget() -> None:
+    import time as _time
+
+    trainer, clock = _Trainer(), TrainClock(warmup=2, budget_s=0.0, sync=lambda: None, stop_at=0.9)
+    clock.on_train_start(trainer, None)
+    for step in range(4):
+        trainer.global_step = step
+        clock.on_train_batch_start(trainer, None, None, step)
+        clock.on_train_batch_end(trainer, None, None, None, step)
+    trainer.global_step = 4
+    clock.on_validation_start(trainer, None)
+    _time.sleep(0.2)  # validation time is not training time
+    trainer.callback_metrics["val_acc"] = torch.tensor(0.5)
+    clock.on_validation_end(trainer, None)
+    assert clock.val_curve[0][0] == 4 and clock.val_curve[0][1] < 0.1 and not trainer.should_stop
+    clock.on_validation_start(trainer, None)
+    trainer.callback_metrics["val_acc"] = torch.tensor(0.95)
+    clock.on_validation_end(trainer, None)
+    assert trainer.should_stop and clock.stopped_at_target
+    clock.on_train_end(trainer, None)
+    assert clock.end[0] == 4 and clock.steady[0] == 2 and clock.steps_per_s() > 0 and clock.train_started is not None
+
+    trainer, clock = _Trainer(), TrainClock(warmup=0, budget_s=0.05, sync=lambda: None)
+    clock.on_train_start(trainer, None)
+    clock.on_train_batch_start(trainer, None, None, 0)
+    _time.sleep(0.1)
+    clock.on_train_batch_end(trainer, None, None, None, 0)
+    assert trainer.should_stop and clock.stopped_by_budget
 
 
 def test_batch_check_catches_wrong_rows() -> None:
