@@ -103,6 +103,16 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     for name in _PRESET_FIELDS:
         if getattr(args, name) is None:
             setattr(args, name, getattr(preset, name))
+    for name in ("num_nodes", "features", "classes", "batch_size", "steps", "val_every", "val_batches", "stage_batches"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0 <= args.warmup < args.steps:
+        p.error(f"--warmup must be in [0, --steps), got {args.warmup} with --steps {args.steps}")
+    if not args.report_only and not args.list and not args._spec:
+        try:
+            select_rows(args.configs)
+        except ValueError as exc:
+            p.error(str(exc))
     return args
 
 

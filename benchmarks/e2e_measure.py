@@ -110,7 +110,8 @@ class BatchCheck(Callback):
         if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= n_id.numel()):
             problems.append(f"step {step}: edge_index out of range")
         if step == 0:  # our rows sample bitwise alike on every placement: the report compares these
-            self.result["first_sample"] = hashlib.sha1(n_id.numpy().tobytes() + batch.edge_index.cpu().numpy().tobytes()).hexdigest()[:12]
+            ids = torch.cat([n_id.long(), batch.edge_index.cpu().long().flatten()])  # dtype-independent
+            self.result["first_sample"] = hashlib.sha1(ids.numpy().tobytes()).hexdigest()[:12]
         self.result["checked"] += 1
         self.result["ok"] = not problems
 

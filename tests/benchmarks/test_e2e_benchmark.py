@@ -143,6 +143,15 @@ def test_unknown_row_names_the_known_ones() -> None:
     assert len(select_rows("all")) == len(ROWS)
 
 
+@pytest.mark.parametrize("flags", [["--configs", "cpu,nope"], ["--steps", "5", "--warmup", "5"], ["--batch-size", "0"]])
+def test_bad_flags_fail_before_any_work(flags: list[str], capsys: pytest.CaptureFixture) -> None:
+    from benchmarks.e2e import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(flags)
+    assert "error: --" in capsys.readouterr().err
+
+
 class _Trainer:
     global_step = 0
     sanity_checking = False
