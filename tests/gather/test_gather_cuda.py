@@ -1,4 +1,5 @@
-"""CUDA zero-copy gather (``zerocopy::gather_rows_into``, with address order and hot-row cache) against ``table[ids]``, bitwise.
+"""CUDA zero-copy gather (``zerocopy::gather_rows_into``, with address order and hot-row cache) against
+``table[ids]``, bitwise.
 
 Tables live in registered host memory (``cudaHostRegister``, read over PCIe), in ``pin_memory()`` memory or on
 the GPU; rows of every width and alignment; direct and address-ordered reads; the GPU hot-row cache; streams;

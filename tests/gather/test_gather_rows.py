@@ -136,4 +136,5 @@ def test_locality_options_on_the_cpu() -> None:
         ops.gather_rows(table, ids, cache_slot=slot)
     with pytest.raises(TypeError, match="`cache_slot`.*Int"):
         ops.gather_rows(table, ids, cache_slot=slot.long(), cache=table[:2].clone())
-    torch.library.opcheck(torch.ops.zerocopy.gather_rows_into.default, (table, ids, torch.empty(25, 3, dtype=table.dtype), True))
+    out = torch.empty(25, 3, dtype=table.dtype)
+    torch.library.opcheck(torch.ops.zerocopy.gather_rows_into.default, (table, ids, out, True))

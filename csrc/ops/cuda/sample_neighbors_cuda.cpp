@@ -280,9 +280,10 @@ void raise_sample_status(const int64_t* status, int64_t num_nodes, int64_t num_e
       TORCH_CHECK_INDEX(false, kOp, ": `indices[", status[1], "]` = ", status[2], " is not a node id in [0, ",
                         num_nodes, ")");
     case cuda::kSampleBoundExceeded:
-      TORCH_CHECK_VALUE(false, kOp, ": hop ", status[1], " needs room for ", status[2], " entries, more than the ",
-                        "bound ", status[3], " of the CUDA sampler: `indptr` has overlapping neighborhoods, or `seeds` ",
-                        "repeat or hold ids out of range");
+      TORCH_CHECK_VALUE(false, kOp, ": hop ", status[1], " needs room for ", status[2],
+                        " entries, more than the bound ", status[3],
+                        " of the CUDA sampler: `indptr` has overlapping neighborhoods, or `seeds` repeat or hold ids "
+                        "out of range");
     default:
       TORCH_CHECK(false, kOp, ": internal error code ", status[0], " from the CUDA sampler");
   }

@@ -44,7 +44,26 @@ __device__ inline int64_t table_insert(const NodeTable& t, long long key, bool* 
 }
 
 __device__ __forceinline__ int64_t load_index(const void* indices, bool is64, int64_t pos) {
-  return is64 ? static_cast<const int64_t*>(indices)[pos] : static_cast<int64_t>(static_cast<const int32_t*>(indices)[pos]);
+  return is64 ? static_cast<const int64_t*>(indices)[pos]
+              : static_cast<int64_t>(static_cast<const int32_t*>(indices)[pos]);
+}
+
+// n_id[i] = seeds[i] and table[seeds[i]] = i, reporting a seed out of [0, num_nodes) or seen before.
+__device__ inline void insert_seed(const int64_t* seeds, int64_t i, int64_t num_nodes, const NodeTable& table,
+                                   int64_t* n_id, long long* status) {
+  const int64_t node = seeds[i];
+  n_id[i] = node;
+  if (node < 0 || node >= num_nodes) {
+    report(status, kSampleBadSeed, i, node, 0);
+    return;
+  }
+  bool inserted = false;
+  const int64_t s = table_insert(table, node, &inserted);
+  if (!inserted) {
+    report(status, kSampleDuplicateSeed, i, node, 0);
+    return;
+  }
+  table.values[s] = i;
 }
 
 }  // namespace zerocopy::cuda

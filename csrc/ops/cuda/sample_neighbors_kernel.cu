@@ -23,19 +23,7 @@ __global__ void insert_seeds_kernel(const int64_t* seeds, int64_t n, int64_t num
                                     int64_t* n_id, long long* status) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const int64_t node = seeds[i];
-  n_id[i] = node;
-  if (node < 0 || node >= num_nodes) {
-    report(status, kSampleBadSeed, i, node, 0);
-    return;
-  }
-  bool inserted = false;
-  const int64_t s = table_insert(table, node, &inserted);
-  if (!inserted) {
-    report(status, kSampleDuplicateSeed, i, node, 0);
-    return;
-  }
-  table.values[s] = i;
+  insert_seed(seeds, i, num_nodes, table, n_id, status);
 }
 
 __global__ void count_picks_kernel(const int64_t* n_id, int64_t t0, int64_t count, Topology g, int64_t fanout,

@@ -38,19 +38,7 @@ __global__ void lean_seeds_kernel(const int64_t* seeds, int64_t n, int64_t num_n
     totals.edges[0] = 0;
   }
   if (i >= n) return;
-  const int64_t node = seeds[i];
-  n_id[i] = node;
-  if (node < 0 || node >= num_nodes) {
-    report(status, kSampleBadSeed, i, node, 0);
-    return;
-  }
-  bool inserted = false;
-  const int64_t s = table_insert(table, node, &inserted);
-  if (!inserted) {
-    report(status, kSampleDuplicateSeed, i, node, 0);
-    return;
-  }
-  table.values[s] = i;
+  insert_seed(seeds, i, num_nodes, table, n_id, status);
 }
 
 __global__ void lean_count_pick_kernel(LeanHop h, const int64_t* n_id, Topology g, LeanTotals totals,
