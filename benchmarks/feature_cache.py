@@ -6,8 +6,8 @@ rows; a power-law graph with one node per row gives real sampled batches ([15, 1
 in-neighbors (``degree`` ranking), ``--fractions`` of the table. For every fraction, after warm-up, the median
 GB/s (feature bytes delivered / wall time between synchronizations) of:
 
-* ``no_cache``          ``gather_rows_ex``, batch order, every row from host memory (the baseline)
-* ``hot_rows``          ``gather_rows_ex`` with the existing one-GPU hot-row cache (``cache_slot``/``cache``)
+* ``no_cache``          ``gather_rows``, batch order, every row from host memory (the baseline)
+* ``hot_rows``          ``gather_rows`` with the existing one-GPU hot-row cache (``cache_slot``/``cache``)
 * ``replicate``         ``SegmentedFeatureCache``, one shard on this GPU (``fill_shard`` + ``open_feature_cache``)
 * ``shards_k``          the same rows in ``k`` shards, all on this GPU (the clique lookup, without a peer)
 * ``clique_2gpu``       with ``--devices 2``: two shards on ``cuda:0`` and ``cuda:1`` (peer reads over NVLink),
@@ -54,7 +54,7 @@ def measure(fn: Callable[[torch.Tensor], torch.Tensor], batches: list[torch.Tens
 def run(args: argparse.Namespace) -> dict:
     from lightning_zerocopy import ops
     from lightning_zerocopy.gather import CachePlan, FeatureCacheSpec, fill_shard, open_feature_cache
-    from lightning_zerocopy.gather.cuda_table import register_host_tensor
+    from lightning_zerocopy.graph.host_registration import register_host_tensor
     from lightning_zerocopy.graph.reorder import most_frequent_neighbors
 
     row_bytes = args.row_bytes
@@ -69,8 +69,8 @@ def run(args: argparse.Namespace) -> dict:
     del indptr, indices
     torch.cuda.empty_cache()
 
-    reference = [ops.gather_rows_ex(table, ids) for ids in batches]
-    results: dict = {"no_cache": measure(lambda ids: ops.gather_rows_ex(table, ids), batches, args.warmup,
+    reference = [ops.gather_rows(table, ids) for ids in batches]
+    results: dict = {"no_cache": measure(lambda ids: ops.gather_rows(table, ids), batches, args.warmup,
                                          reference, row_bytes)}  # fmt: skip
     for fraction in args.fractions:
         count = int(fraction * num_rows)
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> dict:
         slot = torch.full((num_rows,), -1, dtype=torch.int32, device="cuda")
         slot[hot] = torch.arange(count, dtype=torch.int32, device="cuda")
         rows = table[hot.cpu()].cuda()
-        entry["hot_rows"] = measure(lambda ids: ops.gather_rows_ex(table, ids, cache_slot=slot, cache=rows),
+        entry["hot_rows"] = measure(lambda ids: ops.gather_rows(table, ids, cache_slot=slot, cache=rows),
                                     batches, args.warmup, reference, row_bytes)  # fmt: skip
         del slot, rows
         layouts = [("replicate", [0])] + [(f"shards_{k}", [0] * k) for k in args.shards]

@@ -18,16 +18,22 @@ __all__ = [
     "GatherChoice",
     "GatherMode",
     "NodeOrderKind",
+    "SamplerDevice",
     "SamplerPlacement",
     "check_choice",
     "check_count",
+    "check_depth",
     "check_fanouts",
     "choices",
 ]
 
-#: Where neighbors are sampled: compiled CPU kernel (``cpu``), CUDA kernel over host topology (``uva``), CUDA kernel
-#: over a GPU copy of the topology (``gpu``).
-SamplerPlacement = Literal["cpu", "uva", "gpu"]
+#: Where one sampler runs and reads the topology: compiled CPU kernel (``cpu``), CUDA kernel over host topology
+#: (``uva``), CUDA kernel over a GPU copy of the topology (``gpu``).
+SamplerDevice = Literal["cpu", "uva", "gpu"]
+#: Where a builder samples: one of the :data:`SamplerDevice` placements, or per batch on the CPU threads or the ``gpu`` kernel, whichever a
+#: calibrated cost model expects to finish first (``hybrid``; ``auto``: hybrid where that measures faster, else
+#: the faster device; see :mod:`lightning_zerocopy.sampling.hybrid`).
+SamplerPlacement = Literal["cpu", "uva", "gpu", "hybrid", "auto"]
 #: How feature rows are fetched: CPU threads (``cpu``) or the GPU reading registered host memory (``zerocopy``).
 GatherBackend = Literal["cpu", "zerocopy"]
 #: ``gather`` as the DataModule takes it: ``auto`` resolves to ``zerocopy`` on a GPU trainer, else ``cpu``.
@@ -104,3 +110,10 @@ def check_fanouts(fanouts: Any, name: str = "fanouts") -> list[int]:
             raise ValueError(f"{entry} must be a positive neighbor count or -1 (all neighbors), got {fanout}")
         checked.append(int(fanout))
     return checked
+
+
+def check_depth(depth: Any, owner: str) -> int:
+    """Return ``depth`` (batch slots per loader) if it is an int >= 1, else raise ``ValueError`` naming ``owner``."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"{owner}(depth=...) must be an int >= 1 (2 = ping-pong), got {depth!r}")
+    return depth

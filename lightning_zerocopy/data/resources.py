@@ -31,7 +31,7 @@ from lightning_zerocopy.data.cache import CacheContext, FeatureCacheSpec, Featur
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.gather.host_table import HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph
-from lightning_zerocopy.options import GatherMode, SamplerPlacement, check_choice
+from lightning_zerocopy.options import GatherMode, SamplerDevice, check_choice
 from lightning_zerocopy.sampling.topology import PlacedTopology, place_topology
 
 __all__ = ["DeviceResources", "HostData", "ResourceScope"]
@@ -134,7 +134,7 @@ def _row_width(t: torch.Tensor) -> int:
 
 def _pin(tensor: torch.Tensor, name: str) -> Any:
     """Register host memory for zero-copy reads; a failure says which option asked for it."""
-    from lightning_zerocopy.gather.cuda_table import register_host_tensor
+    from lightning_zerocopy.graph.host_registration import register_host_tensor
 
     try:
         return register_host_tensor(tensor, name=name)
@@ -193,9 +193,9 @@ class DeviceResources:
 
     # ---- GPU resources, placed on first use ----------------------------------------------------------------------
 
-    def topology(self, placement: SamplerPlacement) -> PlacedTopology:
+    def topology(self, placement: SamplerDevice) -> PlacedTopology:
         """The topology for the CUDA sampler: a GPU copy (``"gpu"``) or registered host memory (``"uva"``)."""
-        check_choice(placement, SamplerPlacement, "placement")
+        check_choice(placement, SamplerDevice, "placement")
         with self._lock:
             placed = self._topology.get(placement)
             if placed is None:

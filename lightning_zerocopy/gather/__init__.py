@@ -3,10 +3,8 @@
 from lightning_zerocopy.gather.cache_plan import CachePlan
 from lightning_zerocopy.gather.cuda_table import (
     CudaFeatureTable,
-    HostRegistration,
     frequency_order,
     most_frequent_neighbors,
-    register_host_tensor,
 )
 from lightning_zerocopy.gather.feature_cache import (
     CacheCounts,
@@ -25,12 +23,10 @@ __all__ = [
     "FeatureCacheSpec",
     "FeatureTableHandle",
     "HostFeatureTable",
-    "HostRegistration",
     "frequency_order",
     "most_frequent_neighbors",
     "SegmentedFeatureCache",
     "ShardHandle",
     "fill_shard",
     "open_feature_cache",
-    "register_host_tensor",
 ]

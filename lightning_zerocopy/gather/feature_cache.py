@@ -306,7 +306,7 @@ def open_feature_cache(
         raise ValueError(f"`table` is on {table.device}; a GPU table must be on the gathering device {device}")
     registration = None
     if table.device.type == "cpu" and register:
-        from lightning_zerocopy.gather.cuda_table import register_host_tensor
+        from lightning_zerocopy.graph.host_registration import register_host_tensor
 
         with torch.cuda.device(device):
             registration = register_host_tensor(table, name="table")
