@@ -147,7 +147,8 @@ def _open_in_child(spec, table, device, ids, queue) -> None:
             segments_ok = all(
                 torch.equal(seg.cpu(), table[spec.plan.shard_rows(s)]) for s, seg in enumerate(cache.segments)
             )
-            queue.put(("ok", out, tuple(cache.counts()), segments_ok))
+            # numpy pickles by value: a shared tensor would need this process alive until the parent unpickles it
+            queue.put(("ok", out.numpy(), tuple(cache.counts()), segments_ok))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         queue.put(("error", repr(exc), None, None))
 
@@ -163,7 +164,7 @@ def _run_child(spec, table, device, ids):
         proc.join(timeout=60)  # the shards stay alive here (owned by this process) until the child is done
     assert proc.exitcode == 0
     assert result[0] == "ok", result[1]
-    return result[1:]
+    return (torch.from_numpy(result[1]), *result[2:])
 
 
 @pytest.mark.cuda

@@ -95,7 +95,8 @@ def _build_in_child(builder: BatchBuilder, item, queue) -> None:
         builder.open()
         batch = builder.build_batch(item)
         counts = builder._gpu.features.counts()
-        queue.put(("ok", batch.x.cpu(), batch.n_id.cpu(), tuple(counts)))
+        # numpy pickles by value: a shared tensor would need this process alive until the parent unpickles it
+        queue.put(("ok", batch.x.cpu().numpy(), batch.n_id.cpu().numpy(), tuple(counts)))
         builder.close()
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         queue.put(("error", repr(exc), None, None))
@@ -118,6 +119,7 @@ def test_a_spawned_builder_opens_the_shards_over_ipc(shared) -> None:
         finally:
             proc.join(timeout=60)  # the shards stay alive in this process until the child is done
         assert status == "ok", x
+        x, n_id = torch.from_numpy(x), torch.from_numpy(n_id)
         assert torch.equal(x, data.x[n_id]) and sum(counts) == n_id.numel() and counts[0] > 0
     finally:
         resources.close()
