@@ -40,6 +40,11 @@ class SplitError(ValueError):
         super().__init__(f"the {split} split ({source}) {problem}")
 
 
+def _count(number: int, noun: str, plural: str = "") -> str:
+    """``"1 node"``, ``"3 nodes"``."""
+    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
+
+
 def _examples(ids: torch.Tensor) -> str:
     shown = ", ".join(str(int(v)) for v in ids[:_EXAMPLES])
     return shown + (", ..." if ids.numel() > _EXAMPLES else "")
@@ -63,7 +68,8 @@ def _repeated(idx: torch.Tensor, num_unique: int) -> str:
     entries = (idx == node).nonzero().view(-1)[:2] + 1
     return (
         f"lists node {int(node)} more than once (entries {int(entries[0]):,} and {int(entries[1]):,}, counting "
-        f"from 1); {idx.numel() - num_unique:,} entries repeat an earlier one. A split must list each node once"
+        f"from 1); {_count(idx.numel() - num_unique, 'entry repeats', 'entries repeat')} an earlier one. A split must "
+        "list each node once"
     )
 
 
@@ -120,8 +126,8 @@ def check_splits(
                     name,
                     source,
                     f"holds node {node} labeled {int(labels[too_large[0]])}, but the dataset has {num_classes} "
-                    f"classes (labels 0 to {num_classes - 1}); {too_large.numel():,} nodes of this split have "
-                    "such labels: raise `num_classes` or fix the labels",
+                    f"classes (labels 0 to {num_classes - 1}); {_count(too_large.numel(), 'node')} of this split "
+                    f"{'has' if too_large.numel() == 1 else 'have'} such labels: raise `num_classes` or fix the labels",
                 )
     warnings = []
     for (first, second), nodes in shared.items():
@@ -132,6 +138,6 @@ def check_splits(
         )
         warnings.append(
             f"the {first} split ({sources.get(first, f'{first}_idx')}) and the {second} split "
-            f"({sources.get(second, f'{second}_idx')}) share {nodes.numel():,} nodes (e.g. {_examples(nodes)}): {effect}"
+            f"({sources.get(second, f'{second}_idx')}) share {_count(nodes.numel(), 'node')} (e.g. {_examples(nodes)}): {effect}"
         )
     return warnings

@@ -255,7 +255,7 @@ def test_setup_rejects_a_split_id_out_of_range() -> None:
 def test_setup_warns_once_about_splits_that_share_nodes() -> None:
     dm = _pyg_datamodule(list(range(30)), [30, 31], [31, 32])
     with pytest.warns(UserWarning, match=r"data\.init_args\.dataset \(PyGNodeDataset\): the val split \(data\.val_idx\) and "
-                                         r"the test split \(data\.test_mask\) share 1 nodes \(e\.g\. 31\)"):
+                                         r"the test split \(data\.test_mask\) share 1 node \(e\.g\. 31\)"):
         dm.setup("fit")
     dm.teardown("fit")
     import warnings

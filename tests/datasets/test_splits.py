@@ -52,11 +52,11 @@ def test_repeated_ids_are_errors() -> None:
 def test_overlaps_are_warnings() -> None:
     warnings = check_splits(_data([0, 1, 2], [2, 3], [3, 4, 0]), SOURCES)
     assert warnings == [
-        "the train split (tr.csv) and the val split (va.csv) share 1 nodes (e.g. 2): training nodes are scored again,"
+        "the train split (tr.csv) and the val split (va.csv) share 1 node (e.g. 2): training nodes are scored again,"
         " so the scores overstate accuracy",
-        "the train split (tr.csv) and the test split (te.csv) share 1 nodes (e.g. 0): training nodes are scored again,"
+        "the train split (tr.csv) and the test split (te.csv) share 1 node (e.g. 0): training nodes are scored again,"
         " so the scores overstate accuracy",
-        "the val split (va.csv) and the test split (te.csv) share 1 nodes (e.g. 3): these nodes are scored in both",
+        "the val split (va.csv) and the test split (te.csv) share 1 node (e.g. 3): these nodes are scored in both",
     ]
 
 
@@ -88,3 +88,8 @@ def test_ogb_splits_are_named_by_their_file(tmp_path: Path) -> None:
     with pytest.raises(SplitErrorFromModule, match=re.escape(f"the train split ({root / 'split' / 's' / 'train.csv.gz'}) lists node 0")):
         check_splits(ds.load(), sources)
 
+
+
+def test_one_repeat_reads_in_the_singular() -> None:
+    with pytest.raises(SplitError, match=r"; 1 entry repeats an earlier one\. A split must list each node once$"):
+        check_splits(_data([3, 7, 3], [2], [4]), SOURCES)
