@@ -1,33 +1,11 @@
 #include "ops/gather_segmented.h"
 
-#include <ATen/Parallel.h>
-
-#include <atomic>
-
 #include "ops/checks.h"
 
 namespace zerocopy {
 
 namespace {
 constexpr const char* kOp = "gather_segmented_into";
-
-template <typename index_t>
-void check_ids_impl(const index_t* data, int64_t n, int64_t num_rows) {
-  std::atomic<bool> bad{false};
-  at::parallel_for(0, n, 1 << 16, [&](int64_t begin, int64_t end) {
-    bool local_bad = false;
-    for (int64_t i = begin; i < end; ++i) {
-      local_bad |= static_cast<uint64_t>(static_cast<int64_t>(data[i])) >= static_cast<uint64_t>(num_rows);
-    }
-    if (local_bad) bad.store(true, std::memory_order_relaxed);
-  });
-  if (!bad.load()) return;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t id = static_cast<int64_t>(data[i]);
-    TORCH_CHECK_INDEX(id >= 0 && id < num_rows, kOp, ": `ids` holds the row id ", id, " at position ", i,
-                      ", out of range for a `table` of ", num_rows, " rows");
-  }
-}
 }  // namespace
 
 void check_gather_segmented_args(const at::Tensor& table, const at::Tensor& ids, const at::Tensor& out,
@@ -68,15 +46,6 @@ void check_gather_segmented_args(const at::Tensor& table, const at::Tensor& ids,
     TORCH_CHECK_VALUE(c.dim() == 1 && c.size(0) == static_cast<int64_t>(segments.size()) + 1, kOp,
                       ": `counts` must have len(segments) + 1 = ", segments.size() + 1, " entries, got shape ",
                       c.sizes());
-  }
-}
-
-void check_segmented_ids_host(const at::Tensor& ids, int64_t num_rows) {
-  TORCH_CHECK_VALUE(ids.device().is_cpu(), kOp, ": `ids` must be a CPU tensor here, got ", ids.device());
-  if (ids.scalar_type() == at::kLong) {
-    check_ids_impl(ids.const_data_ptr<int64_t>(), ids.numel(), num_rows);
-  } else {
-    check_ids_impl(ids.const_data_ptr<int32_t>(), ids.numel(), num_rows);
   }
 }
 

@@ -20,8 +20,4 @@ void check_gather_segmented_args(const at::Tensor& table, const at::Tensor& ids,
                                  const at::Tensor& location, int64_t slot_bits, at::TensorList segments,
                                  const std::optional<at::Tensor>& counts);
 
-// Every id of a CPU `ids` tensor lies in [0, num_rows); otherwise IndexError naming `ids`, the first offending
-// id and its position.
-void check_segmented_ids_host(const at::Tensor& ids, int64_t num_rows);
-
 }  // namespace zerocopy

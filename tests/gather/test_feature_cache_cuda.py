@@ -130,10 +130,10 @@ def test_bad_ids_raise():
     with open_feature_cache(spec, table, "cuda:0") as cache:
         ids = _ids(100)
         ids[42] = NUM_ROWS
-        with pytest.raises(IndexError, match=rf"row id {NUM_ROWS} at position 42"):
+        with pytest.raises(IndexError, match=rf"`ids` holds the id {NUM_ROWS} at position 42"):
             cache.gather(ids)
         ids[42] = -3
-        with pytest.raises(IndexError, match="row id -3 at position 42"):
+        with pytest.raises(IndexError, match="`ids` holds the negative id -3 at position 42"):
             cache.gather(ids)
         assert torch.equal(cache.gather(_ids(100)).cpu(), table[_ids(100)])  # still usable
     with pytest.raises(RuntimeError, match="closed"):

@@ -90,7 +90,7 @@ def test_bad_id_raises_before_writing(bad):
     table, plan, segments, ids = make_case()
     ids[7] = bad
     out = torch.zeros(ids.numel(), table.shape[1])
-    with pytest.raises(IndexError, match=rf"row id {bad} at position 7"):
+    with pytest.raises(IndexError, match=rf"`ids` holds the (negative )?id {bad} at position 7"):
         ops.gather_segmented(table, ids, plan.build_location(), plan.slot_bits, segments, out=out)
     assert not out.any()
 

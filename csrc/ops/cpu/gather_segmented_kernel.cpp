@@ -57,7 +57,7 @@ void gather_segmented_into_cpu(const at::Tensor& table, const at::Tensor& ids, c
   for (const at::Tensor& seg : segments) check_cpu(seg, kOp, "segments[i]");
   if (counts.has_value()) check_cpu(*counts, kOp, "counts");
   check_gather_segmented_args(table, ids, out, location, slot_bits, segments, counts);
-  check_segmented_ids_host(ids, table.size(0));
+  check_ids_in_range(ids, table.size(0), kOp, "ids", "table.shape[0]");
   const int64_t n = ids.numel();
   const int64_t row_bytes = table.size(1) * static_cast<int64_t>(table.element_size());
 

@@ -114,7 +114,7 @@ void gather_segmented_into_cuda(const at::Tensor& table, const at::Tensor& ids, 
   cuda::check_cuda(cudaStreamSynchronize(stream), kOp, "the gather kernel");
   if (first_bad[0] != cuda::kNoBadPosition) {
     // Name the first bad id and its position exactly as the CPU op does; no bad row was read or written.
-    check_segmented_ids_host(ids.cpu(), table.size(0));
+    check_ids_in_range(ids.cpu(), table.size(0), kOp, "ids", "table.shape[0]");
     TORCH_CHECK_INDEX(false, kOp, ": `ids` holds a row id out of range for a `table` of ", table.size(0), " rows");
   }
   if (first_bad[1] != cuda::kNoBadPosition) {
