@@ -127,8 +127,9 @@ class ZeroCopyCLI(LightningCLI):
             raise CommandError(
                 f"{module.__module__}.{module.__qualname__} has no predict_step, and Lightning's default one calls "
                 f"forward(batch), but its forward takes ({', '.join(p.name for p in required)}). Define "
-                "`def predict_step(self, batch, batch_idx): return self(batch.x, batch.edge_index)[: batch.batch_size]` "
-                "(the logits of the seed nodes; the writer takes their ids from batch.n_id)."
+                "`def predict_step(self, batch, batch_idx): "
+                "return self(batch.x, batch.edge_index)[: batch.batch_size]` (the logits of the seed nodes; the "
+                "writer takes their ids from batch.n_id)."
             )
 
 
@@ -156,7 +157,11 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ZeroCopyCLI:
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,
         parser_class=ZeroCopyArgumentParser,
-        parser_kwargs={"description": DESCRIPTION, "prog": "lightning-zerocopy", "formatter_class": _RawDescriptionFormatter},
+        parser_kwargs={
+            "description": DESCRIPTION,
+            "prog": "lightning-zerocopy",
+            "formatter_class": _RawDescriptionFormatter,
+        },
     )
 
 

@@ -92,7 +92,9 @@ class PredictionWriter(BasePredictionWriter):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # the prediction loop looks for a torch batch sampler to report batch indices, which this writer does not use
-        warnings.filterwarnings("ignore", message="Couldn't infer the batch indices fetched from your dataloader: `PlanLoader`")
+        warnings.filterwarnings(
+            "ignore", message="Couldn't infer the batch indices fetched from your dataloader: `PlanLoader`"
+        )
 
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._ids, self._logits = [], []
