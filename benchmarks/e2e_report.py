@@ -140,7 +140,7 @@ def _table(results: dict[str, Any], model: str) -> list[str]:
         out.append("| " + " | ".join([
             f"`{name}`", f"{rate:.1f}", _fmt(rate / bound_rate if bound_rate else None, ".2f", "×"),
             _fmt(rate / pyg_rate if pyg_rate else None, ".2f", "×"), _fmt(r.get("stall_frac"), ".1%"),
-            _fmt(r.get("wait_ms"), ".2f"), _fmt(r.get("gather_GBps"), ".2f"), _fmt(r.get("build_ms"), ".2f"),
+            _fmt(r.get("wait_ms"), ".2f"), _fmt(r.get("gather_GBps"), ".3g"), _fmt(r.get("build_ms"), ".2f"),
             f"{_fmt(_pct(lat, 0.5), '.2f')} / {_fmt(_pct(lat, 0.99), '.2f')}", _fmt(r.get("best_val_acc"), ".3f"),
             _fmt(time_to_target(r, target), ".1f"), _fmt(r.get("setup_s"), ".1f"), checked]) + " |")  # fmt: skip
     return out + [""]
