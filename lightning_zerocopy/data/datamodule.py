@@ -12,7 +12,9 @@ Lifecycle (every hook is wiring; the work is in :mod:`~lightning_zerocopy.data.h
   :class:`~lightning_zerocopy.data.plan.BatchPlan`, building batches in this process.
 * ``transfer_batch_to_device``: moves what is not on the device yet (``non_blocking``); a batch built on the
   GPU (``gather='zerocopy'`` or a GPU sampler) is handed over as it is.
-* ``teardown``/``on_exception``: the builders are closed (GPU caches freed, host registrations released).
+* ``teardown``/``on_exception``: the builders are closed and the process's
+  :class:`~lightning_zerocopy.data.resources.DeviceResources` (created in ``setup``) are released: GPU copies
+  and caches freed, host registrations undone.
 
 GPU data path (``sampler_placement``, ``gather``, ``gather_mode``, ``hot_rows``): node features stay in host
 memory and the GPU reads exactly the rows a mini-batch needs (see :mod:`lightning_zerocopy.data.batch`).
@@ -20,40 +22,56 @@ memory and the GPU reads exactly the rows a mini-batch needs (see :mod:`lightnin
 never show (see :mod:`lightning_zerocopy.data.host`); ``prepare_data`` builds its disk cache.
 
 For other execution paths (a pipeline worker, a custom loop), :meth:`ZeroCopyDataModule.plan` and
-:meth:`ZeroCopyDataModule.builder` give the same plan and a picklable, unopened builder.
+:meth:`ZeroCopyDataModule.builder` give the same plan and a picklable, unopened builder; every builder carries
+the DataModule's feature-cache spec (:meth:`ZeroCopyDataModule.set_feature_cache`), so every process that builds
+batches serves the same rows from GPU memory.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Literal, Optional, Protocol, Sequence, runtime_checkable
 
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from torch_geometric.data import Data
-from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
-from lightning_zerocopy.data.batch import BatchBuilder, GatherMode, HostGraphHandles, NodeOrderKind, SamplerPlacement
-from lightning_zerocopy.data.host import (
-    NODE_ORDERS,
-    FeatureStorage,
-    build_node_order_cache,
-    node_order_cache_dir,
-    share_node_data,
-)
+from lightning_zerocopy.data.batch import BatchBuilder
+from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
+from lightning_zerocopy.data.handles import HostGraphHandles
+from lightning_zerocopy.data.host import build_node_order_cache, node_order_cache_dir, share_node_data, shared_node_order
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
-from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
+from lightning_zerocopy.data.resources import DeviceResources
+from lightning_zerocopy.datasets.base import ArrayCache, NodeData, NodeDataset
+from lightning_zerocopy.datasets.splits import SplitError, check_splits
+from lightning_zerocopy.graph.reorder import NodeOrder
 from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
-from lightning_zerocopy.sampling.neighbor_sampler import validate_fanouts
+from lightning_zerocopy.options import (
+    FeatureStorage,
+    GatherChoice,
+    GatherMode,
+    NodeOrderKind,
+    SamplerPlacement,
+    check_choice,
+    check_count,
+    check_fanouts,
+)
 
-__all__ = ["GatherChoice", "HostMemoryConsumer", "Split", "ZeroCopyDataModule"]
+__all__ = ["GatherChoice", "HostMemoryConsumer", "LoaderFactory", "Split", "ZeroCopyDataModule"]
 
 Split = Literal["train", "val", "test", "predict"]
-#: ``auto``: ``zerocopy`` when the trainer's root device is a CUDA GPU (and the CUDA kernels are built), else ``cpu``.
-GatherChoice = Literal["auto", "cpu", "zerocopy"]
+_KEY = "data.init_args."  # how errors name this class's arguments: the recipe's YAML keys
 _STREAMS = {"train": 0, "val": 1, "test": 2, "predict": 3}
+
+
+class LoaderFactory(Protocol):
+    """Turns the DataModule's loader of a split into the iterable its ``*_dataloader`` hook returns
+    (:meth:`ZeroCopyDataModule.use_loader_factory`)."""
+
+    def __call__(self, split: str, loader: PlanLoader) -> Iterable[Data]: ...
 
 
 @runtime_checkable
@@ -88,8 +106,12 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             ``"mmap"`` (map the dataset's ``.npy`` feature file; for features larger than RAM).
         sampler_placement: where neighbors are sampled: ``"cpu"`` (C++ threads, default), ``"uva"`` (CUDA
             kernel reading the graph from pinned host memory; needs no GPU memory for the edges) or ``"gpu"``
-            (CUDA kernel, graph copied to GPU memory: fastest when it fits). ``uva``/``gpu`` need a GPU trainer
-            and give the same batches as ``cpu``.
+            (CUDA kernel, graph copied to GPU memory: fastest when it fits), ``"hybrid"`` (per batch on the CPU
+            threads or the ``gpu`` kernel, whichever a cost model calibrated on measured times expects to finish
+            first; with a :class:`~lightning_zerocopy.callbacks.PipelineCallback` both sample at once) or
+            ``"auto"`` (hybrid if both together measure faster, else the faster device). ``uva``/``gpu`` need a
+            GPU trainer; ``hybrid``/``auto`` on a CPU trainer say so in one line and sample on the CPU. Every
+            placement gives the same batches as ``cpu``.
         gather: how feature rows reach the model: ``"auto"`` (default: ``"zerocopy"`` when the trainer runs on
             a CUDA GPU, else ``"cpu"``), ``"cpu"`` (CPU threads gather, the trainer copies the batch) or
             ``"zerocopy"`` (the GPU reads exactly the batch's rows from pinned host memory; no CPU gather, no
@@ -132,14 +154,16 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         node_order: NodeOrderKind = "none",
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
-        if eval_batch_size is not None and eval_batch_size < 1:
-            raise ValueError(f"data.eval_batch_size must be >= 1, got {eval_batch_size}")
-        if feature_storage not in ("shared_memory", "mmap"):
-            raise ValueError(f"data.feature_storage must be 'shared_memory' or 'mmap', got {feature_storage!r}")
-        if node_order not in NODE_ORDERS:
-            raise ValueError(f"data.init_args.node_order must be 'none', 'bfs' or 'degree', got {node_order!r}")
+        # a bad recipe fails here, before any data is built
+        check_count(batch_size, _KEY + "batch_size", minimum=1)
+        check_count(eval_batch_size, _KEY + "eval_batch_size", minimum=1, allow_none=True)
+        check_count(num_threads, _KEY + "num_threads", minimum=1, allow_none=True)
+        check_choice(feature_storage, FeatureStorage, _KEY + "feature_storage")
+        check_choice(node_order, NodeOrderKind, _KEY + "node_order")
+        _check_gpu_options(sampler_placement, gather, gather_mode, hot_rows)
+        check_fanouts(list(fanouts), _KEY + "fanouts")
+        if eval_fanouts is not None:
+            check_fanouts(list(eval_fanouts), _KEY + "eval_fanouts")
         self.dataset = dataset
         self.fanouts = list(fanouts)
         self.batch_size = int(batch_size)
@@ -152,22 +176,26 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self.seed = seed
         self.predict_split = predict_split
         self.feature_storage: FeatureStorage = feature_storage
-        _check_gpu_options(sampler_placement, gather, gather_mode, hot_rows)
         self.sampler_placement: SamplerPlacement = sampler_placement
         self.gather: GatherChoice = gather
         self.gather_mode: GatherMode = gather_mode
         self.hot_rows = int(hot_rows)
         self.node_order: NodeOrderKind = node_order
         self._gather_resolved: Optional[str] = None  # "cpu" | "zerocopy", decided in setup
+        self._placement_resolved: Optional[str] = None  # hybrid/auto become "cpu" on a CPU trainer, decided in setup
         self._device_index: Optional[int] = None  # the trainer's CUDA device, decided in setup
-        # a bad recipe fails here, before any data is built
-        validate_fanouts(self.fanouts)
-        validate_fanouts(self.eval_fanouts)
+        self._feature_cache: Optional[FeatureCacheSpec] = HotRowsCache(self.hot_rows) if self.hot_rows > 0 else None
 
         self._handles: Optional[HostGraphHandles] = None
         self._named: Optional[HostGraphHandles] = None  # segments this process created and has not unlinked yet
+        self._resources: Optional[DeviceResources] = None  # this process's placement, from setup to teardown
         self._builders: dict[str, BatchBuilder] = {}
+        self._attaching = False  # inside setup, while HostMemoryConsumers attach (set_feature_cache allowed)
         self._splits: dict[str, torch.Tensor] = {}
+        # an in-memory node order outlives teardown, so fit then test in one process computes it once
+        self._kept_order: Optional[NodeOrder] = None
+        self._splits_checked = False  # check_splits ran on this dataset (setup runs again after teardown)
+        self._loader_factory: Optional[LoaderFactory] = None
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
 
@@ -204,9 +232,14 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             self._open(handles)
             trainer = self._trainer_or_none()
             if trainer is not None:
-                for callback in trainer.callbacks:
-                    if isinstance(callback, HostMemoryConsumer):
-                        callback.attach_host_memory(trainer, self)
+                # the strategy first (it may set a feature cache, see set_feature_cache), then callbacks (workers)
+                self._attaching = True
+                try:
+                    for consumer in (trainer.strategy, *trainer.callbacks):
+                        if isinstance(consumer, HostMemoryConsumer):
+                            consumer.attach_host_memory(trainer, self)
+                finally:
+                    self._attaching = False
                 trainer.strategy.barrier("zerocopy_host_memory_mapped")
         finally:
             self._unlink_names()  # every local process has mapped the memory (or setup failed)
@@ -220,20 +253,41 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._release()
 
     @override
-    def train_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("train"), self._builder_for("train"))
+    def train_dataloader(self) -> Iterable[Data]:
+        return self._loader("train")
 
     @override
-    def val_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("val"), self._builder_for("val"))
+    def val_dataloader(self) -> Iterable[Data]:
+        return self._loader("val")
 
     @override
-    def test_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("test"), self._builder_for("test"))
+    def test_dataloader(self) -> Iterable[Data]:
+        return self._loader("test")
 
     @override
-    def predict_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("predict"), self._builder_for("predict"))
+    def predict_dataloader(self) -> Iterable[Data]:
+        return self._loader("predict")
+
+    def use_loader_factory(self, factory: Optional[LoaderFactory]) -> None:
+        """Have the ``*_dataloader`` hooks return ``factory(split, loader)`` instead of the plain loader.
+
+        The hook a component uses to take over where batches are built without changing them (e.g.
+        :class:`~lightning_zerocopy.callbacks.PipelineCallback` wraps each loader so a producer builds its batches
+        ahead of the step). ``loader`` is the :class:`PlanLoader` the hook would return; the factory returns any
+        iterable with the same length and batches. ``None`` restores the plain loaders.
+        """
+        if factory is not None and not callable(factory):
+            raise TypeError(f"`factory` must be callable as factory(split, loader) or None, got {type(factory).__name__}")
+        self._loader_factory = factory
+
+    @property
+    def loader_factory(self) -> Optional[LoaderFactory]:
+        """The factory set by :meth:`use_loader_factory`, or ``None``."""
+        return self._loader_factory
+
+    def _loader(self, split: Split) -> Iterable[Data]:
+        loader = PlanLoader(self.plan(split), self._builder_for(split))
+        return loader if self._loader_factory is None else self._loader_factory(split, loader)
 
     @override
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
@@ -278,12 +332,60 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             fanouts,
             replace=self.replace,
             num_threads=self.num_threads,
-            sampler_placement=self.sampler_placement,
+            sampler_placement=self._placement_resolved or self.sampler_placement,  # type: ignore[arg-type]
             gather=gather,  # type: ignore[arg-type]
             gather_mode=self.gather_mode,
-            hot_rows=self.hot_rows,
+            cache=self._feature_cache,
             device=self._device_index,
         )
+
+    @property
+    def feature_cache(self) -> Optional[FeatureCacheSpec]:
+        """The GPU feature cache every builder of this DataModule serves rows from (``hot_rows`` by default)."""
+        return self._feature_cache
+
+    def set_feature_cache(self, spec: Optional[FeatureCacheSpec]) -> None:
+        """Serve feature rows from the GPU cache ``spec`` describes, in every process that builds batches.
+
+        The extension point for cache providers (e.g. a Strategy's replicated or sharded hot rows): ``spec`` is a
+        picklable, hashable :class:`~lightning_zerocopy.data.cache.FeatureCacheSpec`; each process's
+        :class:`~lightning_zerocopy.data.resources.DeviceResources` opens it once. Call it before ``setup``, or
+        during it from a :class:`HostMemoryConsumer`'s ``attach_host_memory`` (the strategy's runs first, before any
+        callback hands builders to a worker; a cache built from the host memory, like ZeroCopyDDPStrategy's, can
+        only be made then). It replaces the ``hot_rows`` cache.
+
+        Raises:
+            TypeError: ``spec`` has no ``open(context)``.
+            RuntimeError: after ``setup`` (builders already carry the previous spec).
+        """
+        if spec is not None and not isinstance(spec, FeatureCacheSpec):
+            raise TypeError(f"`spec` must be a FeatureCacheSpec (with open(context)), got {type(spec).__name__}")
+        if self._handles is not None and not self._attaching:
+            raise RuntimeError(
+                "set_feature_cache() must be called before ZeroCopyDataModule.setup() or from attach_host_memory"
+            )
+        self._feature_cache = spec
+        if self._handles is not None:  # during setup: nothing is placed yet, the builders take the new spec
+            old, self._builders = self._builders, {}
+            for builder in {id(b): b for b in old.values()}.values():
+                builder.close()
+            self._bind_builders()
+
+    @property
+    def resources(self) -> Optional[DeviceResources]:
+        """This process's :class:`DeviceResources` (from ``setup`` to ``teardown``; ``None`` outside)."""
+        return self._resources
+
+    @property
+    def uses_zerocopy_gather(self) -> bool:
+        """Whether the GPU gathers feature rows from host memory (``gather`` resolved to ``"zerocopy"``), which is
+        what a GPU feature cache serves.
+
+        Raises:
+            RuntimeError: before :meth:`setup`.
+        """
+        self._require_setup()
+        return self._gather_resolved == "zerocopy"
 
     @property
     def batch_device_type(self) -> str:
@@ -293,7 +395,15 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             RuntimeError: before :meth:`setup` (``gather="auto"`` is decided there).
         """
         self._require_setup()
-        return "cuda" if self.sampler_placement != "cpu" or self._gather_resolved == "zerocopy" else "cpu"
+        placement = self._placement_resolved or self.sampler_placement
+        return "cuda" if placement != "cpu" or self._gather_resolved == "zerocopy" else "cpu"
+
+    def sampling_stats(self, split: Split) -> Optional[Any]:
+        """Where the in-process loader's hybrid builder sampled the batches of ``split`` so far (batches and
+        predicted/measured seconds per device; see ``HybridStats``), or ``None`` (not hybrid, or no batch yet).
+        With a pipeline the producer places the batches, and its client reports them instead."""
+        builder = self._builders.get(split)
+        return None if builder is None else builder.sampling_stats
 
     @property
     def handles(self) -> HostGraphHandles:
@@ -315,7 +425,16 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         else:
             root = None
             on_cuda, where = torch.cuda.is_available(), "no CUDA GPU is available"
-        needs = [f"data.init_args.sampler_placement={self.sampler_placement!r}"] if self.sampler_placement != "cpu" else []
+        placement = self.sampler_placement
+        if placement in ("hybrid", "auto"):
+            from lightning_zerocopy import WITH_CUDA
+
+            if not (on_cuda and WITH_CUDA):
+                why = where if not on_cuda else "lightning_zerocopy._C was built without its CUDA kernels"
+                rank_zero_info(f"data.init_args.sampler_placement={placement!r}: {why}, so sampling runs on the CPU only")
+                placement = "cpu"
+        self._placement_resolved = placement
+        needs = [f"data.init_args.sampler_placement={placement!r}"] if placement not in ("cpu", "hybrid", "auto") else []
         if self.gather == "zerocopy":
             needs.append("data.init_args.gather='zerocopy'")
         if needs and not on_cuda:
@@ -353,14 +472,35 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def _create_host_memory(self) -> "HostGraphHandles | Exception":
         try:
             cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
-            return share_node_data(
-                self.dataset.load(),
+            data = self.dataset.load()
+            self._check_splits(data)
+            cache_dir = node_order_cache_dir(self.dataset, self.node_order)
+            handles = share_node_data(
+                data,
                 self.feature_storage,
                 node_order=self.node_order,
-                cache_dir=node_order_cache_dir(self.dataset, self.node_order),
+                cache_dir=cache_dir,
+                order=self._kept_order,
             )
+            if cache_dir is None and self._kept_order is None:
+                self._kept_order = shared_node_order(handles)
+            return handles
         except Exception as exc:  # reported to every rank (so none waits forever), then raised
             return exc
+
+    def _check_splits(self, data: NodeData) -> None:
+        """Check every split once (ids in range, no repeats: errors; shared nodes: warnings), before any batch."""
+        if self._splits_checked:
+            return
+        dataset = f"data.init_args.dataset ({type(self.dataset).__name__})"
+        sources = {name: self.dataset.split_source(name) for name in ("train", "val", "test")}
+        try:
+            warnings = check_splits(data, sources, num_classes=self.dataset.num_classes)
+        except SplitError as exc:
+            raise ValueError(f"{dataset}: {exc}") from exc
+        for warning in warnings:
+            rank_zero_warn(f"{dataset}: {warning}")
+        self._splits_checked = True
 
     def _exchange_handles(
         self, mine: "HostGraphHandles | Exception | None", rank: int, local_rank: int, world_size: int
@@ -384,10 +524,15 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def _open(self, handles: HostGraphHandles) -> None:
         self._handles = handles
         self._splits = {name: handle.open() for name, handle in handles.splits.items()}
-        # map the host memory now (the names go away after setup); the GPU side (registrations, caches) is set
-        # up by the first batch in whichever process builds (here, or a pipeline worker with its own builder)
-        train = self.builder("train").map_host()
-        evaluation = train if self.eval_fanouts == self.fanouts else self.builder("val").map_host()
+        # map the host memory now (the names go away after setup); the GPU side (registrations, caches) is placed
+        # by the first batch built here (a pipeline worker builds with resources of its own)
+        self._resources = DeviceResources(handles, self._device_index)
+        self._bind_builders()
+
+    def _bind_builders(self) -> None:
+        assert self._resources is not None
+        train = self.builder("train").open(self._resources, place=False)
+        evaluation = train if self.eval_fanouts == self.fanouts else self.builder("val").open(self._resources, place=False)
         self._builders = {"train": train, "val": evaluation, "test": evaluation, "predict": evaluation}
 
     def _unlink_names(self) -> None:
@@ -399,10 +544,13 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._unlink_names()
         builders, self._builders = self._builders, {}
         for builder in {id(b): b for b in builders.values()}.values():
+            builder.close()  # unbinds (the resources below are this DataModule's)
+        resources, self._resources = self._resources, None
+        if resources is not None:
             try:
-                builder.close()  # GPU caches, host registrations (idempotent)
+                resources.close()  # GPU copies and caches, host registrations (idempotent)
             except Exception as exc:  # noqa: BLE001 - releasing must not mask the run's own outcome
-                rank_zero_warn(f"closing the batch builder failed: {exc!r}")
+                rank_zero_warn(f"releasing the data path's GPU resources failed: {exc!r}")
         self._handles = None
         self._splits = {}
 
@@ -426,14 +574,10 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
 def _check_gpu_options(sampler_placement: Any, gather: Any, gather_mode: Any, hot_rows: Any) -> None:
     """Validate the GPU data-path options (values, and whether this build can run them), naming the YAML key."""
-    if sampler_placement not in ("cpu", "uva", "gpu"):
-        raise ValueError(f"data.init_args.sampler_placement must be 'cpu', 'uva' or 'gpu', got {sampler_placement!r}")
-    if gather not in ("auto", "cpu", "zerocopy"):
-        raise ValueError(f"data.init_args.gather must be 'auto', 'cpu' or 'zerocopy', got {gather!r}")
-    if gather_mode not in ("auto", "direct", "sorted"):
-        raise ValueError(f"data.init_args.gather_mode must be 'auto', 'direct' or 'sorted', got {gather_mode!r}")
-    if isinstance(hot_rows, bool) or not isinstance(hot_rows, int) or hot_rows < 0:
-        raise ValueError(f"data.init_args.hot_rows must be a number of rows >= 0, got {hot_rows!r}")
+    check_choice(sampler_placement, SamplerPlacement, _KEY + "sampler_placement")
+    check_choice(gather, GatherChoice, _KEY + "gather")
+    check_choice(gather_mode, GatherMode, _KEY + "gather_mode")
+    check_count(hot_rows, _KEY + "hot_rows")
     if hot_rows > 0 and gather == "cpu":
         raise ValueError(
             f"data.init_args.hot_rows={hot_rows} caches rows for the zero-copy gather, but data.init_args.gather='cpu'; "

@@ -15,8 +15,8 @@ take more than a second). For datasets with an on-disk cache (``dataset.cache``,
 :class:`~lightning_zerocopy.datasets.base.ArrayCache`) the relabeled arrays are cached next to it, in
 ``<dataset cache>-order-<kind>-v1`` (see :func:`node_order_cache_dir`, :func:`build_node_order_cache`), and
 built once per machine; the ``mmap`` feature storage then maps the relabeled feature file. Without a disk
-cache the order is computed in memory and the last one is kept per process, so a second ``setup`` in the
-same process (``fit`` then ``test``) does not compute it again.
+cache the order is computed in memory; a caller that shares the same data again (the DataModule's ``setup``
+for ``fit`` then ``test``) passes the order it got the first time (:func:`shared_node_order`) back in.
 """
 
 from __future__ import annotations
@@ -24,17 +24,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-import weakref
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from lightning_zerocopy import ops
-from lightning_zerocopy.data.batch import HostGraphHandles, NodeOrderHandles, NodeOrderKind
+from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
 from lightning_zerocopy.datasets.base import ArrayCache, NodeData
 from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph
@@ -46,6 +45,7 @@ from lightning_zerocopy.graph.shared_memory import (
     save_npy,
     share_tensor,
 )
+from lightning_zerocopy.options import FeatureStorage, NodeOrderKind, check_choice, choices
 
 __all__ = [
     "FeatureStorage",
@@ -53,18 +53,16 @@ __all__ = [
     "build_node_order_cache",
     "node_order_cache_dir",
     "share_node_data",
+    "shared_node_order",
 ]
 
-FeatureStorage = Literal["shared_memory", "mmap"]
-#: Accepted values of ``node_order`` (``data.init_args.node_order``).
-NODE_ORDERS: tuple[str, ...] = ("none", "bfs", "degree")
+#: Accepted values of ``node_order``.
+NODE_ORDERS: tuple[str, ...] = choices(NodeOrderKind)
 
 _log = logging.getLogger(__name__)
 _CACHE_VERSION = 1  # part of the cache directory name: bump when the relabeled arrays change meaning
 _ROW_CHUNK_BYTES = 64 * 1024 * 1024  # feature bytes relabeled per step (bounds memory, drives the bar)
 _NUMPY_STORAGE = {torch.bfloat16: torch.int16}  # numpy has no bfloat16: stored as its bits
-#: The last order computed in memory in this process: (kind, weak ref to the edge_index it was computed from).
-_LAST_ORDER: Optional[tuple[str, "weakref.ReferenceType[torch.Tensor]", int, NodeOrder]] = None
 
 
 def share_node_data(
@@ -73,6 +71,7 @@ def share_node_data(
     *,
     node_order: NodeOrderKind = "none",
     cache_dir: Optional[os.PathLike] = None,
+    order: Optional[NodeOrder] = None,
 ) -> HostGraphHandles:
     """Build the CSC graph of ``data`` and copy graph, labels, splits (and features) into shared memory.
 
@@ -87,29 +86,31 @@ def share_node_data(
         cache_dir: where the relabeled arrays are cached on disk (:func:`node_order_cache_dir`), or ``None``
             to relabel in memory. Needed for ``feature_storage="mmap"`` with a node order (the relabeled
             features must be a file to be mapped).
+        order: the ``node_order`` of ``data`` computed before (:func:`shared_node_order` of earlier handles), to
+            relabel in memory without computing it again; ignored with ``cache_dir``.
 
     Returns:
         The handles. The caller owns the segments and must call ``handles.unlink()`` once every local
         process has opened them; if this function fails, it unlinks what it had created.
 
     Raises:
-        ValueError: a bad ``feature_storage`` / ``node_order`` or an impossible combination (the message names
-            the ``data.init_args`` key).
+        ValueError: a bad ``feature_storage`` / ``node_order`` / ``order`` or an impossible combination.
     """
-    if feature_storage not in ("shared_memory", "mmap"):
-        raise ValueError(f"data.feature_storage must be 'shared_memory' or 'mmap', got {feature_storage!r}")
-    _check_node_order(node_order)
+    check_choice(feature_storage, FeatureStorage, "feature_storage")
+    check_choice(node_order, NodeOrderKind, "node_order")
     if feature_storage == "mmap" and data.x_file is None:
         raise ValueError(
-            "data.feature_storage='mmap' needs a dataset whose features are an .npy file (e.g. SyntheticGraph,"
+            "`feature_storage`='mmap' needs a dataset whose features are an .npy file (e.g. SyntheticGraph,"
             " OGBNodeDataset); use 'shared_memory' for this dataset"
         )
     if feature_storage == "mmap" and node_order != "none" and cache_dir is None:
         raise ValueError(
-            f"data.init_args.node_order={node_order!r} with data.init_args.feature_storage='mmap' needs a dataset"
-            " with an on-disk cache (e.g. SyntheticGraph, OGBNodeDataset) to hold the relabeled feature file;"
-            " use feature_storage='shared_memory' or node_order='none'"
+            f"`node_order`={node_order!r} with `feature_storage`='mmap' needs a dataset with an on-disk cache"
+            " (e.g. SyntheticGraph, OGBNodeDataset) to hold the relabeled feature file; use"
+            " feature_storage='shared_memory' or node_order='none'"
         )
+    if order is not None and order.num_nodes != data.num_nodes:
+        raise ValueError(f"`order` covers {order.num_nodes} nodes but the data has {data.num_nodes}")
     with ExitStack() as undo:
 
         def share(tensor: torch.Tensor, name: str) -> TensorHandle:
@@ -148,7 +149,8 @@ def share_node_data(
             with _Steps(node_order, ["building CSC", "ordering nodes", "relabeling graph", "relabeling rows"]) as steps:
                 graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes)
                 steps.next()
-                order = _memoized_order(data, node_order, graph)
+                if order is None:
+                    order = _compute_order(graph, node_order)
                 steps.next()
                 graph = order.relabel_graph(graph).share()
                 undo.callback(graph.unlink)
@@ -172,6 +174,14 @@ def share_node_data(
     return handles
 
 
+def shared_node_order(handles: HostGraphHandles) -> Optional[NodeOrder]:
+    """The node order ``handles`` are stored in, mapped (``None`` without one): give it to a later
+    :func:`share_node_data` of the same data to skip computing it again. Open while the names exist."""
+    if handles.node_order is None:
+        return None
+    return NodeOrder(handles.node_order.order.open(), handles.node_order.rank.open())
+
+
 def node_order_cache_dir(dataset: Any, node_order: NodeOrderKind) -> Optional[Path]:
     """Where the arrays of ``dataset`` relabeled into ``node_order`` are cached, or ``None``.
 
@@ -179,7 +189,7 @@ def node_order_cache_dir(dataset: Any, node_order: NodeOrderKind) -> Optional[Pa
     an :class:`~lightning_zerocopy.datasets.base.ArrayCache`, e.g. ``PyGNodeDataset``). The directory sits next
     to the dataset's cache and is named after it, so it changes with the dataset's configuration.
     """
-    _check_node_order(node_order)
+    check_choice(node_order, NodeOrderKind, "node_order")
     cache = getattr(dataset, "cache", None)
     if node_order == "none" or not isinstance(cache, ArrayCache):
         return None
@@ -196,7 +206,7 @@ def build_node_order_cache(data: NodeData, node_order: NodeOrderKind, cache_dir:
     Returns:
         The (complete) cache.
     """
-    _check_node_order(node_order)
+    check_choice(node_order, NodeOrderKind, "node_order")
     if node_order == "none":
         raise ValueError("node_order='none' has nothing to cache")
     cache = ArrayCache(Path(cache_dir))
@@ -243,33 +253,12 @@ def build_node_order_cache(data: NodeData, node_order: NodeOrderKind, cache_dir:
 # ---------------------------------------------------------------------------------------------- internals
 
 
-def _check_node_order(node_order: Any) -> None:
-    if node_order not in NODE_ORDERS:
-        raise ValueError(f"data.init_args.node_order must be 'none', 'bfs' or 'degree', got {node_order!r}")
-
-
 def _compute_order(graph: CSCGraph, node_order: str) -> NodeOrder:
     if node_order == "bfs":
         return bfs_order(graph)
     if node_order == "degree":
         return degree_order(graph)
-    raise ValueError(f"data.init_args.node_order must be 'bfs' or 'degree' here, got {node_order!r}")
-
-
-def _memoized_order(data: NodeData, node_order: str, graph: CSCGraph) -> NodeOrder:
-    """The order of ``graph``, reusing this process's last one when it was computed from the same edge tensor."""
-    global _LAST_ORDER
-    last = _LAST_ORDER
-    if last is not None:
-        kind, ref, num_nodes, order = last
-        if kind == node_order and ref() is data.edge_index and num_nodes == data.num_nodes:
-            return order
-    order = _compute_order(graph, node_order)
-    try:
-        _LAST_ORDER = (node_order, weakref.ref(data.edge_index), data.num_nodes, order)
-    except TypeError:  # pragma: no cover - a tensor subclass without weak references: just do not memoize
-        _LAST_ORDER = None
-    return order
+    raise ValueError(f"`node_order` must be 'bfs' or 'degree' here, got {node_order!r}")
 
 
 def _relabel_rows_into(x: torch.Tensor, order: torch.Tensor, out: torch.Tensor, bar: Optional[tqdm]) -> None:

@@ -15,7 +15,7 @@ wrap-around padding) shares of equal length, and the same number of steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -105,19 +105,6 @@ class BatchPlan:
         self.stream = int(stream)
         self._cached: Optional[tuple[int, torch.Tensor]] = None
 
-    def for_rank(self, rank: int, world_size: int) -> "BatchPlan":
-        """The same plan as seen by ``rank`` of ``world_size``."""
-        return BatchPlan(
-            self.input_nodes,
-            self.batch_size,
-            shuffle=self.shuffle,
-            drop_last=self.drop_last,
-            seed=self.seed,
-            rank=rank,
-            world_size=world_size,
-            stream=self.stream,
-        )
-
     @property
     def share_size(self) -> int:
         """Number of seeds per rank per epoch (equal on every rank)."""
@@ -159,11 +146,6 @@ class BatchPlan:
             step=step,
             rank=self.rank,
         )
-
-    def epoch(self, epoch: int, start: int = 0) -> Iterator[PlanItem]:
-        """The items of ``epoch`` from step ``start`` on."""
-        for step in range(start, len(self)):
-            yield self.item(epoch, step)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -22,7 +22,14 @@ import torch
 from lightning_zerocopy import ops
 from lightning_zerocopy.graph.csc import CSCGraph
 
-__all__ = ["NodeOrder", "bfs_order", "degree_order"]
+__all__ = [
+    "NodeOrder",
+    "bfs_order",
+    "degree_order",
+    "frequency_order",
+    "most_frequent_neighbors",
+    "neighbor_counts",
+]
 
 
 @dataclass(frozen=True)
@@ -78,20 +85,49 @@ class NodeOrder:
 _COUNT_CHUNK = 1 << 26  # entries of ``indices`` per bincount (bounds the int64 temporary)
 
 
-def degree_order(graph: CSCGraph) -> NodeOrder:
-    """Nodes by how often they are some node's in-neighbor, most often first (ties by id).
+def neighbor_counts(indices: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """How often each node is some node's in-neighbor: its appearances in ``indices`` (the CSC neighbor array).
 
-    That count is the node's out-degree (its appearances in ``indices``, the CSC neighbor array); sampling
-    picks a node in proportion to it, so the rows most batches read share the first pages. On an undirected
-    graph it is the degree. (In-degree would not do on a directed graph: measured on a directed power-law
-    graph with independent in- and out-degrees, an in-degree order touched as many pages per batch as shuffled
-    ids, this one 18% fewer -- ``benchmarks/gather.py --pages-only``.) The same permutation as
-    ``gather.frequency_order``.
+    Sampling picks a node in proportion to this count (it is the node's out-degree), so it ranks the rows
+    batches read most. Counts in chunks, so a graph with billions of edges needs no int64 copy of ``indices``;
+    runs on the device of ``indices``. Returns int64 ``[num_nodes]``.
     """
-    counts = torch.zeros(graph.num_nodes, dtype=torch.int64, device=graph.indptr.device)
-    for start in range(0, graph.num_edges, _COUNT_CHUNK):
-        counts += torch.bincount(graph.indices[start : start + _COUNT_CHUNK].long(), minlength=graph.num_nodes)
-    return NodeOrder.from_order(torch.sort(counts, descending=True, stable=True).indices)
+    counts = torch.zeros(int(num_nodes), dtype=torch.int64, device=indices.device)
+    for start in range(0, indices.numel(), _COUNT_CHUNK):
+        counts += torch.bincount(indices[start : start + _COUNT_CHUNK].long(), minlength=int(num_nodes))
+    return counts
+
+
+def most_frequent_neighbors(indices: torch.Tensor, num_nodes: int, count: int) -> torch.Tensor:
+    """The ``count`` nodes with the highest :func:`neighbor_counts`, most frequent first (capped at ``num_nodes``).
+
+    These are the rows a GPU hot-row cache should hold. Returns int64 ids on the device of ``indices``.
+
+    Raises:
+        ValueError: ``count < 0``.
+    """
+    if count < 0:
+        raise ValueError(f"`count` must be >= 0, got {count}")
+    counts = neighbor_counts(indices, num_nodes)
+    return torch.topk(counts, min(int(count), int(num_nodes)), sorted=True).indices
+
+
+def frequency_order(indices: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """All nodes by :func:`neighbor_counts`, most frequent first, ties by id: ``order[new_id] = old_id``.
+
+    Sampled batches then read the frequent rows from a few dense pages instead of one page per row.
+    """
+    return torch.sort(neighbor_counts(indices, num_nodes), descending=True, stable=True).indices
+
+
+def degree_order(graph: CSCGraph) -> NodeOrder:
+    """Nodes by how often they are some node's in-neighbor, most often first (ties by id): :func:`frequency_order`.
+
+    That count is the node's out-degree; sampling picks a node in proportion to it, so the rows most batches
+    read share the first pages. On an undirected graph it is the degree. (In-degree would not do on a directed
+    graph: see ``benchmarks/NOTES.md``, node orders.)
+    """
+    return NodeOrder.from_order(frequency_order(graph.indices, graph.num_nodes))
 
 
 def _neighbors_of(graph: CSCGraph, frontier: torch.Tensor) -> torch.Tensor:

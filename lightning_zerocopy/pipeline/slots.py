@@ -21,6 +21,9 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import torch
 from torch_geometric.data import Data
 
+from lightning_zerocopy.options import check_depth
+from lightning_zerocopy.sampling.neighbor_sampler import sample_bound
+
 #: Axis names used by :class:`SlotLayout`; any other tensor field gets an axis named after itself.
 NODES = "nodes"
 EDGES = "edges"
@@ -166,30 +169,21 @@ def capacity_bound(
     num_nodes: Optional[int] = None,
     num_edges: Optional[int] = None,
 ) -> Optional[dict[str, int]]:
-    """Upper bounds on the sampled nodes and edges of one batch of ``batch_size`` seeds.
+    """Slot capacity per axis for batches of ``batch_size`` seeds: the sampler's bound
+    (:func:`~lightning_zerocopy.sampling.sample_bound`), capped at the graph's size when given.
 
-    Without replacement each target draws at most ``fanout`` neighbors, so hop ``l`` adds at most
-    ``batch_size * prod(fanouts[:l])`` nodes and edges. Returns ``None`` when a fanout is ``-1`` (all
-    neighbors: no bound from the fanouts alone); the ring then starts from the first batch and grows.
+    Returns ``None`` when a fanout is ``-1`` (all neighbors: no bound from the fanouts alone); the ring then
+    starts from the first batch and grows.
     """
-    if any(int(f) < 0 for f in fanouts):
+    bound = sample_bound(batch_size, fanouts)
+    if bound is None:
         return None
-    nodes, edges, frontier = batch_size, 0, batch_size
-    for f in fanouts:
-        frontier *= int(f)
-        edges += frontier
-        nodes += frontier
+    nodes, edges = bound
     if num_nodes is not None:
         nodes = min(nodes, int(num_nodes))
     if num_edges is not None:
         edges = min(edges, int(num_edges))
     return {NODES: nodes, EDGES: edges, SEEDS: batch_size}
-
-
-def check_depth(depth: int, owner: str) -> None:
-    """Raise ``ValueError`` naming ``owner`` unless ``depth`` (slots per loader) is an int >= 1."""
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"{owner}(depth=...) must be an int >= 1 (2 = ping-pong), got {depth!r}")
 
 
 class SlotRing:
@@ -242,10 +236,6 @@ class SlotRing:
         if self.shared and self.device.type == "cpu":
             t.share_memory_()
         return t
-
-    def fits(self, index: int, sizes: Mapping[str, int]) -> bool:
-        cap = self.capacity[index]
-        return all(sizes.get(axis, 0) <= cap[axis] for axis in cap)
 
     def grow(self, index: int, sizes: Mapping[str, int]) -> dict[str, torch.Tensor]:
         """Reallocate slot ``index`` so that a batch of ``sizes`` fits; returns the new buffers."""

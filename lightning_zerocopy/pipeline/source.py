@@ -8,10 +8,13 @@ what it contains.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, runtime_checkable
 
 import torch
 from torch_geometric.data import Data
+
+if TYPE_CHECKING:
+    from lightning_zerocopy.data.resources import ResourceScope
 
 
 @runtime_checkable
@@ -69,9 +72,15 @@ class PlanSource:
         self.builder = builder
         self.out_fields = tuple(out_fields)
 
-    def open(self) -> None:
-        """Map the builder's shared host memory in this process."""
-        self.builder.open()
+    def open(self, scope: Optional["ResourceScope"] = None) -> None:
+        """Open the builder in this process with the resources ``scope`` owns for its host memory and device
+        (shared with the other sources of the same producer); without a scope the builder owns private ones."""
+        resources = None if scope is None else scope.get(self.builder.handles, self.builder.device_index)
+        self.builder.open(resources)
+
+    def close(self) -> None:
+        """Release the builder (its resources stay with the scope that owns them)."""
+        self.builder.close()
 
     def num_steps(self, epoch: int) -> int:
         return len(self._plan)
@@ -89,9 +98,21 @@ class PlanSource:
         """``builder.build_batch(item, out)``: :meth:`gather_batch` of :meth:`sample_batch`."""
         return self.gather_batch(self.sample_batch(item), out)
 
-    def sample_batch(self, item: Any) -> Any:
-        """The builder's first stage (``builder.sample_batch``): the sampled structure, no slot needed."""
-        return self.builder.sample_batch(item)
+    def sample_batch(self, item: Any, lane: Optional[str] = None) -> Any:
+        """The builder's first stage (``builder.sample_batch``): the sampled structure, no slot needed. ``lane``
+        names the device of a hybrid builder (chosen by the producer's dispatcher)."""
+        if lane is None:
+            return self.builder.sample_batch(item)
+        return self.builder.sample_batch(item, lane=lane)
+
+    def hybrid_policy(self) -> Any:
+        """The builder's hybrid placement policy (``None``: it samples on one device)."""
+        factory = getattr(self.builder, "hybrid_policy", None)
+        return factory() if callable(factory) else None
+
+    def expected_size(self, item: Any) -> float:
+        """The expected sampled-subgraph size of ``item`` (hybrid builders), the cost models' input."""
+        return float(self.builder.expected_size(item))
 
     def gather_batch(self, sampled: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
         """``builder.gather_batch(sampled, out)`` with the slot's buffers where the builder can write them.

@@ -14,12 +14,13 @@ from typing import Literal, Optional, Protocol, Sequence, Union
 import torch
 
 from lightning_zerocopy import ops
+from lightning_zerocopy.options import SamplerDevice, check_choice, check_fanouts
+from lightning_zerocopy.sampling.topology import PlacedTopology, place_topology
 
-__all__ = ["CSCLike", "NeighborSampler", "Placement", "SampledBatch", "validate_fanouts"]
+__all__ = ["CSCLike", "NeighborSampler", "Placement", "SampledBatch", "sample_bound", "validate_fanouts"]
 
-#: Where the sampler runs and reads the topology: ``cpu`` (compiled CPU kernel), ``gpu`` (CUDA kernel, topology
-#: copied to GPU memory) or ``uva`` (CUDA kernel reading ``indices`` from registered host memory in place).
-Placement = Literal["cpu", "uva", "gpu"]
+#: Where the sampler runs and reads the topology (:data:`lightning_zerocopy.options.SamplerDevice`).
+Placement = SamplerDevice
 
 
 class CSCLike(Protocol):
@@ -69,22 +70,27 @@ def _sampled_batch(out: "ops.SampledSubgraph", e_id: torch.Tensor, batch_size: i
 def validate_fanouts(fanouts: Sequence[int]) -> list[int]:
     """Return ``fanouts`` as a list of ints, raising ``ValueError``/``TypeError`` naming the bad entry.
 
-    Each fanout is a positive number of neighbors per target for one hop, or ``-1`` for all neighbors.
+    Each fanout is a positive number of neighbors per target for one hop, or ``-1`` for all neighbors
+    (:func:`lightning_zerocopy.options.check_fanouts` with the argument name ``fanouts``).
     """
-    if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
-        raise TypeError(f"`fanouts` must be a sequence of ints (one per hop), got {type(fanouts).__name__}")
-    if len(fanouts) == 0:
-        raise ValueError("`fanouts` is empty; give one fanout per hop, e.g. [15, 10, 5] (-1 = all neighbors)")
-    checked = []
-    for hop, fanout in enumerate(fanouts):
-        if isinstance(fanout, bool) or not isinstance(fanout, int):
-            raise TypeError(f"`fanouts[{hop}]` must be an int, got {type(fanout).__name__} ({fanout!r})")
-        if fanout == 0 or fanout < -1:
-            raise ValueError(
-                f"`fanouts[{hop}]` must be a positive neighbor count or -1 (all neighbors), got {fanout}"
-            )
-        checked.append(int(fanout))
-    return checked
+    return check_fanouts(fanouts, "fanouts")
+
+
+def sample_bound(batch_size: int, fanouts: Sequence[int]) -> Optional[tuple[int, int]]:
+    """Upper bounds ``(nodes, edges)`` on one sample of ``batch_size`` seeds, or ``None`` with a ``-1`` fanout.
+
+    Each target draws at most ``fanout`` neighbors per hop (exactly ``fanout`` with replacement), so hop ``l``
+    adds at most ``batch_size * prod(fanouts[:l])`` edges and new nodes. Callers cap the result at the graph's
+    size (:func:`~lightning_zerocopy.data.batch.max_sampled_nodes`, ``pipeline.slots.capacity_bound``).
+    """
+    if any(int(f) < 0 for f in fanouts):
+        return None
+    nodes, edges, frontier = int(batch_size), 0, int(batch_size)
+    for fanout in fanouts:
+        frontier *= int(fanout)
+        edges += frontier
+        nodes += frontier
+    return nodes, edges
 
 
 class NeighborSampler:
@@ -94,7 +100,8 @@ class NeighborSampler:
 
     Args:
         indptr: int64 CSC pointer of length ``num_nodes + 1``, or a graph object with ``indptr``,
-            ``indices`` and ``edge_perm`` attributes (then leave ``indices`` and ``edge_perm`` unset).
+            ``indices`` and ``edge_perm`` attributes (then leave ``indices`` and ``edge_perm`` unset). A
+            :class:`~lightning_zerocopy.sampling.topology.PlacedTopology` is used as placed (its owner keeps it).
         indices: int32/int64 source node of every incoming edge, grouped by target.
         edge_perm: int64 original edge id of every position in ``indices`` (from ``build_csc``), or ``None``
             to report positions in ``indices`` as edge ids.
@@ -123,11 +130,15 @@ class NeighborSampler:
         device: Union[torch.device, str, int, None] = None,
         uva_indptr: Literal["gpu", "host"] = "gpu",
     ) -> None:
+        placed: Optional[PlacedTopology] = None
         if not isinstance(indptr, torch.Tensor):
             if indices is not None or edge_perm is not None:
                 raise ValueError("pass either a graph object as `indptr` or the `indptr`/`indices` tensors")
             graph = indptr
             indptr, indices, edge_perm = graph.indptr, graph.indices, getattr(graph, "edge_perm", None)
+            if isinstance(graph, PlacedTopology):  # placed by its owner: use as is, release nothing
+                placed = PlacedTopology(graph.indptr, graph.indices, graph.edge_perm, graph.device)
+                device = graph.device if device is None else device
         if indices is None:
             raise ValueError("`indices` is required when `indptr` is a tensor")
         if edge_perm is not None and edge_perm.shape != indices.shape:
@@ -145,15 +156,13 @@ class NeighborSampler:
         self.fanouts = validate_fanouts(fanouts)
         self.replace = bool(replace)
         self.num_threads = num_threads
-        if placement not in ("cpu", "uva", "gpu"):
-            raise ValueError(f"`placement` must be 'cpu', 'uva' or 'gpu', got {placement!r}")
+        check_choice(placement, SamplerDevice, "placement")
         if uva_indptr not in ("gpu", "host"):
             raise ValueError(f"`uva_indptr` must be 'gpu' or 'host', got {uva_indptr!r}")
         self.placement: Placement = placement
         self.uva_indptr = uva_indptr
         self.device = None if device is None else torch.device(device)
-        self._placed: Optional[tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]] = None
-        self._registrations: list = []
+        self._placed = placed
 
     @property
     def num_nodes(self) -> int:
@@ -197,35 +206,23 @@ class NeighborSampler:
 
     # ------------------------------------------------------------------------------- gpu / uva placements
 
-    def _place(self) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
-        """The topology as the CUDA kernel reads it, set up on first use (no CUDA work before)."""
+    def _place(self) -> PlacedTopology:
+        """The topology as the CUDA kernel reads it, placed on first use (no CUDA work before); tensors that are
+        already placed (e.g. from :class:`~lightning_zerocopy.data.resources.DeviceResources`) stay as they are."""
         if self._placed is not None:
             return self._placed
         if not torch.cuda.is_available():
             raise RuntimeError(f"placement={self.placement!r} needs a CUDA device; use placement='cpu'")
         if self.device is None or self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        if self.placement == "gpu":
-            to_gpu = lambda t: None if t is None else t.to(self.device).contiguous()  # noqa: E731
-            self._placed = (to_gpu(self.indptr), to_gpu(self.indices), to_gpu(self.edge_perm))
-            return self._placed
-        from lightning_zerocopy.gather.cuda_table import register_host_tensor
-
-        def host(t: Optional[torch.Tensor], name: str) -> Optional[torch.Tensor]:
-            if t is None:
-                return None
-            if t.device.type != "cpu":
-                return t.to(self.device)
-            with torch.cuda.device(self.device):
-                self._registrations.append(register_host_tensor(t, name=name))
-            return t
-
-        indptr = self.indptr.to(self.device) if self.uva_indptr == "gpu" else host(self.indptr, "indptr")
-        self._placed = (indptr, host(self.indices, "indices"), host(self.edge_perm, "edge_perm"))
+        self._placed = place_topology(
+            self.indptr, self.indices, self.edge_perm, self.placement, self.device, uva_indptr=self.uva_indptr
+        )
         return self._placed
 
     def _sample_cuda(self, seeds: torch.Tensor, seed: int) -> SampledBatch:
-        indptr, indices, edge_perm = self._place()
+        placed = self._place()
+        indptr, indices, edge_perm = placed.indptr, placed.indices, placed.edge_perm
         with torch.cuda.device(self.device):
             out = ops.sample_neighbors(indptr, indices, seeds.to(self.device), self.fanouts, self.replace, seed)
             if edge_perm is None:
@@ -238,10 +235,9 @@ class NeighborSampler:
 
     def close(self) -> None:
         """Release the GPU copies / host registrations of the ``gpu``/``uva`` placements (no-op for ``cpu``)."""
-        self._placed = None
-        registrations, self._registrations = self._registrations, []
-        for registration in registrations:
-            registration.close()
+        placed, self._placed = self._placed, None
+        if placed is not None:
+            placed.close()
 
     def __repr__(self) -> str:
         return (

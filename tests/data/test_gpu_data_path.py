@@ -20,10 +20,13 @@ from pytorch_lightning.callbacks import Callback
 from torch_geometric.data import Data
 from torch_geometric.nn import SAGEConv
 
-import lightning_zerocopy.data.batch as batch_module
+import lightning_zerocopy.data.resources as resources_module
+import lightning_zerocopy.graph.reorder as reorder_module
 import lightning_zerocopy.data.datamodule as datamodule_module
 from lightning_zerocopy import ZeroCopyDataModule
-from lightning_zerocopy.data.batch import BatchBuilder, hot_row_ids
+from lightning_zerocopy.data.batch import BatchBuilder
+from lightning_zerocopy.data.resources import DeviceResources
+from lightning_zerocopy.graph.reorder import most_frequent_neighbors
 from lightning_zerocopy.data.host import share_node_data
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.datasets import SyntheticGraph
@@ -138,7 +141,7 @@ def test_builder_options_pickle_and_decide_nothing_before_open(shared) -> None:
     # a host builder opened here still pickles to handles only, and keeps working after close() + reopen
     host = BatchBuilder(handles, [5, 3]).open()
     assert not host.on_gpu and host.device == torch.device("cpu")
-    assert pickle.loads(pickle.dumps(host))._host is None
+    assert pickle.loads(pickle.dumps(host)).resources is None
     first = host.build_batch(_item(data))
     host.close()
     host.close()  # idempotent
@@ -169,20 +172,20 @@ def test_out_buffers_on_another_device_are_left_alone(shared) -> None:
     assert torch.equal(out["y"][: batch.num_nodes], data.y[batch.n_id])
 
 
-def test_hot_row_ids_are_the_most_frequent_neighbors(monkeypatch) -> None:
+def test_hot_rows_are_the_most_frequent_neighbors(monkeypatch) -> None:
     gen = torch.Generator().manual_seed(3)
     indices = (torch.rand(5000, generator=gen) ** 4 * 300).to(torch.int32)
-    monkeypatch.setattr(batch_module, "_COUNT_CHUNK", 777)  # several chunks
-    hot = hot_row_ids(indices, 300, 20)
+    monkeypatch.setattr(reorder_module, "_COUNT_CHUNK", 777)  # several chunks
+    hot = most_frequent_neighbors(indices, 300, 20)
     counts = torch.bincount(indices.long(), minlength=300)
     assert hot.dtype == torch.int64 and hot.numel() == 20 and hot.unique().numel() == 20
     assert counts[hot].min() >= counts.sort(descending=True).values[19]
     assert (counts[hot][:-1] >= counts[hot][1:]).all(), "most frequent first"
-    assert hot_row_ids(indices, 300, 10_000).numel() == 300  # capped at the number of nodes
+    assert most_frequent_neighbors(indices, 300, 10_000).numel() == 300  # capped at the number of nodes
 
 
 def test_compact_label_dtype() -> None:
-    compact = batch_module._compact_int_dtype
+    compact = resources_module._compact_int_dtype
     assert compact(torch.tensor([0, 5, 127])) == torch.int8
     assert compact(torch.tensor([-1, 0, 171])) == torch.int16
     assert compact(torch.tensor([0, 70_000])) == torch.int32
@@ -307,10 +310,10 @@ def test_gpu_batch_equals_the_cpu_batch(placement, gather, dtype) -> None:
         for step in range(3):
             item = _item(data, step=step)
             _assert_same_batch(builder.build_batch(item), ref_builder.build_batch(item), data, device)
-        key = builder._gpu.state.key
+        resources = builder.resources
         builder.close()
         builder.close()  # idempotent
-        assert key not in batch_module._REGISTRY, "the last builder releases the device state"
+        assert resources.closed, "a builder opened without resources closes the private ones it made"
         ref_builder.close()
     finally:
         handles.unlink()
@@ -350,7 +353,7 @@ def test_hot_rows_give_identical_batches(shared, placement) -> None:
     data, handles = shared
     plain = BatchBuilder(handles, [10, 5], sampler_placement=placement, gather="zerocopy", gather_mode="direct").open()
     hot = BatchBuilder(handles, [10, 5], sampler_placement=placement, gather="zerocopy", gather_mode="direct", hot_rows=400).open()
-    table = hot._gpu.state.features
+    table = hot._gpu.features
     assert table.num_hot_rows == 400
     counts = torch.bincount(handles.graph.open().indices.long(), minlength=NUM_NODES)
     cached = (table._cache_slot >= 0).nonzero().view(-1).cpu()
@@ -367,17 +370,20 @@ def test_hot_rows_give_identical_batches(shared, placement) -> None:
 
 
 @pytest.mark.cuda
-def test_builders_of_one_process_share_the_device_state(shared) -> None:
+def test_builders_opened_with_one_resources_share_the_placement(shared) -> None:
     data, handles = shared
-    train = BatchBuilder(handles, [10, 5], sampler_placement="gpu", gather="zerocopy", hot_rows=100).open()
-    evaluation = BatchBuilder(handles, [-1], sampler_placement="gpu", gather="zerocopy", hot_rows=100).open()
-    assert train._gpu.state is evaluation._gpu.state and train._gpu.state.refs == 2
-    key = train._gpu.state.key
+    resources = DeviceResources(handles)
+    train = BatchBuilder(handles, [10, 5], sampler_placement="gpu", gather="zerocopy", hot_rows=100).open(resources)
+    evaluation = BatchBuilder(handles, [-1], sampler_placement="gpu", gather="zerocopy", hot_rows=100).open(resources)
+    assert train._gpu.features is evaluation._gpu.features and train._gpu.labels is evaluation._gpu.labels
+    assert train._gpu.sampler.indices is evaluation._gpu.sampler.indices, "one GPU copy of the topology"
     train.close()
-    batch = evaluation.build_batch(_item(data))  # still registered and cached
+    batch = evaluation.build_batch(_item(data))  # the owner keeps them: still registered and cached
     assert torch.equal(batch.x.cpu(), data.x[batch.n_id.cpu()])
     evaluation.close()
-    assert key not in batch_module._REGISTRY
+    assert not resources.closed, "builders never close resources they were given"
+    resources.close()
+    assert resources.closed and not resources._registrations and not resources._tables
 
 
 @pytest.mark.cuda
@@ -397,22 +403,27 @@ def test_fit_on_gpu_with_the_zerocopy_gather(tmp_path: Path, placement) -> None:
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             losses.append(float(outputs["loss"]))
 
-    before = set(batch_module._REGISTRY)
-    trainer = _trainer(tmp_path, accelerator="gpu", max_epochs=3, limit_val_batches=2, callbacks=[Record(), Track()])
+    opened: list[DeviceResources] = []
+
+    class Grab(Callback):
+        def on_train_start(self, trainer, pl_module) -> None:
+            opened.append(trainer.datamodule.resources)
+
+    trainer = _trainer(tmp_path, accelerator="gpu", max_epochs=3, limit_val_batches=2, callbacks=[Record(), Track(), Grab()])
     trainer.fit(SAGE(dm.num_features, dm.num_classes), datamodule=dm)
     assert dm._gather_resolved == "zerocopy"
     assert seen and all(s == ("cuda", "cuda", "cuda") for s in seen)
     steps = trainer.num_training_batches
     assert trainer.global_step == 3 * steps
     assert sum(losses[-steps:]) < sum(losses[:steps]), "training must reduce the loss"
-    assert set(batch_module._REGISTRY) <= before, "teardown releases the GPU state and host registrations"
+    assert opened and opened[0].closed and dm.resources is None, "teardown releases the GPU state and registrations"
 
 
 @pytest.mark.cuda
 def test_transfer_keeps_gpu_batches_in_place(tmp_path: Path) -> None:
     dm = _datamodule(tmp_path, gather="zerocopy")
-    before = set(batch_module._REGISTRY)
     dm.setup("fit")
+    resources = dm.resources
     try:
         batch = next(iter(dm.train_dataloader()))
         assert dm.batch_device_type == "cuda"
@@ -421,4 +432,4 @@ def test_transfer_keeps_gpu_batches_in_place(tmp_path: Path) -> None:
         assert {key: moved[key].data_ptr() for key in pointers} == pointers
     finally:
         dm.teardown("fit")
-    assert set(batch_module._REGISTRY) <= before
+    assert resources.closed and dm.resources is None

@@ -19,14 +19,15 @@ from pytorch_lightning.callbacks import Callback
 from torch_geometric.data import Data
 from torch_geometric.nn import SAGEConv
 
-import lightning_zerocopy.data.batch as batch_module
 import lightning_zerocopy.data.host as host_module
 from lightning_zerocopy import ZeroCopyDataModule
-from lightning_zerocopy.data.batch import BatchBuilder, HostGraphHandles
-from lightning_zerocopy.data.host import build_node_order_cache, node_order_cache_dir, share_node_data
+from lightning_zerocopy.data.batch import BatchBuilder
+from lightning_zerocopy.data.handles import HostGraphHandles
+from lightning_zerocopy.data.host import build_node_order_cache, node_order_cache_dir, share_node_data, shared_node_order
 from lightning_zerocopy.data.plan import BatchPlan, PlanItem
-from lightning_zerocopy.datasets import SyntheticGraph
+from lightning_zerocopy.datasets import PyGNodeDataset, SyntheticGraph
 from lightning_zerocopy.datasets.base import NodeData
+from lightning_zerocopy.graph.reorder import NodeOrder
 from lightning_zerocopy.graph.shared_memory import NpyTensorHandle
 
 NUM_NODES = 700
@@ -175,7 +176,7 @@ def test_builder_with_node_order_pickles_to_handles() -> None:
         builder = BatchBuilder(handles, [4, 2]).open()
         item = _plan(data).item(epoch=0, step=2)
         clone = pickle.loads(pickle.dumps(builder))
-        assert clone._host is None and clone.handles.node_order == handles.node_order
+        assert clone.resources is None and clone.handles.node_order == handles.node_order
         a, b = builder.build_batch(item), clone.build_batch(item)
         assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x) and torch.equal(a.e_id, b.e_id)
         assert "node_order='degree'" in repr(clone)
@@ -208,28 +209,50 @@ def test_disk_cache_is_built_once_and_serves_mmap_features(tmp_path: Path, monke
     assert cache_dir.exists(), "unlink keeps the files on disk"
 
 
-def test_in_memory_order_is_computed_once_per_process(monkeypatch) -> None:
+def test_an_in_memory_order_given_back_is_not_computed_again(monkeypatch) -> None:
     data = _graph()
     calls = []
     compute = host_module._compute_order
     monkeypatch.setattr(host_module, "_compute_order", lambda g, k: calls.append(k) or compute(g, k))
-    monkeypatch.setattr(host_module, "_LAST_ORDER", None)
     first = share_node_data(data, node_order="bfs")
-    second = share_node_data(data, node_order="bfs")
+    second = share_node_data(data, node_order="bfs", order=shared_node_order(first))
     try:
         assert calls == ["bfs"]
         assert torch.equal(first.node_order.order.open(), second.node_order.order.open())
+        assert torch.equal(first.features.open().data, second.features.open().data)
+        plain = share_node_data(data)
+        assert shared_node_order(plain) is None
+        plain.unlink()
     finally:
         first.unlink()
         second.unlink()
+    with pytest.raises(ValueError, match="`order` covers"):
+        share_node_data(data, node_order="bfs", order=NodeOrder.from_order(torch.arange(5)))
+
+
+def test_datamodule_computes_an_in_memory_order_once_across_setups(monkeypatch) -> None:
+    data = _graph()
+    pyg = Data(edge_index=data.edge_index, x=data.x, y=data.y, train_idx=data.train_idx, val_idx=data.val_idx,
+               test_idx=data.test_idx)  # fmt: skip
+    calls = []
+    compute = host_module._compute_order
+    monkeypatch.setattr(host_module, "_compute_order", lambda g, k: calls.append(k) or compute(g, k))
+    dm = ZeroCopyDataModule(PyGNodeDataset(pyg), fanouts=[4], batch_size=32, node_order="bfs")
+    batches = []
+    for stage in ("fit", "test"):  # teardown in between, as the Trainer does
+        dm.setup(stage)
+        batches.append(next(iter(dm.train_dataloader())))
+        dm.teardown(stage)
+    assert calls == ["bfs"], "the DataModule keeps its order; no process-wide memo"
+    assert torch.equal(batches[0].n_id, batches[1].n_id) and torch.equal(batches[0].x, batches[1].x)
 
 
 def test_bad_node_order_options_name_the_key(tmp_path: Path) -> None:
     data = _graph()
-    with pytest.raises(ValueError, match=r"data\.init_args\.node_order must be 'none', 'bfs' or 'degree'"):
+    with pytest.raises(ValueError, match=r"`node_order` must be 'none', 'bfs' or 'degree'"):
         share_node_data(data, node_order="rcm")  # type: ignore[arg-type]
     data.x_file = str(tmp_path / "x.npy")
-    with pytest.raises(ValueError, match=r"data\.init_args\.node_order='bfs' with data\.init_args\.feature_storage='mmap'"):
+    with pytest.raises(ValueError, match=r"`node_order`='bfs' with `feature_storage`='mmap'"):
         share_node_data(data, "mmap", node_order="bfs")
     with pytest.raises(ValueError, match=r"data\.init_args\.node_order"):
         ZeroCopyDataModule(_synthetic(tmp_path), node_order="random")  # type: ignore[arg-type]
@@ -305,7 +328,7 @@ def test_gpu_batch_with_node_order_equals_the_cpu_batch(kind, placement, gather)
         hot_rows = 50 if gather == "zerocopy" else 0
         builder = BatchBuilder(handles, [10, 5, 3], sampler_placement=placement, gather=gather, hot_rows=hot_rows).open()
         device = torch.device("cuda", torch.cuda.current_device())
-        state = builder._gpu.state
+        state = builder._gpu
         assert state.order is not None and state.order.device == device and state.order.dtype == torch.int32
         assert torch.equal(state.order.cpu().long(), handles.node_order.order.open())
         plan = _plan(data)
@@ -317,9 +340,9 @@ def test_gpu_batch_with_node_order_equals_the_cpu_batch(kind, placement, gather)
                 assert torch.equal(batch[key].cpu(), ref[key]), key
             assert batch.n_id.dtype == torch.int64 and batch.y.dtype == torch.int64
             _assert_pyg_batch_in_original_ids(batch, item, data, [10, 5, 3])
-        key = state.key
+        resources = builder.resources
         builder.close()
-        assert key not in batch_module._REGISTRY
+        assert resources.closed
         ref_builder.close()
     finally:
         handles.unlink()
@@ -332,7 +355,7 @@ def test_gpu_builders_with_and_without_node_order_do_not_share_state() -> None:
     try:
         a = BatchBuilder(plain, [5], gather="zerocopy").open()
         b = BatchBuilder(ordered, [5], gather="zerocopy").open()
-        assert a._gpu.state is not b._gpu.state and a._gpu.state.order is None
+        assert a.resources is not b.resources and a._gpu.order is None and b._gpu.order is not None
         item = _plan(data).item(epoch=0, step=0)
         _assert_pyg_batch_in_original_ids(b.build_batch(item), item, data, [5])
         a.close()

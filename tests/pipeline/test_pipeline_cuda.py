@@ -15,7 +15,7 @@ import torch
 from pipeline_fakes import FakeSource
 
 from lightning_zerocopy import ZeroCopyDataModule
-from lightning_zerocopy.data.batch import HostGraphHandles
+from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.pipeline import mps, start_pipeline
 from lightning_zerocopy.pipeline.source import PlanSource

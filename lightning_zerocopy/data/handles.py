@@ -1,0 +1,70 @@
+"""Picklable names of a dataset's shared host memory (no data): what every process opens a batch path from.
+
+:func:`~lightning_zerocopy.data.host.share_node_data` creates them; :class:`~lightning_zerocopy.data.resources.HostData`
+maps them; they pickle to any local process (a pipeline worker, a DDP rank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from lightning_zerocopy.gather.host_table import FeatureTableHandle
+from lightning_zerocopy.graph.csc import CSCGraphHandle
+from lightning_zerocopy.graph.shared_memory import SharedTensorHandle, TensorHandle
+
+__all__ = ["HostGraphHandles", "NodeOrderHandles"]
+
+
+@dataclass(frozen=True)
+class NodeOrderHandles:
+    """Picklable names of the node renumbering the host memory is stored in (no data).
+
+    Attributes:
+        kind: how the order was computed (``"bfs"`` or ``"degree"``).
+        order: int64 ``[num_nodes]``, ``order[internal_id] = original_id`` (maps a batch's ``n_id`` back).
+        rank: int64 ``[num_nodes]``, ``rank[original_id] = internal_id`` (maps the plan's seeds in).
+    """
+
+    kind: str
+    order: TensorHandle
+    rank: TensorHandle
+
+    def unlink(self) -> None:
+        """Remove the names of the shared segments (files on disk are kept); mappings stay valid."""
+        for handle in (self.order, self.rank):
+            if isinstance(handle, SharedTensorHandle):
+                handle.unlink()
+
+
+@dataclass(frozen=True)
+class HostGraphHandles:
+    """Picklable names of everything a batch is built from (no data).
+
+    Attributes:
+        graph: the CSC graph.
+        features: the node feature table.
+        labels: int64 labels of every node.
+        splits: int64 node ids of each split (``"train"``, ``"val"``, ``"test"``), always original ids.
+        edge_attr: edge features in the dataset's edge order, if the dataset has them.
+        node_order: the renumbering ``graph``, ``features`` and ``labels`` are stored in, or ``None`` when
+            they use the dataset's ids. Splits, ``edge_attr`` and the graph's edge ids (``edge_perm``) are
+            never renumbered, and :class:`BatchBuilder` yields original ids either way.
+    """
+
+    graph: CSCGraphHandle
+    features: FeatureTableHandle
+    labels: TensorHandle
+    splits: Mapping[str, TensorHandle]
+    edge_attr: Optional[TensorHandle] = None
+    node_order: Optional[NodeOrderHandles] = None
+
+    def unlink(self) -> None:
+        """Remove the names of every shared segment (files on disk are kept); mappings stay valid."""
+        self.graph.unlink()
+        self.features.unlink()
+        if self.node_order is not None:
+            self.node_order.unlink()
+        for handle in (self.labels, self.edge_attr, *self.splits.values()):
+            if isinstance(handle, SharedTensorHandle):
+                handle.unlink()
