@@ -146,6 +146,19 @@ def _table(results: dict[str, Any], model: str) -> list[str]:
     return out + [""]
 
 
+_TABLE_KEYS = {"stall_ms", "stall_frac", "step_ms", "wait_ms", "seps", "gather_GBps", "build_ms"}
+
+
+def _other_telemetry(results: dict[str, Any]) -> list[str]:
+    """DataTelemetry figures the table does not show (a sampler's device shares, predicted times, cache hits)."""
+    out = []
+    for r in results.get("runs", []):
+        extra = {k: v for k, v in (r.get("telemetry") or {}).items() if k not in _TABLE_KEYS and v is not None}
+        if _ok(r) and extra:
+            out.append(f"- `{r['row']}` ({r['model']}): " + ", ".join(f"{k} {v:.3g}" for k, v in sorted(extra.items())))
+    return out
+
+
 def _stage_tables(results: dict[str, Any]) -> list[str]:
     """The ``stages`` row: median ms per batch of each build stage and path, per model."""
     out: list[str] = []
@@ -200,6 +213,9 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
     stages = _stage_tables(results)
     if stages:
         lines += ["## Per-stage build times (no training running)", ""] + stages
+    other = _other_telemetry(results)
+    if other:
+        lines += ["## Other DataTelemetry figures (means after warm-up)", ""] + other + [""]
     lines += ["## Aims", ""]
     for model in _models(results):
         lines += aims(results, model)
