@@ -119,6 +119,20 @@ def test_report_only_rerenders_from_json(tmp_path: Path) -> None:
     assert "`hybrid` | skipped: not in this build" in report
 
 
+def test_report_only_into_another_folder(tmp_path: Path) -> None:
+    from benchmarks.e2e import main
+
+    src, dst = tmp_path / "fetched", tmp_path / "rendered"
+    src.mkdir()
+    (src / "results.json").write_text(json.dumps(_fake_results()))
+    src.chmod(0o555)  # a read-only copy of a GPU run's folder
+    try:
+        main(["--report-only", str(src), "--out", str(dst)])
+    finally:
+        src.chmod(0o755)
+    assert (dst / "report.md").exists() and (dst / "results.json").exists() and not (src / "report.md").exists()
+
+
 def test_report_without_matplotlib_says_how_to_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "results.json").write_text(json.dumps(_fake_results()))
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
