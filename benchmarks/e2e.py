@@ -53,7 +53,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--configs", help="comma-separated rows, or 'all' (default: the preset's)")
     p.add_argument("--models", help=f"comma-separated of {sorted(MODELS)} (default: the preset's)")
     p.add_argument("--out", help="output folder (default: results/e2e-<preset>)")
-    p.add_argument("--report-only", metavar="DIR", help="re-render report.md and the plots from DIR/results.json")
+    p.add_argument("--report-only", metavar="DIR", help="re-render report.md and the plots from DIR/results.json "
+                   "(into DIR, or into --out when given: DIR may be read-only)")
     p.add_argument("--list", action="store_true", help="list the rows and exit")
     p.add_argument("--pyg-site", metavar="DIR", help="a folder with pyg-lib or torch-sparse, put first on every row's "
                    "import path (the GPU box: where .pyg/*.tgz is unpacked)")  # fmt: skip
@@ -311,8 +312,15 @@ def main(argv: Optional[list[str]] = None) -> None:
         for row in ROWS.values():
             print(f"{row.name:<18}{row.doc}")
     elif args.report_only:
-        files = e2e_report.render(args.report_only)
-        print(f"e2e: wrote {', '.join(os.path.basename(f) for f in files)} in {args.report_only}")
+        target = args.report_only
+        if args.out and os.path.abspath(args.out) != os.path.abspath(args.report_only):  # e.g. a read-only copy
+            import shutil
+
+            os.makedirs(args.out, exist_ok=True)
+            shutil.copyfile(os.path.join(args.report_only, "results.json"), os.path.join(args.out, "results.json"))
+            target = args.out
+        files = e2e_report.render(target)
+        print(f"e2e: wrote {', '.join(os.path.basename(f) for f in files)} in {target}")
     else:
         run(args)
 

@@ -138,4 +138,6 @@ def summarize(clock: TrainClock, telemetry: Any, warmup: int) -> dict[str, Any]:
         "seps": mean("data/seps"),
         "build_ms": mean("data/build_ms"),
         "step_ms": step_ms[:: max(1, len(step_ms) // 2000)],
+        # every DataTelemetry key's mean, including those of features added later (hybrid shares, cache hits)
+        "telemetry": {key[len("data/") :]: mean(key) for key in dict.fromkeys(k for h in hist for k in h)},
     }

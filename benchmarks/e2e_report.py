@@ -140,10 +140,23 @@ def _table(results: dict[str, Any], model: str) -> list[str]:
         out.append("| " + " | ".join([
             f"`{name}`", f"{rate:.1f}", _fmt(rate / bound_rate if bound_rate else None, ".2f", "×"),
             _fmt(rate / pyg_rate if pyg_rate else None, ".2f", "×"), _fmt(r.get("stall_frac"), ".1%"),
-            _fmt(r.get("wait_ms"), ".2f"), _fmt(r.get("gather_GBps"), ".2f"), _fmt(r.get("build_ms"), ".2f"),
+            _fmt(r.get("wait_ms"), ".2f"), _fmt(r.get("gather_GBps"), ".3g"), _fmt(r.get("build_ms"), ".2f"),
             f"{_fmt(_pct(lat, 0.5), '.2f')} / {_fmt(_pct(lat, 0.99), '.2f')}", _fmt(r.get("best_val_acc"), ".3f"),
             _fmt(time_to_target(r, target), ".1f"), _fmt(r.get("setup_s"), ".1f"), checked]) + " |")  # fmt: skip
     return out + [""]
+
+
+_TABLE_KEYS = {"stall_ms", "stall_frac", "step_ms", "wait_ms", "seps", "gather_GBps", "build_ms"}
+
+
+def _other_telemetry(results: dict[str, Any]) -> list[str]:
+    """DataTelemetry figures the table does not show (a sampler's device shares, predicted times, cache hits)."""
+    out = []
+    for r in results.get("runs", []):
+        extra = {k: v for k, v in (r.get("telemetry") or {}).items() if k not in _TABLE_KEYS and v is not None}
+        if _ok(r) and extra:
+            out.append(f"- `{r['row']}` ({r['model']}): " + ", ".join(f"{k} {v:.3g}" for k, v in sorted(extra.items())))
+    return out
 
 
 def _stage_tables(results: dict[str, Any]) -> list[str]:
@@ -200,6 +213,9 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
     stages = _stage_tables(results)
     if stages:
         lines += ["## Per-stage build times (no training running)", ""] + stages
+    other = _other_telemetry(results)
+    if other:
+        lines += ["## Other DataTelemetry figures (means after warm-up)", ""] + other + [""]
     lines += ["## Aims", ""]
     for model in _models(results):
         lines += aims(results, model)

@@ -82,6 +82,9 @@ _ROW_LIST: list[Row] = [
     Row("hybrid", "ours", "sampler_placement='hybrid', zero-copy gather", {"sampler_placement": "hybrid", "gather": "zerocopy"}),
     Row("hybrid_mps", "ours", "sampler_placement='hybrid', zero-copy gather, PipelineCallback worker + MPS",
         {"sampler_placement": "hybrid", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True}),  # fmt: skip
+    Row("auto_mps", "ours", "sampler_placement='auto' (hybrid where it measures faster), zero-copy gather, "
+        "PipelineCallback worker + MPS", {"sampler_placement": "auto", "gather": "zerocopy"},
+        pipeline={"mode": "worker", "mps": True}),  # fmt: skip
     Row("all_in_gpu", "ours", "graph and all feature rows in GPU memory, same GPU sampler",
         {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": 1.0}),  # fmt: skip
     Row("stages", "stages", "not a training row: median ms per batch of sampling, gather and the copy to the device, "

@@ -64,7 +64,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     if row.pipeline is not None:  # first: with mps it joins the launcher's daemon before CUDA is touched
         options = dict(row.pipeline, **({"worker_sm_percent": args.worker_sm_percent} if row.mps else {}))
         pipeline = PipelineCallback(**options)
-        if row.mps and pipeline.mps_daemon is None:
+        if row.mps and pipeline.join_mps() is None:  # the launcher's daemon (the callback would run without it)
             raise RowUnavailable("MPS is unavailable here (nvidia-cuda-mps-control missing or failed; see the row's log)")
 
     dataset = SyntheticGraph(**graph_kwargs)

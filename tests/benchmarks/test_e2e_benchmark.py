@@ -54,7 +54,8 @@ def test_ci_run_writes_json_report_and_plots(ci_run: Path) -> None:
         for key in ("stall_frac", "gather_GBps", "seps", "step_ms", "best_val_acc"):
             assert r[key] is not None, key
     assert len({runs[(row, "light")]["batch_check"]["first_sample"] for row in CPU_ROWS}) == 1  # same batches
-    assert runs[("cpu_inproc", "light")]["build_ms"] is not None  # the producer's build time, from the pipeline
+    assert runs[("cpu_inproc", "light")]["build_ms"] is not None
+    assert runs[("cpu_inproc", "light")]["telemetry"]["build_ms"] == runs[("cpu_inproc", "light")]["build_ms"]  # the producer's build time, from the pipeline
     stages = runs[("stages", "light")]
     assert stages["status"] == "ok", stages
     for key in ("sample_ms", "gather_ms", "copy_ms", "total_ms"):
@@ -95,7 +96,8 @@ def _fake_results() -> dict:
         "graph": {"num_nodes": 10, "num_edges": 20}, "rows": {r: ROWS[r].doc for r in ("pyg", "zc_gpu_mps", "model_only")},
         "runs": [
             run("pyg", 20.0, [[100, 5.0, 0.6], [200, 10.0, 0.8]], pyg_workers=12),
-            run("zc_gpu_mps", 110.0, [[100, 1.0, 0.62], [200, 2.0, 0.81]], build_ms=5.0, sample="s2"),
+            run("zc_gpu_mps", 110.0, [[100, 1.0, 0.62], [200, 2.0, 0.81]], build_ms=5.0, sample="s2",
+                telemetry={"stall_frac": 0.1, "share_cpu": 0.25}),
             run("model_only", 120.0, [[100, 0.8, 0.61], [200, 1.6, 0.82]]),
             {"row": "hybrid", "model": "heavy", "kind": "ours", "status": "skipped", "reason": "not in this build"},
         ],
@@ -112,8 +114,23 @@ def test_report_only_rerenders_from_json(tmp_path: Path) -> None:
     assert "target val acc 0.760" in report
     assert "| `zc_gpu_mps` | 110.0 | 0.92× | 5.50× |" in report and "| setup s |" in report
     assert "(aim ≥ 5×: met)" in report and "(aim ≥ 0.9×: met)" in report
-    assert "**our rows sampled different first batches**" in report  # zc_gpu_mps's sample differs from model_only's
+    assert "**our rows sampled different first batches**" in report
+    assert "- `zc_gpu_mps` (heavy): share_cpu 0.25" in report  # telemetry keys the table has no column for  # zc_gpu_mps's sample differs from model_only's
     assert "`hybrid` | skipped: not in this build" in report
+
+
+def test_report_only_into_another_folder(tmp_path: Path) -> None:
+    from benchmarks.e2e import main
+
+    src, dst = tmp_path / "fetched", tmp_path / "rendered"
+    src.mkdir()
+    (src / "results.json").write_text(json.dumps(_fake_results()))
+    src.chmod(0o555)  # a read-only copy of a GPU run's folder
+    try:
+        main(["--report-only", str(src), "--out", str(dst)])
+    finally:
+        src.chmod(0o755)
+    assert (dst / "report.md").exists() and (dst / "results.json").exists() and not (src / "report.md").exists()
 
 
 def test_report_without_matplotlib_says_how_to_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
