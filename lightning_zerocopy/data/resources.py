@@ -243,8 +243,7 @@ class DeviceResources:
             table = self._tables.get(key)
             if table is None:
                 self._check_open()
-                data = self.host.features.data
-                self._register(data, "features")
+                data = self._register(self.host.features.data, "features")
                 context = CacheContext(data, self.device, mode, self.host.graph.num_nodes, self._neighbor_indices)
                 with torch.cuda.device(self.device):
                     table = plain_feature_table(context) if cache is None else cache.open(context)
@@ -260,8 +259,7 @@ class DeviceResources:
         with self._lock:
             if self._edge_attr is None:
                 self._check_open()
-                flat = attr.reshape(attr.shape[0], _row_width(attr))
-                self._register(flat, "edge_attr")
+                flat = self._register(attr.reshape(attr.shape[0], _row_width(attr)), "edge_attr")
                 context = CacheContext(flat, self.device, "direct", flat.shape[0], lambda: flat.new_empty(0))
                 with torch.cuda.device(self.device):
                     self._edge_attr = plain_feature_table(context)
@@ -305,10 +303,12 @@ class DeviceResources:
         if self._closed:
             raise RuntimeError("these DeviceResources are closed; open the builder with live resources")
 
-    def _register(self, tensor: torch.Tensor, name: str) -> None:
+    def _register(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        """Register ``tensor`` once per name; returns what the GPU reads (it, or its page-aligned copy)."""
         if name not in self._registrations:
             with torch.cuda.device(self.device):
                 self._registrations[name] = _pin(tensor, name=name)
+        return self._registrations[name].tensor
 
     def _neighbor_indices(self) -> torch.Tensor:
         placed = self._topology.get("gpu")

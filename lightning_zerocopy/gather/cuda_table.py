@@ -88,6 +88,7 @@ class CudaFeatureTable:
         if table.device.type == "cpu" and register:
             with torch.cuda.device(self.device):
                 self._registration = register_host_tensor(table, name="table")
+            self.table = self._registration.tensor  # `table`, or its page-aligned copy
         self._cache_slot: Optional[torch.Tensor] = None
         self._cache: Optional[torch.Tensor] = None
         self._order = ReadOrderChooser(mode, trial_calls)

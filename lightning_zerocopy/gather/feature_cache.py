@@ -310,6 +310,7 @@ def open_feature_cache(
 
         with torch.cuda.device(device):
             registration = register_host_tensor(table, name="table")
+        table = registration.tensor  # `table`, or its page-aligned copy
     try:
         segments = tuple(handle.open(device) for handle in spec.handles)
         location = plan.build_location(device)

@@ -289,6 +289,34 @@ class HostRegistration:
             pass
 
 
+#: glibc's largest mmap threshold on 64-bit: an allocation at least this large always gets a mapping of its own.
+_OWN_MAPPING_BYTES = 32 << 20
+
+
+def owns_its_pages(tensor: torch.Tensor) -> bool:
+    """Whether the pages under ``tensor`` hold no other allocation's bytes, so registering them in place is safe.
+
+    True when the tensor's storage starts on a page boundary (shared-memory segments, file mappings, ``mmap``
+    buffers, our page-aligned copies: the rest of their last page belongs to the same mapping; views of one such
+    storage share its pages through the registry's reference counts) or is at least 32 MiB (glibc serves such an
+    allocation from a mapping of its own). A smaller heap storage may share its first and last page with other
+    allocations.
+    """
+    storage = tensor.untyped_storage()
+    return storage.data_ptr() % PAGE_BYTES == 0 or storage.nbytes() >= _OWN_MAPPING_BYTES
+
+
+def page_aligned_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of contiguous CPU ``tensor`` that starts on a page boundary of a buffer whose pages it owns."""
+    nbytes = tensor.numel() * tensor.element_size()
+    rounded = -(-nbytes // PAGE_BYTES) * PAGE_BYTES
+    buffer = torch.empty(rounded + PAGE_BYTES, dtype=torch.uint8)
+    offset = -buffer.data_ptr() % PAGE_BYTES
+    copy = buffer[offset : offset + nbytes].view(tensor.dtype).view(tensor.shape)
+    copy.copy_(tensor)
+    return copy
+
+
 def register_host_tensor(
     tensor: torch.Tensor,
     *,
@@ -312,8 +340,16 @@ def register_host_tensor(
         name: what to call the tensor in error messages.
         registry: the page registry (default: the process's).
 
+    Registration works on whole pages, and a host copy (``tensor.to("cuda")``) whose bytes lie partly in a
+    registered range and partly outside it (or in two ranges) fails with ``invalid argument``. So a tensor that may
+    share its first or last page with other heap memory (see :func:`owns_its_pages`) is not registered in place: a
+    copy of it in page-aligned memory of its own is registered instead, and ``registration.tensor`` is what GPU
+    kernels must read. Shared-memory and file-mapped tensors (what the DataModule builds) and large allocations are
+    registered in place, with no copy.
+
     Returns:
-        A :class:`HostRegistration`; keep it alive while kernels read the memory, then ``close()`` it.
+        A :class:`HostRegistration`; kernels read ``registration.tensor`` (``tensor`` itself, or its page-aligned
+        copy); keep it alive while kernels read the memory, then ``close()`` it.
 
     Raises:
         ValueError: ``tensor`` is not a contiguous CPU tensor, or ``chunk_bytes`` is not a page multiple.
@@ -328,10 +364,12 @@ def register_host_tensor(
         raise ValueError(
             f"`chunk_bytes` must be a positive multiple of the page size {PAGE_BYTES}, got {chunk_bytes}"
         )
-    registration = HostRegistration(tensor, registry=registry)
     nbytes = tensor.numel() * tensor.element_size()
     if nbytes == 0:
-        return registration
+        return HostRegistration(tensor, registry=registry)
+    if not owns_its_pages(tensor):
+        tensor = page_aligned_copy(tensor)
+    registration = HostRegistration(tensor, registry=registry)
     start = tensor.data_ptr() // PAGE_BYTES * PAGE_BYTES
     end = -(-(tensor.data_ptr() + nbytes) // PAGE_BYTES) * PAGE_BYTES
     if registry is REGISTRY:

@@ -86,8 +86,9 @@ def place_topology(
         if t is None or t.device.type != "cpu":
             return None if t is None else t.to(device)
         with torch.cuda.device(device):
-            placed.registrations.append(register(t, name=name))
-        return t
+            registration = register(t, name=name)
+        placed.registrations.append(registration)
+        return getattr(registration, "tensor", t)  # what the GPU may read: `t`, or its page-aligned copy
 
     try:
         placed.indptr = indptr.to(device) if uva_indptr == "gpu" else host(indptr, "indptr")  # type: ignore[assignment]

@@ -10,11 +10,14 @@ import threading
 import pytest
 import torch
 
+from tests.helpers import exclusive_host_copy
+
 from lightning_zerocopy.graph.host_registration import (
     CUDA_ERROR_ALREADY_REGISTERED,
     DEFAULT_CHUNK_BYTES,
     PAGE_BYTES,
     PageRegistry,
+    owns_its_pages,
     register_host_tensor,
 )
 
@@ -183,7 +186,7 @@ def test_concurrent_registrations() -> None:
 def test_register_host_tensor_shares_pages_of_real_tensors() -> None:
     fake = FakeCuda()
     registry = PageRegistry(fake)
-    storage = torch.zeros(4 * P, dtype=torch.uint8)
+    storage = exclusive_host_copy(torch.zeros(4 * P, dtype=torch.uint8))  # a mapping of its own, as shared memory
     parts = [storage[i : i + 100] for i in range(0, 4 * P - 100, 700)]  # many tensors, several per page
     regs = [register_host_tensor(t, name=f"part{i}", registry=registry) for i, t in enumerate(parts)]
     for i in (3, 0, 5, 1):
@@ -202,3 +205,25 @@ def test_register_host_tensor_shares_pages_of_real_tensors() -> None:
         register_host_tensor(storage, chunk_bytes=P + 1, registry=registry)
     with pytest.raises(ValueError, match="page-aligned"):
         registry.acquire(1, P)
+
+
+def test_a_small_heap_tensor_is_registered_as_a_page_aligned_copy() -> None:
+    """A heap tensor may share its first and last page with other tensors, and a host copy of theirs that spans a
+    registered and an unregistered page fails (seen on an H200: `ids.to("cuda")` next to a registered table raised
+    'invalid argument'). So its own page-aligned copy is registered, and the original's pages are left alone."""
+    fake = FakeCuda()
+    registry = PageRegistry(fake)
+    keep = [torch.arange(1000, dtype=torch.int64) for _ in range(4)]  # 8000-byte heap storages, 64-byte aligned
+    heap = next(t for t in keep if t.data_ptr() % P)[1:]  # one that does not start a page (each does with p=1/64)
+    assert not owns_its_pages(heap)
+    registration = register_host_tensor(heap, name="heap", registry=registry)
+    copy = registration.tensor
+    assert copy.data_ptr() % P == 0 and copy.data_ptr() != heap.data_ptr() and torch.equal(copy, heap)
+    assert fake.covered(copy.data_ptr(), copy.data_ptr() + P * 2)
+    assert not fake.covered(heap.data_ptr() // P * P, heap.data_ptr() // P * P + P)
+    registration.close()
+    assert fake.ranges == {} and registry.ranges() == []
+    mapped = exclusive_host_copy(torch.arange(1000, dtype=torch.int64))
+    assert owns_its_pages(mapped) and owns_its_pages(mapped[3:])
+    with register_host_tensor(mapped[3:], registry=registry) as in_place:
+        assert in_place.tensor.data_ptr() == mapped[3:].data_ptr()

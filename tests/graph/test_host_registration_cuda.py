@@ -105,7 +105,8 @@ def test_small_tensors_sharing_pages_registered_and_closed_in_any_order() -> Non
             if i in closed:
                 continue
             ids = torch.randint(0, t.shape[0], (7,), generator=gen)
-            assert torch.equal(ops.gather_rows(t, ids.cuda()).cpu(), t[ids]), (trial, i)
+            registered = regs[i].tensor  # a page-aligned copy: these heap tensors share pages
+            assert torch.equal(ops.gather_rows(registered, ids.cuda()).cpu(), t[ids]), (trial, i)
         for i in order[len(order) // 2 :]:
             regs[i].close()
     unrelated_launches()
@@ -121,6 +122,7 @@ def test_uva_sampler_reads_small_csc_tensors_that_share_pages_with_closed_ones()
     mine = [register_host_tensor(indptr, name="indptr"), register_host_tensor(indices, name="indices")]
     for r in regs:
         r.close()  # the pages the CSC arrays share with them stay registered
+    indptr, indices = (registration.tensor for registration in mine)  # what the GPU may read
     out = ops.sample_neighbors(indptr, indices, seeds.cuda(), [4, 3], False, 11)
     for name in ("n_id", "row", "col", "edge_pos"):
         assert torch.equal(getattr(out, name).cpu(), getattr(reference, name)), name
