@@ -265,7 +265,7 @@ def gather_split_study(args, n_ids: list[torch.Tensor], device: torch.device) ->
         table = torch.randn((rows, width), generator=gen)
         spread = torch.randperm(rows, generator=gen)  # graph ids -> rows all over the table
         batches = [spread[n_id.cpu() * (rows // args.nodes)] for n_id in n_ids]
-        from lightning_zerocopy.gather import register_host_tensor
+        from lightning_zerocopy.graph.host_registration import register_host_tensor
 
         with register_host_tensor(table, name="split table"):
             for busy in (False, True):
@@ -316,7 +316,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     labels = torch.randint(0, args.classes, (args.nodes,), generator=gen).to(device)
     registration = None
     if device.type == "cuda":
-        from lightning_zerocopy.gather import register_host_tensor
+        from lightning_zerocopy.graph.host_registration import register_host_tensor
 
         registration = register_host_tensor(table, name="features")
     results: dict[str, Any] = {"args": vars(args), "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
