@@ -20,6 +20,11 @@ being usable on the GPU) is reported:
 * ``ours_sorted_bfs_order``  the same on the table renumbered by ``graph.reorder.bfs_order`` (breadth-first
   over in-edges, computed on the GPU): what ``ZeroCopyDataModule(node_order="bfs")`` stores
 * ``gpu_resident``     ``index_select`` on a GPU copy of the table (what GPU memory would give)
+* ``ours_budget_degree`` / ``ours_budget_presample`` (with ``--cache-budget-fraction F``): the strategy's cache
+  (``ZeroCopyDDPStrategy``'s one-launch segmented gather, replicate, one shard) holding ``F`` of the rows, ranked
+  by in-neighbor count or by presampling ``--presample-batches`` batches drawn with another seed than the measured
+  ones; the expected (from the ranking's counts) and measured (the cache's own counters) hit rates are reported
+  with the speed-up over the uncached gather (``ours_direct``/``ours_sorted``, the better one)
 
 plus the pages (4 KiB) each batch touches, with shuffled ids and in each node order (frequency, BFS, in-degree
 as ``node_order="degree"``). Every method's output is checked bitwise against ``table[ids]``.
@@ -31,6 +36,7 @@ recipes' ``SyntheticGraph`` (``--graph synthetic``).
 Example::
 
     python benchmarks/gather.py --table-gib 8 --row-bytes 128,512,2048 --out results/gather.json
+    python benchmarks/gather.py --table-gib 8 --row-bytes 128 --cache-budget-fraction 0.2 --out results/gather_budget.json
     python benchmarks/gather.py --pages-only --device cpu --graph synthetic --synthetic-nodes 2000000 \
         --avg-degree 16 --row-bytes 128,512 --out results/gather_pages.json
 """
@@ -222,6 +228,7 @@ def run_width(args, host_bytes: torch.Tensor, gpu_bytes: Optional[torch.Tensor],
     # The node-order lever: the same batches with rows renumbered (frequency, BFS and degree orders).
     ranks, order_s = node_order_ranks(indptr, indices, num_rows)
     reordered = {name: [rank[b] for b in batches] for name, rank in ranks.items()}
+    budget_caches = budget_caches_for(args, table, indptr, indices, num_rows)
     del indptr, indices, ranks
     torch.cuda.empty_cache()
 
@@ -242,18 +249,20 @@ def run_width(args, host_bytes: torch.Tensor, gpu_bytes: Optional[torch.Tensor],
         "index_to_cuda": lambda ids, ids_cpu: table[ids_cpu].to("cuda"),
         "cpu_gather_pinned": lambda ids, ids_cpu: out[: ids.numel()].copy_(
             ops.gather_rows(table, ids_cpu, pinned[: ids.numel()]), non_blocking=True),
-        "ours_direct": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()], sort_ids=False),
-        "ours_sorted": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()], sort_ids=True),
+        "ours_direct": lambda ids, ids_cpu: ops.gather_rows(table, ids, out[: ids.numel()], sort_ids=False),
+        "ours_sorted": lambda ids, ids_cpu: ops.gather_rows(table, ids, out[: ids.numel()], sort_ids=True),
         "ours_cached": lambda ids, ids_cpu: cached.gather(ids, out[: ids.numel()]),
         "ours_cached_big": lambda ids, ids_cpu: cached_big.gather(ids, out[: ids.numel()]),
         "ours_auto": lambda ids, ids_cpu: auto.gather(ids, out[: ids.numel()]),
         # ids of the frequency-/BFS-ordered table (see below): same batches, rows renumbered
-        "ours_sorted_freq_order": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()],
+        "ours_sorted_freq_order": lambda ids, ids_cpu: ops.gather_rows(table, ids, out[: ids.numel()],
                                                                           sort_ids=True),
-        "ours_sorted_bfs_order": lambda ids, ids_cpu: ops.gather_rows_ex(table, ids, out[: ids.numel()],
+        "ours_sorted_bfs_order": lambda ids, ids_cpu: ops.gather_rows(table, ids, out[: ids.numel()],
                                                                          sort_ids=True),
     }  # fmt: skip
     ids_of = {"ours_sorted_freq_order": reordered["freq"], "ours_sorted_bfs_order": reordered["bfs"]}
+    for ranking, (cache, _, _) in budget_caches.items():
+        methods[f"ours_budget_{ranking}"] = lambda ids, ids_cpu, c=cache: c.gather(ids, out[: ids.numel()])
     if resident is not None:
         methods["gpu_resident"] = lambda ids, ids_cpu: torch.index_select(resident, 0, ids, out=out[: ids.numel()])
     if uva is not None:  # last: a baseline reading host memory through a foreign alias
@@ -297,9 +306,51 @@ def run_width(args, host_bytes: torch.Tensor, gpu_bytes: Optional[torch.Tensor],
             continue
         result["gbps"][name] = statistics.median(times)
     result["auto_chose"] = auto.chosen_mode
+    if budget_caches:
+        uncached = max(result["gbps"]["ours_direct"], result["gbps"]["ours_sorted"])
+        result["budget_cache"] = {}
+        for ranking, (cache, expected, _) in budget_caches.items():
+            counts = cache.counts()
+            result["budget_cache"][ranking] = {
+                "rows": cache.num_cached,
+                "expected_hit_rate": expected,
+                "measured_hit_rate": counts.hit_rate,
+                "gbps": result["gbps"][f"ours_budget_{ranking}"],
+                "speedup_vs_no_cache": result["gbps"][f"ours_budget_{ranking}"] / uncached,
+            }
+            cache.close()
     ceiling = result["gbps"]["contiguous_h2d"]
     result["fraction_of_contiguous"] = {k: v / ceiling for k, v in result["gbps"].items()}
     return result
+
+
+def budget_caches_for(
+    args: argparse.Namespace, table: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, num_rows: int
+) -> dict:
+    """``{ranking: (SegmentedFeatureCache, expected hit rate, shard)}`` for ``--cache-budget-fraction`` of the rows,
+    ranked as ZeroCopyDDPStrategy ranks them (``{}`` without the option); keep the shard (its owner's tensor) alive
+    while the cache is open."""
+    if args.cache_budget_fraction <= 0:
+        return {}
+    from lightning_zerocopy.gather.cache_plan import CachePlan
+    from lightning_zerocopy.gather.feature_cache import FeatureCacheSpec, fill_shard, open_feature_cache
+    from lightning_zerocopy.strategies.ranking import degree_scores, expected_hit_rate, order_by_score
+
+    rows = int(args.cache_budget_fraction * num_rows)
+    presample_args = argparse.Namespace(**{**vars(args), "seed": args.seed + 7919, "warmup": 0,
+                                          "batches": args.presample_batches})  # fmt: skip
+    counts = torch.zeros(num_rows, dtype=torch.int64, device=indices.device)
+    for n_id in sample_batches(indptr, indices, None, presample_args):  # other seeds than the measured batches
+        counts += torch.bincount(n_id, minlength=num_rows)
+    scores = {"degree": degree_scores(indices, num_rows), "presample": counts}
+    caches = {}
+    for ranking, score in scores.items():
+        plan = CachePlan.from_ranking(order_by_score(score), num_rows, 1, num_rows=rows)
+        shard, handle = fill_shard(plan, 0, table, torch.device("cuda", torch.cuda.current_device()))
+        cache = open_feature_cache(FeatureCacheSpec(plan, (handle,), "replicate"), table, shard.device, register=False)
+        # expected: the share of presampled accesses the cached rows serve (both rankings judged by the same counts)
+        caches[ranking] = (cache, expected_hit_rate(counts, plan.rows), shard)
+    return caches
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -316,6 +367,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--big-cache-fraction", type=float, default=0.10,
                         help="share of rows in the larger hot cache of `ours_cached_big`")  # fmt: skip
     parser.add_argument("--no-gpu-resident", action="store_true", help="skip the GPU copy of the table")
+    parser.add_argument("--cache-budget-fraction", type=float, default=0.0,
+                        help="share of rows in the strategy's GPU cache (degree vs presample ranking); 0 = skip")
+    parser.add_argument("--presample-batches", type=int, default=64, help="batches sampled for presample ranking")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pages-only", action="store_true",
                         help="no table and no timing: only the pages each batch touches in each node order "
@@ -405,7 +459,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         report = run_pages_only(args, widths)
         _write(report, args.out)
         return report
-    from lightning_zerocopy.gather import register_host_tensor
+    from lightning_zerocopy.graph import register_host_tensor
 
     nbytes = int(args.table_gib * 2**30)
     print(f"host table: {nbytes / 2**30:.1f} GiB; GPU {torch.cuda.get_device_name()}; threads "
@@ -440,6 +494,11 @@ def main(argv: Optional[list[str]] = None) -> dict:
     for r in results:
         print(f"{r['row_bytes']:>6}{r['pages_touched_per_batch_mean']:>12.0f}{r['rows_per_touched_page']:>10.2f}"
               + "".join(f"{r['gbps'].get(n, float('nan')):>18.2f}" for n in names))  # fmt: skip
+    for r in results:
+        for ranking, c in r.get("budget_cache", {}).items():
+            print(f"{r['row_bytes']:>6} B, {args.cache_budget_fraction:.0%} of rows cached, {ranking} ranking: "
+                  f"{c['gbps']:.1f} GB/s = {c['speedup_vs_no_cache']:.2f}x the uncached gather (aim >= 2x); hit rate "
+                  f"{c['measured_hit_rate']:.1%} measured, {c['expected_hit_rate']:.1%} expected")  # fmt: skip
     for r in results:
         f = r["fraction_of_contiguous"]
         best = max(("ours_direct", "ours_sorted", "ours_cached", "ours_cached_big", "ours_sorted_freq_order",

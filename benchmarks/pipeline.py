@@ -2,7 +2,7 @@
 
 3-layer GraphSAGE (hidden 256), fanouts [15, 10, 5], batch 1024, fp32 features (``--dim`` wide, ``--gib`` GiB)
 in shared host memory, a power-law graph with shuffled ids. The data path is the DataModule's own contract:
-``BatchPlan`` + ``BatchBuilder`` (by default CPU sampler threads + CPU gather; ``--sampler-placement uva|gpu``
+``BatchPlan`` + ``BatchBuilder`` (by default CPU sampler threads + CPU gather; ``--sampler-placement uva|gpu|hybrid|auto``
 and ``--gather zerocopy`` select its GPU paths). Configurations, each in a fresh process
 (so that each creates its CUDA context under the MPS setting it needs):
 
@@ -282,7 +282,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--depth", type=int, default=2, help="pipeline slots (2 = ping-pong)")
-    p.add_argument("--sampler-placement", choices=("cpu", "uva", "gpu"), default="cpu",
+    p.add_argument("--sampler-placement", choices=("cpu", "uva", "gpu", "hybrid", "auto"), default="cpu",
                    help="the DataModule builder's sampler (BatchBuilder(sampler_placement=...))")
     p.add_argument("--gather", choices=("cpu", "zerocopy"), default="cpu",
                    help="the DataModule builder's feature gather (BatchBuilder(gather=...))")  # fmt: skip

@@ -174,7 +174,7 @@ _REGISTRATIONS: list = []  # host registrations of the uva mode, kept for the pr
 def uva_mode(graph: Graph, fanouts: list[int], replace: bool) -> SampleFn:
     """Our CUDA sampler with indptr on the GPU and indices left in registered host memory (read over PCIe)."""
     _require_cuda()
-    from lightning_zerocopy.gather import register_host_tensor
+    from lightning_zerocopy.graph import register_host_tensor
 
     _REGISTRATIONS.append(register_host_tensor(graph.indices, name="indices"))
     return _cuda_sample_fn(graph.indptr.cuda(), graph.indices, fanouts, replace)

@@ -23,13 +23,21 @@ TORCH_LIBRARY(zerocopy, m) {
       " Tensor num_sampled_edges)");
 
   // out[i] = table[ids[i]] for a 2-D row-major table. The CUDA kernel reads the table directly from
-  // registered (pinned, mapped) host memory or from device memory.
-  m.def("gather_rows_into(Tensor table, Tensor ids, Tensor(a!) out) -> ()");
-
-  // CUDA only: gather_rows_into with two locality levers. sort_ids reads the rows in ascending id (address)
-  // order and writes each back to its batch position. cache_slot (int32, one entry per table row, -1 = not
-  // cached) and cache (rows of the same width and dtype, on the GPU) serve hot rows from GPU memory.
+  // registered (pinned, mapped) host memory or from device memory, with two locality levers: sort_ids reads
+  // the rows in ascending id (address) order and writes each back to its batch position (the CPU kernel
+  // ignores it: same result); cache_slot (int32, one entry per table row, -1 = not cached) and cache (rows of
+  // the same width and dtype, on the GPU) serve hot rows from GPU memory (CUDA only).
   m.def(
-      "gather_rows_into_ex(Tensor table, Tensor ids, Tensor(a!) out, bool sort_ids=False,"
+      "gather_rows_into(Tensor table, Tensor ids, Tensor(a!) out, bool sort_ids=False,"
       " Tensor? cache_slot=None, Tensor? cache=None) -> ()");
+
+  // out[i] = table[ids[i]] with cached rows read from `segments` (shards of a GPU feature cache: this GPU's
+  // memory, or a peer GPU's opened over CUDA IPC) through a per-row lookup: location[row] < 0 = read from `table`
+  // (registered host memory or device memory), else slot (location & (2^slot_bits - 1)) of segment
+  // (location >> slot_bits). `counts` (len(segments) + 1, int64) gets the rows served per segment, then from
+  // `table`, added on the device. sort_ids (CUDA) reads the rows in ascending id (address) order and writes each
+  // back to its batch position; the result is the same.
+  m.def(
+      "gather_segmented_into(Tensor table, Tensor ids, Tensor(a!) out, Tensor location, int slot_bits,"
+      " Tensor[] segments, Tensor(b!)? counts=None, bool sort_ids=False) -> ()");
 }

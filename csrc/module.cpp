@@ -1,4 +1,5 @@
-// The Python module `lightning_zerocopy._C`. It only carries build facts; the ops are registered with the
+// The Python module `lightning_zerocopy._C`. It carries build facts and, in CUDA builds, the host-memory
+// registration calls (host_register / host_unregister) that need no tensors; the ops are registered with the
 // torch dispatcher by the static initializers of the other translation units when this library loads.
 #include <Python.h>
 
@@ -7,14 +8,48 @@
 #endif
 
 #ifdef ZEROCOPY_WITH_CUDA
+#include "ops/cuda/host_memory.h"
+
 static constexpr int kWithCuda = 1;
+
+// host_register(address, nbytes, flags) -> cudaError as int; the GIL is released while the driver pins.
+static PyObject* host_register(PyObject*, PyObject* args) {
+  unsigned long long address = 0, nbytes = 0;
+  unsigned int flags = 0;
+  if (!PyArg_ParseTuple(args, "KKI:host_register", &address, &nbytes, &flags)) return nullptr;
+  int code = 0;
+  Py_BEGIN_ALLOW_THREADS
+  code = zerocopy::cuda::host_register(address, nbytes, flags);
+  Py_END_ALLOW_THREADS
+  return PyLong_FromLong(code);
+}
+
+// host_unregister(address) -> cudaError as int.
+static PyObject* host_unregister(PyObject*, PyObject* args) {
+  unsigned long long address = 0;
+  if (!PyArg_ParseTuple(args, "K:host_unregister", &address)) return nullptr;
+  int code = 0;
+  Py_BEGIN_ALLOW_THREADS
+  code = zerocopy::cuda::host_unregister(address);
+  Py_END_ALLOW_THREADS
+  return PyLong_FromLong(code);
+}
+
+static PyMethodDef zerocopy_methods[] = {
+    {"host_register", host_register, METH_VARARGS,
+     "cudaHostRegister(address, nbytes, flags); returns the cudaError code and clears it from the thread."},
+    {"host_unregister", host_unregister, METH_VARARGS,
+     "cudaHostUnregister(address); returns the cudaError code and clears it from the thread."},
+    {nullptr, nullptr, 0, nullptr},
+};
 #else
 static constexpr int kWithCuda = 0;
+static PyMethodDef* const zerocopy_methods = nullptr;
 #endif
 
 static struct PyModuleDef zerocopy_module = {
     PyModuleDef_HEAD_INIT, "_C", "Compiled ops of lightning_zerocopy (registered under torch.ops.zerocopy).",
-    -1, nullptr,
+    -1, zerocopy_methods,
 };
 
 PyMODINIT_FUNC PyInit__C(void) {

@@ -21,6 +21,7 @@ _LAZY = {
     "SyntheticGraph": "lightning_zerocopy.datasets.synthetic",
     "OGBNodeDataset": "lightning_zerocopy.datasets.ogb",
     "PyGNodeDataset": "lightning_zerocopy.datasets.pyg",
+    "ZeroCopyDDPStrategy": "lightning_zerocopy.strategies.zerocopy_ddp",
 }
 
 __all__ = ["WITH_CUDA", "__version__", *_LAZY]

@@ -7,6 +7,13 @@ your own package. The data's ``num_features``/``num_classes`` are linked into th
     lightning-zerocopy fit --config recipes/quickstart.yaml
     lightning-zerocopy fit --config recipes/quickstart.yaml --print_config
     python -m lightning_zerocopy test --config recipes/quickstart.yaml --ckpt_path last.ckpt
+    lightning-zerocopy predict --config recipes/quickstart.yaml --ckpt_path last.ckpt   # writes predictions.npz
+
+``validate``/``test``/``predict`` refuse to run without ``--ckpt_path`` (an untrained model would be scored or
+used silently) unless ``--allow_untrained true`` is given. ``predict`` writes the predictions with
+:class:`~lightning_zerocopy.callbacks.predictions.PredictionWriter` unless the recipe lists a prediction writer.
+User errors (a bad key, type or value in the recipe) print one message naming the YAML key and exit with status
+2; ``LZC_TRACEBACK=1`` shows the full traceback instead.
 
 MPS: when a recipe lists ``PipelineCallback`` with ``mps: true``, the command starts the private MPS daemon
 before it imports anything that initializes CUDA (``import torch_geometric`` does), so that the trainer becomes
@@ -16,28 +23,120 @@ recipe files (``--config``) are read for this, not command-line overrides of the
 
 from __future__ import annotations
 
+import argparse
+import inspect
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from pytorch_lightning import LightningDataModule, LightningModule
+from jsonargparse import DefaultHelpFormatter
+from pytorch_lightning import LightningDataModule, LightningModule, Trainer
+from pytorch_lightning.callbacks import BasePredictionWriter
 from pytorch_lightning.cli import ArgsType, LightningArgumentParser, LightningCLI
 
-__all__ = ["ZeroCopyCLI", "build_cli", "main", "mps_requested_by"]
+from lightning_zerocopy._cli_errors import (
+    TRACEBACK_ENV,
+    CommandError,
+    ZeroCopyArgumentParser,
+    describe_build_error,
+    traceback_requested,
+)
+
+__all__ = ["CommandError", "ZeroCopyCLI", "build_cli", "main", "mps_requested_by"]
 
 _RUN_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+_RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+DESCRIPTION = f"""lightning-zerocopy: train, evaluate and predict with a PyTorch Lightning + PyG GNN on mini-batches
+sampled from a graph in shared host memory. A YAML recipe names the data, the model and the trainer.
+
+  lightning-zerocopy fit --config RECIPE.yaml                        train
+  lightning-zerocopy test --config RECIPE.yaml --ckpt_path CKPT      evaluate a checkpoint (also: validate)
+  lightning-zerocopy predict --config RECIPE.yaml --ckpt_path CKPT   write predictions.npz to the log dir
+  lightning-zerocopy fit --config RECIPE.yaml --print_config         the full recipe, defaults included
+
+Recipes to start from: {_RECIPES if _RECIPES.is_dir() else "recipes/ in the source repository"}
+  (quickstart.yaml: GraphSAGE on a generated graph, on the CPU).
+The options of a data or model class, with defaults:
+  lightning-zerocopy fit --data.help lightning_zerocopy.ZeroCopyDataModule
+  lightning-zerocopy fit --model.help lightning_zerocopy.models.GraphSAGE
+Every key of a subcommand: lightning-zerocopy fit --help. Errors print one message; {TRACEBACK_ENV}=1 shows the
+full traceback."""
+
+
+class _RawDescriptionFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """jsonargparse's help formatter that keeps the description's line breaks."""
 
 
 class ZeroCopyCLI(LightningCLI):
-    """LightningCLI that links the dataset's shape into the model's constructor."""
+    """LightningCLI that links the dataset's shape into the model's constructor, refuses to evaluate an untrained
+    model, writes predictions to disk and reports build errors as one message naming the YAML key."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.num_features", "model.init_args.in_channels", apply_on="instantiate")
         parser.link_arguments("data.num_classes", "model.init_args.out_channels", apply_on="instantiate")
+        parser.add_argument(
+            "--allow_untrained",
+            type=bool,
+            default=False,
+            help="validate/test/predict without --ckpt_path, i.e. with the model's initial weights",
+        )
+
+    def before_instantiate_classes(self) -> None:
+        """Refuses ``validate``/``test``/``predict`` without ``--ckpt_path`` (before any data is built)."""
+        if self.subcommand in ("validate", "test", "predict"):
+            config = self.config[self.subcommand]
+            if config.get("ckpt_path") is None and not config.get("allow_untrained"):
+                raise CommandError(
+                    f"`{self.subcommand}` needs the trained weights: pass --ckpt_path PATH (a checkpoint written by "
+                    "`fit`, e.g. lightning_logs/version_0/checkpoints/*.ckpt). To run the untrained model on purpose, "
+                    "pass --allow_untrained true."
+                )
+
+    def instantiate_classes(self) -> None:
+        """As LightningCLI's, but an exception becomes a :class:`CommandError` naming the recipe key."""
+        try:
+            super().instantiate_classes()
+        except CommandError:
+            raise
+        except Exception as exc:
+            raise CommandError(describe_build_error(exc, self.config)) from exc
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """The trainer, with a :class:`PredictionWriter` added for ``predict`` unless a writer is configured."""
+        trainer = super().instantiate_trainer(**kwargs)
+        if self.subcommand == "predict" and not any(isinstance(c, BasePredictionWriter) for c in trainer.callbacks):
+            from lightning_zerocopy.callbacks.predictions import PredictionWriter
+
+            trainer.callbacks.append(PredictionWriter())
+            if self.config_init["predict"].get("return_predictions") is None:  # the file holds them; don't keep two
+                self.config_init["predict"]["return_predictions"] = False
+        return trainer
+
+    def before_predict(self) -> None:
+        """A module without ``predict_step`` whose ``forward`` does not take the batch gets a clear message (not
+        Lightning's ``forward() missing ... 'edge_index'``)."""
+        module = type(self.model)
+        if module.predict_step is not LightningModule.predict_step:
+            return
+        required = [
+            p
+            for p in list(inspect.signature(self.model.forward).parameters.values())
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        if len(required) > 1:
+            raise CommandError(
+                f"{module.__module__}.{module.__qualname__} has no predict_step, and Lightning's default one calls "
+                f"forward(batch), but its forward takes ({', '.join(p.name for p in required)}). Define "
+                "`def predict_step(self, batch, batch_idx): "
+                "return self(batch.x, batch.edge_index)[: batch.batch_size]` (the logits of the seed nodes; the "
+                "writer takes their ids from batch.n_id)."
+            )
 
 
 def build_cli(args: ArgsType = None, run: bool = True) -> ZeroCopyCLI:
     """Parse ``args`` (default ``sys.argv[1:]``), instantiate data, model and trainer, and run the subcommand.
+
+    Raises :class:`CommandError` for a user error found before the run starts (``main`` prints it).
 
     Args:
         args: command-line arguments, or a dict/list as LightningCLI accepts.
@@ -46,6 +145,7 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ZeroCopyCLI:
     """
     import lightning_zerocopy.data  # noqa: F401  (registers ZeroCopyDataModule as a known subclass)
     import lightning_zerocopy.models  # noqa: F401
+    import lightning_zerocopy.strategies  # noqa: F401  (registers trainer.strategy: zerocopy_ddp)
 
     return ZeroCopyCLI(
         LightningModule,
@@ -56,6 +156,12 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ZeroCopyCLI:
         run=run,
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,
+        parser_class=ZeroCopyArgumentParser,
+        parser_kwargs={
+            "description": DESCRIPTION,
+            "prog": "lightning-zerocopy",
+            "formatter_class": _RawDescriptionFormatter,
+        },
     )
 
 
@@ -107,6 +213,7 @@ def main(args: ArgsType = None) -> None:
     """Entry point of the ``lightning-zerocopy`` console script and of ``python -m lightning_zerocopy``.
 
     Starts the MPS daemon first when the recipe asks for it (see the module docstring), then runs LightningCLI.
+    A :class:`CommandError` is printed as one line (exit status 2); ``LZC_TRACEBACK=1`` raises it instead.
     """
     if args is None:
         argv: Optional[list[str]] = sys.argv[1:]
@@ -119,4 +226,10 @@ def main(args: ArgsType = None) -> None:
         from lightning_zerocopy.pipeline.mps import start_for_trainer
 
         start_for_trainer(worker_percent)  # a DDP rank re-running this command joins its parent's daemon
-    build_cli(args)
+    try:
+        build_cli(args)
+    except CommandError as exc:
+        if traceback_requested():
+            raise
+        sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
+        raise SystemExit(2) from None

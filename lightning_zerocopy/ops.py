@@ -130,7 +130,13 @@ def _sample_neighbors_fake(indptr, indices, seeds, fanouts, replace, seed):
 
 
 def gather_rows(
-    table: torch.Tensor, ids: torch.Tensor, out: Optional[torch.Tensor] = None
+    table: torch.Tensor,
+    ids: torch.Tensor,
+    out: Optional[torch.Tensor] = None,
+    *,
+    sort_ids: bool = False,
+    cache_slot: Optional[torch.Tensor] = None,
+    cache: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Return ``table[ids]``, written into ``out`` when given (for example a pinned or GPU buffer).
 
@@ -140,19 +146,25 @@ def gather_rows(
         ids: int32/int64 row ids; every id must be in ``[0, table.shape[0])``.
         out: optional contiguous ``(len(ids), table.shape[1])`` tensor of ``table.dtype``; a view of a larger
             buffer is fine if it is contiguous.
+        sort_ids: (CUDA) read rows in ascending id (address) order and write each back to its batch position;
+            the CPU kernel reads in batch order. The result is the same either way.
+        cache_slot: (CUDA only) int32 tensor on the GPU of ``ids`` with one entry per table row: the row's index
+            in ``cache``, or -1.
+        cache: (CUDA only) hot rows (same width and dtype as ``table``) on the GPU, read instead of ``table``.
 
     Returns:
-        ``out`` (or a new tensor), bitwise equal to ``table[ids]``.
+        ``out`` (or a new tensor), bitwise equal to ``table[ids]``. With CUDA ids the call runs on the current
+        CUDA stream and returns once the rows are written (it waits for that stream to check the ids).
     """
     if out is None:
         device = ids.device if ids.is_cuda else table.device
         out = torch.empty((ids.shape[0],) + tuple(table.shape[1:]), dtype=table.dtype, device=device)
-    _ops.gather_rows_into(table, ids, out)
+    _ops.gather_rows_into(table, ids, out, sort_ids, cache_slot, cache)
     return out
 
 
 @torch.library.register_fake("zerocopy::gather_rows_into")
-def _gather_rows_into_fake(table, ids, out):
+def _gather_rows_into_fake(table, ids, out, sort_ids=False, cache_slot=None, cache=None):
     # Mirrors the kernels' metadata checks (csrc/ops/gather_rows.cpp); ids are range-checked only by kernels.
     op = "gather_rows_into"
     torch._check_value(table.dim() == 2, lambda: f"{op}: `table` must be 2-D, got shape {tuple(table.shape)}")
@@ -179,45 +191,14 @@ def _gather_rows_into_fake(table, ids, out):
         table.device.type == "cpu" or table.device == ids.device,
         lambda: f"{op}: `table` must be in host memory or on the device of `ids` ({ids.device}), got {table.device}",
     )
-    return None
-
-
-def gather_rows_ex(
-    table: torch.Tensor,
-    ids: torch.Tensor,
-    out: Optional[torch.Tensor] = None,
-    *,
-    sort_ids: bool = False,
-    cache_slot: Optional[torch.Tensor] = None,
-    cache: Optional[torch.Tensor] = None,
-) -> torch.Tensor:
-    """CUDA-only :func:`gather_rows` with the locality levers of the zero-copy kernel.
-
-    Args:
-        table: 2-D table in registered/pinned host memory (read over PCIe, zero-copy) or on the GPU of ``ids``.
-        ids: int32/int64 CUDA row ids; every id must be in ``[0, table.shape[0])`` (checked on the GPU).
-        out: optional contiguous ``(len(ids), table.shape[1])`` CUDA tensor (a view of a larger buffer is fine).
-        sort_ids: read rows in ascending id (address) order and write each back to its batch position.
-        cache_slot: int32 CUDA tensor with one entry per table row: the row's index in ``cache``, or -1.
-        cache: CUDA tensor of hot rows (same width and dtype as ``table``), read instead of ``table``.
-
-    Returns:
-        ``out`` (or a new CUDA tensor), bitwise equal to ``table[ids]``. Runs on the current CUDA stream and
-        returns once the rows are written (the call waits for that stream to check the ids).
-    """
-    if out is None:
-        out = torch.empty((ids.shape[0],) + tuple(table.shape[1:]), dtype=table.dtype, device=ids.device)
-    _ops.gather_rows_into_ex(table, ids, out, sort_ids, cache_slot, cache)
-    return out
-
-
-@torch.library.register_fake("zerocopy::gather_rows_into_ex")
-def _gather_rows_into_ex_fake(table, ids, out, sort_ids=False, cache_slot=None, cache=None):
-    _gather_rows_into_fake(table, ids, out)
-    op = "gather_rows_into_ex"
-    torch._check_value((cache_slot is None) == (cache is None), lambda: f"{op}: give both `cache_slot` and `cache` or neither")
+    torch._check_value(
+        (cache_slot is None) == (cache is None), lambda: f"{op}: give both `cache_slot` and `cache` or neither"
+    )
     if cache_slot is not None:
-        torch._check_type(cache_slot.dtype == torch.int32, lambda: f"{op}: `cache_slot` must be int32, got {cache_slot.dtype}")
+        torch._check_value(ids.device.type == "cuda", lambda: f"{op}: `cache_slot`/`cache` need CUDA `ids`")
+        torch._check_type(
+            cache_slot.dtype == torch.int32, lambda: f"{op}: `cache_slot` must be int32, got {cache_slot.dtype}"
+        )
         torch._check_value(
             cache_slot.dim() == 1 and cache_slot.shape[0] == table.shape[0],
             lambda: f"{op}: `cache_slot` must have one entry per table row",
@@ -225,5 +206,75 @@ def _gather_rows_into_ex_fake(table, ids, out, sort_ids=False, cache_slot=None, 
         torch._check_value(
             cache.dim() == 2 and cache.shape[1] == table.shape[1] and cache.dtype == table.dtype,
             lambda: f"{op}: `cache` must be 2-D with the width and dtype of `table`",
+        )
+    return None
+
+
+def gather_segmented(
+    table: torch.Tensor,
+    ids: torch.Tensor,
+    location: torch.Tensor,
+    slot_bits: int,
+    segments: Sequence[torch.Tensor],
+    out: Optional[torch.Tensor] = None,
+    counts: Optional[torch.Tensor] = None,
+    *,
+    sort_ids: bool = False,
+) -> torch.Tensor:
+    """``table[ids]`` with cached rows read from ``segments`` (the shards of a GPU feature cache), in one launch.
+
+    Args:
+        table: 2-D table of every row: registered host memory (zero-copy) or a tensor on the GPU of ``ids``
+            (a CPU tensor for the CPU kernel).
+        ids: int32/int64 row ids; every id must be in ``[0, table.shape[0])`` (else IndexError naming it).
+        location: int32/int64 lookup with one entry per table row: ``< 0`` = read from ``table``, else
+            ``(segment << slot_bits) | slot`` (see :meth:`lightning_zerocopy.gather.CachePlan.build_location`).
+        slot_bits: bits of the slot in ``location`` (at most 31 for int32, 62 for int64).
+        segments: at most 32 2-D tensors with ``table``'s width and dtype; on CUDA each on the GPU of ``ids`` or
+            on a GPU it can peer with (peer access is enabled on first use), e.g. a shard opened over CUDA IPC.
+        out: optional contiguous ``(len(ids), table.shape[1])`` tensor on the device of ``ids``.
+        counts: optional int64 tensor of ``len(segments) + 1`` entries on the device of ``ids``: rows served from
+            each segment, then from ``table``, are added to it (on the GPU, no host sync).
+        sort_ids: (CUDA) read the rows in ascending id (address) order and write each back to its batch position;
+            the same result, fewer pages touched per batch in host memory.
+
+    Returns:
+        ``out`` (or a new tensor), bitwise equal to ``table[ids]`` when the segments hold the rows ``location``
+        says. On CUDA it runs on the current stream and returns once the rows are written (it waits for that
+        stream to check the ids). A lookup entry naming a missing segment or slot raises ValueError.
+    """
+    if out is None:
+        device = ids.device if ids.is_cuda else table.device
+        out = torch.empty((ids.shape[0],) + tuple(table.shape[1:]), dtype=table.dtype, device=device)
+    _ops.gather_segmented_into(table, ids, out, location, slot_bits, list(segments), counts, sort_ids)
+    return out
+
+
+@torch.library.register_fake("zerocopy::gather_segmented_into")
+def _gather_segmented_into_fake(table, ids, out, location, slot_bits, segments, counts=None, sort_ids=False):
+    # Mirrors csrc/ops/gather_segmented.cpp; ids and lookup entries are range-checked only by the kernels.
+    op = "gather_segmented_into"
+    _gather_rows_into_fake(table, ids, out)
+    torch._check_type(
+        location.dtype in (torch.int32, torch.int64),
+        lambda: f"{op}: `location` must be int64 or int32, got {location.dtype}",
+    )
+    torch._check_value(
+        location.dim() == 1 and location.shape[0] == table.shape[0] and location.is_contiguous(),
+        lambda: f"{op}: `location` must be contiguous with one entry per table row",
+    )
+    max_bits = 31 if location.dtype == torch.int32 else 62
+    torch._check_value(1 <= slot_bits <= max_bits, lambda: f"{op}: `slot_bits` must be in [1, {max_bits}]")
+    torch._check_value(len(segments) <= 32, lambda: f"{op}: at most 32 `segments` per call")
+    for seg in segments:
+        torch._check_value(
+            seg.dim() == 2 and seg.shape[1] == table.shape[1] and seg.dtype == table.dtype and seg.is_contiguous(),
+            lambda: f"{op}: every segment must be 2-D and contiguous with the width and dtype of `table`",
+        )
+    if counts is not None:
+        torch._check_type(counts.dtype == torch.int64, lambda: f"{op}: `counts` must be int64, got {counts.dtype}")
+        torch._check_value(
+            counts.dim() == 1 and counts.shape[0] == len(segments) + 1,
+            lambda: f"{op}: `counts` must have len(segments) + 1 entries",
         )
     return None

@@ -18,6 +18,7 @@ __all__ = [
     "GatherChoice",
     "GatherMode",
     "NodeOrderKind",
+    "SamplerDevice",
     "SamplerPlacement",
     "check_choice",
     "check_count",
@@ -26,9 +27,13 @@ __all__ = [
     "choices",
 ]
 
-#: Where neighbors are sampled: compiled CPU kernel (``cpu``), CUDA kernel over host topology (``uva``), CUDA kernel
-#: over a GPU copy of the topology (``gpu``).
-SamplerPlacement = Literal["cpu", "uva", "gpu"]
+#: Where one sampler runs and reads the topology: compiled CPU kernel (``cpu``), CUDA kernel over host topology
+#: (``uva``), CUDA kernel over a GPU copy of the topology (``gpu``).
+SamplerDevice = Literal["cpu", "uva", "gpu"]
+#: Where a builder samples: one of the :data:`SamplerDevice` placements, or per batch on the CPU threads or the ``gpu`` kernel, whichever a
+#: calibrated cost model expects to finish first (``hybrid``; ``auto``: hybrid where that measures faster, else
+#: the faster device; see :mod:`lightning_zerocopy.sampling.hybrid`).
+SamplerPlacement = Literal["cpu", "uva", "gpu", "hybrid", "auto"]
 #: How feature rows are fetched: CPU threads (``cpu``) or the GPU reading registered host memory (``zerocopy``).
 GatherBackend = Literal["cpu", "zerocopy"]
 #: ``gather`` as the DataModule takes it: ``auto`` resolves to ``zerocopy`` on a GPU trainer, else ``cpu``.

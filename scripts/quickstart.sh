@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up the virtualenv (scripts/setup_env.sh), trains the quickstart recipe on the CPU, then evaluates the
-# checkpoint on the held-out test nodes. Extra arguments go to `lightning-zerocopy fit`
+# Sets up the virtualenv (scripts/setup_env.sh; skipped while it is current), trains the quickstart recipe on
+# the CPU, then evaluates the checkpoint on the held-out test nodes. Extra arguments go to `lightning-zerocopy fit`
 # (e.g. --trainer.max_epochs=2). Outputs land in ./lightning_logs/.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

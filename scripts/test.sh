@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up the virtualenv (scripts/setup_env.sh) and runs the test suite. Extra arguments go to pytest.
+# Sets up the virtualenv (scripts/setup_env.sh; skipped while it is current) and runs the test suite.
+# Extra arguments go to pytest.
 # CUDA tests are skipped without a GPU; scripts/gpu_check.sh runs them on a GPU machine.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

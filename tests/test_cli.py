@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
-from lightning_zerocopy.cli import build_cli
+from lightning_zerocopy._cli_errors import TRACEBACK_ENV
+from lightning_zerocopy.cli import CommandError, build_cli, main
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "recipes" / "quickstart.yaml"
@@ -171,3 +174,169 @@ def test_every_recipe_parses_through_the_command(tmp_path: Path, recipe: str) ->
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = yaml.safe_load(proc.stdout)
     assert printed["data"]["class_path"] and printed["model"]["class_path"]
+
+
+# ---- evaluation needs a checkpoint (issue 10, item 1) ----
+
+
+@pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
+def test_evaluation_without_a_checkpoint_is_refused(subcommand: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([subcommand, "--config", str(QUICKSTART)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--ckpt_path" in err and "--allow_untrained true" in err and "Traceback" not in err
+
+
+def test_evaluation_of_the_untrained_model_on_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    cli = build_cli(["test", "--config", str(QUICKSTART), "--allow_untrained=true", *_SMALL, *_QUIET(tmp_path)])
+    assert "test_acc" in cli.trainer.callback_metrics
+
+
+# ---- user errors: one message naming the YAML key (item 5) ----
+
+_SMALL = ["--data.init_args.dataset.init_args.num_nodes=600", "--trainer.limit_test_batches=2",
+          "--trainer.limit_predict_batches=3", "--data.init_args.batch_size=64"]  # fmt: skip
+
+
+def _QUIET(tmp_path: Path) -> list[str]:
+    return ["--trainer.logger=false", "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path}"]
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["--data.init_args.fanouts=[10,-2]"], "`data.init_args.fanouts[1]` must be a positive neighbor count"),
+        (["--data.init_args.batch_size=0"], "data.init_args.batch_size must be >= 1, got 0"),
+        (["--model=lightning_zerocopy.models.GAT", "--model.init_args.heads=3"],
+         "model.init_args.hidden_channels (64) must be divisible by model.init_args.heads (3)"),
+    ],
+)
+def test_a_build_error_prints_one_message_naming_the_key(
+    overrides: list[str], expected: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(QUICKSTART), *overrides, *_QUIET(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[0].startswith("error: ") and expected in lines[0], err
+    assert len(lines) == 2 and TRACEBACK_ENV in lines[1], err
+    assert "Traceback" not in err and "Namespace(" not in err
+
+
+def test_a_missing_dataset_folder_names_the_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(QUICKSTART), "--data.init_args.dataset=lightning_zerocopy.datasets.OGBNodeDataset",
+              f"--data.init_args.dataset.root={tmp_path / 'nope'}", *_QUIET(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert "`data.init_args.dataset.init_args.root` must be an OGB node dataset folder" in err
+    assert str(tmp_path / "nope") in err and "Traceback" not in err
+
+
+def test_the_full_traceback_on_request(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(TRACEBACK_ENV, "1")
+    with pytest.raises(CommandError, match="data.init_args.batch_size") as info:
+        main(["fit", "--config", str(QUICKSTART), "--data.init_args.batch_size=0", *_QUIET(tmp_path)])
+    assert isinstance(info.value.__cause__, ValueError)  # the original exception, chained
+
+
+def test_a_parse_error_prints_the_message_without_the_usage_block(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(QUICKSTART), "--data.init_args.batch_sise=8"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "batch_sise" in err and "usage:" not in err and "Given value" not in err
+    assert "lightning-zerocopy fit --help" in err and len(err.splitlines()) <= 6, err
+
+
+# ---- --help (item 6) ----
+
+
+def test_help_says_what_the_command_is(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "Lightning Trainer command line tool" not in out
+    assert out.startswith("usage: lightning-zerocopy")
+    assert str(ROOT / "recipes") in out and "--data.help" in out and "--model.help" in out
+
+
+# ---- predictions on disk (item 2) ----
+
+
+def test_predict_writes_the_predictions_to_the_log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    fit = build_cli(["fit", "--config", str(QUICKSTART), "--trainer.max_steps=2", "--trainer.limit_val_batches=1",
+                     *_SMALL, *_QUIET(tmp_path)[1:]])  # fmt: skip
+    ckpt = fit.trainer.checkpoint_callback.best_model_path
+    capsys.readouterr()
+    cli = build_cli(["predict", "--config", str(QUICKSTART), "--ckpt_path", ckpt, *_SMALL, *_QUIET(tmp_path)[1:]])
+    path = Path(cli.trainer.log_dir) / "predictions.npz"
+    assert f"written to {path}" in capsys.readouterr().out
+    saved = dict(np.load(path))
+    assert np.array_equal(saved["node_id"], np.unique(saved["node_id"])) and len(saved["node_id"]) == 120  # the test split
+    assert 0 <= saved["node_id"].min() and saved["node_id"].max() < 600
+    assert saved["logits"].shape == (120, 8) and np.array_equal(saved["pred"], saved["logits"].argmax(1))
+    assert ((saved["prob"] > 0) & (saved["prob"] <= 1)).all()
+
+
+_USER_MODULES = """
+import pytorch_lightning as pl
+from torch_geometric.nn import SAGEConv
+
+class NoPredictStep(pl.LightningModule):
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.conv = SAGEConv(in_channels, out_channels)
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index)
+
+class LogitsOnly(NoPredictStep):
+    def predict_step(self, batch, batch_idx):
+        return self(batch.x, batch.edge_index)  # all sampled nodes: the writer keeps the seeds' rows
+"""
+
+
+def test_a_module_without_predict_step_gets_a_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    (tmp_path / "user_modules_for_predict.py").write_text(_USER_MODULES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(SystemExit):
+        main(["predict", "--config", str(QUICKSTART), "--model=user_modules_for_predict.NoPredictStep",
+              "--allow_untrained=true", *_SMALL, *_QUIET(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert "has no predict_step" in err and "def predict_step(self, batch, batch_idx)" in err
+    assert "missing 1 required positional argument" not in err
+
+
+def test_a_module_returning_logits_gets_predictions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "user_modules_for_predict.py").write_text(_USER_MODULES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    build_cli(["predict", "--config", str(QUICKSTART), "--model=user_modules_for_predict.LogitsOnly",
+               "--allow_untrained=true", *_SMALL, *_QUIET(tmp_path)])  # fmt: skip
+    saved = np.load(tmp_path / "predictions.npz")  # no logger: the log dir is default_root_dir
+    assert saved["node_id"].shape == (120,) and saved["logits"].shape == (120, 8)
+
+
+def test_a_configured_writer_replaces_the_default_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    writer = {"class_path": "lightning_zerocopy.callbacks.predictions.PredictionWriter",
+              "init_args": {"output_dir": str(tmp_path / "mine"), "filename": "out.npz"}}  # fmt: skip
+    cli = build_cli(["predict", "--config", str(QUICKSTART), "--allow_untrained=true", *_SMALL, *_QUIET(tmp_path),
+                     f"--trainer.callbacks={json.dumps([writer])}"])  # fmt: skip
+    from pytorch_lightning.callbacks import BasePredictionWriter
+
+    assert len([c for c in cli.trainer.callbacks if isinstance(c, BasePredictionWriter)]) == 1
+    assert (tmp_path / "mine" / "out.npz").exists() and not (tmp_path / "predictions.npz").exists()

@@ -1,8 +1,6 @@
 #include "ops/build_csc.h"
 
-#include <ATen/Parallel.h>
-
-#include <atomic>
+#include <limits>
 
 #include "ops/checks.h"
 
@@ -26,27 +24,6 @@ void check_build_csc_args(const at::Tensor& src, const at::Tensor& dst, int64_t 
   TORCH_CHECK_VALUE(num_nodes >= 0, kOp, ": `num_nodes` must be >= 0, got ", num_nodes);
   TORCH_CHECK_VALUE(num_nodes < std::numeric_limits<int64_t>::max(), kOp, ": `num_nodes` is too large (",
                     num_nodes, ")");
-}
-
-void check_node_ids_in_range(const at::Tensor& ids, int64_t num_nodes, const char* op, const char* name) {
-  const int64_t n = ids.numel();
-  const int64_t* data = ids.const_data_ptr<int64_t>();
-  // Fast parallel scan for any bad id; the (rare) failure path then finds the first one sequentially.
-  std::atomic<bool> bad{false};
-  at::parallel_for(0, n, 1 << 16, [&](int64_t begin, int64_t end) {
-    bool local_bad = false;
-    for (int64_t i = begin; i < end; ++i) {
-      local_bad |= static_cast<uint64_t>(data[i]) >= static_cast<uint64_t>(num_nodes);
-    }
-    if (local_bad) bad.store(true, std::memory_order_relaxed);
-  });
-  if (!bad.load()) return;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = data[i];
-    TORCH_CHECK_INDEX(v >= 0, op, ": `", name, "` holds the negative node id ", v, " at position ", i);
-    TORCH_CHECK_INDEX(v < num_nodes, op, ": `", name, "` holds the node id ", v, " at position ", i,
-                      ", out of range for num_nodes=", num_nodes);
-  }
 }
 
 }  // namespace zerocopy

@@ -29,4 +29,10 @@ inline void check_cpu(const at::Tensor& t, const char* op, const char* name) {
   TORCH_CHECK_VALUE(t.device().is_cpu(), op, ": `", name, "` must be a CPU tensor, got ", t.device());
 }
 
+// Every id of `ids` (a CPU int32/int64 tensor, contiguous) lies in [0, bound); otherwise IndexError naming
+// `name`, the first offending id and its position, and `bound_name` (e.g. "num_nodes"). The one id range check
+// of every op: a parallel scan, then a sequential search for the first bad id only when there is one.
+void check_ids_in_range(const at::Tensor& ids, int64_t bound, const char* op, const char* name,
+                        const char* bound_name);
+
 }  // namespace zerocopy

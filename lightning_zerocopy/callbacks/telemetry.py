@@ -15,7 +15,16 @@ the stall fraction, and ``MEPS``, millions of sampled edges per second):
 * ``data/seps``: sampled edges per second delivered to training (``edge_index`` columns / step interval);
 * ``data/gather_GBps``: feature bytes delivered per second (``x`` bytes / step interval);
 * with :class:`~lightning_zerocopy.callbacks.PipelineCallback`: ``data/build_ms``, the producer's time to
-  sample and gather the batch (off the trainer's critical path).
+  sample and gather the batch (off the trainer's critical path);
+* with hybrid sampling (``sampler_placement: hybrid | auto``; from the pipeline's stats, or the DataModule's
+  ``sampling_stats("train")`` without a pipeline): ``data/sample_ms`` and ``data/sample_pred_ms``, the measured
+  and the cost model's predicted sampling time of the latest batch, and ``data/share_<device>``, the share of
+  the batches so far that each device (``cpu``, ``gpu``) sampled;
+* with a GPU feature cache (:class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy`'s ``cache_budget``), per
+  training epoch and per rank: ``cache/hit_rate`` (rows served from GPU memory over all rows gathered),
+  ``cache/local_rows``, ``cache/peer_rows`` and ``cache/host_rows`` (where the rows came from) and
+  ``cache/host_read_GBps`` (feature bytes read from host memory over the epoch's wall time). Read once per epoch
+  (one GPU synchronization), from the caches of the trainer's process (a pipeline worker counts in its own).
 
 On a GPU a step's figures are logged a step or two later, once its events have completed (never waited for);
 the last steps of an epoch whose events are still pending then are not logged.
@@ -54,6 +63,10 @@ class DataTelemetry(Callback):
     def __init__(self, prog_bar: bool = True) -> None:
         self.prog_bar = prog_bar
         self.history: list[dict[str, float]] = []
+        #: per training epoch, this rank's feature-cache figures (see the module docstring)
+        self.cache_history: list[dict[str, float]] = []
+        self._epoch_start: Optional[float] = None
+        self._epoch_counts: Any = None
         self._reset()
 
     def _reset(self) -> None:
@@ -66,6 +79,30 @@ class DataTelemetry(Callback):
     @override
     def on_train_epoch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         self._reset()
+        self._epoch_start = time.perf_counter()
+        self._epoch_counts = _cache_counts(trainer)
+
+    @override
+    def on_train_epoch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        counts = _cache_counts(trainer)
+        if counts is None or self._epoch_start is None:
+            return
+        seconds = time.perf_counter() - self._epoch_start
+        before = self._epoch_counts
+        local, peer, host = (counts.local, counts.peer, counts.host)
+        if before is not None:
+            local, peer, host = local - before.local, peer - before.peer, host - before.host
+        total = local + peer + host
+        row_bytes = getattr(trainer.strategy, "cache_row_bytes", 0)
+        metrics = {
+            "cache/hit_rate": (local + peer) / total if total else 0.0,
+            "cache/local_rows": float(local),
+            "cache/peer_rows": float(peer),
+            "cache/host_rows": float(host),
+            "cache/host_read_GBps": host * row_bytes / seconds / 1e9 if seconds > 0 else 0.0,
+        }
+        self.cache_history.append(metrics)
+        pl_module.log_dict(metrics, on_step=False, on_epoch=True)
 
     @override
     def on_validation_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
@@ -84,6 +121,7 @@ class DataTelemetry(Callback):
             stats = _pipeline_stats(trainer)
             if stats is not None:
                 host["build_ms"] = 1e3 * stats.last_build_s
+            host.update(_sampling_metrics(trainer, stats))
             bs = getattr(batch, "batch_size", None)
             host["batch_size"] = float(bs) if isinstance(bs, int) else -1.0
             if on_gpu and self._start_event is not None and self._end_event is not None:
@@ -115,8 +153,9 @@ class DataTelemetry(Callback):
             metrics["data/seps"] = host["edges"] / interval_s
         if host["x_bytes"] >= 0 and interval_s > 0:
             metrics["data/gather_GBps"] = host["x_bytes"] / interval_s / 1e9
-        if "build_ms" in host:
-            metrics["data/build_ms"] = host["build_ms"]
+        for key, value in host.items():
+            if key == "build_ms" or key.startswith(("sample_", "share_")):
+                metrics[f"data/{key}"] = value
         self.history.append(metrics)
         bs = int(host["batch_size"]) if host["batch_size"] >= 0 else None
         pl_module.log_dict(metrics, on_step=True, on_epoch=True, batch_size=bs)
@@ -132,6 +171,20 @@ def _record(device: torch.device) -> Any:
     return event
 
 
+def _sampling_metrics(trainer: "pl.Trainer", pipeline_stats: Any) -> dict[str, float]:
+    """Hybrid sampling figures of the latest batch: measured and predicted ms, and each device's share."""
+    sampling = getattr(pipeline_stats, "sampling", None)
+    if sampling is None or sampling.last is None:
+        provider = getattr(getattr(trainer, "datamodule", None), "sampling_stats", None)
+        sampling = provider("train") if callable(provider) else None
+    if sampling is None or sampling.last is None:
+        return {}
+    out = {"sample_ms": 1e3 * sampling.last.measured_s, "sample_pred_ms": 1e3 * sampling.last.predicted_s}
+    for lane in sampling.lanes:
+        out[f"share_{lane}"] = sampling.share(lane)
+    return out
+
+
 def _pipeline_stats(trainer: "pl.Trainer"):
     from lightning_zerocopy.callbacks.pipeline import PipelineCallback
 
@@ -139,3 +192,8 @@ def _pipeline_stats(trainer: "pl.Trainer"):
         if isinstance(callback, PipelineCallback):
             return callback.stats
     return None
+
+
+def _cache_counts(trainer: "pl.Trainer") -> Any:
+    read = getattr(trainer.strategy, "cache_counts", None)  # ZeroCopyDDPStrategy's feature cache
+    return read() if read is not None else None

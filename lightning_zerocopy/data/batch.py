@@ -16,7 +16,7 @@ The batch has PyG ``NeighborLoader``'s fields and conventions:
 
 Where a batch is built (the GPU data path)
 ------------------------------------------
-``sampler_placement`` (``cpu`` | ``uva`` | ``gpu``) says where neighbors are sampled and ``gather`` (``cpu`` |
+``sampler_placement`` (``cpu`` | ``uva`` | ``gpu`` | ``hybrid`` | ``auto``) says where neighbors are sampled and ``gather`` (``cpu`` |
 ``zerocopy``) how feature rows are fetched. With ``gather="cpu"`` and the CPU sampler the batch is built in
 host memory (the trainer moves it). Otherwise the whole batch is built on the GPU, on the current CUDA stream
 (a pipeline may run it on a side stream):
@@ -25,6 +25,9 @@ host memory (the trainer moves it). Otherwise the whole batch is built on the GP
   pinned, non-blocking copy;
 * ``uva``/``gpu`` sampler: the seeds go to the GPU (pinned, non-blocking) and the CUDA kernel samples there,
   reading the topology the resources placed (registered host memory, or a GPU copy);
+* ``hybrid``/``auto``: each batch takes one of the two paths above (CPU threads, or the ``gpu`` kernel), where a
+  calibrated cost model expects it to finish first (:mod:`lightning_zerocopy.data.hybrid_sampling`); the batch is
+  the same either way, and the gather below does not depend on where it was sampled;
 * ``gather="zerocopy"``: the resources' feature table reads the rows of ``n_id`` straight from the registered
   host feature table into the GPU (into ``out["x"]`` when that is a CUDA buffer: no host staging), serving the
   rows the cache spec chose (``hot_rows``: the most frequently sampled rows) from GPU memory; edge features
@@ -55,6 +58,7 @@ from torch_geometric.data import Data
 from lightning_zerocopy.data.assemble import GpuSide, SampledItem, assemble_on_gpu, assemble_on_host, to_device_packed
 from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
+from lightning_zerocopy.data.hybrid_sampling import HybridSampling, cuda_usable, gpu_lane_placement
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import DeviceResources, HostData, resolve_cuda_device
 from lightning_zerocopy.options import (
@@ -66,6 +70,7 @@ from lightning_zerocopy.options import (
     check_count,
     check_fanouts,
 )
+from lightning_zerocopy.sampling.hybrid import HybridPolicy, HybridStats
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch, sample_bound
 
 __all__ = [
@@ -101,8 +106,12 @@ class BatchBuilder:
         replace: sample with replacement.
         num_threads: threads of the CPU sampling kernel; ``None`` uses ``torch.get_num_threads()``.
         sampler_placement: where neighbors are sampled: ``"cpu"`` (C++ threads), ``"uva"`` (CUDA kernel reading
-            the topology from registered host memory) or ``"gpu"`` (CUDA kernel, topology copied to the GPU).
-            The GPU placements give bitwise the CPU placement's sample for the same plan item.
+            the topology from registered host memory), ``"gpu"`` (CUDA kernel, topology copied to the GPU),
+            ``"hybrid"`` (per batch, C++ threads or the ``"gpu"`` kernel, whichever a cost model calibrated on
+            measured times expects to finish first; a pipeline producer runs both at once) or ``"auto"`` (hybrid
+            if both devices together measure faster, else the faster one). Every placement gives bitwise the CPU
+            placement's sample for the same plan item. Without a usable CUDA device ``hybrid``/``auto`` warn once
+            and sample on the CPU.
         gather: how feature (and edge-feature) rows are fetched: ``"cpu"`` (CPU threads) or ``"zerocopy"`` (the
             GPU reads the rows from registered host memory). With ``"cpu"`` and a CPU sampler the batch is built
             in host memory; any other combination builds it on the GPU.
@@ -156,6 +165,12 @@ class BatchBuilder:
         self.gather_mode: GatherMode = gather_mode
         self.cache: Optional[FeatureCacheSpec] = cache
         self.device_index = device
+        cuda, why = cuda_usable() if sampler_placement in ("hybrid", "auto") else (True, "")
+        #: placement of the CUDA sampler (``"cpu"``: none): the fixed one, or a hybrid builder's GPU side here
+        self.gpu_sampler_placement = gpu_lane_placement(sampler_placement, cuda)
+        hybrid = HybridSampling.for_placement(sampler_placement, self.fanouts, self.replace, cuda, why)
+        #: the devices a hybrid builder samples on (``None``: one device)
+        self.hybrid_lanes: Optional[tuple[str, ...]] = None if hybrid is None else hybrid.lanes
         self._reset()
 
     def _reset(self) -> None:
@@ -164,6 +179,7 @@ class BatchBuilder:
         self._host: Optional[HostData] = None
         self._cpu_sampler: Optional[NeighborSampler] = None
         self._gpu: Optional[GpuSide] = None
+        self._hybrid: Optional[HybridSampling] = None  # size estimate and the serial placement policy
         self._lock = threading.Lock()
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
@@ -176,7 +192,7 @@ class BatchBuilder:
     @property
     def on_gpu(self) -> bool:
         """Whether batches are built on a CUDA device (any GPU placement or the zero-copy gather)."""
-        return self.gather == "zerocopy" or self.sampler_placement != "cpu"
+        return self.gather == "zerocopy" or self.gpu_sampler_placement != "cpu"
 
     @property
     def device(self) -> torch.device:
@@ -221,6 +237,8 @@ class BatchBuilder:
             self._cpu_sampler = NeighborSampler(
                 self._host.graph, fanouts=self.fanouts, replace=self.replace, num_threads=self.num_threads
             )
+            if self.hybrid_lanes is not None:
+                self._hybrid = HybridSampling(self.sampler_placement, self.hybrid_lanes, self.fanouts, self.replace)  # type: ignore[arg-type]
         elif resources is not None and resources is not self._resources:
             raise ValueError("this BatchBuilder is already open with other resources; close() it first")
         if place and self.on_gpu and self._gpu is None:
@@ -238,10 +256,10 @@ class BatchBuilder:
             if self.device_index is not None and device.index != self.device_index:
                 raise ValueError(f"BatchBuilder(device={self.device_index}) opened with resources on {device}")
             sampler = None
-            if self.sampler_placement != "cpu":
+            if self.gpu_sampler_placement != "cpu":
                 sampler = NeighborSampler(
-                    r.topology(self.sampler_placement), fanouts=self.fanouts, replace=self.replace,
-                    placement=self.sampler_placement, device=device,
+                    r.topology(self.gpu_sampler_placement), fanouts=self.fanouts, replace=self.replace,
+                    placement=self.gpu_sampler_placement, device=device,
                 )  # fmt: skip
             zerocopy = self.gather == "zerocopy"
             self._gpu = GpuSide(
@@ -257,6 +275,8 @@ class BatchBuilder:
         """Unbind from the resources (closing them if the builder created them). Idempotent; a later
         :meth:`open` binds again (a private open maps the memory by name again)."""
         resources, owns = self._resources, self._owns_resources
+        if self._hybrid is not None:
+            self._hybrid.close()
         self._reset()
         if resources is not None and owns:
             resources.close()
@@ -303,18 +323,28 @@ class BatchBuilder:
         """
         return self.gather_batch(self.sample_batch(item), out)
 
-    def sample_batch(self, item: PlanItem) -> SampledItem:
+    def sample_batch(self, item: PlanItem, lane: Optional[str] = None) -> SampledItem:
         """First stage of :meth:`build_batch`: sample the neighborhood of ``item.seed_ids``.
 
         Needs no output buffer, so a pipeline can sample batch ``t + 2`` while batch ``t + 1`` is gathered into
         its slot. A GPU builder samples on the current CUDA stream of its device and leaves the structure there
         (a caller that gathers on another stream makes that stream wait for this one first).
 
+        Args:
+            item: the plan item.
+            lane: for a hybrid builder, the device to sample on (one of :attr:`hybrid_lanes`; a pipeline's
+                dispatcher names it); ``None`` lets the builder's own cost model pick. The sample is the same.
+
         Raises:
             IndexError: a seed id outside the graph.
+            ValueError: ``lane`` is not one of this builder's devices.
         """
+        if lane is not None and lane not in (self.hybrid_lanes or ()):
+            raise ValueError(f"`lane` must be one of this builder's sampling devices {self.hybrid_lanes}, got {lane!r}")
         if not self.is_open:
             self.open()
+        if self._hybrid is not None and lane is None:
+            return self._hybrid.run(self.expected_size(item), lambda chosen: self.sample_batch(item, lane=chosen))
         host, sampler = self._host, self._cpu_sampler
         assert host is not None and sampler is not None
         seed_ids = host.internal_ids(item.seed_ids)
@@ -324,7 +354,7 @@ class BatchBuilder:
         assert gpu is not None
         device = gpu.device
         with torch.cuda.device(device):  # the current stream of that device: a caller's side stream is kept
-            if gpu.sampler is None:  # CPU sampler, then the ids go over in one pinned, non-blocking copy
+            if gpu.sampler is None or lane == "cpu":  # CPU sampler, then the ids go over in one pinned copy
                 sample = sampler.sample(seed_ids, seed=item.batch_seed)
                 n_id, edge_index, e_id, input_id = to_device_packed(
                     [sample.n_id, sample.edge_index, sample.e_id, item.input_id], device
@@ -335,6 +365,33 @@ class BatchBuilder:
                 seeds, input_id = to_device_packed([seed_ids, item.input_id], device)
                 sample = gpu.sampler.sample(seeds, seed=item.batch_seed)
         return SampledItem(item, sample, input_id)
+
+    def expected_size(self, item: PlanItem) -> float:
+        """Expected sampled edges of the batch of ``item`` (the hybrid cost models' size; a sum over its seeds).
+        Needs the host graph only (no GPU work).
+
+        Raises:
+            RuntimeError: the builder is not hybrid (``sampler_placement`` ``hybrid``/``auto`` with a GPU).
+        """
+        if self._resources is None:
+            self.open(place=False)
+        host = self._host
+        assert host is not None
+        if self._hybrid is None:
+            raise RuntimeError(f"expected_size() is for hybrid builders; this one samples on {self.gpu_sampler_placement!r}")
+        return self._hybrid.expected_size(host.graph, host.internal_ids(item.seed_ids))
+
+    def hybrid_policy(self) -> Optional[HybridPolicy]:
+        """A fresh :class:`~lightning_zerocopy.sampling.HybridPolicy` over this builder's devices for a pipeline
+        producer that samples batches ahead on all of them, or ``None`` for a single-device builder."""
+        if self.hybrid_lanes is None:
+            return None
+        return HybridPolicy(self.hybrid_lanes, mode=self.sampler_placement)  # type: ignore[arg-type]
+
+    @property
+    def sampling_stats(self) -> Optional[HybridStats]:
+        """Where this builder's own cost model placed the batches it sampled (hybrid builders used directly)."""
+        return None if self._hybrid is None else self._hybrid.stats
 
     def gather_batch(self, sampled: SampledItem, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
         """Second stage of :meth:`build_batch`: gather the features, labels (and edge features) of a sample.
@@ -353,7 +410,7 @@ class BatchBuilder:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_resources", "_owns_resources", "_host", "_cpu_sampler", "_gpu", "_lock"):
+        for key in ("_resources", "_owns_resources", "_host", "_cpu_sampler", "_gpu", "_hybrid", "_lock"):
             state.pop(key, None)  # handles only: the receiving process maps the memory itself
         return state
 

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Literal, Optional, Sequence
 import pytorch_lightning as pl
 import torch
 from torch_geometric.data import Data
-from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_zerocopy.data.batch import BatchBuilder
@@ -52,7 +52,8 @@ from lightning_zerocopy.data.host import (
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
-from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
+from lightning_zerocopy.datasets.base import ArrayCache, NodeData, NodeDataset
+from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.graph.reorder import NodeOrder
 from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
 from lightning_zerocopy.options import (
@@ -92,8 +93,12 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             ``"mmap"`` (map the dataset's ``.npy`` feature file; for features larger than RAM).
         sampler_placement: where neighbors are sampled: ``"cpu"`` (C++ threads, default), ``"uva"`` (CUDA
             kernel reading the graph from pinned host memory; needs no GPU memory for the edges) or ``"gpu"``
-            (CUDA kernel, graph copied to GPU memory: fastest when it fits). ``uva``/``gpu`` need a GPU trainer
-            and give the same batches as ``cpu``.
+            (CUDA kernel, graph copied to GPU memory: fastest when it fits), ``"hybrid"`` (per batch on the CPU
+            threads or the ``gpu`` kernel, whichever a cost model calibrated on measured times expects to finish
+            first; with a :class:`~lightning_zerocopy.callbacks.PipelineCallback` both sample at once) or
+            ``"auto"`` (hybrid if both together measure faster, else the faster device). ``uva``/``gpu`` need a
+            GPU trainer; ``hybrid``/``auto`` on a CPU trainer say so in one line and sample on the CPU. Every
+            placement gives the same batches as ``cpu``.
         gather: how feature rows reach the model: ``"auto"`` (default: ``"zerocopy"`` when the trainer runs on
             a CUDA GPU, else ``"cpu"``), ``"cpu"`` (CPU threads gather, the trainer copies the batch) or
             ``"zerocopy"`` (the GPU reads exactly the batch's rows from pinned host memory; no CPU gather, no
@@ -164,6 +169,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self.hot_rows = int(hot_rows)
         self.node_order: NodeOrderKind = node_order
         self._gather_resolved: Optional[str] = None  # "cpu" | "zerocopy", decided in setup
+        self._placement_resolved: Optional[str] = None  # hybrid/auto become "cpu" on a CPU trainer, decided in setup
         self._device_index: Optional[int] = None  # the trainer's CUDA device, decided in setup
         self._feature_cache: Optional[FeatureCacheSpec] = HotRowsCache(self.hot_rows) if self.hot_rows > 0 else None
 
@@ -171,9 +177,11 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._named: Optional[HostGraphHandles] = None  # segments this process created and has not unlinked yet
         self._resources: Optional[DeviceResources] = None  # this process's placement, from setup to teardown
         self._builders: dict[str, BatchBuilder] = {}
+        self._attaching = False  # inside setup, while HostMemoryConsumers attach (set_feature_cache allowed)
         self._splits: dict[str, torch.Tensor] = {}
         # an in-memory node order outlives teardown, so fit then test in one process computes it once
         self._kept_order: Optional[NodeOrder] = None
+        self._splits_checked = False  # check_splits ran on this dataset (setup runs again after teardown)
         self._loader_factory: Optional[LoaderFactory] = None
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
@@ -211,9 +219,14 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             self._open(handles)
             trainer = self._trainer_or_none()
             if trainer is not None:
-                for callback in trainer.callbacks:
-                    if isinstance(callback, HostMemoryConsumer):
-                        callback.attach_host_memory(trainer, self)
+                # the strategy first (it may set a feature cache, see set_feature_cache), then callbacks (workers)
+                self._attaching = True
+                try:
+                    for consumer in (trainer.strategy, *trainer.callbacks):
+                        if isinstance(consumer, HostMemoryConsumer):
+                            consumer.attach_host_memory(trainer, self)
+                finally:
+                    self._attaching = False
                 trainer.strategy.barrier("zerocopy_host_memory_mapped")
         finally:
             self._unlink_names()  # every local process has mapped the memory (or setup failed)
@@ -306,7 +319,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             fanouts,
             replace=self.replace,
             num_threads=self.num_threads,
-            sampler_placement=self.sampler_placement,
+            sampler_placement=self._placement_resolved or self.sampler_placement,  # type: ignore[arg-type]
             gather=gather,  # type: ignore[arg-type]
             gather_mode=self.gather_mode,
             cache=self._feature_cache,
@@ -323,9 +336,10 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
         The extension point for cache providers (e.g. a Strategy's replicated or sharded hot rows): ``spec`` is a
         picklable, hashable :class:`~lightning_zerocopy.data.cache.FeatureCacheSpec`; each process's
-        :class:`~lightning_zerocopy.data.resources.DeviceResources` opens it once. Call it before the DataModule's
-        ``setup``: a Strategy does it in ``setup_environment`` (Lightning runs the Strategy's ``setup`` only after
-        the DataModule's). It replaces the ``hot_rows`` cache.
+        :class:`~lightning_zerocopy.data.resources.DeviceResources` opens it once. Call it before ``setup``, or
+        during it from a :class:`HostMemoryConsumer`'s ``attach_host_memory`` (the strategy's runs first, before any
+        callback hands builders to a worker; a cache built from the host memory, like ZeroCopyDDPStrategy's, can
+        only be made then). It replaces the ``hot_rows`` cache.
 
         Raises:
             TypeError: ``spec`` has no ``open(context)``.
@@ -333,14 +347,32 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         """
         if spec is not None and not isinstance(spec, FeatureCacheSpec):
             raise TypeError(f"`spec` must be a FeatureCacheSpec (with open(context)), got {type(spec).__name__}")
-        if self._handles is not None:
-            raise RuntimeError("set_feature_cache() must be called before ZeroCopyDataModule.setup()")
+        if self._handles is not None and not self._attaching:
+            raise RuntimeError(
+                "set_feature_cache() must be called before ZeroCopyDataModule.setup() or from attach_host_memory"
+            )
         self._feature_cache = spec
+        if self._handles is not None:  # during setup: nothing is placed yet, the builders take the new spec
+            old, self._builders = self._builders, {}
+            for builder in {id(b): b for b in old.values()}.values():
+                builder.close()
+            self._bind_builders()
 
     @property
     def resources(self) -> Optional[DeviceResources]:
         """This process's :class:`DeviceResources` (from ``setup`` to ``teardown``; ``None`` outside)."""
         return self._resources
+
+    @property
+    def uses_zerocopy_gather(self) -> bool:
+        """Whether the GPU gathers feature rows from host memory (``gather`` resolved to ``"zerocopy"``), which is
+        what a GPU feature cache serves.
+
+        Raises:
+            RuntimeError: before :meth:`setup`.
+        """
+        self._require_setup()
+        return self._gather_resolved == "zerocopy"
 
     @property
     def batch_device_type(self) -> str:
@@ -350,7 +382,15 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             RuntimeError: before :meth:`setup` (``gather="auto"`` is decided there).
         """
         self._require_setup()
-        return "cuda" if self.sampler_placement != "cpu" or self._gather_resolved == "zerocopy" else "cpu"
+        placement = self._placement_resolved or self.sampler_placement
+        return "cuda" if placement != "cpu" or self._gather_resolved == "zerocopy" else "cpu"
+
+    def sampling_stats(self, split: Split) -> Optional[Any]:
+        """Where the in-process loader's hybrid builder sampled the batches of ``split`` so far (batches and
+        predicted/measured seconds per device; see ``HybridStats``), or ``None`` (not hybrid, or no batch yet).
+        With a pipeline the producer places the batches, and its client reports them instead."""
+        builder = self._builders.get(split)
+        return None if builder is None else builder.sampling_stats
 
     @property
     def handles(self) -> HostGraphHandles:
@@ -366,7 +406,18 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         """Decide ``gather='auto'`` and the CUDA device from the trainer (see :func:`resolve_gather`)."""
         trainer = self._trainer_or_none()
         root = trainer.strategy.root_device if trainer is not None else None
-        gather = resolve_gather(self.sampler_placement, self.gather, self.hot_rows, root)
+        placement = self.sampler_placement
+        if placement in ("hybrid", "auto"):
+            from lightning_zerocopy import WITH_CUDA
+
+            on_cuda = root.type == "cuda" if root is not None else torch.cuda.is_available()
+            if not (on_cuda and WITH_CUDA):
+                where = f"the trainer runs on {root.type!r}" if root is not None else "no CUDA GPU is available"
+                why = where if not on_cuda else "lightning_zerocopy._C was built without its CUDA kernels"
+                rank_zero_info(f"data.init_args.sampler_placement={placement!r}: {why}, so sampling runs on the CPU only")
+                placement = "cpu"
+        self._placement_resolved = placement
+        gather = resolve_gather(placement, self.gather, self.hot_rows, root)
         self._gather_resolved = gather
         self._device_index = root.index if root is not None and root.type == "cuda" else None
         return gather
@@ -380,9 +431,11 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def _create_host_memory(self) -> "HostGraphHandles | Exception":
         try:
             cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
+            data = self.dataset.load()
+            self._check_splits(data)
             cache_dir = node_order_cache_dir(self.dataset, self.node_order)
             handles = share_node_data(
-                self.dataset.load(),
+                data,
                 self.feature_storage,
                 node_order=self.node_order,
                 cache_dir=cache_dir,
@@ -394,12 +447,30 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         except Exception as exc:  # reported to every rank (so none waits forever), then raised
             return exc
 
+    def _check_splits(self, data: NodeData) -> None:
+        """Check every split once (ids in range, no repeats: errors; shared nodes: warnings), before any batch."""
+        if self._splits_checked:
+            return
+        dataset = f"data.init_args.dataset ({type(self.dataset).__name__})"
+        sources = {name: self.dataset.split_source(name) for name in ("train", "val", "test")}
+        try:
+            warnings = check_splits(data, sources, num_classes=self.dataset.num_classes)
+        except SplitError as exc:
+            raise ValueError(f"{dataset}: {exc}") from exc
+        for warning in warnings:
+            rank_zero_warn(f"{dataset}: {warning}")
+        self._splits_checked = True
+
     def _open(self, handles: HostGraphHandles) -> None:
         self._handles = handles
         self._splits = {name: handle.open() for name, handle in handles.splits.items()}
         # map the host memory now (the names go away after setup); the GPU side (registrations, caches) is placed
         # by the first batch built here (a pipeline worker builds with resources of its own)
         self._resources = DeviceResources(handles, self._device_index)
+        self._bind_builders()
+
+    def _bind_builders(self) -> None:
+        assert self._resources is not None
         train = self.builder("train").open(self._resources, place=False)
         evaluation = train if self.eval_fanouts == self.fanouts else self.builder("val").open(self._resources, place=False)
         self._builders = {"train": train, "val": evaluation, "test": evaluation, "predict": evaluation}

@@ -64,7 +64,7 @@ def resolve_gather(
         on_cuda, where = root.type == "cuda", f"the trainer runs on {root.type!r}"
     else:
         on_cuda, where = torch.cuda.is_available(), "no CUDA GPU is available"
-    needs = [f"{KEY_PREFIX}sampler_placement={sampler_placement!r}"] if sampler_placement != "cpu" else []
+    needs = [f"{KEY_PREFIX}sampler_placement={sampler_placement!r}"] if sampler_placement not in ("cpu", "hybrid", "auto") else []
     if gather == "zerocopy":
         needs.append(f"{KEY_PREFIX}gather='zerocopy'")
     if needs and not on_cuda:

@@ -31,7 +31,7 @@ from lightning_zerocopy.data.cache import CacheContext, FeatureCacheSpec, Featur
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.gather.host_table import HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph
-from lightning_zerocopy.options import GatherMode, SamplerPlacement, check_choice
+from lightning_zerocopy.options import GatherMode, SamplerDevice, check_choice
 from lightning_zerocopy.sampling.topology import PlacedTopology, place_topology
 
 __all__ = ["DeviceResources", "HostData", "ResourceScope"]
@@ -134,7 +134,7 @@ def row_width(t: torch.Tensor) -> int:
 
 def _pin(tensor: torch.Tensor, name: str) -> Any:
     """Register host memory for zero-copy reads; a failure says which option asked for it."""
-    from lightning_zerocopy.gather.cuda_table import register_host_tensor
+    from lightning_zerocopy.graph.host_registration import register_host_tensor
 
     try:
         return register_host_tensor(tensor, name=name)
@@ -193,9 +193,9 @@ class DeviceResources:
 
     # ---- GPU resources, placed on first use ----------------------------------------------------------------------
 
-    def topology(self, placement: SamplerPlacement) -> PlacedTopology:
+    def topology(self, placement: SamplerDevice) -> PlacedTopology:
         """The topology for the CUDA sampler: a GPU copy (``"gpu"``) or registered host memory (``"uva"``)."""
-        check_choice(placement, SamplerPlacement, "placement")
+        check_choice(placement, SamplerDevice, "placement")
         with self._lock:
             placed = self._topology.get(placement)
             if placed is None:
@@ -243,8 +243,7 @@ class DeviceResources:
             table = self._tables.get(key)
             if table is None:
                 self._check_open()
-                data = self.host.features.data
-                self._register(data, "features")
+                data = self._register(self.host.features.data, "features")
                 context = CacheContext(data, self.device, mode, self.host.graph.num_nodes, self._neighbor_indices)
                 with torch.cuda.device(self.device):
                     table = plain_feature_table(context) if cache is None else cache.open(context)
@@ -260,8 +259,7 @@ class DeviceResources:
         with self._lock:
             if self._edge_attr is None:
                 self._check_open()
-                flat = attr.reshape(attr.shape[0], row_width(attr))
-                self._register(flat, "edge_attr")
+                flat = self._register(attr.reshape(attr.shape[0], row_width(attr)), "edge_attr")
                 context = CacheContext(flat, self.device, "direct", flat.shape[0], lambda: flat.new_empty(0))
                 with torch.cuda.device(self.device):
                     self._edge_attr = plain_feature_table(context)
@@ -305,10 +303,12 @@ class DeviceResources:
         if self._closed:
             raise RuntimeError("these DeviceResources are closed; open the builder with live resources")
 
-    def _register(self, tensor: torch.Tensor, name: str) -> None:
+    def _register(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        """Register ``tensor`` once per name; returns what the GPU reads (it, or its page-aligned copy)."""
         if name not in self._registrations:
             with torch.cuda.device(self.device):
                 self._registrations[name] = _pin(tensor, name=name)
+        return self._registrations[name].tensor
 
     def _neighbor_indices(self) -> torch.Tensor:
         placed = self._topology.get("gpu")

@@ -1,8 +1,19 @@
 """Node-classification datasets: generated, OGB folders, and PyG ``Data`` objects."""
 
-from lightning_zerocopy.datasets.base import CachedNodeDataset, NodeData, NodeDataset
+from lightning_zerocopy.datasets.base import CachedNodeDataset, DatasetFileError, NodeData, NodeDataset
 from lightning_zerocopy.datasets.ogb import OGBNodeDataset
 from lightning_zerocopy.datasets.pyg import PyGNodeDataset
+from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.datasets.synthetic import SyntheticGraph
 
-__all__ = ["CachedNodeDataset", "NodeData", "NodeDataset", "OGBNodeDataset", "PyGNodeDataset", "SyntheticGraph"]
+__all__ = [
+    "CachedNodeDataset",
+    "DatasetFileError",
+    "NodeData",
+    "NodeDataset",
+    "OGBNodeDataset",
+    "PyGNodeDataset",
+    "SplitError",
+    "SyntheticGraph",
+    "check_splits",
+]

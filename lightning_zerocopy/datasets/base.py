@@ -33,6 +33,23 @@ CACHE_ENV = "LIGHTNING_ZEROCOPY_CACHE"
 _SPLITS = ("train", "val", "test")
 
 
+class DatasetFileError(ValueError):
+    """An input file of a dataset cannot be used; the message names the file (and the line, where known).
+
+    Attributes:
+        path: the file.
+        line: the 1-based line number, or ``None`` where the reader does not know it.
+        problem: what is wrong, without the location.
+    """
+
+    def __init__(self, path: "os.PathLike[str] | str", problem: str, line: Optional[int] = None) -> None:
+        self.path = Path(path)
+        self.line = line
+        self.problem = problem
+        where = f"{self.path}, line {line:,}" if line is not None else str(self.path)
+        super().__init__(f"{where}: {problem}")
+
+
 def default_cache_root() -> Path:
     """``$LIGHTNING_ZEROCOPY_CACHE`` if set, else ``~/.cache/lightning_zerocopy``."""
     return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "lightning_zerocopy")).expanduser()
@@ -118,6 +135,11 @@ class NodeDataset(ABC):
     def prepare(self) -> None:
         """Build or convert the dataset into its cache. Safe to call more than once; the default does nothing."""
 
+    def split_source(self, split: str) -> str:
+        """Where the node ids of ``split`` (``"train"``, ``"val"`` or ``"test"``) come from, for error messages:
+        a file, an attribute, a generator. The default names the dataset class."""
+        return f"the {split} split of {type(self).__name__}"
+
     @abstractmethod
     def load(self) -> NodeData:
         """Return the dataset's arrays (memory-mapped where large), preparing them first if needed."""
@@ -149,8 +171,16 @@ class ArrayCache:
         return (self.path / self.META).is_file()
 
     def meta(self) -> dict[str, Any]:
-        with open(self.path / self.META, encoding="utf-8") as f:
-            return json.load(f)
+        path = self.path / self.META
+        try:
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise DatasetFileError(path, f"is not valid JSON ({exc}): {self._damaged}") from exc
+
+    @property
+    def _damaged(self) -> str:
+        return f"the cache {self.path} is damaged; delete that directory and it is built again"
 
     def build(self, write: Callable[[Path], dict[str, Any]]) -> None:
         """Run ``write(tmp_dir) -> meta`` into a temporary directory, then move it into place atomically.
@@ -179,8 +209,19 @@ class ArrayCache:
         return self.path / f"{name}.npy"
 
     def tensor(self, name: str) -> torch.Tensor:
-        """Array ``name`` as a tensor over a copy-on-write memory map (nothing is read until touched)."""
-        return open_npy_memmap(self.file(name))
+        """Array ``name`` as a tensor over a copy-on-write memory map (nothing is read until touched).
+
+        Raises:
+            DatasetFileError: the file is missing, truncated or not an ``.npy`` file (the message says to delete
+                the cache directory).
+        """
+        path = self.file(name)
+        if not path.is_file():
+            raise DatasetFileError(path, f"is missing: {self._damaged}")
+        try:
+            return open_npy_memmap(path)
+        except (ValueError, OSError, EOFError) as exc:
+            raise DatasetFileError(path, f"cannot be opened ({exc}): {self._damaged}") from exc
 
     def has(self, name: str) -> bool:
         return self.file(name).is_file()
@@ -209,6 +250,7 @@ class CachedNodeDataset(NodeDataset):
 
 def node_data_from_cache(cache: ArrayCache) -> NodeData:
     """Open the standard array names (``edge_index``, ``x``, ``y``, ``*_idx``, optional ``edge_attr``)."""
+    optional = {"edge_attr"}
     names = {f.name for f in fields(NodeData)} - {"x_file"}
-    arrays = {name: cache.tensor(name) for name in names if cache.has(name)}
+    arrays = {name: cache.tensor(name) for name in names if name not in optional or cache.has(name)}
     return NodeData(**arrays, x_file=str(cache.file("x")))

@@ -8,9 +8,15 @@ from typing import Optional, Union
 import torch
 from torch_geometric.data import Data, Dataset
 
-from lightning_zerocopy.datasets.base import NodeData, NodeDataset
+from lightning_zerocopy.datasets.base import DatasetFileError, NodeData, NodeDataset
 
 _SPLIT_NAMES = {"train": ("train_mask", "train_idx"), "val": ("val_mask", "val_idx"), "test": ("test_mask", "test_idx")}
+
+
+def _split_attribute(data: Data, split: str) -> str:
+    """The attribute that defines ``split``: ``<split>_mask`` if present, else ``<split>_idx``."""
+    mask_name, idx_name = _SPLIT_NAMES[split]
+    return mask_name if mask_name in data else idx_name
 
 
 def _split_ids(data: Data, split: str) -> torch.Tensor:
@@ -19,10 +25,31 @@ def _split_ids(data: Data, split: str) -> torch.Tensor:
         mask = data[mask_name]
         if mask.dim() != 1:
             raise ValueError(f"data.{mask_name} has shape {tuple(mask.shape)}; pick one column, e.g. data.{mask_name}[:, 0]")
+        if mask.numel() != data.x.shape[0]:
+            raise ValueError(
+                f"data.{mask_name} has {mask.numel()} entries but data.x has {data.x.shape[0]} nodes: a mask holds one"
+                " entry per node"
+            )
         return mask.nonzero().view(-1)
     if idx_name in data:
-        return data[idx_name].to(torch.int64).view(-1)
+        idx = torch.as_tensor(data[idx_name]).view(-1)
+        if idx.dtype == torch.bool:
+            raise ValueError(f"data.{idx_name} is a boolean tensor: store it as data.{mask_name}, or store node ids")
+        if idx.is_floating_point():
+            if not bool((idx == idx.round()).all()):
+                bad = idx[idx != idx.round()][0]
+                raise ValueError(f"data.{idx_name} holds {float(bad):g}, which is not a node id: ids are integers")
+        return idx.to(torch.int64)
     raise ValueError(f"the PyG Data object has neither `{mask_name}` nor `{idx_name}`: add one to define the {split} split")
+
+
+def _load_file(path: Path) -> Data:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: `data` must be a PyG Data object or the path of one saved with torch.save")
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as exc:  # a damaged or foreign file: unpickling raises many kinds of errors
+        raise DatasetFileError(path, f"cannot be loaded with torch.load ({type(exc).__name__}: {exc})") from exc
 
 
 class PyGNodeDataset(NodeDataset):
@@ -38,7 +65,7 @@ class PyGNodeDataset(NodeDataset):
 
     def __init__(self, data: Union[Data, Dataset, str], num_classes: Optional[int] = None) -> None:
         if isinstance(data, (str, Path)):
-            data = torch.load(data, weights_only=False)
+            data = _load_file(Path(data))
         if isinstance(data, Dataset):
             data = data[0]
         if not isinstance(data, Data):
@@ -57,6 +84,10 @@ class PyGNodeDataset(NodeDataset):
     @property
     def num_classes(self) -> int:
         return self._num_classes
+
+    def split_source(self, split: str) -> str:
+        """The ``Data`` attribute that defines the split, e.g. ``data.train_mask``."""
+        return f"data.{_split_attribute(self.data, split)}"
 
     def load(self) -> NodeData:
         d = self.data

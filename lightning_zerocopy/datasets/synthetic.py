@@ -140,6 +140,14 @@ class SyntheticGraph(CachedNodeDataset):
     def num_classes(self) -> int:
         return int(self.config["num_classes"])
 
+    def split_source(self, split: str) -> str:
+        """The generator call that drew the split (a random permutation cut by the fractions)."""
+        cfg = self.config
+        return (
+            f"SyntheticGraph(num_nodes={cfg['num_nodes']}, train_fraction={cfg['train_fraction']}, "
+            f"val_fraction={cfg['val_fraction']}, seed={cfg['seed']}), cached in {self.cache.path}"
+        )
+
     # -----------------------------------------------------------------------------------------------------
 
     def _write(self, out: Path) -> dict[str, Any]:

@@ -1,6 +1,8 @@
-"""Graph storage: the CSC container, host memory that every local process maps without copying, node orders."""
+"""Graph storage: the CSC container, host memory that every local process maps without copying (and registers
+for the GPU), node orders."""
 
 from lightning_zerocopy.graph.csc import CSCGraph, CSCGraphHandle
+from lightning_zerocopy.graph.host_registration import HostRegistration, register_host_tensor
 from lightning_zerocopy.graph.reorder import NodeOrder, bfs_order, degree_order
 from lightning_zerocopy.graph.shared_memory import (
     NpyTensorHandle,
@@ -17,6 +19,7 @@ from lightning_zerocopy.graph.shared_memory import (
 __all__ = [
     "CSCGraph",
     "CSCGraphHandle",
+    "HostRegistration",
     "NodeOrder",
     "NpyTensorHandle",
     "SharedTensorHandle",
@@ -26,6 +29,7 @@ __all__ = [
     "create_shared_tensor",
     "degree_order",
     "open_npy_memmap",
+    "register_host_tensor",
     "save_npy",
     "share_tensor",
     "shared_memory_dir",

@@ -14,6 +14,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
+from pytorch_lightning.utilities import rank_zero_warn
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -51,6 +52,7 @@ class NodeClassifier(pl.LightningModule):
         self.train_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
         self.val_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
         self.test_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
+        self._warned_hops = False
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         return self.net(x, edge_index)
@@ -79,8 +81,27 @@ class NodeClassifier(pl.LightningModule):
         self.log("test_acc", self.test_acc, prog_bar=True, batch_size=batch.batch_size)
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> dict[str, torch.Tensor]:
-        out = self(batch.x, batch.edge_index)[: batch.batch_size]
-        return {"n_id": batch.n_id[: batch.batch_size], "pred": out.argmax(dim=-1)}
+        """The seed nodes' global ids and logits (what :class:`~lightning_zerocopy.callbacks.PredictionWriter`
+        writes; the class is ``logits.argmax(-1)``)."""
+        logits, _ = self._seed_logits(batch)
+        return {"n_id": batch.n_id[: batch.batch_size], "logits": logits}
+
+    def setup(self, stage: str) -> None:
+        """Warns once when the GNN has more layers than the data module samples hops (``len(fanouts)``)."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        layers = getattr(self.net, "num_layers", None)
+        if self._warned_hops or datamodule is None or not isinstance(layers, int):
+            return
+        for name in ("fanouts", "eval_fanouts"):
+            fanouts = getattr(datamodule, name, None)
+            if isinstance(fanouts, (list, tuple)) and layers > len(fanouts):
+                rank_zero_warn(
+                    f"{type(self).__name__} has num_layers={layers} but the data module's {name}={list(fanouts)} "
+                    f"samples {len(fanouts)} hops: the extra layers reach no further neighbors (the outermost "
+                    f"sampled nodes have no sampled in-edges). Set num_layers={len(fanouts)} or add a fanout per layer."
+                )
+                self._warned_hops = True
+                return
 
     def configure_optimizers(self) -> Any:
         optimizer = self.optimizer_factory(self.parameters())

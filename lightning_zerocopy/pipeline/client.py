@@ -25,6 +25,7 @@ from torch_geometric.data import Data
 from lightning_zerocopy.options import check_depth
 from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing
 from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
+from lightning_zerocopy.sampling.hybrid import HybridStats
 
 
 class PipelineError(RuntimeError):
@@ -61,6 +62,8 @@ class PipelineStats:
     last_build_s: float = 0.0
     slot_bytes: int = 0
     grows: int = 0
+    #: where a hybrid source's batches were sampled: batches, predicted and measured seconds per device
+    sampling: HybridStats = field(default_factory=HybridStats)
 
 
 @dataclass
@@ -165,7 +168,7 @@ class PipelineClient:
                 t0 = time.perf_counter()
                 msg = self._wait_ready(stage, st, gen, what)
                 wait_s = time.perf_counter() - t0
-                _, _, _, slot, got_step, sizes, scalars, build_s = msg
+                _, _, _, slot, got_step, sizes, scalars, build_s, dispatch = msg
                 if got_step != step:
                     raise PipelineError(f"pipeline protocol error: expected {what}, the producer sent step {got_step}")
                 batch = st.ring.view(slot, sizes, scalars)
@@ -174,6 +177,8 @@ class PipelineClient:
                 self.stats.wait_s += wait_s
                 self.stats.build_s += build_s
                 self.stats.last_wait_s, self.stats.last_build_s = wait_s, build_s
+                if dispatch is not None:
+                    self.stats.sampling.record(dispatch)
                 yield batch
                 del batch
                 self._release(stage, st, gen, held)
@@ -209,7 +214,9 @@ class PipelineClient:
             msg = self.transport.recv(timeout=0.2)
             if msg is None:
                 self.transport.check_alive(what)
-                if time.monotonic() > deadline:
+                if getattr(self.transport, "starting", False):  # a worker still starting is not a stuck producer
+                    deadline = time.monotonic() + self.timeout
+                elif time.monotonic() > deadline:
                     raise PipelineError(
                         f"the pipeline producer did not deliver {what} within {self.timeout:.0f} s although "
                         "it is alive; raise PipelineCallback(timeout=...) if batches are this slow"

@@ -19,12 +19,20 @@ Producer → trainer::
     ("opened", stage)                              the source is registered and opened
     ("layout", stage, gen, layout, sizes)          first batch built: please allocate the ring
     ("grow", stage, gen, slot, sizes)              batch does not fit slot: please grow it
-    ("ready", stage, gen, slot, step, sizes, scalars, build_s)
+    ("ready", stage, gen, slot, step, sizes, scalars, build_s, dispatch)
+                                                   dispatch: where a hybrid source sampled the batch
+                                                   (a :class:`~lightning_zerocopy.sampling.Dispatch`), else None
     ("error", stage, gen, traceback_text)
 
 Three stages: with a two-stage source (``sample_batch`` / ``gather_batch``, see :func:`.source.two_stage`) the
 producer samples batch ``t + 2`` on a thread of its own (:class:`.lookahead.Lookahead`) while it gathers batch
 ``t + 1`` into a slot and the trainer trains on batch ``t``.
+
+Hybrid sampling: a two-stage source whose ``hybrid_policy()`` returns a policy (a builder with
+``sampler_placement='hybrid'`` or ``'auto'``) is sampled through a :class:`~lightning_zerocopy.sampling.HybridDispatcher`
+instead: the producer keeps ``hybrid_depth`` batches sampled ahead, each on the device (CPU threads or the GPU,
+one thread and stream each) expected to finish it first, and takes them back in batch order. The source's
+``expected_size(item)`` feeds the cost model and ``sample_batch(item, lane=...)`` samples on the chosen device.
 
 On CUDA the producer writes on a stream of its own and synchronizes it before announcing ``ready``, so a
 ready slot's contents are complete for any stream of any process. The trainer announces ``free`` only once
@@ -45,6 +53,7 @@ from typing import Any, Optional, Protocol
 import torch
 
 from lightning_zerocopy.pipeline.lookahead import Lookahead
+from lightning_zerocopy.sampling.hybrid import Dispatch, HybridDispatcher
 from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch
 from lightning_zerocopy.pipeline.source import two_stage
 
@@ -76,6 +85,8 @@ class _Stage:
     order: int = 0
     waiting: bool = False
     pending: Optional[tuple] = None  # (gen, step, data, sizes, build_s)
+    hybrid: Optional[bool] = None  # whether the source is sampled through the hybrid dispatcher (decided once)
+    dispatch: Optional[Dispatch] = None  # where the batch being produced was sampled (hybrid only)
 
     def has_work(self) -> bool:
         if self.gen is None or self.waiting or self.next_step >= self.stop:
@@ -98,6 +109,8 @@ class Producer:
             sources only; others build each batch in one call).
         sm_share: a :class:`~.sm_share.GreenShare` whose streams the producer gathers and samples on, confining
             its kernels to a share of the SMs; ``None``: ordinary side streams.
+        hybrid_depth: batches a hybrid source keeps sampled ahead of the one being gathered (split between the
+            devices by the dispatcher).
     """
 
     def __init__(
@@ -106,8 +119,16 @@ class Producer:
         device: Optional[torch.device] = None,
         lookahead: bool = True,
         sm_share: Optional[Any] = None,
+        hybrid_depth: int = 4,
     ) -> None:
+        if hybrid_depth < 1:
+            raise ValueError(f"`hybrid_depth` must be >= 1, got {hybrid_depth}")
         self.channel = channel
+        self.hybrid_depth = int(hybrid_depth)
+        self._hybrid: Optional[HybridDispatcher] = None
+        self._last_take: Optional[float] = None  # when the producer last took a hybrid sample
+        self._take_interval: Optional[float] = None  # EWMA of the seconds between takes: the deadlines' unit
+        self._make_stream: Optional[Any] = None
         self.device = device
         self.lookahead = lookahead
         self.stages: dict[str, _Stage] = {}
@@ -129,6 +150,7 @@ class Producer:
             share, device = self._sm_share, self.device
             make_stream = share.stream if share is not None else (lambda: torch.cuda.Stream(device))
             self._stream = make_stream()
+        self._make_stream = make_stream
         self._sampler = Lookahead(make_stream)
         try:
             while True:
@@ -147,6 +169,8 @@ class Producer:
             return
         finally:
             self._sampler.close()
+            if self._hybrid is not None:
+                self._hybrid.close()
             for st in self.stages.values():
                 if hasattr(st.source, "close"):
                     st.source.close()
@@ -168,6 +192,7 @@ class Producer:
         if kind == "source":
             try:
                 stage.source = pickle.loads(msg[2]) if isinstance(msg[2], bytes) else msg[2]
+                stage.hybrid = None  # decided again for the new source
                 if hasattr(stage.source, "open"):
                     stage.source.open(self._scope)  # map the shared host memory now, while its names still exist
             except Exception:  # noqa: BLE001 - reported to the trainer, which raises it
@@ -180,6 +205,7 @@ class Producer:
             stage.gen, stage.epoch, stage.next_step, stage.stop = gen, epoch, start, stop
             stage.order = self._order
             stage.free = deque(range(len(stage.buffers)))
+            self._drop_hybrid(msg[1], keep_gen=gen)
             if stage.pending is not None and stage.pending[0] != gen:
                 stage.pending = None
         elif kind == "free":
@@ -190,6 +216,7 @@ class Producer:
             if msg[2] == stage.gen:
                 stage.gen = None
                 stage.pending = None
+                self._drop_hybrid(msg[1])
         elif kind == "slots":
             _, _, index, buffers = msg
             if index is None:
@@ -216,6 +243,7 @@ class Producer:
             raise
         except Exception:  # noqa: BLE001 - any builder failure is reported to the trainer, which raises it
             st.gen, st.pending = None, None
+            self._drop_hybrid(name)
             self._send(("error", name, gen, traceback.format_exc()))
 
     def _produce_on_stream(self, name: str, st: _Stage) -> None:
@@ -251,7 +279,8 @@ class Producer:
         del data
         st.free.popleft()
         st.next_step = step + 1
-        self._send(("ready", name, st.gen, slot, step, sizes, scalars, build_s))
+        dispatch, st.dispatch = st.dispatch, None
+        self._send(("ready", name, st.gen, slot, step, sizes, scalars, build_s, dispatch))
 
     def _build(self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]]) -> tuple[Any, float]:
         """Build batch ``step`` of a stage into ``out``; returns it and the seconds its sampling and gather took.
@@ -264,6 +293,8 @@ class Producer:
             t0 = time.perf_counter()
             data = source.build_batch(source.plan(st.epoch, step), out=out)
             return data, time.perf_counter() - t0
+        if self._uses_hybrid(st):
+            return self._build_hybrid(name, st, step, out)
         assert self._sampler is not None
         epoch = st.epoch
         sampled, sample_s = self._sampler.take((name, st.gen, step), lambda: source.sample_batch(source.plan(epoch, step)))
@@ -272,6 +303,43 @@ class Producer:
         t0 = time.perf_counter()
         data = source.gather_batch(sampled, out=out)
         return data, sample_s + time.perf_counter() - t0
+
+    # ---- hybrid sampling -------------------------------------------------------------------------------------
+    def _uses_hybrid(self, st: _Stage) -> bool:
+        if st.hybrid is None:
+            factory = getattr(st.source, "hybrid_policy", None)
+            policy = factory() if callable(factory) else None
+            st.hybrid = policy is not None
+            if policy is not None and self._hybrid is None:  # one dispatcher (and cost model) for every stage
+                make_stream = self._make_stream
+                self._hybrid = HybridDispatcher(policy, make_stream=None if make_stream is None else (lambda lane: make_stream()))
+        return bool(st.hybrid)
+
+    def _build_hybrid(self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]]) -> tuple[Any, float]:
+        dispatcher, source, epoch, gen = self._hybrid, st.source, st.epoch, st.gen
+        assert dispatcher is not None
+        interval = self._take_interval
+        for ahead in range(step, min(step + 1 + self.hybrid_depth, st.stop)):
+            if (name, gen, ahead) not in dispatcher:
+                item = source.plan(epoch, ahead)
+                deadline_s = None if interval is None else (ahead - step) * interval  # when it will be taken
+                dispatcher.submit((name, gen, ahead), source.expected_size(item),
+                                  lambda lane, item=item: source.sample_batch(item, lane=lane), deadline_s)  # fmt: skip
+        sampled, st.dispatch = dispatcher.take((name, gen, step))
+        now = time.perf_counter()
+        if self._last_take is not None:
+            gap = now - self._last_take
+            self._take_interval = gap if interval is None else 0.8 * interval + 0.2 * gap
+        self._last_take = now
+        t0 = time.perf_counter()
+        data = source.gather_batch(sampled, out=out)
+        sample_s = st.dispatch.measured_s if st.dispatch is not None else 0.0
+        return data, sample_s + time.perf_counter() - t0
+
+    def _drop_hybrid(self, name: str, keep_gen: Optional[int] = None) -> None:
+        """Forget the batches a stage had sampled ahead, except those of generation ``keep_gen``."""
+        if self._hybrid is not None:
+            self._hybrid.drop(lambda key: key[0] == name and key[1] != keep_gen)
 
     def _send(self, msg: tuple) -> None:
         try:

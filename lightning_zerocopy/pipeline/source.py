@@ -98,9 +98,21 @@ class PlanSource:
         """``builder.build_batch(item, out)``: :meth:`gather_batch` of :meth:`sample_batch`."""
         return self.gather_batch(self.sample_batch(item), out)
 
-    def sample_batch(self, item: Any) -> Any:
-        """The builder's first stage (``builder.sample_batch``): the sampled structure, no slot needed."""
-        return self.builder.sample_batch(item)
+    def sample_batch(self, item: Any, lane: Optional[str] = None) -> Any:
+        """The builder's first stage (``builder.sample_batch``): the sampled structure, no slot needed. ``lane``
+        names the device of a hybrid builder (chosen by the producer's dispatcher)."""
+        if lane is None:
+            return self.builder.sample_batch(item)
+        return self.builder.sample_batch(item, lane=lane)
+
+    def hybrid_policy(self) -> Any:
+        """The builder's hybrid placement policy (``None``: it samples on one device)."""
+        factory = getattr(self.builder, "hybrid_policy", None)
+        return factory() if callable(factory) else None
+
+    def expected_size(self, item: Any) -> float:
+        """The expected sampled-subgraph size of ``item`` (hybrid builders), the cost models' input."""
+        return float(self.builder.expected_size(item))
 
     def gather_batch(self, sampled: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
         """``builder.gather_batch(sampled, out)`` with the slot's buffers where the builder can write them.

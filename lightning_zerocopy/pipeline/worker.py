@@ -20,8 +20,10 @@ import atexit
 import os
 import re
 import signal
+import sys
 import threading
 import time
+import traceback
 from typing import Mapping, Optional
 
 import torch
@@ -61,6 +63,10 @@ def _watch_parent(parent_pid: int, period: float = 0.5) -> None:
 
 
 _SPAWN_ENV_LOCK = threading.Lock()
+_STARTED = ("started",)
+#: How long a spawned worker may take to start its interpreter (import torch) before the trainer gives up. This
+#: is not counted against the client's per-batch timeout: on a loaded machine it alone took more than 30 s.
+START_TIMEOUT_S = 600.0
 _DRIVER_FILES_CLEANUP = []
 
 
@@ -89,11 +95,23 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="lzc-parent-watch", daemon=True).start()
+    conn.send(_STARTED)  # the interpreter is up (torch imported): from here on, silence is the producer's
     producer = Producer(_PipeChannel(conn), torch.device(device) if device is not None else None, lookahead=lookahead)
+    code = 0
     try:
         producer.run()
+    except BaseException:  # noqa: BLE001  (reported here: os._exit below skips the interpreter's report)
+        traceback.print_exc()
+        code = 1
     finally:
         conn.close()
+    # Exit now, without the interpreter's teardown: with torch loaded it takes a second or more of CPU, during
+    # which the parent watchdog (a daemon thread) can no longer run, and on a loaded machine that kept an orphaned
+    # worker alive for 5-15 s after its trainer was killed. Nothing of the worker needs finalizing: the slots
+    # belong to the trainer and the pipe is closed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _describe_exit(exitcode: Optional[int]) -> str:
@@ -129,6 +147,8 @@ class WorkerTransport:
     ) -> None:
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
+        self._started = False
+        self._spawned_at = time.monotonic()
         dev = str(device) if device is not None and torch.device(device).type == "cuda" else None
         if dev is not None and not _DRIVER_FILES_CLEANUP:  # slots are exported over CUDA IPC from this process
             _DRIVER_FILES_CLEANUP.append(os.getpid())
@@ -165,11 +185,20 @@ class WorkerTransport:
             self.check_alive("a command to be sent")
             raise PipelineError(f"the pipeline worker (pid {self.pid}) closed its pipe: {exc}") from exc
 
+    @property
+    def starting(self) -> bool:
+        """True until the worker's interpreter has started (the client does not count this as producer time)."""
+        return not self._started
+
     def recv(self, timeout: float) -> Optional[tuple]:
         try:
             if not self._conn.poll(timeout):
                 return None
-            return self._conn.recv()
+            msg = self._conn.recv()
+            if msg == _STARTED:
+                self._started = True
+                return None
+            return msg
         except (EOFError, ConnectionResetError, OSError):
             self.process.join(1.0)
             if not self.process.is_alive():
@@ -178,6 +207,11 @@ class WorkerTransport:
 
     def check_alive(self, waiting_for: str) -> None:
         if self.process.is_alive():
+            if not self._started and time.monotonic() - self._spawned_at > START_TIMEOUT_S:
+                raise PipelineError(
+                    f"the pipeline worker process (pid {self.pid}) did not start within {START_TIMEOUT_S:.0f} s "
+                    f"(the trainer waited for {waiting_for})"
+                )
             return
         raise PipelineError(
             f"the pipeline worker process (pid {self.pid}) {_describe_exit(self.process.exitcode)} while the "

@@ -1,5 +1,8 @@
-"""Neighbor samplers: multi-hop uniform sampling over a CSC graph with PyG ``NeighborLoader`` output."""
+"""Neighbor samplers: multi-hop uniform sampling over a CSC graph with PyG ``NeighborLoader`` output, and the
+hybrid CPU/GPU placement of each batch's sampling (cost model + dispatcher)."""
 
+from lightning_zerocopy.sampling.cost_model import LinearCostModel, SampleSizeEstimator, expected_sample_edges
+from lightning_zerocopy.sampling.hybrid import Dispatch, HybridDispatcher, HybridPolicy, HybridStats
 from lightning_zerocopy.sampling.neighbor_sampler import (
     CSCLike,
     NeighborSampler,
@@ -8,4 +11,17 @@ from lightning_zerocopy.sampling.neighbor_sampler import (
     validate_fanouts,
 )
 
-__all__ = ["CSCLike", "NeighborSampler", "SampledBatch", "sample_bound", "validate_fanouts"]
+__all__ = [
+    "CSCLike",
+    "Dispatch",
+    "HybridDispatcher",
+    "HybridPolicy",
+    "HybridStats",
+    "LinearCostModel",
+    "NeighborSampler",
+    "SampleSizeEstimator",
+    "SampledBatch",
+    "expected_sample_edges",
+    "sample_bound",
+    "validate_fanouts",
+]

@@ -14,13 +14,13 @@ from typing import Literal, Optional, Protocol, Sequence, Union
 import torch
 
 from lightning_zerocopy import ops
-from lightning_zerocopy.options import SamplerPlacement, check_choice, check_fanouts
+from lightning_zerocopy.options import SamplerDevice, check_choice, check_fanouts
 from lightning_zerocopy.sampling.topology import PlacedTopology, place_topology
 
 __all__ = ["CSCLike", "NeighborSampler", "Placement", "SampledBatch", "sample_bound", "validate_fanouts"]
 
-#: Where the sampler runs and reads the topology (:data:`lightning_zerocopy.options.SamplerPlacement`).
-Placement = SamplerPlacement
+#: Where the sampler runs and reads the topology (:data:`lightning_zerocopy.options.SamplerDevice`).
+Placement = SamplerDevice
 
 
 class CSCLike(Protocol):
@@ -156,7 +156,7 @@ class NeighborSampler:
         self.fanouts = validate_fanouts(fanouts)
         self.replace = bool(replace)
         self.num_threads = num_threads
-        check_choice(placement, SamplerPlacement, "placement")
+        check_choice(placement, SamplerDevice, "placement")
         if uva_indptr not in ("gpu", "host"):
             raise ValueError(f"`uva_indptr` must be 'gpu' or 'host', got {uva_indptr!r}")
         self.placement: Placement = placement

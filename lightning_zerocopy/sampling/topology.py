@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional
 
 import torch
 
-from lightning_zerocopy.options import SamplerPlacement, check_choice
+from lightning_zerocopy.options import SamplerDevice, check_choice
 
 __all__ = ["PlacedTopology", "place_topology"]
 
@@ -51,7 +51,7 @@ def place_topology(
     indptr: torch.Tensor,
     indices: torch.Tensor,
     edge_perm: Optional[torch.Tensor],
-    placement: SamplerPlacement,
+    placement: SamplerDevice,
     device: torch.device,
     *,
     uva_indptr: Literal["gpu", "host"] = "gpu",
@@ -73,21 +73,22 @@ def place_topology(
         ValueError: ``placement`` is not a GPU placement.
         RuntimeError: registering host memory failed (the message names the memlock limit).
     """
-    if check_choice(placement, SamplerPlacement, "placement") == "cpu":
+    if check_choice(placement, SamplerDevice, "placement") == "cpu":
         raise ValueError("`placement`='cpu' needs no placement; place_topology is for the CUDA sampler")
     if placement == "gpu":
         to_gpu = lambda t: None if t is None else t.to(device).contiguous()  # noqa: E731
         return PlacedTopology(to_gpu(indptr), to_gpu(indices), to_gpu(edge_perm), device)
     if register is None:
-        from lightning_zerocopy.gather.cuda_table import register_host_tensor as register
+        from lightning_zerocopy.graph.host_registration import register_host_tensor as register
     placed = PlacedTopology(indptr, indices, edge_perm, device)
 
     def host(t: Optional[torch.Tensor], name: str) -> Optional[torch.Tensor]:
         if t is None or t.device.type != "cpu":
             return None if t is None else t.to(device)
         with torch.cuda.device(device):
-            placed.registrations.append(register(t, name=name))
-        return t
+            registration = register(t, name=name)
+        placed.registrations.append(registration)
+        return getattr(registration, "tensor", t)  # what the GPU may read: `t`, or its page-aligned copy
 
     try:
         placed.indptr = indptr.to(device) if uva_indptr == "gpu" else host(indptr, "indptr")  # type: ignore[assignment]

@@ -123,7 +123,7 @@ def test_predict_outputs_survive_later_batches(tmp_path):
     got = pl.Trainer(**kwargs, callbacks=[PipelineCallback(mode="in_process")]).predict(model, datamodule=dm)
     assert len(got) == len(want) > 1
     for a, b in zip(got, want):
-        assert torch.equal(a["n_id"], b["n_id"]) and torch.equal(a["pred"], b["pred"])
+        assert torch.equal(a["n_id"], b["n_id"]) and torch.equal(a["logits"], b["logits"])
 
 
 def test_pipeline_loader_resumes_mid_epoch_like_the_plan_loader(tmp_path, monkeypatch):

@@ -91,3 +91,74 @@ def test_on_a_gpu_the_stall_is_idle_gpu_time_not_host_wait():
     assert _median(busy, "data/stall_frac") < 0.15, busy[:5]  # ... but the GPU was busy meanwhile
     assert _median(starved, "data/stall_frac") > 0.6, starved[:5]
     assert _median(starved, "data/stall_ms") > 20
+
+
+def test_cache_figures_per_epoch_from_the_datamodule() -> None:
+    """The epoch's cache counts (a delta since the epoch started, from the strategy) become hit rate, row sources
+    and host GB/s."""
+    from types import SimpleNamespace
+
+    from lightning_zerocopy.gather.feature_cache import CacheCounts
+
+    readings = iter([CacheCounts(10, 0, 5), CacheCounts(40, 10, 25)])
+    strategy = SimpleNamespace(cache_counts=lambda: next(readings), cache_row_bytes=16)
+    logged: dict[str, float] = {}
+    module = SimpleNamespace(log_dict=lambda metrics, **kw: logged.update(metrics))
+    telemetry = DataTelemetry(prog_bar=False)
+    trainer = SimpleNamespace(strategy=strategy)
+    telemetry.on_train_epoch_start(trainer, module)
+    telemetry.on_train_epoch_end(trainer, module)
+    assert logged["cache/local_rows"] == 30 and logged["cache/peer_rows"] == 10 and logged["cache/host_rows"] == 20
+    assert logged["cache/hit_rate"] == pytest.approx(40 / 60)
+    assert logged["cache/host_read_GBps"] > 0
+    assert telemetry.cache_history == [logged]
+
+
+class _HybridDataModule(pl.LightningDataModule):
+    """Batches whose sampling a fake hybrid dispatcher placed: every third on the CPU, the rest on the GPU."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        from lightning_zerocopy.sampling import HybridStats
+
+        self.steps, self.stats = steps, HybridStats()
+
+    def sampling_stats(self, split: str):
+        assert split == "train"
+        return self.stats
+
+    def train_dataloader(self):
+        from lightning_zerocopy.sampling import Dispatch
+
+        def batches():
+            for step in range(self.steps):
+                lane = "cpu" if step % 3 == 0 else "gpu"
+                self.stats.record(Dispatch(step, lane, 100.0, predicted_s=0.004, measured_s=0.005 if lane == "gpu" else 0.02))
+                yield Data(x=torch.randn(64, 8), edge_index=torch.randint(0, 64, (2, 256)), batch_size=16)
+
+        return _Batches(batches(), self.steps)
+
+
+class _Batches:
+    def __init__(self, it, n: int) -> None:
+        self.it, self.n = it, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return self.it
+
+
+def test_hybrid_sampling_shares_and_predicted_vs_measured_times_are_logged():
+    telemetry = DataTelemetry(prog_bar=False)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False, callbacks=[telemetry],
+    )  # fmt: skip
+    trainer.fit(_BusyModel(), datamodule=_HybridDataModule(30))
+    last = telemetry.history[-1]
+    assert last["data/share_cpu"] == pytest.approx(1 / 3, abs=0.05)
+    assert last["data/share_gpu"] == pytest.approx(2 / 3, abs=0.05)
+    assert last["data/sample_pred_ms"] == pytest.approx(4.0)
+    assert {m["data/sample_ms"] for m in telemetry.history} == {5.0, 20.0}

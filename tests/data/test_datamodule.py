@@ -216,3 +216,51 @@ def test_resume_from_an_epoch_end_checkpoint_starts_the_next_epoch(tmp_path: Pat
     assert sorted(resumed.seen) == [key for key in sorted(record.seen) if key[0] >= 1]
     for key, (n_id, _) in resumed.seen.items():
         assert torch.equal(n_id, record.seen[key][0]), key
+
+
+# ---- splits are checked once at setup, before any batch ------------------------------------------------------
+
+
+def _pyg_datamodule(train: list[int], val: list[int], test: list[int]) -> ZeroCopyDataModule:
+    from lightning_zerocopy.datasets import PyGNodeDataset
+
+    gen = torch.Generator().manual_seed(0)
+    n = 40
+    data = Data(
+        x=torch.randn(n, 4, generator=gen),
+        y=torch.randint(0, 3, (n,), generator=gen),
+        edge_index=torch.randint(0, n, (2, 120), generator=gen),
+        train_idx=torch.tensor(train),
+        val_idx=torch.tensor(val),
+        test_mask=torch.isin(torch.arange(n), torch.tensor(test)),
+    )
+    return ZeroCopyDataModule(PyGNodeDataset(data), fanouts=[3], batch_size=4)
+
+
+def test_setup_rejects_a_split_that_repeats_a_node() -> None:
+    dm = _pyg_datamodule(list(range(30)) + [12], [30, 31], [32, 33])
+    with pytest.raises(ValueError, match=r"^data\.init_args\.dataset \(PyGNodeDataset\): the train split \(data\.train_idx\) "
+                                          r"lists node 12 more than once \(entries 13 and 31"):
+        dm.setup("fit")
+    assert dm._handles is None and not _lzc_segments()
+
+
+def test_setup_rejects_a_split_id_out_of_range() -> None:
+    dm = _pyg_datamodule(list(range(30)), [30, 40], [32])
+    with pytest.raises(ValueError, match=r"^data\.init_args\.dataset \(PyGNodeDataset\): the val split \(data\.val_idx\) holds "
+                                          r"node id 40 at entry 2 .* the graph has 40 nodes"):
+        dm.setup("fit")
+
+
+def test_setup_warns_once_about_splits_that_share_nodes() -> None:
+    dm = _pyg_datamodule(list(range(30)), [30, 31], [31, 32])
+    with pytest.warns(UserWarning, match=r"data\.init_args\.dataset \(PyGNodeDataset\): the val split \(data\.val_idx\) and "
+                                         r"the test split \(data\.test_mask\) share 1 node \(e\.g\. 31\)"):
+        dm.setup("fit")
+    dm.teardown("fit")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second setup (fit, then test) does not warn again
+        dm.setup("test")
+    dm.teardown("test")

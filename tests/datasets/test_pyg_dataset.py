@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,41 @@ def test_double_features_become_float32() -> None:
     data = _data()
     data.x = data.x.double()
     assert PyGNodeDataset(data).load().x.dtype == torch.float32
+
+
+def test_split_sources_name_the_attribute() -> None:
+    data = _data()
+    data.val_idx = data.val_mask.nonzero().view(-1)
+    del data.val_mask
+    ds = PyGNodeDataset(data)
+    assert [ds.split_source(s) for s in ("train", "val", "test")] == ["data.train_mask", "data.val_idx", "data.test_mask"]
+
+
+def test_a_mask_of_another_length_than_the_nodes_is_an_error() -> None:
+    data = _data()
+    data.train_mask = torch.cat([data.train_mask, torch.ones(5, dtype=torch.bool)])
+    with pytest.raises(ValueError, match=r"data\.train_mask has 35 entries but data\.x has 30 nodes"):
+        PyGNodeDataset(data).load()
+
+
+def test_a_missing_or_damaged_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'nope.pt'} not found")):
+        PyGNodeDataset(str(tmp_path / "nope.pt"))
+    path = tmp_path / "graph.pt"
+    torch.save(_data(), path)
+    path.write_bytes(path.read_bytes()[:100])  # truncated
+    with pytest.raises(ValueError, match=re.escape(f"{path}: cannot be loaded with torch.load")):
+        PyGNodeDataset(str(path))
+
+
+def test_index_tensors_must_hold_integer_ids() -> None:
+    data = _data()
+    del data.train_mask
+    data.train_idx = torch.tensor([0.0, 3.7, 5.0])
+    with pytest.raises(ValueError, match=r"data\.train_idx holds 3\.7, which is not a node id"):
+        PyGNodeDataset(data).load()
+    data.train_idx = torch.tensor([0.0, 3.0, 5.0])  # integral floats are ids
+    assert PyGNodeDataset(data).load().train_idx.tolist() == [0, 3, 5]
+    data.train_idx = torch.ones(30, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"data\.train_idx is a boolean tensor: store it as data\.train_mask"):
+        PyGNodeDataset(data).load()

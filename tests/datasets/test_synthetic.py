@@ -115,3 +115,25 @@ def test_generates_on_the_gpu(tmp_path: Path) -> None:
     assert 0.75 < same < 0.9
     again = _build(tmp_path / "gpu2", device="cuda").load()
     assert torch.equal(again.edge_index, gpu.edge_index) and torch.equal(again.x, gpu.x)
+
+
+def test_split_source_names_the_generator(tmp_path) -> None:
+    ds = SyntheticGraph(num_nodes=100, train_fraction=0.5, val_fraction=0.25, seed=3, cache_dir=str(tmp_path))
+    assert ds.split_source("val").startswith("SyntheticGraph(num_nodes=100, train_fraction=0.5, val_fraction=0.25, seed=3)")
+
+
+def test_a_damaged_cache_names_the_file_and_says_to_delete_it(tmp_path) -> None:
+    import re
+
+    ds = SyntheticGraph(num_nodes=200, cache_dir=str(tmp_path))
+    ds.prepare()
+    x = ds.cache.file("x")
+    x.write_bytes(x.read_bytes()[:-64])  # truncated
+    with pytest.raises(ValueError, match=re.escape(f"{x}: cannot be opened") + r".*delete that directory"):
+        SyntheticGraph(num_nodes=200, cache_dir=str(tmp_path)).load()
+    x.unlink()
+    with pytest.raises(ValueError, match=re.escape(f"{x}: is missing: the cache {ds.cache.path} is damaged")):
+        SyntheticGraph(num_nodes=200, cache_dir=str(tmp_path)).load()
+    (ds.cache.path / "meta.json").write_text("{")
+    with pytest.raises(ValueError, match=r"meta\.json: is not valid JSON"):
+        ds.cache.meta()

@@ -1,4 +1,5 @@
-"""CUDA zero-copy gather (``zerocopy::gather_rows_into`` / ``gather_rows_into_ex``) against ``table[ids]``, bitwise.
+"""CUDA zero-copy gather (``zerocopy::gather_rows_into``, with address order and hot-row cache) against
+``table[ids]``, bitwise.
 
 Tables live in registered host memory (``cudaHostRegister``, read over PCIe), in ``pin_memory()`` memory or on
 the GPU; rows of every width and alignment; direct and address-ordered reads; the GPU hot-row cache; streams;
@@ -47,7 +48,7 @@ class Placed:
     """A table in one of the placements the CUDA kernel reads from; registered memory is unregistered on close."""
 
     def __init__(self, table: torch.Tensor, placement: str) -> None:
-        from lightning_zerocopy.gather import register_host_tensor
+        from lightning_zerocopy.graph import register_host_tensor
 
         self.registration = None
         if placement == "registered":
@@ -78,7 +79,7 @@ def test_bitwise_equal_to_indexing_all_placements_and_orders(dtype: torch.dtype,
                 assert bitwise_equal(out, expected), (placement, id_dtype, "gather_rows_into")
                 for sort_ids in (False, True):
                     out = poisoned((3001, width), dtype)
-                    ops.gather_rows_ex(placed.table, ids, out, sort_ids=sort_ids)
+                    ops.gather_rows(placed.table, ids, out, sort_ids=sort_ids)
                     assert bitwise_equal(out, expected), (placement, id_dtype, sort_ids)
         finally:
             placed.close()
@@ -92,7 +93,7 @@ def test_misaligned_table_and_out_views(dtype: torch.dtype, width: int) -> None:
     num_rows = 513
     flat = random_table(1, num_rows * width + 1, dtype, seed=3).view(-1)
     placed_flat = exclusive_host_copy(flat)
-    from lightning_zerocopy.gather import register_host_tensor
+    from lightning_zerocopy.graph import register_host_tensor
 
     with register_host_tensor(placed_flat):
         table = placed_flat[1:].view(num_rows, width)
@@ -102,7 +103,7 @@ def test_misaligned_table_and_out_views(dtype: torch.dtype, width: int) -> None:
             buffer = poisoned((806, width), dtype)
             before = buffer.clone()
             view = buffer[3:803]
-            ops.gather_rows_ex(table, ids, view, sort_ids=sort_ids)
+            ops.gather_rows(table, ids, view, sort_ids=sort_ids)
             assert bitwise_equal(view, table[ids.cpu()])
             assert bitwise_equal(buffer[:3], before[:3]) and bitwise_equal(buffer[803:], before[803:])
 
@@ -115,7 +116,7 @@ def test_large_rows_and_many_ids() -> None:
         try:
             ids = random_ids(5_000, n, seed=5).cuda()
             for sort_ids in (False, True):
-                out = ops.gather_rows_ex(placed.table, ids, sort_ids=sort_ids)
+                out = ops.gather_rows(placed.table, ids, sort_ids=sort_ids)
                 assert bitwise_equal(out, host[ids.cpu()])
         finally:
             placed.close()
@@ -126,7 +127,7 @@ def test_empty_ids_and_zero_width() -> None:
     try:
         ids = torch.empty(0, dtype=torch.int64, device="cuda")
         assert ops.gather_rows(placed.table, ids).shape == (0, 4)
-        assert ops.gather_rows_ex(placed.table, ids, sort_ids=True).shape == (0, 4)
+        assert ops.gather_rows(placed.table, ids, sort_ids=True).shape == (0, 4)
     finally:
         placed.close()
     empty_cols = torch.empty(10, 0).cuda()
@@ -147,7 +148,7 @@ def test_runs_on_the_current_non_default_stream() -> None:
         with torch.cuda.stream(side):
             torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU cycles
             ids.copy_(real)
-            ops.gather_rows_ex(placed.table, ids, out, sort_ids=True)
+            ops.gather_rows(placed.table, ids, out, sort_ids=True)
         assert bitwise_equal(out, host[real.cpu()])
         with torch.cuda.stream(side):
             torch.cuda._sleep(200_000_000)
@@ -167,11 +168,11 @@ def test_bad_id_raises_naming_it_and_the_next_call_works(bad: int, sort_ids: boo
         ids = random_ids(997, 5000, seed=9)
         ids[3210] = bad
         with pytest.raises(IndexError, match=rf"`ids`.*{bad}.*position 3210"):
-            ops.gather_rows_ex(placed.table, ids.cuda(), sort_ids=sort_ids)
+            ops.gather_rows(placed.table, ids.cuda(), sort_ids=sort_ids)
         with pytest.raises(IndexError, match=rf"`ids`.*{bad}.*position 3210"):
             ops.gather_rows(placed.table, ids.cuda())
         good = random_ids(997, 5000, seed=10).cuda()
-        assert bitwise_equal(ops.gather_rows_ex(placed.table, good, sort_ids=sort_ids), host[good.cpu()])
+        assert bitwise_equal(ops.gather_rows(placed.table, good, sort_ids=sort_ids), host[good.cpu()])
     finally:
         placed.close()
 
@@ -193,7 +194,7 @@ def test_device_and_shape_errors_name_the_argument() -> None:
         with pytest.raises(TypeError, match="`ids`"):
             ops.gather_rows(placed.table, ids.float())
         with pytest.raises(ValueError, match="cache_slot"):
-            ops.gather_rows_ex(placed.table, ids, cache_slot=torch.full((100,), -1, dtype=torch.int32, device="cuda"))
+            ops.gather_rows(placed.table, ids, cache_slot=torch.full((100,), -1, dtype=torch.int32, device="cuda"))
     finally:
         placed.close()
 
@@ -240,7 +241,7 @@ def test_feature_table_auto_mode_measures_then_chooses() -> None:
 
 
 def test_register_host_tensor_pins_in_chunks_and_unregisters() -> None:
-    from lightning_zerocopy.gather import register_host_tensor
+    from lightning_zerocopy.graph import register_host_tensor
 
     table = exclusive_host_copy(random_table(3000, 700, torch.float32))  # 8.4 MB, several 1 MiB chunks
     reg = register_host_tensor(table, chunk_bytes=1 << 20)
@@ -275,7 +276,7 @@ def test_opcheck_cuda() -> None:
     cache = placed.table[:10].clone()
     for args in ((placed.table, ids, out, False, None, None), (placed.table, ids, out, True, slot, cache)):
         torch.library.opcheck(
-            torch.ops.zerocopy.gather_rows_into_ex.default, args,
+            torch.ops.zerocopy.gather_rows_into.default, args,
             test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
         )  # fmt: skip
     torch.library.opcheck(

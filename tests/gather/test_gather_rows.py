@@ -121,3 +121,20 @@ def test_opcheck(id_dtype):
     ids = random_ids(50, 30, id_dtype)
     out = torch.empty(30, 5)
     torch.library.opcheck(torch.ops.zerocopy.gather_rows_into.default, (table, ids, out))
+
+
+def test_locality_options_on_the_cpu() -> None:
+    """One op for both devices: ``sort_ids`` is a CUDA read-order hint (same result on the CPU), and the GPU
+    hot-row cache is refused on the CPU with a message naming it."""
+    table = random_table(40, 3, torch.float64)
+    ids = random_ids(40, 25, torch.int64)
+    assert torch.equal(ops.gather_rows(table, ids, sort_ids=True), table[ids])
+    slot = torch.full((40,), -1, dtype=torch.int32)
+    with pytest.raises(ValueError, match="`cache_slot`.*CUDA"):
+        ops.gather_rows(table, ids, cache_slot=slot, cache=table[:2].clone())
+    with pytest.raises(ValueError, match="both `cache_slot` and `cache`"):
+        ops.gather_rows(table, ids, cache_slot=slot)
+    with pytest.raises(TypeError, match="`cache_slot`.*Int"):
+        ops.gather_rows(table, ids, cache_slot=slot.long(), cache=table[:2].clone())
+    out = torch.empty(25, 3, dtype=table.dtype)
+    torch.library.opcheck(torch.ops.zerocopy.gather_rows_into.default, (table, ids, out, True))

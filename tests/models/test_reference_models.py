@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -59,8 +61,40 @@ def test_optimizer_and_scheduler_factories() -> None:
 def test_predict_step_returns_seed_predictions() -> None:
     batch = _batch()
     batch.n_id = torch.arange(100, 140)
-    out = GAT(6, 3, hidden_channels=8, heads=2).predict_step(batch, 0)
-    assert torch.equal(out["n_id"], torch.arange(100, 108)) and out["pred"].shape == (8,)
+    model = GAT(6, 3, hidden_channels=8, heads=2).eval()
+    out = model.predict_step(batch, 0)
+    assert torch.equal(out["n_id"], torch.arange(100, 108))
+    assert torch.allclose(out["logits"], model(batch.x, batch.edge_index)[:8])
+
+
+def _attach(model, fanouts, eval_fanouts=None) -> None:
+    datamodule = SimpleNamespace(fanouts=fanouts, eval_fanouts=eval_fanouts if eval_fanouts is not None else fanouts)
+    model._trainer = SimpleNamespace(datamodule=datamodule)
+
+
+@pytest.mark.parametrize("cls", [GraphSAGE, GAT])
+def test_more_layers_than_sampled_hops_warns_once(cls) -> None:
+    model = cls(6, 3, hidden_channels=8, num_layers=3)
+    _attach(model, [10, 5])
+    with pytest.warns(UserWarning, match=r"num_layers=3 .*fanouts=\[10, 5\] samples 2 hops") as record:
+        model.setup("fit")
+        model.setup("validate")
+    assert len([w for w in record if "num_layers" in str(w.message)]) == 1
+
+
+def test_more_layers_than_evaluation_hops_warns() -> None:
+    model = GraphSAGE(6, 3, hidden_channels=8, num_layers=2)
+    _attach(model, [10, 5], eval_fanouts=[-1])
+    with pytest.warns(UserWarning, match=r"eval_fanouts=\[-1\] samples 1 hops"):
+        model.setup("test")
+
+
+def test_as_many_layers_as_hops_does_not_warn() -> None:
+    model = GraphSAGE(6, 3, hidden_channels=8, num_layers=2)
+    _attach(model, [10, 5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.setup("fit")
 
 
 def test_gat_heads_must_divide_hidden() -> None:

@@ -120,3 +120,32 @@ class TwoStageSource(FakeSource):
         state = self.__dict__.copy()
         state.pop("_started_any", None)
         return state
+
+
+class HybridSource(TwoStageSource):
+    """A TwoStageSource that samples on two fake devices through the producer's hybrid dispatcher.
+
+    ``sample_batch(item, lane)`` gives the same sample whatever the lane (as the CPU and GPU samplers do), and
+    sleeps ``lane_delay[lane]`` seconds; ``fail_at`` makes the sample (not the gather) of that step raise.
+    """
+
+    def __init__(self, *args, lane_delay: Optional[dict] = None, sample_fail_at: Optional[int] = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lane_delay = dict(lane_delay or {"cpu": 0.0, "gpu": 0.0})
+        self.sample_fail_at = sample_fail_at
+
+    def hybrid_policy(self):
+        from lightning_zerocopy.sampling import HybridPolicy
+
+        return HybridPolicy(list(self.lane_delay), explore_every=4, warmup=0)
+
+    def expected_size(self, item) -> float:
+        return float(self.batch_size)
+
+    def sample_batch(self, item, lane=None):
+        if lane is None:
+            raise RuntimeError("the hybrid producer must name the lane")
+        if self.sample_fail_at is not None and item[1] == self.sample_fail_at:
+            raise IndexError(f"fake sampler failure at step {item[1]} on {lane}")
+        time.sleep(self.lane_delay[lane])
+        return super().sample_batch(item)

@@ -234,3 +234,46 @@ def test_worker_never_outlives_the_trainer(tmp_path, sig):
     # names a leak of ours would carry (torch's file_system strategy, our segments); other processes' are ignored
     leaked = {n for n in _shm_entries() - before if str(proc.pid) in n or str(worker_pid) in n}
     assert leaked == set()
+
+
+_SLOW_TEARDOWN = """
+import time
+class _SlowTeardown:
+    def __del__(self, sleep=time.sleep):
+        sleep(60)
+_slow_teardown = _SlowTeardown()  # deleted while the interpreter finalizes, when daemon threads can no longer run
+"""
+
+
+def _worker_site(tmp_path: Path, code: str) -> dict[str, str]:
+    """Environment for a worker whose interpreter runs ``code`` at startup (``sitecustomize``)."""
+    (tmp_path / "sitecustomize.py").write_text(code)
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_worker_exits_without_the_interpreter_teardown(tmp_path):
+    """Once its trainer's end of the pipe closes, the worker exits at once: on a loaded machine the interpreter's
+    teardown (with torch loaded) kept an orphaned worker alive for 5-15 s, and its parent watchdog, a daemon
+    thread, cannot act during the teardown. Here the teardown is made to take a minute."""
+    client = start_pipeline("worker", depth=2, timeout=60, worker_env=_worker_site(tmp_path, _SLOW_TEARDOWN))
+    pid = client.transport.pid
+    try:
+        client.register("t", FakeSource(steps=2))  # the worker is up and serving
+        client.transport._conn.close()  # as when the trainer dies
+        assert wait_process_gone(pid, 20), f"worker {pid} is still in its interpreter's teardown"
+    finally:
+        if not process_gone(pid):
+            os.kill(pid, signal.SIGKILL)
+        client.transport.process.join(5)
+
+
+def test_a_slow_worker_start_does_not_count_as_a_stuck_producer(tmp_path):
+    """The batch timeout measures the producer; a worker whose interpreter takes longer than that to start (as
+    under load, where importing torch alone took over 30 s) is waited for."""
+    slow_start = "import torch_geometric.data, time\ntime.sleep(8)\n"  # PyG preloaded: only the start is slow
+    client = start_pipeline("worker", depth=2, timeout=4, worker_env=_worker_site(tmp_path, slow_start))
+    try:
+        client.register("t", FakeSource(steps=3))
+        assert len(list(client.iterate("t", 0))) == 3
+    finally:
+        client.close()

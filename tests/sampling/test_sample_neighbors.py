@@ -279,6 +279,31 @@ def test_picks_are_uniform_over_positions(degree: int, fanout: int, replace: boo
     assert chi2_uniform_pvalue(counts) > 1e-4, counts
 
 
+def position_counts(graph: Graph, out: ops.SampledSubgraph, degree: int, fanout: int) -> list[list[int]]:
+    """counts[j][o]: how often the j-th pick of a target was its neighbor at offset o (every target has
+    ``fanout`` picks, so the picks of one target are ``fanout`` consecutive edges)."""
+    slots = (out.edge_pos - graph.indptr[out.n_id[out.col]]).view(-1, fanout)
+    return [torch.bincount(slots[:, j], minlength=degree).tolist() for j in range(fanout)]
+
+
+ORDER_CASES = [(50, 10), (40, 40 - 1), (150, 100), (1000, 100)]
+ORDER_IDS = ["floyd", "floyd-nearly-all", "fisher-yates", "floyd-hashed"]
+
+
+@pytest.mark.parametrize(("degree", "fanout"), ORDER_CASES, ids=ORDER_IDS)
+def test_pick_order_is_uniform_at_every_position(degree: int, fanout: int) -> None:
+    """Each position of a target's pick sequence is uniform over its neighbors (Floyd's algorithm alone never
+    put offsets 41-49 first for degree 50, fanout 10: order-dependent aggregators saw a biased sequence)."""
+    num_targets = max(3000, 60 * degree)
+    graph = regular_graph(num_targets, degree, torch.Generator().manual_seed(8))
+    out = ops.sample_neighbors(graph.indptr, graph.indices, torch.arange(num_targets), [fanout], False, 5)
+    counts = position_counts(graph, out, degree, fanout)
+    for j in sorted({0, 1, fanout // 2, fanout - 1}):
+        assert chi2_uniform_pvalue(counts[j]) > 1e-4, (j, counts[j])
+    # Every (position, offset) pair occurs: no offset is barred from any position.
+    assert all(c > 0 for row in counts for c in row)
+
+
 def test_subsets_without_replacement_are_uniform() -> None:
     degree, fanout, num_targets = 6, 2, 15000
     graph = regular_graph(num_targets, degree, torch.Generator().manual_seed(7))

@@ -35,7 +35,7 @@ class Placed:
     (``uva``), or indptr on the GPU and indices in host memory (``uva-indices``)."""
 
     def __init__(self, indptr: torch.Tensor, indices: torch.Tensor, placement: str) -> None:
-        from lightning_zerocopy.gather import register_host_tensor
+        from lightning_zerocopy.graph import register_host_tensor
 
         self.registrations = []
 
@@ -151,6 +151,35 @@ def test_picks_are_uniform_over_positions(placement, degree: int, fanout: int, r
             if batch_seed == 0:
                 cpu_tests.assert_same(out, ops.sample_neighbors(graph.indptr, graph.indices, seeds, [fanout], replace, 0))
     assert cpu_tests.chi2_uniform_pvalue(counts) > 1e-4, counts
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_bounded_fanouts_beyond_the_lean_budget_equal_cpu(replace: bool) -> None:
+    """Bounded fanouts normally take the lean path (one read-back per batch); when the padded pick slots of the
+    hops pass its budget (2**24: here 20000 * 50 + min(20000 * 50, 400000) * 50 = 2.1e7) the per-hop path runs.
+    Both paths give the CPU sample, with and without replacement (many picks per target, which need the pick
+    policy's scratch, are covered by the uniformity tests above)."""
+    gen = torch.Generator().manual_seed(12)
+    graph = cpu_tests.random_graph(400000, 4000000, gen, torch.int32)
+    seeds = cpu_tests.random_seeds(graph.num_nodes, 20000, gen)
+    with Placed(graph.indptr, graph.indices, "gpu") as placed:
+        for fanouts in ([50, 50, 2], [3, 2, 2]):  # beyond the lean budget; within it
+            out = sample_cuda(placed, seeds, fanouts, replace, 31)
+            cpu_tests.assert_same(out, ops.sample_neighbors(graph.indptr, graph.indices, seeds, fanouts, replace, 31))
+
+
+@pytest.mark.parametrize("placement", ["gpu", "uva"])
+@pytest.mark.parametrize(("degree", "fanout"), cpu_tests.ORDER_CASES, ids=cpu_tests.ORDER_IDS)
+def test_pick_order_is_uniform_and_equals_cpu(placement, degree: int, fanout: int) -> None:
+    num_targets = max(3000, 60 * degree)
+    graph = cpu_tests.regular_graph(num_targets, degree, torch.Generator().manual_seed(8))
+    seeds = torch.arange(num_targets)
+    with Placed(graph.indptr, graph.indices, placement) as placed:
+        out = sample_cuda(placed, seeds, [fanout], False, 5)
+    cpu_tests.assert_same(out, ops.sample_neighbors(graph.indptr, graph.indices, seeds, [fanout], False, 5))
+    counts = cpu_tests.position_counts(graph, out, degree, fanout)
+    for j in sorted({0, 1, fanout // 2, fanout - 1}):
+        assert cpu_tests.chi2_uniform_pvalue(counts[j]) > 1e-4, (j, counts[j])
 
 
 @pytest.mark.parametrize("placement", ["gpu", "uva"])

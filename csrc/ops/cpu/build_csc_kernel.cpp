@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "ops/build_csc.h"
+#include "ops/checks.h"
 
 namespace zerocopy {
 namespace {
@@ -208,8 +209,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> build_csc_cpu(const at::Tensor& s
                                                              int64_t num_nodes, bool remove_self_loops,
                                                              bool remove_duplicates) {
   check_build_csc_args(src, dst, num_nodes);
-  check_node_ids_in_range(src, num_nodes, "build_csc", "src");
-  check_node_ids_in_range(dst, num_nodes, "build_csc", "dst");
+  check_ids_in_range(src, num_nodes, "build_csc", "src", "num_nodes");
+  check_ids_in_range(dst, num_nodes, "build_csc", "dst", "num_nodes");
   if (num_nodes <= std::numeric_limits<int32_t>::max()) {
     return build_csc_impl<int32_t>(src, dst, num_nodes, remove_self_loops, remove_duplicates);
   }

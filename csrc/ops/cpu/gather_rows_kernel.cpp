@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "ops/checks.h"
 #include "ops/gather_rows.h"
@@ -36,14 +37,18 @@ void gather_bytes(const char* table, const index_t* ids, char* out, int64_t n, i
   });
 }
 
-void gather_rows_into_cpu(const at::Tensor& table, const at::Tensor& ids, const at::Tensor& out) {
-  constexpr const char* op = "gather_rows_into";
+void gather_rows_into_cpu(const at::Tensor& table, const at::Tensor& ids, const at::Tensor& out, bool sort_ids,
+                          const std::optional<at::Tensor>& cache_slot, const std::optional<at::Tensor>& cache) {
+  (void)sort_ids;  // a read-order hint for the CUDA kernel; the CPU reads in batch order, with the same result
+  const char* op = kGatherRows;
   check_cpu(table, op, "table");
   check_cpu(ids, op, "ids");
   check_cpu(out, op, "out");
-  check_gather_rows_args(table, ids, out);
+  check_gather_rows_args(table, ids, out, cache_slot, cache);
+  TORCH_CHECK_VALUE(!cache_slot.has_value(), op,
+                    ": `cache_slot`/`cache` (a GPU hot-row cache) need CUDA `ids`; on the CPU gather from `table`");
   // Every id is checked before the first byte is written: a bad id never reads outside `table`.
-  check_gather_ids_host(ids, table.size(0));
+  check_ids_in_range(ids, table.size(0), op, "ids", kGatherRowsBound);
   const int64_t row_bytes = gather_row_bytes(table);
   const int64_t n = ids.numel();
   if (n == 0 || row_bytes == 0) return;

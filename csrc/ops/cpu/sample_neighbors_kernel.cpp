@@ -1,8 +1,9 @@
 // CPU kernel of `zerocopy::sample_neighbors`: multi-hop uniform neighbor sampling over incoming (CSC) edges.
 //
 // Per hop: (1) count each frontier target's picks in parallel, (2) prefix-sum them into edge offsets,
-// (3) draw and write each target's picks in parallel, every target with its own counter-based random
-// stream keyed by (seed, hop, position in the frontier), so the result is independent of the thread count,
+// (3) draw and write each target's picks in parallel with the pick policy shared with the CUDA kernel
+// (ops/pick_policy.h), every target with its own counter-based random stream keyed by (seed, hop, position in
+// the frontier), so the result is independent of the thread count,
 // (4) relabel the sampled neighbors to local ids in edge order through a dense global -> local array, so n_id
 // lists new nodes in order of first appearance as PyG does (sequentially, or for large hops on several
 // threads in parallel passes that give the same result).
@@ -22,7 +23,7 @@
 #include <vector>
 
 #include "ops/checks.h"
-#include "ops/random.h"
+#include "ops/pick_policy.h"
 #include "ops/sample_neighbors.h"
 
 namespace zerocopy {
@@ -32,11 +33,6 @@ using Ids = std::vector<int64_t>;
 
 // Frontier targets per parallel task: enough work to amortise scheduling, small enough to balance.
 constexpr int64_t kGrainTargets = 64;
-// Without replacement: Floyd's algorithm with linear membership scans up to this many picks (no scratch);
-// above it, a partial Fisher-Yates shuffle when the neighborhood is at most kDenseRatio times the picks
-// (O(degree) = O(picks) work), else Floyd's algorithm with a hash set (O(picks), whatever the degree).
-constexpr int64_t kFloydMaxPicks = 64;
-constexpr int64_t kDenseRatio = 4;
 // How far ahead the loops prefetch the random reads (indptr per target, indices per target, map per edge):
 // sampling is bound by cache misses, and a sequential loop otherwise waits for one miss at a time.
 constexpr int64_t kPrefetchTargets = 8;
@@ -203,81 +199,11 @@ struct CscView {
   }
 };
 
-// How many neighbors a target of in-degree `degree` gets: all for fanout -1, exactly `fanout` with
-// replacement (none for an isolated target), at most `fanout` distinct ones without.
-inline int64_t num_picks(int64_t degree, int64_t fanout, bool replace) {
-  if (fanout < 0) return degree;
-  if (replace) return degree > 0 ? fanout : 0;
-  return std::min(degree, fanout);
-}
-
-// Floyd's algorithm: `count` distinct uniform offsets in [0, degree), each subset equally likely.
-void pick_floyd(rng::Stream& stream, int64_t degree, int64_t count, int64_t* out) {
-  int64_t picked = 0;
-  for (int64_t upper = degree - count; upper < degree; ++upper) {
-    const auto candidate = static_cast<int64_t>(stream.below(static_cast<uint64_t>(upper + 1)));
-    const bool taken = std::find(out, out + picked, candidate) != out + picked;
-    out[picked++] = taken ? upper : candidate;
-  }
-}
-
-// Partial Fisher-Yates: the first `count` entries of a uniform shuffle of [0, degree).
-void pick_fisher_yates(rng::Stream& stream, int64_t degree, int64_t count, int64_t* out) {
+// Scratch memory of the calling thread for pick::pick_positions (grows, never shrinks).
+int64_t* thread_scratch(int64_t slots) {
   thread_local Ids scratch;
-  scratch.resize(degree);
-  std::iota(scratch.begin(), scratch.end(), int64_t{0});
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t j = i + static_cast<int64_t>(stream.below(static_cast<uint64_t>(degree - i)));
-    std::swap(scratch[i], scratch[j]);
-    out[i] = scratch[i];
-  }
-}
-
-// Floyd's algorithm with an open-addressing hash set of the offsets taken so far, for many picks out of a
-// large neighborhood.
-void pick_floyd_hashed(rng::Stream& stream, int64_t degree, int64_t count, int64_t* out) {
-  thread_local Ids table;
-  uint64_t capacity = 1;
-  while (capacity < static_cast<uint64_t>(2 * count)) capacity <<= 1;
-  table.assign(capacity, -1);
-  const uint64_t mask = capacity - 1;
-  // Inserts `offset`; returns false if it was already there.
-  const auto insert = [&](int64_t offset) {
-    for (uint64_t slot = rng::mix64(static_cast<uint64_t>(offset)) & mask;; slot = (slot + 1) & mask) {
-      if (table[slot] == offset) return false;
-      if (table[slot] < 0) {
-        table[slot] = offset;
-        return true;
-      }
-    }
-  };
-  int64_t picked = 0;
-  for (int64_t upper = degree - count; upper < degree; ++upper) {
-    const auto candidate = static_cast<int64_t>(stream.below(static_cast<uint64_t>(upper + 1)));
-    // `upper` is new to the set: every earlier candidate was at most upper - 1.
-    out[picked++] = insert(candidate) ? candidate : (insert(upper), upper);
-  }
-}
-
-// Writes the `count` picked edge positions of a neighborhood [begin, begin + degree) to `out`.
-void pick_positions(rng::Stream& stream, int64_t begin, int64_t degree, int64_t count, bool take_all,
-                    bool replace, int64_t* out) {
-  if (take_all) {
-    std::iota(out, out + count, begin);
-    return;
-  }
-  if (replace) {
-    for (int64_t i = 0; i < count; ++i) out[i] = begin + static_cast<int64_t>(stream.below(degree));
-    return;
-  }
-  if (count <= kFloydMaxPicks) {
-    pick_floyd(stream, degree, count, out);
-  } else if (degree <= kDenseRatio * count) {
-    pick_fisher_yates(stream, degree, count, out);
-  } else {
-    pick_floyd_hashed(stream, degree, count, out);
-  }
-  for (int64_t i = 0; i < count; ++i) out[i] += begin;
+  if (static_cast<int64_t>(scratch.size()) < slots) scratch.resize(slots);
+  return scratch.data();
 }
 
 // The edges sampled so far, in output order (hop, then target, then pick).
@@ -312,7 +238,7 @@ int64_t sample_hop(const CscView<index_t>& graph, int64_t frontier_begin, int64_
       const auto [begin, degree] = graph.neighborhood(frontier[i]);
       starts[i] = begin;
       degrees[i] = degree;
-      offsets[i + 1] = num_picks(degree, fanout, replace);
+      offsets[i + 1] = pick::num_picks(degree, fanout, replace);
     }
   });
 
@@ -332,9 +258,8 @@ int64_t sample_hop(const CscView<index_t>& graph, int64_t frontier_begin, int64_
       const int64_t count = offsets[i + 1] - first;
       if (count == 0) continue;
       if (i + kPrefetchTargets < hi) prefetch(graph.indices + starts[i + kPrefetchTargets]);
-      rng::Stream stream(rng::stream_key(seed, static_cast<uint64_t>(hop), static_cast<uint64_t>(i)));
-      const bool take_all = fanout < 0 || (!replace && count == degrees[i]);
-      pick_positions(stream, starts[i], degrees[i], count, take_all, replace, pos + first);
+      pick::pick_positions(seed, hop, i, starts[i], degrees[i], fanout, replace, count, pos + first,
+                           thread_scratch(pick::scratch_slots(count, replace)));
       for (int64_t k = first; k < first + count; ++k) {
         row[k] = graph.neighbor(pos[k]);
         col[k] = frontier_begin + i;

@@ -68,7 +68,7 @@ const void* device_readable_pointer(const at::Tensor& t, int device_index, const
   const char* alias = mapped_range(static_cast<const char*>(t.const_data_ptr()), nbytes);
   TORCH_CHECK_VALUE(alias != nullptr, op, ": `", name,
                     "` is a CPU tensor whose memory is not pinned and mapped for CUDA, so the GPU cannot read it "
-                    "(zero-copy). Register it first with lightning_zerocopy.gather.register_host_tensor(",
+                    "(zero-copy). Register it first with lightning_zerocopy.graph.register_host_tensor(",
                     name, ") (cudaHostRegister with the mapped flag), use a pinned tensor (",
                     name, ".pin_memory()), or move it to the GPU");
   return alias;

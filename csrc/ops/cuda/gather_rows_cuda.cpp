@@ -1,5 +1,5 @@
-// CUDA glue of `zerocopy::gather_rows_into` and `zerocopy::gather_rows_into_ex`: argument checks, device
-// pointers, the launch on the current CUDA stream, and the id check (one 8-byte read-back per call).
+// CUDA glue of `zerocopy::gather_rows_into`: argument checks, device pointers, the optional address order and
+// hot-row cache, the launch on the current CUDA stream, and the id check (one 8-byte read-back per call).
 //
 // `table` may be a CUDA tensor or a CPU tensor whose memory is pinned and mapped (zero-copy: the kernel reads
 // host memory over PCIe); `ids` and `out` are CUDA tensors on one device.
@@ -23,16 +23,15 @@ void check_cuda_tensor(const at::Tensor& t, const char* op, const char* name) {
   TORCH_CHECK_VALUE(t.device().is_cuda(), op, ": `", name, "` must be a CUDA tensor here, got ", t.device());
 }
 
-void gather(const char* op, const at::Tensor& table, const at::Tensor& ids, const at::Tensor& out, bool sort_ids,
-            const std::optional<at::Tensor>& cache_slot, const std::optional<at::Tensor>& cache) {
-  check_gather_rows_args(table, ids, out);
+void gather_rows_into_cuda(const at::Tensor& table, const at::Tensor& ids, const at::Tensor& out, bool sort_ids,
+                           const std::optional<at::Tensor>& cache_slot, const std::optional<at::Tensor>& cache) {
+  const char* op = kGatherRows;
+  check_gather_rows_args(table, ids, out, cache_slot, cache);
   check_cuda_tensor(ids, op, "ids");
   check_cuda_tensor(out, op, "out");
   const int device = ids.device().index();
   TORCH_CHECK_VALUE(out.device() == ids.device(), op, ": `out` is on ", out.device(), " but `ids` is on ",
                     ids.device(), "; both must be on one GPU");
-  TORCH_CHECK_VALUE(cache_slot.has_value() == cache.has_value(), op,
-                    ": give both `cache_slot` and `cache` (a GPU hot-row cache) or neither");
   c10::cuda::CUDAGuard guard(ids.device());
   const int64_t n = ids.numel();
   const int64_t row_bytes = gather_row_bytes(table);
@@ -48,17 +47,6 @@ void gather(const char* op, const at::Tensor& table, const at::Tensor& ids, cons
   if (cache_slot.has_value()) {
     const at::Tensor& slot = *cache_slot;
     const at::Tensor& rows = *cache;
-    check_cuda_tensor(slot, op, "cache_slot");
-    check_cuda_tensor(rows, op, "cache");
-    check_dtype(slot, at::kInt, op, "cache_slot");
-    check_contiguous(slot, op, "cache_slot");
-    check_contiguous(rows, op, "cache");
-    TORCH_CHECK_VALUE(slot.dim() == 1 && slot.size(0) == table.size(0), op,
-                      ": `cache_slot` must have one int32 entry per table row (", table.size(0), "), got shape ",
-                      slot.sizes());
-    TORCH_CHECK_VALUE(rows.dim() == 2 && rows.size(1) == table.size(1) && rows.scalar_type() == table.scalar_type(),
-                      op, ": `cache` must be a 2-D ", table.scalar_type(), " tensor with ", table.size(1),
-                      " columns like `table`, got ", rows.scalar_type(), " of shape ", rows.sizes());
     TORCH_CHECK_VALUE(slot.device() == ids.device() && rows.device() == ids.device(), op,
                       ": `cache_slot` and `cache` must be on the GPU of `ids` (", ids.device(), ")");
     args.cache_slot = slot.const_data_ptr<int32_t>();
@@ -91,25 +79,13 @@ void gather(const char* op, const at::Tensor& table, const at::Tensor& ids, cons
   cuda::check_cuda(cudaStreamSynchronize(stream), op, "the gather kernel");
   if (first_bad != cuda::kNoBadId) {
     // Name the first bad id and its position exactly as the CPU op does; no bad row was read or written.
-    check_gather_ids_host(ids.cpu(), table.size(0));
+    check_ids_in_range(ids.cpu(), table.size(0), op, "ids", kGatherRowsBound);
     TORCH_CHECK_INDEX(false, op, ": `ids` holds a row id out of range for a `table` of ", table.size(0), " rows");
   }
 }
 
-void gather_rows_into_cuda(const at::Tensor& table, const at::Tensor& ids, const at::Tensor& out) {
-  gather("gather_rows_into", table, ids, out, false, std::nullopt, std::nullopt);
-}
-
-void gather_rows_into_ex_cuda(const at::Tensor& table, const at::Tensor& ids, const at::Tensor& out, bool sort_ids,
-                              const std::optional<at::Tensor>& cache_slot, const std::optional<at::Tensor>& cache) {
-  gather("gather_rows_into_ex", table, ids, out, sort_ids, cache_slot, cache);
-}
-
 }  // namespace
 
-TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) {
-  m.impl("gather_rows_into", &gather_rows_into_cuda);
-  m.impl("gather_rows_into_ex", &gather_rows_into_ex_cuda);
-}
+TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) { m.impl("gather_rows_into", &gather_rows_into_cuda); }
 
 }  // namespace zerocopy

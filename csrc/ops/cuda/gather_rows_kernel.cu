@@ -163,12 +163,6 @@ cudaError_t launch_typed(const Params& p, int v, int log2_group, cudaStream_t st
 
 }  // namespace
 
-void gather_rows_launch_shape(const GatherArgs& args, int* vector_bytes, int* threads_per_row) {
-  const int v = vector_bytes_for(args);
-  if (vector_bytes != nullptr) *vector_bytes = v;
-  if (threads_per_row != nullptr) *threads_per_row = 1 << log2_group_for(args.row_bytes / v);
-}
-
 cudaError_t launch_gather_rows(const GatherArgs& args, cudaStream_t stream) {
   if (args.n <= 0 || args.row_bytes <= 0) return cudaSuccess;
   const int v = vector_bytes_for(args);

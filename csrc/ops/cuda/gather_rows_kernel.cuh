@@ -39,8 +39,4 @@ struct GatherArgs {
 // launch status (cudaSuccess or the launch error); never synchronizes.
 cudaError_t launch_gather_rows(const GatherArgs& args, cudaStream_t stream);
 
-// The access width in bytes and threads per row that launch_gather_rows uses for these arguments (for tests,
-// benchmarks and notes).
-void gather_rows_launch_shape(const GatherArgs& args, int* vector_bytes, int* threads_per_row);
-
 }  // namespace zerocopy::cuda

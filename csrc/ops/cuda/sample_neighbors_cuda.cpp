@@ -2,10 +2,11 @@
 //
 // Placement follows the tensors: `seeds` on a GPU selects this kernel; `indptr` and `indices` may each be on
 // that GPU or in registered (pinned, mapped) host memory, read through their device aliases (UVA). Every
-// temporary comes from PyTorch's caching allocator (at::empty); prefix sums are at::cumsum. Each hop reads
-// back once after the pick counts (to size the edge buffers) and once after relabeling (new-node count), and
-// raises any error the kernels reported (bad seed, duplicate seed, bad indptr, bad neighbor id) before its
-// result is used.
+// temporary comes from PyTorch's caching allocator (at::empty); prefix sums are at::cumsum. Batches whose fanouts
+// are all >= 1 (and whose bounds fit a budget) take the lean path (sample_neighbors_lean.cpp: one read-back per
+// batch). Otherwise each hop reads back once after the pick counts (to size the edge buffers) and once after
+// relabeling (new-node count), and raises any error the kernels reported (bad seed, duplicate seed, bad indptr,
+// bad neighbor id) before its result is used.
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/empty.h>
@@ -15,18 +16,21 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <tuple>
 #include <vector>
 
 #include "ops/checks.h"
 #include "ops/cuda/device_access.h"
+#include "ops/cuda/sample_neighbors_glue.h"
 #include "ops/cuda/sample_neighbors_kernel.cuh"
+#include "ops/pick_policy.h"
 #include "ops/sample_neighbors.h"
 
 namespace zerocopy {
 namespace {
 
-using Sample = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using Sample = CudaSample;
 constexpr const char* kOp = kSampleNeighbors;
 // Read-back slots: the kernels' error status, then one count.
 constexpr int kCountSlot = cuda::kSampleStatusSlots;
@@ -62,17 +66,20 @@ int64_t next_pow2(int64_t x) {
   return p;
 }
 
-// Upper bound on the nodes of one sample (each hop adds at most frontier * fanout), capped at num_nodes.
+// Upper bound on the nodes of one sample, the bound of the Python `max_sampled_nodes` (keep them equal):
+// seeds, plus seeds * fanout[0], plus that * fanout[1], ..., capped at num_nodes (>= num_seeds); a -1 fanout gives
+// num_nodes. The cap is applied before a product could overflow.
 int64_t node_bound(int64_t num_seeds, c10::IntArrayRef fanouts, int64_t num_nodes) {
-  int64_t total = num_seeds;
+  int64_t bound = num_seeds;
   int64_t frontier = num_seeds;
   for (int64_t f : fanouts) {
     if (f < 0) return num_nodes;
-    const int64_t added = frontier > num_nodes / f ? num_nodes : frontier * f;
-    total = std::min(num_nodes, total + std::min(added, num_nodes));
-    frontier = std::min(added, num_nodes);
+    if (f > 0 && frontier > (num_nodes - bound) / f) return num_nodes;  // bound + frontier * f > num_nodes
+    frontier *= f;
+    bound += frontier;
+    if (bound >= num_nodes) return num_nodes;
   }
-  return std::max<int64_t>(std::min(total, num_nodes), num_seeds);
+  return bound;
 }
 
 class Readback {
@@ -96,25 +103,7 @@ class Readback {
     cuda::check_cuda(cudaMemcpyAsync(host, slots_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream_), kOp,
                      "reading back the status");
     cuda::check_cuda(cudaStreamSynchronize(stream_), kOp, "the sampling kernels");
-    switch (host[0]) {
-      case cuda::kSampleOk:
-        break;
-      case cuda::kSampleBadSeed:
-        TORCH_CHECK_INDEX(false, kOp, ": `seeds[", host[1], "]` = ", host[2], " is not a node id in [0, ", num_nodes,
-                          ")");
-      case cuda::kSampleDuplicateSeed:
-        TORCH_CHECK_VALUE(false, kOp, ": `seeds` must be unique, but node ", host[2],
-                          " appears more than once (again at seeds[", host[1], "] or before it)");
-      case cuda::kSampleBadIndptr:
-        TORCH_CHECK_VALUE(false, kOp, ": `indptr` is not a valid CSC pointer at node ", host[1], " (indptr[",
-                          host[1], "] = ", host[2], ", indptr[", host[1] + 1, "] = ", host[3], ", indices has ",
-                          num_edges, " entries); it must be non-decreasing from 0 to indices.numel()");
-      case cuda::kSampleBadNeighbor:
-        TORCH_CHECK_INDEX(false, kOp, ": `indices[", host[1], "]` = ", host[2], " is not a node id in [0, ",
-                          num_nodes, ")");
-      default:
-        TORCH_CHECK(false, kOp, ": internal error code ", host[0], " from the CUDA sampler");
-    }
+    raise_sample_status(host, num_nodes, num_edges);
     return host[kCountSlot];
   }
 
@@ -122,12 +111,6 @@ class Readback {
   at::Tensor slots_;
   cudaStream_t stream_;
 };
-
-at::Tensor counts_tensor(const std::vector<int64_t>& counts) {
-  at::Tensor out = at::empty({static_cast<int64_t>(counts.size())}, at::kLong);
-  std::memcpy(out.data_ptr<int64_t>(), counts.data(), counts.size() * sizeof(int64_t));
-  return out;
-}
 
 Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                              c10::IntArrayRef fanouts, bool replace, int64_t seed) {
@@ -168,6 +151,10 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
     table.capacity = capacity;
   };
   make_table(bound);
+  if (bounded) {
+    std::optional<Sample> lean = sample_neighbors_lean(graph, seeds, fanouts, replace, seed, table, bound, stream);
+    if (lean.has_value()) return *std::move(lean);
+  }
 
   Readback readback(opts, stream);
   at::Tensor n_id = at::empty({bound}, opts);
@@ -222,7 +209,9 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
         at::Tensor pos = at::empty({num_edges}, opts);
         at::Tensor col = at::empty({num_edges}, opts);
         at::Tensor scratch;
-        if (!replace && fanout > cuda::kFloydMaxPicks) scratch = at::empty({2 * num_edges}, opts);
+        if (!replace && fanout > pick::kFloydMaxPicks) {
+          scratch = at::empty({pick::kScratchPerPick * num_edges}, opts);
+        }
         reserve_nodes(t1, num_edges);
         cuda::check_cuda(cuda::launch_pick_edges(frontier, starts.const_data_ptr<int64_t>(),
                                                  degrees.const_data_ptr<int64_t>(), offsets.const_data_ptr<int64_t>(),
@@ -272,6 +261,39 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
 }
 
 }  // namespace
+
+void raise_sample_status(const int64_t* status, int64_t num_nodes, int64_t num_edges) {
+  switch (status[0]) {
+    case cuda::kSampleOk:
+      break;
+    case cuda::kSampleBadSeed:
+      TORCH_CHECK_INDEX(false, kOp, ": `seeds[", status[1], "]` = ", status[2], " is not a node id in [0, ", num_nodes,
+                        ")");
+    case cuda::kSampleDuplicateSeed:
+      TORCH_CHECK_VALUE(false, kOp, ": `seeds` must be unique, but node ", status[2],
+                        " appears more than once (again at seeds[", status[1], "] or before it)");
+    case cuda::kSampleBadIndptr:
+      TORCH_CHECK_VALUE(false, kOp, ": `indptr` is not a valid CSC pointer at node ", status[1], " (indptr[",
+                        status[1], "] = ", status[2], ", indptr[", status[1] + 1, "] = ", status[3], ", indices has ",
+                        num_edges, " entries); it must be non-decreasing from 0 to indices.numel()");
+    case cuda::kSampleBadNeighbor:
+      TORCH_CHECK_INDEX(false, kOp, ": `indices[", status[1], "]` = ", status[2], " is not a node id in [0, ",
+                        num_nodes, ")");
+    case cuda::kSampleBoundExceeded:
+      TORCH_CHECK_VALUE(false, kOp, ": hop ", status[1], " needs room for ", status[2],
+                        " entries, more than the bound ", status[3],
+                        " of the CUDA sampler: `indptr` has overlapping neighborhoods, or `seeds` repeat or hold ids "
+                        "out of range");
+    default:
+      TORCH_CHECK(false, kOp, ": internal error code ", status[0], " from the CUDA sampler");
+  }
+}
+
+at::Tensor counts_tensor(const std::vector<int64_t>& counts) {
+  at::Tensor out = at::empty({static_cast<int64_t>(counts.size())}, at::kLong);
+  std::memcpy(out.data_ptr<int64_t>(), counts.data(), counts.size() * sizeof(int64_t));
+  return out;
+}
 
 TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) { m.impl("sample_neighbors", &sample_neighbors_cuda); }
 

@@ -1,14 +1,15 @@
 // CUDA kernels of `zerocopy::sample_neighbors` (see sample_neighbors_kernel.cuh for the per-hop plan).
 //
-// Picks are drawn per target from rng::Stream(stream_key(seed, hop, position in the frontier)) with the CPU
-// kernel's algorithms (take-all, Lemire draws with replacement, Floyd up to kFloydMaxPicks or for sparse
-// picks, partial Fisher-Yates for many picks out of a neighborhood at most kDenseRatio times larger), so for equal inputs the GPU sample is bitwise the CPU sample. Relabeling keeps the CPU
+// Picks are drawn per target by pick::pick_positions (ops/pick_policy.h), the function the CPU kernel calls, so
+// for equal inputs the GPU sample is bitwise the CPU sample. Relabeling keeps the CPU
 // order (seeds, then each hop's new nodes by first appearance in edge order) without any sequential pass: a
 // new node's local id is the number of first appearances before its own, from a prefix sum of flags.
 //
 // Every index that leads to a memory read is checked first (seeds, indptr entries, neighbor ids); a bad one is
 // reported through the status slot and never dereferenced.
+#include "ops/cuda/sample_neighbors_device.cuh"
 #include "ops/cuda/sample_neighbors_kernel.cuh"
+#include "ops/pick_policy.h"
 #include "ops/random.h"
 
 namespace zerocopy::cuda {
@@ -18,61 +19,11 @@ constexpr int kThreads = 256;
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-__device__ void report(long long* status, long long code, long long a, long long b, long long c) {
-  if (atomicCAS(reinterpret_cast<unsigned long long*>(status), 0ull, static_cast<unsigned long long>(code)) == 0ull) {
-    status[1] = a;
-    status[2] = b;
-    status[3] = c;
-  }
-}
-
-// Finds or inserts `key`; returns its slot and whether this call inserted it.
-__device__ int64_t table_insert(const NodeTable& t, long long key, bool* inserted) {
-  const uint64_t mask = static_cast<uint64_t>(t.capacity) - 1;
-  uint64_t s = rng::mix64(static_cast<uint64_t>(key)) & mask;
-  while (true) {
-    const long long k = __ldcg(t.keys + s);
-    if (k == key) {
-      *inserted = false;
-      return static_cast<int64_t>(s);
-    }
-    if (k == -1) {
-      const long long prev = static_cast<long long>(atomicCAS(reinterpret_cast<unsigned long long*>(t.keys + s),
-                                                              ~0ull, static_cast<unsigned long long>(key)));
-      if (prev == -1) {
-        *inserted = true;
-        return static_cast<int64_t>(s);
-      }
-      if (prev == key) {
-        *inserted = false;
-        return static_cast<int64_t>(s);
-      }
-    }
-    s = (s + 1) & mask;
-  }
-}
-
-__device__ __forceinline__ int64_t load_index(const void* indices, bool is64, int64_t pos) {
-  return is64 ? static_cast<const int64_t*>(indices)[pos] : static_cast<int64_t>(static_cast<const int32_t*>(indices)[pos]);
-}
-
 __global__ void insert_seeds_kernel(const int64_t* seeds, int64_t n, int64_t num_nodes, NodeTable table,
                                     int64_t* n_id, long long* status) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const int64_t node = seeds[i];
-  n_id[i] = node;
-  if (node < 0 || node >= num_nodes) {
-    report(status, kSampleBadSeed, i, node, 0);
-    return;
-  }
-  bool inserted = false;
-  const int64_t s = table_insert(table, node, &inserted);
-  if (!inserted) {
-    report(status, kSampleDuplicateSeed, i, node, 0);
-    return;
-  }
-  table.values[s] = i;
+  insert_seed(seeds, i, num_nodes, table, n_id, status);
 }
 
 __global__ void count_picks_kernel(const int64_t* n_id, int64_t t0, int64_t count, Topology g, int64_t fanout,
@@ -88,7 +39,7 @@ __global__ void count_picks_kernel(const int64_t* n_id, int64_t t0, int64_t coun
     if (0 <= b && b <= e && e <= g.num_edges) {
       begin = b;
       degree = e - b;
-      k = fanout < 0 ? degree : (replace ? (degree > 0 ? fanout : 0) : (degree < fanout ? degree : fanout));
+      k = pick::num_picks(degree, fanout, replace);
     } else {
       report(status, kSampleBadIndptr, node, b, e);
     }
@@ -106,55 +57,9 @@ __global__ void pick_edges_kernel(int64_t count, const int64_t* starts, const in
   const int64_t first = offsets[i];
   const int64_t k = offsets[i + 1] - first;
   if (k == 0) return;
-  const int64_t begin = starts[i];
-  const int64_t degree = degrees[i];
-  int64_t* out = edge_pos + first;
   for (int64_t j = 0; j < k; ++j) col[first + j] = t0 + i;
-  if (fanout < 0 || (!replace && k == degree)) {
-    for (int64_t j = 0; j < k; ++j) out[j] = begin + j;
-    return;
-  }
-  rng::Stream stream(rng::stream_key(seed, static_cast<uint64_t>(hop), static_cast<uint64_t>(i)));
-  if (replace) {
-    for (int64_t j = 0; j < k; ++j) out[j] = begin + static_cast<int64_t>(stream.below(static_cast<uint64_t>(degree)));
-    return;
-  }
-  if (k <= kFloydMaxPicks || degree > kDenseRatio * k) {
-    // Floyd: distinct offsets, each subset equally likely; membership scans over the picks written so far
-    // (the CPU kernel uses a hash set for many picks; the picks are the same).
-    int64_t picked = 0;
-    for (int64_t upper = degree - k; upper < degree; ++upper) {
-      const int64_t candidate = begin + static_cast<int64_t>(stream.below(static_cast<uint64_t>(upper + 1)));
-      bool taken = false;
-      for (int64_t q = 0; q < picked; ++q) taken |= out[q] == candidate;
-      out[picked++] = taken ? begin + upper : candidate;
-    }
-    return;
-  }
-  // Partial Fisher-Yates over a virtual identity array: only swapped entries are stored (keys/vals maps of at
-  // most k entries in `scratch`), so no O(degree) memory is needed.
-  int64_t* keys = scratch + 2 * first;
-  int64_t* vals = keys + k;
-  int64_t used = 0;
-  for (int64_t j = 0; j < k; ++j) {
-    const int64_t r = j + static_cast<int64_t>(stream.below(static_cast<uint64_t>(degree - j)));
-    int64_t vj = j, vr = r, at_r = -1;
-    for (int64_t q = 0; q < used; ++q) {
-      if (keys[q] == j) vj = vals[q];
-      if (keys[q] == r) {
-        vr = vals[q];
-        at_r = q;
-      }
-    }
-    out[j] = begin + vr;  // after swap(s[j], s[r]), s[j] is the old s[r]; s[j] is never read again
-    if (at_r >= 0) {
-      vals[at_r] = vj;
-    } else {
-      keys[used] = r;
-      vals[used] = vj;
-      ++used;
-    }
-  }
+  int64_t* own_scratch = scratch == nullptr ? nullptr : scratch + pick::kScratchPerPick * first;
+  pick::pick_positions(seed, hop, i, starts[i], degrees[i], fanout, replace, k, edge_pos + first, own_scratch);
 }
 
 __global__ void insert_edges_kernel(int64_t num_edges, const int64_t* edge_pos, Topology g, NodeTable table,

@@ -7,8 +7,8 @@
 // Per hop, with the frontier n_id[t0, t0 + T):
 //   1. launch_count_picks   per target: neighborhood start, degree, number of picks (validates indptr)
 //   2. (glue)               offsets = exclusive prefix sum of the picks, E = offsets[T]
-//   3. launch_pick_edges    per target: the picked edge positions, drawn from the counter-based stream of
-//                           (seed, hop, target position) exactly as the CPU kernel draws them
+//   3. launch_pick_edges    per target: the picked edge positions, drawn by the pick policy the CPU kernel
+//                           uses (ops/pick_policy.h)
 //   4. launch_insert_edges  per edge: neighbor id (validated), inserted into the batch's hash table (global id
 //                           -> local id); a node new in this hop records the smallest edge index it occurs at
 //   5. launch_flag_first    per edge: 1 where the edge is its node's first appearance in this hop
@@ -30,6 +30,7 @@ enum SampleErrorCode : int64_t {
   kSampleDuplicateSeed = 2,  // [1] = position in seeds, [2] = node
   kSampleBadIndptr = 3,      // [1] = node, [2] = indptr[node], [3] = indptr[node + 1]
   kSampleBadNeighbor = 4,    // [1] = position in indices, [2] = value
+  kSampleBoundExceeded = 5,  // [1] = hop, [2] = count, [3] = bound (only with an invalid indptr)
 };
 inline constexpr int kSampleStatusSlots = 4;
 
@@ -62,7 +63,8 @@ cudaError_t launch_count_picks(const int64_t* n_id, int64_t t0, int64_t count, T
                                long long* status, cudaStream_t stream);
 
 // Per target i: writes edge_pos[offsets[i] + j] and col[offsets[i] + j] = t0 + i for its picks j.
-// `scratch` (2 * E int64) is needed only without replacement when fanout > kFloydMaxPicks; else nullptr.
+// `scratch` (pick::kScratchPerPick * E int64) is needed only without replacement when fanout >
+// pick::kFloydMaxPicks; else nullptr.
 cudaError_t launch_pick_edges(int64_t count, const int64_t* starts, const int64_t* degrees,
                               const int64_t* offsets, int64_t fanout, bool replace, uint64_t seed, int64_t hop,
                               int64_t t0, int64_t* edge_pos, int64_t* col, int64_t* scratch,
@@ -80,11 +82,5 @@ cudaError_t launch_flag_first(int64_t num_edges, const int64_t* slot, NodeTable 
 // n_before + incl[first] - 1, and its first edge writes n_id[local] = nbr[e] and records it in the table.
 cudaError_t launch_finalize(int64_t num_edges, const int64_t* nbr, const int64_t* slot, const int64_t* incl,
                             int64_t n_before, NodeTable table, int64_t* row, int64_t* n_id, cudaStream_t stream);
-
-// Without replacement: Floyd's algorithm up to kFloydMaxPicks picks per target; above it a partial
-// Fisher-Yates when the degree is at most kDenseRatio times the picks, else Floyd again (the CPU kernel's
-// split, so both draw the same sample).
-inline constexpr int64_t kFloydMaxPicks = 64;
-inline constexpr int64_t kDenseRatio = 4;
 
 }  // namespace zerocopy::cuda

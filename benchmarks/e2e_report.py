@@ -1,0 +1,253 @@
+"""``report.md`` and PNG plots of an end-to-end benchmark run, from its ``results.json`` alone.
+
+Re-render on any machine with ``python -m benchmarks.e2e --report-only DIR``. Without matplotlib the report is
+written and the plots are skipped with a note saying how to render them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional
+
+__all__ = ["PLOTS", "aims", "one_line", "render", "target_acc", "time_to_target"]
+
+#: The plot files, by what they show.
+PLOTS = {
+    "steps_per_s.png": "training steps/s per row, against model-only (dashed)",
+    "val_acc_over_time.png": "validation accuracy over training wall time (validation excluded)",
+    "stall_share.png": "share of the step interval the GPU (CPU: the loop) waited for data",
+    "host_read_gbps.png": "feature bytes delivered to training per second",
+    "batch_latency.png": "per-batch step interval distribution (after warm-up)",
+}
+_AIMS = {"heavy": 5.0, "light": 3.0}  # best row vs PyG's steps/s
+_BOUND_AIM = 0.9  # best row vs model-only
+
+
+def _ok(run: dict[str, Any]) -> bool:
+    return run.get("status") == "ok" and run.get("steps_per_s") is not None
+
+
+def _models(results: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(r["model"] for r in results.get("runs", [])))
+
+
+def _by_row(results: dict[str, Any], model: str) -> dict[str, dict[str, Any]]:
+    return {r["row"]: r for r in results.get("runs", []) if r["model"] == model}
+
+
+def target_acc(results: dict[str, Any], model: str) -> Optional[float]:
+    """``--target-acc``, else 95 % of the lowest best validation accuracy among the model's finished rows."""
+    given = results.get("args", {}).get("target_acc")
+    if given is not None:
+        return float(given)
+    best = [r["best_val_acc"] for r in _by_row(results, model).values() if _ok(r) and r.get("best_val_acc") is not None]
+    return round(0.95 * min(best), 4) if best else None
+
+
+def time_to_target(run: dict[str, Any], target: Optional[float]) -> Optional[float]:
+    """Training seconds (validation excluded) at the first validation reaching ``target``, or None."""
+    if target is None:
+        return None
+    return next((t for _, t, acc in run.get("val_curve", []) if acc >= target), None)
+
+
+def _pct(values: list[float], q: float) -> Optional[float]:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))]
+
+
+def _fmt(value: Any, spec: str = ".1f", suffix: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def one_line(run: dict[str, Any]) -> str:
+    """A console line for one row and model."""
+    head = f"{run['row']:<18}{run['model']:<7}"
+    if run.get("kind") == "stages" and run.get("status") == "ok":
+        return head + "ms per batch: " + ", ".join(f"{p} {t['total_ms']:.1f}" for p, t in run["stages"].items())
+    if not _ok(run):
+        return f"{head}{run.get('status', '?')}: {str(run.get('reason', ''))[:300]}"
+    check = run.get("batch_check", {})
+    return (f"{head}{run['steps_per_s']:8.2f} steps/s  stall {_fmt(run.get('stall_frac'), '.1%')}  "
+            f"best val acc {_fmt(run.get('best_val_acc'), '.3f')}  batches checked {check.get('checked', 0)}"
+            f"{'' if check.get('ok', True) else ' WRONG: ' + '; '.join(check.get('problems', []))}")  # fmt: skip
+
+
+def aims(results: dict[str, Any], model: str) -> list[str]:
+    """Lines on the issue's aims for ``model``: best row vs PyG and vs model-only, and what limits it."""
+    rows = _by_row(results, model)
+    ours = [r for r in rows.values() if _ok(r) and r.get("kind") == "ours" and r.get("batch_check", {}).get("ok", True)]
+    if not ours:
+        return [f"- {model}: no row of ours finished."]
+    best = max(ours, key=lambda r: r["steps_per_s"])
+    lines = [f"- {model}: best row `{best['row']}` at {best['steps_per_s']:.1f} steps/s."]
+    samples: dict[str, list[str]] = {}
+    for r in rows.values():
+        if _ok(r) and r.get("kind") in ("ours", "model_only") and r.get("batch_check", {}).get("first_sample"):
+            samples.setdefault(r["batch_check"]["first_sample"], []).append(r["row"])
+    if len(samples) > 1:
+        lines.append("  - **our rows sampled different first batches** (expected one sample for every placement): "
+                     + "; ".join(f"{', '.join(v)}: {k}" for k, v in samples.items()))  # fmt: skip
+    elif samples:
+        lines.append(f"  - every row of ours (and model-only) trained on the same first batch (sample {next(iter(samples))}).")
+    pyg, bound = rows.get("pyg"), rows.get("model_only")
+    if pyg and _ok(pyg):
+        ratio = best["steps_per_s"] / pyg["steps_per_s"]
+        aim = _AIMS.get(model)
+        verdict = "" if aim is None else (" (aim ≥ %.0f×: %s)" % (aim, "met" if ratio >= aim else "missed"))
+        lines.append(f"  - vs PyG NeighborLoader ({pyg.get('pyg_workers')} workers, {pyg['steps_per_s']:.1f} steps/s): "
+                     f"{ratio:.2f}×{verdict}; best val acc {_fmt(best.get('best_val_acc'), '.3f')} vs PyG's "
+                     f"{_fmt(pyg.get('best_val_acc'), '.3f')}.")  # fmt: skip
+    else:
+        lines.append("  - vs PyG: not measured in this run (see the row's status).")
+    if bound and _ok(bound):
+        ratio = best["steps_per_s"] / bound["steps_per_s"]
+        lines.append(f"  - vs model-only ({bound['steps_per_s']:.1f} steps/s): {ratio:.2f}× "
+                     f"(aim ≥ {_BOUND_AIM}×: {'met' if ratio >= _BOUND_AIM else 'missed'}).")  # fmt: skip
+        if ratio < _BOUND_AIM:
+            p50 = _pct(best.get("step_ms", []), 0.5)
+            lines.append(f"  - what limits `{best['row']}`: stall {_fmt(best.get('stall_frac'), '.1%')} of the step, host wait "
+                         f"{_fmt(best.get('wait_ms'), '.2f')} ms, step p50 {_fmt(p50, '.2f')} ms vs model-only "
+                         f"{_fmt(_pct(bound.get('step_ms', []), 0.5), '.2f')} ms, producer build "
+                         f"{_fmt(best.get('build_ms'), '.2f')} ms per batch.")  # fmt: skip
+    return lines
+
+
+def _table(results: dict[str, Any], model: str) -> list[str]:
+    rows = _by_row(results, model)
+    target = target_acc(results, model)
+    bound = rows.get("model_only")
+    pyg = rows.get("pyg")
+    bound_rate = bound["steps_per_s"] if bound and _ok(bound) else None
+    pyg_rate = pyg["steps_per_s"] if pyg and _ok(pyg) else None
+    out = [f"### {model} model (target val acc {_fmt(target, '.3f')})", "",
+           "| row | steps/s | × model-only | × PyG | stall | host wait ms | feature GB/s | build ms | step p50 / p99 ms "
+           "| best val acc | time to target s | setup s | batches checked |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, r in rows.items():
+        if r.get("kind") == "stages":
+            continue
+        if not _ok(r):
+            out.append(f"| `{name}` | {r.get('status')}: {str(r.get('reason', '')).splitlines()[0][:160] if r.get('reason') else ''} ||||||||||||")
+            continue
+        rate = r["steps_per_s"]
+        lat = r.get("step_ms", [])
+        check = r.get("batch_check", {})
+        checked = f"{check.get('checked', 0)} ok" if check.get("ok", True) else "**WRONG**: " + "; ".join(check.get("problems", []))
+        out.append("| " + " | ".join([
+            f"`{name}`", f"{rate:.1f}", _fmt(rate / bound_rate if bound_rate else None, ".2f", "×"),
+            _fmt(rate / pyg_rate if pyg_rate else None, ".2f", "×"), _fmt(r.get("stall_frac"), ".1%"),
+            _fmt(r.get("wait_ms"), ".2f"), _fmt(r.get("gather_GBps"), ".3g"), _fmt(r.get("build_ms"), ".2f"),
+            f"{_fmt(_pct(lat, 0.5), '.2f')} / {_fmt(_pct(lat, 0.99), '.2f')}", _fmt(r.get("best_val_acc"), ".3f"),
+            _fmt(time_to_target(r, target), ".1f"), _fmt(r.get("setup_s"), ".1f"), checked]) + " |")  # fmt: skip
+    return out + [""]
+
+
+_TABLE_KEYS = {"stall_ms", "stall_frac", "step_ms", "wait_ms", "seps", "gather_GBps", "build_ms"}
+
+
+def _other_telemetry(results: dict[str, Any]) -> list[str]:
+    """DataTelemetry figures the table does not show (a sampler's device shares, predicted times, cache hits)."""
+    out = []
+    for r in results.get("runs", []):
+        extra = {k: v for k, v in (r.get("telemetry") or {}).items() if k not in _TABLE_KEYS and v is not None}
+        if _ok(r) and extra:
+            out.append(f"- `{r['row']}` ({r['model']}): " + ", ".join(f"{k} {v:.3g}" for k, v in sorted(extra.items())))
+    return out
+
+
+def _stage_tables(results: dict[str, Any]) -> list[str]:
+    """The ``stages`` row: median ms per batch of each build stage and path, per model."""
+    out: list[str] = []
+    for r in results.get("runs", []):
+        if r.get("kind") != "stages":
+            continue
+        if r.get("status") != "ok":
+            out += [f"- {r['model']}: {r.get('status')}: {r.get('reason', '')}", ""]
+            continue
+        out += [f"### {r['model']} model: {r['nodes_per_batch']:,.0f} nodes, {r['edges_per_batch']:,.0f} edges, "
+                f"{r['feature_MB_per_batch']:.1f} MB of features per batch ({r['threads']} threads)", "",
+                "| sampler + gather | sample ms | gather ms | copy to device ms | total ms | batches/s if alone |",
+                "|---|---|---|---|---|---|"]  # fmt: skip
+        for path, t in r["stages"].items():
+            out.append(f"| `{path}` | {t['sample_ms']:.2f} | {t['gather_ms']:.2f} | {t['copy_ms']:.2f} | "
+                       f"{t['total_ms']:.2f} | {1e3 / t['total_ms']:.0f} |" if t["total_ms"] > 0 else f"| `{path}` | – |")  # fmt: skip
+        out.append("")
+    return out
+
+
+def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_note: str) -> str:
+    """Write ``report.md``; returns its path."""
+    meta, graph, args = results.get("meta", {}), results.get("graph", {}), results.get("args", {})
+    lines = ["# End-to-end benchmark: lightning-zerocopy vs PyG NeighborLoader", "",
+             f"- Command: `{results.get('command', '?')}`"
+             + "".join(f"; earlier runs kept from `{c}`" for c in results.get("earlier_commands", [])),
+             f"- Date: {meta.get('date')}; host {meta.get('host')}; total {_fmt(results.get('total_s'), '.0f')} s",
+             f"- GPU: {meta.get('gpu') or 'none'}; CPU: {meta.get('cpu')} ({meta.get('cpu_count')} logical cores); "
+             f"RAM {_fmt(meta.get('ram_gib'), '.0f')} GiB; disk free {_fmt(meta.get('disk_free_gib'), '.0f')} GiB",
+             f"- Software: Python {meta.get('python')}, torch {meta.get('torch')}, PyG {meta.get('torch_geometric')}, "
+             f"pytorch_lightning {meta.get('pytorch_lightning')}, torch-sparse {meta.get('torch_sparse')}, "
+             f"pyg-lib {meta.get('pyg_lib')}; lightning-zerocopy commit {meta.get('commit')}",
+             f"- Graph (SyntheticGraph, preset `{args.get('preset')}`): {graph.get('num_nodes', 0):,} nodes, "
+             f"{graph.get('num_edges', 0):,} edges, {graph.get('num_features')} fp32 features "
+             f"({_fmt(graph.get('feature_GB'), '.2f')} GB), {graph.get('num_classes')} planted classes, "
+             f"homophily {args.get('homophily')}, feature signal {args.get('feature_signal')}",
+             f"- Training: batch {args.get('batch_size')}, up to {args.get('steps')} steps (warm-up {args.get('warmup')}), "
+             f"validation every {args.get('val_every')} steps on {args.get('val_batches')} batches, Adam lr {args.get('lr')}, "
+             f"seed {args.get('seed')}; row budget {args.get('row_budget_s')} s of training",
+             "", "Steps/s: steady state after warm-up, training time only (host timer between device syncs, validation "
+             "excluded). Stall, host wait, feature GB/s, build ms and the step interval come from `DataTelemetry`. "
+             "Feature GB/s: bytes of `x` delivered per second of step interval (read from host memory by the zero-copy rows, "
+             "partly from GPU memory with a cache, wholly for `all_in_gpu` and `model_only`). "
+             "Time to target: training seconds at the first validation at or above the target. Setup: from `fit` to the "
+             "first training step (host memory, CSC, pipeline start; PyG: its loaders). Batches checked: the "
+             "first training batches compared with the dataset (seeds in plan order, `x`, `y`, `edge_index` range).",
+             ""]  # fmt: skip
+    lines += ["## Rows", ""] + [f"- `{name}`: {doc}" for name, doc in results.get("rows", {}).items()] + [""]
+    lines += ["## Results", ""]
+    for model in _models(results):
+        lines += _table(results, model)
+    stages = _stage_tables(results)
+    if stages:
+        lines += ["## Per-stage build times (no training running)", ""] + stages
+    other = _other_telemetry(results)
+    if other:
+        lines += ["## Other DataTelemetry figures (means after warm-up)", ""] + other + [""]
+    lines += ["## Aims", ""]
+    for model in _models(results):
+        lines += aims(results, model)
+    lines += ["", "## Plots", ""]
+    lines += [f"![{desc}]({name})" for name, desc in PLOTS.items() if name in map(os.path.basename, plots)]
+    if plot_note:
+        lines.append(plot_note)
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def render(out_dir: str) -> list[str]:
+    """Write ``report.md`` and the plots from ``out_dir/results.json``; returns the files written.
+
+    Raises:
+        FileNotFoundError: no ``results.json`` in ``out_dir``.
+    """
+    path = os.path.join(out_dir, "results.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"--report-only {out_dir}: no results.json there")
+    with open(path) as f:
+        results = json.load(f)
+    try:
+        from benchmarks.e2e_plots import write_plots
+    except ImportError as exc:  # matplotlib missing
+        plots, note = [], (f"Plots not rendered here ({exc}): `pip install matplotlib`, then "
+                           f"`python -m benchmarks.e2e --report-only {out_dir}`.")  # fmt: skip
+    else:
+        plots, note = write_plots(results, out_dir), ""
+    if note:
+        print(f"e2e: {note}")
+    return [write_report(results, out_dir, plots, note), *plots]
+

@@ -1,0 +1,167 @@
+"""The end-to-end benchmark's tables: rows (data paths), models and graph presets, as data.
+
+A row is selected by name (``--configs a,b,c``). Rows whose feature this build lacks (a Strategy, a sampler
+placement, PyG's sampling backend, MPS, a GPU) are reported as skipped with the reason, never silently run as
+something else, so new rows can be listed here before the feature lands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+__all__ = ["MODELS", "PRESETS", "ROWS", "ModelSpec", "Preset", "Row", "select_rows"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One data path.
+
+    Attributes:
+        name: the ``--configs`` name.
+        kind: ``"ours"`` (ZeroCopyDataModule through the Trainer), ``"pyg"`` (PyG's NeighborLoader through the
+            Trainer), ``"model_only"`` (the same batches pre-staged on the device) or ``"stages"`` (no training:
+            per-stage batch build times).
+        doc: one line for the report.
+        data: ZeroCopyDataModule keyword arguments (``hot_fraction`` is turned into ``hot_rows``).
+        pipeline: PipelineCallback keyword arguments, or None for no pipeline.
+        strategy: ``(import path, keyword arguments)`` of a Strategy class, or None for Lightning's default.
+        needs_cuda: the row only means something on a GPU.
+    """
+
+    name: str
+    kind: str
+    doc: str
+    data: dict[str, Any] = field(default_factory=dict)
+    pipeline: Optional[dict[str, Any]] = None
+    strategy: Optional[tuple[str, dict[str, Any]]] = None
+    needs_cuda: bool = True
+
+    @property
+    def mps(self) -> bool:
+        """Whether the row runs the trainer and the pipeline worker as MPS clients (started through the launcher)."""
+        return bool(self.pipeline and self.pipeline.get("mps"))
+
+
+def _zero_copy_rows() -> list[Row]:
+    rows = []
+    for place in ("cpu", "uva", "gpu"):
+        data = {"sampler_placement": place, "gather": "zerocopy"}
+        where = {"cpu": "CPU sampler threads", "uva": "GPU sampler over pinned host graph", "gpu": "GPU sampler, graph in GPU memory"}[place]
+        rows += [
+            Row(f"zc_{place}", "ours", f"{where}, zero-copy gather, no pipeline", data),
+            Row(f"zc_{place}_inproc", "ours", f"{where}, zero-copy gather, PipelineCallback in-process", data,
+                pipeline={"mode": "in_process"}),
+            Row(f"zc_{place}_mps", "ours", f"{where}, zero-copy gather, PipelineCallback worker + MPS", data,
+                pipeline={"mode": "worker", "mps": True}),
+        ]  # fmt: skip
+    return rows
+
+
+_ROW_LIST: list[Row] = [
+    Row("pyg", "pyg", "PyG NeighborLoader: worker processes (best of --pyg-workers), pin_memory, "
+        ".to(device, non_blocking=True)", needs_cuda=False),  # fmt: skip
+    Row("cpu", "ours", "CPU sampler threads + CPU gather, batch copied to the device", {"sampler_placement": "cpu", "gather": "cpu"},
+        needs_cuda=False),  # fmt: skip
+    Row("cpu_inproc", "ours", "CPU sampler + CPU gather, PipelineCallback in-process",
+        {"sampler_placement": "cpu", "gather": "cpu"}, pipeline={"mode": "in_process"}, needs_cuda=False),  # fmt: skip
+    Row("cpu_mps", "ours", "CPU sampler + CPU gather, PipelineCallback worker + MPS",
+        {"sampler_placement": "cpu", "gather": "cpu"}, pipeline={"mode": "worker", "mps": True}),  # fmt: skip
+    *_zero_copy_rows(),
+    Row("zc_gpu_hot", "ours", "GPU sampler, zero-copy gather, --cache-fraction of rows cached on the GPU (hot_rows)",
+        {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": "cache_fraction"}),  # fmt: skip
+    Row("zc_gpu_hot_mps", "ours", "as zc_gpu_hot, PipelineCallback worker + MPS",
+        {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": "cache_fraction"},
+        pipeline={"mode": "worker", "mps": True}),  # fmt: skip
+    Row("zerocopy_ddp", "ours", "ZeroCopyDDPStrategy with --cache-budget, GPU sampler, zero-copy gather",
+        {"sampler_placement": "gpu", "gather": "zerocopy"},
+        strategy=("lightning_zerocopy.strategies.ZeroCopyDDPStrategy", {"cache_budget": "cache_budget"})),  # fmt: skip
+    Row("zerocopy_ddp_mps", "ours", "as zerocopy_ddp, PipelineCallback worker + MPS",
+        {"sampler_placement": "gpu", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True},
+        strategy=("lightning_zerocopy.strategies.ZeroCopyDDPStrategy", {"cache_budget": "cache_budget"})),  # fmt: skip
+    Row("hybrid", "ours", "sampler_placement='hybrid', zero-copy gather", {"sampler_placement": "hybrid", "gather": "zerocopy"}),
+    Row("hybrid_mps", "ours", "sampler_placement='hybrid', zero-copy gather, PipelineCallback worker + MPS",
+        {"sampler_placement": "hybrid", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True}),  # fmt: skip
+    Row("auto_mps", "ours", "sampler_placement='auto' (hybrid where it measures faster), zero-copy gather, "
+        "PipelineCallback worker + MPS", {"sampler_placement": "auto", "gather": "zerocopy"},
+        pipeline={"mode": "worker", "mps": True}),  # fmt: skip
+    Row("all_in_gpu", "ours", "graph and all feature rows in GPU memory, same GPU sampler",
+        {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": 1.0}),  # fmt: skip
+    Row("stages", "stages", "not a training row: median ms per batch of sampling, gather and the copy to the device, "
+        "per sampler placement and gather, with nothing else running", needs_cuda=False),  # fmt: skip
+    Row("model_only", "model_only", "the same batches pre-staged in device memory: the compute bound", needs_cuda=False),
+]
+
+#: Every row by name, in the report's order.
+ROWS: dict[str, Row] = {row.name: row for row in _ROW_LIST}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model of ``lightning_zerocopy.models`` (``arch``: ``GraphSAGE`` or ``GAT``), its size and fanouts."""
+
+    name: str
+    hidden: int
+    layers: int
+    fanouts: tuple[int, ...]
+    arch: str = "GraphSAGE"
+
+
+MODELS: dict[str, ModelSpec] = {
+    "light": ModelSpec("light", 128, 2, (10, 5)),
+    "heavy": ModelSpec("heavy", 256, 3, (15, 10, 5)),
+    "gat": ModelSpec("gat", 128, 2, (10, 5), arch="GAT"),  # 4 heads of 32; not in the presets (--models ...,gat)
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Graph size, step counts and time budgets of a named run; every field is also a command-line flag."""
+
+    num_nodes: int
+    avg_degree: float
+    features: int
+    classes: int
+    batch_size: int
+    steps: int
+    warmup: int
+    val_every: int
+    val_batches: int
+    row_budget_s: float
+    total_budget_s: float
+    row_timeout_s: float
+    configs: str
+    models: str
+    pyg_workers: str
+    threads: int
+
+
+# most telling first: a run that hits --total-budget-s skips the tail
+_GPU_SMALL = "model_only,pyg,zc_gpu_mps,all_in_gpu,stages,cpu,zc_gpu,zc_gpu_inproc,zc_cpu_mps,cpu_mps,zc_uva_mps,zc_gpu_hot,zerocopy_ddp,hybrid_mps"
+
+PRESETS: dict[str, Preset] = {
+    # the CI run: CPU-only rows on a few thousand nodes; one thread per row process (a shared CI box: two
+    # spinning threads on a loaded two-core machine ran the light model 5-8x slower than one)
+    "ci": Preset(4_000, 10.0, 32, 8, 128, 24, 4, 8, 2, 30.0, 0.0, 300.0, "pyg,cpu,cpu_inproc,model_only,stages,zc_gpu", "light", "0", 1),
+    # ~6 minutes for all its rows on an H100 (1M nodes, 20M edges, 0.5 GB of features)
+    "small": Preset(1_000_000, 20.0, 128, 16, 1024, 300, 30, 30, 2, 20.0, 420.0, 150.0, _GPU_SMALL, "light,heavy", "4,8,12", 0),
+    # >= 25 GB of fp32 features in host memory and >= 500M edges (50M nodes x 128; sized for 128 GiB RAM, 64 GiB disk)
+    "headline": Preset(50_000_000, 10.2, 128, 16, 1024, 600, 50, 100, 2, 40.0, 540.0, 300.0,
+                       "model_only,pyg,zc_gpu_mps,all_in_gpu,stages,zc_cpu_mps,zc_gpu_hot_mps,zerocopy_ddp_mps,hybrid_mps",
+                       "light,heavy", "8,12", 0),  # fmt: skip
+}
+
+
+def select_rows(configs: str) -> list[Row]:
+    """The rows named in a comma-separated list (``all`` = every row), in the order given.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+    """
+    names = [c.strip() for c in configs.split(",") if c.strip()]
+    if names == ["all"]:
+        return list(ROWS.values())
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        raise ValueError(f"--configs: unknown row(s) {unknown}; known rows: {', '.join(ROWS)}")
+    return [ROWS[n] for n in names]

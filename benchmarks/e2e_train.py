@@ -1,0 +1,320 @@
+"""One row of the end-to-end benchmark, run in a process of its own (see ``benchmarks/e2e.py``).
+
+Every row trains the same ``lightning_zerocopy.models`` model (same seed, so the same initial weights, same
+optimizer) through Lightning's ``Trainer`` on the same cached ``SyntheticGraph``, with the same seed nodes per
+step: our rows through ``ZeroCopyDataModule`` (``drop_last=True``, so every batch has ``batch_size`` seeds),
+PyG's ``NeighborLoader`` on the plan's seed order, and model-only on batches our builder made before training.
+Callbacks measure training wall time without validation (``TrainClock``), the data path
+(``DataTelemetry``) and check the first batches against the dataset (``BatchCheck``: seeds, ``x``, ``y``).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import traceback
+from typing import Any, Callable, Iterator
+
+import torch
+from pytorch_lightning.callbacks import Callback
+
+from benchmarks.e2e_measure import BatchCheck, TrainClock, summarize
+from benchmarks.e2e_rows import ModelSpec, Row
+
+__all__ = ["RowUnavailable", "run_row"]
+
+
+class RowUnavailable(Exception):
+    """This build or machine lacks the row's feature; the row is reported as skipped with this message."""
+
+
+# ---------------------------------------------------------------------------------------------- one row
+def run_row(row: Row, models: list[ModelSpec], args: Any, graph_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Train every model on ``row``; a result dict per model (``status`` ok | skipped | error)."""
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    results = []
+    for model in models:
+        base = {"row": row.name, "model": model.name, "kind": row.kind, "doc": row.doc}
+        try:
+            results.append({**base, "status": "ok", **_run_model(row, model, args, graph_kwargs)})
+        except RowUnavailable as exc:
+            results.append({**base, "status": "skipped", "reason": str(exc)})
+        except Exception as exc:  # noqa: BLE001 - one broken row must not lose the others' results
+            results.append({**base, "status": "error", "reason": f"{type(exc).__name__}: {exc}",
+                            "traceback": traceback.format_exc()[-4000:]})  # fmt: skip
+    return results
+
+
+def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any]) -> dict[str, Any]:
+    import pytorch_lightning as pl
+
+    from lightning_zerocopy import SyntheticGraph, ZeroCopyDataModule
+    from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
+    from lightning_zerocopy.data.plan import BatchPlan
+    from lightning_zerocopy import models
+
+    cuda = torch.cuda.device_count() > 0 and torch.version.cuda is not None
+    if row.needs_cuda and not cuda:
+        raise RowUnavailable("needs a CUDA GPU (none here)")
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    sync: Callable[[], None] = torch.cuda.synchronize if cuda else (lambda: None)
+
+    pipeline = None
+    if row.pipeline is not None:  # first: with mps it joins the launcher's daemon before CUDA is touched
+        options = dict(row.pipeline, **({"worker_sm_percent": args.worker_sm_percent} if row.mps else {}))
+        pipeline = PipelineCallback(**options)
+        if row.mps and pipeline.join_mps() is None:  # the launcher's daemon (the callback would run without it)
+            raise RowUnavailable("MPS is unavailable here (nvidia-cuda-mps-control missing or failed; see the row's log)")
+
+    dataset = SyntheticGraph(**graph_kwargs)
+    data = dataset.load()
+    plan = BatchPlan(data.train_idx, args.batch_size, shuffle=True, drop_last=True, seed=args.seed, stream=0)
+
+    def expected_seeds(step: int) -> torch.Tensor:
+        epoch, s = divmod(step, len(plan))
+        if row.kind == "model_only":
+            epoch, s = divmod(step % min(args.stage_batches, args.steps), len(plan))
+        return plan.item(epoch, s).seed_ids
+
+    if row.kind == "stages":
+        return _stages(dataset, spec, args, device)
+    clock = TrainClock(args.warmup, args.row_budget_s, sync, stop_at=args.target_acc if args.stop_at_target else None)
+    telemetry = DataTelemetry(prog_bar=False)
+    check = BatchCheck(expected_seeds, data.x, data.y, count=min(3, max(1, args.warmup)))
+    callbacks: list[Callback] = [clock, telemetry, check]
+    if pipeline is not None:
+        callbacks.append(pipeline)
+    strategy: Any = "auto"
+    if row.strategy is not None:
+        strategy = _strategy(row, args)
+
+    pl.seed_everything(args.seed, workers=True, verbose=False)
+    model = getattr(models, spec.arch)(data.num_features, dataset.num_classes, hidden_channels=spec.hidden,
+                                       num_layers=spec.layers, optimizer=functools.partial(torch.optim.Adam, lr=args.lr))  # fmt: skip
+    trainer = pl.Trainer(
+        accelerator="gpu" if cuda else "cpu", devices=1, strategy=strategy, max_steps=args.steps,
+        val_check_interval=args.val_every, check_val_every_n_epoch=None, limit_val_batches=args.val_batches,
+        num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=callbacks,
+    )  # fmt: skip
+    extra: dict[str, Any] = {}
+    common = dict(fanouts=list(spec.fanouts), batch_size=args.batch_size, drop_last=True, seed=args.seed)
+    if row.kind == "ours":
+        kwargs = dict(row.data)
+        fraction = kwargs.pop("hot_fraction", None)
+        if fraction is not None:
+            fraction = getattr(args, fraction) if isinstance(fraction, str) else fraction
+            kwargs["hot_rows"] = max(1, int(round(float(fraction) * data.num_nodes)))
+            extra["hot_rows"] = kwargs["hot_rows"]
+        try:
+            dm = ZeroCopyDataModule(dataset, **common, **kwargs)
+        except ValueError as exc:  # an option this build does not have (e.g. a sampler placement)
+            raise RowUnavailable(f"ZeroCopyDataModule rejects {kwargs}: {exc}") from exc
+        t0 = time.perf_counter()
+        trainer.fit(model, datamodule=dm)
+        extra.update(fit_s=time.perf_counter() - t0, fit_t0=t0)
+    elif row.kind == "pyg":
+        extra.update(_fit_pyg(trainer, model, data, plan, spec, args, device))
+    elif row.kind == "model_only":
+        extra.update(_fit_model_only(trainer, model, dataset, common, args, device))
+    else:
+        raise ValueError(f"row {row.name}: unknown kind {row.kind!r}")
+    if trainer.interrupted:
+        raise RuntimeError("training was interrupted (see the row's log)")
+    if clock.train_started is not None:  # Trainer setup: DataModule host memory, CSC, pipeline start, model to device
+        extra["setup_s"] = clock.train_started - extra["fit_t0"]
+    del extra["fit_t0"]
+    return {**summarize(clock, telemetry, args.warmup), "batch_check": check.result, "device": _device_name(cuda),
+            "threads": torch.get_num_threads(), **extra}  # fmt: skip
+
+
+def _strategy(row: Row, args: Any) -> Any:
+    import importlib
+
+    path, raw = row.strategy  # type: ignore[misc]
+    module, _, cls_name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), cls_name)
+    except (ImportError, AttributeError) as exc:
+        raise RowUnavailable(f"{path} is not in this build ({exc})") from exc
+    kwargs = {k: (getattr(args, v) if isinstance(v, str) and hasattr(args, v) else v) for k, v in raw.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise RowUnavailable(f"{path}({kwargs}) is rejected by this build: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------------------------- PyG and model-only
+def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, args: Any, device: torch.device) -> dict:
+    """PyG's NeighborLoader as users run it, on the plan's seed order; worker count: best of a short sweep."""
+    import importlib
+
+    backends = []
+    for name in ("pyg_lib", "torch_sparse"):
+        try:
+            importlib.import_module(name)
+            backends.append(name)
+        except Exception:  # noqa: BLE001 - a broken wheel is as unavailable as a missing one
+            pass
+    if not backends:
+        raise RowUnavailable("PyG's NeighborLoader needs pyg-lib or torch-sparse; neither imports here "
+                             "(on the GPU box: unpack .pyg/*.tgz and pass --pyg-site DIR)")  # fmt: skip
+    import pytorch_lightning as pl
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
+
+    from torch_geometric.sampler import NeighborSampler
+
+    if "sampler" not in _PYG_CACHE:  # one PyG CSC of the graph (shared memory) for every loader of this process
+        graph = Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes)
+        t0 = time.perf_counter()
+        _PYG_CACHE.update(graph=graph, sampler=NeighborSampler(graph, num_neighbors=list(spec.fanouts), share_memory=True),
+                          build_s=time.perf_counter() - t0)  # fmt: skip
+    graph, sampler, sampler_s = _PYG_CACHE["graph"], _PYG_CACHE["sampler"], _PYG_CACHE["build_s"]
+    sampler.num_neighbors = list(spec.fanouts)  # this model's fanouts (no loader of the previous model is alive)
+    epochs = -(-(args.steps + 1) // len(plan))
+    order = torch.cat([plan.input_nodes[plan.share(e)[: len(plan) * plan.batch_size]] for e in range(epochs)])
+    val_nodes = data.val_idx[: args.val_batches * args.batch_size]
+
+    def loader(nodes: torch.Tensor, workers: int) -> Any:
+        return NeighborLoader(graph, num_neighbors=list(spec.fanouts), input_nodes=nodes, batch_size=args.batch_size,
+                              shuffle=False, drop_last=True, num_workers=workers, pin_memory=device.type == "cuda",
+                              persistent_workers=workers > 0, neighbor_sampler=sampler)  # fmt: skip
+
+    sweep = {}
+    workers = [int(w) for w in str(args.pyg_workers).split(",") if w.strip()]
+    for w in workers if len(workers) > 1 else []:
+        sweep[w] = _loader_rate(loader(order, w), device, args.sweep_batches)
+    best = max(sweep, key=sweep.get) if sweep else workers[0]
+
+    class PyGData(pl.LightningDataModule):
+        def train_dataloader(self) -> Any:
+            return loader(order, best)
+
+        def val_dataloader(self) -> Any:
+            return loader(val_nodes, best)
+
+        def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+            return batch.to(device, non_blocking=True)
+
+    t0 = time.perf_counter()
+    trainer.fit(model, datamodule=PyGData())
+    return {"fit_s": time.perf_counter() - t0, "fit_t0": t0, "pyg_workers": best, "pyg_sweep_batches_per_s": sweep,
+            "pyg_backends": backends, "pyg_sampler_build_s": sampler_s}  # fmt: skip
+
+
+_PYG_CACHE: dict[str, Any] = {}
+
+
+def _loader_rate(loader: Any, device: torch.device, batches: int) -> float:
+    """Batches/s of a loader delivering to ``device`` (``.to(non_blocking=True)``), after the first 5 batches."""
+    it: Iterator[Any] = iter(loader)
+    t0, n = 0.0, 0
+    for i, batch in enumerate(it):
+        batch.to(device, non_blocking=True)
+        if i == 4:
+            _sync(device)
+            t0 = time.perf_counter()
+        elif i > 4:
+            n += 1
+        if n >= batches:
+            break
+    _sync(device)
+    rate = n / max(time.perf_counter() - t0, 1e-9)
+    del it
+    return rate
+
+
+def _fit_model_only(trainer: Any, model: Any, dataset: Any, common: dict, args: Any, device: torch.device) -> dict:
+    """The plan's first ``stage_batches`` batches, built by our CPU builder and moved to the device before training."""
+    from lightning_zerocopy import ZeroCopyDataModule
+
+    dm = ZeroCopyDataModule(dataset, **common, sampler_placement="cpu", gather="cpu")
+    dm.prepare_data()
+    dm.setup("fit")
+    try:
+        loader = dm.train_dataloader()  # the DataModule's own PlanLoader: the plan's batches, built on the CPU
+        count = min(args.stage_batches, args.steps)
+        t0 = time.perf_counter()
+        staged: list[Any] = []
+        for epoch in range(-(-count // len(loader))):
+            loader.set_epoch(epoch)
+            staged += [batch.to(device) for _, batch in zip(range(count - len(staged)), loader)]
+        _sync(device)
+        stage_s = time.perf_counter() - t0
+
+        class Staged:
+            def __len__(self) -> int:
+                return args.steps
+
+            def __iter__(self) -> Iterator[Any]:
+                return (staged[i % count] for i in range(args.steps))
+
+        t0 = time.perf_counter()
+        trainer.fit(model, train_dataloaders=Staged(), val_dataloaders=dm.val_dataloader())
+        return {"fit_s": time.perf_counter() - t0, "fit_t0": t0, "staged_batches": count, "stage_s": stage_s}
+    finally:
+        dm.teardown("fit")
+
+
+_STAGE_PATHS = (("cpu", "cpu"), ("cpu", "zerocopy"), ("uva", "zerocopy"), ("gpu", "zerocopy"))
+
+
+def _stages(dataset: Any, spec: ModelSpec, args: Any, device: torch.device) -> dict[str, Any]:
+    """Median ms per batch of each build stage, per (sampler placement, gather), with no training running:
+    ``sample_batch``, ``gather_batch`` and, for CPU-built batches, the copy to the device."""
+    import statistics
+
+    from lightning_zerocopy import ZeroCopyDataModule
+
+    stages: dict[str, dict[str, float]] = {}
+    sizes: dict[str, float] = {}
+    for placement, gather in _STAGE_PATHS:
+        if device.type != "cuda" and (placement, gather) != ("cpu", "cpu"):
+            continue
+        dm = ZeroCopyDataModule(dataset, fanouts=list(spec.fanouts), batch_size=args.batch_size, drop_last=True,
+                                seed=args.seed, sampler_placement=placement, gather=gather)  # fmt: skip
+        dm.prepare_data()
+        dm.setup("fit")
+        try:
+            loader, plan = dm.train_dataloader(), dm.plan("train")
+            builder = loader.builder
+            times: dict[str, list[float]] = {"sample_ms": [], "gather_ms": [], "copy_ms": []}
+            nodes, edges, x_bytes = [], [], []
+            for step in range(5 + args.stage_steps):
+                item = plan.item(*divmod(step, len(plan)))
+                _sync(device)
+                t0 = time.perf_counter()
+                sampled = builder.sample_batch(item)
+                _sync(device)
+                t1 = time.perf_counter()
+                batch = builder.gather_batch(sampled)
+                _sync(device)
+                t2 = time.perf_counter()
+                batch = batch.to(device, non_blocking=True)
+                _sync(device)
+                t3 = time.perf_counter()
+                if step >= 5:
+                    for key, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
+                        times[key].append(1e3 * dt)
+                    nodes.append(batch.n_id.numel())
+                    edges.append(batch.edge_index.size(1))
+                    x_bytes.append(batch.x.numel() * batch.x.element_size())
+            med = {k: statistics.median(v) for k, v in times.items()}
+            med["total_ms"] = sum(med.values())
+            stages[f"{placement}+{gather}"] = med
+            sizes = {"nodes_per_batch": statistics.mean(nodes), "edges_per_batch": statistics.mean(edges),
+                     "feature_MB_per_batch": statistics.mean(x_bytes) / 1e6}  # fmt: skip
+        finally:
+            dm.teardown("fit")
+    return {"stages": stages, **sizes, "device": _device_name(device.type == "cuda"), "threads": torch.get_num_threads()}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _device_name(cuda: bool) -> str:
+    return torch.cuda.get_device_name(0) if cuda else "cpu"

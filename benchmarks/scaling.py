@@ -1,0 +1,211 @@
+"""Multi-GPU scaling of ZeroCopyDDPStrategy: GPUs x cache policy x cache budget, features in host memory.
+
+For every combination of ``--gpus`` (rank counts), ``--policies`` (``replicate``, ``clique``, ``auto``) and
+``--budgets`` (share of the feature rows one GPU's budget holds, e.g. 0.1 and 0.3; ``0`` = no cache), one Lightning
+``fit`` runs in a fresh process (Lightning's DDP launcher starts the other ranks): 3-layer GraphSAGE hidden 256,
+fanouts [15, 10, 5], batch 1024 per rank, ``SyntheticGraph`` features in shared pinned host memory, GPU sampler,
+zero-copy gather through the strategy's cache. Reported per run (steady state: the first epoch is dropped):
+
+* epoch time (rank 0, synchronized) and speed-up over the 1-GPU run with the same policy and budget;
+* per rank: the cache's hit rate, rows from the local shard / peers' shards / host memory, host-read GB/s
+  (``DataTelemetry``'s ``cache/*`` figures of the last epoch), the policy the strategy chose and why;
+
+plus ``nvidia-smi topo -m`` and the GPU names, all in the JSON (``--out``) and a table.
+
+Example (the lead runs the 1-GPU part; the multi-GPU issue runs the rest)::
+
+    python benchmarks/scaling.py --gpus 1 --budgets 0.1,0.3 --out results/scaling_1gpu.json
+    python benchmarks/scaling.py --gpus 1,2,4,8 --policies replicate,clique,auto --out results/scaling.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Optional
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+FANOUTS = [15, 10, 5]
+
+
+def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
+    """One fit (this process is Lightning's rank 0; the launcher re-runs the script for the other ranks)."""
+    import pytorch_lightning as pl
+    import torch
+
+    from lightning_zerocopy import ZeroCopyDataModule
+    from lightning_zerocopy.callbacks import DataTelemetry
+    from lightning_zerocopy.datasets import SyntheticGraph
+    from lightning_zerocopy.models import GraphSAGE
+    from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
+
+    class EpochTimer(pl.Callback):
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+            self._t = 0.0
+
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            torch.cuda.synchronize()
+            self._t = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            torch.cuda.synchronize()
+            self.seconds.append(time.perf_counter() - self._t)
+
+    dataset = SyntheticGraph(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
+                             num_classes=32, cache_dir=args.cache_dir, device="cuda")  # fmt: skip
+    row_bytes = args.features * 4
+    budget = int(config["budget"] * args.num_nodes) * row_bytes
+    dm = ZeroCopyDataModule(dataset, fanouts=FANOUTS, batch_size=args.batch_size, sampler_placement="gpu",
+                            gather="zerocopy", drop_last=True, seed=args.seed)  # fmt: skip
+    strategy = ZeroCopyDDPStrategy(cache_budget=budget, cache_ranking=args.ranking, cache_policy=config["policy"],
+                                   presample_batches=args.presample_batches)  # fmt: skip
+    timer, telemetry = EpochTimer(), DataTelemetry(prog_bar=False)
+    trainer = pl.Trainer(accelerator="gpu", devices=config["gpus"], strategy=strategy, max_epochs=args.epochs,
+                         limit_train_batches=args.limit_batches or None, limit_val_batches=0, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         callbacks=[timer, telemetry])  # fmt: skip
+    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=256, num_layers=3, dropout=0.5)
+    trainer.fit(model, datamodule=dm)
+    decision = strategy.cache_decision
+    report = {
+        "rank": trainer.global_rank,
+        "epoch_s": timer.seconds,
+        "cache": telemetry.cache_history[-1] if telemetry.cache_history else None,
+        "policy": None if decision is None else decision.layout.policy,
+        "note": None if decision is None else decision.layout.note,
+        "cached_rows": None if decision is None else decision.plan.num_cached,
+        "expected_hit_rate": None if decision is None else decision.expected_hit_rate,
+        "steps_per_epoch": trainer.num_training_batches,
+    }
+    with open(os.path.join(config["out_dir"], f"rank{trainer.global_rank}.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f)
+
+
+def topology() -> dict[str, Any]:
+    """``nvidia-smi topo -m`` and the GPU list (or why they are missing)."""
+    out: dict[str, Any] = {}
+    for key, cmd in (("topo_m", ["nvidia-smi", "topo", "-m"]), ("gpus", ["nvidia-smi", "-L"])):
+        try:
+            out[key] = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            out[key] = f"unavailable: {exc!r}"
+    return out
+
+
+def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> dict[str, Any]:
+    out_dir = tempfile.mkdtemp(prefix="lzc-scaling-")
+    config = {"gpus": gpus, "policy": policy, "budget": budget, "out_dir": out_dir}
+    cmd = [sys.executable, os.path.abspath(__file__), *args.argv, "--child", json.dumps(config)]
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):
+        env.pop(key, None)
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    result: dict[str, Any] = {"gpus": gpus, "policy": policy, "budget_fraction": budget, "returncode": proc.returncode,
+                              "wall_s": time.perf_counter() - started}  # fmt: skip
+    try:
+        ranks = [json.load(open(os.path.join(out_dir, f"rank{r}.json"), encoding="utf-8")) for r in range(gpus)]
+    except OSError:
+        result["error"] = (proc.stdout[-3000:] + proc.stderr[-5000:]).strip()
+        return result
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    steady = ranks[0]["epoch_s"][1:] or ranks[0]["epoch_s"]
+    result.update(
+        epoch_s=sum(steady) / len(steady),
+        steps_per_epoch=ranks[0]["steps_per_epoch"],
+        chosen_policy=ranks[0]["policy"],
+        note=ranks[0]["note"],
+        cached_rows=ranks[0]["cached_rows"],
+        expected_hit_rate=ranks[0]["expected_hit_rate"],
+        per_rank=[{"rank": r["rank"], **(r["cache"] or {})} for r in ranks],
+    )
+    return result
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gpus", default="1", help="comma-separated rank counts, e.g. 1,2,4,8")
+    parser.add_argument("--policies", default="replicate,clique,auto")
+    parser.add_argument("--budgets", default="0.1,0.3", help="share of the rows one GPU's budget holds (0 = none)")
+    parser.add_argument("--ranking", default="presample", choices=("degree", "presample"))
+    parser.add_argument("--presample-batches", type=int, default=64)
+    parser.add_argument("--num-nodes", type=int, default=16_000_000)
+    parser.add_argument("--avg-degree", type=int, default=16)
+    parser.add_argument("--features", type=int, default=128, help="fp32 features per node (128 -> 512-byte rows)")
+    parser.add_argument("--batch-size", type=int, default=1024, help="seeds per batch per rank")
+    parser.add_argument("--epochs", type=int, default=3, help="the first is dropped (warm-up)")
+    parser.add_argument("--limit-batches", type=int, default=0, help="batches per epoch (0 = the whole split)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", default=None, help="dataset cache root (default: the datasets' default)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
+    parser.add_argument("--out", default="results/scaling.json")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if "--child" in raw:
+        raw = raw[: raw.index("--child")]
+    args.argv = raw
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
+    args = parse_args(argv)
+    if args.child is not None:
+        run_one(args, json.loads(args.child))
+        return None
+    import torch
+
+    available = torch.cuda.device_count()
+    runs = []
+    for gpus in (int(g) for g in args.gpus.split(",")):
+        if gpus > available:
+            print(f"skipping {gpus} GPUs: this machine has {available}", flush=True)
+            continue
+        for budget in (float(b) for b in args.budgets.split(",")):
+            for policy in args.policies.split(","):
+                r = launch(args, gpus, policy, budget)
+                runs.append(r)
+                if "error" in r:
+                    print(f"{gpus} GPU(s) {policy} {budget:.0%}: failed (rc {r['returncode']})\n{r['error']}", flush=True)
+                    continue
+                hit = [p.get("cache/hit_rate") for p in r["per_rank"]]
+                print(f"{gpus} GPU(s) {policy:>9} budget {budget:.0%}: epoch {r['epoch_s']:.2f} s, chose "
+                      f"{r['chosen_policy']} ({r['note']}), hit rate {hit}", flush=True)  # fmt: skip
+    for r in runs:  # speed-up over the 1-GPU run with the same policy and budget
+        base = next((b for b in runs if b["gpus"] == 1 and b["policy"] == r["policy"]
+                     and b["budget_fraction"] == r["budget_fraction"] and "epoch_s" in b), None)  # fmt: skip
+        if base is not None and "epoch_s" in r:
+            r["speedup_vs_1gpu"] = base["epoch_s"] / r["epoch_s"]
+    print(f"\n{'GPUs':>4} {'policy':>9} {'budget':>6} {'chosen':>9} {'epoch s':>8} {'speed-up':>8} "
+          f"{'hit rate':>8} {'local':>12} {'peer':>12} {'host':>12} {'host GB/s':>9}")  # fmt: skip
+    for r in runs:
+        if "epoch_s" not in r:
+            continue
+        p = r["per_rank"][0]
+        print(f"{r['gpus']:>4} {r['policy']:>9} {r['budget_fraction']:>6.0%} {r['chosen_policy'] or '-':>9} "
+              f"{r['epoch_s']:>8.2f} {r.get('speedup_vs_1gpu', float('nan')):>8.2f} "
+              f"{p.get('cache/hit_rate', float('nan')):>8.1%} {p.get('cache/local_rows', 0):>12.0f} "
+              f"{p.get('cache/peer_rows', 0):>12.0f} {p.get('cache/host_rows', 0):>12.0f} "
+              f"{p.get('cache/host_read_GBps', float('nan')):>9.2f}")  # fmt: skip
+    report = {"benchmark": "scaling", "config": {k: v for k, v in vars(args).items() if k != "argv"},
+              "gpu_count": available, "topology": topology(), "torch": torch.__version__, "runs": runs}  # fmt: skip
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    print(f"wrote {args.out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

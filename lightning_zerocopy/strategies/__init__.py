@@ -1,0 +1,20 @@
+"""Lightning strategies of lightning-zerocopy.
+
+Importing this package registers ``zerocopy_ddp`` in Lightning's strategy registry (so ``trainer.strategy:
+zerocopy_ddp`` works in a recipe); it starts nothing.
+"""
+
+from lightning_zerocopy.strategies.budget import BudgetSpec, parse_budget, resolve_budget
+from lightning_zerocopy.strategies.liveness import PeerRankExited
+from lightning_zerocopy.strategies.topology import choose_layout, find_cliques
+from lightning_zerocopy.strategies.zerocopy_ddp import ZeroCopyDDPStrategy
+
+__all__ = [
+    "BudgetSpec",
+    "PeerRankExited",
+    "ZeroCopyDDPStrategy",
+    "choose_layout",
+    "find_cliques",
+    "parse_budget",
+    "resolve_budget",
+]

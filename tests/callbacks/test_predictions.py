@@ -1,0 +1,88 @@
+"""PredictionWriter: what a predict_step may return, the .npz file's contents, and the per-rank merge under DDP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from lightning_zerocopy.callbacks.predictions import PredictionWriter, seed_predictions
+
+
+def _batch(n_id: list[int], batch_size: int) -> Data:
+    return Data(n_id=torch.tensor(n_id), batch_size=batch_size)
+
+
+def test_seed_predictions_accepts_logits_or_a_dict() -> None:
+    batch = _batch([7, 3, 9, 1], batch_size=2)
+    logits = torch.arange(8.0).reshape(4, 2)
+    ids, rows = seed_predictions(logits, batch)  # all sampled nodes' logits: the seeds' rows are kept
+    assert ids.tolist() == [7, 3] and torch.equal(rows, logits[:2])
+    ids, rows = seed_predictions({"logits": logits[:2]}, batch)
+    assert ids.tolist() == [7, 3] and torch.equal(rows, logits[:2])
+    ids, rows = seed_predictions({"n_id": torch.tensor([5]), "logits": logits[:1]}, batch)
+    assert ids.tolist() == [5] and torch.equal(rows, logits[:1])
+
+
+@pytest.mark.parametrize(
+    "prediction, match",
+    [
+        ({"pred": torch.zeros(2)}, "needs 'logits'"),
+        ([1, 2], "must return the logits"),
+        (torch.zeros(1, 3), "1 rows of logits for 2 seed nodes"),
+    ],
+)
+def test_seed_predictions_rejects_what_it_cannot_write(prediction, match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        seed_predictions(prediction, _batch([7, 3, 9], batch_size=2))
+
+
+def _trainer(tmp_path: Path, rank: int = 0, world: int = 1) -> SimpleNamespace:
+    strategy = SimpleNamespace(broadcast=lambda obj, src=0: obj, barrier=lambda name=None: None)
+    return SimpleNamespace(log_dir=str(tmp_path), default_root_dir=str(tmp_path), world_size=world, global_rank=rank,
+                           strategy=strategy)  # fmt: skip
+
+
+def _predict(writer: PredictionWriter, trainer: SimpleNamespace, batches: list[tuple[list[int], torch.Tensor]]) -> None:
+    writer.on_predict_epoch_start(trainer, None)
+    for i, (ids, logits) in enumerate(batches):
+        writer.write_on_batch_end(trainer, None, logits, None, _batch(ids, len(ids)), i, 0)
+    writer.on_predict_epoch_end(trainer, None)
+
+
+def test_writes_ids_logits_class_and_probability(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gen = torch.Generator().manual_seed(0)
+    first, second = torch.randn(3, 4, generator=gen), torch.randn(2, 4, generator=gen)
+    writer = PredictionWriter()
+    _predict(writer, _trainer(tmp_path), [([8, 2, 5], first), ([0, 6], second)])
+    assert writer.path == tmp_path / "predictions.npz"
+    assert str(writer.path) in capsys.readouterr().out
+    saved = dict(np.load(writer.path))
+    assert saved["node_id"].tolist() == [0, 2, 5, 6, 8]  # sorted by node id
+    logits = torch.cat([first, second])[[3, 1, 2, 4, 0]]
+    np.testing.assert_allclose(saved["logits"], logits.numpy())
+    assert saved["pred"].tolist() == logits.argmax(1).tolist()
+    np.testing.assert_allclose(saved["prob"], logits.softmax(1).max(1).values.numpy(), rtol=1e-6)
+
+
+def test_ddp_ranks_write_shares_that_rank_zero_merges(tmp_path: Path) -> None:
+    """A distributed plan pads the shares by repeating nodes: each node appears once in the merged file."""
+    logits = torch.randn(6, 3, generator=torch.Generator().manual_seed(1))
+    rank1 = PredictionWriter()
+    _predict(rank1, _trainer(tmp_path, rank=1, world=2), [([4, 1, 0], logits[3:])])
+    assert (tmp_path / "predictions.rank1.npz").exists() and rank1.path is None
+    rank0 = PredictionWriter()
+    _predict(rank0, _trainer(tmp_path, rank=0, world=2), [([2, 3, 4], logits[:3])])
+    saved = dict(np.load(tmp_path / "predictions.npz"))
+    assert saved["node_id"].tolist() == [0, 1, 2, 3, 4]
+    np.testing.assert_allclose(saved["logits"], logits[[5, 4, 0, 1, 2]].numpy())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.npz"]
+
+
+def test_filename_must_be_npz() -> None:
+    with pytest.raises(ValueError, match=".npz"):
+        PredictionWriter(filename="predictions.csv")

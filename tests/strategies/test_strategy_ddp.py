@@ -1,0 +1,156 @@
+"""ZeroCopyDDPStrategy in CPU DDP jobs (gloo, subprocesses): seed shares, one host copy per machine, the cache plan
+on every rank, simulated nodes, and a rank that dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCRIPT = Path(__file__).with_name("strategy_ddp_script.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _launch(tmp_path: Path, config: dict[str, Any], node_rank: int = 0, port: int = 0) -> subprocess.Popen:
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    config = dict(config, out=str(out), cache=str(tmp_path / "cache"))
+    path = tmp_path / f"config{node_rank}.json"
+    path.write_text(json.dumps(config))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", NODE_RANK=str(node_rank), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port or _free_port()), OMP_NUM_THREADS="1")  # fmt: skip
+    for key in ("LOCAL_RANK", "WORLD_SIZE", "GLOBAL_RANK", "RANK"):
+        env.pop(key, None)
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def _run(tmp_path: Path, config: dict[str, Any], nodes: int = 1, timeout: float = 240) -> list[dict[str, Any]]:
+    port = _free_port()
+    procs = [_launch(tmp_path, config, node_rank=n, port=port) for n in range(nodes)]
+    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    for p, text in zip(procs, outputs):
+        assert p.returncode == 0, text[-6000:]
+    world = config.get("devices", 2) * nodes
+    return [json.loads((tmp_path / "out" / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _check_shares(reports: list[dict[str, Any]], batch_size: int = 64) -> None:
+    shares = [[s for batch in r["seeds"] for s in batch] for r in reports]
+    assert len({len(s) for s in shares}) == 1 and len(shares[0]) > 0  # equal shares
+    flat = [s for share in shares for s in share]
+    assert len(set(flat)) == len(flat)  # disjoint
+    train = set(reports[0]["train_idx"])
+    assert set(flat) <= train and len(train) - len(flat) < len(reports) * batch_size
+
+
+def _check_one_copy(reports: list[dict[str, Any]]) -> None:
+    """Ranks of one node map the same segments, and their PSS adds up to about one copy."""
+    assert len({tuple(r["paths"]) for r in reports}) == 1
+    size = reports[0]["segment_bytes"]
+    assert all(r["rss"] >= 0.9 * size for r in reports)  # each rank maps (and touched) all of it
+    total_pss = sum(r["pss"] for r in reports)
+    # one copy shared by the ranks: ~1x what one rank maps (a copy per rank would be len(reports) x)
+    assert total_pss <= 1.5 * max(r["rss"] for r in reports), (total_pss, [r["rss"] for r in reports])
+
+
+def _check_no_leftovers(before: set[str], tmp_path: Path) -> None:
+    pids = {p.read_text().strip() for p in (tmp_path / "out").glob("pid*")}
+    left = {n for n in _shm() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids)}
+    assert not left, left
+
+
+@pytest.mark.slow
+def test_two_ranks_presample_replicate(tmp_path: Path) -> None:
+    before = _shm()
+    reports = _run(tmp_path, {"devices": 2, "ranking": "presample", "policy": "replicate", "budget": "2KiB"})
+    _check_shares(reports)
+    _check_one_copy(reports)
+    assert {r["digest"] for r in reports} == {reports[0]["digest"]}  # the same plan on every rank
+    assert reports[0]["policy"] == "replicate" and [r["group"] for r in reports] == [[0], [1]]
+    assert len(reports[0]["rows"]) == 2048 // 32  # 8 fp32 features per row
+    assert 0 < reports[0]["expected_hit_rate"] < 1
+    _check_no_leftovers(before, tmp_path)
+    (tmp_path / "two.json").write_text(json.dumps(reports[0]["rows"]))
+
+    # four ranks, cliques from a given peer matrix ({0,1} and {2,3}): the same presample counts (rank-independent)
+    # give the same hottest rows, dealt over two shards per clique
+    four = tmp_path / "four"
+    four.mkdir()
+    peer = [[i // 2 == j // 2 for j in range(4)] for i in range(4)]
+    reports4 = _run(four, {"devices": 4, "ranking": "presample", "policy": "clique", "budget": "2KiB",
+                           "peer_access": peer})  # fmt: skip
+    _check_shares(reports4)
+    _check_one_copy(reports4)
+    assert {r["digest"] for r in reports4} == {reports4[0]["digest"]}
+    assert [r["group"] for r in reports4] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert [r["shard_index"] for r in reports4] == [0, 1, 0, 1]
+    rows, bounds = reports4[0]["rows"], reports4[0]["bounds"]
+    shard0, shard1 = rows[bounds[0] : bounds[1]], rows[bounds[1] : bounds[2]]
+    assert len(shard0) == len(shard1) == 64 and not set(shard0) & set(shard1)
+    hottest = [r for pair in zip(shard0, shard1) for r in pair]  # undo the round-robin deal
+    assert hottest[:64] == reports[0]["rows"]
+    _check_no_leftovers(before, four)
+
+
+@pytest.mark.slow
+def test_two_simulated_nodes_each_build_their_own_host_copy(tmp_path: Path) -> None:
+    before = _shm()
+    reports = _run(tmp_path, {"devices": 2, "num_nodes": 2, "ranking": "degree", "policy": "clique",
+                              "peer_access": [[True, True], [True, True]]}, nodes=2)  # fmt: skip
+    assert [(r["node_rank"], r["local_rank"]) for r in reports] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    _check_shares(reports)
+    node0, node1 = reports[:2], reports[2:]
+    _check_one_copy(node0)
+    _check_one_copy(node1)
+    assert set(node0[0]["paths"]).isdisjoint(node1[0]["paths"])  # each machine its own copy
+    assert [r["group"] for r in reports] == [[0, 1], [0, 1], [2, 3], [2, 3]]  # caches never span machines
+    assert {r["digest"] for r in reports} == {reports[0]["digest"]}
+    _check_no_leftovers(before, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("die_rank", [1, 0])
+def test_a_dead_rank_stops_the_others_with_its_name(tmp_path: Path, die_rank: int) -> None:
+    before = _shm()
+    start = time.monotonic()
+    proc = _launch(tmp_path, {"devices": 2, "epochs": 50, "die_rank": die_rank,
+                              "liveness_interval": float(os.environ.get("LZC_TEST_LIVENESS", "0.5"))})  # fmt: skip
+    output = proc.communicate(timeout=240)[0]
+    assert proc.returncode != 0
+    out = tmp_path / "out"
+    assert (out / f"dying{die_rank}").exists(), output[-4000:]
+    survivor = 1 - die_rank
+    pid = int((out / f"pid{survivor}").read_text())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"rank {survivor} still runs 30 s after rank {die_rank} died")
+    dying_at = (out / f"dying{die_rank}").stat().st_mtime
+    assert time.time() - dying_at < 60 and time.monotonic() - start < 240
+    # the survivor names the dead rank (every rank writes to the launcher's output)
+    assert f"rank {die_rank} (pid" in output and f"exited while rank {survivor} was running" in output, output[-4000:]
+    _check_no_leftovers(before, tmp_path)
