@@ -101,8 +101,9 @@ class ShardHandle:
         ``device`` is where an empty shard is placed (nothing is read from it); default: the shard's GPU.
         """
         if self.num_rows == 0 or self.dim == 0 or self.ipc is None:
-            where = device if device is not None else torch.device("cuda", _local_device_index(self.device_uuid, self.device_index))
-            return torch.empty((self.num_rows, self.dim), dtype=self.dtype, device=where)
+            if device is None:
+                device = torch.device("cuda", _local_device_index(self.device_uuid, self.device_index))
+            return torch.empty((self.num_rows, self.dim), dtype=self.dtype, device=device)
         if self.owner_pid == os.getpid():
             tensor = _EXPORTED.get(self.key)
             if tensor is None:
@@ -117,7 +118,10 @@ class ShardHandle:
         args[_storage_device_arg()] = _local_device_index(self.device_uuid, self.device_index)
         tensor = rebuild_cuda_tensor(*args)
         if tuple(tensor.shape) != (self.num_rows, self.dim) or tensor.dtype != self.dtype:
-            raise RuntimeError(f"cache shard {self.shard_index}: the IPC handle opened as {tuple(tensor.shape)} {tensor.dtype}")
+            raise RuntimeError(
+                f"cache shard {self.shard_index}: its IPC handle opened as {tuple(tensor.shape)} {tensor.dtype}, "
+                f"expected ({self.num_rows}, {self.dim}) {self.dtype}"
+            )
         return tensor
 
 

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import mmap
 import resource
-import statistics
-import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Union
 
 import torch
 
 from lightning_zerocopy import ops
+from lightning_zerocopy.gather.read_order import ReadOrderChooser
 from lightning_zerocopy.graph.reorder import frequency_order, most_frequent_neighbors
 from lightning_zerocopy.options import GatherMode, check_choice
 
@@ -250,8 +249,7 @@ class CudaFeatureTable:
                 self._registration = register_host_tensor(table, name="table")
         self._cache_slot: Optional[torch.Tensor] = None
         self._cache: Optional[torch.Tensor] = None
-        self._trials: dict[str, list[float]] = {"direct": [], "sorted": []}
-        self._lock = threading.Lock()
+        self._order = ReadOrderChooser(mode, trial_calls)
         if hot_rows is not None:
             self.set_hot_rows(hot_rows)
 
@@ -280,14 +278,12 @@ class CudaFeatureTable:
     @property
     def chosen_mode(self) -> Optional[str]:
         """``"direct"`` or ``"sorted"`` once decided (immediately unless ``mode="auto"``), else None."""
-        if self.mode != "auto":
-            return self.mode
-        return self._decide()
+        return self._order.chosen
 
     @property
     def trial_times(self) -> dict[str, list[float]]:
         """Per-row seconds measured for each mode during the ``auto`` trials."""
-        return {k: list(v) for k, v in self._trials.items()}
+        return self._order.trial_times
 
     # --------------------------------------------------------------------------------------------- cache
 
@@ -336,35 +332,13 @@ class CudaFeatureTable:
                 ids = ids.to(self.device, non_blocking=True)
             if out is None:
                 out = torch.empty((ids.shape[0], self.dim), dtype=self.dtype, device=self.device)
-            mode = self.chosen_mode
-            if mode is None:
-                self._trial(ids, out, stream)
-            else:
-                ops.gather_rows_ex(self.table, ids, out, sort_ids=mode == "sorted", cache_slot=self._cache_slot,
+
+            def gather(sort_ids: bool) -> None:
+                ops.gather_rows_ex(self.table, ids, out, sort_ids=sort_ids, cache_slot=self._cache_slot,
                                    cache=self._cache)  # fmt: skip
+
+            self._order.run(gather, ids.numel(), stream)
         return out
-
-    def _trial(self, ids: torch.Tensor, out: torch.Tensor, stream: torch.cuda.Stream) -> None:
-        with self._lock:
-            done = {k: len(v) for k, v in self._trials.items()}
-        mode = "direct" if done["direct"] <= done["sorted"] else "sorted"
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        ops.gather_rows_ex(self.table, ids, out, sort_ids=mode == "sorted", cache_slot=self._cache_slot,
-                           cache=self._cache)  # fmt: skip
-        end.record(stream)
-        end.synchronize()
-        if ids.numel() > 0:
-            with self._lock:
-                self._trials[mode].append(start.elapsed_time(end) * 1e-3 / ids.numel())
-
-    def _decide(self) -> Optional[str]:
-        with self._lock:
-            if min(len(v) for v in self._trials.values()) < self.trial_calls:
-                return None
-            direct = statistics.median(self._trials["direct"])
-            ordered = statistics.median(self._trials["sorted"])
-        return "sorted" if ordered < direct else "direct"
 
     # ------------------------------------------------------------------------------------------- cleanup
 

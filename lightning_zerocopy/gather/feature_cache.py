@@ -32,7 +32,8 @@ import torch
 from lightning_zerocopy import ops
 from lightning_zerocopy.gather.cache_plan import CachePlan
 from lightning_zerocopy.gather.cache_shards import ShardHandle, _cuda_device, _table_tensor, fill_shard
-from lightning_zerocopy.gather.read_order import ReadOrder, ReadOrderChooser
+from lightning_zerocopy.gather.read_order import ReadOrderChooser
+from lightning_zerocopy.options import GatherMode
 
 __all__ = [
     "CacheCounts",
@@ -42,6 +43,7 @@ __all__ = [
     "fill_shard",
     "open_feature_cache",
 ]
+
 
 @dataclass(frozen=True)
 class FeatureCacheSpec:
@@ -69,7 +71,9 @@ class FeatureCacheSpec:
             if not isinstance(handle, ShardHandle):
                 raise TypeError(f"FeatureCacheSpec: `handles[{s}]` must be a ShardHandle, got {type(handle).__name__}")
             if handle.shard_index != s:
-                raise ValueError(f"FeatureCacheSpec: `handles[{s}]` holds shard {handle.shard_index}; order them by shard")
+                raise ValueError(
+                    f"FeatureCacheSpec: `handles[{s}]` holds shard {handle.shard_index}; order them by shard"
+                )
             if handle.plan_digest != self.plan.digest:
                 raise ValueError(f"FeatureCacheSpec: `handles[{s}]` was filled for another plan than `plan`")
             if handle.num_rows != self.plan.shard_sizes[s]:
@@ -121,7 +125,7 @@ class SegmentedFeatureCache:
         segments: tuple[torch.Tensor, ...],
         location: torch.Tensor,
         registration: Any = None,
-        read_order: ReadOrder = "auto",
+        read_order: GatherMode = "auto",
     ) -> None:
         self.spec = spec
         self.table = table
@@ -269,7 +273,7 @@ def open_feature_cache(
     device: Union[torch.device, str, int, None],
     *,
     register: bool = True,
-    read_order: ReadOrder = "auto",
+    read_order: GatherMode = "auto",
 ) -> SegmentedFeatureCache:
     """Open the cache described by ``spec`` on ``device``, in any process of the machine.
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import statistics
 import threading
-from typing import Callable, Literal, Optional
+from typing import Callable, Optional
 
 import torch
 
-__all__ = ["ReadOrder", "ReadOrderChooser"]
+from lightning_zerocopy.options import GatherMode, check_choice
 
-ReadOrder = Literal["auto", "direct", "sorted"]
+__all__ = ["ReadOrderChooser"]
 
 
 class ReadOrderChooser:
@@ -27,12 +27,11 @@ class ReadOrderChooser:
         trial_calls: gathers per order that ``"auto"`` times before choosing.
     """
 
-    def __init__(self, mode: ReadOrder = "auto", trial_calls: int = 3) -> None:
-        if mode not in ("auto", "direct", "sorted"):
-            raise ValueError(f"`mode` must be 'auto', 'direct' or 'sorted', got {mode!r}")
+    def __init__(self, mode: GatherMode = "auto", trial_calls: int = 3) -> None:
+        check_choice(mode, GatherMode, "mode")
         if trial_calls < 1:
             raise ValueError(f"`trial_calls` must be >= 1, got {trial_calls}")
-        self.mode: ReadOrder = mode
+        self.mode: GatherMode = mode
         self.trial_calls = trial_calls
         self._trials: dict[str, list[float]] = {"direct": [], "sorted": []}
         self._lock = threading.Lock()

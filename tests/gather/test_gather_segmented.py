@@ -21,7 +21,9 @@ def reference_gather(table, ids, location, slot_bits, segments):
     return out
 
 
-def make_case(num_rows=400, dim=12, num_shards=3, cached=150, n=1000, dtype=torch.float32, seed=0, id_dtype=torch.int64):
+def make_case(
+    num_rows=400, dim=12, num_shards=3, cached=150, n=1000, dtype=torch.float32, seed=0, id_dtype=torch.int64
+):
     g = torch.Generator().manual_seed(seed)
     table = torch.randn(num_rows, dim, generator=g).to(dtype)
     plan = CachePlan.from_ranking(torch.randperm(num_rows, generator=g), num_rows, num_shards, num_rows=cached)
@@ -78,7 +80,8 @@ def test_without_segments_is_a_plain_gather():
 
 def test_empty_ids():
     table, plan, segments, _ = make_case()
-    out = ops.gather_segmented(table, torch.empty(0, dtype=torch.int64), plan.build_location(), plan.slot_bits, segments)
+    ids = torch.empty(0, dtype=torch.int64)
+    out = ops.gather_segmented(table, ids, plan.build_location(), plan.slot_bits, segments)
     assert out.shape == (0, table.shape[1])
 
 
