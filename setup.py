@@ -1,10 +1,11 @@
-"""Build script for lightning-zerocopy.
+"""Build script for lightning-zerocopy's compiled extension (the project's metadata is in ``pyproject.toml``).
 
 One extension, ``lightning_zerocopy._C``, holds every op of the ``zerocopy`` torch library:
 
 * CPU kernels are always built (``csrc/library.cpp``, ``csrc/ops/*.cpp``, ``csrc/ops/cpu/*.cpp``).
 * CUDA kernels (``csrc/ops/cuda/*.cu`` raw-pointer kernels plus ``csrc/ops/cuda/*.cpp`` torch glue) are built
   when the installed torch has CUDA and ``nvcc`` is found, or when ``FORCE_CUDA=1``; ``FORCE_CPU=1`` skips them.
+  Target GPUs: ``TORCH_CUDA_ARCH_LIST`` when set (torch reads it), else :data:`DEFAULT_ARCH_FLAGS`.
 
 Install with ``pip install --no-build-isolation -e .`` so the extension compiles against the torch that is
 already installed (an isolated build would pull a different torch).
@@ -30,6 +31,14 @@ except ImportError:  # pragma: no cover - guidance for a missing torch
     )
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+#: nvcc targets when TORCH_CUDA_ARCH_LIST is unset: Ampere and Hopper SASS, plus Hopper PTX that newer GPUs JIT.
+#: Passed as flags (torch adds no arch flags of its own when the nvcc flags name one), so the environment is
+#: left as it is.
+DEFAULT_ARCH_FLAGS = [
+    "-gencode=arch=compute_80,code=sm_80",
+    "-gencode=arch=compute_90,code=sm_90",
+    "-gencode=arch=compute_90,code=compute_90",
+]
 
 
 def _flag(name: str) -> bool:
@@ -58,10 +67,8 @@ def _extension():
         sources += _sources("csrc/ops/cuda/*.cpp") + _sources("csrc/ops/cuda/*.cu")
         define_macros.append(("ZEROCOPY_WITH_CUDA", "1"))
         nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
-        arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
-        if not arch:
-            # Hopper first; the PTX lets newer parts JIT. Override with TORCH_CUDA_ARCH_LIST.
-            os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0+PTX"
+        if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+            nvcc += DEFAULT_ARCH_FLAGS
         ext = CUDAExtension(
             "lightning_zerocopy._C",
             sources,
@@ -88,28 +95,7 @@ def _extension():
 
 
 setup(
-    name="lightning-zerocopy",
-    version="0.1.0",
-    description="Zero-copy, pipelined mini-batch GNN training for PyTorch Lightning and PyG",
-    long_description=open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    if os.path.exists(os.path.join(ROOT, "README.md"))
-    else "",
-    long_description_content_type="text/markdown",
-    python_requires=">=3.10",
-    packages=find_packages(include=["lightning_zerocopy", "lightning_zerocopy.*"]),
     ext_modules=[_extension()],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)},
-    install_requires=[
-        "torch>=2.4",
-        "torch-geometric>=2.5",
-        "pytorch-lightning>=2.2",
-        "torchmetrics>=1.0",
-        "jsonargparse[signatures]>=4.27",
-        "pybind11>=2.10",
-        "numpy",
-        "tqdm",
-    ],
-    extras_require={"test": ["pytest>=7", "scipy"]},
-    entry_points={"console_scripts": ["lightning-zerocopy=lightning_zerocopy.cli:main"]},
     zip_safe=False,
 )

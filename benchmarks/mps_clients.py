@@ -14,8 +14,8 @@ A variant is a ``+``-joined list of steps run in order, for example ``torch+pyg+
 ``start``
     start a private daemon (``mps.start_mps()``) and set ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50``
 ``cli``
-    ``build_cli(run=False)`` on a small recipe with ``PipelineCallback(mps: true)``; the callback starts the daemon
-    itself, because its driver check is disabled here
+    ``build_cli(run=False)`` on a small recipe with ``PipelineCallback(mps: true)``, then the callback's
+    ``join_mps()`` (what its setup does); it starts the daemon itself, because its driver check is disabled here
 
 After the steps, the process creates its CUDA context and times a bf16 8192² matmul. A client at a 50 % share
 runs at about half the rate of a process outside MPS. Also reported: the driver's state after each step
@@ -107,7 +107,8 @@ def run_variant(variant: str) -> dict:
             with open(path, "w") as f:
                 f.write(RECIPE)
             cli = build_cli(["--config", path], run=False)
-            result["cli_daemon"] = any(getattr(c, "mps_daemon", None) is not None for c in cli.trainer.callbacks)
+            joins = [c.join_mps for c in cli.trainer.callbacks if callable(getattr(c, "join_mps", None))]
+            result["cli_daemon"] = any(join() is not None for join in joins)  # what setup does
         elif step == "start":
             mps = mps or load_mps_module()
             result["mps"] = mps.start_mps() is not None

@@ -21,6 +21,7 @@ __all__ = [
     "SamplerPlacement",
     "check_choice",
     "check_count",
+    "check_depth",
     "check_fanouts",
     "choices",
 ]
@@ -104,3 +105,10 @@ def check_fanouts(fanouts: Any, name: str = "fanouts") -> list[int]:
             raise ValueError(f"{entry} must be a positive neighbor count or -1 (all neighbors), got {fanout}")
         checked.append(int(fanout))
     return checked
+
+
+def check_depth(depth: Any, owner: str) -> int:
+    """Return ``depth`` (batch slots per loader) if it is an int >= 1, else raise ``ValueError`` naming ``owner``."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"{owner}(depth=...) must be an int >= 1 (2 = ping-pong), got {depth!r}")
+    return depth

@@ -1,6 +1,7 @@
 """Shared pytest configuration.
 
-CUDA tests carry ``@pytest.mark.cuda`` and are skipped where no GPU is present. On a GPU machine,
+CUDA tests carry ``@pytest.mark.cuda`` (markers are declared in ``pyproject.toml``) and are skipped where no GPU
+is present. On a GPU machine,
 ``REQUIRE_CUDA=1`` turns every skipped CUDA test into a failure, so a GPU run cannot pass by skipping.
 """
 
@@ -12,11 +13,6 @@ import pytest
 import torch
 
 REQUIRE_CUDA = os.environ.get("REQUIRE_CUDA", "0") == "1"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "cuda: needs a CUDA GPU and the CUDA kernels of lightning_zerocopy._C")
-    config.addinivalue_line("markers", "slow: takes more than a few seconds")
 
 
 def _cuda_ready() -> tuple[bool, str]:

@@ -1,7 +1,8 @@
 """Lightning callbacks: the batch pipeline (:class:`PipelineCallback`) and data telemetry (:class:`DataTelemetry`).
 
-Importing starts nothing; the pipeline's worker and MPS daemon start only when the callback is constructed
-with ``mps=True`` (the daemon) or attached by the DataModule (the worker).
+Importing starts nothing and imports no PyG (which initializes the CUDA driver), so a script can import them before
+it starts MPS; constructing them only stores their configuration. The pipeline's worker starts, and the MPS daemon
+is joined, when the DataModule's ``setup`` attaches the callback.
 """
 
 from lightning_zerocopy.callbacks.pipeline import PipelineCallback

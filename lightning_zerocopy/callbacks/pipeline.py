@@ -12,38 +12,45 @@ producer), so toggling the callback changes where batches are made, never what t
 
 How it hooks in: the :class:`~lightning_zerocopy.data.ZeroCopyDataModule` calls
 :meth:`PipelineCallback.attach_host_memory` during ``setup`` while its shared memory can still be opened by
-name; the callback starts the producer there, has it open the builders, and replaces the datamodule's
-``*_dataloader`` methods (on this instance only, undone at ``teardown``) by ones that wrap the DataModule's
-loader in a :class:`~lightning_zerocopy.pipeline.loader.PipelineLoader`.
+name; the callback starts the producer there, has it open the builders, and hands the DataModule a loader
+factory (:meth:`ZeroCopyDataModule.use_loader_factory`) that wraps its loaders in a
+:class:`~lightning_zerocopy.pipeline.loader.PipelineLoader`; ``teardown`` hands it back (``None``).
 
 MPS: a process becomes an MPS client only if the daemon runs, and the MPS variables are in its environment,
-when it initializes the CUDA driver; ``import torch_geometric`` already does that (measured on the H200 box), and
-every recipe's DataModule or model imports PyG before LightningCLI constructs the callbacks. So the
-``lightning-zerocopy`` command reads the recipe first and, for ``mps: true``, starts a private daemon before it
-imports anything else (:func:`lightning_zerocopy.cli.main`); the callback then joins it, and the worker it starts
-gets ``worker_sm_percent`` % of the SMs, the trainer the rest. DDP ranks started later by Lightning's launcher
-inherit the variables and join the same daemon. Other entry points: start the job through
-``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND``, or construct the callback
-before anything imports PyG or touches CUDA (it starts the daemon itself then, and warns when it is too late).
+when it initializes the CUDA driver; ``import torch_geometric`` already does that (``benchmarks/NOTES.md``, "When
+does a process become an MPS client?"), and
+every recipe's DataModule or model imports PyG before LightningCLI constructs the callbacks. So whoever starts
+the process starts MPS: the ``lightning-zerocopy`` command reads the recipe first and, for ``mps: true``, starts a
+private daemon before it imports anything else (:func:`lightning_zerocopy.cli.main`); other entry points run
+under ``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND``, or a script calls
+:func:`lightning_zerocopy.pipeline.mps.start_for_trainer` before anything touches CUDA (importing this module
+imports no PyG). The callback only joins that daemon when the run is set up (:meth:`PipelineCallback.join_mps`;
+it warns and runs without MPS when there is none and it is too late to start one); the worker it starts gets
+``worker_sm_percent`` % of the SMs, the trainer the rest. DDP ranks started later by Lightning's launcher
+inherit the variables and join the same daemon.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
-from lightning_zerocopy.pipeline import PipelineClient, start_pipeline
+from lightning_zerocopy.options import check_depth
+from lightning_zerocopy.pipeline import start_pipeline
 from lightning_zerocopy.pipeline import mps as mps_control
-from lightning_zerocopy.pipeline.loader import PipelineLoader
 from lightning_zerocopy.pipeline.mps import DEFAULT_WORKER_SM_PERCENT
-from lightning_zerocopy.pipeline.slots import check_depth
-from lightning_zerocopy.pipeline.source import PlanSource
+
+if TYPE_CHECKING:
+    from lightning_zerocopy.pipeline.client import PipelineClient
+
+# PyG initializes the CUDA driver when imported, so nothing that imports it (pipeline.loader, pipeline.source)
+# is imported here at module level: a script may import this callback before it starts MPS.
 
 Mode = Literal["auto", "worker", "in_process"]
 
@@ -61,7 +68,7 @@ class PipelineCallback(Callback):
     Args:
         mode: ``"worker"``: a worker process builds batches into GPU (or shared host) slots it shares with
             the trainer over CUDA IPC; ``"in_process"``: a producer thread of the trainer builds them on side
-            CUDA streams; ``"auto"``: what measured fastest in ``benchmarks/pipeline.py`` on an H200 (see
+            CUDA streams; ``"auto"``: the fastest mode for the setup in ``benchmarks/pipeline.py`` (see
             :meth:`resolve_mode`).
         depth: batch slots per loader; 2 is ping-pong (one being trained on, one being filled).
         mps: run the trainer and the worker as clients of a private CUDA MPS daemon, the worker limited to
@@ -82,6 +89,9 @@ class PipelineCallback(Callback):
 
     A batch of the other loaders is a view of its slot and stays valid until the next batch of that loader is
     requested (after the step's backward): copy a field to keep it longer.
+
+    The constructor only stores the configuration: the MPS daemon is joined (:meth:`join_mps`) and the producer
+    started when the DataModule's ``setup`` attaches the callback; both are released at ``teardown``.
     """
 
     def __init__(
@@ -119,30 +129,42 @@ class PipelineCallback(Callback):
         self.lookahead = bool(lookahead)
         self.green_context = bool(green_context)
         self.mps_daemon = None
-        self.client: Optional[PipelineClient] = None
-        self._patched: list[tuple[Any, str]] = []
-        if mps:
-            self._start_mps()
+        self.client: Optional["PipelineClient"] = None
+        self._mps_checked = False
+        self._datamodule: Any = None  # the DataModule using this callback's loader factory
+        self._stages: tuple[str, ...] = ()
 
     # ---- MPS ---------------------------------------------------------------------------------------------------
-    def _start_mps(self) -> None:
+    def join_mps(self) -> Optional["mps_control.MPSDaemon"]:
+        """Join the MPS daemon this job's launcher started (``mps=True``; once, idempotent) and return it.
+
+        Called when the run is set up (the DataModule attaching the callback, ``setup``, :meth:`resolve_mode`).
+        Without a daemon of the job it starts one only if this process has not initialized CUDA yet; otherwise
+        it warns once (:class:`~lightning_zerocopy.pipeline.mps.MPSUnavailableWarning`) and the run goes on
+        without MPS.
+        """
+        if not self.mps or self._mps_checked:
+            return self.mps_daemon
+        self._mps_checked = True
         if mps_control.found_unavailable():  # the command (or an earlier callback) tried and warned why
-            return
+            return None
         launched = os.environ.get(mps_control.ROOT_ENV) is not None  # by the command, the launcher or a parent rank
         if not launched and (torch.cuda.is_initialized() or mps_control.cuda_driver_initialized()):
             warnings.warn(
-                "PipelineCallback(mps=True) was constructed after this process initialized CUDA (importing "
-                "torch_geometric does), so the trainer can no longer become an MPS client; running without MPS. "
-                "Start the job with the `lightning-zerocopy` command (it starts MPS before loading the recipe's "
-                "classes), or through `python -m lightning_zerocopy.pipeline.mps --worker-sm-percent "
-                f"{self.worker_sm_percent} -- ...`.",
+                "PipelineCallback(mps=True) found no MPS daemon of this job, and this process has initialized CUDA "
+                "already (importing torch_geometric does), so the trainer can no longer become an MPS client; "
+                "running without MPS. Start the job with the `lightning-zerocopy` command (it starts MPS before "
+                "loading the recipe's classes), through `python -m lightning_zerocopy.pipeline.mps "
+                f"--worker-sm-percent {self.worker_sm_percent} -- ...`, or call "
+                "lightning_zerocopy.pipeline.mps.start_for_trainer() before anything touches CUDA.",
                 mps_control.MPSUnavailableWarning,
                 stacklevel=3,
             )
-            return
+            return None
         # joins the daemon of the command, the launcher or a parent rank; or starts one, and then this process's
         # CUDA context (created later by the Trainer) and DDP ranks started later get 100 - worker_sm_percent %
         self.mps_daemon = mps_control.start_for_trainer(self.worker_sm_percent)
+        return self.mps_daemon
 
     def _worker_env(self) -> dict[str, str]:
         if self.mps_daemon is None:
@@ -154,31 +176,33 @@ class PipelineCallback(Callback):
         """The mode ``auto`` stands for on ``device``, for a DataModule whose batches are built on the GPU
         (``gpu_builder``: GPU/UVA sampling or the zero-copy gather) or on the CPU.
 
-        Measured with ``benchmarks/pipeline.py`` on an H200 (3-layer SAGE, 8 GiB of host features, three-stage
-        producer; steps/s, same run each): with a running MPS daemon the worker (39.1 at a 10 % share, GPU
-        builder: the fastest configuration, 0.93x all-in-GPU); without MPS (not asked for, or unavailable), for
-        a GPU builder ``in_process`` (34.7 vs 32.2; a worker process outside MPS time-slices the GPU with the
-        trainer), for a CPU builder ``worker`` (38.2 vs 38.0: a tie, and the worker keeps the trainer's
-        interpreter free); on the CPU ``in_process`` (a second process only competes for the same cores and
-        costs a spawn).
+        With a running MPS daemon: the worker. Without MPS (not asked for, or unavailable): ``in_process`` for a
+        GPU builder (a worker process outside MPS time-slices the GPU with the trainer), ``worker`` for a CPU
+        builder (it keeps the trainer's interpreter free). On the CPU: ``in_process`` (a second process only
+        competes for the same cores and costs a spawn). The figures behind this choice (``benchmarks/pipeline.py``)
+        are in ``benchmarks/NOTES.md``, "Three-stage producer, green contexts and the ``auto`` mode".
         """
         if self.mode != "auto":
             return self.mode
         if device.type != "cuda" or self.green_context:
             return "in_process"
-        if self.mps_daemon is not None:
+        if self.join_mps() is not None:
             return "worker"
         return "in_process" if gpu_builder else "worker"
 
     def attach_host_memory(self, trainer: "pl.Trainer", datamodule: Any) -> None:
-        """Start the producer and have it open this run's batch sources (called by the DataModule's ``setup``)."""
-        for name in ("plan", "builder"):
+        """Start the producer, have it open this run's batch sources, and give the DataModule the loader factory
+        (called by the DataModule's ``setup``, before the callbacks' ``setup``)."""
+        for name in ("plan", "builder", "use_loader_factory"):
             if not callable(getattr(datamodule, name, None)):
                 raise TypeError(
-                    f"PipelineCallback needs a DataModule with plan(split) and builder(split) (e.g. "
-                    f"lightning_zerocopy.ZeroCopyDataModule); {type(datamodule).__name__} has no {name}()"
+                    f"PipelineCallback needs a DataModule with plan(split), builder(split) and use_loader_factory("
+                    f"factory) (e.g. lightning_zerocopy.ZeroCopyDataModule); {type(datamodule).__name__} has no {name}()"
                 )
+        from lightning_zerocopy.pipeline.source import PlanSource
+
         self._shutdown()
+        self.join_mps()  # before the worker starts: it gets its share from the daemon's variables
         device = trainer.strategy.root_device
         slot_device = device if device.type == "cuda" else torch.device("cpu")
         mode = self.resolve_mode(device, gpu_builder=getattr(datamodule, "batch_device_type", "cpu") == "cuda")
@@ -189,31 +213,29 @@ class PipelineCallback(Callback):
             lookahead=self.lookahead, green_context_percent=green,
         )  # fmt: skip
         try:
-            for stage in _STAGES_OF.get(fn, ()):
+            stages = _STAGES_OF.get(fn, ())
+            for stage in stages:
                 self.client.register(stage, PlanSource(datamodule.plan(stage), datamodule.builder(stage)))
-                self._patch(datamodule, stage)
+            self._stages, self._datamodule = tuple(stages), datamodule
+            datamodule.use_loader_factory(self.pipelined_loader)
         except BaseException:
             self._shutdown()
             raise
 
-    def _patch(self, datamodule: Any, stage: str) -> None:
-        name = f"{stage}_dataloader"
-        original = getattr(datamodule, name)
-        client = self.client
+    def pipelined_loader(self, split: str, loader: Any) -> Any:
+        """The loader factory given to the DataModule: ``loader`` as a
+        :class:`~lightning_zerocopy.pipeline.loader.PipelineLoader` fed by the producer, for the splits this run
+        registered (others are returned as they are)."""
+        if self.client is None or split not in self._stages:
+            return loader
+        from lightning_zerocopy.pipeline.loader import PipelineLoader
 
-        copy = stage in self.copy_stages
-
-        def pipelined_dataloader() -> PipelineLoader:
-            return PipelineLoader(client, stage, original(), copy=copy)
-
-        setattr(datamodule, name, pipelined_dataloader)  # this instance only; removed at teardown
-        self._patched.append((datamodule, name))
+        return PipelineLoader(self.client, split, loader, copy=split in self.copy_stages)
 
     def _shutdown(self) -> None:
-        for datamodule, name in self._patched:
-            if name in vars(datamodule):
-                delattr(datamodule, name)
-        self._patched.clear()
+        datamodule, self._datamodule, self._stages = self._datamodule, None, ()
+        if datamodule is not None:
+            datamodule.use_loader_factory(None)
         if self.client is not None:
             client, self.client = self.client, None
             client.close()
@@ -221,6 +243,7 @@ class PipelineCallback(Callback):
     # ---- Lightning hooks ---------------------------------------------------------------------------------------
     @override
     def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+        self.join_mps()
         if self.client is None:
             dm = trainer.datamodule
             raise RuntimeError(

@@ -47,16 +47,16 @@ distribution.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import torch
 from torch_geometric.data import Data
 
-from lightning_zerocopy.data.cache import FeatureCacheSpec, FeatureGather, HotRowsCache
+from lightning_zerocopy.data.assemble import GpuSide, SampledItem, assemble_on_gpu, assemble_on_host, to_device_packed
+from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
 from lightning_zerocopy.data.plan import PlanItem
-from lightning_zerocopy.data.resources import DeviceResources, HostData, _row_width, resolve_cuda_device
+from lightning_zerocopy.data.resources import DeviceResources, HostData, resolve_cuda_device
 from lightning_zerocopy.options import (
     GatherBackend,
     GatherMode,
@@ -86,34 +86,6 @@ def max_sampled_nodes(batch_size: int, fanouts: Sequence[int], num_nodes: int) -
     ``num_nodes``; a fanout of ``-1`` gives ``num_nodes``. Sizes preallocated ``out`` buffers."""
     bound = sample_bound(batch_size, fanouts)
     return num_nodes if bound is None else min(bound[0], num_nodes)
-
-
-@dataclass(frozen=True)
-class SampledItem:
-    """A sampled but not yet gathered batch (:meth:`BatchBuilder.sample_batch`), on the device it is built on.
-
-    Attributes:
-        item: the plan item it was sampled for.
-        sample: the sampled structure; ``n_id`` holds *internal* ids (rows of the host memory), which
-            :meth:`BatchBuilder.gather_batch` maps back to the dataset's ids.
-        input_id: positions of the seeds in their split, on the same device.
-    """
-
-    item: PlanItem
-    sample: SampledBatch
-    input_id: torch.Tensor
-
-
-@dataclass
-class _GpuSide:
-    """What a GPU builder reads from its :class:`DeviceResources` (owned by them, not by the builder)."""
-
-    device: torch.device
-    sampler: Optional[NeighborSampler]  # None: the CPU sampler, ids copied over
-    features: Optional[FeatureGather]  # None: CPU gather of GPU-sampled ids
-    edge_attr: Optional[FeatureGather]
-    labels: torch.Tensor
-    order: Optional[torch.Tensor]
 
 
 class BatchBuilder:
@@ -191,7 +163,7 @@ class BatchBuilder:
         self._owns_resources = False
         self._host: Optional[HostData] = None
         self._cpu_sampler: Optional[NeighborSampler] = None
-        self._gpu: Optional[_GpuSide] = None
+        self._gpu: Optional[GpuSide] = None
         self._lock = threading.Lock()
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
@@ -272,7 +244,7 @@ class BatchBuilder:
                     placement=self.sampler_placement, device=device,
                 )  # fmt: skip
             zerocopy = self.gather == "zerocopy"
-            self._gpu = _GpuSide(
+            self._gpu = GpuSide(
                 device=device,
                 sampler=sampler,
                 features=r.feature_table(self.cache, self.gather_mode) if zerocopy else None,
@@ -331,7 +303,7 @@ class BatchBuilder:
         """
         return self.gather_batch(self.sample_batch(item), out)
 
-    def sample_batch(self, item: PlanItem) -> "SampledItem":
+    def sample_batch(self, item: PlanItem) -> SampledItem:
         """First stage of :meth:`build_batch`: sample the neighborhood of ``item.seed_ids``.
 
         Needs no output buffer, so a pipeline can sample batch ``t + 2`` while batch ``t + 1`` is gathered into
@@ -354,17 +326,17 @@ class BatchBuilder:
         with torch.cuda.device(device):  # the current stream of that device: a caller's side stream is kept
             if gpu.sampler is None:  # CPU sampler, then the ids go over in one pinned, non-blocking copy
                 sample = sampler.sample(seed_ids, seed=item.batch_seed)
-                n_id, edge_index, e_id, input_id = _to_device_packed(
+                n_id, edge_index, e_id, input_id = to_device_packed(
                     [sample.n_id, sample.edge_index, sample.e_id, item.input_id], device
                 )
                 sample = SampledBatch(n_id, edge_index, e_id, sample.num_sampled_nodes, sample.num_sampled_edges,
                                       sample.batch_size)  # fmt: skip
             else:
-                seeds, input_id = _to_device_packed([seed_ids, item.input_id], device)
+                seeds, input_id = to_device_packed([seed_ids, item.input_id], device)
                 sample = gpu.sampler.sample(seeds, seed=item.batch_seed)
         return SampledItem(item, sample, input_id)
 
-    def gather_batch(self, sampled: "SampledItem", out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
+    def gather_batch(self, sampled: SampledItem, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
         """Second stage of :meth:`build_batch`: gather the features, labels (and edge features) of a sample.
 
         Args:
@@ -373,60 +345,11 @@ class BatchBuilder:
         """
         if not self.is_open:
             self.open()
+        assert self._host is not None
         if self.on_gpu:
-            return self._gather_gpu(sampled, out or {})
-        return self._gather_host(sampled, out or {})
-
-    def _gather_host(self, sampled: "SampledItem", out: Mapping[str, torch.Tensor]) -> Data:
-        host = self._host
-        assert host is not None
-        cpu = torch.device("cpu")
-        sample = sampled.sample
-        n_id = sample.n_id  # internal ids: rows of the host feature table and labels
-        x = host.features.gather(n_id, out=_rows(out, "x", n_id.numel(), cpu))
-        y_out = _rows(out, "y", n_id.numel(), cpu)
-        y = torch.index_select(host.labels, 0, n_id, out=y_out) if y_out is not None else host.labels[n_id]
-        if host.order is not None:
-            n_id = torch.index_select(host.order, 0, n_id)
-        data = _data(x, sample.edge_index, y, n_id, sample.e_id, sampled.input_id, sample)
-        if host.edge_attr is not None:
-            attr_out = _rows(out, "edge_attr", sample.e_id.numel(), cpu)
-            if attr_out is not None:
-                torch.index_select(host.edge_attr, 0, sample.e_id, out=attr_out)
-                data.edge_attr = attr_out
-            else:
-                data.edge_attr = host.edge_attr[sample.e_id]
-        return data
-
-    def _gather_gpu(self, sampled: "SampledItem", out: Mapping[str, torch.Tensor]) -> Data:
-        host, gpu = self._host, self._gpu
-        assert host is not None and gpu is not None
-        state = gpu
-        device = state.device
-        sample = sampled.sample
-        n_id, edge_index, e_id = sample.n_id, sample.edge_index, sample.e_id
-        with torch.cuda.device(device):
-            rows = n_id.numel()
-            x_out = _rows(out, "x", rows, device)
-            if state.features is not None:
-                x = state.features.gather(n_id, out=x_out)
-            else:  # CPU gather of GPU-sampled ids: the ids come back, the rows go over pinned
-                x = _host_gather_to(host.features.data, n_id, x_out, device)
-            y_out = _rows(out, "y", rows, device)
-            y_small = torch.index_select(state.labels, 0, n_id)
-            y = y_out.copy_(y_small) if y_out is not None else y_small.to(torch.int64)
-            if state.order is not None:  # internal -> original ids, on the GPU
-                n_id = torch.index_select(state.order, 0, n_id).to(torch.int64)
-            data = _data(x, edge_index, y, n_id, e_id, sampled.input_id, sample)
-            if host.edge_attr is not None:
-                attr_out = _rows(out, "edge_attr", e_id.numel(), device)
-                shape = (e_id.numel(), *host.edge_attr.shape[1:])
-                if state.edge_attr is not None:
-                    flat = None if attr_out is None else attr_out.view(e_id.numel(), _row_width(host.edge_attr))
-                    data.edge_attr = state.edge_attr.gather(e_id, out=flat).view(shape)
-                else:
-                    data.edge_attr = _host_gather_to(host.edge_attr, e_id, attr_out, device)
-        return data
+            assert self._gpu is not None
+            return assemble_on_gpu(self._host, self._gpu, sampled, out or {})
+        return assemble_on_host(self._host, sampled, out or {})
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -450,66 +373,3 @@ class BatchBuilder:
 def _memory_key(handles: HostGraphHandles) -> tuple:
     """What identifies the host memory a batch reads (splits aside)."""
     return (handles.graph, handles.features, handles.labels, handles.edge_attr, handles.node_order)
-
-
-def _to_device_packed(tensors: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """Copy int64 CPU tensors to ``device`` as one pinned, non-blocking transfer; returns views of the copy."""
-    flat = [t.reshape(-1).to(torch.int64) for t in tensors]
-    staged = torch.empty(sum(t.numel() for t in flat), dtype=torch.int64, pin_memory=True)
-    torch.cat(flat, out=staged)
-    on_device = staged.to(device, non_blocking=True)  # the caching host allocator keeps `staged` until done
-    views, start = [], 0
-    for t in tensors:
-        views.append(on_device[start : start + t.numel()].view(t.shape))
-        start += t.numel()
-    return views
-
-
-def _host_gather_to(
-    table: torch.Tensor, ids: torch.Tensor, out: Optional[torch.Tensor], device: torch.device
-) -> torch.Tensor:
-    """``table[ids]`` gathered by the CPU (ids come back from the GPU), sent to ``device`` (into ``out``)."""
-    from lightning_zerocopy import ops
-
-    flat = table.reshape(table.shape[0], _row_width(table)) if table.dim() != 2 else table
-    staged = torch.empty((ids.numel(), flat.shape[1]), dtype=table.dtype, pin_memory=True)
-    ops.gather_rows(flat, ids.cpu(), staged)
-    staged = staged.view((ids.numel(), *table.shape[1:]))
-    if out is not None:
-        return out.copy_(staged, non_blocking=True)
-    return staged.to(device, non_blocking=True)
-
-
-def _data(x, edge_index, y, n_id, e_id, input_id, sample) -> Data:
-    return Data(
-        x=x,
-        edge_index=edge_index,
-        y=y,
-        n_id=n_id,
-        e_id=e_id,
-        input_id=input_id,
-        batch_size=sample.batch_size,
-        num_sampled_nodes=sample.num_sampled_nodes,
-        num_sampled_edges=sample.num_sampled_edges,
-    )
-
-
-def _rows(out: Mapping[str, torch.Tensor], key: str, rows: int, device: torch.device) -> Optional[torch.Tensor]:
-    buffer = out.get(key)
-    if buffer is None or not _same_device(buffer.device, device):
-        return None
-    if buffer.shape[0] < rows:
-        raise ValueError(
-            f"out[{key!r}] has {buffer.shape[0]} rows but this batch needs {rows}: allocate at least "
-            f"BatchBuilder.max_nodes(batch_size) rows (or grow the buffer and retry)"
-        )
-    return buffer[:rows]
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    if a.type != b.type:
-        return False
-    if a.type != "cuda":
-        return True
-    current = torch.cuda.current_device
-    return (a.index if a.index is not None else current()) == (b.index if b.index is not None else current())

@@ -29,11 +29,10 @@ batches serves the same rows from GPU memory.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Literal, Optional, Sequence
 
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from torch_geometric.data import Data
 from pytorch_lightning.utilities import rank_zero_warn
 from typing_extensions import override
@@ -41,7 +40,15 @@ from typing_extensions import override
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.host import build_node_order_cache, node_order_cache_dir, share_node_data, shared_node_order
+from lightning_zerocopy.data.gpu_options import KEY_PREFIX, check_gpu_options, resolve_gather
+from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory
+from lightning_zerocopy.data.host import (
+    build_node_order_cache,
+    exchange_handles,
+    node_order_cache_dir,
+    share_node_data,
+    shared_node_order,
+)
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
@@ -59,24 +66,11 @@ from lightning_zerocopy.options import (
     check_fanouts,
 )
 
-__all__ = ["GatherChoice", "HostMemoryConsumer", "Split", "ZeroCopyDataModule"]
+__all__ = ["GatherChoice", "HostMemoryConsumer", "LoaderFactory", "Split", "ZeroCopyDataModule"]
 
 Split = Literal["train", "val", "test", "predict"]
-_KEY = "data.init_args."  # how errors name this class's arguments: the recipe's YAML keys
+_KEY = KEY_PREFIX  # how errors name this class's arguments: the recipe's YAML keys
 _STREAMS = {"train": 0, "val": 1, "test": 2, "predict": 3}
-
-
-@runtime_checkable
-class HostMemoryConsumer(Protocol):
-    """A callback that maps the DataModule's shared host memory in processes of its own.
-
-    ``attach_host_memory`` is called on every rank during ``ZeroCopyDataModule.setup``, after the rank has
-    mapped the segments and before they are unlinked. It must return only once every process it started has
-    opened what it needs (e.g. ``datamodule.builder("train").open()`` in a worker); afterwards the segments
-    cannot be opened by name any more.
-    """
-
-    def attach_host_memory(self, trainer: "pl.Trainer", datamodule: "ZeroCopyDataModule") -> None: ...
 
 
 class ZeroCopyDataModule(pl.LightningDataModule):
@@ -148,7 +142,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         check_count(num_threads, _KEY + "num_threads", minimum=1, allow_none=True)
         check_choice(feature_storage, FeatureStorage, _KEY + "feature_storage")
         check_choice(node_order, NodeOrderKind, _KEY + "node_order")
-        _check_gpu_options(sampler_placement, gather, gather_mode, hot_rows)
+        check_gpu_options(sampler_placement, gather, gather_mode, hot_rows)
         check_fanouts(list(fanouts), _KEY + "fanouts")
         if eval_fanouts is not None:
             check_fanouts(list(eval_fanouts), _KEY + "eval_fanouts")
@@ -181,6 +175,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._splits: dict[str, torch.Tensor] = {}
         # an in-memory node order outlives teardown, so fit then test in one process computes it once
         self._kept_order: Optional[NodeOrder] = None
+        self._loader_factory: Optional[LoaderFactory] = None
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
 
@@ -213,7 +208,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         if isinstance(created, HostGraphHandles):
             self._named = created
         try:
-            handles = self._exchange_handles(created, rank, local_rank, world_size)
+            handles = exchange_handles(created, rank, local_rank, world_size)
             self._open(handles)
             trainer = self._trainer_or_none()
             if trainer is not None:
@@ -238,20 +233,41 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._release()
 
     @override
-    def train_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("train"), self._builder_for("train"))
+    def train_dataloader(self) -> Iterable[Data]:
+        return self._loader("train")
 
     @override
-    def val_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("val"), self._builder_for("val"))
+    def val_dataloader(self) -> Iterable[Data]:
+        return self._loader("val")
 
     @override
-    def test_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("test"), self._builder_for("test"))
+    def test_dataloader(self) -> Iterable[Data]:
+        return self._loader("test")
 
     @override
-    def predict_dataloader(self) -> PlanLoader:
-        return PlanLoader(self.plan("predict"), self._builder_for("predict"))
+    def predict_dataloader(self) -> Iterable[Data]:
+        return self._loader("predict")
+
+    def use_loader_factory(self, factory: Optional[LoaderFactory]) -> None:
+        """Have the ``*_dataloader`` hooks return ``factory(split, loader)`` instead of the plain loader.
+
+        The hook a component uses to take over where batches are built without changing them (e.g.
+        :class:`~lightning_zerocopy.callbacks.PipelineCallback` wraps each loader so a producer builds its batches
+        ahead of the step). ``loader`` is the :class:`PlanLoader` the hook would return; the factory returns any
+        iterable with the same length and batches. ``None`` restores the plain loaders.
+        """
+        if factory is not None and not callable(factory):
+            raise TypeError(f"`factory` must be callable as factory(split, loader) or None, got {type(factory).__name__}")
+        self._loader_factory = factory
+
+    @property
+    def loader_factory(self) -> Optional[LoaderFactory]:
+        """The factory set by :meth:`use_loader_factory`, or ``None``."""
+        return self._loader_factory
+
+    def _loader(self, split: Split) -> Iterable[Data]:
+        loader = PlanLoader(self.plan(split), self._builder_for(split))
+        return loader if self._loader_factory is None else self._loader_factory(split, loader)
 
     @override
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
@@ -372,40 +388,10 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         return getattr(self, "trainer", None)
 
     def _resolve_gpu_options(self) -> str:
-        """Decide ``gather='auto'`` and the CUDA device from the trainer; fail, naming the key, where a GPU
-        option meets no GPU. Returns the resolved gather backend."""
+        """Decide ``gather='auto'`` and the CUDA device from the trainer (see :func:`resolve_gather`)."""
         trainer = self._trainer_or_none()
-        if trainer is not None:
-            root = trainer.strategy.root_device
-            on_cuda, where = root.type == "cuda", f"the trainer runs on {root.type!r}"
-        else:
-            root = None
-            on_cuda, where = torch.cuda.is_available(), "no CUDA GPU is available"
-        needs = [f"data.init_args.sampler_placement={self.sampler_placement!r}"] if self.sampler_placement != "cpu" else []
-        if self.gather == "zerocopy":
-            needs.append("data.init_args.gather='zerocopy'")
-        if needs and not on_cuda:
-            raise ValueError(
-                f"{' and '.join(needs)} build batches on a CUDA GPU, but {where}: run the trainer on a GPU "
-                "(trainer.accelerator='gpu') or use data.init_args.sampler_placement='cpu' and "
-                "data.init_args.gather='cpu' (or 'auto')"
-            )
-        gather = self.gather
-        if gather == "auto":
-            from lightning_zerocopy import WITH_CUDA
-
-            gather = "zerocopy" if on_cuda and trainer is not None and WITH_CUDA else "cpu"
-            if on_cuda and trainer is not None and not WITH_CUDA:
-                rank_zero_warn(
-                    "data.init_args.gather='auto' falls back to 'cpu': lightning_zerocopy._C was built without its "
-                    "CUDA kernels (rebuild with FORCE_CUDA=1 for the zero-copy gather)"
-                )
-        if gather == "cpu" and self.hot_rows > 0:
-            raise ValueError(
-                f"data.init_args.hot_rows={self.hot_rows} caches rows for the zero-copy gather, but "
-                f"data.init_args.gather={self.gather!r} resolves to 'cpu' here ({where if not on_cuda else 'no CUDA kernels'});"
-                " set hot_rows=0 or run the zero-copy gather on a GPU trainer"
-            )
+        root = trainer.strategy.root_device if trainer is not None else None
+        gather = resolve_gather(self.sampler_placement, self.gather, self.hot_rows, root)
         self._gather_resolved = gather
         self._device_index = root.index if root is not None and root.type == "cuda" else None
         return gather
@@ -432,25 +418,6 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             return handles
         except Exception as exc:  # reported to every rank (so none waits forever), then raised
             return exc
-
-    def _exchange_handles(
-        self, mine: "HostGraphHandles | Exception | None", rank: int, local_rank: int, world_size: int
-    ) -> HostGraphHandles:
-        if world_size > 1:
-            if not (dist.is_available() and dist.is_initialized()):
-                raise RuntimeError(
-                    f"ZeroCopyDataModule runs with world_size={world_size} but torch.distributed is not initialized"
-                )
-            everyone: list[Any] = [None] * world_size
-            dist.all_gather_object(everyone, mine if not isinstance(mine, Exception) else RuntimeError(repr(mine)))
-            if not isinstance(mine, Exception):
-                mine = everyone[rank - local_rank]  # this machine's local rank 0
-        if isinstance(mine, Exception):
-            if local_rank == 0:
-                raise mine
-            raise RuntimeError(f"building the shared host memory failed on local rank 0: {mine}")
-        assert mine is not None
-        return mine
 
     def _open(self, handles: HostGraphHandles) -> None:
         self._handles = handles
@@ -501,35 +468,6 @@ class ZeroCopyDataModule(pl.LightningDataModule):
                 return torch.arange(self._handles.graph.num_nodes)  # type: ignore[union-attr]
             return self._splits[self.predict_split]
         return self._splits[split]
-
-
-def _check_gpu_options(sampler_placement: Any, gather: Any, gather_mode: Any, hot_rows: Any) -> None:
-    """Validate the GPU data-path options (values, and whether this build can run them), naming the YAML key."""
-    check_choice(sampler_placement, SamplerPlacement, _KEY + "sampler_placement")
-    check_choice(gather, GatherChoice, _KEY + "gather")
-    check_choice(gather_mode, GatherMode, _KEY + "gather_mode")
-    check_count(hot_rows, _KEY + "hot_rows")
-    if hot_rows > 0 and gather == "cpu":
-        raise ValueError(
-            f"data.init_args.hot_rows={hot_rows} caches rows for the zero-copy gather, but data.init_args.gather='cpu'; "
-            "use gather='zerocopy' (or 'auto' on a GPU trainer) or hot_rows=0"
-        )
-    for key, value, fallback in (("sampler_placement", sampler_placement, "cpu"), ("gather", gather, "cpu")):
-        if value in ("uva", "gpu", "zerocopy"):
-            problem = _cuda_build_problem()
-            if problem:
-                raise ValueError(f"data.init_args.{key}={value!r} needs a CUDA GPU, but {problem}; use {fallback!r}")
-
-
-def _cuda_build_problem() -> Optional[str]:
-    """Why this installation cannot run CUDA kernels at all (checked without creating a CUDA context), or None."""
-    if torch.version.cuda is None:
-        return f"this torch ({torch.__version__}) is a CPU-only build"
-    from lightning_zerocopy import WITH_CUDA
-
-    if not WITH_CUDA:
-        return "lightning_zerocopy._C was built without its CUDA kernels (rebuild with FORCE_CUDA=1)"
-    return None
 
 
 def _with_index(device: torch.device) -> torch.device:

@@ -51,6 +51,7 @@ __all__ = [
     "FeatureStorage",
     "NODE_ORDERS",
     "build_node_order_cache",
+    "exchange_handles",
     "node_order_cache_dir",
     "share_node_data",
     "shared_node_order",
@@ -180,6 +181,35 @@ def shared_node_order(handles: HostGraphHandles) -> Optional[NodeOrder]:
     if handles.node_order is None:
         return None
     return NodeOrder(handles.node_order.order.open(), handles.node_order.rank.open())
+
+
+def exchange_handles(
+    mine: "HostGraphHandles | Exception | None", rank: int, local_rank: int, world_size: int
+) -> HostGraphHandles:
+    """Give every rank the handles its machine's local rank 0 created (``mine`` there; ``None`` elsewhere).
+
+    A failure on local rank 0 (``mine`` an exception) is raised on every rank, so none waits forever.
+
+    Raises:
+        RuntimeError: ``world_size > 1`` without an initialized process group, or local rank 0 failed.
+    """
+    if world_size > 1:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(
+                f"ZeroCopyDataModule runs with world_size={world_size} but torch.distributed is not initialized"
+            )
+        everyone: list[Any] = [None] * world_size
+        dist.all_gather_object(everyone, mine if not isinstance(mine, Exception) else RuntimeError(repr(mine)))
+        if not isinstance(mine, Exception):
+            mine = everyone[rank - local_rank]  # this machine's local rank 0
+    if isinstance(mine, Exception):
+        if local_rank == 0:
+            raise mine
+        raise RuntimeError(f"building the shared host memory failed on local rank 0: {mine}")
+    assert mine is not None
+    return mine
 
 
 def node_order_cache_dir(dataset: Any, node_order: NodeOrderKind) -> Optional[Path]:

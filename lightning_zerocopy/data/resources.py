@@ -125,7 +125,7 @@ def _compact_int_dtype(values: torch.Tensor) -> torch.dtype:
     return torch.int64
 
 
-def _row_width(t: torch.Tensor) -> int:
+def row_width(t: torch.Tensor) -> int:
     width = 1
     for size in t.shape[1:]:
         width *= int(size)
@@ -260,7 +260,7 @@ class DeviceResources:
         with self._lock:
             if self._edge_attr is None:
                 self._check_open()
-                flat = attr.reshape(attr.shape[0], _row_width(attr))
+                flat = attr.reshape(attr.shape[0], row_width(attr))
                 self._register(flat, "edge_attr")
                 context = CacheContext(flat, self.device, "direct", flat.shape[0], lambda: flat.new_empty(0))
                 with torch.cuda.device(self.device):

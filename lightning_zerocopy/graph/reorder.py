@@ -125,7 +125,7 @@ def degree_order(graph: CSCGraph) -> NodeOrder:
 
     That count is the node's out-degree; sampling picks a node in proportion to it, so the rows most batches
     read share the first pages. On an undirected graph it is the degree. (In-degree would not do on a directed
-    graph: see ``benchmarks/NOTES.md``, node orders.)
+    graph: ``benchmarks/NOTES.md``, "Node order: pages touched per batch".)
     """
     return NodeOrder.from_order(frequency_order(graph.indices, graph.num_nodes))
 

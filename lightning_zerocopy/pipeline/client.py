@@ -22,7 +22,8 @@ from typing import Any, Iterator, Optional, Protocol
 import torch
 from torch_geometric.data import Data
 
-from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing, check_depth
+from lightning_zerocopy.options import check_depth
+from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing
 from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
 
 

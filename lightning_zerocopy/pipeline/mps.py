@@ -413,10 +413,9 @@ def cuda_driver_initialized() -> bool:
     """Whether this process has initialized the CUDA driver (``cuInit``), found out without initializing it.
 
     A process whose driver was initialized before the daemon started does not become an MPS client, whatever
-    its environment says later (measured on the H200 box: 809-817 TFLOP/s bf16 with a 50 % share set, against
-    443-447 for a process that started the daemon first). ``import torch``, ``import pytorch_lightning`` and
-    ``torch.cuda.device_count()`` leave the driver uninitialized (torch 2.11); ``import torch_geometric``
-    initializes it, and so ``torch.cuda.is_initialized()`` can be False while it is too late.
+    its environment says later. ``import torch``, ``import pytorch_lightning`` and ``torch.cuda.device_count()``
+    leave the driver uninitialized; ``import torch_geometric`` initializes it, so ``torch.cuda.is_initialized()``
+    can be False while it is too late (``benchmarks/NOTES.md``, "When does a process become an MPS client?").
     """
     import ctypes
 
@@ -429,7 +428,7 @@ def cuda_driver_initialized() -> bool:
     return get_current(ctypes.byref(context)) != 3  # CUDA_ERROR_NOT_INITIALIZED: cuInit has not run
 
 
-#: The pipeline worker's share of SMs when none is given (the fastest measured in ``benchmarks/pipeline.py``).
+#: The pipeline worker's share of SMs when none is given (the fastest in ``benchmarks/pipeline.py``, see NOTES).
 DEFAULT_WORKER_SM_PERCENT = 10
 #: Set by :func:`start_for_trainer` for the worker's share (the trainer's own is ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``).
 WORKER_PERCENT_ENV = "LZC_MPS_WORKER_PERCENT"

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import torch
 from torch_geometric.data import Data
 
+from lightning_zerocopy.options import check_depth
 from lightning_zerocopy.sampling.neighbor_sampler import sample_bound
 
 #: Axis names used by :class:`SlotLayout`; any other tensor field gets an axis named after itself.
@@ -183,12 +184,6 @@ def capacity_bound(
     if num_edges is not None:
         edges = min(edges, int(num_edges))
     return {NODES: nodes, EDGES: edges, SEEDS: batch_size}
-
-
-def check_depth(depth: int, owner: str) -> None:
-    """Raise ``ValueError`` naming ``owner`` unless ``depth`` (slots per loader) is an int >= 1."""
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"{owner}(depth=...) must be an int >= 1 (2 = ping-pong), got {depth!r}")
 
 
 class SlotRing:

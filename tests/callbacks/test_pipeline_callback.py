@@ -107,7 +107,8 @@ def test_toggling_the_callback_changes_no_batch(tmp_path, baseline, mode, lookah
     _assert_same_batches(record.val, baseline.val)
     assert record.losses == baseline.losses
     assert pipeline.client is None  # torn down after fit
-    assert not any(name.endswith("_dataloader") for name in vars(trainer.datamodule))  # patch undone
+    assert trainer.datamodule.loader_factory is None  # handed back at teardown
+    assert not any(name.endswith("_dataloader") for name in vars(trainer.datamodule))  # nothing patched
     for key in ("data/stall_ms", "data/stall_frac", "data/step_ms", "data/wait_ms", "data/seps", "data/gather_GBps", "data/build_ms"):
         assert key in trainer.callback_metrics, key
     assert len(telemetry.history) > 0 and all(0 <= m["data/stall_frac"] <= 1 for m in telemetry.history)
@@ -180,18 +181,41 @@ def test_constructor_checks_and_mps_unavailable_warning(monkeypatch):
     for torch_state, driver_state in ((True, False), (False, True)):
         monkeypatch.setattr(torch.cuda, "is_initialized", lambda: torch_state)
         monkeypatch.setattr(mps, "cuda_driver_initialized", lambda: driver_state)
-        with pytest.warns(mps.MPSUnavailableWarning, match="after this process initialized CUDA"):
-            assert PipelineCallback(mode="worker", mps=True).mps_daemon is None
+        callback = PipelineCallback(mode="worker", mps=True)  # stores its config, starts nothing
+        with pytest.warns(mps.MPSUnavailableWarning, match="has initialized CUDA already"):
+            assert callback.join_mps() is None and callback.mps_daemon is None
     monkeypatch.undo()
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(mps, "cuda_driver_initialized", lambda: False)
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr(mps, "_warned", set())
+    callback = PipelineCallback(mode="worker", mps=True)
     with pytest.warns(mps.MPSUnavailableWarning, match="not on PATH"):
-        callback = PipelineCallback(mode="worker", mps=True)
+        callback.join_mps()
     assert callback.mps_daemon is None and mps.PERCENT_ENV not in os.environ
-    with pytest.raises(TypeError, match="plan\\(split\\) and builder\\(split\\)"):
+    with pytest.raises(TypeError, match="plan\\(split\\), builder\\(split\\) and use_loader_factory"):
         callback.attach_host_memory(None, object())  # type: ignore[arg-type]
+
+
+def test_the_constructor_only_stores_config(monkeypatch):
+    from lightning_zerocopy.pipeline import mps
+
+    monkeypatch.setattr(mps, "start_mps", lambda *a, **k: pytest.fail("the constructor must not start MPS"))
+    monkeypatch.setattr(mps, "start_for_trainer", lambda *a, **k: pytest.fail("the constructor must not start MPS"))
+    callback = PipelineCallback(mode="worker", mps=True, worker_sm_percent=20)
+    assert (callback.mps, callback.worker_sm_percent, callback.mps_daemon, callback.client) == (True, 20, None, None)
+
+
+def test_importing_the_callbacks_imports_no_pyg():
+    """PyG initializes the CUDA driver on import: a script must be able to import the callback before MPS starts."""
+    code = (
+        "import sys, lightning_zerocopy.callbacks as c; c.PipelineCallback(mps=True); "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'torch_geometric'); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_after_the_command_found_mps_unavailable_the_callback_does_not_warn_again(monkeypatch):
@@ -207,7 +231,7 @@ def test_after_the_command_found_mps_unavailable_the_callback_does_not_warn_agai
     with warnings.catch_warnings():
         warnings.simplefilter("error", mps.MPSUnavailableWarning)
         callback = PipelineCallback(mode="auto", mps=True)
-    assert callback.mps_daemon is None
+        assert callback.join_mps() is None
     assert callback.resolve_mode(torch.device("cuda", 0), gpu_builder=True) == "in_process"
 
 

@@ -22,7 +22,7 @@ from torch_geometric.nn import SAGEConv
 
 import lightning_zerocopy.data.resources as resources_module
 import lightning_zerocopy.graph.reorder as reorder_module
-import lightning_zerocopy.data.datamodule as datamodule_module
+import lightning_zerocopy.data.gpu_options as gpu_options_module
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.resources import DeviceResources
@@ -224,7 +224,7 @@ def test_datamodule_gpu_options_on_a_cpu_only_build_name_the_key(tmp_path: Path,
 
 @pytest.mark.parametrize("kwargs", [{"sampler_placement": "gpu"}, {"gather": "zerocopy", "hot_rows": 5}])
 def test_datamodule_gpu_options_on_a_cpu_trainer_fail_before_building(tmp_path: Path, monkeypatch, kwargs) -> None:
-    monkeypatch.setattr(datamodule_module, "_cuda_build_problem", lambda: None)  # as on a GPU machine
+    monkeypatch.setattr(gpu_options_module, "cuda_build_problem", lambda: None)  # as on a GPU machine
     dm = _datamodule(tmp_path, **kwargs)
     built = []
     monkeypatch.setattr(dm, "_create_host_memory", lambda: built.append(1))

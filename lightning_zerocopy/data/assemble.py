@@ -1,0 +1,163 @@
+"""Assembling a batch from a sample: gathers of features, labels and edge features into a PyG ``Data``.
+
+The second stage of :meth:`~lightning_zerocopy.data.batch.BatchBuilder.build_batch`: :func:`assemble_on_host`
+(CPU threads, host memory) and :func:`assemble_on_gpu` (on the GPU, from what the builder's
+:class:`~lightning_zerocopy.data.resources.DeviceResources` placed), writing into preallocated ``out`` buffers
+where they fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+import torch
+from torch_geometric.data import Data
+
+from lightning_zerocopy.data.cache import FeatureGather
+from lightning_zerocopy.data.plan import PlanItem
+from lightning_zerocopy.data.resources import HostData, row_width
+from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch
+
+__all__ = ["GpuSide", "SampledItem", "assemble_on_gpu", "assemble_on_host", "host_gather_to", "to_device_packed"]
+
+
+@dataclass(frozen=True)
+class SampledItem:
+    """A sampled but not yet gathered batch (:meth:`BatchBuilder.sample_batch`), on the device it is built on.
+
+    Attributes:
+        item: the plan item it was sampled for.
+        sample: the sampled structure; ``n_id`` holds *internal* ids (rows of the host memory), which
+            :meth:`BatchBuilder.gather_batch` maps back to the dataset's ids.
+        input_id: positions of the seeds in their split, on the same device.
+    """
+
+    item: PlanItem
+    sample: SampledBatch
+    input_id: torch.Tensor
+
+
+@dataclass
+class GpuSide:
+    """What a GPU builder reads from its :class:`DeviceResources` (owned by them, not by the builder)."""
+
+    device: torch.device
+    sampler: Optional[NeighborSampler]  # None: the CPU sampler, ids copied over
+    features: Optional[FeatureGather]  # None: CPU gather of GPU-sampled ids
+    edge_attr: Optional[FeatureGather]
+    labels: torch.Tensor
+    order: Optional[torch.Tensor]
+
+
+def assemble_on_host(host: HostData, sampled: SampledItem, out: Mapping[str, torch.Tensor]) -> Data:
+    """The batch of a CPU sample, gathered by CPU threads into host memory (``out`` buffers where they fit)."""
+    cpu = torch.device("cpu")
+    sample = sampled.sample
+    n_id = sample.n_id  # internal ids: rows of the host feature table and labels
+    x = host.features.gather(n_id, out=_rows(out, "x", n_id.numel(), cpu))
+    y_out = _rows(out, "y", n_id.numel(), cpu)
+    y = torch.index_select(host.labels, 0, n_id, out=y_out) if y_out is not None else host.labels[n_id]
+    if host.order is not None:
+        n_id = torch.index_select(host.order, 0, n_id)
+    data = _data(x, sample.edge_index, y, n_id, sample.e_id, sampled.input_id, sample)
+    if host.edge_attr is not None:
+        attr_out = _rows(out, "edge_attr", sample.e_id.numel(), cpu)
+        if attr_out is not None:
+            torch.index_select(host.edge_attr, 0, sample.e_id, out=attr_out)
+            data.edge_attr = attr_out
+        else:
+            data.edge_attr = host.edge_attr[sample.e_id]
+    return data
+
+def assemble_on_gpu(host: HostData, state: GpuSide, sampled: SampledItem, out: Mapping[str, torch.Tensor]) -> Data:
+    """The batch of a sample on the GPU: features through the resources' gather path (or a CPU gather of the
+    ids, sent over pinned memory), labels from their compact copy, ``n_id`` mapped back to original ids."""
+    device = state.device
+    sample = sampled.sample
+    n_id, edge_index, e_id = sample.n_id, sample.edge_index, sample.e_id
+    with torch.cuda.device(device):
+        rows = n_id.numel()
+        x_out = _rows(out, "x", rows, device)
+        if state.features is not None:
+            x = state.features.gather(n_id, out=x_out)
+        else:  # CPU gather of GPU-sampled ids: the ids come back, the rows go over pinned
+            x = host_gather_to(host.features.data, n_id, x_out, device)
+        y_out = _rows(out, "y", rows, device)
+        y_small = torch.index_select(state.labels, 0, n_id)
+        y = y_out.copy_(y_small) if y_out is not None else y_small.to(torch.int64)
+        if state.order is not None:  # internal -> original ids, on the GPU
+            n_id = torch.index_select(state.order, 0, n_id).to(torch.int64)
+        data = _data(x, edge_index, y, n_id, e_id, sampled.input_id, sample)
+        if host.edge_attr is not None:
+            attr_out = _rows(out, "edge_attr", e_id.numel(), device)
+            shape = (e_id.numel(), *host.edge_attr.shape[1:])
+            if state.edge_attr is not None:
+                flat = None if attr_out is None else attr_out.view(e_id.numel(), row_width(host.edge_attr))
+                data.edge_attr = state.edge_attr.gather(e_id, out=flat).view(shape)
+            else:
+                data.edge_attr = host_gather_to(host.edge_attr, e_id, attr_out, device)
+    return data
+
+
+def to_device_packed(tensors: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """Copy int64 CPU tensors to ``device`` as one pinned, non-blocking transfer; returns views of the copy."""
+    flat = [t.reshape(-1).to(torch.int64) for t in tensors]
+    staged = torch.empty(sum(t.numel() for t in flat), dtype=torch.int64, pin_memory=True)
+    torch.cat(flat, out=staged)
+    on_device = staged.to(device, non_blocking=True)  # the caching host allocator keeps `staged` until done
+    views, start = [], 0
+    for t in tensors:
+        views.append(on_device[start : start + t.numel()].view(t.shape))
+        start += t.numel()
+    return views
+
+
+def host_gather_to(
+    table: torch.Tensor, ids: torch.Tensor, out: Optional[torch.Tensor], device: torch.device
+) -> torch.Tensor:
+    """``table[ids]`` gathered by the CPU (ids come back from the GPU), sent to ``device`` (into ``out``)."""
+    from lightning_zerocopy import ops
+
+    flat = table.reshape(table.shape[0], row_width(table)) if table.dim() != 2 else table
+    staged = torch.empty((ids.numel(), flat.shape[1]), dtype=table.dtype, pin_memory=True)
+    ops.gather_rows(flat, ids.cpu(), staged)
+    staged = staged.view((ids.numel(), *table.shape[1:]))
+    if out is not None:
+        return out.copy_(staged, non_blocking=True)
+    return staged.to(device, non_blocking=True)
+
+
+def _data(x, edge_index, y, n_id, e_id, input_id, sample) -> Data:
+    return Data(
+        x=x,
+        edge_index=edge_index,
+        y=y,
+        n_id=n_id,
+        e_id=e_id,
+        input_id=input_id,
+        batch_size=sample.batch_size,
+        num_sampled_nodes=sample.num_sampled_nodes,
+        num_sampled_edges=sample.num_sampled_edges,
+    )
+
+
+def _rows(out: Mapping[str, torch.Tensor], key: str, rows: int, device: torch.device) -> Optional[torch.Tensor]:
+    buffer = out.get(key)
+    if buffer is None or not _same_device(buffer.device, device):
+        return None
+    if buffer.shape[0] < rows:
+        raise ValueError(
+            f"out[{key!r}] has {buffer.shape[0]} rows but this batch needs {rows}: allocate at least "
+            f"BatchBuilder.max_nodes(batch_size) rows (or grow the buffer and retry)"
+        )
+    return buffer[:rows]
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    if a.type != b.type:
+        return False
+    if a.type != "cuda":
+        return True
+    current = torch.cuda.current_device
+    return (a.index if a.index is not None else current()) == (b.index if b.index is not None else current())

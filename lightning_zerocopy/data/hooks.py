@@ -1,0 +1,37 @@
+"""The DataModule's hooks for components that take part in its data path (e.g. ``PipelineCallback``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+    from torch_geometric.data import Data
+
+    from lightning_zerocopy.data.datamodule import ZeroCopyDataModule
+    from lightning_zerocopy.data.loader import PlanLoader
+
+__all__ = ["HostMemoryConsumer", "LoaderFactory"]
+
+
+class LoaderFactory(Protocol):
+    """Turns the DataModule's loader of a split into the iterable its ``*_dataloader`` hook returns
+    (:meth:`ZeroCopyDataModule.use_loader_factory`)."""
+
+    def __call__(self, split: str, loader: "PlanLoader") -> Iterable["Data"]: ...
+
+
+@runtime_checkable
+class HostMemoryConsumer(Protocol):
+    """A callback (or the trainer's strategy) that uses the DataModule's shared host memory while it can be mapped.
+
+    The strategy's ``attach_host_memory`` runs first (it may set a feature cache with ``set_feature_cache``), then
+    the callbacks' in order.
+
+    ``attach_host_memory`` is called on every rank during ``ZeroCopyDataModule.setup``, after the rank has
+    mapped the segments and before they are unlinked. It must return only once every process it started has
+    opened what it needs (e.g. ``datamodule.builder("train").open()`` in a worker); afterwards the segments
+    cannot be opened by name any more.
+    """
+
+    def attach_host_memory(self, trainer: "pl.Trainer", datamodule: "ZeroCopyDataModule") -> None: ...
