@@ -23,7 +23,10 @@ class LoaderFactory(Protocol):
 
 @runtime_checkable
 class HostMemoryConsumer(Protocol):
-    """A callback that maps the DataModule's shared host memory in processes of its own.
+    """A callback (or the trainer's strategy) that uses the DataModule's shared host memory while it can be mapped.
+
+    The strategy's ``attach_host_memory`` runs first (it may set a feature cache with ``set_feature_cache``), then
+    the callbacks' in order.
 
     ``attach_host_memory`` is called on every rank during ``ZeroCopyDataModule.setup``, after the rank has
     mapped the segments and before they are unlinked. It must return only once every process it started has

@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -112,15 +113,39 @@ class RankLiveness:
                 return peer
         return None
 
+    def describe(self, dead: RankInfo) -> str:
+        """The one-line error for ``dead``."""
+        return (
+            f"rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} was running; "
+            f"stopping rank {self.me.rank}"
+        )
+
+    def explain(self, exception: BaseException, wait: float = 2.0) -> Optional[str]:
+        """If a watched rank is gone (checked for up to ``wait`` seconds: a collective can fail the moment a peer's
+        socket closes, before the peer is reaped), prefix ``exception``'s message with :meth:`describe` and return
+        that line; else ``None``. For errors of collectives (e.g. gloo's "Connection reset by peer") that do not
+        say which rank went away."""
+        if isinstance(exception, PeerRankExited):
+            return None
+        deadline = time.monotonic() + wait
+        dead = self.check()
+        while dead is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            dead = self.check()
+        if dead is None:
+            return None
+        line = self.describe(dead)
+        if exception.args and isinstance(exception.args[0], str):
+            exception.args = (f"{line}. {exception.args[0]}", *exception.args[1:])
+        print(f"[ZeroCopyDDPStrategy] {line}", file=sys.stderr, flush=True)
+        return line
+
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):
             dead = self.check()
             if dead is None or self._stop.is_set():
                 continue
-            self.message = (
-                f"rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} was running; "
-                f"stopping rank {self.me.rank}"
-            )
+            self.message = self.describe(dead)
             print(f"[ZeroCopyDDPStrategy] {self.message}", file=sys.stderr, flush=True)
             if self._previous_handler is not None or signal.getsignal(_SIGNAL) == self._raise_in_main:
                 os.kill(os.getpid(), _SIGNAL)

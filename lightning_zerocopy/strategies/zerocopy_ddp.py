@@ -141,6 +141,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         liveness, self._liveness = self._liveness, None  # teardown then skips its barrier (a rank may be gone)
         if liveness is not None:
             liveness.stop()
+            liveness.explain(exception)  # a collective's error names no rank: say which one went away
         self._retire_shard()
         super().on_exception(exception)
 

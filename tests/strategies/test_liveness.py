@@ -42,3 +42,14 @@ def test_a_gone_peer_raises_in_the_main_thread_naming_it() -> None:
                 time.sleep(0.01)
     finally:
         watch.stop()
+
+
+def test_a_collective_error_is_explained_with_the_gone_rank() -> None:
+    me = RankInfo(1, "host", os.getpid())
+    watch = RankLiveness(me, [RankInfo(0, "host", 99), me], alive=lambda pid: pid != 99)
+    error = RuntimeError("Connection reset by peer")
+    assert watch.explain(error, wait=0) is not None
+    assert str(error) == "rank 0 (pid 99 on host) exited while rank 1 was running; stopping rank 1. Connection reset by peer"
+    healthy = RankLiveness(me, [RankInfo(0, "host", 98), me], alive=lambda pid: True)
+    other = RuntimeError("boom")
+    assert healthy.explain(other, wait=0) is None and str(other) == "boom"
