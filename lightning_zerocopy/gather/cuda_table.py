@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Optional, Union
 import torch
 
 from lightning_zerocopy import ops
+from lightning_zerocopy.gather.table_shape import TableShape
 from lightning_zerocopy.gather.read_order import ReadOrderChooser
 from lightning_zerocopy.graph.reorder import frequency_order, most_frequent_neighbors
 from lightning_zerocopy.options import GatherMode, check_choice
@@ -40,7 +41,7 @@ __all__ = [
 
 
 
-class CudaFeatureTable:
+class CudaFeatureTable(TableShape):
     """A host feature table that the GPU reads in place, with an optional GPU hot-row cache.
 
     Args:
@@ -96,22 +97,6 @@ class CudaFeatureTable:
             self.set_hot_rows(hot_rows)
 
     # ------------------------------------------------------------------------------------------ properties
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.table.shape[0])
-
-    @property
-    def dim(self) -> int:
-        return int(self.table.shape[1])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.table.dtype
-
-    @property
-    def row_bytes(self) -> int:
-        return self.dim * self.table.element_size()
 
     @property
     def num_hot_rows(self) -> int:

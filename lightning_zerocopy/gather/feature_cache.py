@@ -30,6 +30,7 @@ from typing import Any, NamedTuple, Optional, Union
 import torch
 
 from lightning_zerocopy import ops
+from lightning_zerocopy.gather.table_shape import TableShape
 from lightning_zerocopy.gather.cache_plan import CachePlan
 from lightning_zerocopy.gather.cache_shards import ShardHandle, _cuda_device, _table_tensor, fill_shard
 from lightning_zerocopy.gather.read_order import ReadOrderChooser
@@ -111,7 +112,7 @@ class CacheCounts(NamedTuple):
         return (self.local + self.peer) / self.total if self.total else 0.0
 
 
-class SegmentedFeatureCache:
+class SegmentedFeatureCache(TableShape):
     """``table[ids]`` on one GPU, hot rows read from GPU shards (local or peer), the rest from the host table.
 
     Made by :func:`open_feature_cache`; see the module docstring for the lifetime rule.
@@ -161,22 +162,6 @@ class SegmentedFeatureCache:
     @property
     def slot_bits(self) -> int:
         return self.plan.slot_bits
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.table.shape[0])
-
-    @property
-    def dim(self) -> int:
-        return int(self.table.shape[1])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.table.dtype
-
-    @property
-    def row_bytes(self) -> int:
-        return self.dim * self.table.element_size()
 
     @property
     def num_cached(self) -> int:

@@ -6,6 +6,7 @@
 // microsecond or more, so bandwidth comes from the number of loads outstanding, not from arithmetic.
 // Rows wider than G * V bytes are walked in G * V * U byte steps by the same group.
 #include "ops/cuda/gather_rows_kernel.cuh"
+#include "ops/cuda/row_vectors.cuh"
 
 namespace zerocopy::cuda {
 namespace {
@@ -13,29 +14,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kRowsInFlight = 4;     // R
 constexpr int kVectorsInFlight = 2;  // U (per row, for rows wider than one group pass)
-
-template <int V>
-struct Vec;
-template <>
-struct Vec<16> {
-  using type = uint4;
-};
-template <>
-struct Vec<8> {
-  using type = uint2;
-};
-template <>
-struct Vec<4> {
-  using type = unsigned int;
-};
-template <>
-struct Vec<2> {
-  using type = unsigned short;
-};
-template <>
-struct Vec<1> {
-  using type = unsigned char;
-};
 
 struct Params {
   const char* table;
@@ -52,7 +30,7 @@ struct Params {
 
 template <int V, typename IdT>
 __global__ void __launch_bounds__(kThreads) gather_rows_kernel(const Params p, const int log2_group) {
-  using T = typename Vec<V>::type;
+  using T = typename RowVec<V>::type;
   const int group_size = 1 << log2_group;
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int lane = static_cast<int>(thread & (group_size - 1));
@@ -84,25 +62,7 @@ __global__ void __launch_bounds__(kThreads) gather_rows_kernel(const Params p, c
         }
       }
     }
-    for (int64_t c = lane; c < vectors; c += static_cast<int64_t>(group_size) * kVectorsInFlight) {
-      T v[kRowsInFlight][kVectorsInFlight];
-#pragma unroll
-      for (int k = 0; k < kRowsInFlight; ++k) {
-#pragma unroll
-        for (int u = 0; u < kVectorsInFlight; ++u) {
-          const int64_t at = c + static_cast<int64_t>(u) * group_size;
-          if (src[k] != nullptr && at < vectors) v[k][u] = src[k][at];
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kRowsInFlight; ++k) {
-#pragma unroll
-        for (int u = 0; u < kVectorsInFlight; ++u) {
-          const int64_t at = c + static_cast<int64_t>(u) * group_size;
-          if (src[k] != nullptr && at < vectors) dst[k][at] = v[k][u];
-        }
-      }
-    }
+    copy_rows_in_flight<T, kRowsInFlight, kVectorsInFlight>(src, dst, lane, group_size, vectors);
   }
 }
 
@@ -110,16 +70,7 @@ int vector_bytes_for(const GatherArgs& a) {
   uint64_t bits = static_cast<uint64_t>(a.row_bytes) | reinterpret_cast<uintptr_t>(a.table) |
                   reinterpret_cast<uintptr_t>(a.out);
   if (a.cache != nullptr) bits |= reinterpret_cast<uintptr_t>(a.cache);
-  for (int v = 16; v > 1; v /= 2) {
-    if ((bits & static_cast<uint64_t>(v - 1)) == 0) return v;
-  }
-  return 1;
-}
-
-int log2_group_for(int64_t vectors) {
-  int log2 = 0;
-  while (log2 < 5 && (int64_t{1} << log2) < vectors) ++log2;
-  return log2;
+  return widest_access(bits);
 }
 
 int multiprocessors() {
@@ -166,7 +117,7 @@ cudaError_t launch_typed(const Params& p, int v, int log2_group, cudaStream_t st
 cudaError_t launch_gather_rows(const GatherArgs& args, cudaStream_t stream) {
   if (args.n <= 0 || args.row_bytes <= 0) return cudaSuccess;
   const int v = vector_bytes_for(args);
-  const int log2_group = log2_group_for(args.row_bytes / v);
+  const int log2_group = log2_threads_per_row(args.row_bytes / v);
   Params p;
   p.table = static_cast<const char*>(args.table);
   p.num_rows = static_cast<unsigned long long>(args.num_rows);
