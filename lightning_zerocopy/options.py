@@ -103,7 +103,7 @@ def check_fanouts(fanouts: Any, name: str = "fanouts") -> list[int]:
         raise ValueError(f"{label} is empty; give one fanout per hop, e.g. [15, 10, 5] (-1 = all neighbors)")
     checked = []
     for hop, fanout in enumerate(fanouts):
-        entry = f"`{name}[{hop}]`" if "." not in name else f"{name}[{hop}]"
+        entry = f"`{name}[{hop}]`"
         if isinstance(fanout, bool) or not isinstance(fanout, int):
             raise TypeError(f"{entry} must be an int, got {type(fanout).__name__} ({fanout!r})")
         if fanout == 0 or fanout < -1:
