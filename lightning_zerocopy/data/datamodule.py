@@ -34,28 +34,20 @@ from typing import Any, Iterable, Literal, Optional, Sequence
 import pytorch_lightning as pl
 import torch
 from torch_geometric.data import Data
-from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.gpu_options import KEY_PREFIX, check_gpu_options, resolve_gather
+from lightning_zerocopy.data.gpu_options import KEY_PREFIX, check_gpu_options, resolve_gather, resolve_placement
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory
-from lightning_zerocopy.data.host import (
-    build_node_order_cache,
-    exchange_handles,
-    node_order_cache_dir,
-    share_node_data,
-    shared_node_order,
-)
+from lightning_zerocopy.data.host import build_node_order_cache, exchange_handles, node_order_cache_dir
+from lightning_zerocopy.data.host_copy import HostCopyBuilder
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
-from lightning_zerocopy.datasets.base import ArrayCache, NodeData, NodeDataset
-from lightning_zerocopy.datasets.splits import SplitError, check_splits
-from lightning_zerocopy.graph.reorder import NodeOrder
-from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
+from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
 from lightning_zerocopy.options import (
     FeatureStorage,
     GatherChoice,
@@ -179,9 +171,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._builders: dict[str, BatchBuilder] = {}
         self._attaching = False  # inside setup, while HostMemoryConsumers attach (set_feature_cache allowed)
         self._splits: dict[str, torch.Tensor] = {}
-        # an in-memory node order outlives teardown, so fit then test in one process computes it once
-        self._kept_order: Optional[NodeOrder] = None
-        self._splits_checked = False  # check_splits ran on this dataset (setup runs again after teardown)
+        # keeps the split check and an in-memory node order across setups (fit, then test, in one process)
+        self._host_copy = HostCopyBuilder(dataset, feature_storage, node_order, _KEY + "dataset")
         self._loader_factory: Optional[LoaderFactory] = None
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
@@ -406,16 +397,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         """Decide ``gather='auto'`` and the CUDA device from the trainer (see :func:`resolve_gather`)."""
         trainer = self._trainer_or_none()
         root = trainer.strategy.root_device if trainer is not None else None
-        placement = self.sampler_placement
-        if placement in ("hybrid", "auto"):
-            from lightning_zerocopy import WITH_CUDA
-
-            on_cuda = root.type == "cuda" if root is not None else torch.cuda.is_available()
-            if not (on_cuda and WITH_CUDA):
-                where = f"the trainer runs on {root.type!r}" if root is not None else "no CUDA GPU is available"
-                why = where if not on_cuda else "lightning_zerocopy._C was built without its CUDA kernels"
-                rank_zero_info(f"data.init_args.sampler_placement={placement!r}: {why}, so sampling runs on the CPU only")
-                placement = "cpu"
+        placement = resolve_placement(self.sampler_placement, root)
         self._placement_resolved = placement
         gather = resolve_gather(placement, self.gather, self.hot_rows, root)
         self._gather_resolved = gather
@@ -430,36 +412,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
     def _create_host_memory(self) -> "HostGraphHandles | Exception":
         try:
-            cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
-            data = self.dataset.load()
-            self._check_splits(data)
-            cache_dir = node_order_cache_dir(self.dataset, self.node_order)
-            handles = share_node_data(
-                data,
-                self.feature_storage,
-                node_order=self.node_order,
-                cache_dir=cache_dir,
-                order=self._kept_order,
-            )
-            if cache_dir is None and self._kept_order is None:
-                self._kept_order = shared_node_order(handles)
-            return handles
+            return self._host_copy.build()
         except Exception as exc:  # reported to every rank (so none waits forever), then raised
             return exc
-
-    def _check_splits(self, data: NodeData) -> None:
-        """Check every split once (ids in range, no repeats: errors; shared nodes: warnings), before any batch."""
-        if self._splits_checked:
-            return
-        dataset = f"data.init_args.dataset ({type(self.dataset).__name__})"
-        sources = {name: self.dataset.split_source(name) for name in ("train", "val", "test")}
-        try:
-            warnings = check_splits(data, sources, num_classes=self.dataset.num_classes)
-        except SplitError as exc:
-            raise ValueError(f"{dataset}: {exc}") from exc
-        for warning in warnings:
-            rank_zero_warn(f"{dataset}: {warning}")
-        self._splits_checked = True
 
     def _open(self, handles: HostGraphHandles) -> None:
         self._handles = handles

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_zerocopy.options import GatherChoice, GatherMode, SamplerPlacement, check_choice, check_count
 
@@ -90,3 +90,20 @@ def resolve_gather(
             " set hot_rows=0 or run the zero-copy gather on a GPU trainer"
         )
     return resolved
+
+
+def resolve_placement(sampler_placement: SamplerPlacement, root: Optional[torch.device]) -> str:
+    """``sampler_placement`` as it runs under a trainer on ``root``: ``hybrid``/``auto`` need a CUDA trainer and
+    the CUDA kernels, and fall back to ``cpu`` with a one-line note otherwise; other values are kept."""
+    if sampler_placement not in ("hybrid", "auto"):
+        return sampler_placement
+    on_cuda = root.type == "cuda" if root is not None else torch.cuda.is_available()
+    problem = None
+    if not on_cuda:
+        problem = f"the trainer runs on {root.type!r}" if root is not None else "no CUDA GPU is available"
+    elif cuda_build_problem() is not None:
+        problem = "lightning_zerocopy._C was built without its CUDA kernels"
+    if problem is None:
+        return sampler_placement
+    rank_zero_info(f"{KEY_PREFIX}sampler_placement={sampler_placement!r}: {problem}, so sampling runs on the CPU only")
+    return "cpu"

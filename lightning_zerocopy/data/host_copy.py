@@ -1,0 +1,72 @@
+"""A machine's host copy of a dataset, built by its local rank 0 in ``ZeroCopyDataModule.setup``.
+
+:class:`HostCopyBuilder` keeps what one DataModule need not redo when ``setup`` runs again after a teardown (fit,
+then test, in one process): the split check (once per dataset) and a node order computed in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pytorch_lightning.utilities import rank_zero_warn
+
+from lightning_zerocopy.data.handles import HostGraphHandles
+from lightning_zerocopy.data.host import node_order_cache_dir, share_node_data, shared_node_order
+from lightning_zerocopy.datasets.base import NodeData, NodeDataset
+from lightning_zerocopy.datasets.splits import SplitError, check_splits
+from lightning_zerocopy.graph.reorder import NodeOrder
+from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
+from lightning_zerocopy.options import FeatureStorage, NodeOrderKind
+
+__all__ = ["HostCopyBuilder"]
+
+
+class HostCopyBuilder:
+    """Builds the shared host memory (graph, features, labels, splits) of ``dataset`` on this machine.
+
+    Args:
+        dataset: the dataset (``data.init_args.dataset``).
+        feature_storage: ``"shared_memory"`` or ``"mmap"``.
+        node_order: the internal node order of the host memory.
+        key: how errors name the dataset (its YAML key).
+    """
+
+    def __init__(self, dataset: NodeDataset, feature_storage: FeatureStorage, node_order: NodeOrderKind, key: str):
+        self.dataset = dataset
+        self.feature_storage: FeatureStorage = feature_storage
+        self.node_order: NodeOrderKind = node_order
+        self.key = key
+        self._order: Optional[NodeOrder] = None  # an in-memory node order, kept for the next build
+        self._splits_checked = False
+
+    def build(self) -> HostGraphHandles:
+        """Load the dataset, check its splits (once), and copy it into job-unique shared segments.
+
+        Raises:
+            ValueError: a split holds an out-of-range or repeated id, or a label is out of range (naming the split
+                and its source).
+        """
+        cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
+        data = self.dataset.load()
+        self._check_splits(data)
+        cache_dir = node_order_cache_dir(self.dataset, self.node_order)
+        handles = share_node_data(
+            data, self.feature_storage, node_order=self.node_order, cache_dir=cache_dir, order=self._order
+        )
+        if cache_dir is None and self._order is None:
+            self._order = shared_node_order(handles)
+        return handles
+
+    def _check_splits(self, data: NodeData) -> None:
+        """Ids in range and no repeats (errors), nodes shared between splits (warnings), before any batch."""
+        if self._splits_checked:
+            return
+        dataset = f"{self.key} ({type(self.dataset).__name__})"
+        sources = {name: self.dataset.split_source(name) for name in ("train", "val", "test")}
+        try:
+            warnings = check_splits(data, sources, num_classes=self.dataset.num_classes)
+        except SplitError as exc:
+            raise ValueError(f"{dataset}: {exc}") from exc
+        for warning in warnings:
+            rank_zero_warn(f"{dataset}: {warning}")
+        self._splits_checked = True
