@@ -73,23 +73,13 @@ int vector_bytes_for(const GatherArgs& a) {
   return widest_access(bits);
 }
 
-int multiprocessors() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 132;
-  int count = 0;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
-    return 132;
-  }
-  return count;
-}
-
 template <int V, typename IdT>
 cudaError_t launch(const Params& p, int log2_group, cudaStream_t stream) {
   const int64_t groups_needed = (p.n + kRowsInFlight - 1) / kRowsInFlight;
   const int64_t threads_needed = groups_needed << log2_group;
   int64_t blocks = (threads_needed + kThreads - 1) / kThreads;
   // Enough blocks to fill every multiprocessor several times over; the grid-stride loop covers the rest.
-  const int64_t max_blocks = static_cast<int64_t>(multiprocessors()) * 32;
+  const int64_t max_blocks = static_cast<int64_t>(current_multiprocessors()) * 32;
   if (blocks > max_blocks) blocks = max_blocks;
   if (blocks < 1) blocks = 1;
   gather_rows_kernel<V, IdT><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, log2_group);
