@@ -82,11 +82,13 @@ def test_read_orders_give_the_same_rows(read_order):
 
 
 @pytest.mark.cuda
-def test_bad_location_entry_raises_value_error():
+@pytest.mark.parametrize("read_order", ["direct", "sorted"])
+def test_bad_location_entry_raises_value_error(read_order):
+    # both orders read the host rows first, so the failing read's place must be mapped back to its batch position
     table = _table(seed=4)
     plan = _plan(3, seed=4)
     _, spec = _spec(plan, table, [0, 0, 0], "clique")
-    with open_feature_cache(spec, table, "cuda:0", read_order="sorted") as cache:
+    with open_feature_cache(spec, table, "cuda:0", read_order=read_order) as cache:
         ids = torch.randperm(NUM_ROWS, generator=torch.Generator().manual_seed(4))[:200]  # unique: one position
         cache.location[int(ids[17])] = 3 << plan.slot_bits  # a segment that does not exist
         with pytest.raises(ValueError, match=rf"of row {int(ids[17])} \(position 17 of `ids`\) names segment 3"):

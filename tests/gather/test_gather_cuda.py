@@ -221,6 +221,27 @@ def test_hot_row_cache_serves_cached_rows_from_the_gpu() -> None:
             table.gather(torch.tensor([5, 2000], device="cuda"))
 
 
+@pytest.mark.parametrize("sort_ids", [False, True])
+def test_hot_row_cache_with_a_bad_id_names_its_batch_position(sort_ids: bool) -> None:
+    # with a hot-row cache the host rows are read before the cached ones: positions must map back to the batch
+    host = random_table(997, 16, torch.float32, seed=14)
+    placed = Placed(host, "registered")
+    try:
+        hot = torch.arange(0, 997, 3)
+        slot = torch.full((997,), -1, dtype=torch.int32)
+        slot[hot] = torch.arange(hot.numel(), dtype=torch.int32)
+        cache = host[hot].cuda()
+        ids = random_ids(997, 5000, seed=15)
+        expected = host[ids]
+        good = ops.gather_rows(placed.table, ids.cuda(), sort_ids=sort_ids, cache_slot=slot.cuda(), cache=cache)
+        assert bitwise_equal(good, expected)
+        ids[4321] = 997
+        with pytest.raises(IndexError, match=r"`ids`.*997.*position 4321"):
+            ops.gather_rows(placed.table, ids.cuda(), sort_ids=sort_ids, cache_slot=slot.cuda(), cache=cache)
+    finally:
+        placed.close()
+
+
 def test_feature_table_auto_mode_measures_then_chooses() -> None:
     from lightning_zerocopy.gather import CudaFeatureTable
 

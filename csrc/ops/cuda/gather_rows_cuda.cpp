@@ -1,11 +1,10 @@
-// CUDA glue of `zerocopy::gather_rows_into`: argument checks, device pointers, the optional address order and
-// hot-row cache, the launch on the current CUDA stream, and the id check (one 8-byte read-back per call).
+// CUDA glue of `zerocopy::gather_rows_into`: argument checks, device pointers, the reading order (read_order.h)
+// and hot-row cache, the launch on the current CUDA stream, and the id check (one 8-byte read-back per call).
 //
 // `table` may be a CUDA tensor or a CPU tensor whose memory is pinned and mapped (zero-copy: the kernel reads
 // host memory over PCIe); `ids` and `out` are CUDA tensors on one device.
 #include <c10/cuda/CUDAStream.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/sort.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -14,6 +13,7 @@
 #include "ops/checks.h"
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/gather_rows_kernel.cuh"
+#include "ops/cuda/read_order.h"
 #include "ops/gather_rows.h"
 
 namespace zerocopy {
@@ -53,18 +53,11 @@ void gather_rows_into_cuda(const at::Tensor& table, const at::Tensor& ids, const
     args.cache = rows.const_data_ptr();
   }
 
-  at::Tensor order_ids = ids;
-  at::Tensor positions;
-  if (sort_ids && n > 1) {
-    // Address order: rows are read in ascending id order (consecutive reads share pages and translation
-    // entries) and written back to their batch positions.
-    auto sorted = at::sort(ids);
-    order_ids = std::get<0>(sorted).contiguous();
-    positions = std::get<1>(sorted).contiguous();
-    args.out_pos = positions.const_data_ptr<int64_t>();
-  }
-  args.ids = order_ids.const_data_ptr();
-  args.ids_int64 = order_ids.scalar_type() == at::kLong;
+  // Address order when `sort_ids`; with a hot-row cache, the host rows before the cached ones (read_order.h).
+  const cuda::ReadOrder order = cuda::read_order(ids, sort_ids, cache_slot, args.num_rows);
+  if (order.positions.defined()) args.out_pos = order.positions.const_data_ptr<int64_t>();
+  args.ids = order.ids.const_data_ptr();
+  args.ids_int64 = order.ids.scalar_type() == at::kLong;
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
   at::Tensor bad = at::empty({1}, ids.options().dtype(at::kLong));

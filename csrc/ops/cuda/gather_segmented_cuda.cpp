@@ -4,7 +4,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/sort.h>
 #include <torch/library.h>
 
 #include <mutex>
@@ -15,6 +14,7 @@
 #include "ops/checks.h"
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/gather_segmented_kernel.cuh"
+#include "ops/cuda/read_order.h"
 #include "ops/gather_segmented.h"
 
 namespace zerocopy {
@@ -80,18 +80,13 @@ void gather_segmented_into_cuda(const at::Tensor& table, const at::Tensor& ids, 
   }
   if (args.n == 0 || args.row_bytes == 0) return;
   args.table = cuda::device_readable_pointer(table, device_index, kOp, "table");
-  at::Tensor order_ids = ids;
-  at::Tensor positions;
-  if (sort_ids && args.n > 1) {
-    // Address order: consecutive reads of host rows share pages and translation entries; rows are written back
-    // to their batch positions.
-    auto sorted = at::sort(ids);
-    order_ids = std::get<0>(sorted).contiguous();
-    positions = std::get<1>(sorted).contiguous();
-    args.out_pos = positions.const_data_ptr<int64_t>();
-  }
-  args.ids = order_ids.const_data_ptr();
-  args.ids_int64 = order_ids.scalar_type() == at::kLong;
+  // Address order when `sort_ids`, and the host rows before the cached ones either way (read_order.h).
+  const cuda::ReadOrder order = cuda::read_order(
+      ids, sort_ids, args.num_segments > 0 ? std::optional<at::Tensor>(location) : std::nullopt, args.num_rows);
+  const at::Tensor& positions = order.positions;
+  if (positions.defined()) args.out_pos = positions.const_data_ptr<int64_t>();
+  args.ids = order.ids.const_data_ptr();
+  args.ids_int64 = order.ids.scalar_type() == at::kLong;
   args.location = location.const_data_ptr();
   args.location_int64 = location.scalar_type() == at::kLong;
   args.slot_bits = static_cast<int>(slot_bits);
