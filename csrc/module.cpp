@@ -9,6 +9,7 @@
 
 #ifdef ZEROCOPY_WITH_CUDA
 #include "ops/cuda/host_memory.h"
+#include "ops/cuda/sample_neighbors_glue.h"
 
 static constexpr int kWithCuda = 1;
 
@@ -35,11 +36,20 @@ static PyObject* host_unregister(PyObject*, PyObject* args) {
   return PyLong_FromLong(code);
 }
 
+// set_lean_sampler(enabled) -> the previous setting (see sample_neighbors_glue.h).
+static PyObject* set_lean_sampler(PyObject*, PyObject* args) {
+  int enabled = 1;
+  if (!PyArg_ParseTuple(args, "p:set_lean_sampler", &enabled)) return nullptr;
+  return PyBool_FromLong(zerocopy::set_lean_sampler_enabled(enabled != 0) ? 1 : 0);
+}
+
 static PyMethodDef zerocopy_methods[] = {
     {"host_register", host_register, METH_VARARGS,
      "cudaHostRegister(address, nbytes, flags); returns the cudaError code and clears it from the thread."},
     {"host_unregister", host_unregister, METH_VARARGS,
      "cudaHostUnregister(address); returns the cudaError code and clears it from the thread."},
+    {"set_lean_sampler", set_lean_sampler, METH_VARARGS,
+     "Whether bounded CUDA sampler batches take the lean path (benchmarks, tests); returns the old setting."},
     {nullptr, nullptr, 0, nullptr},
 };
 #else

@@ -3,16 +3,25 @@
 CUDA tests carry ``@pytest.mark.cuda`` (markers are declared in ``pyproject.toml``) and are skipped where no GPU
 is present. On a GPU machine,
 ``REQUIRE_CUDA=1`` turns every skipped CUDA test into a failure, so a GPU run cannot pass by skipping.
+
+``LZC_TEST_STACKS_AFTER_S=N`` writes every thread's stack of the pytest process to ``LZC_TEST_STACKS_FILE``
+(default ``test_stacks.log``; a file, since pytest captures stderr) when one test has run for N seconds, and again
+every N seconds while it runs, so a test that hangs shows where it waits even if a timeout kills the run.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import time
 
 import pytest
 import torch
 
 REQUIRE_CUDA = os.environ.get("REQUIRE_CUDA", "0") == "1"
+STACKS_AFTER_S = float(os.environ.get("LZC_TEST_STACKS_AFTER_S", "0") or 0)
+STACKS_FILE = os.environ.get("LZC_TEST_STACKS_FILE", "test_stacks.log")
+_stacks_log = None
 
 
 def _cuda_ready() -> tuple[bool, str]:
@@ -41,3 +50,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if REQUIRE_CUDA and "cuda" in item.keywords and report.skipped:
         report.outcome = "failed"
         report.longrepr = f"REQUIRE_CUDA=1 but this CUDA test was skipped: {report.longrepr}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    if STACKS_AFTER_S <= 0:
+        yield
+        return
+    global _stacks_log
+    if _stacks_log is None:
+        _stacks_log = open(STACKS_FILE, "a", buffering=1)  # kept open: faulthandler writes to its descriptor
+    print(f"\n[{time.strftime('%H:%M:%S')}] {item.nodeid}", file=_stacks_log, flush=True)
+    faulthandler.dump_traceback_later(STACKS_AFTER_S, repeat=True, file=_stacks_log)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()

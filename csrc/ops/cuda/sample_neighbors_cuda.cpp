@@ -151,7 +151,7 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
     table.capacity = capacity;
   };
   make_table(bound);
-  if (bounded) {
+  if (bounded && lean_sampler_enabled()) {
     std::optional<Sample> lean = sample_neighbors_lean(graph, seeds, fanouts, replace, seed, table, bound, stream);
     if (lean.has_value()) return *std::move(lean);
   }

@@ -31,4 +31,9 @@ std::optional<CudaSample> sample_neighbors_lean(const cuda::Topology& graph, con
                                                 const cuda::NodeTable& table, int64_t node_capacity,
                                                 cudaStream_t stream);
 
+// Whether bounded batches take the lean path (default true). Off, every batch takes the per-hop path: for
+// benchmarks and tests that compare the two (process-wide; `_C.set_lean_sampler(bool)` returns the old value).
+bool lean_sampler_enabled();
+bool set_lean_sampler_enabled(bool enabled);
+
 }  // namespace zerocopy

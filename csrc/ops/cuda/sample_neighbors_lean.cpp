@@ -7,6 +7,7 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/sample_neighbors_glue.h"
@@ -22,9 +23,15 @@ constexpr const char* kOp = kSampleNeighbors;
 // buffers from the actual counts, uses less memory than these bounds would take.
 constexpr int64_t kLeanMaxSlots = int64_t{1} << 24;
 
+std::atomic<bool> lean_enabled{true};
+
 int64_t* ptr(at::Tensor& t) { return t.data_ptr<int64_t>(); }
 
 }  // namespace
+
+bool lean_sampler_enabled() { return lean_enabled.load(std::memory_order_relaxed); }
+
+bool set_lean_sampler_enabled(bool enabled) { return lean_enabled.exchange(enabled); }
 
 std::optional<CudaSample> sample_neighbors_lean(const cuda::Topology& graph, const at::Tensor& seeds,
                                                 c10::IntArrayRef fanouts, bool replace, int64_t seed,
