@@ -23,8 +23,14 @@ the stall fraction, and ``MEPS``, millions of sampled edges per second):
 * with a GPU feature cache (:class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy`'s ``cache_budget``), per
   training epoch and per rank: ``cache/hit_rate`` (rows served from GPU memory over all rows gathered),
   ``cache/local_rows``, ``cache/peer_rows`` and ``cache/host_rows`` (where the rows came from) and
-  ``cache/host_read_GBps`` (feature bytes read from host memory over the epoch's wall time). Read once per epoch
-  (one GPU synchronization), from the caches of the trainer's process (a pipeline worker counts in its own).
+  ``cache/host_read_GBps`` (feature bytes read from host memory over the epoch's wall time). The rows of every
+  process that gathers for this rank, counted once each: the caches of the trainer's process (read from the
+  strategy at the epoch's start and end, one GPU synchronization each; this includes an in-process pipeline's
+  producer thread), plus, with a :class:`~lightning_zerocopy.callbacks.PipelineCallback` worker process, the
+  counters that worker reports through the pipeline's stats (read in the worker right after a stream
+  synchronization it does anyway: at the last batch of every iteration and every 32 batches,
+  :mod:`lightning_zerocopy.pipeline.producer`; nothing is synchronized in the trainer for them). The figures
+  include the gathers of the validation run at the end of the epoch (one cache serves both loaders).
 
 On a GPU a step's figures are logged a step or two later, once its events have completed (never waited for);
 the last steps of an epoch whose events are still pending then are not logged.
@@ -35,7 +41,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -66,7 +72,7 @@ class DataTelemetry(Callback):
         #: per training epoch, this rank's feature-cache figures (see the module docstring)
         self.cache_history: list[dict[str, float]] = []
         self._epoch_start: Optional[float] = None
-        self._epoch_counts: Any = None
+        self._epoch_counts: dict[str, _CacheTotals] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -85,21 +91,20 @@ class DataTelemetry(Callback):
     @override
     def on_train_epoch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         counts = _cache_counts(trainer)
-        if counts is None or self._epoch_start is None:
+        if not counts or self._epoch_start is None:
             return
         seconds = time.perf_counter() - self._epoch_start
-        before = self._epoch_counts
-        local, peer, host = (counts.local, counts.peer, counts.host)
-        if before is not None:
-            local, peer, host = local - before.local, peer - before.peer, host - before.host
+        epoch = _CacheTotals(0, 0, 0, 0)
+        for where, now in counts.items():  # each process's rows once: its counts now less those at the start
+            epoch = epoch.plus(now.since(self._epoch_counts.get(where)))
+        local, peer, host = epoch.local, epoch.peer, epoch.host
         total = local + peer + host
-        row_bytes = getattr(trainer.strategy, "cache_row_bytes", 0)
         metrics = {
             "cache/hit_rate": (local + peer) / total if total else 0.0,
             "cache/local_rows": float(local),
             "cache/peer_rows": float(peer),
             "cache/host_rows": float(host),
-            "cache/host_read_GBps": host * row_bytes / seconds / 1e9 if seconds > 0 else 0.0,
+            "cache/host_read_GBps": epoch.host_bytes / seconds / 1e9 if seconds > 0 else 0.0,
         }
         self.cache_history.append(metrics)
         pl_module.log_dict(metrics, on_step=False, on_epoch=True)
@@ -188,12 +193,43 @@ def _sampling_metrics(trainer: "pl.Trainer", pipeline_stats: Any) -> dict[str, f
 def _pipeline_stats(trainer: "pl.Trainer"):
     from lightning_zerocopy.callbacks.pipeline import PipelineCallback
 
-    for callback in trainer.callbacks:
+    for callback in getattr(trainer, "callbacks", ()):
         if isinstance(callback, PipelineCallback):
             return callback.stats
     return None
 
 
-def _cache_counts(trainer: "pl.Trainer") -> Any:
-    read = getattr(trainer.strategy, "cache_counts", None)  # ZeroCopyDDPStrategy's feature cache
-    return read() if read is not None else None
+class _CacheTotals(NamedTuple):
+    """Cumulative rows one process's feature caches served, by source, and the host bytes they read."""
+
+    local: int
+    peer: int
+    host: int
+    host_bytes: int
+
+    def plus(self, other: "_CacheTotals") -> "_CacheTotals":
+        return _CacheTotals(*(a + b for a, b in zip(self, other)))
+
+    def since(self, before: Optional["_CacheTotals"]) -> "_CacheTotals":
+        """The rows counted after ``before`` (everything, when there is none or the counters restarted since)."""
+        if before is None or any(b > a for a, b in zip(self, before)):
+            return self
+        return _CacheTotals(*(a - b for a, b in zip(self, before)))
+
+
+def _cache_counts(trainer: "pl.Trainer") -> dict[str, _CacheTotals]:
+    """The feature-cache counters of every process that gathers for this rank, by process: ``"trainer"`` (the
+    strategy's caches in this process, which include an in-process pipeline producer's; one GPU synchronization)
+    and ``"pipeline"`` (a pipeline worker's, from its latest report; no synchronization). Each process's rows are in
+    exactly one entry."""
+    out: dict[str, _CacheTotals] = {}
+    strategy = getattr(trainer, "strategy", None)
+    read = getattr(strategy, "cache_counts", None)  # ZeroCopyDDPStrategy's feature cache, this process's caches
+    own = read() if read is not None else None
+    if own is not None:
+        row_bytes = int(getattr(strategy, "cache_row_bytes", 0))
+        out["trainer"] = _CacheTotals(int(own.local), int(own.peer), int(own.host), int(own.host) * row_bytes)
+    report = getattr(_pipeline_stats(trainer), "cache", None)  # a worker process's, through the pipeline's stats
+    if report is not None:
+        out["pipeline"] = _CacheTotals(report.local, report.peer, report.host, report.host * report.row_bytes)
+    return out

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from lightning_zerocopy.pipeline.client import PipelineClient
 
 _LAZY = {
+    "CacheReport": "lightning_zerocopy.pipeline.client",
     "PipelineClient": "lightning_zerocopy.pipeline.client",
     "PipelineError": "lightning_zerocopy.pipeline.client",
     "PipelineStats": "lightning_zerocopy.pipeline.client",

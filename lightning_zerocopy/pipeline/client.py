@@ -51,6 +51,18 @@ class Transport(Protocol):
     def close(self, timeout: float = 5.0) -> None: ...
 
 
+@dataclass(frozen=True)
+class CacheReport:
+    """Rows the feature caches of the producer's process served since they opened, by where they came from
+    (cumulative), and the bytes of one row. Only a worker process reports (an in-process producer's caches are the
+    trainer process's own)."""
+
+    local: int
+    peer: int
+    host: int
+    row_bytes: int
+
+
 @dataclass
 class PipelineStats:
     """Running figures of one client, read by the telemetry callback."""
@@ -64,6 +76,8 @@ class PipelineStats:
     grows: int = 0
     #: where a hybrid source's batches were sampled: batches, predicted and measured seconds per device
     sampling: HybridStats = field(default_factory=HybridStats)
+    #: the worker's feature-cache counters as of its latest report (``None``: no report, or an in-process producer)
+    cache: Optional[CacheReport] = None
 
 
 @dataclass
@@ -226,6 +240,9 @@ class PipelineClient:
 
     def _dispatch(self, msg: tuple, what: str) -> None:
         kind, stage = msg[0], msg[1]
+        if kind == "cache":  # the producer process's counters, whatever stage's batch they came with
+            self.stats.cache = CacheReport(*msg[2])
+            return
         st = self._stages.get(stage)
         if st is None:
             return

@@ -22,6 +22,8 @@ Producer → trainer::
     ("ready", stage, gen, slot, step, sizes, scalars, build_s, dispatch)
                                                    dispatch: where a hybrid source sampled the batch
                                                    (a :class:`~lightning_zerocopy.sampling.Dispatch`), else None
+    ("cache", stage, (local, peer, host, row_bytes))
+                                                   worker process only: its feature caches' cumulative row counts
     ("error", stage, gen, traceback_text)
 
 Three stages: with a two-stage source (``sample_batch`` / ``gather_batch``, see :func:`.source.two_stage`) the
@@ -39,11 +41,24 @@ ready slot's contents are complete for any stream of any process. The trainer an
 the GPU work it queued on the slot (the step's forward and backward) has finished, which it learns from a
 local CUDA event it polls. Neither side ever touches a slot the other owns, and no interprocess CUDA events
 are needed (those are backed by files in ``/dev/shm`` that the driver can leave behind).
+
+Feature-cache counters (``report_cache``, set by the worker process): the GPU feature caches a worker opens
+(:func:`~lightning_zerocopy.strategies.cache_spec.process_cache_counts`) count their local / peer / host rows on the
+GPU, in the worker, where the trainer's :class:`~lightning_zerocopy.callbacks.DataTelemetry` cannot read them. The
+producer reads them where it synchronizes its stream anyway, just before it announces a ready slot: at the last
+batch of an iteration and every :data:`CACHE_REPORT_EVERY` batches (the counters are written by the gathers on that
+stream, which has just been synchronized: the read is a copy of a few integers that waits for no GPU work, and
+nothing in the trainer synchronizes for it), and once when the trainer abandons an iteration early. It sends the
+cumulative totals in a ``cache`` message ahead of that batch's ``ready``, so the trainer has the totals of a whole
+iteration by the time it takes its last batch. An in-process producer does not report: its caches belong to the
+trainer's process, where the strategy counts them already.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+import sys
 import time
 import traceback
 from collections import deque
@@ -56,6 +71,10 @@ from lightning_zerocopy.pipeline.lookahead import Lookahead
 from lightning_zerocopy.sampling.hybrid import Dispatch, HybridDispatcher
 from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch
 from lightning_zerocopy.pipeline.source import two_stage
+
+#: a reporting producer reads its feature caches' counters at most once per this many batches of a stage (and at
+#: the last batch of each iteration)
+CACHE_REPORT_EVERY = 32
 
 
 class Channel(Protocol):
@@ -111,6 +130,8 @@ class Producer:
             its kernels to a share of the SMs; ``None``: ordinary side streams.
         hybrid_depth: batches a hybrid source keeps sampled ahead of the one being gathered (split between the
             devices by the dispatcher).
+        report_cache: send the trainer the row counters of the feature caches open in this process (a worker
+            process; see the module docstring).
     """
 
     def __init__(
@@ -120,6 +141,7 @@ class Producer:
         lookahead: bool = True,
         sm_share: Optional[Any] = None,
         hybrid_depth: int = 4,
+        report_cache: bool = False,
     ) -> None:
         if hybrid_depth < 1:
             raise ValueError(f"`hybrid_depth` must be >= 1, got {hybrid_depth}")
@@ -131,6 +153,7 @@ class Producer:
         self._make_stream: Optional[Any] = None
         self.device = device
         self.lookahead = lookahead
+        self.report_cache = bool(report_cache)
         self.stages: dict[str, _Stage] = {}
         self._order = 0
         self._sm_share = sm_share
@@ -214,6 +237,8 @@ class Producer:
                 stage.free.append(slot)
         elif kind == "end":
             if msg[2] == stage.gen:
+                if stage.next_step < stage.stop:  # abandoned early: its last batch did not report
+                    self._report_cache_quietly(msg[1])
                 stage.gen = None
                 stage.pending = None
                 self._drop_hybrid(msg[1])
@@ -280,6 +305,8 @@ class Producer:
         st.free.popleft()
         st.next_step = step + 1
         dispatch, st.dispatch = st.dispatch, None
+        if st.next_step == st.stop or st.next_step % CACHE_REPORT_EVERY == 0:
+            self._report_cache(name)  # right after the stream synchronized: the counters are complete
         self._send(("ready", name, st.gen, slot, step, sizes, scalars, build_s, dispatch))
 
     def _build(self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]]) -> tuple[Any, float]:
@@ -341,8 +368,41 @@ class Producer:
         if self._hybrid is not None:
             self._hybrid.drop(lambda key: key[0] == name and key[1] != keep_gen)
 
+    # ---- feature-cache counters -------------------------------------------------------------------------------
+    def _report_cache(self, name: str) -> None:
+        """Send the cumulative row counts of this process's feature caches (``report_cache`` only)."""
+        if not self.report_cache:
+            return
+        counts = _process_cache_counts()
+        if counts is not None:
+            self._send(("cache", name, counts))
+
+    def _report_cache_quietly(self, name: str) -> None:
+        """:meth:`_report_cache` outside a build (on the producer's stream; a failure only skips the report)."""
+        if not self.report_cache:
+            return
+        stream = torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
+        try:
+            with stream:
+                self._report_cache(name)
+        except ChannelClosed:
+            raise
+        except Exception:  # noqa: BLE001 - telemetry; the next batch's report raises a real fault with its build
+            pass
+
     def _send(self, msg: tuple) -> None:
         try:
             self.channel.send(msg)
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
             raise ChannelClosed() from exc
+
+
+def _process_cache_counts() -> Optional[tuple[int, int, int, int]]:
+    """``(local, peer, host, row_bytes)`` of the feature caches open in this process, or ``None``.
+
+    Caches are tracked by :mod:`lightning_zerocopy.strategies.cache_spec`, which a builder carrying one imports when
+    it is unpickled; if that module was never imported here, no cache is open (and the strategies package, which
+    imports Lightning, is not imported for nothing).
+    """
+    module = sys.modules.get("lightning_zerocopy.strategies.cache_spec")
+    return None if module is None else module.process_cache_counts()

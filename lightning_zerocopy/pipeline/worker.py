@@ -96,7 +96,9 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="lzc-parent-watch", daemon=True).start()
     conn.send(_STARTED)  # the interpreter is up (torch imported): from here on, silence is the producer's
-    producer = Producer(_PipeChannel(conn), torch.device(device) if device is not None else None, lookahead=lookahead)
+    dev = torch.device(device) if device is not None else None
+    # report_cache: the trainer cannot read this process's feature-cache counters; the producer sends them
+    producer = Producer(_PipeChannel(conn), dev, lookahead=lookahead, report_cache=True)
     code = 0
     try:
         producer.run()

@@ -162,3 +162,35 @@ def test_hybrid_sampling_shares_and_predicted_vs_measured_times_are_logged():
     assert last["data/share_gpu"] == pytest.approx(2 / 3, abs=0.05)
     assert last["data/sample_pred_ms"] == pytest.approx(4.0)
     assert {m["data/sample_ms"] for m in telemetry.history} == {5.0, 20.0}
+
+
+def test_cache_figures_sum_the_trainer_process_and_the_pipeline_worker_each_once() -> None:
+    """The trainer process's caches (the strategy) and a pipeline worker's (its reports in the pipeline's stats)
+    are different rows: the epoch's figures are the sum of each one's delta; a worker whose counters restarted
+    (a new worker) counts from zero."""
+    from types import SimpleNamespace
+
+    from lightning_zerocopy.callbacks import PipelineCallback
+    from lightning_zerocopy.gather.feature_cache import CacheCounts
+    from lightning_zerocopy.pipeline.client import CacheReport, PipelineStats
+
+    readings = iter([CacheCounts(10, 0, 5), CacheCounts(12, 0, 6), CacheCounts(12, 0, 6), CacheCounts(12, 0, 6)])
+    strategy = SimpleNamespace(cache_counts=lambda: next(readings), cache_row_bytes=16)
+    pipeline = PipelineCallback(mode="worker")
+    pipeline.client = SimpleNamespace(stats=PipelineStats())
+    logged: dict[str, float] = {}
+    module = SimpleNamespace(log_dict=lambda metrics, **kw: logged.update(metrics))
+    telemetry = DataTelemetry(prog_bar=False)
+    trainer = SimpleNamespace(strategy=strategy, callbacks=[pipeline, telemetry])
+
+    telemetry.on_train_epoch_start(trainer, module)  # the worker has not reported yet
+    pipeline.client.stats.cache = CacheReport(local=100, peer=50, host=50, row_bytes=64)
+    telemetry.on_train_epoch_end(trainer, module)
+    assert (logged["cache/local_rows"], logged["cache/peer_rows"], logged["cache/host_rows"]) == (102, 50, 51)
+    assert logged["cache/hit_rate"] == pytest.approx(152 / 203)
+
+    telemetry.on_train_epoch_start(trainer, module)
+    pipeline.client.stats.cache = CacheReport(local=30, peer=0, host=10, row_bytes=64)  # a restarted worker
+    telemetry.on_train_epoch_end(trainer, module)
+    assert (logged["cache/local_rows"], logged["cache/peer_rows"], logged["cache/host_rows"]) == (30, 0, 10)
+    assert len(telemetry.cache_history) == 2

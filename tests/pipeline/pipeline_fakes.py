@@ -149,3 +149,70 @@ class HybridSource(TwoStageSource):
             raise IndexError(f"fake sampler failure at step {item[1]} on {lane}")
         time.sleep(self.lane_delay[lane])
         return super().sample_batch(item)
+
+
+def row_sources(n_id: torch.Tensor) -> tuple[int, int, int]:
+    """Where :class:`FakeRowCache` says each row of ``n_id`` came from: ``id % 4`` 0 local, 1 peer, else host."""
+    where = n_id % 4
+    local, peer = int((where == 0).sum()), int((where == 1).sum())
+    return local, peer, n_id.numel() - local - peer
+
+
+class FakeRowCache:
+    """A CPU stand-in for a GPU feature cache (``SegmentedFeatureCache``): counts the rows it is asked for by where
+    :func:`row_sources` says they came from; tracked like the strategy's caches (``cache_spec.track_cache``)."""
+
+    row_bytes = 32
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+
+        self.plan = SimpleNamespace(digest="fake-plan")
+        self.closed = False
+        self._counts = torch.zeros(3, dtype=torch.int64)
+
+    def gather(self, n_id: torch.Tensor) -> None:
+        self._counts += torch.tensor(row_sources(n_id))
+
+    def counts(self):
+        from lightning_zerocopy.gather.feature_cache import CacheCounts
+
+        return CacheCounts(*(int(v) for v in self._counts.tolist()))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class CachedSource(FakeSource):
+    """A FakeSource whose producer process opens a :class:`FakeRowCache` and "gathers" every batch's ``n_id``
+    through it (the trainer-side reference batches, built without ``open``, count nothing)."""
+
+    def open(self, scope=None) -> None:
+        from lightning_zerocopy.strategies.cache_spec import track_cache
+
+        self._cache = track_cache(FakeRowCache())
+
+    def close(self) -> None:
+        cache = self.__dict__.pop("_cache", None)
+        if cache is not None:
+            cache.close()
+
+    def build_batch(self, item, out=None):
+        data = super().build_batch(item, out)
+        cache = self.__dict__.get("_cache")
+        if cache is not None:
+            cache.gather(data.n_id)
+        return data
+
+    def expected_rows(self, epoch: int, steps=None) -> tuple[int, int, int]:
+        """(local, peer, host) rows of the batches ``steps`` (default: all) of ``epoch``."""
+        totals = [0, 0, 0]
+        for step in range(self.steps) if steps is None else steps:
+            for i, n in enumerate(row_sources(FakeSource.build_batch(self, self.plan(epoch, step)).n_id)):
+                totals[i] += n
+        return tuple(totals)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_cache", None)
+        return state
