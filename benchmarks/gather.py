@@ -309,11 +309,11 @@ def run_width(args, host_bytes: torch.Tensor, gpu_bytes: Optional[torch.Tensor],
     if budget_caches:
         uncached = max(result["gbps"]["ours_direct"], result["gbps"]["ours_sorted"])
         result["budget_cache"] = {}
-        for ranking, (cache, expected, _) in budget_caches.items():
+        for ranking, (cache, report, _) in budget_caches.items():
             counts = cache.counts()
             result["budget_cache"][ranking] = {
                 "rows": cache.num_cached,
-                "expected_hit_rate": expected,
+                **report,  # expected_hit_rate and expected_basis (what that is), presample's prior weight
                 "measured_hit_rate": counts.hit_rate,
                 "gbps": result["gbps"][f"ours_budget_{ranking}"],
                 "speedup_vs_no_cache": result["gbps"][f"ours_budget_{ranking}"] / uncached,
@@ -327,29 +327,42 @@ def run_width(args, host_bytes: torch.Tensor, gpu_bytes: Optional[torch.Tensor],
 def budget_caches_for(
     args: argparse.Namespace, table: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, num_rows: int
 ) -> dict:
-    """``{ranking: (SegmentedFeatureCache, expected hit rate, shard)}`` for ``--cache-budget-fraction`` of the rows,
-    ranked as ZeroCopyDDPStrategy ranks them (``{}`` without the option); keep the shard (its owner's tensor) alive
-    while the cache is open."""
+    """``{ranking: (SegmentedFeatureCache, report, shard)}`` for ``--cache-budget-fraction`` of the rows, ranked as
+    ZeroCopyDDPStrategy ranks them (``{}`` without the option); keep the shard (its owner's tensor) alive while the
+    cache is open. ``report`` holds ``expected_hit_rate`` and ``expected_basis``, which says what it is: presample's
+    held-out rate (its ranking fitted on half the presampled batches, judged on the other half), degree's share of
+    all presampled accesses (batches its ranking never saw); presample's also the chosen prior weight, the
+    held-out rate of every candidate weight and the in-sample rate."""
     if args.cache_budget_fraction <= 0:
         return {}
     from lightning_zerocopy.gather.cache_plan import CachePlan
     from lightning_zerocopy.gather.feature_cache import FeatureCacheSpec, fill_shard, open_feature_cache
-    from lightning_zerocopy.strategies.ranking import degree_scores, expected_hit_rate, order_by_score
+    from lightning_zerocopy.strategies.ranking import CacheScores, degree_scores, expected_hit_rate
 
     rows = int(args.cache_budget_fraction * num_rows)
     presample_args = argparse.Namespace(**{**vars(args), "seed": args.seed + 7919, "warmup": 0,
                                           "batches": args.presample_batches})  # fmt: skip
-    counts = torch.zeros(num_rows, dtype=torch.int64, device=indices.device)
-    for n_id in sample_batches(indptr, indices, None, presample_args):  # other seeds than the measured batches
-        counts += torch.bincount(n_id, minlength=num_rows)
-    scores = {"degree": degree_scores(indices, num_rows), "presample": counts}
+    halves = torch.zeros(2, num_rows, dtype=torch.int64, device=indices.device)
+    for k, n_id in enumerate(sample_batches(indptr, indices, None, presample_args)):  # other seeds than measured
+        halves[k % 2] += torch.bincount(n_id, minlength=num_rows)
+    degree = degree_scores(indices, num_rows)
     caches = {}
-    for ranking, score in scores.items():
-        plan = CachePlan.from_ranking(order_by_score(score), num_rows, 1, num_rows=rows)
+    for ranking, scores in {"degree": CacheScores(degree), "presample": CacheScores(degree, halves)}.items():
+        ranked = scores.rank(rows)
+        plan = CachePlan.from_ranking(ranked.rows, num_rows, 1)
         shard, handle = fill_shard(plan, 0, table, torch.device("cuda", torch.cuda.current_device()))
         cache = open_feature_cache(FeatureCacheSpec(plan, (handle,), "replicate"), table, shard.device, register=False)
-        # expected: the share of presampled accesses the cached rows serve (both rankings judged by the same counts)
-        caches[ranking] = (cache, expected_hit_rate(counts, plan.rows), shard)
+        if ranked.choice is None:  # degree: judged on all presampled accesses, which its ranking did not use
+            report = {"expected_hit_rate": expected_hit_rate(halves.sum(0), plan.rows),
+                      "expected_basis": "share of all presampled accesses (not used by the degree ranking)"}
+        else:
+            report = {"expected_hit_rate": ranked.expected_hit_rate,
+                      "expected_basis": "held-out: ranked on half the presampled batches, hits on the other half",
+                      "in_sample_hit_rate": ranked.in_sample_hit_rate, "prior_weight": ranked.choice.final_weight,
+                      "prior_weight_on_half": ranked.choice.weight,
+                      "heldout_hit_rate_by_weight": dict(zip(map(str, ranked.choice.weights),
+                                                             ranked.choice.heldout_hit_rates))}  # fmt: skip
+        caches[ranking] = (cache, report, shard)
     return caches
 
 

@@ -1,21 +1,21 @@
 """Deciding a rank's feature cache: budget -> rows per GPU, ranking -> hot order, topology -> layout -> plan.
 
-Everything here is a function of values every rank exchanges first (:class:`RankFacts`), so each rank computes the
-same :class:`CacheDecision` for its cache group without further communication; the strategy does the exchanging,
-the placing on the GPU and the releasing.
+Everything here is a function of values every rank exchanges first (:class:`RankFacts`) and of the ranking's
+inputs (identical on every rank), so each rank computes the same :class:`CacheDecision` for its cache group without
+further communication; the strategy does the exchanging, the placing on the GPU and the releasing.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import torch
 
 from lightning_zerocopy.gather.cache_plan import CachePlan
 from lightning_zerocopy.strategies.budget import format_bytes
-from lightning_zerocopy.strategies.ranking import expected_hit_rate, order_by_score
+from lightning_zerocopy.strategies.ranking import CacheScores, PriorWeightChoice
 from lightning_zerocopy.strategies.topology import Layout, choose_layout
 
 __all__ = ["CacheDecision", "RankFacts", "decide_cache"]
@@ -56,8 +56,14 @@ class CacheDecision:
             whole table, every row in id order.
         rows_per_gpu: rows one GPU's budget holds (the smallest budget of the job).
         row_bytes: bytes of one feature row.
-        expected_hit_rate: share of the ranking's counted accesses the group's rows serve.
+        expected_hit_rate: the share of accesses the group's rows are expected to serve: for ``presample`` the
+            held-out hit rate of the chosen ranking (fitted on half of the presampled batches, judged on the other
+            half; see :class:`~lightning_zerocopy.strategies.ranking.RankedRows`), for ``degree`` the share of
+            the degree scores the rows hold; 1 for the whole table.
         whole_table: whether the group's GPUs hold every row.
+        in_sample_hit_rate: the share of the ranking's own counts the rows serve (optimistic for ``presample``).
+        prior_weight: the presample ranking's choice of the degree prior's weight (``None`` for ``degree`` or the
+            whole table).
     """
 
     layout: Layout
@@ -68,6 +74,8 @@ class CacheDecision:
     row_bytes: int
     expected_hit_rate: float
     whole_table: bool
+    in_sample_hit_rate: float = math.nan
+    prior_weight: Optional[PriorWeightChoice] = field(default=None, repr=False)
 
     @property
     def num_shards(self) -> int:
@@ -78,17 +86,24 @@ class CacheDecision:
         hit = "n/a" if math.isnan(self.expected_hit_rate) else f"{self.expected_hit_rate:.1%}"
         what = "the whole feature table" if self.whole_table else f"{self.plan.num_cached} hot rows"
         note = f" ({self.layout.note})" if self.layout.note else ""
+        how = ""
+        if self.prior_weight is not None:
+            in_sample = "n/a" if math.isnan(self.in_sample_hit_rate) else f"{self.in_sample_hit_rate:.1%}"
+            how = (
+                f" (held out; presampled counts + {self.prior_weight.final_weight:g} x degree prior, in-sample "
+                f"{in_sample})"
+            )
         return (
             f"feature cache: {self.layout.policy}{note}; {what} over {self.num_shards} GPU(s), "
             f"{self.rows_per_gpu} rows ({format_bytes(self.rows_per_gpu * self.row_bytes)}) per GPU; "
-            f"expected hit rate {hit}"
+            f"expected hit rate {hit}{how}"
         )
 
 
 def decide_cache(
     me: int,
     facts: Sequence[RankFacts],
-    scores: torch.Tensor,
+    scores: Union[CacheScores, torch.Tensor],
     num_nodes: int,
     row_bytes: int,
     policy: str,
@@ -99,7 +114,10 @@ def decide_cache(
     Args:
         me: global rank deciding.
         facts: one entry per rank (any order).
-        scores: int64 ``[num_nodes]`` access scores (identical on every rank).
+        scores: the ranking's inputs (identical on every rank): a
+            :class:`~lightning_zerocopy.strategies.ranking.CacheScores`, or a ``[num_nodes]`` tensor of scores
+            ranked by themselves (ties by id). The number of rows the group caches is decided here and handed
+            to :meth:`~lightning_zerocopy.strategies.ranking.CacheScores.rank`, whose choice depends on it.
         num_nodes: rows of the feature table.
         row_bytes: bytes per row.
         policy: ``cache_policy``.
@@ -118,8 +136,10 @@ def decide_cache(
         raise ValueError(
             f"node {mine.node_rank} has {len(machine)} ranks but a {len(peer)}x{len(peer)} peer-access matrix"
         )
+    if isinstance(scores, torch.Tensor):
+        scores = CacheScores(scores)
     rows_per_gpu = min(f.budget_bytes for f in facts) // max(row_bytes, 1)
-    hot = int((scores > 0).sum())
+    hot = scores.hot_rows
     layout = choose_layout(policy, peer, hot_rows=min(hot, num_nodes), rows_per_gpu=rows_per_gpu, key=key)
     position = machine.index(mine)
     positions = layout.group_of(position)
@@ -127,8 +147,11 @@ def decide_cache(
     capacity = rows_per_gpu * len(group)
     if capacity >= num_nodes:  # the whole table: every read hits, a row's slot is its id
         plan = CachePlan.from_ranking(torch.arange(num_nodes, dtype=torch.int64), num_nodes, len(group))
+        expected, in_sample, choice = (1.0 if num_nodes else 0.0), math.nan, None
     else:
-        plan = CachePlan.from_ranking(order_by_score(scores), num_nodes, len(group), num_rows=capacity)
+        ranked = scores.rank(capacity)
+        plan = CachePlan.from_ranking(ranked.rows, num_nodes, len(group))
+        expected, in_sample, choice = ranked.expected_hit_rate, ranked.in_sample_hit_rate, ranked.choice
     return CacheDecision(
         layout=layout,
         group=group,
@@ -136,7 +159,9 @@ def decide_cache(
         plan=plan,
         rows_per_gpu=rows_per_gpu,
         row_bytes=row_bytes,
-        expected_hit_rate=expected_hit_rate(scores, plan.rows) if plan.num_cached else 0.0,
+        expected_hit_rate=expected,
         whole_table=plan.num_cached == num_nodes and num_nodes > 0,
+        in_sample_hit_rate=in_sample,
+        prior_weight=choice,
     )
 

@@ -38,6 +38,7 @@ from lightning_zerocopy.strategies.topology import CACHE_POLICIES, CachePolicy
 if TYPE_CHECKING:
     from lightning_zerocopy.data.datamodule import ZeroCopyDataModule
     from lightning_zerocopy.strategies.cache_setup import CacheDecision
+    from lightning_zerocopy.strategies.ranking import CacheScores
 
 __all__ = ["ZeroCopyDDPStrategy"]
 
@@ -52,12 +53,15 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             warning. When the budget holds the whole feature table, the table is placed on the GPU(s) entirely.
         cache_ranking: which rows are hot: ``"degree"`` (how often a node is some node's in-neighbor) or
             ``"presample"`` (run the DataModule's sampler over the training seeds for ``presample_batches``
-            batches and count each node's appearances; deterministic, spread over the ranks).
+            batches, count each node's appearances and blend the counts with the degree prior, its weight chosen
+            on held-out batches for the cache's row count; deterministic, spread over the ranks; the logged
+            expected hit rate is the held-out one).
         cache_policy: ``"replicate"`` (every GPU holds the same hot rows), ``"clique"`` (GPUs with mutual peer
             access split the hot rows into one shard each, so a clique of k GPUs caches k times the rows; without
             peer access: a warning, then replicate) or ``"auto"`` (clique where peers exist and the hot rows do not
             fit one GPU's budget, else replicate; the log says why).
-        presample_batches: batches sampled for ``cache_ranking="presample"``.
+        presample_batches: batches sampled for ``cache_ranking="presample"`` (at least 2: the even and the odd
+            ones are the two halves that choose the prior weight and estimate the hit rate out of sample).
         peer_access: a peer-access matrix over each machine's local ranks to use instead of the measured one
             (``peer_access[i][j]``: local rank i's GPU can read local rank j's); for simulations and tests.
         liveness_interval: seconds between checks that the other ranks of this machine still run; ``0`` turns
@@ -67,7 +71,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
 
     Raises:
         ValueError: an unreadable ``cache_budget``, an unknown ``cache_ranking`` or ``cache_policy``, a negative
-            ``presample_batches``, or a malformed ``peer_access`` (the message names the argument).
+            ``presample_batches`` below 2, or a malformed ``peer_access`` (the message names the argument).
     """
 
     strategy_name = "zerocopy_ddp"
@@ -88,8 +92,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {', '.join(map(repr, CACHE_POLICIES))}, got {cache_policy!r}")
         self.cache_policy = cache_policy
-        if isinstance(presample_batches, bool) or not isinstance(presample_batches, int) or presample_batches < 1:
-            raise ValueError(f"presample_batches must be an int >= 1, got {presample_batches!r}")
+        if isinstance(presample_batches, bool) or not isinstance(presample_batches, int) or presample_batches < 2:
+            raise ValueError(f"presample_batches must be an int >= 2, got {presample_batches!r}")
         self.presample_batches = presample_batches
         if peer_access is not None:
             n = len(peer_access)
@@ -215,18 +219,22 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         free, _total = torch.cuda.mem_get_info(root)
         return resolve_budget(self.cache_budget, free, "cache_budget", where=str(root))
 
-    def _scores(self, datamodule: "ZeroCopyDataModule", indices: torch.Tensor, num_nodes: int) -> torch.Tensor:
-        from lightning_zerocopy.strategies.ranking import degree_scores
+    def _scores(self, datamodule: "ZeroCopyDataModule", indices: torch.Tensor, num_nodes: int) -> "CacheScores":
+        """The ranking's inputs, identical on every rank: the degree scores, plus for ``presample`` the two halves
+        of the presampled counts summed over the ranks (CPU tensors; the ranking itself runs in ``decide_cache``
+        once the number of cached rows is known)."""
+        from lightning_zerocopy.strategies.ranking import CacheScores, degree_scores
 
+        degree = degree_scores(indices, num_nodes)
         if self.cache_ranking == "degree":
-            return degree_scores(indices, num_nodes)
-        counts = _presample(datamodule, self.presample_batches, self.global_rank, self.world_size, num_nodes)
+            return CacheScores(degree)
+        halves = _presample(datamodule, self.presample_batches, self.global_rank, self.world_size, num_nodes)
         if self.world_size > 1:
             device = self.root_device if dist.get_backend() == "nccl" else torch.device("cpu")
-            summed = counts.to(device)
+            summed = halves.to(device)
             dist.all_reduce(summed, op=dist.ReduceOp.SUM)
-            counts = summed.cpu()
-        return counts
+            halves = summed.cpu()
+        return CacheScores(degree.cpu(), halves)
 
     def _exchange_facts(self, budget_bytes: int) -> list[Any]:
         from lightning_zerocopy.strategies.cache_setup import RankFacts
@@ -292,10 +300,12 @@ class ZeroCopyDDPStrategy(DDPStrategy):
 def _presample(
     datamodule: "ZeroCopyDataModule", num_batches: int, rank: int, world_size: int, num_nodes: int
 ) -> torch.Tensor:
-    """This rank's part of the presampling counts: the DataModule's sampler on CPU over a seeded one-rank plan."""
+    """This rank's part of the presampling counts, in halves (``[2, num_nodes]``, see
+    :func:`~lightning_zerocopy.strategies.ranking.presample_counts`): the DataModule's sampler on CPU over a seeded
+    one-rank plan."""
     from lightning_zerocopy.data.batch import BatchBuilder
     from lightning_zerocopy.data.plan import BatchPlan
-    from lightning_zerocopy.strategies.ranking import PRESAMPLE_STREAM, presample_items, presample_scores
+    from lightning_zerocopy.strategies.ranking import PRESAMPLE_STREAM, presample_counts
 
     train = datamodule.plan("train")
     plan = BatchPlan(train.input_nodes, datamodule.batch_size, shuffle=True, seed=datamodule.seed, stream=PRESAMPLE_STREAM)
@@ -303,12 +313,12 @@ def _presample(
     builder = BatchBuilder(
         datamodule.handles, datamodule.fanouts, replace=datamodule.replace, num_threads=datamodule.num_threads
     ).open(datamodule.resources, place=False)
+
+    def sample(item: Any) -> torch.Tensor:
+        return builder.sample_batch(item).sample.n_id
+
     try:
-        items = presample_items(plan, num_batches, rank, world_size)
-        total = len(range(rank, num_batches, world_size))
-        return presample_scores(
-            lambda item: builder.sample_batch(item).sample.n_id, items, num_nodes, progress=rank == 0, total=total
-        )
+        return presample_counts(sample, plan, num_batches, num_nodes, rank, world_size, progress=rank == 0)
     finally:
         builder.close()
 

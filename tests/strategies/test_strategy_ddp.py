@@ -81,18 +81,18 @@ def _check_no_leftovers(before: set[str], tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_two_ranks_presample_replicate(tmp_path: Path) -> None:
     before = _shm()
-    reports = _run(tmp_path, {"devices": 2, "ranking": "presample", "policy": "replicate", "budget": "2KiB"})
+    reports = _run(tmp_path, {"devices": 2, "ranking": "presample", "policy": "replicate", "budget": "4KiB"})
     _check_shares(reports)
     _check_one_copy(reports)
     assert {r["digest"] for r in reports} == {reports[0]["digest"]}  # the same plan on every rank
     assert reports[0]["policy"] == "replicate" and [r["group"] for r in reports] == [[0], [1]]
-    assert len(reports[0]["rows"]) == 2048 // 32  # 8 fp32 features per row
+    assert len(reports[0]["rows"]) == 4096 // 32  # 8 fp32 features per row
     assert 0 < reports[0]["expected_hit_rate"] < 1
     _check_no_leftovers(before, tmp_path)
     (tmp_path / "two.json").write_text(json.dumps(reports[0]["rows"]))
 
-    # four ranks, cliques from a given peer matrix ({0,1} and {2,3}): the same presample counts (rank-independent)
-    # give the same hottest rows, dealt over two shards per clique
+    # four ranks, cliques from a given peer matrix ({0,1} and {2,3}), each caching as many rows as one GPU above:
+    # the same presample counts (rank-independent) and row count give the same hottest rows, dealt over two shards
     four = tmp_path / "four"
     four.mkdir()
     peer = [[i // 2 == j // 2 for j in range(4)] for i in range(4)]
@@ -107,7 +107,7 @@ def test_two_ranks_presample_replicate(tmp_path: Path) -> None:
     shard0, shard1 = rows[bounds[0] : bounds[1]], rows[bounds[1] : bounds[2]]
     assert len(shard0) == len(shard1) == 64 and not set(shard0) & set(shard1)
     hottest = [r for pair in zip(shard0, shard1) for r in pair]  # undo the round-robin deal
-    assert hottest[:64] == reports[0]["rows"]
+    assert hottest == reports[0]["rows"]
     _check_no_leftovers(before, four)
 
 
