@@ -84,7 +84,6 @@ def test_read_orders_give_the_same_rows(read_order):
 @pytest.mark.cuda
 @pytest.mark.parametrize("read_order", ["direct", "sorted"])
 def test_bad_location_entry_raises_value_error(read_order):
-    # both orders read the host rows first, so the failing read's place must be mapped back to its batch position
     table = _table(seed=4)
     plan = _plan(3, seed=4)
     _, spec = _spec(plan, table, [0, 0, 0], "clique")

@@ -223,7 +223,6 @@ def test_hot_row_cache_serves_cached_rows_from_the_gpu() -> None:
 
 @pytest.mark.parametrize("sort_ids", [False, True])
 def test_hot_row_cache_with_a_bad_id_names_its_batch_position(sort_ids: bool) -> None:
-    # with a hot-row cache the host rows are read before the cached ones: positions must map back to the batch
     host = random_table(997, 16, torch.float32, seed=14)
     placed = Placed(host, "registered")
     try:

@@ -53,8 +53,7 @@ void gather_rows_into_cuda(const at::Tensor& table, const at::Tensor& ids, const
     args.cache = rows.const_data_ptr();
   }
 
-  // Address order when `sort_ids`; with a hot-row cache, the host rows before the cached ones (read_order.h).
-  const cuda::ReadOrder order = cuda::read_order(ids, sort_ids, cache_slot, args.num_rows);
+  const cuda::ReadOrder order = cuda::read_order(ids, sort_ids);
   if (order.positions.defined()) args.out_pos = order.positions.const_data_ptr<int64_t>();
   args.ids = order.ids.const_data_ptr();
   args.ids_int64 = order.ids.scalar_type() == at::kLong;

@@ -80,9 +80,7 @@ void gather_segmented_into_cuda(const at::Tensor& table, const at::Tensor& ids, 
   }
   if (args.n == 0 || args.row_bytes == 0) return;
   args.table = cuda::device_readable_pointer(table, device_index, kOp, "table");
-  // Address order when `sort_ids`, and the host rows before the cached ones either way (read_order.h).
-  const cuda::ReadOrder order = cuda::read_order(
-      ids, sort_ids, args.num_segments > 0 ? std::optional<at::Tensor>(location) : std::nullopt, args.num_rows);
+  const cuda::ReadOrder order = cuda::read_order(ids, sort_ids);
   const at::Tensor& positions = order.positions;
   if (positions.defined()) args.out_pos = positions.const_data_ptr<int64_t>();
   args.ids = order.ids.const_data_ptr();
