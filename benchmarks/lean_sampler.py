@@ -86,7 +86,7 @@ def measure(args: argparse.Namespace) -> dict:
     graph = power_law_graph(args.nodes, args.avg_degree, args.alpha, args.seed)
     indptr, indices = graph.indptr.cuda(), graph.indices.cuda()
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
-    seeds = [torch.randint(0, args.nodes, (args.batch_size,), device="cuda", generator=gen)
+    seeds = [torch.randperm(args.nodes, device="cuda", generator=gen)[: args.batch_size]
              for _ in range(args.warmup + args.batches)]  # fmt: skip
 
     def sample(s: torch.Tensor):
