@@ -13,7 +13,7 @@ how to render), ``logs/<row>.log``.
 
 Examples::
 
-    python -m benchmarks.e2e --preset small --out results/e2e-small            # all rows, ~6 min on an H100
+    python -m benchmarks.e2e --preset small --out results/e2e-small            # all rows, ~10 min on an H200
     python -m benchmarks.e2e --preset headline --configs pyg,zc_gpu_mps --models heavy --out results/e2e-big
     python -m benchmarks.e2e --report-only results/e2e-small                   # plots and report from the JSON
 
@@ -164,15 +164,30 @@ def _spawn(flags: list[str], spec: dict[str, Any], log_path: str, timeout: float
         cmd = [*(prefix or []), sys.executable, os.path.abspath(__file__), *flags, f"--_spec={spec_path}", f"--_result={result_path}"]
         with open(log_path, "a") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO_ROOT)
+            _RUNNING.add(proc)
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 _stop(proc)
                 return None, f"timed out after {timeout:.0f} s (--row-timeout-s); see {log_path}"
+            finally:
+                _RUNNING.discard(proc)
         if not os.path.exists(result_path):
             return None, f"exit {code} without a result; see {log_path}: {_tail(log_path)}"
         with open(result_path) as f:
             return json.load(f), None
+
+
+#: Row processes running now: a row runs in a session of its own (so a timeout can stop it with its loader
+#: workers), which a signal to this process's group does not reach; :func:`_stop_rows_on_signal` forwards it.
+_RUNNING: set[subprocess.Popen] = set()
+
+
+def _stop_rows_on_signal(signum: int, frame: Any) -> None:
+    """SIGTERM/SIGINT (e.g. ``timeout`` around the benchmark): stop the running row's session, then exit."""
+    for proc in list(_RUNNING):
+        _stop(proc)
+    raise SystemExit(128 + signum)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -322,6 +337,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         files = e2e_report.render(target)
         print(f"e2e: wrote {', '.join(os.path.basename(f) for f in files)} in {target}")
     else:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _stop_rows_on_signal)
         run(args)
 
 

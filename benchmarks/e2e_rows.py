@@ -143,7 +143,8 @@ PRESETS: dict[str, Preset] = {
     # the CI run: CPU-only rows on a few thousand nodes; one thread per row process (a shared CI box: two
     # spinning threads on a loaded two-core machine ran the light model 5-8x slower than one)
     "ci": Preset(4_000, 10.0, 32, 8, 128, 24, 4, 8, 2, 30.0, 0.0, 300.0, "pyg,cpu,cpu_inproc,model_only,stages,zc_gpu", "light", "0", 1),
-    # ~6 minutes for all its rows on an H100 (1M nodes, 20M edges, 0.5 GB of features)
+    # 1M nodes, 20M edges, 0.5 GB of features; 40-60 s per row for both models on an H200 (2026-11-23), and
+    # --total-budget-s stops before the tail rows
     "small": Preset(1_000_000, 20.0, 128, 16, 1024, 300, 30, 30, 2, 20.0, 420.0, 150.0, _GPU_SMALL, "light,heavy", "4,8,12", 0),
     # >= 25 GB of fp32 features in host memory and >= 500M edges (50M nodes x 128; sized for 128 GiB RAM, 64 GiB disk)
     "headline": Preset(50_000_000, 10.2, 128, 16, 1024, 600, 50, 100, 2, 40.0, 540.0, 300.0,

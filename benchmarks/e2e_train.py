@@ -11,6 +11,7 @@ Callbacks measure training wall time without validation (``TrainClock``), the da
 from __future__ import annotations
 
 import functools
+import gc
 import time
 import traceback
 from typing import Any, Callable, Iterator
@@ -187,6 +188,7 @@ def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, ar
     for w in workers if len(workers) > 1 else []:
         sweep[w] = _loader_rate(loader(order, w), device, args.sweep_batches)
     best = max(sweep, key=sweep.get) if sweep else workers[0]
+    gc.collect()  # no loader of the sweep (or of the previous model) may be collected inside a forked worker
 
     class PyGData(pl.LightningDataModule):
         def train_dataloader(self) -> Any:
@@ -211,19 +213,28 @@ def _loader_rate(loader: Any, device: torch.device, batches: int) -> float:
     """Batches/s of a loader delivering to ``device`` (``.to(non_blocking=True)``), after the first 5 batches."""
     it: Iterator[Any] = iter(loader)
     t0, n = 0.0, 0
-    for i, batch in enumerate(it):
-        batch.to(device, non_blocking=True)
-        if i == 4:
-            _sync(device)
-            t0 = time.perf_counter()
-        elif i > 4:
-            n += 1
-        if n >= batches:
-            break
-    _sync(device)
-    rate = n / max(time.perf_counter() - t0, 1e-9)
-    del it
-    return rate
+    try:
+        for i, batch in enumerate(it):
+            batch.to(device, non_blocking=True)
+            if i == 4:
+                _sync(device)
+                t0 = time.perf_counter()
+            elif i > 4:
+                n += 1
+            if n >= batches:
+                break
+        _sync(device)
+        return n / max(time.perf_counter() - t0, 1e-9)
+    finally:
+        # Stop this loader's workers and pin-memory thread now. Left to the garbage collector (the persistent
+        # iterator sits in a reference cycle with its loader), the stale iterator was collected inside the next
+        # loader's forked workers, whose shutdown then blocked, and the row hung (seen on the H200, 2026-11-23).
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        loader._iterator = None
+        del it
+        gc.collect()
 
 
 def _fit_model_only(trainer: Any, model: Any, dataset: Any, common: dict, args: Any, device: torch.device) -> dict:
