@@ -16,6 +16,8 @@ Example (the lead runs the 1-GPU part; the multi-GPU issue runs the rest)::
 
     python benchmarks/scaling.py --gpus 1 --budgets 0.1,0.3 --out results/scaling_1gpu.json
     python benchmarks/scaling.py --gpus 1,2,4,8 --policies replicate,clique,auto --out results/scaling.json
+    python benchmarks/scaling.py --device cpu --gpus 1,2 --num-nodes 20000 --epochs 2 --limit-batches 3 \
+        --out /tmp/scaling_cpu.json      # plumbing check on a CPU machine (gloo ranks, CPU sampler and gather)
 """
 
 from __future__ import annotations
@@ -54,23 +56,27 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
             self._t = 0.0
 
         def on_train_epoch_start(self, trainer, pl_module) -> None:
-            torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             self._t = time.perf_counter()
 
         def on_train_epoch_end(self, trainer, pl_module) -> None:
-            torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             self.seconds.append(time.perf_counter() - self._t)
 
+    cuda = args.device == "cuda"
     dataset = SyntheticGraph(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
-                             num_classes=32, cache_dir=args.cache_dir, device="cuda")  # fmt: skip
+                             num_classes=32, cache_dir=args.cache_dir, device=args.device)  # fmt: skip
     row_bytes = args.features * 4
     budget = int(config["budget"] * args.num_nodes) * row_bytes
-    dm = ZeroCopyDataModule(dataset, fanouts=FANOUTS, batch_size=args.batch_size, sampler_placement="gpu",
-                            gather="zerocopy", drop_last=True, seed=args.seed)  # fmt: skip
+    dm = ZeroCopyDataModule(dataset, fanouts=FANOUTS, batch_size=args.batch_size,
+                            sampler_placement="gpu" if cuda else "cpu", gather="zerocopy" if cuda else "cpu",
+                            drop_last=True, seed=args.seed)  # fmt: skip
     strategy = ZeroCopyDDPStrategy(cache_budget=budget, cache_ranking=args.ranking, cache_policy=config["policy"],
                                    presample_batches=args.presample_batches)  # fmt: skip
     timer, telemetry = EpochTimer(), DataTelemetry(prog_bar=False)
-    trainer = pl.Trainer(accelerator="gpu", devices=config["gpus"], strategy=strategy, max_epochs=args.epochs,
+    trainer = pl.Trainer(accelerator="gpu" if cuda else "cpu", devices=config["gpus"], strategy=strategy, max_epochs=args.epochs,
                          limit_train_batches=args.limit_batches or None, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          callbacks=[timer, telemetry])  # fmt: skip
@@ -150,6 +156,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--cache-dir", default=None, help="dataset cache root (default: the datasets' default)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
     parser.add_argument("--out", default="results/scaling.json")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                        help="cpu: a plumbing check (gloo ranks, CPU sampler and gather); it measures nothing")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     raw = list(sys.argv[1:] if argv is None else argv)
@@ -166,7 +174,7 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
         return None
     import torch
 
-    available = torch.cuda.device_count()
+    available = torch.cuda.device_count() if args.device == "cuda" else os.cpu_count() or 1
     runs = []
     for gpus in (int(g) for g in args.gpus.split(",")):
         if gpus > available:

@@ -1,0 +1,35 @@
+"""The scaling benchmark (``benchmarks/scaling.py``) end to end in its CPU plumbing mode: one Lightning fit per
+configuration in a fresh process, the Strategy's cache decision and the JSON it writes (figures not asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_cpu_plumbing_run_writes_every_configuration(tmp_path: Path) -> None:
+    out = tmp_path / "scaling.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/scaling.py", "--device", "cpu", "--gpus", "1", "--policies", "auto",
+         "--budgets", "0,0.3", "--num-nodes", "5000", "--epochs", "2", "--limit-batches", "2", "--batch-size", "128",
+         "--presample-batches", "4", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["config"]["device"] == "cpu" and "topo_m" in report["topology"]
+    runs = {r["budget_fraction"]: r for r in report["runs"]}
+    assert set(runs) == {0.0, 0.3}
+    for r in runs.values():
+        assert r["returncode"] == 0 and "error" not in r, r
+        assert r["epoch_s"] > 0 and r["steps_per_epoch"] == 2
+    assert runs[0.0]["chosen_policy"] is None  # no budget, no cache
+    cached = runs[0.3]
+    assert cached["chosen_policy"] == "replicate" and "one GPU" in cached["note"]
+    assert cached["cached_rows"] == int(0.3 * 5000) and 0 < cached["expected_hit_rate"] <= 1
