@@ -59,8 +59,10 @@ class FakeCuda:
 
     def covered(self, start: int, end: int) -> bool:
         """Every page of [start, end) is in some registration."""
+        with self.lock:  # other threads register and unregister meanwhile
+            ranges = list(self.ranges.items())
         pages = set()
-        for s, e in self.ranges.items():
+        for s, e in ranges:
             pages.update(range(max(s, start), min(e, end), P))
         return all(p in pages for p in range(start, end, P))
 
