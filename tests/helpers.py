@@ -5,9 +5,12 @@ from __future__ import annotations
 import mmap
 import subprocess
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from lightning_zerocopy.datasets.base import NodeData
 
 
 def process_gone(pid: int) -> bool:
@@ -65,3 +68,21 @@ def matmul_tflops(size: int = 8192, iters: int = 20) -> float:
     end.record()
     end.synchronize()
     return 2 * size**3 * iters / (start.elapsed_time(end) / 1e3) / 1e12
+
+
+def random_node_data(num_nodes: int, num_edges: int, features: int, seed: int, train: int, val: int,
+                     num_classes: int = 5) -> NodeData:  # fmt: skip
+    """A uniform random graph as ``NodeData``: random edges, features and labels, and disjoint sorted splits
+    (the first ``train`` nodes of a random permutation, the next ``val``, the rest for test)."""
+    from lightning_zerocopy.datasets.base import NodeData
+
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(num_nodes, generator=gen)
+    return NodeData(
+        edge_index=torch.randint(0, num_nodes, (2, num_edges), generator=gen),
+        x=torch.randn(num_nodes, features, generator=gen),
+        y=torch.randint(0, num_classes, (num_nodes,), generator=gen),
+        train_idx=perm[:train].sort().values,
+        val_idx=perm[train : train + val].sort().values,
+        test_idx=perm[train + val :].sort().values,
+    )

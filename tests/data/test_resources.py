@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import random_node_data
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.data.batch import BatchBuilder
@@ -22,16 +23,7 @@ NUM_NODES, NUM_EDGES, FEATURES = 500, 4000, 8
 
 
 def _graph() -> NodeData:
-    gen = torch.Generator().manual_seed(5)
-    perm = torch.randperm(NUM_NODES, generator=gen)
-    return NodeData(
-        edge_index=torch.randint(0, NUM_NODES, (2, NUM_EDGES), generator=gen),
-        x=torch.randn(NUM_NODES, FEATURES, generator=gen),
-        y=torch.randint(0, 5, (NUM_NODES,), generator=gen),
-        train_idx=perm[:300].sort().values,
-        val_idx=perm[300:400].sort().values,
-        test_idx=perm[400:].sort().values,
-    )
+    return random_node_data(NUM_NODES, NUM_EDGES, FEATURES, seed=5, train=300, val=100)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 import torch
+from helpers import random_node_data
 import torch.multiprocessing as mp
 
 from lightning_zerocopy.data.batch import BatchBuilder
@@ -21,16 +22,7 @@ NUM_NODES, NUM_EDGES, FEATURES = 600, 5000, 16
 
 
 def _graph() -> NodeData:
-    gen = torch.Generator().manual_seed(21)
-    perm = torch.randperm(NUM_NODES, generator=gen)
-    return NodeData(
-        edge_index=torch.randint(0, NUM_NODES, (2, NUM_EDGES), generator=gen),
-        x=torch.randn(NUM_NODES, FEATURES, generator=gen),
-        y=torch.randint(0, 5, (NUM_NODES,), generator=gen),
-        train_idx=perm[:400].sort().values,
-        val_idx=perm[400:500].sort().values,
-        test_idx=perm[500:].sort().values,
-    )
+    return random_node_data(NUM_NODES, NUM_EDGES, FEATURES, seed=21, train=400, val=100)
 
 
 def _fake_spec() -> FeatureCacheSpec:
