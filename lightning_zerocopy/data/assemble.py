@@ -113,6 +113,12 @@ def to_device_packed(tensors: Sequence[torch.Tensor], device: torch.device) -> l
     return views
 
 
+def move_batch(batch: Data, device: torch.device) -> Data:
+    """``batch`` with every tensor not yet on ``device`` copied there (``non_blocking``); a batch built on that
+    device is returned as it is."""
+    return batch.apply(lambda t: t if _same_device(t.device, device) else t.to(device, non_blocking=True))
+
+
 def host_gather_to(
     table: torch.Tensor, ids: torch.Tensor, out: Optional[torch.Tensor], device: torch.device
 ) -> torch.Tensor:

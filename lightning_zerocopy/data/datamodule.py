@@ -37,16 +37,18 @@ from torch_geometric.data import Data
 from pytorch_lightning.utilities import rank_zero_warn
 from typing_extensions import override
 
+from lightning_zerocopy.data.assemble import move_batch
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.gpu_options import KEY_PREFIX, check_gpu_options, resolve_gather, resolve_placement
-from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory
+from lightning_zerocopy.data.gpu_options import KEY_PREFIX, ResolvedGpuOptions, check_gpu_options, resolve_gpu_options
+from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory, attach_consumers
 from lightning_zerocopy.data.host import build_node_order_cache, exchange_handles, node_order_cache_dir
 from lightning_zerocopy.data.host_copy import HostCopyBuilder
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
+from lightning_zerocopy.data.split_builders import SplitBuilders
 from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
 from lightning_zerocopy.options import (
     FeatureStorage,
@@ -160,15 +162,13 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self.gather_mode: GatherMode = gather_mode
         self.hot_rows = int(hot_rows)
         self.node_order: NodeOrderKind = node_order
-        self._gather_resolved: Optional[str] = None  # "cpu" | "zerocopy", decided in setup
-        self._placement_resolved: Optional[str] = None  # hybrid/auto become "cpu" on a CPU trainer, decided in setup
-        self._device_index: Optional[int] = None  # the trainer's CUDA device, decided in setup
+        self._gpu: Optional[ResolvedGpuOptions] = None  # decided in setup, from the trainer
         self._feature_cache: Optional[FeatureCacheSpec] = HotRowsCache(self.hot_rows) if self.hot_rows > 0 else None
 
         self._handles: Optional[HostGraphHandles] = None
         self._named: Optional[HostGraphHandles] = None  # segments this process created and has not unlinked yet
         self._resources: Optional[DeviceResources] = None  # this process's placement, from setup to teardown
-        self._builders: dict[str, BatchBuilder] = {}
+        self._builders = SplitBuilders()
         self._attaching = False  # inside setup, while HostMemoryConsumers attach (set_feature_cache allowed)
         self._splits: dict[str, torch.Tensor] = {}
         # keeps the split check and an in-memory node order across setups (fit, then test, in one process)
@@ -200,7 +200,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def setup(self, stage: Optional[str] = None) -> None:
         if self._handles is not None:
             return
-        self._resolve_gpu_options()  # a GPU option on a CPU trainer fails before any data is built
+        self._gpu_options(fresh=True)  # a GPU option on a CPU trainer fails before any data is built
         rank, local_rank, world_size = self._ranks()
         created = self._create_host_memory() if local_rank == 0 else None
         if isinstance(created, HostGraphHandles):
@@ -210,12 +210,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             self._open(handles)
             trainer = self._trainer_or_none()
             if trainer is not None:
-                # the strategy first (it may set a feature cache, see set_feature_cache), then callbacks (workers)
-                self._attaching = True
+                self._attaching = True  # set_feature_cache is allowed meanwhile
                 try:
-                    for consumer in (trainer.strategy, *trainer.callbacks):
-                        if isinstance(consumer, HostMemoryConsumer):
-                            consumer.attach_host_memory(trainer, self)
+                    attach_consumers(trainer, self)
                 finally:
                     self._attaching = False
                 trainer.strategy.barrier("zerocopy_host_memory_mapped")
@@ -264,14 +261,13 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         return self._loader_factory
 
     def _loader(self, split: Split) -> Iterable[Data]:
-        loader = PlanLoader(self.plan(split), self._builder_for(split))
+        loader = PlanLoader(self.plan(split), self._builders[split])  # plan() checks that setup ran
         return loader if self._loader_factory is None else self._loader_factory(split, loader)
 
     @override
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         if isinstance(batch, Data):
-            target = _with_index(device)
-            return batch.apply(lambda t: t if _with_index(t.device) == target else t.to(target, non_blocking=True))
+            return move_batch(batch, device)
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     # ---- the data contract for other execution paths -------------------------------------------------------
@@ -304,17 +300,17 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         """
         handles = self._require_setup()
         fanouts = self.fanouts if split == "train" else self.eval_fanouts
-        gather = self._gather_resolved or self._resolve_gpu_options()
+        gpu = self._gpu_options()
         return BatchBuilder(
             handles,
             fanouts,
             replace=self.replace,
             num_threads=self.num_threads,
-            sampler_placement=self._placement_resolved or self.sampler_placement,  # type: ignore[arg-type]
-            gather=gather,  # type: ignore[arg-type]
+            sampler_placement=gpu.placement,  # type: ignore[arg-type]
+            gather=gpu.gather,  # type: ignore[arg-type]
             gather_mode=self.gather_mode,
             cache=self._feature_cache,
-            device=self._device_index,
+            device=gpu.device_index,
         )
 
     @property
@@ -344,9 +340,6 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             )
         self._feature_cache = spec
         if self._handles is not None:  # during setup: nothing is placed yet, the builders take the new spec
-            old, self._builders = self._builders, {}
-            for builder in {id(b): b for b in old.values()}.values():
-                builder.close()
             self._bind_builders()
 
     @property
@@ -363,7 +356,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             RuntimeError: before :meth:`setup`.
         """
         self._require_setup()
-        return self._gather_resolved == "zerocopy"
+        return self._gpu_options().gather == "zerocopy"
 
     @property
     def batch_device_type(self) -> str:
@@ -373,15 +366,13 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             RuntimeError: before :meth:`setup` (``gather="auto"`` is decided there).
         """
         self._require_setup()
-        placement = self._placement_resolved or self.sampler_placement
-        return "cuda" if placement != "cpu" or self._gather_resolved == "zerocopy" else "cpu"
+        return self._gpu_options().batch_device_type
 
     def sampling_stats(self, split: Split) -> Optional[Any]:
         """Where the in-process loader's hybrid builder sampled the batches of ``split`` so far (batches and
         predicted/measured seconds per device; see ``HybridStats``), or ``None`` (not hybrid, or no batch yet).
         With a pipeline the producer places the batches, and its client reports them instead."""
-        builder = self._builders.get(split)
-        return None if builder is None else builder.sampling_stats
+        return self._builders.sampling_stats(split)
 
     @property
     def handles(self) -> HostGraphHandles:
@@ -393,16 +384,13 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def _trainer_or_none(self) -> Optional["pl.Trainer"]:
         return getattr(self, "trainer", None)
 
-    def _resolve_gpu_options(self) -> str:
-        """Decide ``gather='auto'`` and the CUDA device from the trainer (see :func:`resolve_gather`)."""
-        trainer = self._trainer_or_none()
-        root = trainer.strategy.root_device if trainer is not None else None
-        placement = resolve_placement(self.sampler_placement, root)
-        self._placement_resolved = placement
-        gather = resolve_gather(placement, self.gather, self.hot_rows, root)
-        self._gather_resolved = gather
-        self._device_index = root.index if root is not None and root.type == "cuda" else None
-        return gather
+    def _gpu_options(self, fresh: bool = False) -> ResolvedGpuOptions:
+        """Placement, ``gather='auto'`` and the CUDA device as they run under the trainer (decided in setup)."""
+        if fresh or self._gpu is None:
+            trainer = self._trainer_or_none()
+            root = trainer.strategy.root_device if trainer is not None else None
+            self._gpu = resolve_gpu_options(self.sampler_placement, self.gather, self.hot_rows, root)
+        return self._gpu
 
     def _ranks(self) -> tuple[int, int, int]:
         trainer = self._trainer_or_none()
@@ -421,14 +409,12 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._splits = {name: handle.open() for name, handle in handles.splits.items()}
         # map the host memory now (the names go away after setup); the GPU side (registrations, caches) is placed
         # by the first batch built here (a pipeline worker builds with resources of its own)
-        self._resources = DeviceResources(handles, self._device_index)
+        self._resources = DeviceResources(handles, self._gpu_options().device_index)
         self._bind_builders()
 
     def _bind_builders(self) -> None:
         assert self._resources is not None
-        train = self.builder("train").open(self._resources, place=False)
-        evaluation = train if self.eval_fanouts == self.fanouts else self.builder("val").open(self._resources, place=False)
-        self._builders = {"train": train, "val": evaluation, "test": evaluation, "predict": evaluation}
+        self._builders.open(self.builder, self._resources, eval_like_train=self.eval_fanouts == self.fanouts)
 
     def _unlink_names(self) -> None:
         if self._named is not None:
@@ -437,9 +423,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
     def _release(self) -> None:
         self._unlink_names()
-        builders, self._builders = self._builders, {}
-        for builder in {id(b): b for b in builders.values()}.values():
-            builder.close()  # unbinds (the resources below are this DataModule's)
+        self._builders.close()  # unbinds (the resources below are this DataModule's)
         resources, self._resources = self._resources, None
         if resources is not None:
             try:
@@ -454,10 +438,6 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             raise RuntimeError("ZeroCopyDataModule is not set up: call setup() (the Trainer does) first")
         return self._handles
 
-    def _builder_for(self, split: Split) -> BatchBuilder:
-        self._require_setup()
-        return self._builders[split]
-
     def _input_nodes(self, split: Split) -> torch.Tensor:
         self._require_setup()
         if split == "predict":
@@ -466,9 +446,3 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             return self._splits[self.predict_split]
         return self._splits[split]
 
-
-def _with_index(device: torch.device) -> torch.device:
-    """``device`` with an explicit index (``cuda`` -> ``cuda:<current>``), for comparing devices."""
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device

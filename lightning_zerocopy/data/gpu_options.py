@@ -7,6 +7,7 @@ constructed (:func:`check_gpu_options`), so a bad recipe fails before any data i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -14,7 +15,7 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_zerocopy.options import GatherChoice, GatherMode, SamplerPlacement, check_choice, check_count
 
-__all__ = ["KEY_PREFIX", "check_gpu_options", "cuda_build_problem", "resolve_gather"]
+__all__ = ["KEY_PREFIX", "ResolvedGpuOptions", "check_gpu_options", "cuda_build_problem", "resolve_gather", "resolve_gpu_options"]
 
 #: How the DataModule's arguments are named in errors: the recipe's YAML keys.
 KEY_PREFIX = "data.init_args."
@@ -107,3 +108,35 @@ def resolve_placement(sampler_placement: SamplerPlacement, root: Optional[torch.
         return sampler_placement
     rank_zero_info(f"{KEY_PREFIX}sampler_placement={sampler_placement!r}: {problem}, so sampling runs on the CPU only")
     return "cpu"
+
+
+@dataclass(frozen=True)
+class ResolvedGpuOptions:
+    """The GPU options as they run under a trainer (decided in the DataModule's ``setup``).
+
+    Attributes:
+        placement: ``sampler_placement`` after :func:`resolve_placement` (``hybrid``/``auto`` may become ``cpu``).
+        gather: ``"cpu"`` or ``"zerocopy"`` (:func:`resolve_gather`).
+        device_index: the trainer's CUDA device, or ``None`` for a CPU trainer.
+    """
+
+    placement: str
+    gather: str
+    device_index: Optional[int]
+
+    @property
+    def batch_device_type(self) -> str:
+        """``"cuda"`` when batches are built on the GPU (a GPU sampler or the zero-copy gather), else ``"cpu"``."""
+        return "cuda" if self.placement != "cpu" or self.gather == "zerocopy" else "cpu"
+
+
+def resolve_gpu_options(
+    sampler_placement: SamplerPlacement, gather: GatherChoice, hot_rows: int, root: Optional[torch.device]
+) -> ResolvedGpuOptions:
+    """The options as they run under a trainer whose root device is ``root`` (``None``: no trainer)."""
+    placement = resolve_placement(sampler_placement, root)
+    return ResolvedGpuOptions(
+        placement=placement,
+        gather=resolve_gather(placement, gather, hot_rows, root),
+        device_index=root.index if root is not None and root.type == "cuda" else None,
+    )

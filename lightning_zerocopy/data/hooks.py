@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from lightning_zerocopy.data.datamodule import ZeroCopyDataModule
     from lightning_zerocopy.data.loader import PlanLoader
 
-__all__ = ["HostMemoryConsumer", "LoaderFactory"]
+__all__ = ["HostMemoryConsumer", "LoaderFactory", "attach_consumers"]
 
 
 class LoaderFactory(Protocol):
@@ -35,3 +35,11 @@ class HostMemoryConsumer(Protocol):
     """
 
     def attach_host_memory(self, trainer: "pl.Trainer", datamodule: "ZeroCopyDataModule") -> None: ...
+
+
+def attach_consumers(trainer: "pl.Trainer", datamodule: "ZeroCopyDataModule") -> None:
+    """Call ``attach_host_memory`` of every :class:`HostMemoryConsumer` of ``trainer``: the strategy first (it
+    may set a feature cache), then the callbacks in order (they may hand builders to workers)."""
+    for consumer in (trainer.strategy, *trainer.callbacks):
+        if isinstance(consumer, HostMemoryConsumer):
+            consumer.attach_host_memory(trainer, datamodule)

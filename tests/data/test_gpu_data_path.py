@@ -246,7 +246,7 @@ def test_auto_gather_on_a_cpu_trainer_builds_host_batches(tmp_path: Path) -> Non
     trainer = _trainer(tmp_path, max_steps=2, limit_val_batches=0, callbacks=[Record()])
     trainer.fit(SAGE(dm.num_features, dm.num_classes), datamodule=dm)
     assert seen == ["cpu", "cpu"]
-    assert dm._gather_resolved == "cpu"
+    assert dm._gpu.gather == "cpu"
     assert not dm._builders, "teardown closes and drops the builders"
 
 
@@ -411,7 +411,7 @@ def test_fit_on_gpu_with_the_zerocopy_gather(tmp_path: Path, placement) -> None:
 
     trainer = _trainer(tmp_path, accelerator="gpu", max_epochs=3, limit_val_batches=2, callbacks=[Record(), Track(), Grab()])
     trainer.fit(SAGE(dm.num_features, dm.num_classes), datamodule=dm)
-    assert dm._gather_resolved == "zerocopy"
+    assert dm._gpu.gather == "zerocopy"
     assert seen and all(s == ("cuda", "cuda", "cuda") for s in seen)
     steps = trainer.num_training_batches
     assert trainer.global_step == 3 * steps

@@ -89,7 +89,7 @@ def test_datamodule_hybrid_on_a_cpu_trainer_says_so_in_one_line(tmp_path: Path, 
         trainer.fit(SAGE(dm.num_features, dm.num_classes), datamodule=dm)
     lines = [r.getMessage() for r in caplog.records if "sampling runs on the CPU only" in r.getMessage()]
     assert lines == [f"data.init_args.sampler_placement={placement!r}: the trainer runs on 'cpu', so sampling runs on the CPU only"]
-    assert seen == ["cpu", "cpu"] and dm._placement_resolved == "cpu"
+    assert seen == ["cpu", "cpu"] and dm._gpu.placement == "cpu"
 
 
 # --------------------------------------------------------------------------------------------- CUDA tests
