@@ -1,5 +1,6 @@
-"""Per-batch latency of the CUDA sampler: the lean path (bounded fanouts, one read-back per batch) against the
-per-hop path (a read-back per hop), alone on the GPU and as a 10 % MPS client (the pipeline worker's share).
+"""Per-batch latency of the CUDA sampler: the lean path (bounded fanouts, one read-back per batch) replayed from a
+CUDA graph per batch shape, the same launches issued directly, and the per-hop path (a read-back per hop), alone
+on the GPU and as a 10 % MPS client (the pipeline worker's share).
 
 Every condition runs in a fresh process (an MPS client's share is fixed when its CUDA context is made):
 
@@ -8,10 +9,11 @@ Every condition runs in a fresh process (an MPS client's share is fixed when its
 * ``mps10_busy``  the same while another MPS client (the remaining SMs) runs bf16 matmuls, as training does
 
 In each, the same batches (``--batch-size`` random seeds, ``--fanouts``, a Zipf power-law graph in GPU memory)
-are sampled with the lean path and with the per-hop path (``_C.set_lean_sampler``), checked bitwise equal, and
-timed per call (wall time: each call ends with its own read-back). Per path it also counts, with the torch
-profiler over a few batches, the kernel launches and the host synchronizations (stream/device syncs and
-device-to-host copies) per batch. Issue 15's aim: the lean path at half the per-hop latency under the 10 % share.
+are sampled by each path (``graph``: the default; ``lean``: ``_C.set_sampler_graphs(False)``; ``per_hop``:
+``_C.set_lean_sampler(False)``), checked bitwise equal, and timed per call (wall time: each call ends with its
+own read-back). Per path it also counts, with the torch profiler over a few batches, the launches (kernels and
+graphs), copies, and host synchronizations (stream/device syncs and device-to-host copies) per batch. Issue 15's
+aim: the lean path at half the per-hop latency under the 10 % share.
 
     python benchmarks/lean_sampler.py --out results/lean_sampler.json
 """
@@ -63,17 +65,20 @@ def count_calls(sample, seeds: list) -> dict[str, float]:
         for s in seeds:
             sample(s)
         torch.cuda.synchronize()
-    launches = syncs = 0
+    launches = graphs = copies = syncs = 0
     for event in prof.events():
         name = event.name
         if "LaunchKernel" in name or name.startswith("cuLaunch"):
             launches += 1
+        elif name.startswith("cudaGraphLaunch"):
+            graphs += 1
         elif name.startswith(_SYNC_CALLS) and ("DtoH" in name or "Synchronize" in name or name == "cudaMemcpy"):
             syncs += 1
-        elif name == "cudaMemcpyAsync":
-            pass  # async copies are counted through the synchronization that waits for them
+        elif name.startswith(("cudaMemcpyAsync", "cudaMemsetAsync")):
+            copies += 1  # the read-back's wait is counted as its synchronization
     n = len(seeds)
-    return {"launches_per_batch": launches / n, "syncs_per_batch": syncs / n}
+    return {"launches_per_batch": (launches + graphs) / n, "kernel_launches_per_batch": launches / n,
+            "graph_launches_per_batch": graphs / n, "copies_per_batch": copies / n, "syncs_per_batch": syncs / n}
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -94,8 +99,9 @@ def measure(args: argparse.Namespace) -> dict:
 
     result: dict = {"device": torch.cuda.get_device_name(), "sms_visible": torch.cuda.get_device_properties(0).multi_processor_count}
     outputs = {}
-    for path, lean in (("lean", True), ("per_hop", False)):
+    for path, lean, graphs in (("graph", True, True), ("lean", True, False), ("per_hop", False, False)):
         _C.set_lean_sampler(lean)
+        _C.set_sampler_graphs(graphs)
         times = []
         for i, s in enumerate(seeds):
             torch.cuda.synchronize()
@@ -112,9 +118,15 @@ def measure(args: argparse.Namespace) -> dict:
             **count_calls(sample, seeds[:5]),
         }
     _C.set_lean_sampler(True)
-    a, b = outputs["lean"], outputs["per_hop"]
-    result["bitwise_equal"] = all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("n_id", "row", "col", "edge_pos"))
-    result["lean_over_per_hop"] = result["lean"]["ms_median"] / result["per_hop"]["ms_median"]
+    _C.set_sampler_graphs(True)
+    ref = outputs["per_hop"]
+    result["bitwise_equal"] = all(
+        torch.equal(getattr(out, f), getattr(ref, f)) for out in outputs.values() for f in ("n_id", "row", "col", "edge_pos")
+    )
+    result["graph_stats"] = _C.sampler_graph_stats()
+    per_hop = result["per_hop"]["ms_median"]
+    result["lean_over_per_hop"] = result["lean"]["ms_median"] / per_hop
+    result["graph_over_per_hop"] = result["graph"]["ms_median"] / per_hop
     return result
 
 
@@ -190,11 +202,10 @@ def main(argv: Optional[list[str]] = None) -> dict:
         r = run_condition(args, condition)
         report["conditions"][condition] = r
         if "lean" in r:
-            print(f"{condition:>11}: lean {r['lean']['ms_median']:.2f} ms ({r['lean']['launches_per_batch']:.0f} launches, "
-                  f"{r['lean']['syncs_per_batch']:.0f} syncs), per-hop {r['per_hop']['ms_median']:.2f} ms "
-                  f"({r['per_hop']['launches_per_batch']:.0f} launches, {r['per_hop']['syncs_per_batch']:.0f} syncs): "
-                  f"lean/per-hop {r['lean_over_per_hop']:.2f} (aim <= 0.5 under MPS), bitwise equal {r['bitwise_equal']}",
-                  flush=True)  # fmt: skip
+            paths = ", ".join(f"{p} {r[p]['ms_median']:.2f} ms ({r[p]['launches_per_batch']:.1f} launches, "
+                              f"{r[p]['syncs_per_batch']:.1f} syncs)" for p in ("graph", "lean", "per_hop"))  # fmt: skip
+            print(f"{condition:>11}: {paths}; graph/per-hop {r['graph_over_per_hop']:.2f}, lean/per-hop "
+                  f"{r['lean_over_per_hop']:.2f} (aim <= 0.5 under MPS), bitwise equal {r['bitwise_equal']}", flush=True)
         else:
             print(f"{condition:>11}: {r}", flush=True)
     if args.out:

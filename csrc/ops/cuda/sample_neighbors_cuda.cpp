@@ -133,29 +133,14 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
   const int64_t max_nodes = std::max<int64_t>(graph.num_nodes, num_seeds);
   const int64_t bound = bounded ? node_bound(num_seeds, fanouts, max_nodes) : num_seeds;
 
-  // The batch's global -> local table, kept at most half full.
-  at::Tensor keys, values, first;
-  cuda::NodeTable table;
-  auto make_table = [&](int64_t expected_nodes) {
-    const int64_t capacity = next_pow2(std::max<int64_t>(2 * expected_nodes, 1024));
-    keys = at::empty({capacity}, opts);
-    values = at::empty({capacity}, opts);
-    first = at::empty({capacity}, opts);
-    cuda::check_cuda(cudaMemsetAsync(keys.data_ptr(), 0xFF, capacity * sizeof(int64_t), stream), kOp, "table init");
-    cuda::check_cuda(cudaMemsetAsync(values.data_ptr(), 0xFF, capacity * sizeof(int64_t), stream), kOp,
-                     "table init");
-    cuda::check_cuda(cudaMemsetAsync(first.data_ptr(), 0x7F, capacity * sizeof(int64_t), stream), kOp, "table init");
-    table.keys = reinterpret_cast<long long*>(keys.data_ptr<int64_t>());
-    table.values = reinterpret_cast<long long*>(values.data_ptr<int64_t>());
-    table.first = reinterpret_cast<long long*>(first.data_ptr<int64_t>());
-    table.capacity = capacity;
-  };
-  make_table(bound);
   if (bounded && lean_sampler_enabled()) {
-    std::optional<Sample> lean = sample_neighbors_lean(graph, seeds, fanouts, replace, seed, table, bound, stream);
+    std::optional<Sample> lean = sample_neighbors_lean(graph, seeds, fanouts, replace, seed, bound, stream);
     if (lean.has_value()) return *std::move(lean);
   }
 
+  // The batch's global -> local table.
+  NodeTableStorage storage = make_node_table(bound, opts, stream);
+  cuda::NodeTable& table = storage.table;
   Readback readback(opts, stream);
   at::Tensor n_id = at::empty({bound}, opts);
   cuda::check_cuda(cuda::launch_insert_seeds(seeds.const_data_ptr<int64_t>(), num_seeds, graph.num_nodes, table,
@@ -167,7 +152,7 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
   auto reserve_nodes = [&](int64_t count, int64_t more) {
     const int64_t needed = std::min(count + more, max_nodes);
     if (2 * needed > table.capacity) {
-      make_table(needed);
+      storage = make_node_table(needed, opts, stream);
       cuda::check_cuda(cuda::launch_insert_seeds(n_id.const_data_ptr<int64_t>(), count, graph.num_nodes, table,
                                                  n_id.data_ptr<int64_t>(), readback.status(), stream),
                        kOp, "launching the table rebuild");
@@ -287,6 +272,23 @@ void raise_sample_status(const int64_t* status, int64_t num_nodes, int64_t num_e
     default:
       TORCH_CHECK(false, kOp, ": internal error code ", status[0], " from the CUDA sampler");
   }
+}
+
+NodeTableStorage make_node_table(int64_t expected_nodes, const at::TensorOptions& options, cudaStream_t stream) {
+  const int64_t capacity = next_pow2(std::max<int64_t>(2 * expected_nodes, 1024));
+  NodeTableStorage storage;
+  storage.keys = at::empty({capacity}, options);
+  storage.values = at::empty({capacity}, options);
+  storage.first = at::empty({capacity}, options);
+  const size_t bytes = capacity * sizeof(int64_t);
+  cuda::check_cuda(cudaMemsetAsync(storage.keys.data_ptr(), 0xFF, bytes, stream), kOp, "table init");
+  cuda::check_cuda(cudaMemsetAsync(storage.values.data_ptr(), 0xFF, bytes, stream), kOp, "table init");
+  cuda::check_cuda(cudaMemsetAsync(storage.first.data_ptr(), 0x7F, bytes, stream), kOp, "table init");
+  storage.table.keys = reinterpret_cast<long long*>(storage.keys.data_ptr<int64_t>());
+  storage.table.values = reinterpret_cast<long long*>(storage.values.data_ptr<int64_t>());
+  storage.table.first = reinterpret_cast<long long*>(storage.first.data_ptr<int64_t>());
+  storage.table.capacity = capacity;
+  return storage;
 }
 
 at::Tensor counts_tensor(const std::vector<int64_t>& counts) {

@@ -30,15 +30,22 @@ __device__ __forceinline__ int64_t hop_edges(const LeanHop& h) {
   return e < h.max_edges ? e : h.max_edges;
 }
 
-__global__ void lean_seeds_kernel(const int64_t* seeds, int64_t n, int64_t num_nodes, NodeTable table,
-                                  int64_t* n_id, long long* status, LeanTotals totals) {
+__global__ void lean_inputs_kernel(const int64_t* seeds, int64_t n, int64_t rng_seed, int64_t* inputs) {
   const int64_t i = global_id();
+  if (i == 0) inputs[0] = rng_seed;
+  if (i < n) inputs[i + 1] = seeds[i];
+}
+
+__global__ void lean_seeds_kernel(LeanInputs inputs, int64_t num_nodes, NodeTable table, int64_t* n_id,
+                                  long long* status, LeanTotals totals) {
+  const int64_t i = global_id();
+  const int64_t n = inputs.num_seeds;
   if (i == 0) {
     totals.nodes[0] = n;
     totals.edges[0] = 0;
   }
   if (i >= n) return;
-  insert_seed(seeds, i, num_nodes, table, n_id, status);
+  insert_seed(inputs.data + 1, i, num_nodes, table, n_id, status);
 }
 
 __global__ void lean_count_pick_kernel(LeanHop h, const int64_t* n_id, Topology g, LeanTotals totals,
@@ -48,6 +55,7 @@ __global__ void lean_count_pick_kernel(LeanHop h, const int64_t* n_id, Topology 
   const int64_t frontier = static_cast<int64_t>(totals.nodes[h.hop]) - t0;
   if (i == 0 && frontier > h.max_targets) report(status, kSampleBoundExceeded, h.hop, frontier, h.max_targets);
   if (i >= h.max_targets) return;
+  const auto seed = static_cast<uint64_t>(*h.rng_seed);
   int64_t k = 0;
   if (i < frontier) {
     const int64_t node = n_id[t0 + i];
@@ -57,7 +65,7 @@ __global__ void lean_count_pick_kernel(LeanHop h, const int64_t* n_id, Topology 
       if (0 <= b && b <= e && e <= g.num_edges) {
         k = pick::num_picks(e - b, h.fanout, h.replace);
         int64_t* scratch = h.scratch == nullptr ? nullptr : h.scratch + pick::kScratchPerPick * i * h.fanout;
-        pick::pick_positions(h.seed, h.hop, i, b, e - b, h.fanout, h.replace, k, h.padded_pos + i * h.fanout,
+        pick::pick_positions(seed, h.hop, i, b, e - b, h.fanout, h.replace, k, h.padded_pos + i * h.fanout,
                              scratch);
       } else {
         report(status, kSampleBadIndptr, node, b, e);
@@ -146,10 +154,16 @@ __global__ void lean_finalize_kernel(LeanHop h, NodeTable table, LeanTotals tota
 
 }  // namespace
 
-cudaError_t launch_lean_seeds(const int64_t* seeds, int64_t n, int64_t num_nodes, NodeTable table, int64_t* n_id,
+cudaError_t launch_lean_inputs(const int64_t* seeds, int64_t n, int64_t rng_seed, LeanInputs inputs,
+                               cudaStream_t stream) {
+  lean_inputs_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(seeds, n, rng_seed, inputs.data);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_lean_seeds(LeanInputs inputs, int64_t num_nodes, NodeTable table, int64_t* n_id,
                               long long* status, LeanTotals totals, cudaStream_t stream) {
-  lean_seeds_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(seeds, n, num_nodes, table, n_id, status,
-                                                                       totals);
+  lean_seeds_kernel<<<blocks_for(inputs.num_seeds, kThreads), kThreads, 0, stream>>>(inputs, num_nodes, table, n_id,
+                                                                                      status, totals);
   return cudaGetLastError();
 }
 

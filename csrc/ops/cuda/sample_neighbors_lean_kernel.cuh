@@ -12,6 +12,10 @@
 //   5. (glue)                   incl_flags = inclusive prefix sum of the flags
 //   6. launch_lean_finalize     per edge: row; first appearances append to n_id; thread 0 advances LeanTotals
 // The glue reads back once, after the last hop: the error status and the totals.
+//
+// A batch's inputs (the seeds and the random seed) are read from one device buffer that launch_lean_inputs
+// fills, so the launches after it take only pointers fixed by the batch's shape and can be captured in a CUDA
+// graph once per shape and replayed (sample_neighbors_lean_graph.cpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -34,7 +38,7 @@ struct LeanHop {
   int64_t hop = 0;
   int64_t fanout = 1;
   bool replace = false;
-  uint64_t seed = 0;
+  const int64_t* rng_seed = nullptr;  // [1] device: the batch's random seed (LeanInputs)
   int64_t max_targets = 0;         // bound on the frontier size (F)
   int64_t max_edges = 0;           // bound on the hop's edges (<= F * fanout)
   int64_t max_nodes = 0;           // capacity of n_id (exceeded only with bad or repeated seeds)
@@ -48,8 +52,18 @@ struct LeanHop {
   int64_t* incl_flags = nullptr;   // [max_edges] inclusive prefix sum of flags
 };
 
+// A batch's inputs in device memory, 1 + n int64: the random seed, then the n seed node ids.
+struct LeanInputs {
+  int64_t* data = nullptr;  // data[0]: the random seed; data + 1: the seed node ids
+  int64_t num_seeds = 0;
+};
+
+// inputs = [rng_seed, seeds[0], ..., seeds[n - 1]].
+cudaError_t launch_lean_inputs(const int64_t* seeds, int64_t n, int64_t rng_seed, LeanInputs inputs,
+                               cudaStream_t stream);
+
 // n_id[i] = seeds[i], table[seeds[i]] = i (validated into `status`); sets nodes[0] = n and edges[0] = 0.
-cudaError_t launch_lean_seeds(const int64_t* seeds, int64_t n, int64_t num_nodes, NodeTable table, int64_t* n_id,
+cudaError_t launch_lean_seeds(LeanInputs inputs, int64_t num_nodes, NodeTable table, int64_t* n_id,
                               long long* status, LeanTotals totals, cudaStream_t stream);
 
 cudaError_t launch_lean_count_pick(const LeanHop& hop, const int64_t* n_id, Topology graph, LeanTotals totals,
