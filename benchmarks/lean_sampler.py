@@ -66,8 +66,12 @@ def count_calls(sample, seeds: list) -> dict[str, float]:
             sample(s)
         torch.cuda.synchronize()
     launches = graphs = copies = syncs = 0
+    kernel_us = 0.0
     for event in prof.events():
         name = event.name
+        if event.device_type == torch.autograd.DeviceType.CUDA:  # a kernel or copy as the GPU ran it
+            kernel_us += getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0)
+            continue
         if "LaunchKernel" in name or name.startswith("cuLaunch"):
             launches += 1
         elif name.startswith("cudaGraphLaunch"):
@@ -78,7 +82,8 @@ def count_calls(sample, seeds: list) -> dict[str, float]:
             copies += 1  # the read-back's wait is counted as its synchronization
     n = len(seeds)
     return {"launches_per_batch": (launches + graphs) / n, "kernel_launches_per_batch": launches / n,
-            "graph_launches_per_batch": graphs / n, "copies_per_batch": copies / n, "syncs_per_batch": syncs / n}
+            "graph_launches_per_batch": graphs / n, "copies_per_batch": copies / n, "syncs_per_batch": syncs / n,
+            "gpu_busy_ms_per_batch": kernel_us / n / 1e3}
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -203,7 +208,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
         report["conditions"][condition] = r
         if "lean" in r:
             paths = ", ".join(f"{p} {r[p]['ms_median']:.2f} ms ({r[p]['launches_per_batch']:.1f} launches, "
-                              f"{r[p]['syncs_per_batch']:.1f} syncs)" for p in ("graph", "lean", "per_hop"))  # fmt: skip
+                              f"{r[p]['syncs_per_batch']:.1f} syncs, GPU busy {r[p]['gpu_busy_ms_per_batch']:.2f} ms)"
+                              for p in ("graph", "lean", "per_hop"))  # fmt: skip
             print(f"{condition:>11}: {paths}; graph/per-hop {r['graph_over_per_hop']:.2f}, lean/per-hop "
                   f"{r['lean_over_per_hop']:.2f} (aim <= 0.5 under MPS), bitwise equal {r['bitwise_equal']}", flush=True)
         else:

@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
@@ -299,12 +300,46 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 
 def _child(args_list: list[str], timeout: float, prefix: Optional[list[str]] = None) -> dict:
-    proc = subprocess.run([*(prefix or []), sys.executable, os.path.abspath(__file__), *args_list],
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
-    for line in reversed(proc.stdout.strip().splitlines()):
+    """Run one configuration in a session of its own: on ``timeout`` the whole session is stopped (the MPS
+    launcher, the configuration's process and its pipeline worker), not only the process started here."""
+    proc = subprocess.Popen([*(prefix or []), sys.executable, os.path.abspath(__file__), *args_list],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    _RUNNING.add(proc)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
+        raise
+    finally:
+        _RUNNING.discard(proc)
+    for line in reversed(stdout.strip().splitlines()):
         if line.startswith("{"):
             return json.loads(line)
-    return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-1500:]}"}
+    return {"error": f"exit {proc.returncode}: {stderr.strip()[-1500:]}"}
+
+
+#: The configuration (a session of its own) running now; :func:`_stop_config_on_signal` stops it on SIGTERM/SIGINT.
+_RUNNING: set[subprocess.Popen] = set()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+
+
+def _stop_config_on_signal(signum: int, frame: Any) -> None:
+    """SIGTERM/SIGINT (e.g. ``timeout`` around the benchmark): stop the running configuration's session, then exit
+    through ``main``'s cleanup (the data owner unlinks the shared memory; the runs so far are written)."""
+    for proc in list(_RUNNING):
+        _stop(proc)
+    raise SystemExit(128 + signum)
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
@@ -314,6 +349,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
         return {}
     if args._prepare:  # owns the shared segments: stays until the orchestrator closes our stdin, then unlinks
         info = prepare(args, args._prepare)
+        for sig in (signal.SIGTERM, signal.SIGINT):  # a `timeout` around the benchmark signals this process too:
+            signal.signal(sig, signal.SIG_IGN)  # it stays until the orchestrator's exit closes our stdin, then unlinks
         print(json.dumps(info), flush=True)
         sys.stdin.read()
         with open(args._prepare, "rb") as f:
@@ -327,6 +364,11 @@ def main(argv: Optional[list[str]] = None) -> dict:
                    f"--classes={args.classes}", f"--hidden={args.hidden}", f"--batch-size={args.batch_size}",
                    f"--depth={args.depth}", f"--steps={args.steps}", f"--warmup={args.warmup}",
                    f"--sampler-placement={args.sampler_placement}", f"--gather={args.gather}"]  # fmt: skip
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            signal.signal(sig, _stop_config_on_signal)
+        except ValueError:  # main() called from a thread other than the main one: no handler
+            pass
     fd, handles_path = tempfile.mkstemp(prefix="lzc-bench-handles-")
     os.close(fd)
     results: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if not k.startswith("_")}}
@@ -340,7 +382,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
             return results
         data = results["data"] = json.loads(line)
         print("data:", json.dumps(data), flush=True)
-        runs = []
+        runs = results["runs"] = []  # in the JSON also when a signal ends the sweep early
         for config in [c.strip() for c in args.configs.split(",") if c.strip()]:
             try:
                 prefix = None

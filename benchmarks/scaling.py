@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -116,13 +117,33 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> d
     for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):
         env.pop(key, None)
     started = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    # A session of its own, so that a timeout stops the run with the ranks Lightning's launcher started from it
+    # (killing only this child would leave them holding the GPUs); a signal to this process stops it too.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    _RUNNING.add(proc)
+    timed_out = False
+    try:
+        stdout, stderr = proc.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _stop(proc)
+        try:
+            stdout, stderr = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # a descendant outside the session still holds the pipes
+            stdout, stderr = "", ""
+    except BaseException:  # a signal stopped this process (see _stop_run_on_signal): nothing of this run to keep
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    finally:
+        _RUNNING.discard(proc)
     result: dict[str, Any] = {"gpus": gpus, "policy": policy, "budget_fraction": budget, "returncode": proc.returncode,
                               "wall_s": time.perf_counter() - started}  # fmt: skip
     try:
         ranks = [json.load(open(os.path.join(out_dir, f"rank{r}.json"), encoding="utf-8")) for r in range(gpus)]
     except OSError:
-        result["error"] = (proc.stdout[-3000:] + proc.stderr[-5000:]).strip()
+        note = f"timed out after {args.timeout:.0f} s (--timeout)\n" if timed_out else ""
+        result["error"] = note + ((stdout or "")[-3000:] + (stderr or "")[-5000:]).strip()
         return result
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -137,6 +158,29 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> d
         per_rank=[{"rank": r["rank"], **(r["cache"] or {})} for r in ranks],
     )
     return result
+
+
+#: The run (a session of its own) going on now; :func:`_stop_run_on_signal` stops it when this process is told to stop.
+_RUNNING: set[subprocess.Popen] = set()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a run's session: the process this script started and the ranks it started."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+
+
+def _stop_run_on_signal(signum: int, frame: Any) -> None:
+    """SIGTERM/SIGINT (e.g. ``timeout`` around the benchmark): stop the running fit's session, then exit (the runs
+    finished so far are still written)."""
+    for proc in list(_RUNNING):
+        _stop(proc)
+    raise SystemExit(128 + signum)
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -175,21 +219,37 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
     import torch
 
     available = torch.cuda.device_count() if args.device == "cuda" else os.cpu_count() or 1
-    runs = []
-    for gpus in (int(g) for g in args.gpus.split(",")):
-        if gpus > available:
-            print(f"skipping {gpus} GPUs: this machine has {available}", flush=True)
-            continue
-        for budget in (float(b) for b in args.budgets.split(",")):
-            for policy in args.policies.split(","):
-                r = launch(args, gpus, policy, budget)
-                runs.append(r)
-                if "error" in r:
-                    print(f"{gpus} GPU(s) {policy} {budget:.0%}: failed (rc {r['returncode']})\n{r['error']}", flush=True)
-                    continue
-                hit = [p.get("cache/hit_rate") for p in r["per_rank"]]
-                print(f"{gpus} GPU(s) {policy:>9} budget {budget:.0%}: epoch {r['epoch_s']:.2f} s, chose "
-                      f"{r['chosen_policy']} ({r['note']}), hit rate {hit}", flush=True)  # fmt: skip
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            previous[sig] = signal.signal(sig, _stop_run_on_signal)
+        except ValueError:  # main() called from a thread other than the main one: no handler
+            pass
+    runs: list[dict[str, Any]] = []
+    try:
+        for gpus in (int(g) for g in args.gpus.split(",")):
+            if gpus > available:
+                print(f"skipping {gpus} GPUs: this machine has {available}", flush=True)
+                continue
+            for budget in (float(b) for b in args.budgets.split(",")):
+                for policy in args.policies.split(","):
+                    r = launch(args, gpus, policy, budget)
+                    runs.append(r)
+                    if "error" in r:
+                        print(f"{gpus} GPU(s) {policy} {budget:.0%}: failed (rc {r['returncode']})\n{r['error']}", flush=True)
+                        continue
+                    hit = [p.get("cache/hit_rate") for p in r["per_rank"]]
+                    print(f"{gpus} GPU(s) {policy:>9} budget {budget:.0%}: epoch {r['epoch_s']:.2f} s, chose "
+                          f"{r['chosen_policy']} ({r['note']}), hit rate {hit}", flush=True)  # fmt: skip
+    finally:  # also when a signal stopped the sweep: the runs finished so far are written
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        report = _report(args, runs, available, torch.__version__)
+    return report
+
+
+def _report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int, torch_version: str) -> dict[str, Any]:
+    """Speed-ups, the table and the JSON (``--out``) of the runs so far."""
     for r in runs:  # speed-up over the 1-GPU run with the same policy and budget
         base = next((b for b in runs if b["gpus"] == 1 and b["policy"] == r["policy"]
                      and b["budget_fraction"] == r["budget_fraction"] and "epoch_s" in b), None)  # fmt: skip
@@ -207,7 +267,7 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
               f"{p.get('cache/peer_rows', 0):>12.0f} {p.get('cache/host_rows', 0):>12.0f} "
               f"{p.get('cache/host_read_GBps', float('nan')):>9.2f}")  # fmt: skip
     report = {"benchmark": "scaling", "config": {k: v for k, v in vars(args).items() if k != "argv"},
-              "gpu_count": available, "topology": topology(), "torch": torch.__version__, "runs": runs}  # fmt: skip
+              "gpu_count": available, "topology": topology(), "torch": torch_version, "runs": runs}  # fmt: skip
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
