@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ if REPO_ROOT not in sys.path:
 from benchmarks import e2e_report  # noqa: E402
 from benchmarks.e2e_rows import MODELS, PRESETS, ROWS, select_rows  # noqa: E402
 from benchmarks.e2e_meta import machine_info  # noqa: E402
+from benchmarks.sessions import forward_stop_signals, stop_session, tracked  # noqa: E402
 
 _PRESET_FIELDS = list(PRESETS["small"].__dataclass_fields__)
 
@@ -164,40 +164,16 @@ def _spawn(flags: list[str], spec: dict[str, Any], log_path: str, timeout: float
         cmd = [*(prefix or []), sys.executable, os.path.abspath(__file__), *flags, f"--_spec={spec_path}", f"--_result={result_path}"]
         with open(log_path, "a") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO_ROOT)
-            _RUNNING.add(proc)
-            try:
-                code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                _stop(proc)
-                return None, f"timed out after {timeout:.0f} s (--row-timeout-s); see {log_path}"
-            finally:
-                _RUNNING.discard(proc)
+            with tracked(proc):
+                try:
+                    code = proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    stop_session(proc, grace_s=15)
+                    return None, f"timed out after {timeout:.0f} s (--row-timeout-s); see {log_path}"
         if not os.path.exists(result_path):
             return None, f"exit {code} without a result; see {log_path}: {_tail(log_path)}"
         with open(result_path) as f:
             return json.load(f), None
-
-
-#: Row processes running now: a row runs in a session of its own (so a timeout can stop it with its loader
-#: workers), which a signal to this process's group does not reach; :func:`_stop_rows_on_signal` forwards it.
-_RUNNING: set[subprocess.Popen] = set()
-
-
-def _stop_rows_on_signal(signum: int, frame: Any) -> None:
-    """SIGTERM/SIGINT (e.g. ``timeout`` around the benchmark): stop the running row's session, then exit."""
-    for proc in list(_RUNNING):
-        _stop(proc)
-    raise SystemExit(128 + signum)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
-        try:
-            os.killpg(proc.pid, sig)  # the row's own session: the process we started and its children
-            proc.wait(timeout=wait)
-            return
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            continue
 
 
 def _tail(path: str, chars: int = 800) -> str:
@@ -337,8 +313,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         files = e2e_report.render(target)
         print(f"e2e: wrote {', '.join(os.path.basename(f) for f in files)} in {target}")
     else:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, _stop_rows_on_signal)
+        forward_stop_signals()
         run(args)
 
 

@@ -46,6 +46,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.sessions import forward_stop_signals, stop_session, tracked  # noqa: E402
+
 FANOUTS = [15, 10, 5]
 DEFAULT_CONFIGS = "gpu_resident,none,in_process,in_process_green_10,worker,worker_mps_10,worker_mps_20,worker_mps_30"
 
@@ -304,42 +306,18 @@ def _child(args_list: list[str], timeout: float, prefix: Optional[list[str]] = N
     launcher, the configuration's process and its pipeline worker), not only the process started here."""
     proc = subprocess.Popen([*(prefix or []), sys.executable, os.path.abspath(__file__), *args_list],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-    _RUNNING.add(proc)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        for pipe in (proc.stdout, proc.stderr):
-            pipe.close()
-        raise
-    finally:
-        _RUNNING.discard(proc)
+    with tracked(proc):
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_session(proc)
+            for pipe in (proc.stdout, proc.stderr):
+                pipe.close()
+            raise
     for line in reversed(stdout.strip().splitlines()):
         if line.startswith("{"):
             return json.loads(line)
     return {"error": f"exit {proc.returncode}: {stderr.strip()[-1500:]}"}
-
-
-#: The configuration (a session of its own) running now; :func:`_stop_config_on_signal` stops it on SIGTERM/SIGINT.
-_RUNNING: set[subprocess.Popen] = set()
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=wait)
-            return
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            continue
-
-
-def _stop_config_on_signal(signum: int, frame: Any) -> None:
-    """SIGTERM/SIGINT (e.g. ``timeout`` around the benchmark): stop the running configuration's session, then exit
-    through ``main``'s cleanup (the data owner unlinks the shared memory; the runs so far are written)."""
-    for proc in list(_RUNNING):
-        _stop(proc)
-    raise SystemExit(128 + signum)
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
@@ -364,11 +342,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
                    f"--classes={args.classes}", f"--hidden={args.hidden}", f"--batch-size={args.batch_size}",
                    f"--depth={args.depth}", f"--steps={args.steps}", f"--warmup={args.warmup}",
                    f"--sampler-placement={args.sampler_placement}", f"--gather={args.gather}"]  # fmt: skip
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            signal.signal(sig, _stop_config_on_signal)
-        except ValueError:  # main() called from a thread other than the main one: no handler
-            pass
+    forward_stop_signals()  # the running configuration's session is stopped, then main's cleanup runs
     fd, handles_path = tempfile.mkstemp(prefix="lzc-bench-handles-")
     os.close(fd)
     results: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if not k.startswith("_")}}

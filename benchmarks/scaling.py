@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ from typing import Any, Optional
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
 
 FANOUTS = [15, 10, 5]
 
@@ -121,22 +122,20 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> d
     # (killing only this child would leave them holding the GPUs); a signal to this process stops it too.
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # fmt: skip
-    _RUNNING.add(proc)
     timed_out = False
-    try:
-        stdout, stderr = proc.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _stop(proc)
+    with tracked(proc):
         try:
-            stdout, stderr = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:  # a descendant outside the session still holds the pipes
-            stdout, stderr = "", ""
-    except BaseException:  # a signal stopped this process (see _stop_run_on_signal): nothing of this run to keep
-        shutil.rmtree(out_dir, ignore_errors=True)
-        raise
-    finally:
-        _RUNNING.discard(proc)
+            stdout, stderr = proc.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            stop_session(proc)
+            try:
+                stdout, stderr = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # a descendant outside the session still holds the pipes
+                stdout, stderr = "", ""
+        except BaseException:  # a stop signal (benchmarks.sessions): nothing of this run to keep
+            shutil.rmtree(out_dir, ignore_errors=True)
+            raise
     result: dict[str, Any] = {"gpus": gpus, "policy": policy, "budget_fraction": budget, "returncode": proc.returncode,
                               "wall_s": time.perf_counter() - started}  # fmt: skip
     try:
@@ -158,29 +157,6 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> d
         per_rank=[{"rank": r["rank"], **(r["cache"] or {})} for r in ranks],
     )
     return result
-
-
-#: The run (a session of its own) going on now; :func:`_stop_run_on_signal` stops it when this process is told to stop.
-_RUNNING: set[subprocess.Popen] = set()
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop a run's session: the process this script started and the ranks it started."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=wait)
-            return
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            continue
-
-
-def _stop_run_on_signal(signum: int, frame: Any) -> None:
-    """SIGTERM/SIGINT (e.g. ``timeout`` around the benchmark): stop the running fit's session, then exit (the runs
-    finished so far are still written)."""
-    for proc in list(_RUNNING):
-        _stop(proc)
-    raise SystemExit(128 + signum)
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -219,12 +195,7 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
     import torch
 
     available = torch.cuda.device_count() if args.device == "cuda" else os.cpu_count() or 1
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            previous[sig] = signal.signal(sig, _stop_run_on_signal)
-        except ValueError:  # main() called from a thread other than the main one: no handler
-            pass
+    previous = forward_stop_signals()
     runs: list[dict[str, Any]] = []
     try:
         for gpus in (int(g) for g in args.gpus.split(",")):
@@ -242,8 +213,7 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
                     print(f"{gpus} GPU(s) {policy:>9} budget {budget:.0%}: epoch {r['epoch_s']:.2f} s, chose "
                           f"{r['chosen_policy']} ({r['note']}), hit rate {hit}", flush=True)  # fmt: skip
     finally:  # also when a signal stopped the sweep: the runs finished so far are written
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        restore_signals(previous)
         report = _report(args, runs, available, torch.__version__)
     return report
 
