@@ -8,7 +8,8 @@
 // kGraphMaxSlots padded pick slots are captured and at most kMaxGraphs graphs are kept (least recently used
 // dropped). A shape is captured the second time it is seen (its first batch launches directly), so a workload
 // whose seed count changes every batch does not pay a capture per batch. A shape whose capture fails is
-// remembered and launched directly from then on.
+// remembered and launched directly from then on. Captures run one at a time, on a stream per device that only
+// they use.
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -17,8 +18,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -150,13 +153,33 @@ GraphCache& cache() {
   return *instance;
 }
 
+// Captures run one at a time, each on a stream of the device that nothing else uses: a stream from PyTorch's pool
+// may be handed to other code too (`torch.cuda.Stream()`), whose work would then be captured into the graph.
+std::mutex& capture_mutex() {
+  static auto* mutex = new std::mutex();
+  return *mutex;
+}
+
+// The device's capture stream (made on first use, never destroyed); call with capture_mutex() held.
+c10::cuda::CUDAStream capture_stream(c10::DeviceIndex device) {
+  static auto* streams = new std::map<c10::DeviceIndex, cudaStream_t>();
+  auto it = streams->find(device);
+  if (it == streams->end()) {
+    cudaStream_t stream = nullptr;
+    cuda::check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), kSampleNeighbors,
+                     "creating the graph capture stream");
+    it = streams->emplace(device, stream).first;
+  }
+  return c10::cuda::getStreamFromExternal(it->second, device);
+}
+
 GraphKey key_of(const cuda::Topology& graph, const LeanShape& shape, int device) {
   return GraphKey{device,          graph.indptr,    graph.indices, graph.indices_int64, graph.num_nodes,
                   graph.num_edges, shape.num_seeds, shape.fanouts, shape.replace};
 }
 
-// Captures the shape's launches on a side stream (capture cannot run on the legacy default stream) into a new
-// graph, whose buffers come from its private pool. Null if the capture failed.
+// Captures the shape's launches on the device's capture stream (capture cannot run on the legacy default stream)
+// into a new graph, whose buffers come from its private pool. Null if the capture failed.
 std::shared_ptr<LeanGraph> capture(const cuda::Topology& graph, const LeanShape& shape, const at::Tensor& seeds,
                                    GraphKey key) {
   auto lean = std::make_shared<LeanGraph>();
@@ -167,8 +190,15 @@ std::shared_ptr<LeanGraph> capture(const cuda::Topology& graph, const LeanShape&
     return nullptr;
   }
   lean->inputs = lean_inputs_buffer(seeds);
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, seeds.device().index());
-  const c10::cuda::CUDAStreamGuard on_side(side);
+  const std::lock_guard<std::mutex> one_capture_at_a_time(capture_mutex());
+  std::optional<c10::cuda::CUDAStream> side;
+  try {
+    side = capture_stream(seeds.device().index());
+  } catch (const c10::Error&) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  const c10::cuda::CUDAStreamGuard on_side(*side);
   try {
     // Thread-local: other threads of the process (a training loop, a gather thread) keep using CUDA freely.
     lean->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
@@ -176,7 +206,7 @@ std::shared_ptr<LeanGraph> capture(const cuda::Topology& graph, const LeanShape&
     return nullptr;
   }
   try {
-    lean->batch = enqueue_lean(graph, shape, lean->inputs, side.stream());
+    lean->batch = enqueue_lean(graph, shape, lean->inputs, side->stream());
   } catch (const c10::Error&) {
     try {
       lean->graph.capture_end();
