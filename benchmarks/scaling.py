@@ -9,6 +9,8 @@ zero-copy gather through the strategy's cache. Reported per run (steady state: t
 * epoch time (rank 0, synchronized) and speed-up over the 1-GPU run with the same policy and budget;
 * per rank: the cache's hit rate, rows from the local shard / peers' shards / host memory, host-read GB/s
   (``DataTelemetry``'s ``cache/*`` figures of the last epoch), the policy the strategy chose and why;
+* per rank the PSS and RSS of its mappings of the shared host copy (graph, features, labels), and their sum over
+  the ranks against the copy's size (``host_pss_over_data``: about 1 when the machine holds one copy for all);
 
 plus ``nvidia-smi topo -m`` and the GPU names, all in the JSON (``--out``) and a table.
 
@@ -49,6 +51,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
     from lightning_zerocopy import ZeroCopyDataModule
     from lightning_zerocopy.callbacks import DataTelemetry
     from lightning_zerocopy.datasets import SyntheticGraph
+    from lightning_zerocopy.graph import mapped_footprint
     from lightning_zerocopy.models import GraphSAGE
     from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
 
@@ -67,6 +70,23 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
                 torch.cuda.synchronize()
             self.seconds.append(time.perf_counter() - self._t)
 
+    class HostFootprint(pl.Callback):
+        """PSS and RSS of this rank's mappings of the shared host copy (graph, features, labels), at the end."""
+
+        def __init__(self) -> None:
+            self.paths: list[str] = []
+            self.data_bytes = 0
+            self.footprint: Optional[tuple[int, int]] = None
+
+        def setup(self, trainer, pl_module, stage) -> None:  # after the DataModule's setup: the segments exist
+            h = trainer.datamodule.handles
+            parts = [h.graph.indptr, h.graph.indices, h.features.data, h.labels]
+            self.paths = [p.path for p in parts]
+            self.data_bytes = sum(p.nbytes for p in parts if hasattr(p, "nbytes"))
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            self.footprint = mapped_footprint(self.paths)
+
     cuda = args.device == "cuda"
     dataset = SyntheticGraph(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
                              num_classes=32, cache_dir=args.cache_dir, device=args.device)  # fmt: skip
@@ -77,11 +97,11 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
                             drop_last=True, seed=args.seed)  # fmt: skip
     strategy = ZeroCopyDDPStrategy(cache_budget=budget, cache_ranking=args.ranking, cache_policy=config["policy"],
                                    presample_batches=args.presample_batches)  # fmt: skip
-    timer, telemetry = EpochTimer(), DataTelemetry(prog_bar=False)
+    timer, telemetry, host = EpochTimer(), DataTelemetry(prog_bar=False), HostFootprint()
     trainer = pl.Trainer(accelerator="gpu" if cuda else "cpu", devices=config["gpus"], strategy=strategy, max_epochs=args.epochs,
                          limit_train_batches=args.limit_batches or None, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[timer, telemetry])  # fmt: skip
+                         callbacks=[timer, telemetry, host])  # fmt: skip
     model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=256, num_layers=3, dropout=0.5)
     trainer.fit(model, datamodule=dm)
     decision = strategy.cache_decision
@@ -94,6 +114,9 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         "cached_rows": None if decision is None else decision.plan.num_cached,
         "expected_hit_rate": None if decision is None else decision.expected_hit_rate,
         "steps_per_epoch": trainer.num_training_batches,
+        "host_data_bytes": host.data_bytes,
+        "host_pss_bytes": None if host.footprint is None else host.footprint[0],
+        "host_rss_bytes": None if host.footprint is None else host.footprint[1],
     }
     with open(os.path.join(config["out_dir"], f"rank{trainer.global_rank}.json"), "w", encoding="utf-8") as f:
         json.dump(report, f)
@@ -154,8 +177,14 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> d
         note=ranks[0]["note"],
         cached_rows=ranks[0]["cached_rows"],
         expected_hit_rate=ranks[0]["expected_hit_rate"],
-        per_rank=[{"rank": r["rank"], **(r["cache"] or {})} for r in ranks],
+        per_rank=[{"rank": r["rank"], **(r["cache"] or {}), "host_pss_bytes": r.get("host_pss_bytes"),
+                   "host_rss_bytes": r.get("host_rss_bytes")} for r in ranks],  # fmt: skip
     )
+    # One host copy per machine: the ranks' PSS of it adds up to about one copy (RSS counts it in every rank).
+    pss = [r.get("host_pss_bytes") for r in ranks]
+    data = ranks[0].get("host_data_bytes") or 0
+    if data and all(p is not None for p in pss):
+        result.update(host_data_GB=data / 1e9, host_pss_total_GB=sum(pss) / 1e9, host_pss_over_data=sum(pss) / data)
     return result
 
 
@@ -226,7 +255,7 @@ def _report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int
         if base is not None and "epoch_s" in r:
             r["speedup_vs_1gpu"] = base["epoch_s"] / r["epoch_s"]
     print(f"\n{'GPUs':>4} {'policy':>9} {'budget':>6} {'chosen':>9} {'epoch s':>8} {'speed-up':>8} "
-          f"{'hit rate':>8} {'local':>12} {'peer':>12} {'host':>12} {'host GB/s':>9}")  # fmt: skip
+          f"{'hit rate':>8} {'local':>12} {'peer':>12} {'host':>12} {'host GB/s':>9} {'PSS/data':>8}")  # fmt: skip
     for r in runs:
         if "epoch_s" not in r:
             continue
@@ -235,7 +264,7 @@ def _report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int
               f"{r['epoch_s']:>8.2f} {r.get('speedup_vs_1gpu', float('nan')):>8.2f} "
               f"{p.get('cache/hit_rate', float('nan')):>8.1%} {p.get('cache/local_rows', 0):>12.0f} "
               f"{p.get('cache/peer_rows', 0):>12.0f} {p.get('cache/host_rows', 0):>12.0f} "
-              f"{p.get('cache/host_read_GBps', float('nan')):>9.2f}")  # fmt: skip
+              f"{p.get('cache/host_read_GBps', float('nan')):>9.2f} {r.get('host_pss_over_data', float('nan')):>8.2f}")  # fmt: skip
     report = {"benchmark": "scaling", "config": {k: v for k, v in vars(args).items() if k != "argv"},
               "gpu_count": available, "topology": topology(), "torch": torch_version, "runs": runs}  # fmt: skip
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

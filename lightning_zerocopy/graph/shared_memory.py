@@ -46,6 +46,7 @@ __all__ = [
     "TensorHandle",
     "cleanup_stale_segments",
     "create_shared_tensor",
+    "mapped_footprint",
     "open_npy_memmap",
     "save_npy",
     "share_tensor",
@@ -311,6 +312,32 @@ def cleanup_stale_segments(directory: Union[str, os.PathLike, None] = None) -> l
             continue
         removed.append(entry.path)
     return removed
+
+
+def mapped_footprint(paths: Sequence[Union[str, os.PathLike]]) -> Optional[tuple[int, int]]:
+    """(PSS, RSS) in bytes of this process's mappings of the files ``paths`` (e.g. the segments of a host copy).
+
+    PSS divides each resident page by the number of processes mapping it, so the PSS of every rank that maps one
+    shared host copy adds up to about one copy, while RSS counts it in full in each. Only pages this process has
+    touched count. None where ``/proc/self/smaps`` does not exist (not Linux).
+    """
+    wanted = {os.fspath(p) for p in paths}
+    pss = rss = 0
+    current: Optional[str] = None
+    try:
+        with open("/proc/self/smaps", encoding="utf-8") as f:
+            for line in f:
+                fields = line.split()
+                if fields and "-" in fields[0] and len(fields) >= 5:  # a mapping: range perms offset dev inode [path]
+                    current = fields[5] if len(fields) > 5 else None
+                elif current in wanted and fields:
+                    if fields[0] == "Pss:":
+                        pss += int(fields[1]) * 1024
+                    elif fields[0] == "Rss:":
+                        rss += int(fields[1]) * 1024
+    except FileNotFoundError:
+        return None
+    return pss, rss
 
 
 def open_npy_memmap(path: Union[str, os.PathLike], *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:

@@ -33,3 +33,24 @@ def test_cpu_plumbing_run_writes_every_configuration(tmp_path: Path) -> None:
     cached = runs[0.3]
     assert cached["chosen_policy"] == "replicate" and "one GPU" in cached["note"]
     assert cached["cached_rows"] == int(0.3 * 5000) and 0 < cached["expected_hit_rate"] <= 1
+
+
+def test_two_cpu_ranks_report_one_shared_host_copy(tmp_path: Path) -> None:
+    """Each rank's PSS of the host copy is measured; two ranks on one machine add up to about one copy while each
+    maps all of it (RSS) — the issue's 'one host copy per machine', as the GPU runs will report it."""
+    out = tmp_path / "scaling.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/scaling.py", "--device", "cpu", "--gpus", "1,2", "--policies", "auto",
+         "--budgets", "0.3", "--num-nodes", "5000", "--epochs", "1", "--limit-batches", "2", "--batch-size", "128",
+         "--presample-batches", "4", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = {r["gpus"]: r for r in json.loads(out.read_text())["runs"]}
+    assert set(runs) == {1, 2}
+    for r in runs.values():
+        assert "error" not in r, r
+        assert r["host_data_GB"] > 0 and 0.5 < r["host_pss_over_data"] < 1.25, r
+    pair = runs[2]["per_rank"]
+    assert len(pair) == 2 and all(p["host_pss_bytes"] < 0.75 * p["host_rss_bytes"] for p in pair), pair

@@ -17,6 +17,7 @@ from lightning_zerocopy.graph import (
     SharedTensorHandle,
     cleanup_stale_segments,
     create_shared_tensor,
+    mapped_footprint,
     open_npy_memmap,
     save_npy,
     share_tensor,
@@ -203,3 +204,38 @@ def test_open_npy_memmap_dtype_checks(tmp_path):
     np.save(tmp_path / "f.npy", np.asfortranarray(np.ones((3, 4), dtype=np.float32)))
     with pytest.raises(ValueError, match="C-ordered"):
         open_npy_memmap(tmp_path / "f.npy")
+
+
+# ---- mapped_footprint: PSS splits a shared page between the processes that map it ------------------------------
+_TOUCH_AND_WAIT = """
+import pickle, sys
+handle = pickle.loads(bytes.fromhex(sys.argv[1]))
+t = handle.open()
+float(t.sum())  # every page resident in this process too
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="PSS comes from /proc/self/smaps (Linux)")
+def test_mapped_footprint_splits_pss_between_processes_that_map_a_segment(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    tensor, handle = create_shared_tensor((1 << 20,), torch.float32, name="pss", directory=tmp_path)  # 4 MiB
+    try:
+        tensor.fill_(1.0)
+        pss, rss = mapped_footprint([handle.path])
+        assert rss >= handle.nbytes and abs(pss - rss) < 64 * 1024, (pss, rss)  # only this process maps it
+        child = subprocess.Popen([sys.executable, "-c", _TOUCH_AND_WAIT, pickle.dumps(handle).hex()],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert child.stdout.readline().strip() == "ready"
+            shared_pss, shared_rss = mapped_footprint([handle.path])
+            assert shared_rss == rss  # RSS counts the whole copy in each process
+            assert abs(shared_pss - rss / 2) < 64 * 1024, (shared_pss, rss)  # PSS: half of it each
+        finally:
+            child.communicate(input="", timeout=TIMEOUT)
+        assert mapped_footprint([str(tmp_path / "not-mapped")]) == (0, 0)
+    finally:
+        handle.unlink()

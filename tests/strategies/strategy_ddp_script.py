@@ -18,24 +18,8 @@ from ddp_script import TinySAGE  # noqa: E402  (the suite's two-rank DDP model)
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.datasets import SyntheticGraph
+from lightning_zerocopy.graph import mapped_footprint
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
-
-
-def segment_pss(paths: list[str]) -> tuple[int, int]:
-    """(PSS, RSS) in bytes of this process's mappings of ``paths``."""
-    pss = rss = 0
-    current = None
-    with open("/proc/self/smaps", encoding="utf-8") as f:
-        for line in f:
-            fields = line.split()
-            if fields and "-" in fields[0] and len(fields) >= 5:  # a mapping header
-                current = fields[5] if len(fields) > 5 else None
-            elif current is not None and current in paths:
-                if fields[0] == "Pss:":
-                    pss += int(fields[1]) * 1024
-                elif fields[0] == "Rss:":
-                    rss += int(fields[1]) * 1024
-    return pss, rss
 
 
 class Report(pl.Callback):
@@ -67,7 +51,7 @@ class Report(pl.Callback):
         for tensor in tensors:
             tensor.sum()  # every page resident in this process, so PSS shows whether the ranks share them
         self.sizes = sum(t.numel() * t.element_size() for t in tensors)
-        pss, rss = segment_pss(self.paths)
+        pss, rss = mapped_footprint(self.paths)
         report = {
             "rank": trainer.global_rank,
             "local_rank": trainer.local_rank,
