@@ -14,10 +14,15 @@
 #                       sampling  benchmarks/sampling.py (SEPS: cpu, pyg, gpu, uva)
 #                       pipeline  benchmarks/pipeline.py (training steps/s with/without the pipeline, MPS splits;
 #                                 not in the default list: GPU_CHECK_STAGES=...,pipeline)
+#                       scaling   benchmarks/scaling.py: 1, 2, 4 and 8 GPUs (those this machine has) x policies
+#                                 replicate, clique, auto x budgets 10 % / 30 %: epoch time, speed-up, hit rates,
+#                                 local/peer/host rows, host PSS per rank, `nvidia-smi topo -m` (not in the default
+#                                 list: GPU_CHECK_STAGES=build,scaling on a multi-GPU machine)
 #   GPU_CHECK_COMMIT  the commit being checked (the device copy of the tree may have no .git)
 #   GPU_CHECK_TEST_WORKERS  pytest-xdist workers for the tests (default 0 = one process)
 #   OUT               where logs and gpu_results.json go (default: results/gpu_check)
-#   GPU_CHECK_GATHER_ARGS / GPU_CHECK_SAMPLING_ARGS / GPU_CHECK_PIPELINE_ARGS / GPU_CHECK_PYTEST_ARGS
+#   GPU_CHECK_GATHER_ARGS / GPU_CHECK_SAMPLING_ARGS / GPU_CHECK_PIPELINE_ARGS / GPU_CHECK_SCALING_ARGS /
+#   GPU_CHECK_PYTEST_ARGS
 #                     override each stage's arguments
 #   GPU_CHECK_EXTRA_STAGE_<NAME>  a shell command run as stage NAME (e.g. a pipeline benchmark appended later);
 #                     its stdout/stderr go to $OUT/<name>.log and, if it writes $OUT/<name>.json, that file is
@@ -150,6 +155,18 @@ if want pipeline; then
   rc=$?
   record pipeline $rc $((SECONDS - start))
   tail -12 "$OUT/pipeline.log"
+fi
+
+if want scaling; then
+  start=$SECONDS
+  echo "== scaling benchmark (GPUs x cache policy x budget)"
+  # shellcheck disable=SC2086
+  timeout "${GPU_CHECK_SCALING_TIMEOUT:-560}" python3 benchmarks/scaling.py --out "$OUT/scaling.json" \
+    ${GPU_CHECK_SCALING_ARGS:---gpus 1,2,4,8 --policies replicate,clique,auto --budgets 0.1,0.3 --num-nodes 8000000 --epochs 3 --limit-batches 50 --timeout 60} \
+    >"$OUT/scaling.log" 2>&1
+  rc=$?
+  record scaling $rc $((SECONDS - start))
+  tail -16 "$OUT/scaling.log"
 fi
 
 # Extra stages appended by other checks (e.g. the pipeline): GPU_CHECK_EXTRA_STAGE_<NAME>="command".
