@@ -38,6 +38,7 @@ if REPO_ROOT not in sys.path:
     sys.path.append(REPO_ROOT)
 
 from benchmarks.gather import bitwise_equal, fill_random_, power_law_csc_gpu, sample_batches, timed  # noqa: E402
+from benchmarks.results import write_json  # noqa: E402
 
 
 def measure(fn: Callable[[torch.Tensor], torch.Tensor], batches: list[torch.Tensor], warmup: int,
@@ -121,9 +122,7 @@ def main() -> None:
     parser.add_argument("--out", default="results/feature_cache.json")
     args = parser.parse_args()
     report = run(args)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+    write_json(args.out, report)
     print(json.dumps(report["results"]["no_cache"]), "->", args.out)
 
 

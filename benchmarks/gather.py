@@ -44,7 +44,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -56,6 +55,8 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.append(REPO_ROOT)
+
+from benchmarks.results import write_json  # noqa: E402
 
 PAGE = 4096
 
@@ -476,9 +477,7 @@ def run_pages_only(args: argparse.Namespace, widths: list[int]) -> dict:
 
 def _write(report: dict, path: str) -> None:
     if path:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
+        write_json(path, report)
         print(f"wrote {path}")
 
 

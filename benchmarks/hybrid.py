@@ -55,6 +55,8 @@ for path in (REPO_ROOT, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+from benchmarks.results import write_json  # noqa: E402
+
 from sampling import power_law_graph  # noqa: E402  (benchmarks/sampling.py)
 
 from lightning_zerocopy import ops  # noqa: E402
@@ -351,9 +353,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     if registration is not None:
         registration.close()
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=2, default=str)
+        write_json(args.out, results, default=str)
     print(json.dumps(results["summary"], indent=1))
     return results
 

@@ -35,6 +35,8 @@ for path in (REPO_ROOT, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+from benchmarks.results import write_json  # noqa: E402
+
 CONDITIONS = ("idle", "mps10", "mps10_busy")
 _SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 
@@ -215,9 +217,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         else:
             print(f"{condition:>11}: {r}", flush=True)
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=2)
+        write_json(args.out, report)
     return report
 
 

@@ -46,6 +46,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.results import write_json  # noqa: E402
 from benchmarks.sessions import forward_stop_signals, stop_session, tracked  # noqa: E402
 
 FANOUTS = [15, 10, 5]
@@ -393,9 +394,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
             owner.kill()
         os.unlink(handles_path)
         if args.out:
-            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-            with open(args.out, "w") as f:
-                json.dump(results, f, indent=2)
+            write_json(args.out, results)
     return results
 
 

@@ -18,7 +18,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -33,6 +32,8 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # run from a checkout without installing the package
     sys.path.append(REPO_ROOT)
+
+from benchmarks.results import write_json  # noqa: E402
 
 # (seeds, batch seed) -> sampled subgraph in global ids: (n_id, row, col, edge_pos or e_id).
 SampleFn = Callable[[torch.Tensor, int], "Sample"]
@@ -394,9 +395,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         "skipped": skipped,
     }
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
+        write_json(args.out, report)
         print(f"wrote {args.out} (peak RSS {peak_rss_gib():.1f} GiB)")
     return report
 

@@ -38,6 +38,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.results import write_json  # noqa: E402
 from benchmarks.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
 
 FANOUTS = [15, 10, 5]
@@ -82,7 +83,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
             h = trainer.datamodule.handles
             parts = [h.graph.indptr, h.graph.indices, h.features.data, h.labels]
             self.paths = [p.path for p in parts]
-            self.data_bytes = sum(p.nbytes for p in parts if hasattr(p, "nbytes"))
+            self.data_bytes = sum(p.nbytes for p in parts)
 
         def on_train_end(self, trainer, pl_module) -> None:
             self.footprint = mapped_footprint(self.paths)
@@ -267,9 +268,7 @@ def _report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int
               f"{p.get('cache/host_read_GBps', float('nan')):>9.2f} {r.get('host_pss_over_data', float('nan')):>8.2f}")  # fmt: skip
     report = {"benchmark": "scaling", "config": {k: v for k, v in vars(args).items() if k != "argv"},
               "gpu_count": available, "topology": topology(), "torch": torch_version, "runs": runs}  # fmt: skip
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
+    write_json(args.out, report)
     print(f"wrote {args.out}")
     return report
 

@@ -165,6 +165,11 @@ class NpyTensorHandle:
     path: str
     dtype: Optional[str] = None
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the array (the file less its header); reads only the header."""
+        return int(np.load(self.path, mmap_mode="r").nbytes)
+
     def open(self) -> torch.Tensor:
         """Map the file; see :func:`open_npy_memmap`."""
         return open_npy_memmap(self.path, dtype=None if self.dtype is None else _torch_dtype(self.dtype))

@@ -12,17 +12,22 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_cpu_plumbing_run_writes_every_configuration(tmp_path: Path) -> None:
+def _run_scaling(tmp_path: Path, *flags: str) -> dict:
+    """``benchmarks/scaling.py`` in its CPU mode on a 5000-node graph with ``flags``; its JSON report."""
     out = tmp_path / "scaling.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
-        [sys.executable, "benchmarks/scaling.py", "--device", "cpu", "--gpus", "1", "--policies", "auto",
-         "--budgets", "0,0.3", "--num-nodes", "5000", "--epochs", "2", "--limit-batches", "2", "--batch-size", "128",
-         "--presample-batches", "4", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)],
+        [sys.executable, "benchmarks/scaling.py", "--device", "cpu", "--policies", "auto", "--num-nodes", "5000",
+         "--limit-batches", "2", "--batch-size", "128", "--presample-batches", "4",
+         "--cache-dir", str(tmp_path / "cache"), "--out", str(out), *flags],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_cpu_plumbing_run_writes_every_configuration(tmp_path: Path) -> None:
+    report = _run_scaling(tmp_path, "--gpus", "1", "--budgets", "0,0.3", "--epochs", "2")
     assert report["config"]["device"] == "cpu" and "topo_m" in report["topology"]
     runs = {r["budget_fraction"]: r for r in report["runs"]}
     assert set(runs) == {0.0, 0.3}
@@ -38,16 +43,7 @@ def test_cpu_plumbing_run_writes_every_configuration(tmp_path: Path) -> None:
 def test_two_cpu_ranks_report_one_shared_host_copy(tmp_path: Path) -> None:
     """Each rank's PSS of the host copy is measured; two ranks on one machine add up to about one copy while each
     maps all of it (RSS) — the issue's 'one host copy per machine', as the GPU runs will report it."""
-    out = tmp_path / "scaling.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run(
-        [sys.executable, "benchmarks/scaling.py", "--device", "cpu", "--gpus", "1,2", "--policies", "auto",
-         "--budgets", "0.3", "--num-nodes", "5000", "--epochs", "1", "--limit-batches", "2", "--batch-size", "128",
-         "--presample-batches", "4", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    runs = {r["gpus"]: r for r in json.loads(out.read_text())["runs"]}
+    runs = {r["gpus"]: r for r in _run_scaling(tmp_path, "--gpus", "1,2", "--budgets", "0.3", "--epochs", "1")["runs"]}
     assert set(runs) == {1, 2}
     for r in runs.values():
         assert "error" not in r, r

@@ -179,6 +179,7 @@ def test_npy_memmap_roundtrip_is_copy_on_write(dtype, tmp_path):
     handle = pickle.loads(pickle.dumps(save_npy(x, tmp_path / "x.npy")))
     t = handle.open()
     assert t.dtype == dtype and torch.equal(t, x)
+    assert handle.nbytes == x.numel() * x.element_size()  # as a SharedTensorHandle's: the data, not the file
     t[0].fill_(0)  # copy-on-write: private to this process, the file is unchanged
     assert torch.equal(handle.open(), x)
 
