@@ -40,10 +40,8 @@ __all__ = [
     "degree_scores",
     "expected_hit_rate",
     "heldout_hit_rate",
-    "order_by_score",
     "presample_counts",
     "presample_items",
-    "presample_scores",
     "top_rows",
 ]
 
@@ -98,34 +96,6 @@ def presample_items(plan: BatchPlan, num_batches: int, rank: int = 0, world_size
         yield plan.item(k // steps, k % steps)
 
 
-def presample_scores(
-    sample: Callable[[PlanItem], torch.Tensor],
-    items: Iterable[PlanItem],
-    num_nodes: int,
-    progress: bool = False,
-    total: Optional[int] = None,
-) -> torch.Tensor:
-    """Count how often each node appears in the ``n_id`` of the sampled ``items`` (int64 ``[num_nodes]``, CPU).
-
-    Args:
-        sample: plan item -> ``n_id`` of its sampled batch (row ids of the host feature table).
-        items: the batches to sample (see :func:`presample_items`).
-        num_nodes: rows of the feature table.
-        progress: show a progress bar (tqdm).
-        total: number of items, for the progress bar.
-    """
-    counts = torch.zeros(num_nodes, dtype=torch.int64)
-    iterator = items
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(items, total=total, desc="presampling hot rows", unit="batch", leave=False)
-    for item in iterator:
-        n_id = sample(item).to(device="cpu", dtype=torch.int64)
-        counts += torch.bincount(n_id, minlength=num_nodes)
-    return counts
-
-
 def presample_counts(
     sample: Callable[[PlanItem], torch.Tensor],
     plan: BatchPlan,
@@ -152,11 +122,6 @@ def presample_counts(
         n_id = sample(item).to(device="cpu", dtype=torch.int64)
         counts[k % 2] += torch.bincount(n_id, minlength=num_nodes)
     return counts
-
-
-def order_by_score(scores: torch.Tensor) -> torch.Tensor:
-    """Node ids by descending score, ties by ascending id (int64, on the CPU): identical on every rank."""
-    return torch.sort(scores.cpu(), descending=True, stable=True).indices
 
 
 def expected_hit_rate(scores: torch.Tensor, rows: torch.Tensor) -> float:

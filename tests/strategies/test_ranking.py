@@ -19,10 +19,8 @@ from lightning_zerocopy.strategies.ranking import (
     choose_prior_weight,
     degree_scores,
     expected_hit_rate,
-    order_by_score,
     presample_counts,
     presample_items,
-    presample_scores,
     top_rows,
 )
 
@@ -36,7 +34,7 @@ def test_degree_scores_count_in_neighbor_appearances() -> None:
 
 def test_order_breaks_ties_by_id() -> None:
     scores = torch.tensor([2, 5, 2, 5, 0, 2])
-    assert order_by_score(scores).tolist() == [1, 3, 0, 2, 5, 4]
+    assert top_rows(scores, torch.zeros_like(scores), 6).tolist() == [1, 3, 0, 2, 5, 4]
 
 
 def test_expected_hit_rate() -> None:
@@ -66,10 +64,10 @@ def test_presample_counts_are_deterministic_and_rank_independent() -> None:
     def sample(item):  # a stand-in sampler: seeds plus fixed neighbors per seed
         return torch.cat([item.seed_ids, gen_table[item.seed_ids].reshape(-1)]).unique()
 
-    whole = presample_scores(sample, presample_items(plan, 20), 200)
-    parts = sum(presample_scores(sample, presample_items(plan, 20, r, 3), 200) for r in range(3))
+    whole = presample_counts(sample, plan, 20, 200).sum(0)
+    parts = sum(presample_counts(sample, plan, 20, 200, r, 3) for r in range(3)).sum(0)
     assert torch.equal(whole, parts)
-    assert torch.equal(whole, presample_scores(sample, presample_items(plan, 20), 200))
+    assert torch.equal(whole, presample_counts(sample, plan, 20, 200).sum(0))
     assert int(whole.sum()) > 0
 
 
@@ -250,7 +248,7 @@ def test_heldout_estimate_predicts_fresh_batches_of_the_real_sampler() -> None:
     ranked = CacheScores(degree, halves).rank(cached)
     measured = expected_hit_rate(fresh, ranked.rows)
     assert abs(ranked.expected_hit_rate - measured) < 0.025, (ranked.expected_hit_rate, measured)
-    raw_rows = order_by_score(halves.sum(0))[:cached]
+    raw_rows = top_rows(halves.sum(0), torch.zeros(num_nodes, dtype=torch.int64), cached)
     assert expected_hit_rate(halves.sum(0), raw_rows) - expected_hit_rate(fresh, raw_rows) > 0.05  # the old estimate
     assert measured > expected_hit_rate(fresh, top_rows(degree, degree, cached)) + 0.01
 
@@ -264,7 +262,8 @@ def test_presample_counts_and_ranking_do_not_depend_on_the_world_size() -> None:
     halves = {w: sum(presample_counts(sample, plan, 21, num_nodes, r, w) for r in range(w)) for w in (1, 2, 3)}
     assert torch.equal(halves[1], halves[2]) and torch.equal(halves[1], halves[3])
     assert int(halves[1][0].sum()) > int(halves[1][1].sum()) > 0  # 11 even batches, 10 odd ones
-    assert torch.equal(halves[1].sum(0), presample_scores(sample, presample_items(plan, 21), num_nodes))
+    every = sum(torch.bincount(sample(item), minlength=num_nodes) for item in presample_items(plan, 21))
+    assert torch.equal(halves[1].sum(0), every)
     rows = {w: CacheScores(degree, h).rank(700).rows for w, h in halves.items()}
     assert torch.equal(rows[1], rows[2]) and torch.equal(rows[1], rows[3])
 
