@@ -1,6 +1,7 @@
-"""Node-classification datasets: generated, OGB folders, and PyG ``Data`` objects."""
+"""Datasets: node classification (generated, OGB folders, PyG ``Data`` objects) and link prediction."""
 
 from lightning_zerocopy.datasets.base import CachedNodeDataset, DatasetFileError, NodeData, NodeDataset
+from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkData, LinkDataset, LinkSplit
 from lightning_zerocopy.datasets.ogb import OGBNodeDataset
 from lightning_zerocopy.datasets.pyg import PyGNodeDataset
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
@@ -9,6 +10,10 @@ from lightning_zerocopy.datasets.synthetic import SyntheticGraph
 __all__ = [
     "CachedNodeDataset",
     "DatasetFileError",
+    "LINK_SPLITS",
+    "LinkData",
+    "LinkDataset",
+    "LinkSplit",
     "NodeData",
     "NodeDataset",
     "OGBNodeDataset",

@@ -1,0 +1,147 @@
+"""The link-prediction dataset interface: a message-passing graph, node features and supervision-edge splits.
+
+A :class:`LinkDataset` is to edge-level tasks what :class:`~lightning_zerocopy.datasets.NodeDataset` is to
+node classification: cheap shape facts right after ``__init__`` (``num_features``), a one-time
+:meth:`LinkDataset.prepare`, and :meth:`LinkDataset.load` returning the arrays as a :class:`LinkData`.
+
+The graph in :class:`LinkData` is the one messages flow over; supervision edges of the validation and test splits
+must not be in it (that would leak the answer into the neighborhood of the edge being scored).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+__all__ = ["LINK_SPLITS", "LinkData", "LinkDataset", "LinkSplit"]
+
+#: The splits a link dataset may hold, in PyG ``LightningLinkData``'s order.
+LINK_SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class LinkSplit:
+    """The supervision edges of one split.
+
+    Attributes:
+        pos_edge_index: int64 ``[2, P]`` global node ids ``(source, destination)`` of the positive supervision
+            edges (PyG's ``edge_label_index`` for positives).
+        edge_label: optional ``[P]`` labels of those edges (PyG's ``edge_label``); ``None`` means every edge is a
+            positive (label 1).
+        neg_edge_index: optional int64 ``[2, N]`` fixed negatives (val/test), stored with the split so every run
+            scores the same candidates; ``None`` for splits whose negatives are drawn per batch (train).
+        neg_per_positive: ``K`` when the negatives are grouped per positive: columns ``i*K .. (i+1)*K - 1`` of
+            ``neg_edge_index`` are the negatives of positive ``i`` (same source, as ``ogbl-citation2``), so
+            ``N == P * K`` and ranking metrics (MRR) are per positive. ``None`` when the negatives are one shared
+            pool scored against every positive (``ogbl-collab`` / ``ogbl-ppa`` style Hits@K).
+    """
+
+    pos_edge_index: torch.Tensor
+    edge_label: Optional[torch.Tensor] = None
+    neg_edge_index: Optional[torch.Tensor] = None
+    neg_per_positive: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _check_edge_index("pos_edge_index", self.pos_edge_index)
+        if self.edge_label is not None and tuple(self.edge_label.shape) != (self.num_positives,):
+            raise ValueError(
+                f"edge_label must have shape [{self.num_positives}] (one label per positive edge), "
+                f"got {tuple(self.edge_label.shape)}"
+            )
+        if self.neg_edge_index is not None:
+            _check_edge_index("neg_edge_index", self.neg_edge_index)
+        if self.neg_per_positive is not None:
+            if self.neg_edge_index is None:
+                raise ValueError("neg_per_positive is set but neg_edge_index is None")
+            if self.neg_per_positive < 1 or self.num_negatives != self.num_positives * self.neg_per_positive:
+                raise ValueError(
+                    f"neg_per_positive={self.neg_per_positive} needs {self.num_positives} x {self.neg_per_positive} "
+                    f"negatives, got {self.num_negatives}"
+                )
+
+    @property
+    def num_positives(self) -> int:
+        return int(self.pos_edge_index.shape[1])
+
+    @property
+    def num_negatives(self) -> int:
+        return 0 if self.neg_edge_index is None else int(self.neg_edge_index.shape[1])
+
+
+@dataclass
+class LinkData:
+    """A homogeneous graph for link prediction, held on the host.
+
+    Attributes:
+        edge_index: int64 ``[2, num_edges]`` message-passing edges; messages flow ``edge_index[0] -> edge_index[1]``.
+        x: floating ``[num_nodes, num_features]`` node features; may be memory-mapped.
+        splits: the supervision edges of each split present (a subset of :data:`LINK_SPLITS`).
+        edge_attr: optional ``[num_edges, ...]`` edge features.
+        x_file: the ``.npy`` file ``x`` is mapped from, if any.
+    """
+
+    edge_index: torch.Tensor
+    x: torch.Tensor
+    splits: dict[str, LinkSplit] = field(default_factory=dict)
+    edge_attr: Optional[torch.Tensor] = None
+    x_file: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        _check_edge_index("edge_index", self.edge_index)
+        if self.x.dim() != 2:
+            raise ValueError(f"x must have shape [num_nodes, num_features], got {tuple(self.x.shape)}")
+        unknown = sorted(set(self.splits) - set(LINK_SPLITS))
+        if unknown:
+            raise ValueError(f"unknown link split(s) {unknown}; expected names among {LINK_SPLITS}")
+        if self.edge_attr is not None and self.edge_attr.shape[0] != self.edge_index.shape[1]:
+            raise ValueError(
+                f"edge_attr has {self.edge_attr.shape[0]} rows but edge_index has {self.edge_index.shape[1]} edges"
+            )
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    def split(self, name: str) -> LinkSplit:
+        """The supervision edges of split ``name``."""
+        if name not in self.splits:
+            raise KeyError(f"this link dataset has no {name!r} split; it has {sorted(self.splits)}")
+        return self.splits[name]
+
+
+class LinkDataset(ABC):
+    """A link-prediction dataset that LightningCLI can build from ``class_path``/``init_args``."""
+
+    @property
+    @abstractmethod
+    def num_features(self) -> int:
+        """Width of the node feature matrix (cheap: no array is loaded)."""
+
+    def prepare(self) -> None:
+        """Build or convert the dataset into its cache. Idempotent; the default does nothing."""
+
+    def split_source(self, split: str) -> str:
+        """Where the supervision edges of ``split`` come from, for error messages."""
+        return f"the {split} link split of {type(self).__name__}"
+
+    @abstractmethod
+    def load(self) -> LinkData:
+        """Return the dataset's arrays (memory-mapped where large), preparing them first if needed."""
+
+
+def _check_edge_index(name: str, edge_index: torch.Tensor) -> None:
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"{name} must have shape [2, num_edges], got {tuple(edge_index.shape)}")
+    if edge_index.dtype != torch.int64:
+        raise ValueError(f"{name} must hold int64 node ids, got {edge_index.dtype}")
