@@ -4,6 +4,7 @@ from lightning_zerocopy.datasets.base import CachedNodeDataset, DatasetFileError
 from lightning_zerocopy.datasets.link_checks import check_link_splits
 from lightning_zerocopy.datasets.links import LINK_SPLITS, CachedLinkDataset, LinkData, LinkDataset, LinkSplit
 from lightning_zerocopy.datasets.ogb import OGBNodeDataset
+from lightning_zerocopy.datasets.ogb_links import OGBLinkDataset
 from lightning_zerocopy.datasets.pyg import PyGNodeDataset
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.datasets.synthetic import SyntheticGraph
@@ -19,6 +20,7 @@ __all__ = [
     "LinkSplit",
     "NodeData",
     "NodeDataset",
+    "OGBLinkDataset",
     "OGBNodeDataset",
     "PyGNodeDataset",
     "SplitError",
