@@ -6,6 +6,7 @@ from lightning_zerocopy.datasets.links import LINK_SPLITS, CachedLinkDataset, Li
 from lightning_zerocopy.datasets.ogb import OGBNodeDataset
 from lightning_zerocopy.datasets.ogb_links import OGBLinkDataset
 from lightning_zerocopy.datasets.pyg import PyGNodeDataset
+from lightning_zerocopy.datasets.pyg_links import PyGLinkDataset
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.datasets.synthetic import SyntheticGraph
 from lightning_zerocopy.datasets.synthetic_links import SyntheticLinkGraph
@@ -22,6 +23,7 @@ __all__ = [
     "NodeDataset",
     "OGBLinkDataset",
     "OGBNodeDataset",
+    "PyGLinkDataset",
     "PyGNodeDataset",
     "SplitError",
     "SyntheticGraph",

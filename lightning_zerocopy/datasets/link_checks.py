@@ -15,21 +15,16 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 import torch
-from tqdm.auto import tqdm
 
+from lightning_zerocopy.datasets.base import progress_bar
 from lightning_zerocopy.datasets.links import LinkData
 from lightning_zerocopy.datasets.splits import SplitError, _count, _examples
 
-__all__ = ["check_link_splits", "pair_keys", "pairs_in", "progress_bar"]
+__all__ = ["check_link_splits", "pair_keys", "pairs_in"]
 
 #: Pairs looked up per chunk (16M pairs: ~400 MB of temporaries at most).
 CHUNK = 1 << 24
 _MAX_NODES = 3_037_000_499  # largest n with n * n < 2**63
-
-
-def progress_bar(total: int, desc: str, unit: str) -> tqdm:
-    """The datasets' progress bar: shown only for steps that take more than a second, removed when done."""
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, delay=1.0, leave=False)
 
 
 def pair_keys(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, undirected: bool = False) -> torch.Tensor:
