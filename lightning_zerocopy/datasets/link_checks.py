@@ -21,7 +21,7 @@ from lightning_zerocopy.datasets.base import progress_bar
 from lightning_zerocopy.datasets.links import LinkData
 from lightning_zerocopy.datasets.splits import SplitError, _count, _examples
 
-__all__ = ["check_link_splits", "pair_keys", "pairs_in"]
+__all__ = ["PairSet", "check_link_splits", "pair_keys", "pairs_in"]
 
 #: Pairs looked up per chunk (16M pairs: ~400 MB of temporaries at most).
 CHUNK = 1 << 24
@@ -40,62 +40,70 @@ def pair_keys(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, undirected: 
 
 
 def _member(sorted_keys: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """Boolean mask: which ``keys`` occur in ``sorted_keys`` (ascending)."""
+    """Boolean mask: which ``keys`` occur in ``sorted_keys`` (ascending), by binary search."""
     if sorted_keys.numel() == 0:
         return torch.zeros(keys.shape, dtype=torch.bool)
     pos = torch.searchsorted(sorted_keys, keys).clamp_(max=sorted_keys.numel() - 1)
     return sorted_keys[pos] == keys
 
 
-class _HashFilter:
-    """A bit per bucket of hashed keys: a key whose bucket is empty is certainly absent, so only the few keys that
-    hit a marked bucket (about 1 in 32 of absent keys) are looked up by binary search."""
+class PairSet:
+    """A set of pair keys (:func:`pair_keys`) for fast membership tests of many keys.
 
-    _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64 (Fibonacci hashing)
+    A byte per bucket of hashed keys (Fibonacci hashing, about 32 buckets per key, at most 2**28) says which buckets
+    hold a key: a key whose bucket is empty is certainly absent, so only the few that hit a marked bucket are looked
+    up by binary search in the sorted keys.
+
+    Args:
+        sorted_keys: the keys, ascending (repeats allowed).
+    """
+
+    _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64
 
     def __init__(self, sorted_keys: torch.Tensor) -> None:
+        self.sorted_keys = sorted_keys
         self.bits = max(10, min(28, (32 * max(1, sorted_keys.numel()) - 1).bit_length()))
         self.table = torch.zeros(1 << self.bits, dtype=torch.bool)
-        self.table[self.bucket(sorted_keys)] = True
+        self.table[self._bucket(sorted_keys)] = True
 
-    def bucket(self, keys: torch.Tensor) -> torch.Tensor:
+    def _bucket(self, keys: torch.Tensor) -> torch.Tensor:
         return (keys * self._GOLDEN >> (64 - self.bits)) & ((1 << self.bits) - 1)
 
-    def candidates(self, keys: torch.Tensor) -> torch.Tensor:
-        return self.table[self.bucket(keys)]
+    def contains(self, keys: torch.Tensor) -> torch.Tensor:
+        """Boolean mask of ``keys`` in the set."""
+        found = torch.zeros(keys.shape, dtype=torch.bool)
+        maybe = self.table[self._bucket(keys)].nonzero().view(-1)
+        found[maybe] = _member(self.sorted_keys, keys[maybe])
+        return found
 
 
 def pairs_in(
     edge_index: torch.Tensor,
-    sorted_keys: torch.Tensor,
+    pairs: PairSet,
     num_nodes: int,
     undirected: bool = False,
     desc: Optional[str] = None,
 ) -> torch.Tensor:
-    """Boolean ``[num_edges]`` mask of the columns of ``edge_index`` whose pair key is in ``sorted_keys``.
+    """Boolean ``[num_edges]`` mask of the columns of ``edge_index`` whose pair is in ``pairs``.
 
     Args:
         edge_index: ``[2, E]`` pairs, possibly memory-mapped; read ``CHUNK`` columns at a time.
-        sorted_keys: ascending :func:`pair_keys` (same ``num_nodes`` and ``undirected``).
+        pairs: keys made by :func:`pair_keys` with the same ``num_nodes`` and ``undirected``.
         desc: label of a progress bar (shown when the lookup takes more than a second).
     """
     num_edges = int(edge_index.shape[1])
     found = torch.zeros(num_edges, dtype=torch.bool)
-    if sorted_keys.numel() == 0:
-        return found
-    hashed = _HashFilter(sorted_keys)
     with progress_bar(num_edges, desc or "edge pairs", "edge") as bar:
         for start in range(0, num_edges, CHUNK):
             stop = min(num_edges, start + CHUNK)
             keys = pair_keys(edge_index[0, start:stop], edge_index[1, start:stop], num_nodes, undirected)
-            maybe = hashed.candidates(keys).nonzero().view(-1)
-            found[start + maybe] = _member(sorted_keys, keys[maybe])
+            found[start:stop] = pairs.contains(keys)
             bar.update(stop - start)
     return found
 
 
-def _sorted_split_keys(edge_index: torch.Tensor, num_nodes: int, undirected: bool = False) -> torch.Tensor:
-    return pair_keys(edge_index[0], edge_index[1], num_nodes, undirected).sort().values
+def _split_pairs(edge_index: torch.Tensor, num_nodes: int, undirected: bool = False) -> PairSet:
+    return PairSet(pair_keys(edge_index[0], edge_index[1], num_nodes, undirected).sort().values)
 
 
 def _pairs(edge_index: torch.Tensor, columns: torch.Tensor) -> str:
@@ -151,7 +159,7 @@ def check_link_splits(
         _check_range(name, source, "pos_edge_index", split.pos_edge_index, num_nodes)
         if split.neg_edge_index is not None:
             _check_range(name, source, "neg_edge_index", split.neg_edge_index, num_nodes)
-        positives = _sorted_split_keys(split.pos_edge_index, num_nodes, undirected)
+        positives = _split_pairs(split.pos_edge_index, num_nodes, undirected)
         if split.neg_edge_index is not None and split.num_negatives:
             hit = pairs_in(split.neg_edge_index, positives, num_nodes, undirected, f"{name} negatives").nonzero().view(-1)
             if hit.numel():
@@ -166,7 +174,8 @@ def check_link_splits(
             continue
         in_graph = pairs_in(data.edge_index, positives, num_nodes, undirected, f"{name} positives in the graph")
         if bool(in_graph.any()):
-            leaked = positives[_member(pair_keys(data.edge_index[0, in_graph], data.edge_index[1, in_graph], num_nodes, undirected).unique(), positives)]
+            in_graph_keys = pair_keys(data.edge_index[0, in_graph], data.edge_index[1, in_graph], num_nodes, undirected)
+            leaked = positives.sorted_keys[_member(in_graph_keys.unique(), positives.sorted_keys)]
             examples = ", ".join(f"({int(k) // num_nodes}, {int(k) % num_nodes})" for k in leaked[:5])
             warnings.append(
                 f"the {name} split ({source}) has {_count(leaked.numel(), 'positive edge')} of "

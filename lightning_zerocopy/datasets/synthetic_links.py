@@ -25,7 +25,7 @@ from typing import Any, Optional
 import torch
 
 from lightning_zerocopy.datasets.base import ArrayCache, config_key
-from lightning_zerocopy.datasets.link_checks import _member, pair_keys, pairs_in
+from lightning_zerocopy.datasets.link_checks import PairSet, pair_keys, pairs_in
 from lightning_zerocopy.datasets.links import CachedLinkDataset, LinkData, LinkSplit, link_data_from_cache, save_link_split
 from lightning_zerocopy.datasets.synthetic import SyntheticGraph, _stream
 from lightning_zerocopy.graph.shared_memory import save_npy
@@ -122,7 +122,7 @@ class SyntheticLinkGraph(CachedLinkDataset):
                 " test edges and keep train edges: lower val_fraction/test_fraction or grow the graph"
             )
         held = {"val": edges[order[:num_val]], "test": edges[order[num_val : num_val + num_test]]}
-        removed = pairs_in(edge_index, torch.cat(list(held.values())).sort().values, n, undirected, "held-out edges")
+        removed = pairs_in(edge_index, PairSet(torch.cat(list(held.values())).sort().values), n, undirected, "held-out edges")
         save_npy(edge_index[:, ~removed].contiguous(), out / "edge_index.npy")
 
         train = drawn[:, ~removed[: drawn.shape[1]]]
@@ -130,6 +130,7 @@ class SyntheticLinkGraph(CachedLinkDataset):
             keep = max(1, round(train.shape[1] * cfg["train_fraction"]))
             train = train[:, torch.randperm(train.shape[1], generator=_stream(seed, 102))[:keep].sort().values]
         splits = {"train": save_link_split(out, "train", LinkSplit(pos_edge_index=train.contiguous()))}
+        edges = PairSet(edges)
         for label, name in enumerate(("val", "test")):
             pos = self._orient(held[name], n, undirected, _stream(seed, 103, label))
             neg = self._negatives(pos[0], edges, n, undirected, _stream(seed, 104, label))
@@ -147,14 +148,14 @@ class SyntheticLinkGraph(CachedLinkDataset):
         return pos
 
     def _negatives(
-        self, src: torch.Tensor, edges: torch.Tensor, n: int, undirected: bool, gen: torch.Generator
+        self, src: torch.Tensor, edges: PairSet, n: int, undirected: bool, gen: torch.Generator
     ) -> torch.Tensor:
         """``K`` negatives per source: uniform destinations that are not the source and not joined to it."""
         k = self.config["neg_per_positive"]
         src = src.repeat_interleave(k)
         dst = torch.randint(n, (src.numel(),), generator=gen)
         for _ in range(_REDRAWS):
-            bad = ((dst == src) | _member(edges, pair_keys(src, dst, n, undirected))).nonzero().view(-1)
+            bad = ((dst == src) | edges.contains(pair_keys(src, dst, n, undirected))).nonzero().view(-1)
             if bad.numel() == 0:
                 return torch.stack([src, dst])
             dst[bad] = torch.randint(n, (bad.numel(),), generator=gen)

@@ -7,7 +7,7 @@ import torch
 
 from lightning_zerocopy.datasets import LinkData, LinkSplit, SplitError, check_link_splits
 from lightning_zerocopy.datasets import link_checks
-from lightning_zerocopy.datasets.link_checks import pair_keys, pairs_in
+from lightning_zerocopy.datasets.link_checks import PairSet, pair_keys, pairs_in
 
 N = 300
 
@@ -95,14 +95,19 @@ def test_a_val_positive_left_in_the_graph_is_a_warning(monkeypatch: pytest.Monke
     assert "has 1 positive edge of 40" in check_link_splits(data, undirected=True)[0]
 
 
-def test_pairs_in_matches_a_set_lookup_across_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("num_nodes, undirected", [(50, False), (50, True), (10**6, False)])
+def test_pairs_in_matches_a_set_lookup_across_chunks(monkeypatch: pytest.MonkeyPatch, num_nodes: int, undirected: bool) -> None:
     monkeypatch.setattr(link_checks, "CHUNK", 100)
     gen = torch.Generator().manual_seed(4)
-    edges = torch.randint(50, (2, 1234), generator=gen)
-    query = torch.randint(50, (2, 300), generator=gen)
-    keys = pair_keys(query[0], query[1], 50).sort().values
-    expected = torch.tensor([tuple(e) in set(map(tuple, query.T.tolist())) for e in edges.T.tolist()])
+    query = torch.randint(num_nodes, (2, 300), generator=gen)
+    edges = torch.cat([torch.randint(num_nodes, (2, 1234), generator=gen), query[:, :40].flip(0), query[:, 40:90]], 1)
+    edges = edges[:, torch.randperm(edges.shape[1], generator=gen)]
+    known = set(map(tuple, query.T.tolist()))
+    if undirected:
+        known |= set(map(tuple, query.flip(0).T.tolist()))
+    expected = torch.tensor([tuple(e) in known for e in edges.T.tolist()])
     assert expected.any() and not expected.all()
-    assert torch.equal(pairs_in(edges, keys, 50), expected)
+    pairs = PairSet(pair_keys(query[0], query[1], num_nodes, undirected).sort().values)
+    assert torch.equal(pairs_in(edges, pairs, num_nodes, undirected), expected)
     with pytest.raises(ValueError, match="num_nodes"):
         pair_keys(query[0], query[1], 2**32)
