@@ -185,7 +185,8 @@ def link_data_from_cache(cache: ArrayCache, x_cache: Optional[ArrayCache] = None
     """
     meta = cache.meta()
     splits = {}
-    for name, entry in meta["splits"].items():
+    for name in (name for name in LINK_SPLITS if name in meta["splits"]):  # JSON sorted them by name
+        entry = meta["splits"][name]
         splits[name] = LinkSplit(
             pos_edge_index=cache.tensor(f"{name}_pos"),
             edge_label=cache.tensor(f"{name}_label") if cache.has(f"{name}_label") else None,

@@ -39,6 +39,7 @@ def test_held_out_edges_leave_the_message_passing_graph(link_graph: SyntheticLin
     assert train.neg_edge_index is None and train.num_positives * 2 == data.num_edges
     assert {tuple(sorted(p)) for p in _keys(train.pos_edge_index, n)} == graph
     assert check_link_splits(data, {s: link_graph.split_source(s) for s in data.splits}, undirected=True) == []
+    assert list(data.splits) == ["train", "val", "test"]
 
 
 def test_fixed_negatives_share_the_source_and_are_never_edges(link_graph: SyntheticLinkGraph) -> None:
