@@ -125,7 +125,8 @@ class OGBNodeDataset(CachedNodeDataset):
             return
         super().prepare()
         pattern = f"ogb-{self.root.name}-*"
-        warn_stale_caches(self.root, self.cache, stale_caches(self.cache, pattern, self.root, self.config["inputs"], self.split))
+        stale = stale_caches(self.cache, pattern, self.root, self.config["inputs"], self.split)
+        warn_stale_caches(self.root, self.cache, stale)
 
     def split_source(self, split: str) -> str:
         """The split's file, e.g. ``<root>/split/random/train.csv.gz``."""

@@ -182,7 +182,8 @@ class OGBLinkDataset(CachedLinkDataset):
             return
         super().prepare()
         pattern = f"ogb-link-{self.root.name}-*"
-        warn_stale_caches(self.root, self.cache, stale_caches(self.cache, pattern, self.root, self.config["inputs"], self.split))
+        stale = stale_caches(self.cache, pattern, self.root, self.config["inputs"], self.split)
+        warn_stale_caches(self.root, self.cache, stale)
 
     def _write(self, out: Path) -> dict[str, Any]:
         num_nodes = read_count(self.raw / "num-node-list.csv.gz", "nodes")
