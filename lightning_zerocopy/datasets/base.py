@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
+from tqdm.auto import tqdm
 
 from lightning_zerocopy.graph.shared_memory import open_npy_memmap
 
@@ -48,6 +49,11 @@ class DatasetFileError(ValueError):
         self.problem = problem
         where = f"{self.path}, line {line:,}" if line is not None else str(self.path)
         super().__init__(f"{where}: {problem}")
+
+
+def progress_bar(total: int, desc: str, unit: str) -> tqdm:
+    """The datasets' progress bar: shown only for steps that take more than a second, removed when done."""
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, delay=1.0, leave=False)
 
 
 def default_cache_root() -> Path:

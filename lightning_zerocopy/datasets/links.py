@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 
 import torch
 
-__all__ = ["LINK_SPLITS", "LinkData", "LinkDataset", "LinkSplit"]
+from lightning_zerocopy.datasets.base import ArrayCache
+from lightning_zerocopy.graph.shared_memory import save_npy
+
+__all__ = ["LINK_SPLITS", "CachedLinkDataset", "LinkData", "LinkDataset", "LinkSplit", "link_data_from_cache", "save_link_split"]
 
 #: The splits a link dataset may hold, in PyG ``LightningLinkData``'s order.
 LINK_SPLITS = ("train", "val", "test")
@@ -138,6 +142,65 @@ class LinkDataset(ABC):
     @abstractmethod
     def load(self) -> LinkData:
         """Return the dataset's arrays (memory-mapped where large), preparing them first if needed."""
+
+
+class CachedLinkDataset(LinkDataset):
+    """A :class:`LinkDataset` built once into an :class:`~lightning_zerocopy.datasets.base.ArrayCache` and
+    memory-mapped from it afterwards.
+
+    Subclasses set ``self.cache`` in ``__init__`` and implement :meth:`_write`, which writes ``edge_index.npy``,
+    ``x.npy`` (optional ``edge_attr.npy``) and each split with :func:`save_link_split`, and returns the metadata,
+    including ``splits`` (what :func:`save_link_split` returned, by split name).
+    """
+
+    cache: ArrayCache
+
+    @abstractmethod
+    def _write(self, out: Path) -> dict[str, Any]:
+        """Write the dataset's ``.npy`` arrays into ``out``; return the metadata stored with them."""
+
+    def prepare(self) -> None:
+        self.cache.build(self._write)
+
+    def load(self) -> LinkData:
+        self.prepare()
+        return link_data_from_cache(self.cache)
+
+
+def save_link_split(out: Path, name: str, split: LinkSplit) -> dict[str, Any]:
+    """Write ``split`` as ``<name>_pos.npy`` (and ``<name>_neg.npy``, ``<name>_label.npy`` where present) into
+    ``out``; return its metadata entry for :func:`link_data_from_cache`."""
+    save_npy(split.pos_edge_index.contiguous(), out / f"{name}_pos.npy")
+    if split.neg_edge_index is not None:
+        save_npy(split.neg_edge_index.contiguous(), out / f"{name}_neg.npy")
+    if split.edge_label is not None:
+        save_npy(split.edge_label.contiguous(), out / f"{name}_label.npy")
+    return {"neg_per_positive": split.neg_per_positive, "has_negatives": split.neg_edge_index is not None}
+
+
+def link_data_from_cache(cache: ArrayCache, x_cache: Optional[ArrayCache] = None) -> LinkData:
+    """Open a link dataset's arrays from ``cache`` (``x`` from ``x_cache`` where the features live in another one).
+
+    The metadata's ``splits`` entry lists the splits and their :func:`save_link_split` entries.
+    """
+    meta = cache.meta()
+    splits = {}
+    for name in (name for name in LINK_SPLITS if name in meta["splits"]):  # JSON sorted them by name
+        entry = meta["splits"][name]
+        splits[name] = LinkSplit(
+            pos_edge_index=cache.tensor(f"{name}_pos"),
+            edge_label=cache.tensor(f"{name}_label") if cache.has(f"{name}_label") else None,
+            neg_edge_index=cache.tensor(f"{name}_neg") if entry.get("has_negatives") else None,
+            neg_per_positive=entry.get("neg_per_positive"),
+        )
+    features = x_cache if x_cache is not None else cache
+    return LinkData(
+        edge_index=cache.tensor("edge_index"),
+        x=features.tensor("x"),
+        splits=splits,
+        edge_attr=cache.tensor("edge_attr") if cache.has("edge_attr") else None,
+        x_file=str(features.file("x")),
+    )
 
 
 def _check_edge_index(name: str, edge_index: torch.Tensor) -> None:

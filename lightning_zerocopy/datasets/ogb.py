@@ -6,6 +6,7 @@ Reads the folder layout that the ``ogb`` package downloads and unpacks, e.g. ``o
     raw/node-feat.csv.gz        one comma-separated feature row per node
     raw/node-label.csv.gz       one label per node ("nan" for unlabeled nodes)
     raw/num-node-list.csv.gz    optional: the number of nodes
+    raw/num-edge-list.csv.gz    optional: the number of edges (checked against edge.csv.gz)
     raw/edge-feat.csv.gz        optional: one feature row per edge (becomes ``edge_attr``)
     split/<split>/{train,valid,test}.csv.gz   node ids of each split
 
@@ -21,8 +22,6 @@ edges, edge features, the node count or a split file -- converts the folder agai
 
 from __future__ import annotations
 
-import os
-import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,63 +35,23 @@ from lightning_zerocopy.datasets.base import (
     config_key,
     default_cache_root,
 )
-from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, first_row_width, read_csv_matrix
+from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, first_row_width, read_csv_matrix  # noqa: F401 (re-exported)
+from lightning_zerocopy.datasets.ogb_raw import (
+    convert_node_features,
+    file_stamp,
+    find_split,
+    read_count,
+    read_edge_attr,
+    read_edges,
+    stale_caches,
+    warn_stale_caches,
+)
 from lightning_zerocopy.graph.shared_memory import save_npy
 
 _REQUIRED = ("edge.csv.gz", "node-feat.csv.gz", "node-label.csv.gz")
-_OPTIONAL = ("num-node-list.csv.gz", "edge-feat.csv.gz")
+_OPTIONAL = ("num-node-list.csv.gz", "num-edge-list.csv.gz", "edge-feat.csv.gz")
 _SPLIT_FILES = {"train": "train.csv.gz", "val": "valid.csv.gz", "test": "test.csv.gz"}
 _SPLIT_LAYOUT = "split/<name>/train.csv.gz, valid.csv.gz and test.csv.gz (one node id per line)"
-
-
-def file_stamp(path: Path) -> Optional[list[int]]:
-    """``[size, st_mtime_ns, st_ctime_ns, st_ino]`` of ``path``, or ``None`` where it does not exist.
-
-    A cache keyed on this stamp is rebuilt whenever the file may have changed, without reading it (a full
-    hash of gigabytes of ``.csv.gz`` would take minutes on every start). The inode change time ``st_ctime``
-    is what no user tool can set back: the kernel sets it to the current time on every write, ``chmod``,
-    rename and ``utime`` of the inode, and there is no system call to choose it (``utimensat``, used by
-    ``touch -d``, ``cp -p`` and ``rsync -t``, sets only the access and modification times -- and thereby
-    moves ``st_ctime`` to now). A copy is a new inode with a fresh ``st_ctime``; a rewrite in place keeps
-    the inode but moves ``st_ctime``. So a file rewritten with the same size and a restored ``st_mtime``
-    still gets a new stamp. Limits: changing the system clock, or editing the disk under the file system,
-    could; and a rebuild happens also when nothing changed but the inode did (``chmod``, moving the
-    folder), which is the safe side.
-    """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-
-
-def _find_split(root: Path, split: Optional[str]) -> str:
-    """The split folder to use, checked to hold its three files; errors say what the layout should be."""
-    split_root = root / "split"
-    if not split_root.is_dir():
-        raise FileNotFoundError(f"{split_root} not found: an OGB node dataset folder holds its splits as {_SPLIT_LAYOUT}")
-    splits = sorted(p.name for p in split_root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not splits:
-        raise FileNotFoundError(
-            f"{split_root} holds no split folder: expected {_SPLIT_LAYOUT}, e.g. split/random/train.csv.gz"
-        )
-    if split is None:
-        if len(splits) != 1:
-            raise ValueError(f"{split_root} holds {len(splits)} splits {splits}: choose one with `split`")
-        split = splits[0]
-    if split not in splits:
-        raise ValueError(f"split {split!r} not found under {split_root}; available: {splits}")
-    missing = [name for name in _SPLIT_FILES.values() if not (split_root / split / name).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"{split_root / split} lacks {', '.join(missing)}: a split folder holds train.csv.gz, valid.csv.gz and"
-            " test.csv.gz (one node id per line)"
-        )
-    return split
-
-
-def _first_bad_row(bad: np.ndarray) -> int:
-    return int(np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))[0])
 
 
 class OGBNodeDataset(CachedNodeDataset):
@@ -127,7 +86,7 @@ class OGBNodeDataset(CachedNodeDataset):
                 raise FileNotFoundError(
                     f"{self.raw / name} not found: `root` must be an OGB node dataset folder holding raw/ and split/"
                 )
-        split = _find_split(self.root, split)
+        split = find_split(self.root, split, _SPLIT_FILES, _SPLIT_LAYOUT, "node")
         if feature_dtype not in ("float32", "float16"):
             raise ValueError(f"feature_dtype must be 'float32' or 'float16', got {feature_dtype!r}")
         self.split = split
@@ -165,36 +124,9 @@ class OGBNodeDataset(CachedNodeDataset):
         if self.cache.exists():
             return
         super().prepare()
-        stale = self._stale_caches()
-        if stale:
-            size = sum(f.stat().st_size for d in stale for f in d.rglob("*") if f.is_file())
-            warnings.warn(
-                f"the files under {self.root} changed, so they were converted again into {self.cache.path}; older "
-                f"caches of this folder are no longer used: {', '.join(str(d) for d in stale)} ({size / 2**30:.2f} GiB"
-                " in all): delete them to free the space",
-                stacklevel=2,
-            )
-
-    def _stale_caches(self) -> list[Path]:
-        """Complete caches of this folder built from other versions of its files (another raw file, or another
-        version of this split's files), with their node-order caches."""
-        ours = self.config["inputs"]
-        found: list[Path] = []
-        for path in sorted(self.cache.path.parent.glob(f"ogb-{self.root.name}-*")):
-            if path == self.cache.path or "-order-" in path.name or not ArrayCache(path).exists():
-                continue
-            try:
-                meta = ArrayCache(path).meta()
-            except ValueError:
-                continue
-            theirs = meta.get("inputs")
-            if meta.get("root") != str(self.root) or not isinstance(theirs, dict):
-                continue
-            same_split = meta.get("split") == self.split
-            if any(theirs.get(name) != stamp for name, stamp in ours.items() if same_split or name.startswith("raw/")):
-                found.append(path)
-                found += sorted(path.parent.glob(f"{path.name}-order-*"))
-        return found
+        pattern = f"ogb-{self.root.name}-*"
+        stale = stale_caches(self.cache, pattern, self.root, self.config["inputs"], self.split)
+        warn_stale_caches(self.root, self.cache, stale)
 
     def split_source(self, split: str) -> str:
         """The split's file, e.g. ``<root>/split/random/train.csv.gz``."""
@@ -212,8 +144,8 @@ class OGBNodeDataset(CachedNodeDataset):
             )
         np.save(out / "y.npy", y)
 
-        edges = self._read_edges(num_nodes, nodes_from)
-        edge_attr = self._read_edge_attr(edges.shape[1])
+        edges = read_edges(self.raw, num_nodes, nodes_from)
+        edge_attr = read_edge_attr(self.raw, edges.shape[1])
         if self.add_inverse_edges:
             edges = np.concatenate([edges, edges[::-1]], axis=1)
             edge_attr = np.concatenate([edge_attr, edge_attr]) if edge_attr is not None else None
@@ -222,14 +154,7 @@ class OGBNodeDataset(CachedNodeDataset):
             np.save(out / "edge_attr.npy", edge_attr)
         del edges, edge_attr
 
-        convert_csv_to_npy(
-            self.raw / "node-feat.csv.gz",
-            out / "x.npy",
-            num_nodes,
-            self.feature_dtype,
-            "ogb: node features",
-            what=f"rows, one per node ({nodes_from})",
-        )
+        convert_node_features(self.raw, out / "x.npy", num_nodes, nodes_from, self.feature_dtype)
         for ours in _SPLIT_FILES:
             path = self._split_file(ours)
             idx = read_csv_matrix(path, np.int64, f"ogb: {path.name}", width=1)[:, 0]
@@ -250,38 +175,13 @@ class OGBNodeDataset(CachedNodeDataset):
             )
         return np.where(labeled, labels, -1).astype(np.int64)
 
-    def _read_edges(self, num_nodes: int, nodes_from: str) -> np.ndarray:
-        """``edge.csv.gz`` as an int64 ``[2, num_edges]`` array, every id checked against ``num_nodes``."""
-        path = self.raw / "edge.csv.gz"
-        edges = read_csv_matrix(path, np.int64, "ogb: edges", width=2)
-        if edges.size and (int(edges.min()) < 0 or int(edges.max()) >= num_nodes):
-            row = _first_bad_row((edges < 0) | (edges >= num_nodes))
-            value = next(int(v) for v in edges[row] if not 0 <= v < num_nodes)
-            raise DatasetFileError(
-                path, f"node id {value} is out of range: the graph has {num_nodes:,} nodes ({nodes_from})", line=row + 1
-            )
-        return edges.T
-
-    def _read_edge_attr(self, num_edges: int) -> Optional[np.ndarray]:
-        path = self.raw / "edge-feat.csv.gz"
-        if not path.is_file():
-            return None
-        edge_attr = read_csv_matrix(path, np.float32, "ogb: edge features")
-        if edge_attr.shape[0] != num_edges:
-            raise DatasetFileError(
-                path, f"has {edge_attr.shape[0]:,} rows, but edge.csv.gz has {num_edges:,} edges (one row per edge)"
-            )
-        return edge_attr
-
     def _num_nodes(self, default: int) -> tuple[int, str]:
         """The number of nodes and where it came from (for messages)."""
         path = self.raw / "num-node-list.csv.gz"
         if not path.is_file():
             return default, f"node-label.csv.gz has {default:,} rows"
-        values = read_csv_matrix(path, np.int64, "ogb: num nodes")
-        if values.size == 0 or int(values[0, 0]) < 0:
-            raise DatasetFileError(path, "must hold the number of nodes (an integer >= 0) on its first line", line=1)
-        return int(values[0, 0]), f"num-node-list.csv.gz says {int(values[0, 0]):,}"
+        count = read_count(path, "nodes")
+        return count, f"num-node-list.csv.gz says {count:,}"
 
 
 __all__: list[str] = ["OGBNodeDataset", "file_stamp", "read_csv_matrix", "convert_csv_to_npy"]

@@ -25,13 +25,13 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from lightning_zerocopy.datasets.base import (
     ArrayCache,
     CachedNodeDataset,
     config_key,
     default_cache_root,
+    progress_bar,
 )
 from lightning_zerocopy.graph.shared_memory import save_npy
 
@@ -51,11 +51,6 @@ def _stream(seed: int, *labels: int, device: str = "cpu") -> torch.Generator:
 def _chunks(total: int, size: int = _CHUNK) -> Iterator[tuple[int, int, int]]:
     for i, start in enumerate(range(0, total, size)):
         yield i, start, min(total, start + size)
-
-
-def _bar(total: int, desc: str, unit: str) -> tqdm:
-    # delay: only bars of steps that take more than a second are shown.
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, delay=1.0, leave=False)
 
 
 class SyntheticGraph(CachedNodeDataset):
@@ -183,7 +178,7 @@ class SyntheticGraph(CachedNodeDataset):
         num_draws = round(n * cfg["avg_degree"] / (2 if cfg["undirected"] else 1))
         total = float(cdf[-1])
         srcs, dsts = [], []
-        with _bar(num_draws, "synthetic graph: edges", "edge") as bar:
+        with progress_bar(num_draws, "synthetic graph: edges", "edge") as bar:
             for i, start, stop in _chunks(num_draws):
                 dev = cdf.device
                 gen = _stream(cfg["seed"], 3, i, device=dev.type)
@@ -225,7 +220,7 @@ class SyntheticGraph(CachedNodeDataset):
         x = np.lib.format.open_memmap(out / "x.npy", mode="w+", dtype=np.dtype(cfg["feature_dtype"]), shape=(n, f))
         xt = torch.from_numpy(x)
         rows = max(1, _CHUNK // max(f, 1))
-        with _bar(n, "synthetic graph: features", "node") as bar:
+        with progress_bar(n, "synthetic graph: features", "node") as bar:
             for i, start, stop in _chunks(n, rows):
                 noise = torch.randn(stop - start, f, generator=_stream(cfg["seed"], 5, i, device=dev.type), device=dev)
                 xt[start:stop] = noise.add_(means[y[start:stop].to(dev)]).to(dtype).cpu()

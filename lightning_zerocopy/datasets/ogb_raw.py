@@ -1,0 +1,192 @@
+"""The ``raw/`` folder of an OGB dataset (``ogbn-*`` and ``ogbl-*`` alike), read without the ``ogb`` package.
+
+Shared by :class:`~lightning_zerocopy.datasets.OGBNodeDataset` and
+:class:`~lightning_zerocopy.datasets.OGBLinkDataset`::
+
+    raw/edge.csv.gz             one "src,dst" line per edge
+    raw/node-feat.csv.gz        one comma-separated feature row per node
+    raw/num-node-list.csv.gz    the number of nodes (OGB's count file)
+    raw/num-edge-list.csv.gz    the number of lines of edge.csv.gz (OGB's count file)
+    raw/edge-feat.csv.gz        optional: one feature row per edge
+
+Counts are checked against OGB's own count files, and a disagreement names the file that disagrees. Also here:
+the cache stamps of the input files (:func:`file_stamp`) and the warning about caches that changed files replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from lightning_zerocopy.datasets.base import ArrayCache, DatasetFileError
+from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, read_csv_matrix
+
+__all__ = [
+    "convert_node_features",
+    "file_stamp",
+    "find_split",
+    "read_count",
+    "read_edge_attr",
+    "read_edges",
+    "stale_caches",
+    "warn_stale_caches",
+]
+
+
+def file_stamp(path: Path) -> Optional[list[int]]:
+    """``[size, st_mtime_ns, st_ctime_ns, st_ino]`` of ``path``, or ``None`` where it does not exist.
+
+    A cache keyed on this stamp is rebuilt whenever the file may have changed, without reading it (a full
+    hash of gigabytes of ``.csv.gz`` would take minutes on every start). The inode change time ``st_ctime``
+    is what no user tool can set back: the kernel sets it to the current time on every write, ``chmod``,
+    rename and ``utime`` of the inode, and there is no system call to choose it (``utimensat``, used by
+    ``touch -d``, ``cp -p`` and ``rsync -t``, sets only the access and modification times -- and thereby
+    moves ``st_ctime`` to now). A copy is a new inode with a fresh ``st_ctime``; a rewrite in place keeps
+    the inode but moves ``st_ctime``. So a file rewritten with the same size and a restored ``st_mtime``
+    still gets a new stamp. Limits: changing the system clock, or editing the disk under the file system,
+    could; and a rebuild happens also when nothing changed but the inode did (``chmod``, moving the
+    folder), which is the safe side.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def find_split(root: Path, split: Optional[str], files: dict[str, str], layout: str, kind: str) -> str:
+    """The subfolder of ``root/split`` to use, checked to hold its three ``files``; errors say what ``layout`` is.
+
+    Args:
+        split: the folder asked for; ``None``: the only one present.
+        files: the split files by split name (``{"train": "train.csv.gz", ...}``).
+        layout: how a split folder looks, for the messages.
+        kind: ``"node"`` or ``"link"``, for the messages.
+    """
+    split_root = root / "split"
+    if not split_root.is_dir():
+        raise FileNotFoundError(f"{split_root} not found: an OGB {kind} dataset folder holds its splits as {layout}")
+    splits = sorted(p.name for p in split_root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not splits:
+        example = next(iter(files.values()))
+        raise FileNotFoundError(f"{split_root} holds no split folder: expected {layout}, e.g. split/random/{example}")
+    if split is None:
+        if len(splits) != 1:
+            raise ValueError(f"{split_root} holds {len(splits)} splits {splits}: choose one with `split`")
+        split = splits[0]
+    if split not in splits:
+        raise ValueError(f"split {split!r} not found under {split_root}; available: {splits}")
+    missing = [name for name in files.values() if not (split_root / split / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{split_root / split} lacks {', '.join(missing)}: expected {layout}")
+    return split
+
+
+def read_count(path: Path, what: str) -> int:
+    """The count on the first line of one of OGB's count files (``num-node-list.csv.gz``, ``num-edge-list.csv.gz``).
+
+    Args:
+        what: what it counts, for the error (``"nodes"``).
+    """
+    values = read_csv_matrix(path, np.int64, f"ogb: {path.name}")
+    if values.size == 0 or int(values[0, 0]) < 0:
+        raise DatasetFileError(path, f"must hold the number of {what} (an integer >= 0) on its first line", line=1)
+    return int(values[0, 0])
+
+
+def _first_bad_row(bad: np.ndarray) -> int:
+    return int(np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))[0])
+
+
+def read_edges(raw: Path, num_nodes: int, nodes_from: str) -> np.ndarray:
+    """``raw/edge.csv.gz`` as an int64 ``[2, num_edges]`` array, every id checked against ``num_nodes``, the count
+    against ``raw/num-edge-list.csv.gz`` where present.
+
+    Args:
+        nodes_from: where ``num_nodes`` came from, for the messages (``"num-node-list.csv.gz says 2,000"``).
+
+    Raises:
+        DatasetFileError: a malformed line, an id out of range, or a count other than OGB's count file's.
+    """
+    path = raw / "edge.csv.gz"
+    edges = read_csv_matrix(path, np.int64, "ogb: edges", width=2)
+    count_file = raw / "num-edge-list.csv.gz"
+    if count_file.is_file():
+        expected = read_count(count_file, "edges")
+        if edges.shape[0] != expected:
+            raise DatasetFileError(
+                path,
+                f"has {edges.shape[0]:,} edges, but {count_file.name} says {expected:,}: one of the two is damaged or "
+                "from another version of the dataset; copy or download the folder again",
+            )
+    if edges.size and (int(edges.min()) < 0 or int(edges.max()) >= num_nodes):
+        row = _first_bad_row((edges < 0) | (edges >= num_nodes))
+        value = next(int(v) for v in edges[row] if not 0 <= v < num_nodes)
+        raise DatasetFileError(
+            path, f"node id {value} is out of range: the graph has {num_nodes:,} nodes ({nodes_from})", line=row + 1
+        )
+    return edges.T
+
+
+def read_edge_attr(raw: Path, num_edges: int) -> Optional[np.ndarray]:
+    """``raw/edge-feat.csv.gz`` as float32 ``[num_edges, width]``, or ``None`` where the folder has none."""
+    path = raw / "edge-feat.csv.gz"
+    if not path.is_file():
+        return None
+    edge_attr = read_csv_matrix(path, np.float32, "ogb: edge features")
+    if edge_attr.shape[0] != num_edges:
+        raise DatasetFileError(
+            path, f"has {edge_attr.shape[0]:,} rows, but edge.csv.gz has {num_edges:,} edges (one row per edge)"
+        )
+    return edge_attr
+
+
+def convert_node_features(raw: Path, out: Path, num_nodes: int, nodes_from: str, feature_dtype: str) -> None:
+    """Stream ``raw/node-feat.csv.gz`` into the memory-mapped ``out`` (``.npy``), one row per node."""
+    convert_csv_to_npy(
+        raw / "node-feat.csv.gz",
+        out,
+        num_nodes,
+        feature_dtype,
+        "ogb: node features",
+        what=f"rows, one per node ({nodes_from})",
+    )
+
+
+def stale_caches(cache: ArrayCache, pattern: str, root: Path, inputs: dict, split: str) -> list[Path]:
+    """Complete caches matching ``pattern`` (a glob beside ``cache``) of the folder ``root`` built from other
+    versions of its files (another raw file, or another version of this split's files), with their node-order
+    caches."""
+    found: list[Path] = []
+    for path in sorted(cache.path.parent.glob(pattern)):
+        if path == cache.path or "-order-" in path.name or not ArrayCache(path).exists():
+            continue
+        try:
+            meta = ArrayCache(path).meta()
+        except ValueError:
+            continue
+        theirs = meta.get("inputs")
+        if meta.get("root") != str(root) or not isinstance(theirs, dict):
+            continue
+        same_split = meta.get("split") == split
+        if any(theirs.get(name) != stamp for name, stamp in inputs.items() if same_split or name.startswith("raw/")):
+            found.append(path)
+            found += sorted(path.parent.glob(f"{path.name}-order-*"))
+    return found
+
+
+def warn_stale_caches(root: Path, cache: ArrayCache, stale: list[Path]) -> None:
+    """Warn that the files under ``root`` changed and ``stale`` caches are no longer used (their size in GiB)."""
+    if not stale:
+        return
+    size = sum(f.stat().st_size for d in stale for f in d.rglob("*") if f.is_file())
+    warnings.warn(
+        f"the files under {root} changed, so they were converted again into {cache.path}; older "
+        f"caches of this folder are no longer used: {', '.join(str(d) for d in stale)} ({size / 2**30:.2f} GiB"
+        " in all): delete them to free the space",
+        stacklevel=3,
+    )
