@@ -103,7 +103,7 @@ def test_cache_figures_per_epoch_from_the_datamodule() -> None:
     readings = iter([CacheCounts(10, 0, 5), CacheCounts(40, 10, 25)])
     strategy = SimpleNamespace(cache_counts=lambda: next(readings), cache_row_bytes=16)
     logged: dict[str, float] = {}
-    module = SimpleNamespace(log_dict=lambda metrics, **kw: logged.update(metrics))
+    module = _LoggingModule(logged)
     telemetry = DataTelemetry(prog_bar=False)
     trainer = SimpleNamespace(strategy=strategy)
     telemetry.on_train_epoch_start(trainer, module)
@@ -112,6 +112,20 @@ def test_cache_figures_per_epoch_from_the_datamodule() -> None:
     assert logged["cache/hit_rate"] == pytest.approx(40 / 60)
     assert logged["cache/host_read_GBps"] > 0
     assert telemetry.cache_history == [logged]
+    # the epoch figures are reduced over the ranks by this callback (sync_dist only marks them as job-wide)
+    assert all(kw["sync_dist"] and kw["on_epoch"] and not kw["on_step"] for kw in module.kwargs.values())
+
+
+class _LoggingModule:
+    """Records ``log`` calls: the value as a number and the keyword arguments, by name."""
+
+    def __init__(self, logged: dict[str, float]) -> None:
+        self.logged, self.kwargs, self.device = logged, {}, torch.device("cpu")
+
+    def log(self, name: str, value, **kwargs) -> None:
+        assert isinstance(value, torch.Tensor)
+        self.logged[name] = float(value)
+        self.kwargs[name] = kwargs
 
 
 class _HybridDataModule(pl.LightningDataModule):
@@ -179,7 +193,7 @@ def test_cache_figures_sum_the_trainer_process_and_the_pipeline_worker_each_once
     pipeline = PipelineCallback(mode="worker")
     pipeline.client = SimpleNamespace(stats=PipelineStats())
     logged: dict[str, float] = {}
-    module = SimpleNamespace(log_dict=lambda metrics, **kw: logged.update(metrics))
+    module = _LoggingModule(logged)
     telemetry = DataTelemetry(prog_bar=False)
     trainer = SimpleNamespace(strategy=strategy, callbacks=[pipeline, telemetry])
 
