@@ -95,7 +95,9 @@ class Ratio:
 
 def reduce_over_ranks(trainer: Any, pl_module: Any, figures: dict[str, Ratio]) -> dict[str, float]:
     """Each figure over every DDP rank: numerators and denominators summed over the ranks (one collective, on
-    the module's device as NCCL wants; it waits for the GPU, so call it at an epoch's end), then divided."""
+    the module's device as NCCL wants; it waits for the GPU, so call it at an epoch's end), then divided. A figure
+    some rank lacks (e.g. a sampling device it never used) counts as nothing there."""
+    figures = _on_every_rank(figures)
     if not figures:
         return {}
     parts = [(r.numerator, r.denominator or 0.0) for r in figures.values()]
@@ -109,10 +111,26 @@ def reduce_over_ranks(trainer: Any, pl_module: Any, figures: dict[str, Ratio]) -
     return out
 
 
+def _on_every_rank(figures: dict[str, Ratio]) -> dict[str, Ratio]:
+    """``figures`` with the names of every rank's figures (one small collective when a process group runs), so
+    that every rank reduces, and logs, the same figures in the same order."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return figures
+    kinds = [(name, r.denominator is None, r.scale) for name, r in figures.items()]
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, kinds)
+    out: dict[str, Ratio] = {}
+    for name, total, scale in sorted({kind for rank in everyone for kind in rank}):
+        out[name] = figures.get(name, Ratio(0.0, None if total else 0.0, scale))
+    return out
+
+
 def log_epoch_figures(trainer: Any, pl_module: Any, figures: dict[str, Ratio], suffix: str = "") -> dict[str, float]:
     """Log each figure once at an epoch's end, over every DDP rank (:func:`reduce_over_ranks`); returns them.
 
-    Every rank must call it with the same names (they depend only on the configuration, which the ranks share).
+    Every rank must call it (it runs collectives under DDP); a figure only some ranks have is logged by all.
     """
     reduced = reduce_over_ranks(trainer, pl_module, figures)
     device = getattr(pl_module, "device", None)

@@ -79,3 +79,34 @@ def test_totals_are_summed_and_rates_recomputed_from_the_sums() -> None:
 def test_without_a_distributed_strategy_the_figures_are_this_ranks() -> None:
     figures = {"cache/hit_rate": Ratio(3, 4)}
     assert reduce_over_ranks(SimpleNamespace(), SimpleNamespace(device=None), figures) == {"cache/hit_rate": 0.75}
+
+
+def _rank_main(rank: int, store: str, out: str) -> None:
+    import json
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        # rank 1 sampled some batches on the GPU, rank 0 none: only rank 1 has the figure
+        figures = {"data/stall_frac": Ratio(1.0 + rank, 10.0)}
+        if rank == 1:
+            figures["data/share_gpu"] = Ratio(3.0, 4.0)
+        trainer = SimpleNamespace(strategy=SimpleNamespace(reduce=lambda t, reduce_op: (dist.all_reduce(t), t)[1]))
+        reduced = reduce_over_ranks(trainer, SimpleNamespace(device=torch.device("cpu")), figures)
+        with open(f"{out}{rank}.json", "w") as f:
+            json.dump(reduced, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_figure_only_some_ranks_have_is_reduced_by_all(tmp_path) -> None:
+    """Every rank must take part in the same collectives: the names are agreed first (a rank without the figure
+    adds nothing to it), so a rank-specific figure neither hangs nor misaligns the others."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    mp.spawn(_rank_main, args=(str(tmp_path / "store"), str(tmp_path / "rank")), nprocs=2, join=True)
+    reduced = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert reduced[0] == reduced[1] == {"data/share_gpu": pytest.approx(0.75), "data/stall_frac": pytest.approx(0.15)}
