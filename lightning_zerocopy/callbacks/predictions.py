@@ -11,6 +11,9 @@ The ``lightning-zerocopy predict`` command adds :class:`PredictionWriter` unless
 A module's ``predict_step`` may return the logits (a tensor; rows beyond the batch's seed nodes are dropped and
 the node ids are taken from ``batch.n_id``) or a dict with ``"logits"`` and optionally ``"n_id"``.
 
+On a GPU each batch's rows are copied to pinned host memory without waiting (``non_blocking``), so ``predict`` steps
+queue ahead of the GPU; a copy is moved to ordinary memory once it has landed, and the epoch's end waits for the last.
+
 Under DDP every rank writes its share to ``predictions.rank<R>.npz``; after a barrier, global rank 0 merges the
 shares it can read (same file system) into ``predictions.npz`` and deletes them. Rows are sorted by node id and
 each node appears once (a distributed plan pads the ranks' shares by repeating nodes).
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections import deque
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -89,6 +93,7 @@ class PredictionWriter(BasePredictionWriter):
         self.path: Optional[Path] = None  # the merged file, once written
         self._ids: list[torch.Tensor] = []
         self._logits: list[torch.Tensor] = []
+        self._landing: deque[tuple[torch.Tensor, torch.Tensor, Any]] = deque()  # GPU copies not yet waited for
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # the prediction loop looks for a torch batch sampler to report batch indices, which this writer does not use
@@ -97,7 +102,7 @@ class PredictionWriter(BasePredictionWriter):
         )
 
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._ids, self._logits = [], []
+        self._ids, self._logits, self._landing = [], [], deque()
 
     def write_on_batch_end(
         self,
@@ -110,10 +115,29 @@ class PredictionWriter(BasePredictionWriter):
         dataloader_idx: int,
     ) -> None:
         n_id, logits = seed_predictions(prediction, batch)
-        self._ids.append(n_id.detach().to("cpu", torch.int64))
-        self._logits.append(logits.detach().to("cpu", torch.float32))
+        if not (n_id.is_cuda or logits.is_cuda):
+            self._ids.append(n_id.detach().to("cpu", torch.int64))
+            self._logits.append(logits.detach().to("cpu", torch.float32))
+            return
+        ids_host, logits_host = _to_pinned(n_id.detach(), torch.int64), _to_pinned(logits.detach(), torch.float32)
+        device = n_id.device if n_id.is_cuda else logits.device
+        landed = torch.cuda.Event()
+        landed.record(torch.cuda.current_stream(device))
+        self._landing.append((ids_host, logits_host, landed))
+        self._land(wait=False)
+
+    def _land(self, wait: bool) -> None:
+        """Move the copies that have landed (``wait``: all, waiting for them) from pinned to ordinary memory, so the
+        pinned buffers go back to the allocator while the epoch runs."""
+        while self._landing and (wait or self._landing[0][2].query()):  # query() does not block
+            ids, logits, landed = self._landing.popleft()
+            if wait:
+                landed.synchronize()
+            self._ids.append(ids.clone())
+            self._logits.append(logits.clone())
 
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._land(wait=True)
         folder = Path(self.output_dir or trainer.log_dir or trainer.default_root_dir)
         ids = torch.cat(self._ids) if self._ids else torch.empty(0, dtype=torch.int64)
         logits = torch.cat(self._logits) if self._logits else torch.empty(0, 0)
@@ -142,6 +166,15 @@ class PredictionWriter(BasePredictionWriter):
         for p in parts:
             p.unlink()
         print(f"predictions: nodes of {world} ranks written to {self.path}", flush=True)
+
+
+def _to_pinned(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` as ``dtype`` in pinned host memory, copied without waiting (valid once the current stream gets there)."""
+    if not t.is_cuda:
+        return t.to(dtype)
+    host = torch.empty(t.shape, dtype=dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    return host
 
 
 def _tmp(path: Path) -> Path:

@@ -1,7 +1,13 @@
 """``DataTelemetry``: how long training waits for data, and how fast data arrives, per training step.
 
-Logged through the LightningModule's logger, per step and as epoch means (the progress bar shows ``stall``,
-the stall fraction, and ``MEPS``, millions of sampled edges per second):
+Measured every step on the host and kept there (:attr:`DataTelemetry.history`, and running sums); handed to the
+LightningModule's logger every ``trainer.log_every_n_steps`` steps and at an epoch's last batch as ``<name>_step``,
+the figures of the steps since the previous hand-over, and at the epoch's end as ``<name>_epoch``, exact over the
+epoch and over every DDP rank (:mod:`lightning_zerocopy.callbacks.step_figures`). Nothing is logged on the other
+steps: a figure logged every step synchronizes every step with the GPU (Lightning copies a Python number to the
+device, and reads progress-bar tensors back after each step), and a step that waits for the GPU cannot be queued
+ahead of it. The values are CPU tensors, which the progress bar (``stall``, the stall fraction, and ``MEPS``,
+millions of sampled edges per second, refreshed at each hand-over) reads without touching the GPU. The figures:
 
 * ``data/stall_ms``: time training could not run for want of the next batch. On a GPU that is the GPU's
   idle gap on the trainer's stream between the end of one step's work and the start of the next (CUDA
@@ -21,9 +27,11 @@ the stall fraction, and ``MEPS``, millions of sampled edges per second):
   and the cost model's predicted sampling time of the latest batch, and ``data/share_<device>``, the share of
   the batches so far that each device (``cpu``, ``gpu``) sampled;
 * with a GPU feature cache (:class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy`'s ``cache_budget``), per
-  training epoch and per rank: ``cache/hit_rate`` (rows served from GPU memory over all rows gathered),
+  training epoch, summed over the DDP ranks (:attr:`DataTelemetry.cache_history` keeps this rank's):
+  ``cache/hit_rate`` (rows served from GPU memory over all rows gathered),
   ``cache/local_rows``, ``cache/peer_rows`` and ``cache/host_rows`` (where the rows came from) and
-  ``cache/host_read_GBps`` (feature bytes read from host memory over the epoch's wall time). The rows of every
+  ``cache/host_read_GBps`` (feature bytes read from host memory over the epoch's wall time; over ranks, their
+  bytes over their time: a rank's mean). The rows of every
   process that gathers for this rank, counted once each: the caches of the trainer's process (read from the
   strategy at the epoch's start and end, one GPU synchronization each; this includes an in-process pipeline's
   producer thread), plus, with a :class:`~lightning_zerocopy.callbacks.PipelineCallback` worker process, the
@@ -32,8 +40,9 @@ the stall fraction, and ``MEPS``, millions of sampled edges per second):
   :mod:`lightning_zerocopy.pipeline.producer`; nothing is synchronized in the trainer for them). The figures
   include the gathers of the validation run at the end of the epoch (one cache serves both loaders).
 
-On a GPU a step's figures are logged a step or two later, once its events have completed (never waited for);
-the last steps of an epoch whose events are still pending then are not logged.
+On a GPU a step's figures are counted once its events have completed (polled, never waited for during the
+epoch), so a hand-over carries the steps whose GPU work has run; the steps still pending when validation starts or
+the epoch ends are waited for then, so the epoch figures count every step interval.
 """
 
 from __future__ import annotations
@@ -47,6 +56,9 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
+
+from lightning_zerocopy.callbacks.step_figures import Ratio, StepSums, log_epoch_figures
+from lightning_zerocopy.step_logging import is_log_step
 
 
 @dataclass
@@ -63,16 +75,19 @@ class DataTelemetry(Callback):
     """Per-step data stall (GPU idle time on a GPU), host wait, SEPS and feature GB/s of the training loop.
 
     Args:
-        prog_bar: show the figures in the progress bar.
+        prog_bar: show the stall share and MEPS in the progress bar (refreshed at each hand-over to the logger).
     """
 
     def __init__(self, prog_bar: bool = True) -> None:
         self.prog_bar = prog_bar
+        #: every counted step's figures, on the host (``data/stall_ms``, ``data/stall_frac``, ...)
         self.history: list[dict[str, float]] = []
         #: per training epoch, this rank's feature-cache figures (see the module docstring)
         self.cache_history: list[dict[str, float]] = []
         self._epoch_start: Optional[float] = None
         self._epoch_counts: dict[str, _CacheTotals] = {}
+        self._window = StepSums()  # the steps since the last hand-over
+        self._epoch = StepSums()  # the steps of this epoch
         self._reset()
 
     def _reset(self) -> None:
@@ -85,11 +100,17 @@ class DataTelemetry(Callback):
     @override
     def on_train_epoch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         self._reset()
+        self._window, self._epoch = StepSums(), StepSums()
         self._epoch_start = time.perf_counter()
         self._epoch_counts = _cache_counts(trainer)
 
     @override
     def on_train_epoch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        self._count_pending(wait=True)
+        log_epoch_figures(trainer, pl_module, self._epoch.figures(), suffix="_epoch")
+        self._log_cache_figures(trainer, pl_module)
+
+    def _log_cache_figures(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         counts = _cache_counts(trainer)
         if not counts or self._epoch_start is None:
             return
@@ -98,16 +119,19 @@ class DataTelemetry(Callback):
         for where, now in counts.items():  # each process's rows once: its counts now less those at the start
             epoch = epoch.plus(now.since(self._epoch_counts.get(where)))
         local, peer, host = epoch.local, epoch.peer, epoch.host
-        total = local + peer + host
-        metrics = {
-            "cache/hit_rate": (local + peer) / total if total else 0.0,
-            "cache/local_rows": float(local),
-            "cache/peer_rows": float(peer),
-            "cache/host_rows": float(host),
-            "cache/host_read_GBps": epoch.host_bytes / seconds / 1e9 if seconds > 0 else 0.0,
+        figures = {
+            "cache/hit_rate": Ratio(local + peer, local + peer + host),
+            "cache/local_rows": Ratio(local),
+            "cache/peer_rows": Ratio(peer),
+            "cache/host_rows": Ratio(host),
+            "cache/host_read_GBps": Ratio(epoch.host_bytes, seconds, 1e-9),
         }
-        self.cache_history.append(metrics)
-        pl_module.log_dict(metrics, on_step=False, on_epoch=True)
+        self.cache_history.append({name: float(ratio.value) for name, ratio in figures.items()})
+        log_epoch_figures(trainer, pl_module, figures)
+
+    @override
+    def on_validation_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        self._count_pending(wait=True)  # the epoch's figures count every step, also those still on the GPU
 
     @override
     def on_validation_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
@@ -119,25 +143,12 @@ class DataTelemetry(Callback):
         on_gpu = pl_module.device.type == "cuda"
         start_event = _record(pl_module.device) if on_gpu else None
         if self._last_start is not None and self._last_end is not None:
-            host = {"interval_s": now - self._last_start, "wait_s": now - self._last_end}
-            edge_index, x = getattr(batch, "edge_index", None), getattr(batch, "x", None)
-            host["edges"] = float(edge_index.size(1)) if isinstance(edge_index, torch.Tensor) else -1.0
-            host["x_bytes"] = float(x.numel() * x.element_size()) if isinstance(x, torch.Tensor) else -1.0
-            stats = _pipeline_stats(trainer)
-            if stats is not None:
-                host["build_ms"] = 1e3 * stats.last_build_s
-            host.update(_sampling_metrics(trainer, stats))
-            bs = getattr(batch, "batch_size", None)
-            host["batch_size"] = float(bs) if isinstance(bs, int) else -1.0
+            host = _host_figures(trainer, batch, interval_s=now - self._last_start, wait_s=now - self._last_end)
             if on_gpu and self._start_event is not None and self._end_event is not None:
                 self._pending.append(_PendingStep(host, self._start_event, self._end_event, start_event))
             else:
-                self._log(pl_module, host, stall_s=host["wait_s"], interval_s=host["interval_s"])
-        while self._pending and self._pending[0].start.query():  # completed: reading them does not block
-            step = self._pending.popleft()
-            gap_s = step.prev_end.elapsed_time(step.start) / 1e3
-            interval_s = step.prev_start.elapsed_time(step.start) / 1e3
-            self._log(pl_module, step.host, stall_s=max(gap_s, 0.0), interval_s=interval_s)
+                self._count(host, stall_s=host["wait_s"], interval_s=host["interval_s"])
+        self._count_pending(wait=False)
         self._last_start, self._start_event = now, start_event
 
     @override
@@ -146,28 +157,55 @@ class DataTelemetry(Callback):
     ) -> None:
         self._last_end = time.perf_counter()
         self._end_event = _record(pl_module.device) if pl_module.device.type == "cuda" else None
+        if is_log_step(trainer):
+            self._count_pending(wait=False)
+            self._hand_over(pl_module)
 
-    def _log(self, pl_module: "pl.LightningModule", host: dict[str, float], stall_s: float, interval_s: float) -> None:
-        metrics = {
-            "data/stall_ms": 1e3 * stall_s,
-            "data/stall_frac": stall_s / interval_s if interval_s > 0 else 0.0,
-            "data/step_ms": 1e3 * interval_s,
-            "data/wait_ms": 1e3 * host["wait_s"],
-        }
-        if host["edges"] >= 0 and interval_s > 0:
-            metrics["data/seps"] = host["edges"] / interval_s
-        if host["x_bytes"] >= 0 and interval_s > 0:
-            metrics["data/gather_GBps"] = host["x_bytes"] / interval_s / 1e9
-        for key, value in host.items():
-            if key == "build_ms" or key.startswith(("sample_", "share_")):
-                metrics[f"data/{key}"] = value
-        self.history.append(metrics)
-        bs = int(host["batch_size"]) if host["batch_size"] >= 0 else None
-        pl_module.log_dict(metrics, on_step=True, on_epoch=True, batch_size=bs)
+    def _count_pending(self, wait: bool) -> None:
+        """Count the pending GPU steps whose events have completed (``wait``: all of them, waiting for the GPU)."""
+        while self._pending and (wait or self._pending[0].start.query()):  # query() does not block
+            step = self._pending.popleft()
+            if wait:
+                step.start.synchronize()
+            gap_s = step.prev_end.elapsed_time(step.start) / 1e3
+            interval_s = step.prev_start.elapsed_time(step.start) / 1e3
+            self._count(step.host, stall_s=max(gap_s, 0.0), interval_s=interval_s)
+
+    def _count(self, host: dict[str, float], stall_s: float, interval_s: float) -> None:
+        """One step interval's figures: into the history, the hand-over window and the epoch (host numbers only)."""
+        step = {**host, "stall_s": stall_s, "interval_s": interval_s}
+        self._window.add(step)
+        self._epoch.add(step)
+        self.history.append({name: ratio.value for name, ratio in StepSums.of(step).figures().items()})
+
+    def _hand_over(self, pl_module: "pl.LightningModule") -> None:
+        """Log the window's figures as ``<name>_step`` (CPU tensors: no device copy now, no read-back later)."""
+        figures = {name: ratio.value for name, ratio in self._window.figures().items()}
+        self._window = StepSums()
+        if not figures:
+            return
+        for name, value in figures.items():
+            pl_module.log(f"{name}_step", torch.tensor(value, dtype=torch.float64), on_step=True, on_epoch=False)
         if self.prog_bar:  # two compact figures; the full set goes to the logger
-            pl_module.log("stall", metrics["data/stall_frac"], prog_bar=True, logger=False, batch_size=bs)
-            if "data/seps" in metrics:
-                pl_module.log("MEPS", metrics["data/seps"] / 1e6, prog_bar=True, logger=False, batch_size=bs)
+            pl_module.log("stall", torch.tensor(figures["data/stall_frac"]), prog_bar=True, logger=False,
+                          on_step=True, on_epoch=False)  # fmt: skip
+            if "data/seps" in figures:
+                pl_module.log("MEPS", torch.tensor(figures["data/seps"] / 1e6), prog_bar=True, logger=False,
+                              on_step=True, on_epoch=False)  # fmt: skip
+
+
+def _host_figures(trainer: "pl.Trainer", batch: Any, interval_s: float, wait_s: float) -> dict[str, float]:
+    """What the host knows of a step interval: its times, the batch's sizes (shapes, not values) and the
+    producer's and sampler's latest figures."""
+    host = {"interval_s": interval_s, "wait_s": wait_s}
+    edge_index, x = getattr(batch, "edge_index", None), getattr(batch, "x", None)
+    host["edges"] = float(edge_index.size(1)) if isinstance(edge_index, torch.Tensor) else -1.0
+    host["x_bytes"] = float(x.numel() * x.element_size()) if isinstance(x, torch.Tensor) else -1.0
+    stats = _pipeline_stats(trainer)
+    if stats is not None:
+        host["build_ms"] = 1e3 * stats.last_build_s
+    host.update(_sampling_metrics(trainer, stats))
+    return host
 
 
 def _record(device: torch.device) -> Any:

@@ -4,6 +4,13 @@
 seed nodes), exactly as with PyG's ``NeighborLoader``; nothing here knows about lightning-zerocopy's
 DataModule. Optimizer and LR scheduler are typed init arguments, so a LightningCLI recipe picks them with
 ``class_path``/``init_args``.
+
+Training figures never synchronize a step with the GPU: loss and accuracy are summed on the device
+(:class:`~lightning_zerocopy.models.seed_accuracy.SeedAccuracy`) and read back only on the steps
+:func:`~lightning_zerocopy.step_logging.is_log_step` names (every ``trainer.log_every_n_steps`` and an epoch's last
+batch): ``train_loss`` and ``train_acc_step`` are the means over the steps since the previous hand-over, logged
+as CPU tensors for the progress bar and the loggers; ``train_acc_epoch`` is the epoch's exact accuracy (summed
+over ranks under DDP).
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
+
+from lightning_zerocopy.models.seed_accuracy import SeedAccuracy
+from lightning_zerocopy.step_logging import is_log_step
 
 __all__ = ["NodeClassifier"]
 
@@ -48,8 +58,9 @@ class NodeClassifier(pl.LightningModule):
         self.optimizer_factory = optimizer
         self.lr_scheduler_factory = lr_scheduler
         self.lr_scheduler_monitor = lr_scheduler_monitor
-        # unlabeled nodes (y = -1) are ignored by the loss and the metrics
-        self.train_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
+        # unlabeled nodes (y = -1) are ignored by the loss and the metrics; the training one never syncs a step
+        self.train_acc = SeedAccuracy(ignore_index=-1)
+        self._handed_over = (0, 0, 0.0)  # train_acc's (correct, labeled, loss_sum) at the last hand-over
         self.val_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
         self.test_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
         self._warned_hops = False
@@ -64,10 +75,31 @@ class NodeClassifier(pl.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         out, y = self._seed_logits(batch)
         loss = F.cross_entropy(out, y, ignore_index=-1)
-        self.train_acc(out, y)
-        self.log("train_loss", loss, prog_bar=True, batch_size=batch.batch_size)
-        self.log("train_acc", self.train_acc, prog_bar=True, on_step=True, on_epoch=True, batch_size=batch.batch_size)
+        self.train_acc.update(out.detach(), y, loss.detach())  # queued on the device, not read back
+        if is_log_step(self._trainer):
+            self._hand_over_train_figures()
         return loss
+
+    def on_train_epoch_start(self) -> None:
+        self.train_acc.reset()
+        self._handed_over = (0, 0, 0.0)
+
+    def on_train_epoch_end(self) -> None:
+        # the Metric itself: Lightning computes it once at the epoch's end (torchmetrics sums the counts over ranks)
+        self.log("train_acc_epoch", self.train_acc, prog_bar=True)
+
+    def _hand_over_train_figures(self) -> None:
+        """Log the mean loss and accuracy of the steps since the last hand-over (one read of three numbers)."""
+        acc = self.train_acc
+        now = torch.stack([acc.correct.to(torch.float64), acc.labeled.to(torch.float64), acc.loss_sum]).tolist()
+        correct, labeled, loss_sum = (a - b for a, b in zip(now, self._handed_over))
+        self._handed_over = (now[0], now[1], now[2])
+        if labeled <= 0:
+            return
+        # CPU tensors: Lightning turns progress-bar values into numbers after every step, which for a GPU tensor
+        # (or a Python number, which it would copy to the GPU) is a synchronization
+        self.log("train_loss", torch.tensor(loss_sum / labeled), prog_bar=True, on_step=True, on_epoch=False)
+        self.log("train_acc_step", torch.tensor(correct / labeled), prog_bar=True, on_step=True, on_epoch=False)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         out, y = self._seed_logits(batch)

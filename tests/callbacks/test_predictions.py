@@ -86,3 +86,27 @@ def test_ddp_ranks_write_shares_that_rank_zero_merges(tmp_path: Path) -> None:
 def test_filename_must_be_npz() -> None:
     with pytest.raises(ValueError, match=".npz"):
         PredictionWriter(filename="predictions.csv")
+
+
+@pytest.mark.cuda
+def test_gpu_predictions_are_copied_without_synchronizing_and_all_land(tmp_path: Path) -> None:
+    """Each batch's rows go to pinned memory without waiting (a predict step queues ahead of the GPU); the file
+    still holds every row, bf16 logits included, once the epoch's end waited for the last copy."""
+    gen = torch.Generator().manual_seed(2)
+    batches = [(list(range(i * 64, (i + 1) * 64)), torch.randn(64, 5, generator=gen)) for i in range(20)]
+    writer, trainer = PredictionWriter(), _trainer(tmp_path)
+    writer.on_predict_epoch_start(trainer, None)
+    for i, (ids, logits) in enumerate(batches):
+        batch = Data(n_id=torch.tensor(ids).cuda(), batch_size=len(ids))
+        on_gpu = logits.to("cuda", torch.bfloat16)
+        torch.cuda._sleep(5_000_000)  # the GPU is busy: a synchronizing copy would wait for it
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            writer.write_on_batch_end(trainer, None, {"logits": on_gpu}, None, batch, i, 0)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    writer.on_predict_epoch_end(trainer, None)
+    saved = dict(np.load(writer.path))
+    assert saved["node_id"].tolist() == list(range(20 * 64))
+    expected = torch.cat([logits.to(torch.bfloat16).float() for _, logits in batches])
+    np.testing.assert_array_equal(saved["logits"], expected.numpy())

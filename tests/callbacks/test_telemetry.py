@@ -103,7 +103,7 @@ def test_cache_figures_per_epoch_from_the_datamodule() -> None:
     readings = iter([CacheCounts(10, 0, 5), CacheCounts(40, 10, 25)])
     strategy = SimpleNamespace(cache_counts=lambda: next(readings), cache_row_bytes=16)
     logged: dict[str, float] = {}
-    module = SimpleNamespace(log_dict=lambda metrics, **kw: logged.update(metrics))
+    module = _LoggingModule(logged)
     telemetry = DataTelemetry(prog_bar=False)
     trainer = SimpleNamespace(strategy=strategy)
     telemetry.on_train_epoch_start(trainer, module)
@@ -112,6 +112,20 @@ def test_cache_figures_per_epoch_from_the_datamodule() -> None:
     assert logged["cache/hit_rate"] == pytest.approx(40 / 60)
     assert logged["cache/host_read_GBps"] > 0
     assert telemetry.cache_history == [logged]
+    # the epoch figures are reduced over the ranks by this callback (sync_dist only marks them as job-wide)
+    assert all(kw["sync_dist"] and kw["on_epoch"] and not kw["on_step"] for kw in module.kwargs.values())
+
+
+class _LoggingModule:
+    """Records ``log`` calls: the value as a number and the keyword arguments, by name."""
+
+    def __init__(self, logged: dict[str, float]) -> None:
+        self.logged, self.kwargs, self.device = logged, {}, torch.device("cpu")
+
+    def log(self, name: str, value, **kwargs) -> None:
+        assert isinstance(value, torch.Tensor)
+        self.logged[name] = float(value)
+        self.kwargs[name] = kwargs
 
 
 class _HybridDataModule(pl.LightningDataModule):
@@ -179,7 +193,7 @@ def test_cache_figures_sum_the_trainer_process_and_the_pipeline_worker_each_once
     pipeline = PipelineCallback(mode="worker")
     pipeline.client = SimpleNamespace(stats=PipelineStats())
     logged: dict[str, float] = {}
-    module = SimpleNamespace(log_dict=lambda metrics, **kw: logged.update(metrics))
+    module = _LoggingModule(logged)
     telemetry = DataTelemetry(prog_bar=False)
     trainer = SimpleNamespace(strategy=strategy, callbacks=[pipeline, telemetry])
 
@@ -194,3 +208,37 @@ def test_cache_figures_sum_the_trainer_process_and_the_pipeline_worker_each_once
     telemetry.on_train_epoch_end(trainer, module)
     assert (logged["cache/local_rows"], logged["cache/peer_rows"], logged["cache/host_rows"]) == (30, 0, 10)
     assert len(telemetry.cache_history) == 2
+
+
+def test_two_ranks_log_job_wide_epoch_figures_without_sync_dist_warnings(tmp_path) -> None:
+    """Issue 22: under DDP the epoch figures were logged per rank and Lightning warned "It is recommended to use
+    `self.log(..., sync_dist=True)`" for each. Now every rank logs the job's figures: the ranks' sums added before
+    dividing (the stall share over both ranks' step time; the accuracy over both ranks' seeds)."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("telemetry_ddp_script.py")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    for key in ("LOCAL_RANK", "WORLD_SIZE", "GLOBAL_RANK", "RANK", "NODE_RANK"):
+        env.pop(key, None)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), str(tmp_path / "cache")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for rank in ranks:
+        assert not [w for w in rank["warnings"] if "sync_dist" in w], rank["warnings"]
+    assert ranks[0]["epoch"] == ranks[1]["epoch"]  # one figure for the job, the same on every rank
+    history = [h for rank in ranks for h in rank["history"]]
+    stall, interval = sum(h["data/stall_ms"] for h in history), sum(h["data/step_ms"] for h in history)
+    epoch = ranks[0]["epoch"]
+    assert epoch["data/stall_frac_epoch"] == pytest.approx(stall / interval, rel=1e-9)
+    assert epoch["data/step_ms_epoch"] == pytest.approx(interval / len(history), rel=1e-9)
+    correct, labeled = sum(r["correct"] for r in ranks), sum(r["labeled"] for r in ranks)
+    assert epoch["train_acc_epoch"] == pytest.approx(correct / labeled, rel=1e-12)
