@@ -119,3 +119,27 @@ def test_trim_needs_a_net_that_takes_hop_counts() -> None:
     with pytest.raises(ValueError, match="num_sampled_nodes_per_hop.*set trim=False"):
         NodeClassifier(nn.Linear(4, 2), 2, trim=True)
     assert NodeClassifier(nn.Linear(4, 2), 2).trim is False
+
+
+def test_a_hand_written_layer_loop_trims_with_pyg_trim_to_layer(batches) -> None:
+    """The README's recipe for a user's own module: ``batch_hop_counts`` + PyG's ``trim_to_layer`` per layer."""
+    from torch_geometric.nn import SAGEConv
+    from torch_geometric.utils import trim_to_layer
+
+    torch.manual_seed(0)
+    convs = nn.ModuleList([SAGEConv(FEATURES, 16), SAGEConv(16, 16), SAGEConv(16, CLASSES)])
+
+    def run(x, edge_index, hops=None):
+        for i, conv in enumerate(convs):
+            if hops is not None:
+                x, edge_index, _ = trim_to_layer(i, hops.nodes_per_hop, hops.edges_per_hop, x, edge_index)
+            x = conv(x, edge_index).relu() if i < len(convs) - 1 else conv(x, edge_index)
+        return x
+
+    for batch in batches["train"] + batches["val"]:  # 2 and 3 hops for 3 layers
+        hops = batch_hop_counts(batch, len(convs))
+        with torch.no_grad():
+            out = run(hops.x, hops.edge_index, hops)
+            ref = run(batch.x, batch.edge_index)
+        assert out.size(0) < batch.num_nodes
+        torch.testing.assert_close(out[: batch.batch_size], ref[: batch.batch_size], rtol=1e-5, atol=1e-5)
