@@ -53,6 +53,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", help="auto (cuda if present) | cpu | cuda | cuda:N")
     p.add_argument("--out", default="results/step", help="output folder")
     p.add_argument("--list", action="store_true", help="list the rows and exit")
+    p.add_argument("--prepare-only", action="store_true", help="generate (or find) the cached graph and exit")
     p.add_argument("--commit", default=os.environ.get("GPU_CHECK_COMMIT"), help="the tree's commit where it is no git checkout")
     g = p.add_argument_group("graph (SyntheticGraph, cached under --cache-dir; the same cache as benchmarks/e2e.py)")
     g.add_argument("--num-nodes", type=int, default=20_000_000)
@@ -93,8 +94,11 @@ def _initial_loss(row: RowSpec, module: Any, batch: Any, device: torch.device) -
     """The row's loss on ``batch`` with its starting weights, eval mode (no dropout), its precision."""
     import torch.nn.functional as F
 
+    import contextlib
+
     module.to(device).eval()
-    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=row.bf16):
+    eager = torch.compiler.set_stance("force_eager") if row.compile else contextlib.nullcontext()  # no eval-mode compile
+    with eager, torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=row.bf16):
         out, y = module._seed_logits(batch)
         loss = float(F.cross_entropy(out.float(), y, ignore_index=-1))
     module.train()
@@ -184,6 +188,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results["graph"] = {"num_nodes": meta["num_nodes"], "num_edges": meta["num_edges"], "num_features": meta["num_features"],
                         "cache": str(dataset.cache.path), "prepare_s": time.perf_counter() - t0}  # fmt: skip
     print(f"step: graph {meta['num_nodes']:,} nodes, {meta['num_edges']:,} edges ({time.perf_counter() - t0:.1f} s)", flush=True)
+    if args.prepare_only:
+        write_json(os.path.join(out, "results.json"), results, default=str)
+        return results
     for name in args.model_list:
         spec = MODELS[name]
         dm = ZeroCopyDataModule(dataset, fanouts=list(spec.fanouts), batch_size=args.batch_size, drop_last=True,
