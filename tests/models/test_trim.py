@@ -143,3 +143,33 @@ def test_a_hand_written_layer_loop_trims_with_pyg_trim_to_layer(batches) -> None
             ref = run(batch.x, batch.edge_index)
         assert out.size(0) < batch.num_nodes
         torch.testing.assert_close(out[: batch.batch_size], ref[: batch.batch_size], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cls", [GraphSAGE, GAT])
+def test_trimming_gpu_built_batches_without_synchronizing(tmp_path: Path, cls) -> None:
+    """Batches built on the GPU (GPU sampler, zero-copy gather): fitting the counts reads no device value, and
+    the trimmed seed logits equal the untrimmed ones, in fp32 and under bf16 autocast."""
+    dataset = SyntheticGraph(num_nodes=5000, avg_degree=8, num_features=FEATURES, num_classes=CLASSES,
+                             cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    dm = ZeroCopyDataModule(dataset, fanouts=[6, 4], eval_fanouts=[5, 3, 2], batch_size=64, seed=3,
+                            sampler_placement="gpu", gather="zerocopy")  # fmt: skip
+    dm.prepare_data()
+    dm.setup("fit")
+    try:
+        batch = next(iter(dm.train_dataloader()))
+        assert batch.x.is_cuda
+        trimmed, plain = (m.cuda() for m in _pair(cls, 2))
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            hops = batch_hop_counts(batch, 2)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert hops.x.size(0) == batch.num_nodes and hops.nodes_per_hop == list(batch.num_sampled_nodes)
+        for bf16, tol in ((False, 1e-4), (True, 1e-1)):  # a wrong trim is off by O(1)
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+                out, ref = trimmed._seed_logits(batch)[0], plain._seed_logits(batch)[0]
+            torch.testing.assert_close(out.float(), ref.float(), rtol=tol, atol=tol)
+    finally:
+        dm.teardown("fit")
