@@ -65,7 +65,6 @@ class NodeClassifier(pl.LightningModule):
             )
         self.net = net
         self.trim = bool(trim)
-        self.compiled = bool(compile)
         if compile:  # in place: state_dict keys stay the net's own (no `_orig_mod.`)
             self.net.compile(dynamic=True)
         self.optimizer_factory = optimizer
@@ -84,9 +83,9 @@ class NodeClassifier(pl.LightningModule):
         num_sampled_nodes_per_hop: Optional[list[int]] = None,
         num_sampled_edges_per_hop: Optional[list[int]] = None,
     ) -> torch.Tensor:
-        """Per-node logits; with per-hop counts (``num_layers`` hops, see
-        :func:`~lightning_zerocopy.models.trim.counts_for_layers`) only the rows of the seeds and of the hops
-        the last layer still reads are exact, as with PyG's ``trim_to_layer``."""
+        """Per-node logits. With per-hop counts (``num_layers`` hops, see
+        :func:`~lightning_zerocopy.models.trim.counts_for_layers`) each layer is trimmed as by PyG's
+        ``trim_to_layer``: fewer rows come back, and only the seeds' rows equal the untrimmed output."""
         if num_sampled_nodes_per_hop is None:
             return self.net(x, edge_index)
         return self.net(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes_per_hop,
