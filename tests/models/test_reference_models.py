@@ -127,7 +127,7 @@ def test_bf16_mixed_fit_with_telemetry(datamodule, tmp_path, cls) -> None:
         if isinstance(layer, Linear):
             layer.register_forward_hook(lambda _m, _a, out: dtypes.add(out.dtype))
     telemetry = DataTelemetry()
-    trainer = pl.Trainer(accelerator="cpu", precision="bf16-mixed", max_steps=6, val_check_interval=3,
+    trainer = pl.Trainer(accelerator="cpu", precision="bf16-mixed", max_steps=6, val_check_interval=3, log_every_n_steps=1,
                          limit_val_batches=2, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, callbacks=[telemetry],
                          default_root_dir=str(tmp_path))  # fmt: skip
