@@ -22,7 +22,7 @@ from pytorch_lightning.callbacks import Callback
 from benchmarks.e2e_measure import BatchCheck, TrainClock, summarize
 from benchmarks.e2e_rows import ModelSpec, Row
 
-__all__ = ["RowUnavailable", "run_row"]
+__all__ = ["RowUnavailable", "StagedBatches", "run_row", "stage_batches"]
 
 
 class RowUnavailable(Exception):
@@ -237,6 +237,31 @@ def _loader_rate(loader: Any, device: torch.device, batches: int) -> float:
         gc.collect()
 
 
+def stage_batches(dm: Any, count: int, device: torch.device) -> list[Any]:
+    """The plan's first ``count`` training batches, built by a set-up DataModule's own loader (its builder, in this
+    process), moved to ``device`` (synchronized: they are there when this returns)."""
+    loader = dm.train_dataloader()
+    staged: list[Any] = []
+    for epoch in range(-(-count // len(loader))):
+        loader.set_epoch(epoch)
+        staged += [batch.to(device) for _, batch in zip(range(count - len(staged)), loader)]
+    _sync(device)
+    return staged
+
+
+class StagedBatches:
+    """A training loader over pre-staged batches: ``steps`` batches, cycling through ``staged``."""
+
+    def __init__(self, staged: list[Any], steps: int) -> None:
+        self.staged, self.steps = staged, steps
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self.staged[i % len(self.staged)] for i in range(self.steps))
+
+
 def _fit_model_only(trainer: Any, model: Any, dataset: Any, common: dict, args: Any, device: torch.device) -> dict:
     """The plan's first ``stage_batches`` batches, built by our CPU builder and moved to the device before training."""
     from lightning_zerocopy import ZeroCopyDataModule
@@ -245,25 +270,12 @@ def _fit_model_only(trainer: Any, model: Any, dataset: Any, common: dict, args: 
     dm.prepare_data()
     dm.setup("fit")
     try:
-        loader = dm.train_dataloader()  # the DataModule's own PlanLoader: the plan's batches, built on the CPU
         count = min(args.stage_batches, args.steps)
         t0 = time.perf_counter()
-        staged: list[Any] = []
-        for epoch in range(-(-count // len(loader))):
-            loader.set_epoch(epoch)
-            staged += [batch.to(device) for _, batch in zip(range(count - len(staged)), loader)]
-        _sync(device)
+        staged = stage_batches(dm, count, device)
         stage_s = time.perf_counter() - t0
-
-        class Staged:
-            def __len__(self) -> int:
-                return args.steps
-
-            def __iter__(self) -> Iterator[Any]:
-                return (staged[i % count] for i in range(args.steps))
-
         t0 = time.perf_counter()
-        trainer.fit(model, train_dataloaders=Staged(), val_dataloaders=dm.val_dataloader())
+        trainer.fit(model, train_dataloaders=StagedBatches(staged, args.steps), val_dataloaders=dm.val_dataloader())
         return {"fit_s": time.perf_counter() - t0, "fit_t0": t0, "staged_batches": count, "stage_s": stage_s}
     finally:
         dm.teardown("fit")

@@ -3,5 +3,6 @@
 from lightning_zerocopy.models.gat import GAT
 from lightning_zerocopy.models.graphsage import GraphSAGE
 from lightning_zerocopy.models.node_classifier import NodeClassifier
+from lightning_zerocopy.models.trim import HopCounts, batch_hop_counts, counts_for_layers
 
-__all__ = ["GAT", "GraphSAGE", "NodeClassifier"]
+__all__ = ["GAT", "GraphSAGE", "HopCounts", "NodeClassifier", "batch_hop_counts", "counts_for_layers"]

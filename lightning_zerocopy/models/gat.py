@@ -24,6 +24,11 @@ class GAT(NodeClassifier):
         heads: attention heads per hidden layer.
         dropout: dropout probability between layers.
         v2: use ``GATv2Conv`` instead of ``GATConv``.
+        trim: run each layer on the nodes and edges the remaining layers still need (PyG's ``trim_to_layer``,
+            from the batch's ``num_sampled_nodes`` / ``num_sampled_edges``); the seed logits are the untrimmed
+            ones. ``False``: every layer on the whole sampled subgraph. Batches without per-hop counts (a full
+            graph) run untrimmed either way.
+        compile: ``torch.compile`` the GNN (``dynamic=True``); see the README for what it gives.
         optimizer: optimizer factory (YAML ``class_path``/``init_args``).
         lr_scheduler: optional LR scheduler factory.
         lr_scheduler_monitor: metric watched by a ``ReduceLROnPlateau`` scheduler.
@@ -41,11 +46,13 @@ class GAT(NodeClassifier):
         optimizer: OptimizerCallable = torch.optim.Adam,
         lr_scheduler: Optional[LRSchedulerCallable] = None,
         lr_scheduler_monitor: str = "val_acc",
+        trim: bool = True,
+        compile: bool = False,
     ) -> None:
         if hidden_channels % heads != 0:
             raise ValueError(f"model.hidden_channels ({hidden_channels}) must be divisible by model.heads ({heads})")
         net = PyGGAT(
             in_channels, hidden_channels, num_layers, out_channels, dropout=dropout, heads=heads, v2=v2, act="elu"
         )
-        super().__init__(net, out_channels, optimizer, lr_scheduler, lr_scheduler_monitor)
+        super().__init__(net, out_channels, optimizer, lr_scheduler, lr_scheduler_monitor, trim=trim, compile=compile)
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])

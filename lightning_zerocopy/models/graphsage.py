@@ -23,6 +23,11 @@ class GraphSAGE(NodeClassifier):
         num_layers: number of ``SAGEConv`` layers (usually ``len(fanouts)``).
         dropout: dropout probability between layers.
         aggr: neighbor aggregation, e.g. ``"mean"``, ``"max"``, ``"sum"``.
+        trim: run each layer on the nodes and edges the remaining layers still need (PyG's ``trim_to_layer``,
+            from the batch's ``num_sampled_nodes`` / ``num_sampled_edges``); the seed logits are the untrimmed
+            ones. ``False``: every layer on the whole sampled subgraph. Batches without per-hop counts (a full
+            graph) run untrimmed either way.
+        compile: ``torch.compile`` the GNN (``dynamic=True``); see the README for what it gives.
         optimizer: optimizer factory (YAML ``class_path``/``init_args``).
         lr_scheduler: optional LR scheduler factory.
         lr_scheduler_monitor: metric watched by a ``ReduceLROnPlateau`` scheduler.
@@ -39,7 +44,9 @@ class GraphSAGE(NodeClassifier):
         optimizer: OptimizerCallable = torch.optim.Adam,
         lr_scheduler: Optional[LRSchedulerCallable] = None,
         lr_scheduler_monitor: str = "val_acc",
+        trim: bool = True,
+        compile: bool = False,
     ) -> None:
         net = PyGGraphSAGE(in_channels, hidden_channels, num_layers, out_channels, dropout=dropout, aggr=aggr)
-        super().__init__(net, out_channels, optimizer, lr_scheduler, lr_scheduler_monitor)
+        super().__init__(net, out_channels, optimizer, lr_scheduler, lr_scheduler_monitor, trim=trim, compile=compile)
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])

@@ -15,6 +15,7 @@ over ranks under DDP).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Optional
 
 import pytorch_lightning as pl
@@ -26,6 +27,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_zerocopy.models.seed_accuracy import SeedAccuracy
+from lightning_zerocopy.models.trim import batch_hop_counts
 from lightning_zerocopy.step_logging import is_log_step
 
 __all__ = ["NodeClassifier"]
@@ -43,6 +45,15 @@ class NodeClassifier(pl.LightningModule):
         lr_scheduler: optional, builds a scheduler from the optimizer (YAML: ``class_path:
             torch.optim.lr_scheduler.StepLR``); stepped every epoch.
         lr_scheduler_monitor: the metric a ``ReduceLROnPlateau`` scheduler watches.
+        trim: run each layer on the nodes and edges the remaining layers still need, from the batch's
+            ``num_sampled_nodes`` / ``num_sampled_edges`` (:mod:`lightning_zerocopy.models.trim`); batches
+            without them run untrimmed. ``net`` must take ``num_sampled_nodes_per_hop`` and
+            ``num_sampled_edges_per_hop`` (as PyG's ``BasicGNN`` models do) and have ``num_layers``.
+        compile: ``torch.compile`` the net (``dynamic=True``: batch sizes vary every step); the parameters and
+            checkpoints are the net's own.
+
+    Raises:
+        ValueError: ``trim=True`` with a ``net`` that cannot trim.
     """
 
     def __init__(
@@ -52,9 +63,19 @@ class NodeClassifier(pl.LightningModule):
         optimizer: OptimizerCallable = torch.optim.Adam,
         lr_scheduler: Optional[LRSchedulerCallable] = None,
         lr_scheduler_monitor: str = "val_acc",
+        trim: bool = False,
+        compile: bool = False,
     ) -> None:
         super().__init__()
+        if trim and not _can_trim(net):
+            raise ValueError(
+                f"trim=True needs a net with an int `num_layers` whose forward takes `num_sampled_nodes_per_hop` and "
+                f"`num_sampled_edges_per_hop` (PyG's BasicGNN models do); {type(net).__name__} does not: set trim=False"
+            )
         self.net = net
+        self.trim = bool(trim)
+        if compile:  # in place: state_dict keys stay the net's own (no `_orig_mod.`)
+            self.net.compile(dynamic=True)
         self.optimizer_factory = optimizer
         self.lr_scheduler_factory = lr_scheduler
         self.lr_scheduler_monitor = lr_scheduler_monitor
@@ -65,12 +86,28 @@ class NodeClassifier(pl.LightningModule):
         self.test_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
         self._warned_hops = False
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        return self.net(x, edge_index)
+    def forward(
+        self,
+        x: torch.Tensor,
+        edge_index: torch.Tensor,
+        num_sampled_nodes_per_hop: Optional[list[int]] = None,
+        num_sampled_edges_per_hop: Optional[list[int]] = None,
+    ) -> torch.Tensor:
+        """Per-node logits. With per-hop counts (``num_layers`` hops, see
+        :func:`~lightning_zerocopy.models.trim.counts_for_layers`) each layer is trimmed as by PyG's
+        ``trim_to_layer``: fewer rows come back, and only the seeds' rows equal the untrimmed output."""
+        if num_sampled_nodes_per_hop is None:
+            return self.net(x, edge_index)
+        return self.net(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes_per_hop,
+                        num_sampled_edges_per_hop=num_sampled_edges_per_hop)  # fmt: skip
 
     def _seed_logits(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self(batch.x, batch.edge_index)[: batch.batch_size]
-        return out, batch.y[: batch.batch_size]
+        hops = batch_hop_counts(batch, self.net.num_layers) if self.trim else None
+        if hops is None:
+            out = self(batch.x, batch.edge_index)
+        else:
+            out = self(hops.x, hops.edge_index, hops.nodes_per_hop, hops.edges_per_hop)
+        return out[: batch.batch_size], batch.y[: batch.batch_size]
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         out, y = self._seed_logits(batch)
@@ -144,3 +181,9 @@ class NodeClassifier(pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "monitor": self.lr_scheduler_monitor},
         }
+
+
+def _can_trim(net: nn.Module) -> bool:
+    params = inspect.signature(net.forward).parameters
+    layers = getattr(net, "num_layers", None)
+    return isinstance(layers, int) and all(p in params for p in ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop"))

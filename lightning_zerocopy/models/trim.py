@@ -1,0 +1,104 @@
+"""Per-hop trimming: each GNN layer computes only the nodes and edges that the remaining layers still need.
+
+A sampled batch (PyG ``NeighborLoader``'s layout, which ours keeps) orders its nodes by hop (the seeds, then
+hop 1's new nodes, ...) and its edges by hop (the edges into the seeds first), and records the counts in
+``num_sampled_nodes`` / ``num_sampled_edges``. Layer ``i`` of an ``L``-layer GNN only has to produce
+representations for nodes within ``L - 1 - i`` hops of the seeds, from neighbors within ``L - i`` hops: every
+later hop is dead work. PyG's :func:`torch_geometric.utils.trim_to_layer` (and ``BasicGNN.forward``'s
+``num_sampled_nodes_per_hop`` / ``num_sampled_edges_per_hop``) drop one hop per layer, which is exact when the
+batch has as many hops as the model has layers. :func:`counts_for_layers` makes that so for any batch: it cuts
+hops no layer can reach (more hops than layers) and pads hops that were not sampled (fewer hops than layers, e.g.
+``eval_fanouts=[-1]``), so the seed rows' output is the untrimmed one (up to floating-point summation order).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional, Sequence
+
+import torch
+
+__all__ = ["HopCounts", "batch_hop_counts", "counts_for_layers"]
+
+
+class HopCounts(NamedTuple):
+    """A batch cut to what ``num_layers`` layers reach, with per-hop counts of exactly ``num_layers`` hops.
+
+    Attributes:
+        x: node features, the rows of the hops kept.
+        edge_index: the edges of the hops kept.
+        nodes_per_hop: ``num_layers + 1`` node counts (the seeds first), for ``num_sampled_nodes_per_hop``.
+        edges_per_hop: ``num_layers`` edge counts, for ``num_sampled_edges_per_hop``.
+    """
+
+    x: torch.Tensor
+    edge_index: torch.Tensor
+    nodes_per_hop: list[int]
+    edges_per_hop: list[int]
+
+
+def _as_ints(counts: Any, name: str) -> list[int]:
+    if isinstance(counts, torch.Tensor):
+        if counts.device.type != "cpu":  # reading it back would stall the host on the GPU every step
+            raise ValueError(f"batch.{name} is a {counts.device} tensor: keep the per-hop counts as a Python list")
+        return [int(c) for c in counts.tolist()]
+    return [int(c) for c in counts]
+
+
+def counts_for_layers(
+    x: torch.Tensor,
+    edge_index: torch.Tensor,
+    num_sampled_nodes: Sequence[int],
+    num_sampled_edges: Sequence[int],
+    num_layers: int,
+) -> HopCounts:
+    """``x`` and ``edge_index`` cut to the hops ``num_layers`` layers reach, and counts fitted to ``num_layers``.
+
+    Pass the result's ``nodes_per_hop`` / ``edges_per_hop`` to a PyG ``BasicGNN`` as
+    ``num_sampled_nodes_per_hop`` / ``num_sampled_edges_per_hop`` (or to
+    :func:`torch_geometric.utils.trim_to_layer` in a hand-written layer loop). Reads Python ints and tensor
+    shapes only: no device synchronization.
+
+    Args:
+        x: node features of the batch, ``sum(num_sampled_nodes)`` rows ordered by hop.
+        edge_index: ``(2, sum(num_sampled_edges))`` local edges ordered by hop.
+        num_sampled_nodes: nodes per hop, the seeds first (``hops + 1`` entries).
+        num_sampled_edges: edges per hop (``hops`` entries).
+        num_layers: message-passing layers of the model.
+
+    Raises:
+        ValueError: the counts do not describe ``x`` / ``edge_index`` (the message names which).
+    """
+    nodes = _as_ints(num_sampled_nodes, "num_sampled_nodes")
+    edges = _as_ints(num_sampled_edges, "num_sampled_edges")
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    if len(nodes) != len(edges) + 1:
+        raise ValueError(
+            f"batch.num_sampled_nodes has {len(nodes)} entries and batch.num_sampled_edges {len(edges)}: expected "
+            "one node count per hop plus the seeds, one edge count per hop"
+        )
+    if sum(nodes) != x.size(0) or sum(edges) != edge_index.size(1):
+        raise ValueError(
+            f"batch.num_sampled_nodes sums to {sum(nodes)} and batch.num_sampled_edges to {sum(edges)}, but the "
+            f"batch has {x.size(0)} rows of x and {edge_index.size(1)} edges: a transform changed the batch without "
+            "its per-hop counts; fix the counts, delete them, or turn trimming off (model.trim: false)"
+        )
+    hops = len(edges)
+    if hops > num_layers:  # hops no layer reaches
+        x = x.narrow(0, 0, sum(nodes[: num_layers + 1]))
+        edge_index = edge_index.narrow(1, 0, sum(edges[:num_layers]))
+        nodes, edges = nodes[: num_layers + 1], edges[:num_layers]
+    elif hops < num_layers:  # hops that were not sampled: empty
+        nodes = nodes + [0] * (num_layers - hops)
+        edges = edges + [0] * (num_layers - hops)
+    return HopCounts(x, edge_index, nodes, edges)
+
+
+def batch_hop_counts(batch: Any, num_layers: int) -> Optional[HopCounts]:
+    """:func:`counts_for_layers` of a batch's ``x``, ``edge_index``, ``num_sampled_nodes``, ``num_sampled_edges``;
+    ``None`` when the batch has no per-hop counts (a full graph, a batch from a loader that does not sample)."""
+    nodes = getattr(batch, "num_sampled_nodes", None)
+    edges = getattr(batch, "num_sampled_edges", None)
+    if nodes is None or edges is None:
+        return None
+    return counts_for_layers(batch.x, batch.edge_index, nodes, edges, num_layers)
