@@ -168,12 +168,16 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
 
     def _open(self, handles: HostGraphHandles) -> None:
         super()._open(handles)
-        self._link_splits = link_splits(self._splits)
-        config = self.negative_sampling
-        num_nodes = handles.graph.num_nodes
-        self._negatives = None if config is None else NegativeDraws(config, num_nodes, self._degree, _KEY)
-        for split in self._link_splits:  # a split no batch can be made of fails here, in setup
-            self.plan(split)  # type: ignore[arg-type]
+        try:
+            self._link_splits = link_splits(self._splits)
+            config = self.negative_sampling
+            num_nodes = handles.graph.num_nodes
+            self._negatives = None if config is None else NegativeDraws(config, num_nodes, self._degree, _KEY)
+            for split in self._link_splits:  # a split no batch can be made of fails here, in setup
+                self.plan(split)  # type: ignore[arg-type]
+        except Exception:
+            self._release()  # nothing stays mapped or placed; the caller unlinks the names
+            raise
 
     def _release(self) -> None:
         super()._release()

@@ -61,3 +61,99 @@ def test_num_classes_is_absent_and_num_features_is_the_datasets() -> None:
     dm = _datamodule()
     assert dm.num_features == 8
     assert getattr(dm, "num_classes", None) is None
+
+
+class _Broken(TinyLinkGraph):
+    """A TinyLinkGraph with one thing wrong in its splits."""
+
+    def __init__(self, fault: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.fault = fault
+
+    def load(self):
+        data = super().load()
+        train = data.splits["train"]
+        if self.fault == "out_of_range":
+            train.pos_edge_index[1, 5] = data.num_nodes + 3
+        elif self.fault == "empty":
+            data.splits["val"].pos_edge_index = torch.empty(2, 0, dtype=torch.int64)
+            data.splits["val"].neg_edge_index = torch.empty(2, 0, dtype=torch.int64)
+        return data
+
+
+@pytest.mark.parametrize(
+    "dataset, kwargs, match",
+    [
+        (_Broken("out_of_range"), {}, r"data\.init_args\.dataset \(_Broken\).*train.*node id 403"),
+        (_Broken("empty"), {}, r"data\.init_args\.dataset \(_Broken\).*val.*no positive edge"),
+        (TinyLinkGraph(with_labels=True), {"neg_sampling": "triplet"}, "edge_label is given, but triplet"),
+    ],
+)
+def test_setup_rejects_bad_splits_naming_them_and_keeps_nothing(dataset, kwargs, match) -> None:
+    dm = _datamodule(dataset=dataset, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        dm.setup("fit")
+    assert dm.resources is None and dm._handles is None  # nothing left mapped
+    with pytest.raises(RuntimeError, match="not set up"):
+        dm.plan("train")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"neg_sampling_ratio": -1.0}, r"data\.init_args\.neg_sampling_ratio must be a finite number >= 0"),
+        ({"neg_sampling": "negative"}, r"data\.init_args\.neg_sampling mode must be one of \('binary', 'triplet'\)"),
+        ({"neg_sampling": {"mode": "triplet", "amount": 0}}, "integer >= 1"),
+        ({"num_neighbors": [5, 0]}, r"data\.init_args\.num_neighbors"),
+        ({"predict_split": "all"}, r"data\.init_args\.predict_split"),
+        ({"batch_size": 0}, r"data\.init_args\.batch_size"),
+    ],
+)
+def test_bad_arguments_fail_at_init_naming_the_key(kwargs, match) -> None:
+    with pytest.raises((ValueError, TypeError), match=match):
+        _datamodule(**kwargs)
+
+
+def test_a_node_dataset_is_refused_with_the_class_to_use(tmp_path: Path) -> None:
+    from lightning_zerocopy.datasets import SyntheticGraph
+
+    with pytest.raises(TypeError, match="must be a LinkDataset.*ZeroCopyDataModule"):
+        ZeroCopyLinkDataModule(SyntheticGraph(num_nodes=100, cache_dir=str(tmp_path)))
+
+
+def test_node_order_changes_no_supervision_edge_or_feature_row() -> None:
+    plain, ordered = _datamodule(seed=3), _datamodule(seed=3, node_order="bfs")
+    for dm in (plain, ordered):
+        dm.setup("fit")
+    try:
+        x = plain.dataset.load().x
+        for split in ("train", "val"):
+            a = plain.builder(split).open(plain.resources).build_batch(plain.plan(split).item(0, 1))
+            b = ordered.builder(split).open(ordered.resources).build_batch(ordered.plan(split).item(0, 1))
+            assert torch.equal(a.input_id, b.input_id)
+            assert torch.equal(a.n_id[a.edge_label_index], b.n_id[b.edge_label_index])  # same global pairs
+            assert torch.equal(a.edge_label, b.edge_label)
+            assert torch.equal(b.x, x[b.n_id])
+    finally:
+        plain.teardown("fit")
+        ordered.teardown("fit")
+
+
+def test_degree_weighted_negatives_never_draw_a_node_without_edges() -> None:
+    dm = _datamodule(neg_sampling={"mode": "binary", "amount": 4, "src_weight": "degree", "dst_weight": "degree"})
+    dm.setup("fit")
+    try:
+        edge_index = dm.dataset.load().edge_index
+        out_deg = torch.bincount(edge_index[0], minlength=400)
+        in_deg = torch.bincount(edge_index[1], minlength=400)
+        plan = dm.plan("train")
+        items = [plan.item(0, s) for s in range(len(plan))]
+        src = torch.cat([it.seed_ids[it.link_fields["edge_label_index"][0, it.num_positives :]] for it in items])
+        dst = torch.cat([it.seed_ids[it.link_fields["edge_label_index"][1, it.num_positives :]] for it in items])
+        assert bool((out_deg[src] > 0).all()) and bool((in_deg[dst] > 0).all())
+        # frequency follows the degree: the top-degree decile is drawn far more than the bottom one
+        order = out_deg.argsort()
+        counts = torch.bincount(src, minlength=400)
+        assert counts[order[-40:]].sum() > 2 * counts[order[:40]].sum()
+    finally:
+        dm.teardown("fit")
