@@ -70,7 +70,7 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         dataset: LinkDataset,
         num_neighbors: Sequence[int] = (10, 10),
         batch_size: int = 512,
-        neg_sampling: Union[None, Literal["binary", "triplet"], dict[str, Any]] = "binary",
+        neg_sampling: Union[None, str, dict[str, Any]] = "binary",
         neg_sampling_ratio: float = 1.0,
         eval_num_neighbors: Optional[Sequence[int]] = None,
         eval_batch_size: Optional[int] = None,
