@@ -304,7 +304,9 @@ def negative_nodes(
 
 @torch.library.register_fake("zerocopy::negative_nodes")
 def _negative_nodes_fake(positions, num_nodes, seed, endpoint, cum_weight=None):
-    torch._check_type(positions.dtype == torch.int64, lambda: f"negative_nodes: `positions` must be int64, got {positions.dtype}")
+    torch._check_type(
+        positions.dtype == torch.int64, lambda: f"negative_nodes: `positions` must be int64, got {positions.dtype}"
+    )
     torch._check_value(positions.dim() == 1, lambda: "negative_nodes: `positions` must be 1-D")
     torch._check_value(num_nodes >= 1, lambda: f"negative_nodes: `num_nodes` must be >= 1, got {num_nodes}")
     torch._check_value(endpoint in (0, 1), lambda: f"negative_nodes: `endpoint` must be 0 or 1, got {endpoint}")

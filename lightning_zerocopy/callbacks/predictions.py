@@ -93,13 +93,16 @@ def edge_predictions(prediction: Any, batch: Any) -> dict[str, torch.Tensor]:
     if isinstance(prediction, dict):
         key = "scores" if "scores" in prediction else "logits"
         if key not in prediction:
-            raise TypeError(f"predict_step returned a dict with keys {sorted(prediction)}; link predictions need 'scores'")
+            raise TypeError(
+                f"predict_step returned a dict with keys {sorted(prediction)}; link predictions need 'scores'"
+            )
         scores = prediction[key]
     edges = batch.n_id[batch.edge_label_index]
     if not isinstance(scores, torch.Tensor) or scores.dim() not in (1, 2) or scores.shape[0] != edges.shape[1]:
         raise TypeError(
-            f"predict_step must return one score per edge of batch.edge_label_index ({edges.shape[1]} rows; a tensor or "
-            f"a dict with 'scores'), got {tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__}"
+            f"predict_step must return one score per edge of batch.edge_label_index ({edges.shape[1]} rows; a tensor "
+            f"or a dict with 'scores'), got "
+            f"{tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__}"
         )
     columns = {"src": edges[0], "dst": edges[1], "score": scores}
     for name, field in (("label", "edge_label"), ("query", "edge_label_query")):
@@ -150,7 +153,8 @@ class PredictionWriter(BasePredictionWriter):
     ) -> None:
         if getattr(batch, "edge_label_index", None) is not None:
             columns = edge_predictions(prediction, batch)
-            self._edges.append({k: v.detach().to("cpu", torch.float32 if k == "score" else None) for k, v in columns.items()})
+            self._edges.append({k: v.detach().to("cpu", torch.float32 if k == "score" else v.dtype)
+                                for k, v in columns.items()})  # fmt: skip
             return
         n_id, logits = seed_predictions(prediction, batch)
         self._ids.append(n_id.detach().to("cpu", torch.int64))

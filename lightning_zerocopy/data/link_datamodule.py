@@ -116,7 +116,9 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
     @property
     def num_classes(self) -> int:
         """Link prediction has no node classes."""
-        raise AttributeError("ZeroCopyLinkDataModule has no num_classes: link batches carry edge labels, not node classes")
+        raise AttributeError(
+            "ZeroCopyLinkDataModule has no num_classes: link batches carry edge labels, not node classes"
+        )
 
     @property
     def link_splits(self) -> Mapping[str, LinkSplit]:
@@ -124,7 +126,9 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         self._require_setup()
         return self._link_splits
 
-    def plan(self, split: Split, rank: Optional[int] = None, world_size: Optional[int] = None) -> LinkBatchPlan:  # type: ignore[override]
+    def plan(  # type: ignore[override]
+        self, split: Split, rank: Optional[int] = None, world_size: Optional[int] = None
+    ) -> LinkBatchPlan:
         """The link batch plan of ``split`` for ``rank`` of ``world_size`` (default: this process's rank).
 
         ``train`` draws its negatives per batch; ``val``/``test`` score the split's fixed negatives (random ones from

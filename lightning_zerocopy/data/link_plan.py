@@ -118,7 +118,9 @@ class LinkBatchPlan:
                     "dst_pos_index and dst_neg_index); set neg_sampling to 'binary' or drop the labels"
                 )
             if edge_label.shape[0] != self.num_edges:
-                raise ValueError(f"{what} edge_label has {edge_label.shape[0]} rows for {self.num_edges} positive edges")
+                raise ValueError(
+                    f"{what} edge_label has {edge_label.shape[0]} rows for {self.num_edges} positive edges"
+                )
         self.pos_edge_index = pos_edge_index.to(torch.int64).contiguous()
         self.num_nodes = int(num_nodes)
         self.negatives = None if neg_edge_index is not None else negatives

@@ -77,7 +77,9 @@ def parse_neg_sampling(
     if isinstance(neg_sampling_ratio, bool) or not isinstance(neg_sampling_ratio, (int, float)):
         raise TypeError(f"{key}neg_sampling_ratio must be a number >= 0, got {neg_sampling_ratio!r}")
     if not math.isfinite(neg_sampling_ratio) or neg_sampling_ratio < 0:
-        raise ValueError(f"{key}neg_sampling_ratio must be a finite number >= 0 (negatives per positive), got {neg_sampling_ratio}")
+        raise ValueError(
+            f"{key}neg_sampling_ratio must be a finite number >= 0 (negatives per positive), got {neg_sampling_ratio}"
+        )
     if neg_sampling is None:
         return None
     if isinstance(neg_sampling, NegativeSampling):
@@ -91,25 +93,36 @@ def parse_neg_sampling(
         fields = dict(neg_sampling)
         unknown = sorted(set(fields) - {"mode", "amount", "src_weight", "dst_weight"})
         if unknown:
-            raise ValueError(f"{key}neg_sampling has unknown key(s) {unknown}; it takes mode, amount, src_weight, dst_weight")
+            raise ValueError(
+                f"{key}neg_sampling has unknown key(s) {unknown}; it takes mode, amount, src_weight, dst_weight"
+            )
         if "mode" not in fields:
             raise ValueError(f"{key}neg_sampling needs a 'mode' ({' or '.join(map(repr, NEG_SAMPLING_MODES))})")
     else:
-        raise TypeError(f"{key}neg_sampling must be None, 'binary', 'triplet' or a dict with a mode, got {type(neg_sampling).__name__}")
+        raise TypeError(
+            f"{key}neg_sampling must be None, 'binary', 'triplet' or a dict with a mode, "
+            f"got {type(neg_sampling).__name__}"
+        )
     mode = fields["mode"]
     if mode not in NEG_SAMPLING_MODES:
-        raise ValueError(f"{key}neg_sampling mode must be one of {NEG_SAMPLING_MODES} (or None for no negatives), got {mode!r}")
+        raise ValueError(
+            f"{key}neg_sampling mode must be one of {NEG_SAMPLING_MODES} (or None for no negatives), got {mode!r}"
+        )
     amount = fields.get("amount")
     if amount is None:
         amount = neg_sampling_ratio if mode == "binary" else 1
     if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount < 0:
         raise ValueError(f"{key}neg_sampling amount must be a finite number >= 0, got {amount!r}")
     if mode == "triplet" and (amount < 1 or int(amount) != amount):
-        raise ValueError(f"{key}neg_sampling amount must be an integer >= 1 in triplet mode (negatives per positive), got {amount}")
+        raise ValueError(
+            f"{key}neg_sampling amount must be an integer >= 1 in triplet mode (negatives per positive), got {amount}"
+        )
     for name in ("src_weight", "dst_weight"):
         _check_weight(fields.get(name), f"{key}neg_sampling.{name}")
     if mode == "triplet" and fields.get("src_weight") is not None:
-        raise ValueError(f"{key}neg_sampling.src_weight: triplet negatives keep the positive's source; set only dst_weight")
+        raise ValueError(
+            f"{key}neg_sampling.src_weight: triplet negatives keep the positive's source; set only dst_weight"
+        )
     return NegativeSampling(
         mode=mode, amount=float(amount) if mode == "binary" else int(amount),
         src_weight=fields.get("src_weight"), dst_weight=fields.get("dst_weight"),
@@ -121,9 +134,10 @@ def _check_weight(weight: Weight, name: str) -> None:
         return
     if isinstance(weight, str):
         raise ValueError(f"{name} must be None, 'degree' or a [num_nodes] tensor, got {weight!r}")
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or not weight.dtype.is_floating_point and weight.dtype not in (
-        torch.int32, torch.int64
-    ):
+    numeric = isinstance(weight, torch.Tensor) and (
+        weight.dtype.is_floating_point or weight.dtype in (torch.int32, torch.int64)
+    )
+    if not numeric or weight.dim() != 1:  # type: ignore[union-attr]
         raise TypeError(f"{name} must be None, 'degree' or a 1-D [num_nodes] tensor of weights, got {weight!r}")
 
 

@@ -86,3 +86,19 @@ def test_ddp_ranks_write_shares_that_rank_zero_merges(tmp_path: Path) -> None:
 def test_filename_must_be_npz() -> None:
     with pytest.raises(ValueError, match=".npz"):
         PredictionWriter(filename="predictions.csv")
+
+
+def test_edge_predictions_map_the_label_edges_to_global_ids() -> None:
+    from torch_geometric.data import Data
+
+    from lightning_zerocopy.callbacks.predictions import edge_predictions
+
+    batch = Data(n_id=torch.tensor([10, 20, 30]), edge_label_index=torch.tensor([[0, 2], [1, 0]]),
+                 edge_label=torch.tensor([1.0, 0.0]), edge_label_query=torch.tensor([4, 4]))  # fmt: skip
+    cols = edge_predictions({"scores": torch.tensor([0.9, 0.1])}, batch)
+    assert cols["src"].tolist() == [10, 30] and cols["dst"].tolist() == [20, 10]
+    assert cols["label"].tolist() == [1.0, 0.0] and cols["query"].tolist() == [4, 4]
+    with pytest.raises(TypeError, match="one score per edge of batch.edge_label_index \\(2 rows"):
+        edge_predictions(torch.zeros(3), batch)
+    with pytest.raises(TypeError, match="link predictions need 'scores'"):
+        edge_predictions({"probs": torch.zeros(2)}, batch)
