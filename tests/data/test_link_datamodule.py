@@ -157,3 +157,39 @@ def test_degree_weighted_negatives_never_draw_a_node_without_edges() -> None:
         assert counts[order[-40:]].sum() > 2 * counts[order[:40]].sum()
     finally:
         dm.teardown("fit")
+
+
+def test_a_restored_loader_state_resumes_the_epoch_with_the_same_link_batches() -> None:
+    dm = _datamodule(seed=5)
+    dm.setup("fit")
+    try:
+        loader = dm.train_dataloader()
+        loader.set_epoch(1)
+        it = iter(loader)
+        for _ in range(2):
+            next(it)
+        state = loader.state_dict()
+        rest = list(it)
+        resumed = dm.train_dataloader()
+        resumed.load_state_dict(state)
+        again = list(resumed)
+        assert len(again) == len(rest) > 0
+        for a, b in zip(again, rest):
+            for key in ("input_id", "n_id", "edge_label_index", "edge_label", "edge_index"):
+                assert torch.equal(a[key], b[key]), key
+    finally:
+        dm.teardown("fit")
+
+
+def test_without_negative_sampling_batches_hold_the_positives_only() -> None:
+    dm = _datamodule(neg_sampling=None, dataset=TinyLinkGraph(with_labels=True))
+    dm.setup("fit")
+    try:
+        batch = next(iter(dm.train_dataloader()))
+        assert batch.edge_label_index.shape == (2, batch.batch_size)
+        labels = dm.link_splits["train"].edge_label
+        assert torch.equal(batch.edge_label, labels[batch.input_id])  # not shifted: there are no negatives
+        val = next(iter(dm.val_dataloader()))  # the split's fixed negatives still come with val
+        assert val.edge_label_index.shape[1] == 4 * val.batch_size
+    finally:
+        dm.teardown("fit")
