@@ -23,7 +23,8 @@ at::Tensor negative_nodes_cpu(const at::Tensor& positions, int64_t num_nodes, in
   const double* cum = cum_weight.has_value() ? cum_weight->const_data_ptr<double>() : nullptr;
   auto* dst = out.data_ptr<int64_t>();
   const auto key = static_cast<uint64_t>(seed);
-  at::parallel_for(0, n, 4096, [&](int64_t begin, int64_t end) {
+  // A draw costs a few nanoseconds: only large requests are worth waking the thread pool for.
+  at::parallel_for(0, n, 1 << 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       dst[i] = draw_negative(key, static_cast<uint64_t>(endpoint), static_cast<uint64_t>(pos[i]), num_nodes, cum);
     }
