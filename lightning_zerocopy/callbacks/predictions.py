@@ -14,7 +14,8 @@ the node ids are taken from ``batch.n_id``) or a dict with ``"logits"`` and opti
 
 Link batches (those with ``edge_label_index``: :class:`~lightning_zerocopy.ZeroCopyLinkDataModule`) give one row per
 scored edge: ``src``, ``dst`` (global ids), ``score`` (what ``predict_step`` returned for ``edge_label_index``: a
-``[E]`` or ``[E, C]`` tensor, or a dict with ``"scores"``), and where the batch has them ``label`` (``edge_label``) and
+``[E]`` or ``[E, C]`` tensor, or a dict with ``"score"``, ``"scores"`` or ``"logits"``), and where the batch has
+them ``label`` (``edge_label``) and
 ``query`` (``edge_label_query``). Rows are sorted by ``(src, dst)``, each scored pair once.
 
 Under DDP every rank writes its share to ``predictions.rank<R>.npz``; after a barrier, global rank 0 merges the
@@ -82,8 +83,8 @@ def edge_predictions(prediction: Any, batch: Any) -> dict[str, torch.Tensor]:
     ``label`` and ``query``.
 
     Args:
-        prediction: scores of ``batch.edge_label_index`` (a ``[E]`` / ``[E, C]`` tensor) or a dict with ``"scores"``
-            (or ``"logits"``).
+        prediction: scores of ``batch.edge_label_index`` (a ``[E]`` / ``[E, C]`` tensor) or a dict with ``"score"``,
+            ``"scores"`` or ``"logits"`` (the first present, in that order).
         batch: the link batch ``predict_step`` received.
 
     Raises:
@@ -91,10 +92,11 @@ def edge_predictions(prediction: Any, batch: Any) -> dict[str, torch.Tensor]:
     """
     scores = prediction
     if isinstance(prediction, dict):
-        key = "scores" if "scores" in prediction else "logits"
-        if key not in prediction:
+        key = next((k for k in ("score", "scores", "logits") if k in prediction), None)
+        if key is None:
             raise TypeError(
-                f"predict_step returned a dict with keys {sorted(prediction)}; link predictions need 'scores'"
+                f"predict_step returned a dict with keys {sorted(prediction)}; link predictions need 'score' (or "
+                "'scores' / 'logits')"
             )
         scores = prediction[key]
     edges = batch.n_id[batch.edge_label_index]

@@ -100,5 +100,8 @@ def test_edge_predictions_map_the_label_edges_to_global_ids() -> None:
     assert cols["label"].tolist() == [1.0, 0.0] and cols["query"].tolist() == [4, 4]
     with pytest.raises(TypeError, match="one score per edge of batch.edge_label_index \\(2 rows"):
         edge_predictions(torch.zeros(3), batch)
-    with pytest.raises(TypeError, match="link predictions need 'scores'"):
+    with pytest.raises(TypeError, match="link predictions need 'score'"):
         edge_predictions({"probs": torch.zeros(2)}, batch)
+    # a LinkPredictor-style dict: the probability "score" wins over the raw "logits"
+    both = edge_predictions({"score": torch.tensor([0.7, 0.2]), "logits": torch.tensor([3.0, -2.0])}, batch)
+    assert both["score"].tolist() == pytest.approx([0.7, 0.2])
