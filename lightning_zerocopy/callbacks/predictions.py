@@ -15,8 +15,8 @@ the node ids are taken from ``batch.n_id``) or a dict with ``"logits"`` and opti
 Link batches (those with ``edge_label_index``: :class:`~lightning_zerocopy.ZeroCopyLinkDataModule`) give one row per
 scored edge: ``src``, ``dst`` (global ids), ``score`` (what ``predict_step`` returned for ``edge_label_index``: a
 ``[E]`` or ``[E, C]`` tensor, or a dict with ``"score"``, ``"scores"`` or ``"logits"``), and where the batch has
-them ``label`` (``edge_label``) and
-``query`` (``edge_label_query``). Rows are sorted by ``(src, dst)``, each scored pair once.
+them ``label`` (``edge_label``) and ``query`` (``edge_label_query``). Rows are sorted by ``(src, dst)``, each
+``(src, dst, query)`` once (DDP padding repeats none).
 
 Under DDP every rank writes its share to ``predictions.rank<R>.npz``; after a barrier, global rank 0 merges the
 shares it can read (same file system) into ``predictions.npz`` and deletes them. Rows are sorted by node id and
