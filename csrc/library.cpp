@@ -40,4 +40,10 @@ TORCH_LIBRARY(zerocopy, m) {
   m.def(
       "gather_segmented_into(Tensor table, Tensor ids, Tensor(a!) out, Tensor location, int slot_bits,"
       " Tensor[] segments, Tensor(b!)? counts=None, bool sort_ids=False) -> ()");
+
+  // Node ids for negative edges: out[i] is drawn from the counter-based stream keyed by (seed, endpoint,
+  // positions[i]) (csrc/ops/negative_draw.h), so it is the same on every device and in any order. Uniform over
+  // [0, num_nodes) when cum_weight is None, else by inverse CDF over cum_weight (float64 inclusive prefix sums
+  // of per-node weights, one per node, on the device of `positions`). endpoint: 0 = source, 1 = destination.
+  m.def("negative_nodes(Tensor positions, int num_nodes, int seed, int endpoint, Tensor? cum_weight=None) -> Tensor");
 }

@@ -278,3 +278,40 @@ def _gather_segmented_into_fake(table, ids, out, location, slot_bits, segments, 
             lambda: f"{op}: `counts` must have len(segments) + 1 entries",
         )
     return None
+
+
+def negative_nodes(
+    positions: torch.Tensor, num_nodes: int, seed: int, endpoint: int, cum_weight: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """Node ids for negative edges, ``out[i]`` drawn from the counter-based stream keyed by
+    ``(seed, endpoint, positions[i])``: the same ids on the CPU and on a GPU, whatever the order of the draws.
+
+    Args:
+        positions: int64 1-D stream counters (e.g. the position of each negative in its batch); the device of the
+            draw.
+        num_nodes: ids are drawn from ``[0, num_nodes)`` (``>= 1``).
+        seed: the batch's 63-bit seed (e.g. a plan item's ``batch_seed``).
+        endpoint: ``0`` for source nodes, ``1`` for destination nodes (separate streams).
+        cum_weight: ``None`` for uniform draws, or float64 ``[num_nodes]`` inclusive prefix sums of non-negative
+            per-node weights (positive total) on the device of ``positions``: node ``v`` is drawn with
+            probability ``weight[v] / total``.
+
+    Returns:
+        int64 ids, the shape and device of ``positions``.
+    """
+    return _ops.negative_nodes(positions, num_nodes, seed, endpoint, cum_weight)
+
+
+@torch.library.register_fake("zerocopy::negative_nodes")
+def _negative_nodes_fake(positions, num_nodes, seed, endpoint, cum_weight=None):
+    torch._check_type(
+        positions.dtype == torch.int64, lambda: f"negative_nodes: `positions` must be int64, got {positions.dtype}"
+    )
+    torch._check_value(positions.dim() == 1, lambda: "negative_nodes: `positions` must be 1-D")
+    torch._check_value(num_nodes >= 1, lambda: f"negative_nodes: `num_nodes` must be >= 1, got {num_nodes}")
+    torch._check_value(endpoint in (0, 1), lambda: f"negative_nodes: `endpoint` must be 0 or 1, got {endpoint}")
+    if cum_weight is not None:
+        torch._check_type(cum_weight.dtype == torch.float64, lambda: "negative_nodes: `cum_weight` must be float64")
+        torch._check_value(cum_weight.dim() == 1 and cum_weight.shape[0] == num_nodes,
+                           lambda: "negative_nodes: `cum_weight` must have one entry per node")  # fmt: skip
+    return torch.empty_like(positions)

@@ -1,4 +1,5 @@
-"""Writes ``predict`` outputs to disk: one ``.npz`` file of node ids, logits, predicted class and probability.
+"""Writes ``predict`` outputs to disk: one ``.npz`` file of node ids, logits, predicted class and probability, or,
+for link batches, of the scored edges.
 
 The ``lightning-zerocopy predict`` command adds :class:`PredictionWriter` unless the recipe lists a
 ``BasePredictionWriter`` of its own. The file is a plain NumPy archive, readable without this package::
@@ -13,6 +14,12 @@ the node ids are taken from ``batch.n_id``) or a dict with ``"logits"`` and opti
 
 On a GPU each batch's rows are copied to pinned host memory without waiting (``non_blocking``), so ``predict`` steps
 queue ahead of the GPU; a copy is moved to ordinary memory once it has landed, and the epoch's end waits for the last.
+
+Link batches (those with ``edge_label_index``: :class:`~lightning_zerocopy.ZeroCopyLinkDataModule`) give one row per
+scored edge: ``src``, ``dst`` (global ids), ``score`` (what ``predict_step`` returned for ``edge_label_index``: a
+``[E]`` or ``[E, C]`` tensor, or a dict with ``"score"``, ``"scores"`` or ``"logits"``), and where the batch has
+them ``label`` (``edge_label``) and ``query`` (``edge_label_query``). Rows are sorted by ``(src, dst)``, each
+``(src, dst, query)`` once (DDP padding repeats none).
 
 Under DDP every rank writes its share to ``predictions.rank<R>.npz``; after a barrier, global rank 0 merges the
 shares it can read (same file system) into ``predictions.npz`` and deletes them. Rows are sorted by node id and
@@ -33,7 +40,7 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from pytorch_lightning.utilities import rank_zero_info
 
-__all__ = ["PredictionWriter", "seed_predictions"]
+__all__ = ["PredictionWriter", "edge_predictions", "seed_predictions"]
 
 
 def seed_predictions(prediction: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,6 +82,42 @@ def seed_predictions(prediction: Any, batch: Any) -> tuple[torch.Tensor, torch.T
     return n_id.reshape(-1), logits[:rows]
 
 
+def edge_predictions(prediction: Any, batch: Any) -> dict[str, torch.Tensor]:
+    """The scored edges of a link batch: ``src``, ``dst`` (global ids), ``score`` and, where the batch has them,
+    ``label`` and ``query``.
+
+    Args:
+        prediction: scores of ``batch.edge_label_index`` (a ``[E]`` / ``[E, C]`` tensor) or a dict with ``"score"``,
+            ``"scores"`` or ``"logits"`` (the first present, in that order).
+        batch: the link batch ``predict_step`` received.
+
+    Raises:
+        TypeError: ``prediction`` is neither, or has another number of rows than the batch has label edges.
+    """
+    scores = prediction
+    if isinstance(prediction, dict):
+        key = next((k for k in ("score", "scores", "logits") if k in prediction), None)
+        if key is None:
+            raise TypeError(
+                f"predict_step returned a dict with keys {sorted(prediction)}; link predictions need 'score' (or "
+                "'scores' / 'logits')"
+            )
+        scores = prediction[key]
+    edges = batch.n_id[batch.edge_label_index]
+    if not isinstance(scores, torch.Tensor) or scores.dim() not in (1, 2) or scores.shape[0] != edges.shape[1]:
+        raise TypeError(
+            f"predict_step must return one score per edge of batch.edge_label_index ({edges.shape[1]} rows; a tensor "
+            f"or a dict with 'scores'), got "
+            f"{tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__}"
+        )
+    columns = {"src": edges[0], "dst": edges[1], "score": scores}
+    for name, field in (("label", "edge_label"), ("query", "edge_label_query")):
+        value = getattr(batch, field, None)
+        if isinstance(value, torch.Tensor):
+            columns[name] = value
+    return columns
+
+
 class PredictionWriter(BasePredictionWriter):
     """Collects the seed nodes' logits of every predict batch and writes them to one ``.npz`` file at the end.
 
@@ -94,6 +137,7 @@ class PredictionWriter(BasePredictionWriter):
         self._ids: list[torch.Tensor] = []
         self._logits: list[torch.Tensor] = []
         self._landing: deque[tuple[torch.Tensor, torch.Tensor, Any]] = deque()  # GPU copies not yet waited for
+        self._edges: list[dict[str, torch.Tensor]] = []  # link batches: one dict of columns per batch
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # the prediction loop looks for a torch batch sampler to report batch indices, which this writer does not use
@@ -102,7 +146,7 @@ class PredictionWriter(BasePredictionWriter):
         )
 
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._ids, self._logits, self._landing = [], [], deque()
+        self._ids, self._logits, self._landing, self._edges = [], [], deque(), []
 
     def write_on_batch_end(
         self,
@@ -114,6 +158,11 @@ class PredictionWriter(BasePredictionWriter):
         batch_idx: int,
         dataloader_idx: int,
     ) -> None:
+        if getattr(batch, "edge_label_index", None) is not None:
+            columns = edge_predictions(prediction, batch)
+            self._edges.append({k: v.detach().to("cpu", torch.float32 if k == "score" else v.dtype)
+                                for k, v in columns.items()})  # fmt: skip
+            return
         n_id, logits = seed_predictions(prediction, batch)
         if not (n_id.is_cuda or logits.is_cuda):
             self._ids.append(n_id.detach().to("cpu", torch.int64))
@@ -139,20 +188,24 @@ class PredictionWriter(BasePredictionWriter):
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._land(wait=True)
         folder = Path(self.output_dir or trainer.log_dir or trainer.default_root_dir)
-        ids = torch.cat(self._ids) if self._ids else torch.empty(0, dtype=torch.int64)
-        logits = torch.cat(self._logits) if self._logits else torch.empty(0, 0)
-        self._ids, self._logits = [], []
+        if self._edges:
+            columns = {k: torch.cat([b[k] for b in self._edges]).numpy() for k in self._edges[0]}
+        else:
+            ids = torch.cat(self._ids) if self._ids else torch.empty(0, dtype=torch.int64)
+            logits = torch.cat(self._logits) if self._logits else torch.empty(0, 0)
+            columns = {"node_id": ids.numpy(), "logits": logits.numpy()}
+        self._ids, self._logits, self._edges = [], [], []
         world = trainer.world_size
         if world == 1:
-            self.path = _save(folder / self.filename, [ids.numpy()], [logits.numpy()])
-            print(f"predictions: {ids.numel()} nodes written to {self.path}", flush=True)
+            self.path, what = _save_columns(folder / self.filename, [columns])
+            print(f"predictions: {what} written to {self.path}", flush=True)
             return
         # a rank's log_dir may differ (loggers resolve it on rank 0): everyone writes where rank 0 does
         folder = Path(trainer.strategy.broadcast(str(folder), src=0))
         stem = self.filename[: -len(".npz")]
         part = folder / f"{stem}.rank{trainer.global_rank}.npz"
         folder.mkdir(parents=True, exist_ok=True)
-        np.savez(_tmp(part), node_id=ids.numpy(), logits=logits.numpy())
+        np.savez(_tmp(part), **columns)
         os.replace(_tmp(part), part)
         trainer.strategy.barrier("lightning_zerocopy.predictions")
         if trainer.global_rank != 0:
@@ -161,11 +214,26 @@ class PredictionWriter(BasePredictionWriter):
         if not all(p.exists() for p in parts):  # ranks on other machines without a shared file system
             rank_zero_info(f"predictions: each rank wrote its share to {folder}/{stem}.rank<R>.npz on its machine")
             return
-        loaded = [np.load(p) for p in parts]
-        self.path = _save(folder / self.filename, [f["node_id"] for f in loaded], [f["logits"] for f in loaded])
+        loaded = [dict(np.load(p)) for p in parts]
+        self.path, what = _save_columns(folder / self.filename, loaded)
         for p in parts:
             p.unlink()
-        print(f"predictions: nodes of {world} ranks written to {self.path}", flush=True)
+        print(f"predictions: {what} of {world} ranks written to {self.path}", flush=True)
+
+
+def _save_columns(path: Path, shares: list[dict[str, np.ndarray]]) -> tuple[Path, str]:
+    """Merge the ranks' shares of node rows (``node_id``/``logits``) or edge rows (``src``/``dst``/``score``...)."""
+    if "node_id" in shares[0]:
+        saved = _save(path, [s["node_id"] for s in shares], [s["logits"] for s in shares])
+        return saved, f"{len(shares[0]['node_id'])} nodes" if len(shares) == 1 else "nodes"
+    columns = {k: np.concatenate([s[k] for s in shares]) for k in shares[0]}
+    key = np.stack([columns["src"], columns["dst"]] + ([columns["query"]] if "query" in columns else []), axis=1)
+    _, first = np.unique(key, axis=0, return_index=True)  # sorted by (src, dst[, query]); padding repeats dropped
+    columns = {k: v[first] for k, v in columns.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(_tmp(path), **columns)
+    os.replace(_tmp(path), path)
+    return path, f"{len(first)} scored edges"
 
 
 def _to_pinned(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

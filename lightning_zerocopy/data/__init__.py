@@ -27,6 +27,10 @@ _LAZY = {
     "LoaderFactory": "lightning_zerocopy.data.hooks",
     "PlanLoader": "lightning_zerocopy.data.loader",
     "ZeroCopyDataModule": "lightning_zerocopy.data.datamodule",
+    "ZeroCopyLinkDataModule": "lightning_zerocopy.data.link_datamodule",
+    "LinkBatchPlan": "lightning_zerocopy.data.link_plan",
+    "LinkPlanItem": "lightning_zerocopy.data.link_plan",
+    "NegativeSampling": "lightning_zerocopy.data.negatives",
     "share_node_data": "lightning_zerocopy.data.host",
 }
 

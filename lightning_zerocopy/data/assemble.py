@@ -46,7 +46,7 @@ class GpuSide:
     sampler: Optional[NeighborSampler]  # None: the CPU sampler, ids copied over
     features: Optional[FeatureGather]  # None: CPU gather of GPU-sampled ids
     edge_attr: Optional[FeatureGather]
-    labels: torch.Tensor
+    labels: Optional[torch.Tensor]  # None: no node labels (link prediction)
     order: Optional[torch.Tensor]
 
 
@@ -56,8 +56,10 @@ def assemble_on_host(host: HostData, sampled: SampledItem, out: Mapping[str, tor
     sample = sampled.sample
     n_id = sample.n_id  # internal ids: rows of the host feature table and labels
     x = host.features.gather(n_id, out=_rows(out, "x", n_id.numel(), cpu))
-    y_out = _rows(out, "y", n_id.numel(), cpu)
-    y = torch.index_select(host.labels, 0, n_id, out=y_out) if y_out is not None else host.labels[n_id]
+    y = None
+    if host.labels is not None:
+        y_out = _rows(out, "y", n_id.numel(), cpu)
+        y = torch.index_select(host.labels, 0, n_id, out=y_out) if y_out is not None else host.labels[n_id]
     if host.order is not None:
         n_id = torch.index_select(host.order, 0, n_id)
     data = _data(x, sample.edge_index, y, n_id, sample.e_id, sampled.input_id, sample)
@@ -83,9 +85,11 @@ def assemble_on_gpu(host: HostData, state: GpuSide, sampled: SampledItem, out: M
             x = state.features.gather(n_id, out=x_out)
         else:  # CPU gather of GPU-sampled ids: the ids come back, the rows go over pinned
             x = host_gather_to(host.features.data, n_id, x_out, device)
-        y_out = _rows(out, "y", rows, device)
-        y_small = torch.index_select(state.labels, 0, n_id)
-        y = y_out.copy_(y_small) if y_out is not None else y_small.to(torch.int64)
+        y = None
+        if state.labels is not None:
+            y_out = _rows(out, "y", rows, device)
+            y_small = torch.index_select(state.labels, 0, n_id)
+            y = y_out.copy_(y_small) if y_out is not None else y_small.to(torch.int64)
         if state.order is not None:  # internal -> original ids, on the GPU
             n_id = torch.index_select(state.order, 0, n_id).to(torch.int64)
         data = _data(x, edge_index, y, n_id, e_id, sampled.input_id, sample)
@@ -135,10 +139,11 @@ def host_gather_to(
 
 
 def _data(x, edge_index, y, n_id, e_id, input_id, sample) -> Data:
+    labels = {} if y is None else {"y": y}  # a batch without node labels has no `y` (as PyG's link loader)
     return Data(
         x=x,
         edge_index=edge_index,
-        y=y,
+        **labels,
         n_id=n_id,
         e_id=e_id,
         input_id=input_id,

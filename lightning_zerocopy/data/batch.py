@@ -405,8 +405,9 @@ class BatchBuilder:
         assert self._host is not None
         if self.on_gpu:
             assert self._gpu is not None
-            return assemble_on_gpu(self._host, self._gpu, sampled, out or {})
-        return assemble_on_host(self._host, sampled, out or {})
+            with torch.cuda.device(self._gpu.device):
+                return sampled.item.complete(assemble_on_gpu(self._host, self._gpu, sampled, out or {}))
+        return sampled.item.complete(assemble_on_host(self._host, sampled, out or {}))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

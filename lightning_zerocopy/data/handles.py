@@ -44,8 +44,9 @@ class HostGraphHandles:
     Attributes:
         graph: the CSC graph.
         features: the node feature table.
-        labels: int64 labels of every node.
-        splits: int64 node ids of each split (``"train"``, ``"val"``, ``"test"``), always original ids.
+        labels: int64 labels of every node, or ``None`` for a task without node labels (link prediction).
+        splits: the split tensors, by name: int64 node ids of each node split (``"train"``, ``"val"``, ``"test"``)
+            or the supervision edges of each link split (``"train.pos_edge_index"``...), always original ids.
         edge_attr: edge features in the dataset's edge order, if the dataset has them.
         node_order: the renumbering ``graph``, ``features`` and ``labels`` are stored in, or ``None`` when
             they use the dataset's ids. Splits, ``edge_attr`` and the graph's edge ids (``edge_perm``) are
@@ -54,7 +55,7 @@ class HostGraphHandles:
 
     graph: CSCGraphHandle
     features: FeatureTableHandle
-    labels: TensorHandle
+    labels: Optional[TensorHandle]
     splits: Mapping[str, TensorHandle]
     edge_attr: Optional[TensorHandle] = None
     node_order: Optional[NodeOrderHandles] = None

@@ -26,7 +26,7 @@ import os
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from lightning_zerocopy import ops
 from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
 from lightning_zerocopy.datasets.base import ArrayCache, NodeData
+from lightning_zerocopy.datasets.links import LinkData
 from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph
 from lightning_zerocopy.graph.reorder import NodeOrder, bfs_order, degree_order
@@ -67,17 +68,22 @@ _NUMPY_STORAGE = {torch.bfloat16: torch.int16}  # numpy has no bfloat16: stored 
 
 
 def share_node_data(
-    data: NodeData,
+    data: "NodeData | LinkData",
     feature_storage: FeatureStorage = "shared_memory",
     *,
     node_order: NodeOrderKind = "none",
     cache_dir: Optional[os.PathLike] = None,
     order: Optional[NodeOrder] = None,
+    splits: Optional[Mapping[str, torch.Tensor]] = None,
 ) -> HostGraphHandles:
     """Build the CSC graph of ``data`` and copy graph, labels, splits (and features) into shared memory.
 
+    One host copy for every task: a :class:`~lightning_zerocopy.datasets.base.NodeData` shares its labels and node
+    splits; a :class:`~lightning_zerocopy.datasets.links.LinkData` (no node labels) shares the ``splits`` its caller
+    flattened into tensors (:func:`~lightning_zerocopy.data.link_host.link_split_tensors`).
+
     Args:
-        data: the dataset's arrays.
+        data: the dataset's arrays (``y`` is shared when ``data`` has it).
         feature_storage: ``"shared_memory"`` copies the features into a shared segment (RAM, can be pinned
             for the GPU); ``"mmap"`` maps the dataset's ``.npy`` feature file instead (features larger than RAM,
             shared through the page cache).
@@ -89,6 +95,7 @@ def share_node_data(
             features must be a file to be mapped).
         order: the ``node_order`` of ``data`` computed before (:func:`shared_node_order` of earlier handles), to
             relabel in memory without computing it again; ignored with ``cache_dir``.
+        splits: the split tensors to share, by name (never renumbered); default: the node splits of ``data``.
 
     Returns:
         The handles. The caller owns the segments and must call ``handles.unlink()`` once every local
@@ -128,7 +135,7 @@ def share_node_data(
             else:
                 features = HostFeatureTable.share(data.x.contiguous(), name="features").handle()
                 undo.callback(features.unlink)
-            labels = share(data.y.to(torch.int64), "labels")
+            labels = None if _labels(data) is None else share(_labels(data).to(torch.int64), "labels")
         elif cache_dir is not None:
             cache = build_node_order_cache(data, node_order, cache_dir)
             _check_cache_matches(cache, data)
@@ -142,7 +149,7 @@ def share_node_data(
             else:
                 features = HostFeatureTable.share(x_handle.open(), name="features").handle()
                 undo.callback(features.unlink)
-            labels = share(cache.tensor("y"), "labels")
+            labels = share(cache.tensor("y"), "labels") if cache.has("y") else None
             order_handles = NodeOrderHandles(
                 node_order, share(cache.tensor("order"), "node_order"), share(cache.tensor("rank"), "node_rank")
             )
@@ -160,15 +167,18 @@ def share_node_data(
                 undo.callback(x_handle.unlink)
                 features = HostFeatureTable(shared_x, handle=FeatureTableHandle(x_handle)).handle()  # checks x
                 _relabel_rows_into(data.x, order.order, shared_x, steps.bar)
-                labels = share(order.relabel_rows(data.y.to(torch.int64)), "labels")
+                y = _labels(data)
+                labels = None if y is None else share(order.relabel_rows(y.to(torch.int64)), "labels")
                 order_handles = NodeOrderHandles(
                     node_order, share(order.order, "node_order"), share(order.rank, "node_rank")
                 )
 
-        splits = {name: share(data.split(name), f"{name}_idx") for name in ("train", "val", "test")}
+        if splits is None:
+            splits = {name: data.split(name) for name in ("train", "val", "test")}  # type: ignore[union-attr]
+        shared_splits = {name: share(tensor, f"{name.replace('.', '_')}_idx") for name, tensor in splits.items()}
         edge_attr = share(data.edge_attr, "edge_attr") if data.edge_attr is not None else None
         handles = HostGraphHandles(
-            graph=graph.handle(), features=features, labels=labels, splits=splits, edge_attr=edge_attr,
+            graph=graph.handle(), features=features, labels=labels, splits=shared_splits, edge_attr=edge_attr,
             node_order=order_handles,
         )  # fmt: skip
         undo.pop_all()  # success: the caller owns the segments now
@@ -226,12 +236,12 @@ def node_order_cache_dir(dataset: Any, node_order: NodeOrderKind) -> Optional[Pa
     return cache.path.parent / f"{cache.path.name}-order-{node_order}-v{_CACHE_VERSION}"
 
 
-def build_node_order_cache(data: NodeData, node_order: NodeOrderKind, cache_dir: os.PathLike) -> ArrayCache:
+def build_node_order_cache(data: "NodeData | LinkData", node_order: NodeOrderKind, cache_dir: os.PathLike) -> ArrayCache:
     """Relabel ``data`` into ``node_order`` and write the result to ``cache_dir`` (once; safe to race).
 
     The cache holds ``order``/``rank`` (int64 id maps, ``order[internal] = original``), the relabeled CSC graph
     (``indptr``, ``indices``, ``edge_perm`` -- edge ids still point into ``data.edge_index``), ``x`` and ``y``
-    in internal row order. Nothing is done when the cache is already complete.
+    (when ``data`` has node labels) in internal row order. Nothing is done when the cache is already complete.
 
     Returns:
         The (complete) cache.
@@ -263,7 +273,8 @@ def build_node_order_cache(data: NodeData, node_order: NodeOrderKind, cache_dir:
             _relabel_rows_into(x, order.order, torch.from_numpy(x_out).view(x.dtype), steps.bar)
             x_out.flush()
             del x_out
-            save_npy(order.relabel_rows(data.y.to(torch.int64)), out / "y.npy")
+            if _labels(data) is not None:
+                save_npy(order.relabel_rows(_labels(data).to(torch.int64)), out / "y.npy")
             steps.next()
             save_npy(order.order, out / "order.npy")
             save_npy(order.rank, out / "rank.npy")
@@ -281,6 +292,11 @@ def build_node_order_cache(data: NodeData, node_order: NodeOrderKind, cache_dir:
 
 
 # ---------------------------------------------------------------------------------------------- internals
+
+
+def _labels(data: Any) -> Optional[torch.Tensor]:
+    """The node labels of ``data`` (``None`` for a dataset without them, e.g. a link dataset)."""
+    return getattr(data, "y", None)
 
 
 def _compute_order(graph: CSCGraph, node_order: str) -> NodeOrder:
@@ -313,7 +329,7 @@ def _feature_file_handle(cache: ArrayCache, dtype: torch.dtype) -> NpyTensorHand
     return NpyTensorHandle(str(cache.file("x")), view)
 
 
-def _check_cache_matches(cache: ArrayCache, data: NodeData) -> None:
+def _check_cache_matches(cache: ArrayCache, data: "NodeData | LinkData") -> None:
     meta = cache.meta()
     if (meta.get("num_nodes"), meta.get("num_edges")) != (data.num_nodes, data.num_edges):
         raise RuntimeError(

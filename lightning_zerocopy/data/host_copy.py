@@ -6,7 +6,9 @@ then test, in one process): the split check (once per dataset) and a node order 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
+
+import torch
 
 from pytorch_lightning.utilities import rank_zero_warn
 
@@ -25,13 +27,14 @@ class HostCopyBuilder:
     """Builds the shared host memory (graph, features, labels, splits) of ``dataset`` on this machine.
 
     Args:
-        dataset: the dataset (``data.init_args.dataset``).
+        dataset: the dataset (``data.init_args.dataset``): a ``NodeDataset`` here, a ``LinkDataset`` in
+            :class:`~lightning_zerocopy.data.link_host.LinkHostCopyBuilder`.
         feature_storage: ``"shared_memory"`` or ``"mmap"``.
         node_order: the internal node order of the host memory.
         key: how errors name the dataset (its YAML key).
     """
 
-    def __init__(self, dataset: NodeDataset, feature_storage: FeatureStorage, node_order: NodeOrderKind, key: str):
+    def __init__(self, dataset: Any, feature_storage: FeatureStorage, node_order: NodeOrderKind, key: str):
         self.dataset = dataset
         self.feature_storage: FeatureStorage = feature_storage
         self.node_order: NodeOrderKind = node_order
@@ -51,20 +54,29 @@ class HostCopyBuilder:
         self._check_splits(data)
         cache_dir = node_order_cache_dir(self.dataset, self.node_order)
         handles = share_node_data(
-            data, self.feature_storage, node_order=self.node_order, cache_dir=cache_dir, order=self._order
-        )
+            data, self.feature_storage, node_order=self.node_order, cache_dir=cache_dir, order=self._order,
+            splits=self._split_tensors(data),
+        )  # fmt: skip
         if cache_dir is None and self._order is None:
             self._order = shared_node_order(handles)
         return handles
 
-    def _check_splits(self, data: NodeData) -> None:
+    def _split_tensors(self, data: Any) -> Optional[dict[str, torch.Tensor]]:
+        """The split tensors to share, by name (``None``: the node splits of ``data``)."""
+        return None
+
+    def _find_split_problems(self, data: Any, sources: dict[str, str]) -> list[str]:
+        """Raise :class:`SplitError` for a split no batch can be built from; return warnings."""
+        return check_splits(data, sources, num_classes=self.dataset.num_classes)
+
+    def _check_splits(self, data: Any) -> None:
         """Ids in range and no repeats (errors), nodes shared between splits (warnings), before any batch."""
         if self._splits_checked:
             return
         dataset = f"{self.key} ({type(self.dataset).__name__})"
         sources = {name: self.dataset.split_source(name) for name in ("train", "val", "test")}
         try:
-            warnings = check_splits(data, sources, num_classes=self.dataset.num_classes)
+            warnings = self._find_split_problems(data, sources)
         except SplitError as exc:
             raise ValueError(f"{dataset}: {exc}") from exc
         for warning in warnings:

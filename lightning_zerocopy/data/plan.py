@@ -59,7 +59,13 @@ class PlanItem:
 
     @property
     def batch_size(self) -> int:
+        """Seed nodes of the batch (what the sampler starts from)."""
         return int(self.seed_ids.numel())
+
+    def complete(self, data: Any) -> Any:
+        """The batch built from this item, finished for its task: node batches are complete as built (a link item,
+        :class:`~lightning_zerocopy.data.link_plan.LinkPlanItem`, adds its supervision edges here)."""
+        return data
 
 
 class BatchPlan:
@@ -110,6 +116,11 @@ class BatchPlan:
         """Number of seeds per rank per epoch (equal on every rank)."""
         n, w = self.input_nodes.numel(), self.world_size
         return n // w if self.drop_last else -(-n // w)
+
+    @property
+    def max_seed_nodes(self) -> int:
+        """An upper bound on the seed nodes of an item (sizes a pipeline's slots)."""
+        return self.batch_size
 
     def __len__(self) -> int:
         """Steps per epoch on each rank."""

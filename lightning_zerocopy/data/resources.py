@@ -44,7 +44,7 @@ class HostData:
     Attributes:
         graph: the CSC graph (internal ids when the memory is node-ordered).
         features: the feature table.
-        labels: int64 labels, one per node.
+        labels: int64 labels, one per node (``None``: a task without node labels).
         edge_attr: edge features in the dataset's edge order, or ``None``.
         order: int64 internal -> original id map (``None``: no node order).
         rank: int64 original -> internal id map.
@@ -52,7 +52,7 @@ class HostData:
 
     graph: CSCGraph
     features: HostFeatureTable
-    labels: torch.Tensor
+    labels: Optional[torch.Tensor]
     edge_attr: Optional[torch.Tensor] = None
     order: Optional[torch.Tensor] = None
     rank: Optional[torch.Tensor] = None
@@ -64,7 +64,7 @@ class HostData:
         return cls(
             graph=handles.graph.open(),
             features=handles.features.open(),
-            labels=handles.labels.open(),
+            labels=None if handles.labels is None else handles.labels.open(),
             edge_attr=None if handles.edge_attr is None else handles.edge_attr.open(),
             order=None if node_order is None else node_order.order.open(),
             rank=None if node_order is None else node_order.rank.open(),
@@ -207,8 +207,11 @@ class DeviceResources:
                 self._topology[placement] = placed
             return placed
 
-    def labels(self) -> torch.Tensor:
-        """The labels on the GPU, in the smallest integer dtype that holds them (widen after gathering)."""
+    def labels(self) -> Optional[torch.Tensor]:
+        """The labels on the GPU, in the smallest integer dtype that holds them (widen after gathering); ``None``
+        when the host memory has no node labels."""
+        if self.host.labels is None:
+            return None
         with self._lock:
             if self._labels is None:
                 self._check_open()

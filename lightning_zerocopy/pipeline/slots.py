@@ -31,7 +31,10 @@ SEEDS = "seeds"
 
 _NODE_FIELDS = frozenset({"x", "y", "n_id", "node_id", "pos", "batch"})
 _EDGE_FIELDS = frozenset({"e_id", "edge_attr", "edge_weight", "edge_type"})
-_SEED_FIELDS = frozenset({"input_id", "seed_time"})
+_SEED_FIELDS = frozenset({"input_id", "seed_time", "src_index", "dst_pos_index", "dst_neg_index"})
+#: Supervision edges of a link batch (PyG ``LinkNeighborLoader``): positives and negatives, one axis.
+LABELS = "edge_labels"
+_LABEL_FIELDS = frozenset({"edge_label", "edge_label_query", "edge_label_time"})
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,9 @@ class SlotLayout:
         """Infer the layout from one real batch.
 
         Known PyG names decide a field's axis (``x``/``y``/``n_id`` follow the nodes, ``e_id``/``edge_attr``
-        the edges, ``input_id`` the seeds); other tensors follow whichever count their first dimension
+        the edges, ``input_id`` and a triplet batch's ``src_index``/``dst_*_index`` the seeds, a link batch's
+        ``edge_label_index`` (along its second dimension), ``edge_label`` and ``edge_label_query`` the supervision
+        edges); other tensors follow whichever count their first dimension
         matches, else their own length. Scalars and lists (``batch_size``, list-valued counters) are not
         stored in slots: they travel with each batch's sizes.
         """
@@ -106,6 +111,10 @@ class SlotLayout:
             var_dim, axis = 0, None
             if name == "edge_index":
                 var_dim, axis = 1, EDGES
+            elif name == "edge_label_index":
+                var_dim, axis = 1, LABELS
+            elif name in _LABEL_FIELDS:
+                axis = LABELS
             elif name in _NODE_FIELDS:
                 axis = NODES
             elif name in _EDGE_FIELDS:

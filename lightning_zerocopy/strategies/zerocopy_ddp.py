@@ -308,7 +308,9 @@ def _presample(
     from lightning_zerocopy.strategies.ranking import PRESAMPLE_STREAM, presample_counts
 
     train = datamodule.plan("train")
-    plan = BatchPlan(train.input_nodes, datamodule.batch_size, shuffle=True, seed=datamodule.seed, stream=PRESAMPLE_STREAM)
+    # batches of the training plan's seed nodes, as many per batch as its items start from (a link plan's items
+    # start from both endpoints of their positive and negative edges)
+    plan = BatchPlan(train.input_nodes, train.max_seed_nodes, shuffle=True, seed=datamodule.seed, stream=PRESAMPLE_STREAM)
     # the CPU placement draws bitwise the samples of the GPU placements (same plan item, same seed)
     builder = BatchBuilder(
         datamodule.handles, datamodule.fanouts, replace=datamodule.replace, num_threads=datamodule.num_threads

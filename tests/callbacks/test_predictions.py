@@ -110,3 +110,22 @@ def test_gpu_predictions_are_copied_without_synchronizing_and_all_land(tmp_path:
     assert saved["node_id"].tolist() == list(range(20 * 64))
     expected = torch.cat([logits.to(torch.bfloat16).float() for _, logits in batches])
     np.testing.assert_array_equal(saved["logits"], expected.numpy())
+
+
+def test_edge_predictions_map_the_label_edges_to_global_ids() -> None:
+    from torch_geometric.data import Data
+
+    from lightning_zerocopy.callbacks.predictions import edge_predictions
+
+    batch = Data(n_id=torch.tensor([10, 20, 30]), edge_label_index=torch.tensor([[0, 2], [1, 0]]),
+                 edge_label=torch.tensor([1.0, 0.0]), edge_label_query=torch.tensor([4, 4]))  # fmt: skip
+    cols = edge_predictions({"scores": torch.tensor([0.9, 0.1])}, batch)
+    assert cols["src"].tolist() == [10, 30] and cols["dst"].tolist() == [20, 10]
+    assert cols["label"].tolist() == [1.0, 0.0] and cols["query"].tolist() == [4, 4]
+    with pytest.raises(TypeError, match="one score per edge of batch.edge_label_index \\(2 rows"):
+        edge_predictions(torch.zeros(3), batch)
+    with pytest.raises(TypeError, match="link predictions need 'score'"):
+        edge_predictions({"probs": torch.zeros(2)}, batch)
+    # a LinkPredictor-style dict: the probability "score" wins over the raw "logits"
+    both = edge_predictions({"score": torch.tensor([0.7, 0.2]), "logits": torch.tensor([3.0, -2.0])}, batch)
+    assert both["score"].tolist() == pytest.approx([0.7, 0.2])

@@ -1,0 +1,262 @@
+"""The link batch plan: which supervision edges (and negatives) make up every mini-batch, as a pure function.
+
+:class:`LinkBatchPlan` is the node :class:`~lightning_zerocopy.data.plan.BatchPlan` over the *positions* of a
+split's positive edges (same shuffle, same round-robin rank split, same per-batch seed), plus what turns a batch
+of edges into node seeds: the negatives (drawn from the batch seed's counter-based streams,
+:mod:`~lightning_zerocopy.data.negatives`, or the split's fixed ones), and PyG ``LinkNeighborLoader``'s bookkeeping.
+``item(epoch, step)`` returns a :class:`LinkPlanItem`: a :class:`~lightning_zerocopy.data.plan.PlanItem` whose
+``seed_ids`` are the unique endpoints of the batch's positives and negatives (sorted, as PyG's ``unique``), so the
+batch builder samples and gathers exactly as for nodes; :meth:`LinkPlanItem.complete` then attaches the link
+fields to the built batch (on its device):
+
+* binary (and no negatives): ``edge_label_index`` ``[2, B + N]`` local ids, positives first; ``edge_label``
+  ``[B + N]`` (the split's labels, or 1, then 0 for the negatives; labels holding a 0 are shifted by one, as PyG
+  does, so 0 means "negative");
+* triplet: ``src_index`` ``[B]``, ``dst_pos_index`` ``[B]``, ``dst_neg_index`` ``[B]`` or ``[B, amount]``;
+* fixed negatives (val/test): binary layout; negatives grouped per positive (``neg_per_positive = K``) come with
+  their positive and ``edge_label_query`` ``[B + B*K]`` (the ``input_id`` each label edge belongs to); a shared pool
+  is spread over the split's batches in order (batch ``step`` of ``rank`` takes chunk ``rank * steps + step``);
+* always ``batch_size = B`` (the positives) and ``input_id`` (their positions in the split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch_geometric.data import Data
+
+from lightning_zerocopy.data.assemble import to_device_packed
+from lightning_zerocopy.data.negatives import NegativeDraws
+from lightning_zerocopy.data.plan import BatchPlan, PlanItem
+
+__all__ = ["LinkBatchPlan", "LinkPlanItem"]
+
+
+@dataclass(frozen=True)
+class LinkPlanItem(PlanItem):
+    """A :class:`PlanItem` of supervision edges: ``seed_ids`` are the unique endpoints to sample from.
+
+    Attributes:
+        num_positives: ``B``, the positive supervision edges of the batch (its ``batch_size``).
+        link_fields: the link fields of the batch (``edge_label_index``...), local ids into ``seed_ids``, CPU.
+    """
+
+    num_positives: int = 0
+    link_fields: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def complete(self, data: Data) -> Data:
+        """``data`` (built from this item's seeds) with the link fields on its device, ``batch_size = B``."""
+        device = data.n_id.device
+        fields = dict(self.link_fields)
+        if device.type == "cuda":
+            ints = [k for k, v in fields.items() if v.dtype == torch.int64]
+            for key, moved in zip(ints, to_device_packed([fields[k] for k in ints], device)):
+                fields[key] = moved
+            for key in set(fields) - set(ints):
+                fields[key] = fields[key].pin_memory().to(device, non_blocking=True)
+        for key, value in fields.items():
+            data[key] = value
+        data.batch_size = self.num_positives
+        return data
+
+
+class LinkBatchPlan:
+    """Deterministic assignment of supervision edges (and their negatives) to (epoch, rank, step) mini-batches.
+
+    Args:
+        pos_edge_index: int64 ``[2, P]`` global ids of the split's positive edges.
+        batch_size: positive edges per batch.
+        num_nodes: nodes of the graph (the range of every id).
+        negatives: the random negatives (``None``: none, or the fixed ones).
+        edge_label: ``[P]`` labels of the positives (binary layout only), or ``None`` (all 1).
+        neg_edge_index: int64 ``[2, N]`` fixed negatives of the split (they replace random ones).
+        neg_per_positive: ``K`` when the fixed negatives are grouped per positive.
+        shuffle, drop_last, seed, rank, world_size, stream: as for :class:`BatchPlan` (over the positives).
+        split: the split's name, for error messages.
+
+    Raises:
+        ValueError: an empty split, an id out of range, ``edge_label`` with triplet negatives, inconsistent shapes.
+    """
+
+    def __init__(
+        self,
+        pos_edge_index: torch.Tensor,
+        batch_size: int,
+        *,
+        num_nodes: int,
+        negatives: Optional[NegativeDraws] = None,
+        edge_label: Optional[torch.Tensor] = None,
+        neg_edge_index: Optional[torch.Tensor] = None,
+        neg_per_positive: Optional[int] = None,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        stream: int = 0,
+        split: str = "train",
+    ) -> None:
+        what = f"the {split} split's"
+        _check_edges(pos_edge_index, num_nodes, f"{what} pos_edge_index")
+        if pos_edge_index.shape[1] == 0:
+            raise ValueError(f"{what} pos_edge_index is empty: the {split} split needs at least one positive edge")
+        self.num_edges = int(pos_edge_index.shape[1])
+        if neg_edge_index is not None:
+            _check_edges(neg_edge_index, num_nodes, f"{what} neg_edge_index")
+            if neg_per_positive is not None and neg_edge_index.shape[1] != self.num_edges * neg_per_positive:
+                raise ValueError(
+                    f"{what} neg_edge_index has {neg_edge_index.shape[1]} columns but neg_per_positive="
+                    f"{neg_per_positive} needs {self.num_edges} x {neg_per_positive}"
+                )
+        triplet = negatives is not None and negatives.config.is_triplet() and neg_edge_index is None
+        if edge_label is not None:
+            if triplet:
+                raise ValueError(
+                    f"{what} edge_label is given, but triplet negative sampling has no edge labels (use src_index, "
+                    "dst_pos_index and dst_neg_index); set neg_sampling to 'binary' or drop the labels"
+                )
+            if edge_label.shape[0] != self.num_edges:
+                raise ValueError(
+                    f"{what} edge_label has {edge_label.shape[0]} rows for {self.num_edges} positive edges"
+                )
+        self.pos_edge_index = pos_edge_index.to(torch.int64).contiguous()
+        self.num_nodes = int(num_nodes)
+        self.negatives = None if neg_edge_index is not None else negatives
+        self.neg_edge_index = None if neg_edge_index is None else neg_edge_index.to(torch.int64).contiguous()
+        self.neg_per_positive = None if neg_per_positive is None else int(neg_per_positive)
+        self.split = split
+        # PyG's convention: with binary negatives, user labels holding a 0 are shifted so that 0 means "negative"
+        binary_negatives = self.neg_edge_index is not None or (negatives is not None and negatives.config.is_binary())
+        self.edge_label = edge_label
+        if edge_label is not None and binary_negatives and edge_label.numel() and bool(edge_label.min() == 0):
+            self.edge_label = edge_label + 1
+        self._edges = BatchPlan(
+            torch.arange(self.num_edges), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, rank=rank,
+            world_size=world_size, stream=stream,
+        )  # fmt: skip
+        self._input_nodes: Optional[torch.Tensor] = None
+
+    # ---- what the loaders, the pipeline and the strategy read from a plan ------------------------------------
+
+    batch_size = property(lambda self: self._edges.batch_size, doc="Positive edges per batch.")
+    shuffle = property(lambda self: self._edges.shuffle)
+    drop_last = property(lambda self: self._edges.drop_last)
+    seed = property(lambda self: self._edges.seed)
+    rank = property(lambda self: self._edges.rank)
+    world_size = property(lambda self: self._edges.world_size)
+    stream = property(lambda self: self._edges.stream)
+
+    @property
+    def input_nodes(self) -> torch.Tensor:
+        """The distinct endpoints of the split's positive edges (the nodes whose neighborhoods batches sample)."""
+        if self._input_nodes is None:
+            self._input_nodes = torch.unique(self.pos_edge_index.reshape(-1))
+        return self._input_nodes
+
+    @property
+    def max_seed_nodes(self) -> int:
+        """An upper bound on ``len(seed_ids)`` of an item: two endpoints per positive and per negative edge."""
+        b = self.batch_size
+        if self.neg_edge_index is not None:
+            per_batch = b * self.neg_per_positive if self.neg_per_positive else self._pool_chunk_bound()
+            return min(2 * (b + per_batch), self.num_nodes)
+        if self.negatives is None:
+            return min(2 * b, self.num_nodes)
+        config = self.negatives.config
+        extra = 2 * config.num_negatives(b) if config.is_binary() else b * int(config.amount)
+        return min(2 * b + extra, self.num_nodes)
+
+    def __len__(self) -> int:
+        """Steps per epoch on each rank."""
+        return len(self._edges)
+
+    def item(self, epoch: int, step: int) -> LinkPlanItem:
+        """The mini-batch ``step`` of ``epoch`` on this rank."""
+        edges = self._edges.item(epoch, step)
+        positions = edges.input_id
+        b = positions.numel()
+        src, dst = self.pos_edge_index[0, positions], self.pos_edge_index[1, positions]
+        fields: dict[str, torch.Tensor] = {}
+        if self.negatives is not None and self.negatives.config.is_triplet():
+            dst_neg = self.negatives.draw(b * int(self.negatives.config.amount), edges.batch_seed, endpoint=1)
+            seeds, inverse = torch.cat([src, dst, dst_neg]).unique(return_inverse=True)
+            fields["src_index"] = inverse[:b]
+            fields["dst_pos_index"] = inverse[b : 2 * b]
+            fields["dst_neg_index"] = inverse[2 * b :].view(b, -1).squeeze(-1)
+        else:
+            label = self.edge_label[positions] if self.edge_label is not None else None
+            neg_src, neg_dst, query = self._negatives(positions, edges.batch_seed, step)
+            if neg_src is not None:
+                if label is None:
+                    label = torch.ones(b)
+                label = torch.cat([label, label.new_zeros((neg_src.numel(), *label.shape[1:]))])
+                src, dst = torch.cat([src, neg_src]), torch.cat([dst, neg_dst])
+            seeds, inverse = torch.cat([src, dst]).unique(return_inverse=True)
+            fields["edge_label_index"] = inverse.view(2, -1)
+            if label is not None:
+                fields["edge_label"] = label
+            if query is not None:
+                fields["edge_label_query"] = query
+        return LinkPlanItem(
+            seed_ids=seeds, input_id=positions, batch_seed=edges.batch_seed, epoch=epoch, step=step,
+            rank=edges.rank, num_positives=b, link_fields=fields,
+        )  # fmt: skip
+
+    # ---- internals ---------------------------------------------------------------------------------------
+
+    def _negatives(self, positions: torch.Tensor, batch_seed: int, step: int):
+        """(source, destination, edge_label_query) of the batch's negatives (``None`` where there are none)."""
+        if self.neg_edge_index is not None:
+            k = self.neg_per_positive
+            if k:  # the K negatives of each positive, with their positive's id as the query
+                columns = (positions.view(-1, 1) * k + torch.arange(k)).view(-1)
+                query = torch.cat([positions, positions.repeat_interleave(k)])
+            else:
+                columns, query = self._pool_chunk(step), None
+            return self.neg_edge_index[0, columns], self.neg_edge_index[1, columns], query
+        if self.negatives is None:
+            return None, None, None
+        count = self.negatives.config.num_negatives(positions.numel())
+        return self.negatives.draw(count, batch_seed, 0), self.negatives.draw(count, batch_seed, 1), None
+
+    def _pool_chunk(self, step: int) -> torch.Tensor:
+        chunks = len(self) * self.world_size
+        index = self.rank * len(self) + step
+        n = self.neg_edge_index.shape[1]  # type: ignore[union-attr]
+        return torch.arange(n * index // chunks, n * (index + 1) // chunks)
+
+    def _pool_chunk_bound(self) -> int:
+        chunks = max(1, len(self) * self.world_size)
+        return -(-self.neg_edge_index.shape[1] // chunks)  # type: ignore[union-attr]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_input_nodes"] = None
+        return state
+
+    def __repr__(self) -> str:
+        negatives = "fixed" if self.neg_edge_index is not None else (self.negatives.config if self.negatives else None)
+        return (
+            f"LinkBatchPlan(split={self.split!r}, num_edges={self.num_edges}, batch_size={self.batch_size}, "
+            f"negatives={negatives}, shuffle={self.shuffle}, seed={self.seed}, rank={self.rank}/{self.world_size}, "
+            f"steps={len(self)})"
+        )
+
+
+def _check_edges(edge_index: torch.Tensor, num_nodes: int, name: str) -> None:
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"{name} must have shape [2, num_edges], got {tuple(edge_index.shape)}")
+    if edge_index.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{name} must hold integer node ids, got {edge_index.dtype}")
+    if edge_index.numel() == 0:
+        return
+    lo, hi = int(edge_index.min()), int(edge_index.max())
+    if lo < 0 or hi >= num_nodes:
+        bad = lo if lo < 0 else hi
+        column = int((edge_index == bad).any(0).nonzero()[0])
+        raise ValueError(
+            f"{name} holds node id {bad} (column {column}), out of range for a graph of {num_nodes} nodes "
+            f"(ids 0 to {num_nodes - 1})"
+        )

@@ -1,0 +1,195 @@
+"""ZeroCopyLinkDataModule: a PyG-style link module trains unchanged; setup checks; loaders; predict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from link_helpers import PyGLinkModule, TinyLinkGraph, auroc
+
+from lightning_zerocopy import ZeroCopyLinkDataModule
+from lightning_zerocopy.data.link_plan import LinkBatchPlan
+from lightning_zerocopy.data.loader import PlanLoader
+
+
+def _trainer(tmp_path: Path, **kwargs) -> pl.Trainer:
+    kwargs.setdefault("logger", False)
+    kwargs.setdefault("enable_progress_bar", False)
+    kwargs.setdefault("enable_model_summary", False)
+    kwargs.setdefault("enable_checkpointing", False)
+    return pl.Trainer(accelerator="cpu", devices=1, default_root_dir=str(tmp_path), **kwargs)
+
+
+def _datamodule(**kwargs) -> ZeroCopyLinkDataModule:
+    dataset = kwargs.pop("dataset", None) or TinyLinkGraph()
+    kwargs.setdefault("num_neighbors", [5, 5])
+    kwargs.setdefault("batch_size", 64)
+    return ZeroCopyLinkDataModule(dataset, **kwargs)
+
+
+def test_pyg_style_link_module_trains_unchanged_and_learns(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    dm = _datamodule()
+    model = PyGLinkModule(dm.num_features)
+    _trainer(tmp_path, max_epochs=4, num_sanity_val_steps=0).fit(model, datamodule=dm)
+    val_steps = -(-dm.dataset.load().split("val").num_positives // 64)
+    scores, labels = (torch.cat(t) for t in zip(*model.val_scores[-val_steps:]))
+    assert labels.sum() > 0 and (labels == 0).sum() == 3 * labels.sum()  # K = 3 fixed negatives per positive
+    assert auroc(scores, labels) > 0.9  # chance is 0.5; community features make the pairs separable
+
+
+def test_loaders_are_plan_loaders_over_link_plans() -> None:
+    dm = _datamodule()
+    dm.setup("fit")
+    try:
+        loader = dm.train_dataloader()
+        assert isinstance(loader, PlanLoader) and isinstance(loader.plan, LinkBatchPlan)
+        positives = dm.link_splits["train"].num_positives
+        assert len(loader) == -(-positives // 64)
+        batches = list(loader)
+        assert sum(b.batch_size for b in batches) == positives
+        seen = torch.cat([b.input_id for b in batches])
+        assert torch.equal(seen.sort().values, torch.arange(positives))  # every positive once per epoch
+        assert all(not hasattr(b, "y") or b.y is None for b in batches)  # no node labels in a link batch
+    finally:
+        dm.teardown("fit")
+
+
+def test_num_classes_is_absent_and_num_features_is_the_datasets() -> None:
+    dm = _datamodule()
+    assert dm.num_features == 8
+    assert getattr(dm, "num_classes", None) is None
+
+
+class _Broken(TinyLinkGraph):
+    """A TinyLinkGraph with one thing wrong in its splits."""
+
+    def __init__(self, fault: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.fault = fault
+
+    def load(self):
+        data = super().load()
+        train = data.splits["train"]
+        if self.fault == "out_of_range":
+            train.pos_edge_index[1, 5] = data.num_nodes + 3
+        elif self.fault == "empty":
+            data.splits["val"].pos_edge_index = torch.empty(2, 0, dtype=torch.int64)
+            data.splits["val"].neg_edge_index = torch.empty(2, 0, dtype=torch.int64)
+        return data
+
+
+@pytest.mark.parametrize(
+    "dataset, kwargs, match",
+    [
+        (_Broken("out_of_range"), {}, r"data\.init_args\.dataset \(_Broken\).*train.*node id 403"),
+        (_Broken("empty"), {}, r"data\.init_args\.dataset \(_Broken\).*val.*no positive edge"),
+        (TinyLinkGraph(with_labels=True), {"neg_sampling": "triplet"}, "edge_label is given, but triplet"),
+    ],
+)
+def test_setup_rejects_bad_splits_naming_them_and_keeps_nothing(dataset, kwargs, match) -> None:
+    dm = _datamodule(dataset=dataset, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        dm.setup("fit")
+    assert dm.resources is None and dm._handles is None  # nothing left mapped
+    with pytest.raises(RuntimeError, match="not set up"):
+        dm.plan("train")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"neg_sampling_ratio": -1.0}, r"data\.init_args\.neg_sampling_ratio must be a finite number >= 0"),
+        ({"neg_sampling": "negative"}, r"data\.init_args\.neg_sampling mode must be one of \('binary', 'triplet'\)"),
+        ({"neg_sampling": {"mode": "triplet", "amount": 0}}, "integer >= 1"),
+        ({"num_neighbors": [5, 0]}, r"data\.init_args\.num_neighbors"),
+        ({"predict_split": "all"}, r"data\.init_args\.predict_split"),
+        ({"batch_size": 0}, r"data\.init_args\.batch_size"),
+    ],
+)
+def test_bad_arguments_fail_at_init_naming_the_key(kwargs, match) -> None:
+    with pytest.raises((ValueError, TypeError), match=match):
+        _datamodule(**kwargs)
+
+
+def test_a_node_dataset_is_refused_with_the_class_to_use(tmp_path: Path) -> None:
+    from lightning_zerocopy.datasets import SyntheticGraph
+
+    with pytest.raises(TypeError, match="must be a LinkDataset.*ZeroCopyDataModule"):
+        ZeroCopyLinkDataModule(SyntheticGraph(num_nodes=100, cache_dir=str(tmp_path)))
+
+
+def test_node_order_changes_no_supervision_edge_or_feature_row() -> None:
+    plain, ordered = _datamodule(seed=3), _datamodule(seed=3, node_order="bfs")
+    for dm in (plain, ordered):
+        dm.setup("fit")
+    try:
+        x = plain.dataset.load().x
+        for split in ("train", "val"):
+            a = plain.builder(split).open(plain.resources).build_batch(plain.plan(split).item(0, 1))
+            b = ordered.builder(split).open(ordered.resources).build_batch(ordered.plan(split).item(0, 1))
+            assert torch.equal(a.input_id, b.input_id)
+            assert torch.equal(a.n_id[a.edge_label_index], b.n_id[b.edge_label_index])  # same global pairs
+            assert torch.equal(a.edge_label, b.edge_label)
+            assert torch.equal(b.x, x[b.n_id])
+    finally:
+        plain.teardown("fit")
+        ordered.teardown("fit")
+
+
+def test_degree_weighted_negatives_never_draw_a_node_without_edges() -> None:
+    dm = _datamodule(neg_sampling={"mode": "binary", "amount": 4, "src_weight": "degree", "dst_weight": "degree"})
+    dm.setup("fit")
+    try:
+        edge_index = dm.dataset.load().edge_index
+        out_deg = torch.bincount(edge_index[0], minlength=400)
+        in_deg = torch.bincount(edge_index[1], minlength=400)
+        plan = dm.plan("train")
+        items = [plan.item(0, s) for s in range(len(plan))]
+        src = torch.cat([it.seed_ids[it.link_fields["edge_label_index"][0, it.num_positives :]] for it in items])
+        dst = torch.cat([it.seed_ids[it.link_fields["edge_label_index"][1, it.num_positives :]] for it in items])
+        assert bool((out_deg[src] > 0).all()) and bool((in_deg[dst] > 0).all())
+        # frequency follows the degree: the top-degree decile is drawn far more than the bottom one
+        order = out_deg.argsort()
+        counts = torch.bincount(src, minlength=400)
+        assert counts[order[-40:]].sum() > 2 * counts[order[:40]].sum()
+    finally:
+        dm.teardown("fit")
+
+
+def test_a_restored_loader_state_resumes_the_epoch_with_the_same_link_batches() -> None:
+    dm = _datamodule(seed=5)
+    dm.setup("fit")
+    try:
+        loader = dm.train_dataloader()
+        loader.set_epoch(1)
+        it = iter(loader)
+        for _ in range(2):
+            next(it)
+        state = loader.state_dict()
+        rest = list(it)
+        resumed = dm.train_dataloader()
+        resumed.load_state_dict(state)
+        again = list(resumed)
+        assert len(again) == len(rest) > 0
+        for a, b in zip(again, rest):
+            for key in ("input_id", "n_id", "edge_label_index", "edge_label", "edge_index"):
+                assert torch.equal(a[key], b[key]), key
+    finally:
+        dm.teardown("fit")
+
+
+def test_without_negative_sampling_batches_hold_the_positives_only() -> None:
+    dm = _datamodule(neg_sampling=None, dataset=TinyLinkGraph(with_labels=True))
+    dm.setup("fit")
+    try:
+        batch = next(iter(dm.train_dataloader()))
+        assert batch.edge_label_index.shape == (2, batch.batch_size)
+        labels = dm.link_splits["train"].edge_label
+        assert torch.equal(batch.edge_label, labels[batch.input_id])  # not shifted: there are no negatives
+        val = next(iter(dm.val_dataloader()))  # the split's fixed negatives still come with val
+        assert val.edge_label_index.shape[1] == 4 * val.batch_size
+    finally:
+        dm.teardown("fit")
