@@ -19,7 +19,6 @@ each node appears once (a distributed plan pads the ranks' shares by repeating n
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -89,12 +88,6 @@ class PredictionWriter(BasePredictionWriter):
         self.path: Optional[Path] = None  # the merged file, once written
         self._ids: list[torch.Tensor] = []
         self._logits: list[torch.Tensor] = []
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        # the prediction loop looks for a torch batch sampler to report batch indices, which this writer does not use
-        warnings.filterwarnings(
-            "ignore", message="Couldn't infer the batch indices fetched from your dataloader: `PlanLoader`"
-        )
 
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._ids, self._logits = [], []

@@ -41,6 +41,9 @@ class PipelineLoader(EpochLoader):
         for batch in self.client.iterate(self.stage, epoch, start, len(self)):
             yield batch.clone() if self.copy else batch
 
+    def _batch_indices(self, epoch: int, step: int) -> list[int]:
+        return self.inner._batch_indices(epoch, step)
+
     def state_dict(self) -> dict[str, Any]:
         state = dict(self.inner.state_dict())
         state.update(epoch=self.epoch, step=self._next_step)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 from pytorch_lightning.strategies import DDPStrategy, StrategyRegistry
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
@@ -129,6 +130,24 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             dist.all_gather_object(ranks, RankInfo.here(self.global_rank))
             self._liveness = RankLiveness(RankInfo.here(self.global_rank), ranks, interval=self.liveness_interval)
             self._liveness.start()
+
+    @override
+    def _setup_model(self, model: torch.nn.Module) -> DistributedDataParallel:
+        """Wrap ``model`` in DDP on the stream that the training steps run on.
+
+        Lightning 2.6's ``DDPStrategy`` builds DDP under a fresh side stream (for whole-network CUDA graph capture).
+        DDP keeps each parameter's ``AccumulateGrad`` node from then on, and an autograd node remembers the stream
+        current when it was made; every forward afterwards runs on the device's current (default) stream, so each
+        backward hands those nodes gradients from another stream, and torch warns ("The AccumulateGrad node's
+        stream does not match ... if you are using DDP") and synchronizes the two streams. Built on the forwards'
+        stream, the nodes and the gradients agree (Lightning-AI/pytorch-lightning#21567; fixed upstream the same
+        way after 2.6).
+        """
+        device_ids = self.determine_ddp_device_ids()
+        if device_ids is None:
+            return DistributedDataParallel(module=model, device_ids=None, **self._ddp_kwargs)
+        with torch.cuda.stream(torch.cuda.current_stream(self.root_device)):
+            return DistributedDataParallel(module=model, device_ids=device_ids, **self._ddp_kwargs)
 
     @override
     def teardown(self) -> None:
