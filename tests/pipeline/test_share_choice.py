@@ -35,3 +35,31 @@ def test_shares_outside_the_ladder_or_unmeasured_are_ignored() -> None:
 def test_bad_measurements_are_refused_naming_what(build, step, headroom, match) -> None:
     with pytest.raises(ValueError, match=match):
         choose_share(build, step_ms=step, headroom=headroom)
+
+
+def test_the_calibrator_moves_up_the_ladder_until_a_share_keeps_pace() -> None:
+    from lightning_zerocopy.pipeline.share_choice import ShareCalibrator
+
+    build = {10: 9.9, 20: 5.6, 30: 3.9}  # a heavy batch against issue 20's 4.65 ms step
+    cal = ShareCalibrator(warmup=2, steps=3)
+    moves = []
+    for _ in range(100):
+        move = cal.record(build[cal.current], 4.65)
+        if move is not None:
+            moves.append(move)
+        if cal.done:
+            break
+    assert moves == [20, 30] and cal.done and cal.choice.percent == 30 and cal.choice.keeps_pace
+    assert cal.record(1.0, 4.65) is None  # decided: no more moves
+
+
+def test_the_calibrator_keeps_the_first_share_that_keeps_pace_and_falls_back_to_the_fastest() -> None:
+    from lightning_zerocopy.pipeline.share_choice import ShareCalibrator
+
+    light = ShareCalibrator(warmup=0, steps=2)
+    assert [light.record(3.3, 4.65), light.record(3.3, 4.65)] == [None, None]
+    assert light.done and light.choice.percent == 10
+    slow = ShareCalibrator(warmup=0, steps=1)
+    build = {10: 9.0, 20: 6.0, 30: 7.0}
+    moves = [slow.record(build[slow.current], 4.0) for _ in range(3)]
+    assert moves == [20, 30, 20] and slow.choice.percent == 20 and not slow.choice.keeps_pace
