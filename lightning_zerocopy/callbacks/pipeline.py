@@ -245,7 +245,9 @@ class PipelineCallback(Callback):
             return client
 
         try:
-            if self.worker_sm_percent == "auto" and mode == "worker" and self.mps_daemon is not None and slot_device.type == "cuda":
+            # auto calibrates on training steps: only a fit has them (other runs keep the ladder's first share)
+            if (self.worker_sm_percent == "auto" and fn == "fit" and mode == "worker" and self.mps_daemon is not None
+                    and slot_device.type == "cuda"):  # fmt: skip
                 from lightning_zerocopy.callbacks.share_auto import AutoShare
 
                 self._auto = AutoShare(start, slot_device)  # a worker per share, started while the names exist
