@@ -133,7 +133,7 @@ def test_under_mps_ipc_works_and_the_worker_share_takes_effect():
 
 _IPC_EXIT_SCRIPT = """
 import sys, torch
-sys.path.insert(0, {here!r})
+sys.path[:0] = [{here!r}, {tests!r}]
 from pipeline_fakes import FakeSource
 from lightning_zerocopy.pipeline import start_pipeline
 client = start_pipeline("worker", depth=2, device="cuda:0", timeout=120)
@@ -155,7 +155,7 @@ def test_worker_releases_the_slots_before_it_exits_so_the_trainer_frees_them_and
     slots' GPU memory stays in torch's limbo after ``close()`` and the trainer's exit prints "Producer process has
     been terminated before all shared CUDA tensors released" (issue 22)."""
     script = tmp_path / "ipc_exit.py"
-    script.write_text(_IPC_EXIT_SCRIPT.format(here=str(HERE)))
+    script.write_text(_IPC_EXIT_SCRIPT.format(here=str(HERE), tests=str(HERE.parent)))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     allocated = int(proc.stdout.split("ALLOCATED_AFTER_CLOSE")[1].split()[0])
