@@ -53,7 +53,7 @@ class PipelineLoader(EpochLoader):
         while step < stop:
             if self._current is not None:
                 self.client = self._current()
-            client = self.client
+            client, first = self.client, step
             batches = client.iterate(self.stage, epoch, step, stop)
             try:
                 for batch in batches:
@@ -63,6 +63,8 @@ class PipelineLoader(EpochLoader):
                         break
             finally:
                 batches.close()  # hands the last slot back (after the step that used it) and ends the iteration
+            if step == first:
+                return  # the producer ended the epoch early: nothing more to ask for
 
     def _batch_indices(self, epoch: int, step: int) -> list[int]:
         return self.inner._batch_indices(epoch, step)
