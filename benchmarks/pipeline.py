@@ -15,8 +15,17 @@ and ``--gather zerocopy`` select its GPU paths). Configurations, each in a fresh
                    (the configuration's process is started through the MPS launcher, so both are clients)
 * ``..._2stage``   any pipelined configuration without the lookahead (sample and gather of a batch in one call)
 * ``gpu_resident`` the bound: graph and features in GPU memory, GPU sampler, ``x = features[n_id]`` on the GPU
+* ``model_only``   the step alone: ``--prestaged`` batches built once and kept on the GPU, trained on in turn
+                   (the step time the producer must keep pace with)
 * ``breakdown``    not a training run: median ms of one batch's CPU sampling, CPU gather into pinned memory,
                    copy to the GPU, and the builder's whole ``build_batch`` (what bounds the producer)
+
+Levers of issue 20 ("the data path keeps pace"): the worker's MPS share (``worker_mps_10,20,30``; the report then
+prints the share :func:`~lightning_zerocopy.pipeline.share_choice.choose_share` picks from those rows' build times
+and ``model_only``'s step), batches in flight (``--depth``), the GPU cache of hot rows (``--cache-gib``: the
+highest-degree rows in GPU memory, what the Strategy's degree-ranked cache does on one GPU), the read order of the
+zero-copy gather (``--gather-mode``), and the step itself (``--step fast``: bf16 autocast and each layer trimmed to
+the hops it still needs, PyG's ``num_sampled_nodes_per_hop``; ``--sync-every 0``: no ``loss.item()`` per step).
 
 Each reports steps/s over ``--steps`` steps after ``--warmup`` (host timer between two device syncs; a
 ``loss.item()`` per step, as Lightning's logging does) and the stall fraction: the share of wall time the
@@ -25,6 +34,9 @@ training loop spent waiting for its next batch (fetch + transfer). Results: JSON
 Example (on the GPU machine)::
 
     python benchmarks/pipeline.py --gib 8 --steps 300 --warmup 30 --out results/pipeline.json
+    # the levers against a fast step, features in host memory, zero-copy gather:
+    python benchmarks/pipeline.py --gib 8 --sampler-placement gpu --gather zerocopy --step fast --sync-every 0 \
+        --configs model_only,worker_mps_10,worker_mps_20,worker_mps_30 --depth 3 --cache-gib 1 --out results/levers.json
 """
 
 from __future__ import annotations
@@ -123,7 +135,6 @@ def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict
         if daemon is None:
             return {"config": config, "error": "MPS unavailable (see warnings)"}
 
-    import torch.nn.functional as F
     from torch_geometric.nn.models import GraphSAGE
 
     from lightning_zerocopy.data.batch import BatchBuilder
@@ -138,11 +149,14 @@ def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
         torch.cuda.set_device(device)
-    builder = BatchBuilder(handles, FANOUTS, sampler_placement=args.sampler_placement, gather=args.gather)
+    hot_rows = int(args.cache_gib * 2**30) // (args.dim * 4) if args.cache_gib > 0 else 0
+    builder = BatchBuilder(handles, FANOUTS, sampler_placement=args.sampler_placement, gather=args.gather,
+                           gather_mode=args.gather_mode, hot_rows=hot_rows)  # fmt: skip
     plan = BatchPlan(handles.splits["train"].open(), args.batch_size, shuffle=True, seed=1)
     model = GraphSAGE(args.dim, args.hidden, num_layers=3, out_channels=args.classes).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     total = args.warmup + args.steps
+    train_step = _train_step(args, model, opt, device)
 
     client = None
     if config == "breakdown":  # where a producer's batch time goes: sample, gather, copy to the GPU
@@ -181,7 +195,15 @@ def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict
                    threads=torch.get_num_threads())  # fmt: skip
         return out
 
-    if config == "none":
+    if config == "model_only":
+        builder.open()
+        staged = [builder.build_batch(plan.item(0, step)).to(device) for step in range(args.prestaged)]
+
+        def batches():
+            for step in range(total):
+                yield staged[step % len(staged)]
+
+    elif config == "none":
         builder.open()
 
         def batches():
@@ -234,22 +256,23 @@ def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict
         t0 = time.perf_counter()
         batch = next(it)
         wait_s += time.perf_counter() - t0
-        bs = batch.batch_size
-        out = model(batch.x, batch.edge_index)[:bs]
-        loss = F.cross_entropy(out, batch.y[:bs])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss.item()
+        loss = train_step(batch)
+        if args.sync_every and step % args.sync_every == 0:
+            loss.item()  # what per-step logging of a Python float costs (a host-device sync)
     sync()
     elapsed = time.perf_counter() - t_start
     it.close()
     result = {
         "config": config,
         "steps_per_s": args.steps / elapsed,
+        "step_ms": 1e3 * elapsed / args.steps,
         "stall_frac": wait_s / elapsed,
         "seconds": elapsed,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "depth": args.depth,
+        "cache_rows": hot_rows,
+        "gather_mode": args.gather_mode,
+        "step": args.step,
     }
     if client is not None:
         stats = client.stats
@@ -261,6 +284,31 @@ def run_config(args: argparse.Namespace, config: str, handles_path: str) -> dict
             result["sm_share"] = repr(share)
         client.close()
     return result
+
+
+def _train_step(args: argparse.Namespace, model: torch.nn.Module, opt: torch.optim.Optimizer, device: torch.device):
+    """One training step on a batch (returns the loss, unsynchronized): PyG's GraphSAGE as is (``--step pyg``), or
+    under bf16 autocast with each layer trimmed to the hops it still needs (``--step fast``)."""
+    import torch.nn.functional as F
+
+    fast = args.step == "fast"
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=fast and device.type == "cuda")
+
+    def step(batch):
+        bs = batch.batch_size
+        trim = {}
+        if fast:
+            trim = dict(num_sampled_nodes_per_hop=list(batch.num_sampled_nodes),
+                        num_sampled_edges_per_hop=list(batch.num_sampled_edges))  # fmt: skip
+        with autocast:
+            out = model(batch.x, batch.edge_index, **trim)[:bs]
+            loss = F.cross_entropy(out.float(), batch.y[:bs])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
 
 
 def _parse(config: str) -> tuple[str, bool]:
@@ -290,6 +338,14 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="the DataModule builder's sampler (BatchBuilder(sampler_placement=...))")
     p.add_argument("--gather", choices=("cpu", "zerocopy"), default="cpu",
                    help="the DataModule builder's feature gather (BatchBuilder(gather=...))")  # fmt: skip
+    p.add_argument("--gather-mode", choices=("auto", "direct", "sorted"), default="auto",
+                   help="read order of the zero-copy gather (auto: time both on the first batches)")
+    p.add_argument("--cache-gib", type=float, default=0.0,
+                   help="GiB of the highest-degree feature rows kept in GPU memory (zero-copy gather only)")
+    p.add_argument("--step", choices=("pyg", "fast"), default="pyg",
+                   help="fast: bf16 autocast and per-hop trimmed layers (issue 20's fast step)")
+    p.add_argument("--sync-every", type=int, default=1, help="loss.item() every N steps (0: never in the loop)")
+    p.add_argument("--prestaged", type=int, default=16, help="batches model_only keeps on the GPU")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--configs", default=DEFAULT_CONFIGS)
@@ -321,6 +377,18 @@ def _child(args_list: list[str], timeout: float, prefix: Optional[list[str]] = N
     return {"error": f"exit {proc.returncode}: {stderr.strip()[-1500:]}"}
 
 
+def _share_choice(runs: list[dict]):
+    """What ``choose_share`` picks from this run's ``worker_mps_X`` build times and ``model_only`` step time."""
+    from lightning_zerocopy.pipeline.share_choice import choose_share
+
+    step = next((r["step_ms"] for r in runs if r["config"] == "model_only" and "step_ms" in r), None)
+    build = {_percent(_parse(r["config"])[0]): r["producer_build_ms"] for r in runs
+             if _parse(r["config"])[0].startswith("worker_mps_") and "producer_build_ms" in r}  # fmt: skip
+    if step is None or not build:
+        return None
+    return choose_share(build, step)
+
+
 def main(argv: Optional[list[str]] = None) -> dict:
     args = parse_args(argv)
     if args._fill:
@@ -342,7 +410,9 @@ def main(argv: Optional[list[str]] = None) -> dict:
     passthrough = [f"--gib={args.gib}", f"--dim={args.dim}", f"--avg-degree={args.avg_degree}", f"--alpha={args.alpha}",
                    f"--classes={args.classes}", f"--hidden={args.hidden}", f"--batch-size={args.batch_size}",
                    f"--depth={args.depth}", f"--steps={args.steps}", f"--warmup={args.warmup}",
-                   f"--sampler-placement={args.sampler_placement}", f"--gather={args.gather}"]  # fmt: skip
+                   f"--sampler-placement={args.sampler_placement}", f"--gather={args.gather}",
+                   f"--gather-mode={args.gather_mode}", f"--cache-gib={args.cache_gib}", f"--step={args.step}",
+                   f"--sync-every={args.sync_every}", f"--prestaged={args.prestaged}"]  # fmt: skip
     forward_stop_signals()  # the running configuration's session is stopped, then main's cleanup runs
     fd, handles_path = tempfile.mkstemp(prefix="lzc-bench-handles-")
     os.close(fd)
@@ -386,6 +456,11 @@ def main(argv: Optional[list[str]] = None) -> dict:
                 print(f"{r['config']:<22}{r['steps_per_s']:>10.2f}{r['stall_frac']:>8.1%}{ratio:>18}")
             else:
                 print(f"{r['config']:<22}  error: {r['error'][:200]}")
+        choice = _share_choice(runs)
+        if choice is not None:
+            results["share_choice"] = {"percent": choice.percent, "build_ms": choice.build_ms,
+                                       "step_ms": choice.step_ms, "keeps_pace": choice.keeps_pace}  # fmt: skip
+            print(f"\nauto: {choice.summary()}")
     finally:
         owner.stdin.close()  # the owner unlinks the segments and exits
         try:

@@ -194,6 +194,10 @@ def mps_requested_by(args: Sequence[str]) -> Optional[int]:
         init_args = entry.get("init_args") or {}
         if init_args.get("mps") is True and init_args.get("mode", "auto") != "in_process":
             percent = init_args.get("worker_sm_percent", DEFAULT_WORKER_SM_PERCENT)
+            if percent == "auto":  # the trainer gets 100 - the smallest share of the ladder the callback tries
+                from lightning_zerocopy.pipeline.share_choice import SHARE_LADDER
+
+                percent = SHARE_LADDER[0]
             # anything else is a recipe error that LightningCLI reports, naming the key
             return percent if isinstance(percent, int) and 1 <= percent <= 99 else None
     return None

@@ -140,6 +140,8 @@ def test_the_command_reads_an_mps_request_from_the_recipes(tmp_path: Path) -> No
     assert mps_requested_by(["-c", on, "test"]) == 20
     assert mps_requested_by(["fit", "--config", on, "--config", off]) is None  # the last recipe's callbacks win
     assert mps_requested_by(["fit", "--config", off, "--config", on]) == 20
+    auto = _recipe(tmp_path, "auto.yaml", [{"class_path": pipeline, "init_args": {"mps": True, "worker_sm_percent": "auto"}}])
+    assert mps_requested_by(["fit", "--config", auto]) == 10  # the trainer gets 100 - the ladder's smallest share
     for bad in (150, 0, "ten"):  # left to LightningCLI, whose error names the key
         bad_share = _recipe(tmp_path, "bad.yaml", [{"class_path": pipeline, "init_args": {"mps": True, "worker_sm_percent": bad}}])
         assert mps_requested_by(["fit", "--config", bad_share]) is None, bad

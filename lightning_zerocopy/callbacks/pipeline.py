@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence, Union
 
 import pytorch_lightning as pl
 import torch
@@ -75,7 +75,9 @@ class PipelineCallback(Callback):
             ``worker_sm_percent`` % of the SMs and the trainer to the rest. Warns once and runs without it when
             MPS is unavailable. Only for ``mode="worker"`` on a GPU.
         worker_sm_percent: the producer's share of SMs: the worker's under MPS (the trainer gets
-            ``100 - worker_sm_percent``), or the in-process producer's with ``green_context``.
+            ``100 - worker_sm_percent``), or the in-process producer's with ``green_context``. ``"auto"`` (worker
+            under MPS on a GPU): the smallest of 10, 20 and 30 % whose measured build time fits in the step
+            (:mod:`~lightning_zerocopy.callbacks.share_auto`; the trainer gets 90 %).
         lookahead: three stages: the producer samples batch ``t + 2`` on a thread of its own while it gathers
             batch ``t + 1`` into a slot and the trainer trains on batch ``t``.
         green_context: in-process mode on a GPU: run the producer's kernels on CUDA green-context streams
@@ -99,7 +101,7 @@ class PipelineCallback(Callback):
         mode: Mode = "auto",
         depth: int = 2,
         mps: bool = False,
-        worker_sm_percent: int = DEFAULT_WORKER_SM_PERCENT,
+        worker_sm_percent: Union[int, Literal["auto"]] = DEFAULT_WORKER_SM_PERCENT,
         timeout: float = 600.0,
         copy_stages: Sequence[str] = ("predict",),
         lookahead: bool = True,
@@ -108,8 +110,16 @@ class PipelineCallback(Callback):
         if mode not in ("auto", "worker", "in_process"):
             raise ValueError(f"PipelineCallback(mode=...) must be 'auto', 'worker' or 'in_process', got {mode!r}")
         check_depth(depth, "PipelineCallback")
-        if not 1 <= worker_sm_percent <= 99:
-            raise ValueError(f"PipelineCallback(worker_sm_percent=...) must be in [1, 99], got {worker_sm_percent}")
+        if worker_sm_percent == "auto":
+            if not mps or green_context:
+                raise ValueError(
+                    "PipelineCallback(worker_sm_percent='auto') chooses the worker's MPS share: set mps: true "
+                    "(and no green_context), or give the share as a number"
+                )
+        elif isinstance(worker_sm_percent, bool) or not isinstance(worker_sm_percent, int) or not 1 <= worker_sm_percent <= 99:
+            raise ValueError(
+                f"PipelineCallback(worker_sm_percent=...) must be in [1, 99] or 'auto', got {worker_sm_percent!r}"
+            )
         if mps and mode == "in_process":
             raise ValueError("PipelineCallback(mps=True) needs a worker process: use mode 'worker' or 'auto'")
         if green_context and (mps or mode == "worker"):
@@ -130,6 +140,7 @@ class PipelineCallback(Callback):
         self.green_context = bool(green_context)
         self.mps_daemon = None
         self.client: Optional["PipelineClient"] = None
+        self._auto: Any = None  # the AutoShare of worker_sm_percent="auto" while it calibrates
         self._mps_checked = False
         self._datamodule: Any = None  # the DataModule using this callback's loader factory
         self._stages: tuple[str, ...] = ()
@@ -163,13 +174,22 @@ class PipelineCallback(Callback):
             return None
         # joins the daemon of the command, the launcher or a parent rank; or starts one, and then this process's
         # CUDA context (created later by the Trainer) and DDP ranks started later get 100 - worker_sm_percent %
-        self.mps_daemon = mps_control.start_for_trainer(self.worker_sm_percent)
+        self.mps_daemon = mps_control.start_for_trainer(self._first_share)
         return self.mps_daemon
 
-    def _worker_env(self) -> dict[str, str]:
+    @property
+    def _first_share(self) -> int:
+        """The worker's share at start (``"auto"``: the smallest of the ladder)."""
+        if self.worker_sm_percent == "auto":
+            from lightning_zerocopy.pipeline.share_choice import SHARE_LADDER
+
+            return SHARE_LADDER[0]
+        return int(self.worker_sm_percent)
+
+    def _worker_env(self, percent: Optional[int] = None) -> dict[str, str]:
         if self.mps_daemon is None:
             return {}
-        return self.mps_daemon.client_env(self.worker_sm_percent)
+        return self.mps_daemon.client_env(self._first_share if percent is None else percent)
 
     # ---- wiring into the DataModule ---------------------------------------------------------------------------
     def resolve_mode(self, device: torch.device, gpu_builder: bool = False) -> str:
@@ -207,15 +227,33 @@ class PipelineCallback(Callback):
         slot_device = device if device.type == "cuda" else torch.device("cpu")
         mode = self.resolve_mode(device, gpu_builder=getattr(datamodule, "batch_device_type", "cpu") == "cuda")
         fn = trainer.state.fn.value if trainer.state.fn is not None else "fit"
-        green = self.worker_sm_percent if self.green_context and slot_device.type == "cuda" else None
-        self.client = start_pipeline(
-            mode, self.depth, slot_device, worker_env=self._worker_env(), timeout=self.timeout,
-            lookahead=self.lookahead, green_context_percent=green,
-        )  # fmt: skip
+        green = self._first_share if self.green_context and slot_device.type == "cuda" else None
+        stages = _STAGES_OF.get(fn, ())
+
+        def start(percent: Optional[int] = None, standby: bool = False) -> "PipelineClient":
+            client = start_pipeline(
+                mode, self.depth, slot_device, worker_env=self._worker_env(percent), timeout=self.timeout,
+                lookahead=self.lookahead, green_context_percent=green,
+            )  # fmt: skip
+            try:
+                for stage in stages:
+                    source = PlanSource(datamodule.plan(stage), datamodule.builder(stage), place_on_open=not standby)
+                    client.register(stage, source)
+            except BaseException:
+                client.close()
+                raise
+            return client
+
         try:
-            stages = _STAGES_OF.get(fn, ())
-            for stage in stages:
-                self.client.register(stage, PlanSource(datamodule.plan(stage), datamodule.builder(stage)))
+            # auto calibrates on training steps: only a fit has them (other runs keep the ladder's first share)
+            if (self.worker_sm_percent == "auto" and fn == "fit" and mode == "worker" and self.mps_daemon is not None
+                    and slot_device.type == "cuda"):  # fmt: skip
+                from lightning_zerocopy.callbacks.share_auto import AutoShare
+
+                self._auto = AutoShare(start, slot_device)  # a worker per share, started while the names exist
+                self.client = self._auto.active
+            else:
+                self.client = start()
             self._stages, self._datamodule = tuple(stages), datamodule
             datamodule.use_loader_factory(self.pipelined_loader)
         except BaseException:
@@ -230,12 +268,17 @@ class PipelineCallback(Callback):
             return loader
         from lightning_zerocopy.pipeline.loader import PipelineLoader
 
-        return PipelineLoader(self.client, split, loader, copy=split in self.copy_stages)
+        current = (lambda: self.client) if self._auto is not None else None
+        return PipelineLoader(self.client, split, loader, copy=split in self.copy_stages, current=current)
 
     def _shutdown(self) -> None:
         datamodule, self._datamodule, self._stages = self._datamodule, None, ()
         if datamodule is not None:
             datamodule.use_loader_factory(None)
+        auto, self._auto = self._auto, None
+        if auto is not None:
+            self.client = None
+            auto.close()
         if self.client is not None:
             client, self.client = self.client, None
             client.close()
@@ -250,6 +293,20 @@ class PipelineCallback(Callback):
                 "PipelineCallback was not attached: its DataModule must call attach_host_memory(trainer, self) in "
                 f"setup, as lightning_zerocopy.ZeroCopyDataModule does (got {type(dm).__name__ if dm else 'none'})"
             )
+
+    @override
+    def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any, batch_idx: int) -> None:
+        if self._auto is not None:
+            self._auto.step_started()
+
+    @override
+    def on_train_batch_end(
+        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        auto = self._auto
+        if auto is not None and self.client is not None:
+            auto.step_ended(self.client.stats.last_build_s)
+            self.client = auto.active  # the loaders take their next batch from it
 
     @override
     def teardown(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:

@@ -29,7 +29,6 @@ each node appears once (a distributed plan pads the ranks' shares by repeating n
 from __future__ import annotations
 
 import os
-import warnings
 from collections import deque
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -138,12 +137,6 @@ class PredictionWriter(BasePredictionWriter):
         self._logits: list[torch.Tensor] = []
         self._landing: deque[tuple[torch.Tensor, torch.Tensor, Any]] = deque()  # GPU copies not yet waited for
         self._edges: list[dict[str, torch.Tensor]] = []  # link batches: one dict of columns per batch
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        # the prediction loop looks for a torch batch sampler to report batch indices, which this writer does not use
-        warnings.filterwarnings(
-            "ignore", message="Couldn't infer the batch indices fetched from your dataloader: `PlanLoader`"
-        )
 
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._ids, self._logits, self._landing, self._edges = [], [], deque(), []

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import abc
 import warnings
+from collections.abc import Sequence
 from typing import Any, Iterator
 
+from pytorch_lightning.overrides.distributed import _IndexBatchSamplerWrapper
 from torch_geometric.data import Data
 
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.plan import BatchPlan
 
-__all__ = ["EpochLoader", "PlanLoader"]
+__all__ = ["EpochLoader", "PlanLoader", "SeenBatchIndices"]
 
 
 class EpochLoader(abc.ABC):
@@ -32,6 +34,7 @@ class EpochLoader(abc.ABC):
         self.epoch = int(epoch)
         self._start_step = int(start_step)
         self._next_step = self._start_step
+        self._seen = SeenBatchIndices(self)
 
     @abc.abstractmethod
     def __len__(self) -> int:
@@ -47,9 +50,15 @@ class EpochLoader(abc.ABC):
         return self
 
     @property
-    def batch_sampler(self) -> None:
-        """Batches come from the plan; Lightning inspects this attribute next to :attr:`sampler`."""
-        return None
+    def batch_sampler(self) -> "SeenBatchIndices":
+        """The seed positions of the batches handed out in the current iteration, where Lightning's prediction loop
+        looks for them (``BasePredictionWriter``'s ``batch_indices``)."""
+        return self._seen
+
+    def _batch_indices(self, epoch: int, step: int) -> list[int]:
+        """Positions, in the split's input nodes, of the seeds of batch ``step`` of ``epoch`` (PyG's ``input_id``).
+        Loaders that can say override this; by default a batch has none."""
+        return []
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration runs (a new epoch starts at step 0)."""
@@ -65,9 +74,63 @@ class EpochLoader(abc.ABC):
     def __iter__(self) -> Iterator[Data]:
         start, self._start_step = self._start_step, 0
         self._next_step = start
+        self._seen.restart(self.epoch, start)
         for batch in self._batches(self.epoch, start):
             self._next_step += 1
             yield batch
+
+
+class SeenBatchIndices(_IndexBatchSamplerWrapper):
+    """The sample indices of the batches an :class:`EpochLoader` handed out in its current iteration, one list per
+    batch, computed from the plan when asked (nothing is stored per batch).
+
+    Lightning's prediction loop reads a loader's batch indices only from ``loader.batch_sampler.seen_batch_indices``
+    of an ``_IndexBatchSamplerWrapper``, which it puts around a ``DataLoader``'s batch sampler; a plan loader is no
+    ``DataLoader``, so without this every predict with a ``BasePredictionWriter`` warned "Couldn't infer the batch
+    indices fetched from your dataloader" and handed the writer empty indices. This subclass gives that loop the
+    same thing (the seeds' positions in the split, as PyG's ``input_id``; its ``batch_idx`` counts from the
+    iteration's first batch). It is not iterated: batches come from the loader.
+    """
+
+    def __init__(self, loader: "EpochLoader") -> None:  # no super().__init__: it would wrap a batch sampler
+        self._loader = loader
+        self._epoch = 0
+        self._start = 0
+        self.seen_batch_indices = _LazyBatchIndices(self)
+
+    def restart(self, epoch: int, start: int) -> None:
+        self._epoch, self._start = int(epoch), int(start)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        raise TypeError("an EpochLoader's batch_sampler only reports the indices of the batches the loader handed out")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+class _LazyBatchIndices(Sequence):
+    """``seen_batch_indices`` of a :class:`SeenBatchIndices`: as long as the batches handed out so far."""
+
+    def __init__(self, owner: SeenBatchIndices) -> None:
+        self._owner = owner
+
+    def __len__(self) -> int:
+        owner = self._owner
+        return max(0, owner._loader._next_step - owner._start)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"batch {i} was not handed out in this iteration ({n} were)")
+        owner = self._owner
+        return owner._loader._batch_indices(owner._epoch, owner._start + i)
 
 
 class PlanLoader(EpochLoader):
@@ -89,6 +152,9 @@ class PlanLoader(EpochLoader):
     def _batches(self, epoch: int, start: int) -> Iterator[Data]:
         for step in range(start, len(self.plan)):
             yield self.builder.build_batch(self.plan.item(epoch, step))
+
+    def _batch_indices(self, epoch: int, step: int) -> list[int]:
+        return self.plan.item(epoch, step).input_id.tolist()
 
     def state_dict(self) -> dict[str, Any]:
         """Position in the plan: the epoch and the number of batches of it already handed out."""

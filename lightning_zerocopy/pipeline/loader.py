@@ -7,7 +7,7 @@ checkpoint saved with the pipeline resumes without it and vice versa.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 from torch_geometric.data import Data
 
@@ -27,19 +27,47 @@ class PipelineLoader(EpochLoader):
             returns, like ``predict``, whose outputs often include ``batch.n_id``).
     """
 
-    def __init__(self, client: PipelineClient, stage: str, inner: Any, copy: bool = False) -> None:
+    def __init__(
+        self,
+        client: PipelineClient,
+        stage: str,
+        inner: Any,
+        copy: bool = False,
+        current: Optional[Callable[[], PipelineClient]] = None,
+    ) -> None:
         super().__init__(epoch=int(getattr(inner, "epoch", 0)), start_step=int(getattr(inner, "start_step", 0)))
         self.client = client
         self.stage = stage
         self.inner = inner
         self.copy = copy
+        self._current = current
 
     def __len__(self) -> int:
         return len(self.inner)
 
     def _batches(self, epoch: int, start: int) -> Iterator[Data]:
-        for batch in self.client.iterate(self.stage, epoch, start, len(self)):
-            yield batch.clone() if self.copy else batch
+        """The batches from ``start`` on; when ``current()`` names another client between two batches (the
+        callback moved to a worker with another SM share), the rest of the epoch comes from that one, from the
+        next step on: the batches are the plan's either way."""
+        step, stop = start, len(self)
+        while step < stop:
+            if self._current is not None:
+                self.client = self._current()
+            client, first = self.client, step
+            batches = client.iterate(self.stage, epoch, step, stop)
+            try:
+                for batch in batches:
+                    step += 1
+                    yield batch.clone() if self.copy else batch
+                    if self._current is not None and self._current() is not client:
+                        break
+            finally:
+                batches.close()  # hands the last slot back (after the step that used it) and ends the iteration
+            if step == first:
+                return  # the producer ended the epoch early: nothing more to ask for
+
+    def _batch_indices(self, epoch: int, step: int) -> list[int]:
+        return self.inner._batch_indices(epoch, step)
 
     def state_dict(self) -> dict[str, Any]:
         state = dict(self.inner.state_dict())

@@ -199,6 +199,14 @@ class Producer:
                     st.source.close()
             self._scope.close()  # GPU copies, caches and host registrations of this producer
 
+    def release_slots(self) -> None:
+        """Forget every slot buffer and any batch built into one (after :meth:`run`; a worker process calls it
+        before it exits, see :func:`.worker._release_slots`)."""
+        for st in self.stages.values():
+            st.buffers = []
+            st.free.clear()
+            st.pending = None
+
     def _pick(self) -> Optional[str]:
         best, best_order = None, -1
         for name, st in self.stages.items():

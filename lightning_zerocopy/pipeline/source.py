@@ -65,18 +65,23 @@ class PlanSource:
         builder: the unopened builder (``build_batch(item, out=None)``, ``fanouts``, ``num_nodes``,
             ``max_nodes(batch_size)``), e.g. ``ZeroCopyDataModule.builder("train")``.
         out_fields: the batch fields the builder writes into ``out`` itself (the rest are copied into the slot).
+        place_on_open: place the builder's GPU side when the source is opened; ``False`` maps the host memory only
+            and places the rest at the first batch (a standby producer that may never build).
     """
 
-    def __init__(self, plan: Any, builder: Any, out_fields: tuple[str, ...] = ("x", "y")) -> None:
+    def __init__(
+        self, plan: Any, builder: Any, out_fields: tuple[str, ...] = ("x", "y"), place_on_open: bool = True
+    ) -> None:
         self._plan = plan
         self.builder = builder
         self.out_fields = tuple(out_fields)
+        self.place_on_open = bool(place_on_open)
 
     def open(self, scope: Optional["ResourceScope"] = None) -> None:
         """Open the builder in this process with the resources ``scope`` owns for its host memory and device
         (shared with the other sources of the same producer); without a scope the builder owns private ones."""
         resources = None if scope is None else scope.get(self.builder.handles, self.builder.device_index)
-        self.builder.open(resources)
+        self.builder.open(resources, place=getattr(self, "place_on_open", True))
 
     def close(self) -> None:
         """Release the builder (its resources stay with the scope that owns them)."""

@@ -17,6 +17,7 @@ Lifecycle and faults:
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import re
 import signal
@@ -106,14 +107,35 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
         traceback.print_exc()
         code = 1
     finally:
+        _release_slots(producer)
+        del producer
         conn.close()
     # Exit now, without the interpreter's teardown: with torch loaded it takes a second or more of CPU, during
     # which the parent watchdog (a daemon thread) can no longer run, and on a loaded machine that kept an orphaned
-    # worker alive for 5-15 s after its trainer was killed. Nothing of the worker needs finalizing: the slots
-    # belong to the trainer and the pipe is closed.
+    # worker alive for 5-15 s after its trainer was killed. Nothing else of the worker needs finalizing: the
+    # slots (the trainer's) were released above and the pipe is closed.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _release_slots(producer: Producer) -> None:
+    """Drop this process's references to the trainer's slots, so that CUDA IPC counts them released.
+
+    The trainer allocated the slots and sent them over CUDA IPC, so in torch's terms the *trainer* is the producer
+    of those tensors and this worker a consumer. torch keeps a shared reference counter per sent block; a
+    consumer decrements it only when its received storage is freed. The worker ends with ``os._exit`` (no
+    interpreter teardown, see :func:`_worker_main`), so without this no received slot is ever freed: the counters stay above
+    zero, the trainer's freed slots wait in torch's "limbo" (their GPU memory held) until the trainer exits, and
+    at that exit torch prints "Producer process has been terminated before all shared CUDA tensors released".
+    Freeing them here (each receiver's deleter synchronizes its stream, then decrements the counter) does it
+    before the trainer's :meth:`PipelineClient.close`, which joins this process first, frees its slots.
+    """
+    try:
+        producer.release_slots()
+        gc.collect()  # received storages held only by reference cycles (tracebacks, frames) go now too
+    except Exception:  # noqa: BLE001 - best effort at exit: a failure here only brings back torch's warning
+        traceback.print_exc()
 
 
 def _describe_exit(exitcode: Optional[int]) -> str:

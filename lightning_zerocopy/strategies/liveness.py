@@ -6,6 +6,15 @@ polls the other ranks *of this machine* (their pids, exchanged once through the 
 ``interval`` seconds; when one is gone (or a zombie) it raises :class:`PeerRankExited` in the main thread (through
 a signal, which also interrupts a blocking wait), and if the main thread is stuck in a native collective it ends
 the process after ``grace`` seconds. Ranks on other machines are left to the collectives' own errors.
+
+Why a rank stopped: a rank that stops on an exception first leaves a one-line *exit note* in the process group's
+key-value store (:meth:`RankLiveness.announce`): ``interrupted (SIGINT)`` / ``interrupted (SIGTERM)`` for Ctrl-C
+and Lightning's SIGTERM, else the exception's first line (e.g. the pipeline worker's pid and signal). The watch
+polls the notes of the ranks it watches too, and a rank that announces waits (at most ``2 * interval + 1`` s) until
+every live peer has read its note. So whichever rank fails first, the error every other rank of the machine raises
+names the root cause, and a Ctrl-C reads "rank 1 ... was interrupted (SIGINT)" instead of blaming a rank that was
+interrupted like this one. A rank that is itself stopping (interrupted, or failed) is not interrupted again by a
+peer's note or exit.
 """
 
 from __future__ import annotations
@@ -19,13 +28,36 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-__all__ = ["PeerRankExited", "RankLiveness", "RankInfo", "process_alive"]
+__all__ = ["PeerRankExited", "RankLiveness", "RankInfo", "exit_note", "is_interrupt", "process_alive"]
 
 _SIGNAL = signal.SIGUSR2  # Lightning uses SIGUSR1 (SLURM requeue) and SIGTERM
 
 
 class PeerRankExited(RuntimeError):
     """Another rank of the job exited while this one was still running."""
+
+
+#: where exit notes and their acknowledgements live in the process group's store
+_NOTE_KEY = "lightning_zerocopy/liveness/note/{rank}"
+_ACK_KEY = "lightning_zerocopy/liveness/ack/{rank}/{reader}"
+_NOTE_CHARS = 600
+
+
+def exit_note(exception: BaseException) -> str:
+    """What a rank stopping on ``exception`` tells the others: ``interrupted (SIGINT|SIGTERM)`` for Ctrl-C and
+    Lightning's SIGTERM exception, else ``"<Type>: <first line of the message>"`` (shortened)."""
+    if isinstance(exception, KeyboardInterrupt):
+        return "interrupted (SIGINT)"
+    if type(exception).__name__ == "SIGTERMException":  # pytorch_lightning.utilities.exceptions (a SystemExit)
+        return "interrupted (SIGTERM)"
+    text = str(exception).strip().splitlines()
+    line = f"{type(exception).__name__}: {text[0]}" if text else type(exception).__name__
+    return line if len(line) <= _NOTE_CHARS else line[: _NOTE_CHARS - 3] + "..."
+
+
+def is_interrupt(exception: BaseException) -> bool:
+    """Whether ``exception`` is how Ctrl-C (``KeyboardInterrupt``) or SIGTERM (Lightning's exception) arrive."""
+    return exit_note(exception).startswith("interrupted")
 
 
 @dataclass(frozen=True)
@@ -66,6 +98,10 @@ class RankLiveness:
         interval: seconds between polls.
         grace: seconds the process gets, once a rank is gone, to raise and exit; then it ends with exit code 1.
         alive: how a pid is judged alive (for tests).
+        store: the process group's key-value store (``set``/``get``/``check``, e.g. a ``torch.distributed``
+            ``TCPStore``) for exit notes; ``None``: no notes (a gone rank is only said to have exited).
+        stopping: whether this rank is already stopping on an exception of its own (e.g. Lightning's trainer status
+            is ``INTERRUPTED``); such a rank is not interrupted again by a peer.
     """
 
     def __init__(
@@ -75,12 +111,18 @@ class RankLiveness:
         interval: float = 0.5,
         grace: float = 10.0,
         alive: Callable[[int], bool] = process_alive,
+        store: Any = None,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.me = me
         self.peers = [r for r in ranks if r.host == me.host and r.pid != me.pid]
         self.interval = float(interval)
         self.grace = float(grace)
         self._alive = alive
+        self._store = store
+        self._stopping = stopping
+        self._announced = False
+        self._notes: dict[int, str] = {}  # exit notes of peers, as read
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._previous_handler: Any = None
@@ -107,26 +149,66 @@ class RankLiveness:
             self._previous_handler = None
 
     def check(self) -> Optional[RankInfo]:
-        """The first watched rank that is gone, or ``None``."""
+        """The first watched rank that is gone or has left an exit note, or ``None``."""
         for peer in self.peers:
-            if not self._alive(peer.pid):
+            if not self._alive(peer.pid) or self.note_of(peer) is not None:
                 return peer
         return None
 
+    def note_of(self, peer: RankInfo) -> Optional[str]:
+        """``peer``'s exit note, if it left one (read once from the store, then acknowledged)."""
+        note = self._notes.get(peer.rank)
+        if note is not None or self._store is None:
+            return note
+        key = _NOTE_KEY.format(rank=peer.rank)
+        try:
+            if not self._store.check([key]):
+                return None
+            note = self._store.get(key).decode("utf-8", "replace")
+            self._store.set(_ACK_KEY.format(rank=peer.rank, reader=self.me.rank), "1")
+        except Exception:  # noqa: BLE001 - the store went with its host rank: no note to read
+            return None
+        self._notes[peer.rank] = note
+        return note
+
+    def announce(self, exception: BaseException) -> None:
+        """Leave this rank's exit note for ``exception`` (first thing when it stops on one), then wait until every
+        live watched peer has read it, at most ``2 * interval + 1`` seconds. Once; later calls do nothing."""
+        if self._announced or self._store is None:
+            self._announced = True
+            return
+        self._announced = True
+        try:
+            self._store.set(_NOTE_KEY.format(rank=self.me.rank), exit_note(exception))
+        except Exception:  # noqa: BLE001 - no store (its host rank is gone): the peers see only the exit
+            return
+        deadline = time.monotonic() + 2 * self.interval + 1.0
+        while time.monotonic() < deadline:
+            waiting = [p for p in self.peers if self._alive(p.pid) and p.rank not in self._notes]
+            try:
+                if not waiting or self._store.check([_ACK_KEY.format(rank=self.me.rank, reader=p.rank) for p in waiting]):
+                    return
+            except Exception:  # noqa: BLE001
+                return
+            time.sleep(0.05)
+
     def describe(self, dead: RankInfo) -> str:
-        """The one-line error for ``dead``."""
-        return (
-            f"rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} was running; "
-            f"stopping rank {self.me.rank}"
-        )
+        """The one-line error for ``dead`` (gone, or stopping with an exit note)."""
+        where = f"rank {dead.rank} (pid {dead.pid} on {dead.host})"
+        note = self.note_of(dead)
+        if note is not None and note.startswith("interrupted"):
+            return f"{where} was {note}; stopping rank {self.me.rank}"
+        if note is not None:
+            return f"{where} failed while rank {self.me.rank} was running: {note}; stopping rank {self.me.rank}"
+        return f"{where} exited while rank {self.me.rank} was running; stopping rank {self.me.rank}"
 
     def explain(self, exception: BaseException, wait: float = 2.0) -> Optional[str]:
         """If a watched rank is gone (checked for up to ``wait`` seconds: a collective can fail the moment a peer's
         socket closes, before the peer is reaped), prefix ``exception``'s message with :meth:`describe` and return
         that line; else ``None``. For errors of collectives (e.g. gloo's "Connection reset by peer") that do not
         say which rank went away."""
-        if isinstance(exception, PeerRankExited):
-            return None
+        if isinstance(exception, PeerRankExited) or is_interrupt(exception):
+            return None  # already names the rank; or this rank was interrupted itself (Ctrl-C reaches every rank)
         deadline = time.monotonic() + wait
         dead = self.check()
         while dead is None and time.monotonic() < deadline:
@@ -145,6 +227,8 @@ class RankLiveness:
             dead = self.check()
             if dead is None or self._stop.is_set():
                 continue
+            if self._announced or self._stopping():
+                continue  # this rank is stopping on its own exception already: let it finish (explain() names peers)
             self.message = self.describe(dead)
             print(f"[ZeroCopyDDPStrategy] {self.message}", file=sys.stderr, flush=True)
             if self._previous_handler is not None or signal.getsignal(_SIGNAL) == self._raise_in_main:

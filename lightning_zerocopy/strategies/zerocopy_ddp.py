@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 from pytorch_lightning.strategies import DDPStrategy, StrategyRegistry
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
@@ -127,8 +128,29 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         if self.liveness_interval > 0 and self._liveness is None and self.world_size > 1:
             ranks: list[Any] = [None] * self.world_size
             dist.all_gather_object(ranks, RankInfo.here(self.global_rank))
-            self._liveness = RankLiveness(RankInfo.here(self.global_rank), ranks, interval=self.liveness_interval)
+            self._liveness = RankLiveness(
+                RankInfo.here(self.global_rank), ranks, interval=self.liveness_interval,
+                store=_default_store(), stopping=self._trainer_interrupted,
+            )  # fmt: skip
             self._liveness.start()
+
+    @override
+    def _setup_model(self, model: torch.nn.Module) -> DistributedDataParallel:
+        """Wrap ``model`` in DDP on the stream that the training steps run on.
+
+        Lightning 2.6's ``DDPStrategy`` builds DDP under a fresh side stream (for whole-network CUDA graph capture).
+        DDP keeps each parameter's ``AccumulateGrad`` node from then on, and an autograd node remembers the stream
+        current when it was made; every forward afterwards runs on the device's current (default) stream, so each
+        backward hands those nodes gradients from another stream, and torch warns ("The AccumulateGrad node's
+        stream does not match ... if you are using DDP") and synchronizes the two streams. Built on the forwards'
+        stream, the nodes and the gradients agree (Lightning-AI/pytorch-lightning#21567; fixed upstream the same
+        way after 2.6).
+        """
+        device_ids = self.determine_ddp_device_ids()
+        if device_ids is None:
+            return DistributedDataParallel(module=model, device_ids=None, **self._ddp_kwargs)
+        with torch.cuda.stream(torch.cuda.current_stream(self.root_device)):
+            return DistributedDataParallel(module=model, device_ids=device_ids, **self._ddp_kwargs)
 
     @override
     def teardown(self) -> None:
@@ -144,10 +166,19 @@ class ZeroCopyDDPStrategy(DDPStrategy):
     def on_exception(self, exception: BaseException) -> None:
         liveness, self._liveness = self._liveness, None  # teardown then skips its barrier (a rank may be gone)
         if liveness is not None:
+            liveness.announce(exception)  # first: the other ranks' errors name this rank's cause (or its interrupt)
             liveness.stop()
             liveness.explain(exception)  # a collective's error names no rank: say which one went away
         self._retire_shard()
         super().on_exception(exception)
+
+    def _trainer_interrupted(self) -> bool:
+        """Whether Lightning is handling an exception of this rank (it sets the status before any ``on_exception``)."""
+        from pytorch_lightning.trainer.states import TrainerStatus
+
+        module = self.lightning_module
+        trainer = getattr(module, "_trainer", None) if module is not None else None
+        return trainer is not None and trainer.state.status == TrainerStatus.INTERRUPTED
 
     # ---- the DataModule's host-memory hook (see HostMemoryConsumer) ---------------------------------------
 
@@ -295,6 +326,14 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             if self.world_size > 1:
                 self.barrier("zerocopy_cache_retired")
             self._retired.clear()
+
+
+def _default_store() -> Any:
+    """The default process group's key-value store, for the liveness watch's exit notes (``None`` if unavailable)."""
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - a torch without it: the watch still names a gone rank, without its cause
+        return None
 
 
 def _presample(

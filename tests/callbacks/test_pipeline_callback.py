@@ -168,6 +168,9 @@ def test_constructor_checks_and_mps_unavailable_warning(monkeypatch):
         PipelineCallback(depth=0)
     with pytest.raises(ValueError, match="worker_sm_percent"):
         PipelineCallback(worker_sm_percent=100)
+    with pytest.raises(ValueError, match="worker_sm_percent='auto'.*set mps: true"):
+        PipelineCallback(worker_sm_percent="auto")  # auto picks an MPS share: without MPS there is none
+    assert PipelineCallback(worker_sm_percent="auto", mps=True)._first_share == 10
     with pytest.raises(ValueError, match="copy_stages"):
         PipelineCallback(copy_stages=("training",))
     with pytest.raises(ValueError, match="needs a worker process"):

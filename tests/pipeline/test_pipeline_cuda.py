@@ -129,3 +129,35 @@ def test_under_mps_ipc_works_and_the_worker_share_takes_effect():
     trainer = result["trainer_pid"]
     left = [n for n in os.listdir("/dev/shm") if f".{trainer:x}." in n or f"torch_{trainer}_" in n]
     assert not left, f"the trainer process left {left} in /dev/shm"
+
+
+_IPC_EXIT_SCRIPT = """
+import sys, torch
+sys.path[:0] = [{here!r}, {tests!r}]
+from pipeline_fakes import FakeSource
+from lightning_zerocopy.pipeline import start_pipeline
+client = start_pipeline("worker", depth=2, device="cuda:0", timeout=120)
+client.register("t", FakeSource(steps=6, features=64, batch_size=512, seed=4, huge_at=3))
+torch.cuda.synchronize()
+for batch in client.iterate("t", 0):
+    batch.x.sum()
+del batch
+client.close()
+torch.cuda.ipc_collect()
+print("ALLOCATED_AFTER_CLOSE", torch.cuda.memory_allocated(), flush=True)
+"""
+
+
+@pytest.mark.cuda
+def test_worker_releases_the_slots_before_it_exits_so_the_trainer_frees_them_and_prints_no_ipc_warning(tmp_path):
+    """The trainer allocates the slots and shares them over CUDA IPC (torch's *producer*); the worker is the
+    consumer and must free what it received before ``os._exit``. Otherwise torch's shared counters never drop: the
+    slots' GPU memory stays in torch's limbo after ``close()`` and the trainer's exit prints "Producer process has
+    been terminated before all shared CUDA tensors released" (issue 22)."""
+    script = tmp_path / "ipc_exit.py"
+    script.write_text(_IPC_EXIT_SCRIPT.format(here=str(HERE), tests=str(HERE.parent)))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    allocated = int(proc.stdout.split("ALLOCATED_AFTER_CLOSE")[1].split()[0])
+    assert allocated == 0, f"{allocated} bytes of slots still held after close() (CUDA IPC limbo)"
+    assert "shared CUDA tensors released" not in proc.stderr, proc.stderr[-3000:]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import time
 
 import pytorch_lightning as pl
 
@@ -17,6 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from ddp_script import TinySAGE  # noqa: E402  (the suite's two-rank DDP model)
 
 from lightning_zerocopy import ZeroCopyDataModule
+from lightning_zerocopy.callbacks import PipelineCallback
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.graph import mapped_footprint
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
@@ -41,6 +44,20 @@ class Report(pl.Callback):
             with open(os.path.join(self.config["out"], f"dying{trainer.global_rank}"), "w") as f:
                 f.write(str(os.getpid()))
             os._exit(7)
+        if self.config.get("kill_worker_rank") == trainer.global_rank and batch_idx == 2 and trainer.current_epoch == 0:
+            pipeline = next(cb for cb in trainer.callbacks if isinstance(cb, PipelineCallback))
+            worker = pipeline.client.transport.pid
+            with open(os.path.join(self.config["out"], f"worker{trainer.global_rank}"), "w") as f:
+                f.write(str(worker))
+            os.kill(worker, signal.SIGKILL)
+        if self.config.get("dawdle"):
+            if batch_idx == 1:
+                open(os.path.join(self.config["out"], f"training{trainer.global_rank}"), "w").close()
+            time.sleep(self.config["dawdle"])
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        if self.config.get("slow_exception_rank") == trainer.global_rank:
+            time.sleep(3.0)  # a slow shutdown (a GPU pipeline's): the other ranks exit meanwhile
 
     def on_train_end(self, trainer, pl_module) -> None:
         strategy = trainer.strategy
@@ -114,7 +131,7 @@ def main(config: dict) -> None:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[Pids(config["out"]), Report(config)],
+        callbacks=[Pids(config["out"]), Report(config)] + ([PipelineCallback(mode="worker")] if config.get("pipeline") else []),
     )
     trainer.fit(TinySAGE(dm.num_features, dm.num_classes), datamodule=dm)
 

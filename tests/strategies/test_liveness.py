@@ -53,3 +53,76 @@ def test_a_collective_error_is_explained_with_the_gone_rank() -> None:
     healthy = RankLiveness(me, [RankInfo(0, "host", 98), me], alive=lambda pid: True)
     other = RuntimeError("boom")
     assert healthy.explain(other, wait=0) is None and str(other) == "boom"
+
+
+# ---- exit notes: why a rank stopped (issue 22, Faults) ----
+
+
+def test_exit_notes_say_interrupted_for_sigint_and_sigterm_else_the_error() -> None:
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    from lightning_zerocopy.strategies.liveness import exit_note
+
+    assert exit_note(KeyboardInterrupt()) == "interrupted (SIGINT)"
+    assert exit_note(SIGTERMException()) == "interrupted (SIGTERM)"
+    assert exit_note(RuntimeError("worker (pid 42) was killed by SIGKILL\nmore")) == (
+        "RuntimeError: worker (pid 42) was killed by SIGKILL"
+    )
+
+
+def _pair(store, alive=lambda pid: True, **kwargs):
+    zero, one = RankInfo(0, "host", 100), RankInfo(1, "host", 101)
+    return (RankLiveness(zero, [zero, one], store=store, alive=alive, **kwargs),
+            RankLiveness(one, [zero, one], store=store, alive=alive, **kwargs))  # fmt: skip
+
+
+def test_a_peer_interrupted_by_ctrl_c_is_said_interrupted_not_exited() -> None:
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    rank0, rank1 = _pair(store, alive=lambda pid: pid != 101, interval=0.05)
+    rank1.announce(KeyboardInterrupt())  # rank 1 is gone (alive says so): it does not wait for its own ack
+    assert rank0.describe(rank0.check()) == "rank 1 (pid 101 on host) was interrupted (SIGINT); stopping rank 0"
+    # rank 0, interrupted by the same Ctrl-C, blames nobody
+    assert rank0.explain(KeyboardInterrupt(), wait=0) is None
+
+
+def test_a_peer_failing_stops_this_rank_with_its_cause_before_it_exits() -> None:
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    me = RankInfo(0, "host", os.getpid())
+    peer = RankInfo(1, "host", 101)
+    watch = RankLiveness(me, [me, peer], interval=0.05, grace=1e9, alive=lambda pid: True, store=store)
+    failing = RankLiveness(peer, [me, peer], interval=0.05, alive=lambda pid: True, store=store)
+    watch.start()
+    try:
+        error = RuntimeError("the pipeline worker process (pid 4242) was killed by SIGKILL while the trainer waited")
+        t0 = time.monotonic()
+        with pytest.raises(PeerRankExited, match=r"rank 1 \(pid 101 on host\) failed while rank 0 was running: "
+                                                 r"RuntimeError: the pipeline worker process \(pid 4242\) was killed "
+                                                 r"by SIGKILL"):  # fmt: skip
+            failing.announce(error)  # waits until rank 0 has read the note (rank 1 still runs)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert time.monotonic() - t0 < 5
+        assert store.check(["lightning_zerocopy/liveness/ack/1/0"])  # rank 0 acknowledged the note
+    finally:
+        watch.stop()
+
+
+def test_a_rank_already_stopping_is_not_interrupted_by_a_peer() -> None:
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    me = RankInfo(0, "host", os.getpid())
+    peer = RankInfo(1, "host", 101)
+    watch = RankLiveness(me, [me, peer], interval=0.02, grace=1e9, alive=lambda pid: False, store=store,
+                         stopping=lambda: True)  # fmt: skip
+    watch.start()
+    try:
+        time.sleep(0.3)  # the peer is gone, but this rank handles its own exception: nothing is raised here
+    finally:
+        watch.stop()
+    assert watch.message is None

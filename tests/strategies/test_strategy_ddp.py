@@ -27,7 +27,8 @@ def _shm() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
-def _launch(tmp_path: Path, config: dict[str, Any], node_rank: int = 0, port: int = 0) -> subprocess.Popen:
+def _launch(tmp_path: Path, config: dict[str, Any], node_rank: int = 0, port: int = 0,
+            new_session: bool = False) -> subprocess.Popen:  # fmt: skip
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     config = dict(config, out=str(out), cache=str(tmp_path / "cache"))
@@ -39,7 +40,7 @@ def _launch(tmp_path: Path, config: dict[str, Any], node_rank: int = 0, port: in
         env.pop(key, None)
     return subprocess.Popen(
         [sys.executable, str(SCRIPT), str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        stderr=subprocess.STDOUT, text=True, start_new_session=new_session,
     )  # fmt: skip
 
 
@@ -154,3 +155,42 @@ def test_a_dead_rank_stops_the_others_with_its_name(tmp_path: Path, die_rank: in
     # the survivor names the dead rank (every rank writes to the launcher's output)
     assert f"rank {die_rank} (pid" in output and f"exited while rank {survivor} was running" in output, output[-4000:]
     _check_no_leftovers(before, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_pipeline_worker_dying_on_rank_1_is_named_in_rank_0s_error(tmp_path: Path) -> None:
+    """Rank 1's pipeline worker is SIGKILLed: rank 1 fails naming the worker, and rank 0's error names that root
+    cause too (the worker's pid and signal), not only "rank 1 exited" (issue 22, Faults)."""
+    proc = _launch(tmp_path, {"devices": 2, "epochs": 50, "pipeline": True, "kill_worker_rank": 1})
+    output = proc.communicate(timeout=300)[0]
+    assert proc.returncode != 0
+    worker = int((tmp_path / "out" / "worker1").read_text())
+    cause = f"the pipeline worker process (pid {worker}) was killed by SIGKILL"
+    assert f"failed while rank 0 was running: PipelineError: {cause}" in output, output[-6000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("whom", ["job", "rank1"])
+def test_ctrl_c_under_ddp_says_interrupted_and_blames_no_rank(tmp_path: Path, whom: str) -> None:
+    """Ctrl-C reaches every rank of the job (one process group): no rank says another "exited while rank 0 was
+    running". SIGINT to rank 1 alone: rank 0 says rank 1 "was interrupted (SIGINT)" (issue 22, Faults). Rank 0
+    shuts down slowly (as with a GPU pipeline), so rank 1 is gone while rank 0's watch still runs."""
+    import signal
+
+    out = tmp_path / "out"
+    proc = _launch(tmp_path, {"devices": 2, "epochs": 50, "dawdle": 0.05, "slow_exception_rank": 0}, new_session=True)
+    deadline = time.monotonic() + 240
+    while not all((out / f"training{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0][-4000:]
+        time.sleep(0.1)
+    time.sleep(1.0)  # both ranks mid-epoch
+    if whom == "job":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(int((out / "pid1").read_text()), signal.SIGINT)
+    output = proc.communicate(timeout=120)[0]
+    assert "exited while rank" not in output and "failed while rank" not in output, output[-4000:]
+    if whom == "rank1":
+        assert "rank 1 (pid " in output and "was interrupted (SIGINT); stopping rank 0" in output, output[-4000:]
+    else:
+        assert "Detected KeyboardInterrupt" in output, output[-4000:]
