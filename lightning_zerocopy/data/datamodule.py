@@ -75,7 +75,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         dataset: the node-classification dataset (``class_path``/``init_args`` in a recipe).
         fanouts: neighbors sampled per hop for training, e.g. ``[15, 10, 5]``; ``-1`` takes all.
         batch_size: seed nodes per training batch (per rank).
-        eval_fanouts: fanouts for validation/test/predict; default: ``fanouts``.
+        eval_fanouts: fanouts for validation/test/predict; default: ``fanouts``. Unless every one is ``-1``,
+            evaluation samples node-keyed (one sampler seed per split, a node's picks keyed by its id, nodes
+            deduplicated per hop), so each node's prediction is the same on any rank count, batch size or order.
         eval_batch_size: seeds per evaluation batch; default: ``batch_size``.
         replace: sample neighbors with replacement.
         shuffle: reshuffle the training seeds every epoch.
@@ -281,6 +283,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         if rank is None or world_size is None:
             rank, _, world_size = self._ranks()
         is_train = split == "train"
+        node_keyed = not is_train and self._eval_node_keyed
         return BatchPlan(
             self._input_nodes(split),
             self.batch_size if is_train else self.eval_batch_size,
@@ -290,6 +293,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             rank=rank,
             world_size=world_size,
             stream=_STREAMS[split],
+            sampler_seed="split" if node_keyed else "batch",
         )
 
     def builder(self, split: Split) -> BatchBuilder:
@@ -311,6 +315,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             gather_mode=self.gather_mode,
             cache=self._feature_cache,
             device=gpu.device_index,
+            node_keyed=split != "train" and self._eval_node_keyed,
         )
 
     @property
@@ -414,7 +419,13 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
     def _bind_builders(self) -> None:
         assert self._resources is not None
-        self._builders.open(self.builder, self._resources, eval_like_train=self.eval_fanouts == self.fanouts)
+        like_train = self.eval_fanouts == self.fanouts and not self._eval_node_keyed
+        self._builders.open(self.builder, self._resources, eval_like_train=like_train)
+
+    @property
+    def _eval_node_keyed(self) -> bool:
+        """Whether evaluation samples node-keyed: with all ``-1`` eval fanouts a batch's sample is already exact."""
+        return any(f >= 0 for f in self.eval_fanouts)
 
     def _unlink_names(self) -> None:
         if self._named is not None:

@@ -92,7 +92,8 @@ class PlanSource:
         """Slot capacity no batch exceeds: the fanouts bound (:func:`~.slots.capacity_bound`), capped by the graph."""
         from lightning_zerocopy.pipeline.slots import capacity_bound
 
-        return capacity_bound(self._plan.batch_size, self.builder.fanouts, num_nodes=self.builder.num_nodes)
+        return capacity_bound(self._plan.batch_size, self.builder.fanouts, num_nodes=self.builder.num_nodes,
+                              node_keyed=bool(getattr(self.builder, "node_keyed", False)))  # fmt: skip
 
     def build_batch(self, item: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
         """``builder.build_batch(item, out)``: :meth:`gather_batch` of :meth:`sample_batch`."""
