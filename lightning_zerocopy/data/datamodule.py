@@ -29,6 +29,7 @@ batches serves the same rows from GPU memory.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Iterable, Literal, Optional, Sequence
 
 import pytorch_lightning as pl
@@ -48,6 +49,7 @@ from lightning_zerocopy.data.host_copy import HostCopyBuilder
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
+from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
 from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
 from lightning_zerocopy.options import (
@@ -263,7 +265,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         return self._loader_factory
 
     def _loader(self, split: Split) -> Iterable[Data]:
-        loader = PlanLoader(self.plan(split), self._builders[split])  # plan() checks that setup ran
+        trainer = self._trainer_or_none()  # a resume on another world size moves its batch count (resume.py)
+        on_resume = partial(align_fit_progress, trainer) if split == "train" and trainer is not None else None
+        loader = PlanLoader(self.plan(split), self._builders[split], on_resume)  # plan() checks that setup ran
         return loader if self._loader_factory is None else self._loader_factory(split, loader)
 
     @override

@@ -11,7 +11,7 @@ import sys
 import pytorch_lightning as pl
 
 from lightning_zerocopy import ZeroCopyDataModule
-from lightning_zerocopy.callbacks import PredictionWriter
+from lightning_zerocopy.callbacks.predictions import PredictionWriter
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.models import GraphSAGE
 
