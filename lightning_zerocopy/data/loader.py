@@ -104,11 +104,15 @@ class PlanLoader(EpochLoader):
     def state_dict(self) -> dict[str, Any]:
         """Position in the plan: the epoch, the number of batches of it already handed out (every rank has handed
         out as many: ranks run in lockstep), and the epoch's segments (world size, batch size, steps) so far."""
-        resumed = isinstance(self.plan, ResumedPlan) and self.plan.epoch == self.epoch
+        return self.state_dict_at(self.epoch, self._next_step)
+
+    def state_dict_at(self, epoch: int, next_step: int) -> dict[str, Any]:
+        """:meth:`state_dict` for a loader that wraps this one and has handed out ``next_step`` batches of ``epoch``."""
+        resumed = isinstance(self.plan, ResumedPlan) and self.plan.epoch == epoch
         earlier = list(self.plan.segments) if resumed else []
         offset = self.plan.start_step if resumed else 0
-        current = EpochSegment(self.base_plan.world_size, self.base_plan.batch_size, self._next_step - offset)
-        return {"epoch": self.epoch, "step": self._next_step, "plan": self._fingerprint(),
+        current = EpochSegment(self.base_plan.world_size, self.base_plan.batch_size, next_step - offset)
+        return {"epoch": epoch, "step": next_step, "plan": self._fingerprint(),
                 "segments": [s.as_list() for s in [*earlier, current]]}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -165,7 +165,7 @@ def align_fit_progress(trainer: Any, step: int) -> None:
     progress: Optional[Any] = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "batch_progress", None)
     if progress is None:
         return
-    delta = int(step) - int(progress.current.completed)
+    delta = int(step) - int(progress.current.ready)  # ready: the batches the checkpoint had fetched = its loader step
     for counts in (progress.current, progress.total):
         counts.ready += delta
         counts.started += delta
