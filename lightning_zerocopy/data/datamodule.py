@@ -29,7 +29,6 @@ batches serves the same rows from GPU memory.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Iterable, Literal, Optional, Sequence
 
 import pytorch_lightning as pl
@@ -154,6 +153,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self.batch_size = int(batch_size)
         self.eval_fanouts = list(eval_fanouts) if eval_fanouts is not None else list(fanouts)
         self.eval_batch_size = int(eval_batch_size) if eval_batch_size is not None else self.batch_size
+        self._eval_node_keyed = any(f >= 0 for f in self.eval_fanouts)  # all -1: a batch's own sample is exact
         self.replace = replace
         self.shuffle = shuffle
         self.drop_last = drop_last
@@ -266,7 +266,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
     def _loader(self, split: Split) -> Iterable[Data]:
         trainer = self._trainer_or_none()  # a resume on another world size moves its batch count (resume.py)
-        on_resume = partial(align_fit_progress, trainer) if split == "train" and trainer is not None else None
+        on_resume = (lambda step: align_fit_progress(trainer, step)) if split == "train" and trainer is not None else None
         loader = PlanLoader(self.plan(split), self._builders[split], on_resume)  # plan() checks that setup ran
         return loader if self._loader_factory is None else self._loader_factory(split, loader)
 
@@ -425,11 +425,6 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         assert self._resources is not None
         like_train = self.eval_fanouts == self.fanouts and not self._eval_node_keyed
         self._builders.open(self.builder, self._resources, eval_like_train=like_train)
-
-    @property
-    def _eval_node_keyed(self) -> bool:
-        """Whether evaluation samples node-keyed: with all ``-1`` eval fanouts a batch's sample is already exact."""
-        return any(f >= 0 for f in self.eval_fanouts)
 
     def _unlink_names(self) -> None:
         if self._named is not None:
