@@ -63,3 +63,45 @@ def test_more_steps_than_the_new_epoch_has_use_larger_batches() -> None:
     assert after[0].start_step == 0 and len(after[0]) == 1
     counts = Counter(_trained(before, 0, range(1)) + _trained(after, 0, range(1)))
     assert len(counts) == 1000 and max(counts.values()) == 1
+
+
+def test_plan_loader_state_records_segments_and_resumes_them() -> None:
+    from lightning_zerocopy.data.loader import PlanLoader
+
+    two = [PlanLoader(p, builder=None) for p in _plans(2, 40)]
+    state = two[0].state_dict_at(1, 3)
+    assert state["segments"] == [[2, 40, 3]]
+    calls: list[int] = []
+    one = PlanLoader(_plans(1, 40)[0], builder=None, on_resume=calls.append)
+    one.load_state_dict(state)
+    assert isinstance(one.plan, ResumedPlan) and calls == [one.start_step] and one.start_step > 0
+    # interrupted again two steps into the remainder: the same world resumes the same remainder, where it stopped
+    again_state = one.state_dict_at(1, one.start_step + 2)
+    assert again_state["segments"] == [[2, 40, 3], [1, 40, 2]]
+    again = PlanLoader(_plans(1, 40)[0], builder=None, on_resume=calls.append)
+    again.load_state_dict(again_state)
+    assert again.start_step == one.start_step + 2 and len(calls) == 1
+    for step in range(again.start_step, len(again)):
+        assert torch.equal(again.plan.item(1, step).seed_ids, one.plan.item(1, step).seed_ids)
+    # ... and another world deals what is left
+    three = [PlanLoader(p, builder=None) for p in _plans(3, 40)]
+    for loader in three:
+        loader.load_state_dict(again_state)
+    trained = (_trained([l.plan for l in two], 1, range(3)) + _trained([one.plan], 1, range(one.start_step, one.start_step + 2))
+               + _trained([l.plan for l in three], 1, range(three[0].start_step, len(three[0]))))  # fmt: skip
+    counts = Counter(trained)
+    assert set(counts) == set(range(1000, 2000)) and max(counts.values()) == 1
+
+
+def test_plan_loader_reads_checkpoints_without_segments_and_warns_on_another_order() -> None:
+    from lightning_zerocopy.data.loader import PlanLoader
+
+    state = PlanLoader(_plans(2, 40)[0], builder=None).state_dict_at(0, 5)
+    del state["segments"]  # a checkpoint of an earlier version: its fingerprint gives the world size
+    loader = PlanLoader(_plans(1, 40)[0], builder=None)
+    loader.load_state_dict(state)
+    assert isinstance(loader.plan, ResumedPlan) and loader.plan.segments == (EpochSegment(2, 40, 5),)
+    state["plan"]["seed"] = 99
+    with pytest.warns(UserWarning, match="batch plan changed"):
+        loader.load_state_dict(state)
+    assert loader.plan is loader.base_plan and loader.start_step == 5
