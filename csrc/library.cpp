@@ -17,8 +17,12 @@ TORCH_LIBRARY(zerocopy, m) {
   // hop's new nodes in order of first appearance. row = local id of the sampled neighbor (message source),
   // col = local id of the target. edge_pos = position of each sampled edge in `indices`.
   // num_sampled_nodes has len(fanouts)+1 entries (seeds first), num_sampled_edges len(fanouts); both int64 CPU.
+  // node_keyed (evaluation): each target's picks are keyed by (seed, hop, node id) instead of its position, and
+  // nodes are deduplicated per hop only (hop k's neighbors form level k + 1 of n_id, where a node of a lower
+  // level may appear again), so a seed's sampled computation graph does not depend on its batch-mates.
   m.def(
-      "sample_neighbors(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, bool replace, int seed)"
+      "sample_neighbors(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, bool replace, int seed,"
+      " bool node_keyed=False)"
       " -> (Tensor n_id, Tensor row, Tensor col, Tensor edge_pos, Tensor num_sampled_nodes,"
       " Tensor num_sampled_edges)");
 

@@ -93,6 +93,7 @@ def sample_neighbors(
     fanouts: Sequence[int],
     replace: bool = False,
     seed: int = 0,
+    node_keyed: bool = False,
 ) -> SampledSubgraph:
     """Multi-hop uniform neighbor sampling over incoming edges, as PyG's ``NeighborLoader`` does.
 
@@ -104,17 +105,24 @@ def sample_neighbors(
         replace: sample with replacement.
         seed: per-batch random seed; the same inputs and seed give bitwise the same sample on any thread
             count.
+        node_keyed: evaluation sampling: a target's picks are drawn from a stream keyed by (``seed``, hop, node
+            id) instead of its position in the batch, and nodes are deduplicated per hop only (hop ``k``'s
+            neighbors form level ``k + 1`` of ``n_id`` even when they already sit at a lower level, so ids may
+            repeat and edges only run from level ``k + 1`` to level ``k``). A seed's sampled computation graph,
+            and so its prediction, is then the same whatever batch it is in.
 
     Returns:
         :class:`SampledSubgraph` with ``n_id`` (seeds first, then each hop's new nodes in order of first
         appearance), ``row``/``col`` (local ids; messages flow ``row -> col``), ``edge_pos`` (positions in
         ``indices``) and per-hop counts.
     """
-    return SampledSubgraph(*_ops.sample_neighbors(indptr, indices, seeds, list(fanouts), replace, seed))
+    return SampledSubgraph(
+        *_ops.sample_neighbors(indptr, indices, seeds, list(fanouts), replace, seed, bool(node_keyed))
+    )
 
 
 @torch.library.register_fake("zerocopy::sample_neighbors")
-def _sample_neighbors_fake(indptr, indices, seeds, fanouts, replace, seed):
+def _sample_neighbors_fake(indptr, indices, seeds, fanouts, replace, seed, node_keyed=False):
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()

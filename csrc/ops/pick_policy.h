@@ -14,7 +14,8 @@
 //   * otherwise a partial Fisher-Yates shuffle of the neighborhood (uniform subset, uniform order), with the
 //     swapped entries in a hash map instead of an O(degree) array.
 // So every ordered sequence of distinct picks is equally likely: order-dependent aggregators see no bias.
-// Each target draws from its own counter-based stream keyed by (batch seed, hop, position in the frontier).
+// Each target draws from its own counter-based stream keyed by (batch seed, hop, position in the frontier), or, in
+// node-keyed sampling, by (seed, hop, node id): `target_key` picks the key.
 #pragma once
 
 #include <cstdint>
@@ -141,18 +142,25 @@ ZEROCOPY_HOST_DEVICE void partial_fisher_yates(rng::Stream& stream, int64_t degr
 
 }  // namespace detail
 
+// The stream key of target `node` at frontier position `position` of hop `hop`: by position (a batch's own
+// sample), or by node id when `node_keyed` (the same picks for that node at that hop in every batch).
+ZEROCOPY_HOST_DEVICE uint64_t target_key(uint64_t seed, int64_t hop, int64_t position, int64_t node,
+                                         bool node_keyed) {
+  return node_keyed ? rng::node_stream_key(seed, static_cast<uint64_t>(hop), static_cast<uint64_t>(node))
+                    : rng::stream_key(seed, static_cast<uint64_t>(hop), static_cast<uint64_t>(position));
+}
+
 // Writes the `count` = num_picks(degree, fanout, replace) picked edge positions of the neighborhood
-// [begin, begin + degree) of the target at frontier position `position` of hop `hop` to out[0, count).
+// [begin, begin + degree) of a target to out[0, count), drawn from the stream `key` (target_key).
 // `scratch` holds scratch_slots(count, replace) int64 (may be null when that is 0).
-ZEROCOPY_HOST_DEVICE void pick_positions(uint64_t seed, int64_t hop, int64_t position, int64_t begin,
-                                         int64_t degree, int64_t fanout, bool replace, int64_t count, int64_t* out,
-                                         int64_t* scratch) {
+ZEROCOPY_HOST_DEVICE void pick_positions(uint64_t key, int64_t begin, int64_t degree, int64_t fanout, bool replace,
+                                         int64_t count, int64_t* out, int64_t* scratch) {
   if (count == 0) return;
   if (fanout < 0 || (!replace && count == degree)) {
     for (int64_t i = 0; i < count; ++i) out[i] = begin + i;
     return;
   }
-  rng::Stream stream(rng::stream_key(seed, static_cast<uint64_t>(hop), static_cast<uint64_t>(position)));
+  rng::Stream stream(key);
   if (replace) {
     for (int64_t i = 0; i < count; ++i) out[i] = begin + static_cast<int64_t>(stream.below(degree));
     return;

@@ -1,8 +1,8 @@
 // Counter-based random numbers for the samplers, shared by the CPU kernels and (later) the CUDA kernels.
 //
 // No torch headers and no global state: a stream is a pure function of a 64-bit key and a counter, so each
-// (batch seed, hop, target position) gets its own independent stream and the sample does not depend on
-// which thread (or CUDA thread) draws it, nor in which order.
+// (batch seed, hop, target position) -- or, for node-keyed sampling, each (seed, hop, node id) -- gets its own
+// independent stream and the sample does not depend on which thread (or CUDA thread) draws it, nor in which order.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,13 @@ ZEROCOPY_HOST_DEVICE uint64_t mix64(uint64_t z) {
 // The key of the stream that serves target `position` of hop `hop` of the batch drawn with `seed`.
 ZEROCOPY_HOST_DEVICE uint64_t stream_key(uint64_t seed, uint64_t hop, uint64_t position) {
   return mix64(mix64(mix64(seed) + (hop + 1) * kGolden) ^ (position * 0xD1B54A32D192ED03ull));
+}
+
+// The key of the stream that serves node `node` at hop `hop` of node-keyed sampling with `seed`: the same for that
+// node in every batch (a separate domain from stream_key's, so the two never share a stream by accident).
+ZEROCOPY_HOST_DEVICE uint64_t node_stream_key(uint64_t seed, uint64_t hop, uint64_t node) {
+  constexpr uint64_t kNodeDomain = 0x6A09E667F3BCC909ull;
+  return mix64(mix64(mix64(seed ^ kNodeDomain) + (hop + 1) * kGolden) ^ (node * 0xD1B54A32D192ED03ull));
 }
 
 // High 64 bits of the 128-bit product a * b.

@@ -71,7 +71,7 @@ from lightning_zerocopy.options import (
     check_fanouts,
 )
 from lightning_zerocopy.sampling.hybrid import HybridPolicy, HybridStats
-from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch, sample_bound
+from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch, node_keyed_bound, sample_bound
 
 __all__ = [
     "BatchBuilder",
@@ -86,9 +86,12 @@ __all__ = [
 ]
 
 
-def max_sampled_nodes(batch_size: int, fanouts: Sequence[int], num_nodes: int) -> int:
+def max_sampled_nodes(batch_size: int, fanouts: Sequence[int], num_nodes: int, node_keyed: bool = False) -> int:
     """An upper bound on ``len(n_id)`` of a batch (:func:`~lightning_zerocopy.sampling.sample_bound`), capped at
-    ``num_nodes``; a fanout of ``-1`` gives ``num_nodes``. Sizes preallocated ``out`` buffers."""
+    ``num_nodes``; a fanout of ``-1`` gives ``num_nodes``. Node-keyed (evaluation) sampling caps each hop's level
+    instead (:func:`~lightning_zerocopy.sampling.node_keyed_bound`). Sizes preallocated ``out`` buffers."""
+    if node_keyed:
+        return node_keyed_bound(batch_size, fanouts, num_nodes, 0)[0]
     bound = sample_bound(batch_size, fanouts)
     return num_nodes if bound is None else min(bound[0], num_nodes)
 
@@ -123,6 +126,9 @@ class BatchBuilder:
             a Strategy's replicated or sharded cache); not together with ``hot_rows``. Needs ``gather="zerocopy"``.
         device: CUDA device index that builds the batches; ``None`` = the device of the resources it is opened
             with (the current device of the process, by default).
+        node_keyed: evaluation sampling (:class:`~lightning_zerocopy.sampling.NeighborSampler`): every batch is
+            sampled with one seed (``item.batch_seed`` of a plan with ``sampler_seed="split"``), picks keyed by node
+            id and nodes deduplicated per hop, so a seed's prediction does not depend on its batch.
 
     Raises:
         ValueError / TypeError: an option is invalid (the message names it).
@@ -141,6 +147,7 @@ class BatchBuilder:
         hot_rows: int = 0,
         cache: Optional[FeatureCacheSpec] = None,
         device: Optional[int] = None,
+        node_keyed: bool = False,
     ) -> None:
         check_choice(sampler_placement, SamplerPlacement, "sampler_placement")
         check_choice(gather, GatherBackend, "gather")
@@ -159,6 +166,7 @@ class BatchBuilder:
         self.handles = handles
         self.fanouts = check_fanouts(list(fanouts), "fanouts")
         self.replace = bool(replace)
+        self.node_keyed = bool(node_keyed)
         self.num_threads = num_threads
         self.sampler_placement: SamplerPlacement = sampler_placement
         self.gather: GatherBackend = gather
@@ -235,8 +243,9 @@ class BatchBuilder:
                 raise ValueError("`resources` map other host memory than this builder's handles")
             self._resources, self._owns_resources, self._host = resources, owns, resources.host
             self._cpu_sampler = NeighborSampler(
-                self._host.graph, fanouts=self.fanouts, replace=self.replace, num_threads=self.num_threads
-            )
+                self._host.graph, fanouts=self.fanouts, replace=self.replace, num_threads=self.num_threads,
+                node_keyed=self.node_keyed,
+            )  # fmt: skip
             if self.hybrid_lanes is not None:
                 self._hybrid = HybridSampling(self.sampler_placement, self.hybrid_lanes, self.fanouts, self.replace)  # type: ignore[arg-type]
         elif resources is not None and resources is not self._resources:
@@ -259,7 +268,7 @@ class BatchBuilder:
             if self.gpu_sampler_placement != "cpu":
                 sampler = NeighborSampler(
                     r.topology(self.gpu_sampler_placement), fanouts=self.fanouts, replace=self.replace,
-                    placement=self.gpu_sampler_placement, device=device,
+                    placement=self.gpu_sampler_placement, device=device, node_keyed=self.node_keyed,
                 )  # fmt: skip
             zerocopy = self.gather == "zerocopy"
             self._gpu = GpuSide(
@@ -298,7 +307,7 @@ class BatchBuilder:
 
     def max_nodes(self, batch_size: int) -> int:
         """Upper bound on the sampled nodes of a batch with ``batch_size`` seeds (see :func:`max_sampled_nodes`)."""
-        return max_sampled_nodes(batch_size, self.fanouts, self.num_nodes)
+        return max_sampled_nodes(batch_size, self.fanouts, self.num_nodes, self.node_keyed)
 
     # ---- building ----------------------------------------------------------------------------------------
 
@@ -422,6 +431,7 @@ class BatchBuilder:
     def __repr__(self) -> str:
         return (
             f"BatchBuilder(num_nodes={self.num_nodes}, fanouts={self.fanouts}, replace={self.replace}, "
+            f"node_keyed={self.node_keyed}, "
             f"sampler_placement={self.sampler_placement!r}, gather={self.gather!r}, gather_mode={self.gather_mode!r}, "
             f"cache={self.cache!r}, node_order={self.node_order!r}, device={self.device_index}, "
             f"open={self.is_open})"

@@ -48,6 +48,7 @@ from lightning_zerocopy.data.host_copy import HostCopyBuilder
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
+from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
 from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
 from lightning_zerocopy.options import (
@@ -75,7 +76,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         dataset: the node-classification dataset (``class_path``/``init_args`` in a recipe).
         fanouts: neighbors sampled per hop for training, e.g. ``[15, 10, 5]``; ``-1`` takes all.
         batch_size: seed nodes per training batch (per rank).
-        eval_fanouts: fanouts for validation/test/predict; default: ``fanouts``.
+        eval_fanouts: fanouts for validation/test/predict; default: ``fanouts``. Unless every one is ``-1``,
+            evaluation samples node-keyed (one sampler seed per split, a node's picks keyed by its id, nodes
+            deduplicated per hop), so each node's prediction is the same on any rank count, batch size or order.
         eval_batch_size: seeds per evaluation batch; default: ``batch_size``.
         replace: sample neighbors with replacement.
         shuffle: reshuffle the training seeds every epoch.
@@ -150,6 +153,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self.batch_size = int(batch_size)
         self.eval_fanouts = list(eval_fanouts) if eval_fanouts is not None else list(fanouts)
         self.eval_batch_size = int(eval_batch_size) if eval_batch_size is not None else self.batch_size
+        self._eval_node_keyed = any(f >= 0 for f in self.eval_fanouts)  # all -1: a batch's own sample is exact
         self.replace = replace
         self.shuffle = shuffle
         self.drop_last = drop_last
@@ -261,7 +265,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         return self._loader_factory
 
     def _loader(self, split: Split) -> Iterable[Data]:
-        loader = PlanLoader(self.plan(split), self._builders[split])  # plan() checks that setup ran
+        trainer = self._trainer_or_none()  # a resume on another world size moves its batch count (resume.py)
+        on_resume = (lambda step: align_fit_progress(trainer, step)) if split == "train" and trainer is not None else None
+        loader = PlanLoader(self.plan(split), self._builders[split], on_resume)  # plan() checks that setup ran
         return loader if self._loader_factory is None else self._loader_factory(split, loader)
 
     @override
@@ -281,6 +287,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         if rank is None or world_size is None:
             rank, _, world_size = self._ranks()
         is_train = split == "train"
+        node_keyed = not is_train and self._eval_node_keyed
         return BatchPlan(
             self._input_nodes(split),
             self.batch_size if is_train else self.eval_batch_size,
@@ -290,6 +297,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             rank=rank,
             world_size=world_size,
             stream=_STREAMS[split],
+            sampler_seed="split" if node_keyed else "batch",
         )
 
     def builder(self, split: Split) -> BatchBuilder:
@@ -311,6 +319,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             gather_mode=self.gather_mode,
             cache=self._feature_cache,
             device=gpu.device_index,
+            node_keyed=split != "train" and self._eval_node_keyed,
         )
 
     @property
@@ -414,7 +423,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
     def _bind_builders(self) -> None:
         assert self._resources is not None
-        self._builders.open(self.builder, self._resources, eval_like_train=self.eval_fanouts == self.fanouts)
+        like_train = self.eval_fanouts == self.fanouts and not self._eval_node_keyed
+        self._builders.open(self.builder, self._resources, eval_like_train=like_train)
 
     def _unlink_names(self) -> None:
         if self._named is not None:

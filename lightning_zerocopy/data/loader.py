@@ -3,7 +3,9 @@
 It starts no worker processes (the sampling kernel runs its own C++ threads), has a length (so Lightning
 does not prefetch a batch just to find the end of the epoch), follows Lightning's ``set_epoch`` protocol, and
 is stateful: Lightning saves :meth:`PlanLoader.state_dict` in checkpoints and restores it on resume, so the
-rest of an interrupted epoch yields exactly the batches an uninterrupted run would have.
+rest of an interrupted epoch yields exactly the batches an uninterrupted run would have. Resumed on another number
+of ranks (or batch size), the rest of the epoch trains exactly the seeds it had left, dealt over the new ranks
+(:mod:`lightning_zerocopy.data.resume`).
 """
 
 from __future__ import annotations
@@ -11,13 +13,17 @@ from __future__ import annotations
 import abc
 import warnings
 from collections.abc import Sequence
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional, Union
 
 from pytorch_lightning.overrides.distributed import _IndexBatchSamplerWrapper
 from torch_geometric.data import Data
 
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.plan import BatchPlan
+from lightning_zerocopy.data.resume import EpochSegment, ResumedPlan
+
+#: fingerprint keys that fix every epoch's seed order; a checkpoint that differs in one cannot be resumed exactly
+_ORDER_KEYS = ("num_inputs", "shuffle", "drop_last", "seed")
 
 __all__ = ["EpochLoader", "PlanLoader", "SeenBatchIndices"]
 
@@ -139,12 +145,17 @@ class PlanLoader(EpochLoader):
     Args:
         plan: which seeds make up every batch of this rank.
         builder: turns a plan item into a batch (opened on first use).
+        on_resume: called with the first step of a restored epoch that was interrupted under another world size or
+            batch size (its remainder runs in the plan's last steps): the DataModule moves the trainer's batch
+            count there (:func:`~lightning_zerocopy.data.resume.align_fit_progress`).
     """
 
-    def __init__(self, plan: BatchPlan, builder: BatchBuilder) -> None:
+    def __init__(self, plan: BatchPlan, builder: BatchBuilder, on_resume: Optional[Callable[[int], None]] = None) -> None:
         super().__init__()
-        self.plan = plan
+        self.base_plan = plan
+        self.plan: Union[BatchPlan, ResumedPlan] = plan
         self.builder = builder
+        self.on_resume = on_resume
 
     def __len__(self) -> int:
         return len(self.plan)
@@ -157,23 +168,51 @@ class PlanLoader(EpochLoader):
         return self.plan.item(epoch, step).input_id.tolist()
 
     def state_dict(self) -> dict[str, Any]:
-        """Position in the plan: the epoch and the number of batches of it already handed out."""
-        return {"epoch": self.epoch, "step": self._next_step, "plan": self._fingerprint()}
+        """Position in the plan: the epoch, the number of batches of it already handed out (every rank has handed
+        out as many: ranks run in lockstep), and the epoch's segments (world size, batch size, steps) so far."""
+        return self.state_dict_at(self.epoch, self._next_step)
+
+    def state_dict_at(self, epoch: int, next_step: int) -> dict[str, Any]:
+        """:meth:`state_dict` for a loader that wraps this one and has handed out ``next_step`` batches of ``epoch``."""
+        resumed = isinstance(self.plan, ResumedPlan) and self.plan.epoch == epoch
+        earlier = list(self.plan.segments) if resumed else []
+        offset = self.plan.start_step if resumed else 0
+        current = EpochSegment(self.base_plan.world_size, self.base_plan.batch_size, next_step - offset)
+        return {"epoch": epoch, "step": next_step, "plan": self._fingerprint(),
+                "segments": [s.as_list() for s in [*earlier, current]]}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a saved position: the next iteration resumes ``state["epoch"]`` at ``state["step"]``."""
-        if state.get("plan") != self._fingerprint():
+        """Continue from a saved position: the next iteration resumes ``state["epoch"]`` at ``state["step"]``; saved
+        under another world size or batch size, it trains the seeds the epoch had left, in the plan's last steps."""
+        saved, mine = state.get("plan") or {}, self._fingerprint()
+        epoch, step = int(state["epoch"]), int(state["step"])
+        segments = [EpochSegment(*s) for s in state.get("segments", ())] or [
+            EpochSegment(int(saved.get("world_size", mine["world_size"])), int(saved.get("batch_size", mine["batch_size"])), step)
+        ]  # fmt: skip
+        self.epoch, self.plan = epoch, self.base_plan
+        last = segments[-1]
+        if any(saved.get(key) != mine[key] for key in _ORDER_KEYS):
             warnings.warn(
-                f"the batch plan changed since the checkpoint was saved ({state.get('plan')} -> {self._fingerprint()}):"
-                " the rest of the epoch will not repeat the interrupted run's batches",
+                f"the batch plan changed since the checkpoint was saved ({saved} -> {mine}): the rest of the epoch"
+                " will not repeat the interrupted run's batches",
                 stacklevel=2,
             )
-        self.epoch = int(state["epoch"])
-        self._start_step = min(int(state["step"]), len(self.plan))
+            self._start_step = min(step, len(self.plan))
+        elif (last.world_size, last.batch_size) == (mine["world_size"], mine["batch_size"]):
+            if len(segments) > 1:  # the interrupted run was itself a resumed epoch: the same remainder again
+                self.plan = ResumedPlan(self.base_plan, epoch, segments[:-1])
+            self._start_step = min(step, len(self.plan))
+        elif sum(s.steps for s in segments) == 0:
+            self._start_step = 0  # nothing of the epoch ran: the new plan's own epoch
+        else:
+            self.plan = ResumedPlan(self.base_plan, epoch, segments)
+            self._start_step = self.plan.start_step
+            if self.on_resume is not None:
+                self.on_resume(self._start_step)
         self._next_step = self._start_step
 
     def _fingerprint(self) -> dict[str, Any]:
-        p = self.plan
+        p = self.base_plan
         return {
             "num_inputs": int(p.input_nodes.numel()),
             "batch_size": p.batch_size,

@@ -15,7 +15,7 @@ wrap-around padding) shares of equal length, and the same number of steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import torch
 
@@ -81,6 +81,9 @@ class BatchPlan:
         rank: this process's rank in ``[0, world_size)``.
         world_size: number of ranks sharing the epoch.
         stream: a label that separates the random streams of plans sharing a seed (e.g. train vs. val).
+        sampler_seed: ``"batch"``: every batch gets its own sampler seed, from (seed, stream, epoch, world size,
+            rank, step); ``"split"``: every batch of every epoch gets the one seed of (seed, stream), for node-keyed
+            (evaluation) sampling, where a node's sample then depends on neither its batch, rank nor world size.
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class BatchPlan:
         rank: int = 0,
         world_size: int = 1,
         stream: int = 0,
+        sampler_seed: Literal["batch", "split"] = "batch",
     ) -> None:
         if input_nodes.dim() != 1:
             raise ValueError(f"input_nodes must be a 1-D tensor of node ids, got shape {tuple(input_nodes.shape)}")
@@ -101,6 +105,8 @@ class BatchPlan:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size); got rank={rank}, world_size={world_size}")
+        if sampler_seed not in ("batch", "split"):
+            raise ValueError(f"sampler_seed must be 'batch' or 'split', got {sampler_seed!r}")
         self.input_nodes = input_nodes.to(torch.int64).contiguous()
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
@@ -109,6 +115,7 @@ class BatchPlan:
         self.rank = int(rank)
         self.world_size = int(world_size)
         self.stream = int(stream)
+        self.sampler_seed = sampler_seed
         self._cached: Optional[tuple[int, torch.Tensor]] = None
 
     @property
@@ -149,10 +156,14 @@ class BatchPlan:
         if not 0 <= step < len(self):
             raise IndexError(f"step {step} out of range: the plan has {len(self)} steps per epoch")
         positions = self.share(epoch)[step * self.batch_size : (step + 1) * self.batch_size]
+        if self.sampler_seed == "split":
+            batch_seed = derive_seed(self.seed, self.stream)
+        else:
+            batch_seed = derive_seed(self.seed, self.stream, epoch, self.world_size, self.rank, step)
         return PlanItem(
             seed_ids=self.input_nodes[positions],
             input_id=positions,
-            batch_seed=derive_seed(self.seed, self.stream, epoch, self.world_size, self.rank, step),
+            batch_seed=batch_seed,
             epoch=epoch,
             step=step,
             rank=self.rank,

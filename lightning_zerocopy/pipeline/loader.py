@@ -7,12 +7,15 @@ checkpoint saved with the pipeline resumes without it and vice versa.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Iterator, Optional
 
 from torch_geometric.data import Data
 
 from lightning_zerocopy.data.loader import EpochLoader
+from lightning_zerocopy.data.resume import ResumedPlan
 from lightning_zerocopy.pipeline.client import PipelineClient
+from lightning_zerocopy.pipeline.source import PlanSource
 
 
 class PipelineLoader(EpochLoader):
@@ -70,12 +73,18 @@ class PipelineLoader(EpochLoader):
         return self.inner._batch_indices(epoch, step)
 
     def state_dict(self) -> dict[str, Any]:
+        if hasattr(self.inner, "state_dict_at"):  # a PlanLoader: its epoch segments at this loader's position
+            return self.inner.state_dict_at(self.epoch, self._next_step)
         state = dict(self.inner.state_dict())
         state.update(epoch=self.epoch, step=self._next_step)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inner.load_state_dict(state)  # validates the plan fingerprint
+        plan = getattr(self.inner, "plan", None)
+        if isinstance(plan, ResumedPlan):  # resumed on another world size: the producer deals the remainder too
+            builder = copy.deepcopy(self.inner.builder)  # unopened (a builder copies its handles, not its resources)
+            self.client.register(self.stage, PlanSource(plan, builder))
         self.epoch = int(self.inner.epoch)
         self._start_step = int(self.inner.start_step)
         self._next_step = self._start_step

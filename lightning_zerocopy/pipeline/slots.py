@@ -22,7 +22,7 @@ import torch
 from torch_geometric.data import Data
 
 from lightning_zerocopy.options import check_depth
-from lightning_zerocopy.sampling.neighbor_sampler import sample_bound
+from lightning_zerocopy.sampling.neighbor_sampler import node_keyed_bound, sample_bound
 
 #: Axis names used by :class:`SlotLayout`; any other tensor field gets an axis named after itself.
 NODES = "nodes"
@@ -177,13 +177,20 @@ def capacity_bound(
     fanouts: Sequence[int],
     num_nodes: Optional[int] = None,
     num_edges: Optional[int] = None,
+    node_keyed: bool = False,
 ) -> Optional[dict[str, int]]:
     """Slot capacity per axis for batches of ``batch_size`` seeds: the sampler's bound
     (:func:`~lightning_zerocopy.sampling.sample_bound`), capped at the graph's size when given.
 
     Returns ``None`` when a fanout is ``-1`` (all neighbors: no bound from the fanouts alone); the ring then
-    starts from the first batch and grows.
+    starts from the first batch and grows. Node-keyed (evaluation) samples repeat nodes across hops, so the
+    graph's size caps each hop (:func:`~lightning_zerocopy.sampling.node_keyed_bound`), not the sample.
     """
+    if node_keyed:
+        if any(int(f) < 0 for f in fanouts) or num_nodes is None:
+            return None
+        nodes, edges = node_keyed_bound(batch_size, fanouts, int(num_nodes), 0)
+        return {NODES: nodes, EDGES: edges, SEEDS: batch_size}
     bound = sample_bound(batch_size, fanouts)
     if bound is None:
         return None

@@ -98,7 +98,8 @@ class PlanSource:
         from lightning_zerocopy.pipeline.slots import capacity_bound
 
         seeds = getattr(self._plan, "max_seed_nodes", self._plan.batch_size)  # a link plan's seeds are endpoints
-        return capacity_bound(seeds, self.builder.fanouts, num_nodes=self.builder.num_nodes)
+        return capacity_bound(seeds, self.builder.fanouts, num_nodes=self.builder.num_nodes,
+                              node_keyed=bool(getattr(self.builder, "node_keyed", False)))  # fmt: skip
 
     def build_batch(self, item: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
         """``builder.build_batch(item, out)``: :meth:`gather_batch` of :meth:`sample_batch`."""

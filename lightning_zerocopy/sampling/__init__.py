@@ -7,6 +7,7 @@ from lightning_zerocopy.sampling.neighbor_sampler import (
     CSCLike,
     NeighborSampler,
     SampledBatch,
+    node_keyed_bound,
     sample_bound,
     validate_fanouts,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "SampleSizeEstimator",
     "SampledBatch",
     "expected_sample_edges",
+    "node_keyed_bound",
     "sample_bound",
     "validate_fanouts",
 ]

@@ -17,7 +17,15 @@ from lightning_zerocopy import ops
 from lightning_zerocopy.options import SamplerDevice, check_choice, check_fanouts
 from lightning_zerocopy.sampling.topology import PlacedTopology, place_topology
 
-__all__ = ["CSCLike", "NeighborSampler", "Placement", "SampledBatch", "sample_bound", "validate_fanouts"]
+__all__ = [
+    "CSCLike",
+    "NeighborSampler",
+    "Placement",
+    "SampledBatch",
+    "node_keyed_bound",
+    "sample_bound",
+    "validate_fanouts",
+]
 
 #: Where the sampler runs and reads the topology (:data:`lightning_zerocopy.options.SamplerDevice`).
 Placement = SamplerDevice
@@ -93,6 +101,23 @@ def sample_bound(batch_size: int, fanouts: Sequence[int]) -> Optional[tuple[int,
     return nodes, edges
 
 
+def node_keyed_bound(batch_size: int, fanouts: Sequence[int], num_nodes: int, num_edges: int) -> tuple[int, int]:
+    """Upper bounds ``(nodes, edges)`` on one node-keyed sample (``NeighborSampler(node_keyed=True)``).
+
+    Nodes are deduplicated per hop only, so the graph's size caps each level, not the whole sample: level ``l``
+    holds at most ``min(level[l - 1] * fanouts[l - 1], num_nodes)`` nodes (``num_nodes`` for a ``-1`` fanout), and
+    hop ``l`` at most ``level[l] * fanouts[l]`` edges (the degree sum of the level, at most ``num_edges``, for ``-1``).
+    The CUDA sampler sizes its buffers with the same node bound.
+    """
+    level = int(batch_size)
+    nodes, edges = level, 0
+    for fanout in (int(f) for f in fanouts):
+        edges += int(num_edges) if fanout < 0 else level * fanout
+        level = int(num_nodes) if fanout < 0 else min(level * fanout, int(num_nodes))
+        nodes += level
+    return nodes, edges
+
+
 class NeighborSampler:
     """Uniform multi-hop neighbor sampler over incoming edges, running the compiled CPU kernel.
 
@@ -116,6 +141,10 @@ class NeighborSampler:
             CPU placement's sample.
         device: the CUDA device of the ``gpu``/``uva`` placements (default: the current one).
         uva_indptr: where ``uva`` keeps ``indptr``: ``"gpu"`` (default; 8 bytes per node) or ``"host"``.
+        node_keyed: evaluation sampling (see :func:`lightning_zerocopy.ops.sample_neighbors`): a node's picks at a
+            hop are keyed by (``seed``, hop, node id) and nodes are deduplicated per hop, so with one ``seed`` for
+            all batches a seed's sampled computation graph does not depend on its batch (ids in ``n_id`` may
+            repeat across hops, as in PyG's disjoint mode). ``False`` (training): the sample of a batch.
     """
 
     def __init__(
@@ -129,6 +158,7 @@ class NeighborSampler:
         placement: Placement = "cpu",
         device: Union[torch.device, str, int, None] = None,
         uva_indptr: Literal["gpu", "host"] = "gpu",
+        node_keyed: bool = False,
     ) -> None:
         placed: Optional[PlacedTopology] = None
         if not isinstance(indptr, torch.Tensor):
@@ -155,6 +185,7 @@ class NeighborSampler:
         self.edge_perm = edge_perm
         self.fanouts = validate_fanouts(fanouts)
         self.replace = bool(replace)
+        self.node_keyed = bool(node_keyed)
         self.num_threads = num_threads
         check_choice(placement, SamplerDevice, "placement")
         if uva_indptr not in ("gpu", "host"):
@@ -195,12 +226,13 @@ class NeighborSampler:
         return _sampled_batch(out, e_id, int(seeds.shape[0]))
 
     def _sample_raw(self, seeds: torch.Tensor, seed: int) -> ops.SampledSubgraph:
+        args = (self.indptr, self.indices, seeds, self.fanouts, self.replace, seed, self.node_keyed)
         if self.num_threads is None:
-            return ops.sample_neighbors(self.indptr, self.indices, seeds, self.fanouts, self.replace, seed)
+            return ops.sample_neighbors(*args)
         previous = torch.get_num_threads()
         torch.set_num_threads(self.num_threads)
         try:
-            return ops.sample_neighbors(self.indptr, self.indices, seeds, self.fanouts, self.replace, seed)
+            return ops.sample_neighbors(*args)
         finally:
             torch.set_num_threads(previous)
 
@@ -224,7 +256,9 @@ class NeighborSampler:
         placed = self._place()
         indptr, indices, edge_perm = placed.indptr, placed.indices, placed.edge_perm
         with torch.cuda.device(self.device):
-            out = ops.sample_neighbors(indptr, indices, seeds.to(self.device), self.fanouts, self.replace, seed)
+            out = ops.sample_neighbors(
+                indptr, indices, seeds.to(self.device), self.fanouts, self.replace, seed, self.node_keyed
+            )
             if edge_perm is None:
                 e_id = out.edge_pos
             elif edge_perm.is_cuda:
@@ -242,5 +276,6 @@ class NeighborSampler:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_nodes={self.num_nodes}, num_edges={self.indices.shape[0]}, "
-            f"fanouts={self.fanouts}, replace={self.replace}, placement={self.placement!r})"
+            f"fanouts={self.fanouts}, replace={self.replace}, placement={self.placement!r}, "
+            f"node_keyed={self.node_keyed})"
         )

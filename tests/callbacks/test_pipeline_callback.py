@@ -289,3 +289,39 @@ def test_ctrl_c_in_the_trainer_stops_the_worker_and_leaks_nothing(tmp_path):
             proc.wait(5)
         if worker_pid is not None and not process_gone(worker_pid):
             os.kill(worker_pid, signal.SIGKILL)
+
+
+def test_pipeline_loader_deals_an_epoch_resumed_on_another_world_size_like_the_plan_loader(tmp_path, monkeypatch):
+    """A checkpoint of a 2-rank run resumed on 1 rank: the producer builds the remainder batches the PlanLoader
+    would (the resumed plan is registered with it)."""
+    dm = _datamodule(tmp_path / "cache")
+    unlink = HostGraphHandles.unlink
+    monkeypatch.setattr(HostGraphHandles, "unlink", lambda self: None)  # keep the names until the producer opened them
+    dm.setup("fit")
+    handles = dm.handles
+    client = start_pipeline("in_process", depth=2, timeout=30)
+    try:
+        client.register("train", PlanSource(dm.plan("train"), dm.builder("train")))
+        state = dm.train_dataloader().state_dict()
+        batch_size = state["plan"]["batch_size"]
+        state.update(epoch=1, step=2, segments=[[2, batch_size, 2]])
+        state["plan"] = dict(state["plan"], world_size=2)
+        piped = PipelineLoader(client, "train", dm.train_dataloader())
+        piped.load_state_dict(state)
+        fresh = dm.train_dataloader()
+        fresh.load_state_dict(state)
+        start = fresh.start_step
+        assert piped.start_step == start > 0
+        count = 0
+        for a, b in zip(piped, fresh):
+            assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x)
+            count += 1
+        assert count == len(fresh) - start
+        two_ranks = [dm.plan("train", rank=r, world_size=2) for r in range(2)]
+        done = {int(s) for r in two_ranks for step in range(2) for s in r.item(1, step).seed_ids}
+        later = [int(s) for step in range(start, len(fresh)) for s in fresh.plan.item(1, step).seed_ids]
+        assert not done & set(later) and len(done) + len(later) == dm.plan("train").input_nodes.numel()
+    finally:
+        client.close()
+        unlink(handles)
+        dm.teardown("fit")

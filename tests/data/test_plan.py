@@ -112,3 +112,17 @@ def test_derive_seed_mixes_every_part() -> None:
     assert derive_seed(1, 2, 3) != derive_seed(1, 3, 2)
     assert derive_seed(0) != derive_seed(1)
     assert derive_seed(4, 5) == derive_seed(4, 5)
+
+
+def test_split_sampler_seed_is_one_seed_for_every_batch_rank_and_epoch() -> None:
+    """Node-keyed evaluation needs one sampler seed for the whole split, whatever the rank, world size or step."""
+    nodes = torch.arange(100)
+    plans = [BatchPlan(nodes, 10, rank=r, world_size=w, seed=5, stream=2, sampler_seed="split") for w in (1, 3)
+             for r in range(w)]  # fmt: skip
+    seeds = {p.item(epoch, step).batch_seed for p in plans for epoch in (0, 4) for step in range(len(p))}
+    assert len(seeds) == 1
+    assert seeds != {BatchPlan(nodes, 10, seed=5, stream=1, sampler_seed="split").item(0, 0).batch_seed}  # per split
+    per_batch = BatchPlan(nodes, 10, seed=5, stream=2)
+    assert len({per_batch.item(0, step).batch_seed for step in range(len(per_batch))}) == len(per_batch)
+    with pytest.raises(ValueError, match="sampler_seed"):
+        BatchPlan(nodes, 10, sampler_seed="epoch")  # type: ignore[arg-type]

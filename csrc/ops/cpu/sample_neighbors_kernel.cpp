@@ -7,6 +7,12 @@
 // (4) relabel the sampled neighbors to local ids in edge order through a dense global -> local array, so n_id
 // lists new nodes in order of first appearance as PyG does (sequentially, or for large hops on several
 // threads in parallel passes that give the same result).
+//
+// Node-keyed sampling (`node_keyed`, for evaluation) keys each target's stream by (seed, hop, node id) instead of
+// its position, and deduplicates nodes per hop only: hop k's neighbors become level k + 1 of n_id even when they
+// already sit at a lower level (a node may then appear at several levels, and edges only run from level k + 1 to
+// level k). A node's picks at a hop, and so everything a GNN computes for a seed, then do not depend on which
+// other seeds share its batch.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -64,6 +70,12 @@ class LocalIds {
   LocalIds(const LocalIds&) = delete;
   LocalIds& operator=(const LocalIds&) = delete;
   ~LocalIds() { clear_map(); }
+
+  // Forgets the map entries of n_id[begin, end) (their local ids stay in n_id): later relabels give those nodes
+  // new local ids. Node-keyed sampling forgets each level before numbering the next one.
+  void forget(int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) map_[n_id_[k]] = kEmpty;
+  }
 
   // Adds `node` (which must be in range) and returns true, or returns false if it is already present.
   bool insert(int64_t node) {
@@ -221,10 +233,10 @@ struct Edges {
 };
 
 // One hop: expands the frontier n_id[frontier_begin, frontier_end), appending its edges to `edges` and its
-// new nodes to `ids`. Returns the number of edges added.
+// new nodes to `ids` (node-keyed: every neighbor not yet in this hop's level). Returns the number of edges added.
 template <typename index_t>
 int64_t sample_hop(const CscView<index_t>& graph, int64_t frontier_begin, int64_t frontier_end, int64_t fanout,
-                   bool replace, uint64_t seed, int64_t hop, LocalIds& ids, Edges& edges) {
+                   bool replace, uint64_t seed, int64_t hop, bool node_keyed, LocalIds& ids, Edges& edges) {
   const int64_t frontier_size = frontier_end - frontier_begin;
   const int64_t* frontier = ids.data() + frontier_begin;
 
@@ -258,8 +270,8 @@ int64_t sample_hop(const CscView<index_t>& graph, int64_t frontier_begin, int64_
       const int64_t count = offsets[i + 1] - first;
       if (count == 0) continue;
       if (i + kPrefetchTargets < hi) prefetch(graph.indices + starts[i + kPrefetchTargets]);
-      pick::pick_positions(seed, hop, i, starts[i], degrees[i], fanout, replace, count, pos + first,
-                           thread_scratch(pick::scratch_slots(count, replace)));
+      pick::pick_positions(pick::target_key(seed, hop, i, frontier[i], node_keyed), starts[i], degrees[i], fanout,
+                           replace, count, pos + first, thread_scratch(pick::scratch_slots(count, replace)));
       for (int64_t k = first; k < first + count; ++k) {
         row[k] = graph.neighbor(pos[k]);
         col[k] = frontier_begin + i;
@@ -267,7 +279,9 @@ int64_t sample_hop(const CscView<index_t>& graph, int64_t frontier_begin, int64_
     }
   });
 
-  // (4) Relabel in edge order: new nodes enter n_id in order of first appearance.
+  // (4) Relabel in edge order: new nodes enter n_id in order of first appearance. Node-keyed, the map holds only
+  // the frontier's level (the ones below were forgotten by earlier hops): forget it, so the next level is new.
+  if (node_keyed) ids.forget(frontier_begin, frontier_end);
   ids.relabel(row, added);
   return added;
 }
@@ -290,7 +304,7 @@ using Sample = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Te
 
 template <typename index_t>
 Sample sample(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
-              c10::IntArrayRef fanouts, bool replace, int64_t seed) {
+              c10::IntArrayRef fanouts, bool replace, int64_t seed, bool node_keyed) {
   const CscView<index_t> graph{indptr.data_ptr<int64_t>(), indices.data_ptr<index_t>(), indptr.numel() - 1,
                                indices.numel()};
   LocalIds ids(graph.num_nodes);
@@ -312,7 +326,8 @@ Sample sample(const at::Tensor& indptr, const at::Tensor& indices, const at::Ten
   for (size_t hop = 0; hop < fanouts.size(); ++hop) {
     const int64_t frontier_end = ids.size();
     num_sampled_edges.push_back(sample_hop(graph, frontier_begin, frontier_end, fanouts[hop], replace,
-                                           static_cast<uint64_t>(seed), static_cast<int64_t>(hop), ids, edges));
+                                           static_cast<uint64_t>(seed), static_cast<int64_t>(hop), node_keyed, ids,
+                                           edges));
     num_sampled_nodes.push_back(ids.size() - frontier_end);
     frontier_begin = frontier_end;
   }
@@ -322,11 +337,11 @@ Sample sample(const at::Tensor& indptr, const at::Tensor& indices, const at::Ten
 }
 
 Sample sample_neighbors_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
-                            c10::IntArrayRef fanouts, bool replace, int64_t seed) {
+                            c10::IntArrayRef fanouts, bool replace, int64_t seed, bool node_keyed) {
   check_sample_neighbors_args(indptr, indices, seeds, fanouts);
   check_cpu(indptr, kSampleNeighbors, "indptr");
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_neighbors_cpu", [&] {
-    return sample<index_t>(indptr, indices, seeds, fanouts, replace, seed);
+    return sample<index_t>(indptr, indices, seeds, fanouts, replace, seed, node_keyed);
   });
 }
 

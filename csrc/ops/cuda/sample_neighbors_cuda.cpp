@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -68,8 +69,18 @@ int64_t next_pow2(int64_t x) {
 
 // Upper bound on the nodes of one sample, the bound of the Python `max_sampled_nodes` (keep them equal):
 // seeds, plus seeds * fanout[0], plus that * fanout[1], ..., capped at num_nodes (>= num_seeds); a -1 fanout gives
-// num_nodes. The cap is applied before a product could overflow.
-int64_t node_bound(int64_t num_seeds, c10::IntArrayRef fanouts, int64_t num_nodes) {
+// num_nodes. The cap is applied before a product could overflow. Node-keyed, the cap is per level (a node may
+// appear at several levels): seeds plus, per hop, min(previous level * fanout, num_nodes).
+int64_t node_bound(int64_t num_seeds, c10::IntArrayRef fanouts, int64_t num_nodes, bool node_keyed) {
+  if (node_keyed) {
+    int64_t bound = num_seeds;
+    int64_t level = num_seeds;
+    for (int64_t f : fanouts) {
+      level = (f < 0 || level > num_nodes / std::max<int64_t>(f, 1)) ? num_nodes : std::min(level * f, num_nodes);
+      bound += level;
+    }
+    return bound;
+  }
   int64_t bound = num_seeds;
   int64_t frontier = num_seeds;
   for (int64_t f : fanouts) {
@@ -113,7 +124,7 @@ class Readback {
 };
 
 Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
-                             c10::IntArrayRef fanouts, bool replace, int64_t seed) {
+                             c10::IntArrayRef fanouts, bool replace, int64_t seed, bool node_keyed) {
   check_args(indptr, indices, seeds, fanouts);
   c10::cuda::CUDAGuard guard(seeds.device());
   const int device = seeds.device().index();
@@ -131,10 +142,16 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
   // the table and n_id start small and grow once that hop's edge count is known.
   const bool bounded = std::all_of(fanouts.begin(), fanouts.end(), [](int64_t f) { return f >= 0; });
   const int64_t max_nodes = std::max<int64_t>(graph.num_nodes, num_seeds);
-  const int64_t bound = bounded ? node_bound(num_seeds, fanouts, max_nodes) : num_seeds;
+  const auto num_hops = static_cast<int64_t>(fanouts.size());
+  // Node-keyed table keys are node + level * num_nodes for levels 0..num_hops.
+  TORCH_CHECK_VALUE(!node_keyed || max_nodes <= (std::numeric_limits<int64_t>::max() - 1) / (num_hops + 1), kOp,
+                    ": node-keyed sampling of ", num_hops, " hops needs (hops + 1) * num_nodes < 2^63, got num_nodes = ",
+                    max_nodes);
+  const int64_t bound = bounded ? node_bound(num_seeds, fanouts, max_nodes, node_keyed) : num_seeds;
 
   if (bounded && lean_sampler_enabled()) {
-    std::optional<Sample> lean = sample_neighbors_lean(graph, seeds, fanouts, replace, seed, bound, stream);
+    std::optional<Sample> lean =
+        sample_neighbors_lean(graph, seeds, fanouts, replace, seed, node_keyed, bound, stream);
     if (lean.has_value()) return *std::move(lean);
   }
 
@@ -148,14 +165,18 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
                    kOp, "launching insert_seeds");
 
   // Makes room for `more` nodes after the first `count`: a larger table (the known nodes re-inserted with their
-  // local ids, which are unique) and a larger n_id.
+  // local ids, which are unique; node-keyed, an empty one: the next level's keys are new and lower levels are
+  // never looked up again) and a larger n_id.
   auto reserve_nodes = [&](int64_t count, int64_t more) {
-    const int64_t needed = std::min(count + more, max_nodes);
+    const int64_t needed =
+        node_keyed ? count + std::min(more, graph.num_nodes) : std::min(count + more, max_nodes);
     if (2 * needed > table.capacity) {
       storage = make_node_table(needed, opts, stream);
-      cuda::check_cuda(cuda::launch_insert_seeds(n_id.const_data_ptr<int64_t>(), count, graph.num_nodes, table,
-                                                 n_id.data_ptr<int64_t>(), readback.status(), stream),
-                       kOp, "launching the table rebuild");
+      if (!node_keyed) {
+        cuda::check_cuda(cuda::launch_insert_seeds(n_id.const_data_ptr<int64_t>(), count, graph.num_nodes, table,
+                                                   n_id.data_ptr<int64_t>(), readback.status(), stream),
+                         kOp, "launching the table rebuild");
+      }
     }
     if (needed > n_id.numel()) {
       at::Tensor grown = at::empty({std::max<int64_t>(needed, 2 * n_id.numel())}, opts);
@@ -198,17 +219,19 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
           scratch = at::empty({pick::kScratchPerPick * num_edges}, opts);
         }
         reserve_nodes(t1, num_edges);
-        cuda::check_cuda(cuda::launch_pick_edges(frontier, starts.const_data_ptr<int64_t>(),
+        cuda::check_cuda(cuda::launch_pick_edges(frontier, n_id.const_data_ptr<int64_t>(),
+                                                 starts.const_data_ptr<int64_t>(),
                                                  degrees.const_data_ptr<int64_t>(), offsets.const_data_ptr<int64_t>(),
                                                  fanout, replace, static_cast<uint64_t>(seed),
-                                                 static_cast<int64_t>(hop), t0, pos.data_ptr<int64_t>(),
+                                                 static_cast<int64_t>(hop), node_keyed, t0, pos.data_ptr<int64_t>(),
                                                  col.data_ptr<int64_t>(),
                                                  scratch.defined() ? scratch.data_ptr<int64_t>() : nullptr, stream),
                          kOp, "launching pick_edges");
         at::Tensor nbr = at::empty({num_edges}, opts);
         at::Tensor slot = at::empty({num_edges}, opts);
+        const int64_t key_offset = node_keyed ? (static_cast<int64_t>(hop) + 1) * graph.num_nodes : 0;
         cuda::check_cuda(cuda::launch_insert_edges(num_edges, pos.const_data_ptr<int64_t>(), graph, table,
-                                                   nbr.data_ptr<int64_t>(), slot.data_ptr<int64_t>(),
+                                                   key_offset, nbr.data_ptr<int64_t>(), slot.data_ptr<int64_t>(),
                                                    readback.status(), stream),
                          kOp, "launching insert_edges");
         at::Tensor flags = at::empty({num_edges}, opts.dtype(at::kInt));

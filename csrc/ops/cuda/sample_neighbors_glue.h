@@ -36,9 +36,9 @@ NodeTableStorage make_node_table(int64_t expected_nodes, const at::TensorOptions
 
 // The lean path: every fanout >= 1 and the padded pick slots of all hops within a budget; else std::nullopt
 // (nothing launched) and the caller takes the per-hop path. `node_capacity` is the bound on n_id's length.
-// Synchronizes `stream` once, at the end.
+// `node_keyed`: see sample_neighbors_kernel.cuh. Synchronizes `stream` once, at the end.
 std::optional<CudaSample> sample_neighbors_lean(const cuda::Topology& graph, const at::Tensor& seeds,
-                                                c10::IntArrayRef fanouts, bool replace, int64_t seed,
+                                                c10::IntArrayRef fanouts, bool replace, int64_t seed, bool node_keyed,
                                                 int64_t node_capacity, cudaStream_t stream);
 
 // Whether bounded batches take the lean path (default true). Off, every batch takes the per-hop path: for

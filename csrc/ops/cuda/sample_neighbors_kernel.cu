@@ -49,9 +49,9 @@ __global__ void count_picks_kernel(const int64_t* n_id, int64_t t0, int64_t coun
   picks[i] = k;
 }
 
-__global__ void pick_edges_kernel(int64_t count, const int64_t* starts, const int64_t* degrees,
+__global__ void pick_edges_kernel(int64_t count, const int64_t* n_id, const int64_t* starts, const int64_t* degrees,
                                   const int64_t* offsets, int64_t fanout, bool replace, uint64_t seed, int64_t hop,
-                                  int64_t t0, int64_t* edge_pos, int64_t* col, int64_t* scratch) {
+                                  bool node_keyed, int64_t t0, int64_t* edge_pos, int64_t* col, int64_t* scratch) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const int64_t first = offsets[i];
@@ -59,11 +59,12 @@ __global__ void pick_edges_kernel(int64_t count, const int64_t* starts, const in
   if (k == 0) return;
   for (int64_t j = 0; j < k; ++j) col[first + j] = t0 + i;
   int64_t* own_scratch = scratch == nullptr ? nullptr : scratch + pick::kScratchPerPick * first;
-  pick::pick_positions(seed, hop, i, starts[i], degrees[i], fanout, replace, k, edge_pos + first, own_scratch);
+  const uint64_t key = pick::target_key(seed, hop, i, n_id[t0 + i], node_keyed);
+  pick::pick_positions(key, starts[i], degrees[i], fanout, replace, k, edge_pos + first, own_scratch);
 }
 
 __global__ void insert_edges_kernel(int64_t num_edges, const int64_t* edge_pos, Topology g, NodeTable table,
-                                    int64_t* nbr, int64_t* slot, long long* status) {
+                                    int64_t key_offset, int64_t* nbr, int64_t* slot, long long* status) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= num_edges) return;
   const int64_t pos = edge_pos[e];
@@ -75,7 +76,7 @@ __global__ void insert_edges_kernel(int64_t num_edges, const int64_t* edge_pos, 
     return;
   }
   bool inserted = false;
-  const int64_t s = table_insert(table, node, &inserted);
+  const int64_t s = table_insert(table, node + key_offset, &inserted);
   slot[e] = s;
   if (__ldcg(table.values + s) < 0) {
     atomicMin(reinterpret_cast<unsigned long long*>(table.first + s), static_cast<unsigned long long>(e));
@@ -130,24 +131,25 @@ cudaError_t launch_count_picks(const int64_t* n_id, int64_t t0, int64_t count, T
   return cudaGetLastError();
 }
 
-cudaError_t launch_pick_edges(int64_t count, const int64_t* starts, const int64_t* degrees,
+cudaError_t launch_pick_edges(int64_t count, const int64_t* n_id, const int64_t* starts, const int64_t* degrees,
                               const int64_t* offsets, int64_t fanout, bool replace, uint64_t seed, int64_t hop,
-                              int64_t t0, int64_t* edge_pos, int64_t* col, int64_t* scratch,
+                              bool node_keyed, int64_t t0, int64_t* edge_pos, int64_t* col, int64_t* scratch,
                               cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
   // Small blocks: one thread per target does a serial draw, so spread targets over many multiprocessors.
   constexpr int kPickThreads = 64;
   const unsigned blocks = static_cast<unsigned>((count + kPickThreads - 1) / kPickThreads);
-  pick_edges_kernel<<<blocks, kPickThreads, 0, stream>>>(count, starts, degrees, offsets, fanout, replace, seed,
-                                                         hop, t0, edge_pos, col, scratch);
+  pick_edges_kernel<<<blocks, kPickThreads, 0, stream>>>(count, n_id, starts, degrees, offsets, fanout, replace,
+                                                         seed, hop, node_keyed, t0, edge_pos, col, scratch);
   return cudaGetLastError();
 }
 
 cudaError_t launch_insert_edges(int64_t num_edges, const int64_t* edge_pos, Topology graph, NodeTable table,
-                                int64_t* nbr, int64_t* slot, long long* status, cudaStream_t stream) {
+                                int64_t key_offset, int64_t* nbr, int64_t* slot, long long* status,
+                                cudaStream_t stream) {
   if (num_edges <= 0) return cudaSuccess;
-  insert_edges_kernel<<<blocks_for(num_edges), kThreads, 0, stream>>>(num_edges, edge_pos, graph, table, nbr, slot,
-                                                                      status);
+  insert_edges_kernel<<<blocks_for(num_edges), kThreads, 0, stream>>>(num_edges, edge_pos, graph, table, key_offset,
+                                                                      nbr, slot, status);
   return cudaGetLastError();
 }
 

@@ -15,6 +15,10 @@
 //   6. (glue)               inclusive prefix sum of the flags -> local ids of the new nodes, in order of first
 //                           appearance (the CPU op's order, bitwise)
 //   7. launch_finalize      per edge: row (local id of the neighbor); first appearances append to n_id
+//
+// Node-keyed sampling (evaluation) keys a target's picks by its node id (pick::target_key) and a neighbor's table
+// entry by (level, node): key = node + (hop + 1) * num_nodes for the neighbors of hop `hop` (seeds: the node), so
+// a node already at a lower level is new again at the next one (nodes deduplicated per hop, as on the CPU).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -62,17 +66,19 @@ cudaError_t launch_count_picks(const int64_t* n_id, int64_t t0, int64_t count, T
                                bool replace, int64_t* starts, int64_t* degrees, int64_t* picks,
                                long long* status, cudaStream_t stream);
 
-// Per target i: writes edge_pos[offsets[i] + j] and col[offsets[i] + j] = t0 + i for its picks j.
-// `scratch` (pick::kScratchPerPick * E int64) is needed only without replacement when fanout >
-// pick::kFloydMaxPicks; else nullptr.
-cudaError_t launch_pick_edges(int64_t count, const int64_t* starts, const int64_t* degrees,
+// Per target i (node n_id[t0 + i]): writes edge_pos[offsets[i] + j] and col[offsets[i] + j] = t0 + i for its
+// picks j, keyed by position or, with node_keyed, by node id. `scratch` (pick::kScratchPerPick * E int64) is
+// needed only without replacement when fanout > pick::kFloydMaxPicks; else nullptr.
+cudaError_t launch_pick_edges(int64_t count, const int64_t* n_id, const int64_t* starts, const int64_t* degrees,
                               const int64_t* offsets, int64_t fanout, bool replace, uint64_t seed, int64_t hop,
-                              int64_t t0, int64_t* edge_pos, int64_t* col, int64_t* scratch,
+                              bool node_keyed, int64_t t0, int64_t* edge_pos, int64_t* col, int64_t* scratch,
                               cudaStream_t stream);
 
-// Per edge e < num_edges: nbr[e] = indices[edge_pos[e]] (validated), slot[e] = its table slot (-1 if bad).
+// Per edge e < num_edges: nbr[e] = indices[edge_pos[e]] (validated), slot[e] = the table slot of key
+// nbr[e] + key_offset (-1 if bad); key_offset is 0, or (hop + 1) * num_nodes when node-keyed.
 cudaError_t launch_insert_edges(int64_t num_edges, const int64_t* edge_pos, Topology graph, NodeTable table,
-                                int64_t* nbr, int64_t* slot, long long* status, cudaStream_t stream);
+                                int64_t key_offset, int64_t* nbr, int64_t* slot, long long* status,
+                                cudaStream_t stream);
 
 // flags[e] = 1 if edge e is the first occurrence in this hop of a node not yet in n_id, else 0.
 cudaError_t launch_flag_first(int64_t num_edges, const int64_t* slot, NodeTable table, int32_t* flags,

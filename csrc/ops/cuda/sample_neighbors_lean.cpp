@@ -38,11 +38,12 @@ bool lean_sampler_enabled() { return lean_enabled.load(std::memory_order_relaxed
 bool set_lean_sampler_enabled(bool enabled) { return lean_enabled.exchange(enabled); }
 
 std::optional<LeanShape> lean_shape(const cuda::Topology& graph, int64_t num_seeds, c10::IntArrayRef fanouts,
-                                    bool replace, int64_t node_capacity) {
+                                    bool replace, bool node_keyed, int64_t node_capacity) {
   LeanShape shape;
   shape.num_seeds = num_seeds;
   shape.fanouts.assign(fanouts.begin(), fanouts.end());
   shape.replace = replace;
+  shape.node_keyed = node_keyed;
   shape.node_capacity = node_capacity;
   int64_t targets = num_seeds;
   for (const int64_t f : fanouts) {
@@ -106,6 +107,8 @@ LeanBatch enqueue_lean(const cuda::Topology& graph, const LeanShape& shape, cons
     hop.hop = h;
     hop.fanout = f;
     hop.replace = shape.replace;
+    hop.node_keyed = shape.node_keyed;
+    hop.key_offset = shape.node_keyed ? (h + 1) * graph.num_nodes : 0;
     hop.rng_seed = in.data;
     hop.max_targets = F;
     hop.max_edges = E;
@@ -170,9 +173,10 @@ CudaSample finish_lean(const LeanBatch& batch, const cuda::Topology& graph, int6
 }
 
 std::optional<CudaSample> sample_neighbors_lean(const cuda::Topology& graph, const at::Tensor& seeds,
-                                                c10::IntArrayRef fanouts, bool replace, int64_t seed,
+                                                c10::IntArrayRef fanouts, bool replace, int64_t seed, bool node_keyed,
                                                 int64_t node_capacity, cudaStream_t stream) {
-  const std::optional<LeanShape> shape = lean_shape(graph, seeds.numel(), fanouts, replace, node_capacity);
+  const std::optional<LeanShape> shape =
+      lean_shape(graph, seeds.numel(), fanouts, replace, node_keyed, node_capacity);
   if (!shape.has_value()) return std::nullopt;
   std::optional<CudaSample> replayed = sample_lean_with_graph(graph, *shape, seeds, seed, stream);
   if (replayed.has_value()) return replayed;

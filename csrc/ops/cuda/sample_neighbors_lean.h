@@ -25,6 +25,7 @@ struct LeanShape {
   int64_t num_seeds = 0;
   std::vector<int64_t> fanouts;
   bool replace = false;
+  bool node_keyed = false;          // picks keyed by node id, nodes deduplicated per hop (sample_neighbors_kernel.cuh)
   int64_t node_capacity = 0;        // bound on n_id's length
   std::vector<int64_t> max_targets;  // per hop: bound on the frontier
   std::vector<int64_t> max_edges;    // per hop: bound on the sampled edges
@@ -35,7 +36,7 @@ struct LeanShape {
 // The bounds, or std::nullopt where a fanout is < 1 or the padded slots exceed the lean budget (the per-hop
 // path, which sizes its buffers from the actual counts, then uses less memory).
 std::optional<LeanShape> lean_shape(const cuda::Topology& graph, int64_t num_seeds, c10::IntArrayRef fanouts,
-                                    bool replace, int64_t node_capacity);
+                                    bool replace, bool node_keyed, int64_t node_capacity);
 
 // The device buffers one lean batch writes; they must stay alive until its read-back.
 struct LeanBatch {

@@ -58,9 +58,11 @@ struct GraphKey {
   int64_t num_seeds = 0;
   std::vector<int64_t> fanouts;
   bool replace = false;
+  bool node_keyed = false;
 
   auto tie() const {
-    return std::tie(device, indptr, indices, indices_int64, num_nodes, num_edges, num_seeds, fanouts, replace);
+    return std::tie(device, indptr, indices, indices_int64, num_nodes, num_edges, num_seeds, fanouts, replace,
+                    node_keyed);
   }
   bool operator==(const GraphKey& other) const { return tie() == other.tie(); }
 };
@@ -175,7 +177,7 @@ c10::cuda::CUDAStream capture_stream(c10::DeviceIndex device) {
 
 GraphKey key_of(const cuda::Topology& graph, const LeanShape& shape, int device) {
   return GraphKey{device,          graph.indptr,    graph.indices, graph.indices_int64, graph.num_nodes,
-                  graph.num_edges, shape.num_seeds, shape.fanouts, shape.replace};
+                  graph.num_edges, shape.num_seeds, shape.fanouts, shape.replace,        shape.node_keyed};
 }
 
 // Captures the shape's launches on the device's capture stream (capture cannot run on the legacy default stream)

@@ -65,8 +65,8 @@ __global__ void lean_count_pick_kernel(LeanHop h, const int64_t* n_id, Topology 
       if (0 <= b && b <= e && e <= g.num_edges) {
         k = pick::num_picks(e - b, h.fanout, h.replace);
         int64_t* scratch = h.scratch == nullptr ? nullptr : h.scratch + pick::kScratchPerPick * i * h.fanout;
-        pick::pick_positions(seed, h.hop, i, b, e - b, h.fanout, h.replace, k, h.padded_pos + i * h.fanout,
-                             scratch);
+        pick::pick_positions(pick::target_key(seed, h.hop, i, node, h.node_keyed), b, e - b, h.fanout, h.replace, k,
+                             h.padded_pos + i * h.fanout, scratch);
       } else {
         report(status, kSampleBadIndptr, node, b, e);
       }
@@ -100,7 +100,7 @@ __global__ void lean_insert_kernel(LeanHop h, Topology g, NodeTable table, LeanT
     return;
   }
   bool inserted = false;
-  const int64_t s = table_insert(table, node, &inserted);
+  const int64_t s = table_insert(table, node + h.key_offset, &inserted);
   h.slot[e] = s;
   if (__ldcg(table.values + s) < 0) {
     atomicMin(reinterpret_cast<unsigned long long*>(table.first + s), static_cast<unsigned long long>(e));

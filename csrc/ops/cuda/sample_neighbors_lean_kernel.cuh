@@ -38,6 +38,9 @@ struct LeanHop {
   int64_t hop = 0;
   int64_t fanout = 1;
   bool replace = false;
+  bool node_keyed = false;            // picks keyed by node id (pick::target_key)
+  int64_t key_offset = 0;             // added to a neighbor's id for its table key: (hop + 1) * num_nodes when
+                                      // node-keyed (nodes deduplicated per hop), else 0
   const int64_t* rng_seed = nullptr;  // [1] device: the batch's random seed (LeanInputs)
   int64_t max_targets = 0;         // bound on the frontier size (F)
   int64_t max_edges = 0;           // bound on the hop's edges (<= F * fanout)
