@@ -174,7 +174,7 @@ def mps_requested_by(args: Sequence[str]) -> Optional[int]:
     """
     import yaml
 
-    from lightning_zerocopy.pipeline.mps import DEFAULT_WORKER_SM_PERCENT
+    from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
 
     if not any(a in _RUN_SUBCOMMANDS for a in args) or any(a in ("-h", "--help", "--print_config") or
                                                             a.startswith("--print_config=") for a in args):  # fmt: skip
@@ -223,7 +223,7 @@ def main(args: ArgsType = None) -> None:
         argv = None
     worker_percent = mps_requested_by(argv) if argv is not None else None
     if worker_percent is not None:  # before build_cli imports the DataModule, the model and PyG
-        from lightning_zerocopy.pipeline.mps import start_for_trainer
+        from lightning_zerocopy.pipeline.mps_launcher import start_for_trainer
 
         start_for_trainer(worker_percent)  # a DDP rank re-running this command joins its parent's daemon
     try:

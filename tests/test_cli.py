@@ -155,9 +155,9 @@ def test_the_command_starts_mps_before_anything_imports_pyg(tmp_path: Path) -> N
     script = f"""
 import sys
 import lightning_zerocopy.cli as cli
-import lightning_zerocopy.pipeline.mps as mps
+import lightning_zerocopy.pipeline.mps_launcher as mps_launcher
 calls = []
-mps.start_for_trainer = lambda percent: calls.append((percent, "torch_geometric" in sys.modules))
+mps_launcher.start_for_trainer = lambda percent: calls.append((percent, "torch_geometric" in sys.modules))
 cli.build_cli = lambda args: calls.append(("cli", "torch_geometric" in sys.modules))
 cli.main(["fit", "--config", {recipe!r}])
 print(calls)
