@@ -1,6 +1,7 @@
 """Datasets: node classification (generated, OGB folders, PyG ``Data`` objects) and link prediction."""
 
-from lightning_zerocopy.datasets.base import CachedNodeDataset, DatasetFileError, NodeData, NodeDataset
+from lightning_zerocopy.datasets.base import CachedNodeDataset, DatasetFileError, InputDataError, NodeData, NodeDataset
+from lightning_zerocopy.datasets.features import NonFiniteFeatureError, check_finite_features
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkData, LinkDataset, LinkSplit
 from lightning_zerocopy.datasets.ogb import OGBNodeDataset
 from lightning_zerocopy.datasets.pyg import PyGNodeDataset
@@ -10,15 +11,18 @@ from lightning_zerocopy.datasets.synthetic import SyntheticGraph
 __all__ = [
     "CachedNodeDataset",
     "DatasetFileError",
+    "InputDataError",
     "LINK_SPLITS",
     "LinkData",
     "LinkDataset",
     "LinkSplit",
     "NodeData",
     "NodeDataset",
+    "NonFiniteFeatureError",
     "OGBNodeDataset",
     "PyGNodeDataset",
     "SplitError",
     "SyntheticGraph",
+    "check_finite_features",
     "check_splits",
 ]

@@ -6,6 +6,7 @@ Reads the folder layout that the ``ogb`` package downloads and unpacks, e.g. ``o
     raw/node-feat.csv.gz        one comma-separated feature row per node
     raw/node-label.csv.gz       one label per node ("nan" for unlabeled nodes)
     raw/num-node-list.csv.gz    optional: the number of nodes
+    raw/num-edge-list.csv.gz    optional: the number of edges (lines of edge.csv.gz)
     raw/edge-feat.csv.gz        optional: one feature row per edge (becomes ``edge_attr``)
     split/<split>/{train,valid,test}.csv.gz   node ids of each split
 
@@ -13,7 +14,9 @@ The CSVs are converted once (with a progress bar) into ``.npy`` files in the cac
 written row-chunk by row-chunk into a memory-mapped ``.npy``, so a feature matrix larger than RAM converts
 and later trains from disk through the page cache. A damaged or malformed file fails the conversion with a
 :class:`~lightning_zerocopy.datasets.base.DatasetFileError` naming the file and, where known, the line
-(:mod:`lightning_zerocopy.datasets.csv_gz`); the cache is only published once every file converted.
+(:mod:`lightning_zerocopy.datasets.csv_gz`); the cache is only published once every file converted. Where OGB's
+count files are present, the node and edge files must hold as many rows as they say
+(:mod:`lightning_zerocopy.datasets.ogb_counts`): an emptied or cut-short ``edge.csv.gz`` is an error.
 
 The cache is keyed on every input file (see :func:`file_stamp`): changing any of them -- labels, features,
 edges, edge features, the node count or a split file -- converts the folder again.
@@ -37,10 +40,11 @@ from lightning_zerocopy.datasets.base import (
     default_cache_root,
 )
 from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, first_row_width, read_csv_matrix
+from lightning_zerocopy.datasets.ogb_counts import EDGE_COUNT_FILE, NODE_COUNT_FILE, check_count, read_count
 from lightning_zerocopy.graph.shared_memory import save_npy
 
 _REQUIRED = ("edge.csv.gz", "node-feat.csv.gz", "node-label.csv.gz")
-_OPTIONAL = ("num-node-list.csv.gz", "edge-feat.csv.gz")
+_OPTIONAL = (NODE_COUNT_FILE, EDGE_COUNT_FILE, "edge-feat.csv.gz")
 _SPLIT_FILES = {"train": "train.csv.gz", "val": "valid.csv.gz", "test": "test.csv.gz"}
 _SPLIT_LAYOUT = "split/<name>/train.csv.gz, valid.csv.gz and test.csv.gz (one node id per line)"
 
@@ -142,7 +146,7 @@ class OGBNodeDataset(CachedNodeDataset):
             split=split,
             add_inverse_edges=add_inverse_edges,
             feature_dtype=feature_dtype,
-            version=2,
+            version=3,
         )
         cache_root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
         self.cache = ArrayCache(cache_root / f"ogb-{self.root.name}-{config_key(self.config)}")
@@ -260,6 +264,7 @@ class OGBNodeDataset(CachedNodeDataset):
             raise DatasetFileError(
                 path, f"node id {value} is out of range: the graph has {num_nodes:,} nodes ({nodes_from})", line=row + 1
             )
+        check_count(path, edges.shape[0], self.raw / EDGE_COUNT_FILE, "edges (lines)")  # emptied or cut short
         return edges.T
 
     def _read_edge_attr(self, num_edges: int) -> Optional[np.ndarray]:
@@ -275,13 +280,10 @@ class OGBNodeDataset(CachedNodeDataset):
 
     def _num_nodes(self, default: int) -> tuple[int, str]:
         """The number of nodes and where it came from (for messages)."""
-        path = self.raw / "num-node-list.csv.gz"
-        if not path.is_file():
+        count = read_count(self.raw / NODE_COUNT_FILE)
+        if count is None:
             return default, f"node-label.csv.gz has {default:,} rows"
-        values = read_csv_matrix(path, np.int64, "ogb: num nodes")
-        if values.size == 0 or int(values[0, 0]) < 0:
-            raise DatasetFileError(path, "must hold the number of nodes (an integer >= 0) on its first line", line=1)
-        return int(values[0, 0]), f"num-node-list.csv.gz says {int(values[0, 0]):,}"
+        return count, f"{NODE_COUNT_FILE} says {count:,}"
 
 
 __all__: list[str] = ["OGBNodeDataset", "file_stamp", "read_csv_matrix", "convert_csv_to_npy"]
