@@ -118,16 +118,26 @@ class ZeroCopyCLI(LightningCLI):
                 self.config_init["predict"]["return_predictions"] = False
         return trainer
 
-    def _run_subcommand(self, subcommand: str) -> None:
-        """As LightningCLI's, with ``--ckpt_path last`` resolved across the run's version folders first."""
-        config = self.config_init[subcommand]
+    def _resolve_last_checkpoint(self) -> None:
+        """``--ckpt_path last`` becomes the newest ``last.ckpt`` of any earlier version of this run (LightningCLI
+        passes ``config_init``'s ``ckpt_path`` to the subcommand after its ``before_*`` hook)."""
+        config = self.config_init[self.subcommand]
         if config.get("ckpt_path") == "last":
             config["ckpt_path"] = find_last_checkpoint(self.trainer)
-        super()._run_subcommand(subcommand)
+
+    def before_fit(self) -> None:
+        self._resolve_last_checkpoint()
+
+    def before_validate(self) -> None:
+        self._resolve_last_checkpoint()
+
+    def before_test(self) -> None:
+        self._resolve_last_checkpoint()
 
     def before_predict(self) -> None:
-        """A module without ``predict_step`` whose ``forward`` does not take the batch gets a clear message (not
-        Lightning's ``forward() missing ... 'edge_index'``)."""
+        """``--ckpt_path last`` as for the other subcommands; a module without ``predict_step`` whose ``forward``
+        does not take the batch gets a clear message (not Lightning's ``forward() missing ... 'edge_index'``)."""
+        self._resolve_last_checkpoint()
         module = type(self.model)
         if module.predict_step is not LightningModule.predict_step:
             return
@@ -152,14 +162,18 @@ _LAST = re.compile(r"^last(-\d+)?\.ckpt$")  # Lightning's names for ModelCheckpo
 def find_last_checkpoint(trainer: Trainer) -> str:
     """The newest ``last.ckpt`` (or ``last-N.ckpt``) under ``trainer``'s run root and checkpoint folders.
 
-    The root is the first logger's ``root_dir`` (it holds every ``version_*`` folder) or, without one, the trainer's
-    ``default_root_dir``; a :class:`ModelCheckpoint` with its own ``dirpath`` is searched too.
+    The root is the first logger's ``root_dir`` (it holds every ``version_*`` folder) or, without a logger,
+    ``<default_root_dir>/checkpoints`` (where ModelCheckpoint then writes); a :class:`ModelCheckpoint` with its own
+    ``dirpath`` is searched too.
 
     Raises:
         CommandError: no such file, naming the folders searched.
     """
     logger = trainer.loggers[0] if trainer.loggers else None
-    roots = [getattr(logger, "root_dir", None) or getattr(logger, "save_dir", None) or trainer.default_root_dir]
+    if logger is not None:
+        roots = [getattr(logger, "root_dir", None) or getattr(logger, "save_dir", None) or trainer.default_root_dir]
+    else:
+        roots = [os.path.join(trainer.default_root_dir, "checkpoints")]
     roots += [cb.dirpath for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
     roots = list(dict.fromkeys(str(Path(r).expanduser().resolve()) for r in roots if r))
     found = [

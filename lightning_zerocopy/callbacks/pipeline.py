@@ -44,7 +44,8 @@ from typing_extensions import override
 from lightning_zerocopy.options import check_depth
 from lightning_zerocopy.pipeline import start_pipeline
 from lightning_zerocopy.pipeline import mps as mps_control
-from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT, start_for_trainer
+from lightning_zerocopy.pipeline import mps_launcher
+from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
 
 if TYPE_CHECKING:
     from lightning_zerocopy.pipeline.client import PipelineClient
@@ -163,7 +164,7 @@ class PipelineCallback(Callback):
             return None
         # joins the daemon of the command, the launcher or a parent rank; or starts one, and then this process's
         # CUDA context (created later by the Trainer) and DDP ranks started later get 100 - worker_sm_percent %
-        self.mps_daemon = start_for_trainer(self.worker_sm_percent)
+        self.mps_daemon = mps_launcher.start_for_trainer(self.worker_sm_percent)
         return self.mps_daemon
 
     def _worker_env(self) -> dict[str, str]:

@@ -85,5 +85,5 @@ class HostCopyBuilder:
         for warning in warnings:
             rank_zero_warn(f"{dataset}: {warning}")
         if self.check_features:
-            check_finite_features(data.x, f"the features of {dataset}", self.opt_out)
+            check_finite_features(data.x, f"{dataset} features", self.opt_out)
         self._splits_checked = True

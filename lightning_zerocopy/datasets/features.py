@@ -29,7 +29,7 @@ class NonFiniteFeatureError(InputDataError):
     def __init__(self, what: str, node: int, column: int, value: float, opt_out: str) -> None:
         self.node, self.column, self.value = node, column, value
         super().__init__(
-            f"{what} holds {value} at node {node}, column {column} (the first such value): the loss would be NaN from "
+            f"{what}: {value} at node {node}, column {column} (the first such value); the loss would be NaN from "
             f"the first step that samples the node. Fix the features, or set {opt_out} to train on them as they are"
         )
 
@@ -39,7 +39,7 @@ def check_finite_features(x: torch.Tensor, what: str, opt_out: str) -> None:
 
     Args:
         x: the feature table (may be memory-mapped; read in chunks of about 64 MiB).
-        what: how the message names the table, e.g. ``"the features of data.init_args.dataset (OGBNodeDataset)"``.
+        what: how the message names the table, e.g. ``"data.init_args.dataset (OGBNodeDataset) features"``.
         opt_out: the setting that skips this check, named in the message (e.g. ``data.init_args.check_features: false``).
 
     Raises:

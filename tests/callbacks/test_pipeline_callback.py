@@ -198,10 +198,10 @@ def test_constructor_checks_and_mps_unavailable_warning(monkeypatch):
 
 
 def test_the_constructor_only_stores_config(monkeypatch):
-    from lightning_zerocopy.pipeline import mps
+    from lightning_zerocopy.pipeline import mps, mps_launcher
 
     monkeypatch.setattr(mps, "start_mps", lambda *a, **k: pytest.fail("the constructor must not start MPS"))
-    monkeypatch.setattr(mps, "start_for_trainer", lambda *a, **k: pytest.fail("the constructor must not start MPS"))
+    monkeypatch.setattr(mps_launcher, "start_for_trainer", lambda *a, **k: pytest.fail("the constructor must not start MPS"))
     callback = PipelineCallback(mode="worker", mps=True, worker_sm_percent=20)
     assert (callback.mps, callback.worker_sm_percent, callback.mps_daemon, callback.client) == (True, 20, None, None)
 

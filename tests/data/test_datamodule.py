@@ -269,8 +269,8 @@ def test_setup_warns_once_about_splits_that_share_nodes() -> None:
 def test_setup_rejects_a_nan_feature_naming_node_and_column_unless_told_not_to_check() -> None:
     dm = _pyg_datamodule(list(range(30)), [30, 31], [32, 33])
     dm.dataset.data.x[17, 2] = float("nan")  # the loss would be NaN from the first step that samples node 17
-    with pytest.raises(ValueError, match=r"^the features of data\.init_args\.dataset \(PyGNodeDataset\) holds nan at node "
-                                          r"17, column 2 .* set data\.init_args\.check_features: false to train"):
+    with pytest.raises(ValueError, match=r"^data\.init_args\.dataset \(PyGNodeDataset\) features: nan at node 17, column 2 "
+                                          r".* set data\.init_args\.check_features: false to train"):
         dm.setup("fit")
     assert dm._handles is None and not _lzc_segments()
     unchecked = ZeroCopyDataModule(dm.dataset, fanouts=[3], batch_size=4, check_features=False)

@@ -20,9 +20,9 @@ def test_the_first_bad_value_is_named_by_node_and_column(value: float, dtype: to
     x = torch.randn(50, 6, generator=torch.Generator().manual_seed(1)).to(dtype)
     x[37, 4] = value
     x[41, 0] = value  # a later one is not the one named
-    with pytest.raises(NonFiniteFeatureError, match=rf"the features of T holds {value} at node 37, "
+    with pytest.raises(NonFiniteFeatureError, match=rf"^T features: {value} at node 37, "
                                                     r"column 4 .* set K: false") as info:
-        check_finite_features(x, "the features of T", "K: false")
+        check_finite_features(x, "T features", "K: false")
     assert (info.value.node, info.value.column) == (37, 4)
 
 
@@ -39,5 +39,5 @@ def test_a_memory_mapped_table_is_checked(tmp_path: Path, monkeypatch) -> None:
     array[1999, 7] = np.nan  # in the last chunk
     array.flush()
     del array
-    with pytest.raises(NonFiniteFeatureError, match=r"holds nan at node 1999, column 7"):
+    with pytest.raises(NonFiniteFeatureError, match=r"nan at node 1999, column 7"):
         check_finite_features(open_npy_memmap(tmp_path / "x.npy"), "the features", "k")
