@@ -201,7 +201,7 @@ def _mps_prefix(args: argparse.Namespace) -> list[str]:
     deadline = time.monotonic() + 60  # the previous row's daemon may still be quitting
     while mps.mps_processes() and time.monotonic() < deadline:
         time.sleep(0.2)
-    return [sys.executable, "-m", "lightning_zerocopy.pipeline.mps", "--worker-sm-percent", str(args.worker_sm_percent), "--"]
+    return [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", str(args.worker_sm_percent), "--"]
 
 
 # ---------------------------------------------------------------------------------------------- orchestration

@@ -10,7 +10,7 @@ import subprocess
 from importlib import metadata
 from typing import Any, Optional
 
-__all__ = ["machine_info"]
+__all__ = ["cpu_model", "machine_info"]
 
 
 def _run(cmd: list[str], cwd: Optional[str] = None) -> Optional[str]:
@@ -28,7 +28,8 @@ def _version(dist: str) -> Optional[str]:
         return None
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -68,7 +69,7 @@ def machine_info(repo_root: str, cache_dir: Optional[str], commit: Optional[str]
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "host": platform.node(),
         "gpu": _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "ram_gib": _ram_gib(),
         "disk_free_gib": disk.free / 2**30,

@@ -10,17 +10,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.e2e_report import PLOTS, _models, _ok, target_acc  # noqa: E402
+from benchmarks.e2e_results import PLOTS, finished, models_in, target_acc  # noqa: E402
 
 __all__ = ["write_plots"]
 
 
 def _ok_runs(results: dict[str, Any], model: str) -> list[dict[str, Any]]:
-    return [r for r in results.get("runs", []) if r["model"] == model and _ok(r)]
+    return [r for r in results.get("runs", []) if r["model"] == model and finished(r)]
 
 
 def _per_model(results: dict[str, Any], out_dir: str, name: str, draw: Callable[[Any, str, list], None]) -> str:
-    models = _models(results) or ["none"]
+    models = models_in(results) or ["none"]
     fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8), squeeze=False)
     for ax, model in zip(axes[0], models):
         runs = _ok_runs(results, model)
@@ -82,7 +82,7 @@ def _latency(ax: Any, model: str, runs: list) -> None:
 
 
 def write_plots(results: dict[str, Any], out_dir: str) -> list[str]:
-    """Write every plot of :data:`benchmarks.e2e_report.PLOTS` into ``out_dir``; returns the paths."""
+    """Write every plot of :data:`benchmarks.e2e_results.PLOTS` into ``out_dir``; returns the paths."""
     return [
         _per_model(results, out_dir, "steps_per_s.png", _bars("steps_per_s", "steps/s", bound="model_only")),
         _per_model(results, out_dir, "val_acc_over_time.png", _accuracy(results)),

@@ -10,46 +10,12 @@ import json
 import os
 from typing import Any, Optional
 
+from benchmarks.e2e_results import PLOTS, finished, models_in, runs_by_row, target_acc, time_to_target
+
 __all__ = ["PLOTS", "aims", "one_line", "render", "target_acc", "time_to_target"]
 
-#: The plot files, by what they show.
-PLOTS = {
-    "steps_per_s.png": "training steps/s per row, against model-only (dashed)",
-    "val_acc_over_time.png": "validation accuracy over training wall time (validation excluded)",
-    "stall_share.png": "share of the step interval the GPU (CPU: the loop) waited for data",
-    "host_read_gbps.png": "feature bytes delivered to training per second",
-    "batch_latency.png": "per-batch step interval distribution (after warm-up)",
-}
 _AIMS = {"heavy": 5.0, "light": 3.0}  # best row vs PyG's steps/s
 _BOUND_AIM = 0.9  # best row vs model-only
-
-
-def _ok(run: dict[str, Any]) -> bool:
-    return run.get("status") == "ok" and run.get("steps_per_s") is not None
-
-
-def _models(results: dict[str, Any]) -> list[str]:
-    return list(dict.fromkeys(r["model"] for r in results.get("runs", [])))
-
-
-def _by_row(results: dict[str, Any], model: str) -> dict[str, dict[str, Any]]:
-    return {r["row"]: r for r in results.get("runs", []) if r["model"] == model}
-
-
-def target_acc(results: dict[str, Any], model: str) -> Optional[float]:
-    """``--target-acc``, else 95 % of the lowest best validation accuracy among the model's finished rows."""
-    given = results.get("args", {}).get("target_acc")
-    if given is not None:
-        return float(given)
-    best = [r["best_val_acc"] for r in _by_row(results, model).values() if _ok(r) and r.get("best_val_acc") is not None]
-    return round(0.95 * min(best), 4) if best else None
-
-
-def time_to_target(run: dict[str, Any], target: Optional[float]) -> Optional[float]:
-    """Training seconds (validation excluded) at the first validation reaching ``target``, or None."""
-    if target is None:
-        return None
-    return next((t for _, t, acc in run.get("val_curve", []) if acc >= target), None)
 
 
 def _pct(values: list[float], q: float) -> Optional[float]:
@@ -68,7 +34,7 @@ def one_line(run: dict[str, Any]) -> str:
     head = f"{run['row']:<18}{run['model']:<7}"
     if run.get("kind") == "stages" and run.get("status") == "ok":
         return head + "ms per batch: " + ", ".join(f"{p} {t['total_ms']:.1f}" for p, t in run["stages"].items())
-    if not _ok(run):
+    if not finished(run):
         return f"{head}{run.get('status', '?')}: {str(run.get('reason', ''))[:300]}"
     check = run.get("batch_check", {})
     return (f"{head}{run['steps_per_s']:8.2f} steps/s  stall {_fmt(run.get('stall_frac'), '.1%')}  "
@@ -78,15 +44,15 @@ def one_line(run: dict[str, Any]) -> str:
 
 def aims(results: dict[str, Any], model: str) -> list[str]:
     """Lines on the issue's aims for ``model``: best row vs PyG and vs model-only, and what limits it."""
-    rows = _by_row(results, model)
-    ours = [r for r in rows.values() if _ok(r) and r.get("kind") == "ours" and r.get("batch_check", {}).get("ok", True)]
+    rows = runs_by_row(results, model)
+    ours = [r for r in rows.values() if finished(r) and r.get("kind") == "ours" and r.get("batch_check", {}).get("ok", True)]
     if not ours:
         return [f"- {model}: no row of ours finished."]
     best = max(ours, key=lambda r: r["steps_per_s"])
     lines = [f"- {model}: best row `{best['row']}` at {best['steps_per_s']:.1f} steps/s."]
     samples: dict[str, list[str]] = {}
     for r in rows.values():
-        if _ok(r) and r.get("kind") in ("ours", "model_only") and r.get("batch_check", {}).get("first_sample"):
+        if finished(r) and r.get("kind") in ("ours", "model_only") and r.get("batch_check", {}).get("first_sample"):
             samples.setdefault(r["batch_check"]["first_sample"], []).append(r["row"])
     if len(samples) > 1:
         lines.append("  - **our rows sampled different first batches** (expected one sample for every placement): "
@@ -94,7 +60,7 @@ def aims(results: dict[str, Any], model: str) -> list[str]:
     elif samples:
         lines.append(f"  - every row of ours (and model-only) trained on the same first batch (sample {next(iter(samples))}).")
     pyg, bound = rows.get("pyg"), rows.get("model_only")
-    if pyg and _ok(pyg):
+    if pyg and finished(pyg):
         ratio = best["steps_per_s"] / pyg["steps_per_s"]
         aim = _AIMS.get(model)
         verdict = "" if aim is None else (" (aim ≥ %.0f×: %s)" % (aim, "met" if ratio >= aim else "missed"))
@@ -103,7 +69,7 @@ def aims(results: dict[str, Any], model: str) -> list[str]:
                      f"{_fmt(pyg.get('best_val_acc'), '.3f')}.")  # fmt: skip
     else:
         lines.append("  - vs PyG: not measured in this run (see the row's status).")
-    if bound and _ok(bound):
+    if bound and finished(bound):
         ratio = best["steps_per_s"] / bound["steps_per_s"]
         lines.append(f"  - vs model-only ({bound['steps_per_s']:.1f} steps/s): {ratio:.2f}× "
                      f"(aim ≥ {_BOUND_AIM}×: {'met' if ratio >= _BOUND_AIM else 'missed'}).")  # fmt: skip
@@ -117,12 +83,12 @@ def aims(results: dict[str, Any], model: str) -> list[str]:
 
 
 def _table(results: dict[str, Any], model: str) -> list[str]:
-    rows = _by_row(results, model)
+    rows = runs_by_row(results, model)
     target = target_acc(results, model)
     bound = rows.get("model_only")
     pyg = rows.get("pyg")
-    bound_rate = bound["steps_per_s"] if bound and _ok(bound) else None
-    pyg_rate = pyg["steps_per_s"] if pyg and _ok(pyg) else None
+    bound_rate = bound["steps_per_s"] if bound and finished(bound) else None
+    pyg_rate = pyg["steps_per_s"] if pyg and finished(pyg) else None
     out = [f"### {model} model (target val acc {_fmt(target, '.3f')})", "",
            "| row | steps/s | × model-only | × PyG | stall | host wait ms | feature GB/s | build ms | step p50 / p99 ms "
            "| best val acc | time to target s | setup s | batches checked |",
@@ -130,7 +96,7 @@ def _table(results: dict[str, Any], model: str) -> list[str]:
     for name, r in rows.items():
         if r.get("kind") == "stages":
             continue
-        if not _ok(r):
+        if not finished(r):
             out.append(f"| `{name}` | {r.get('status')}: {str(r.get('reason', '')).splitlines()[0][:160] if r.get('reason') else ''} ||||||||||||")
             continue
         rate = r["steps_per_s"]
@@ -154,7 +120,7 @@ def _other_telemetry(results: dict[str, Any]) -> list[str]:
     out = []
     for r in results.get("runs", []):
         extra = {k: v for k, v in (r.get("telemetry") or {}).items() if k not in _TABLE_KEYS and v is not None}
-        if _ok(r) and extra:
+        if finished(r) and extra:
             out.append(f"- `{r['row']}` ({r['model']}): " + ", ".join(f"{k} {v:.3g}" for k, v in sorted(extra.items())))
     return out
 
@@ -208,7 +174,7 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
              ""]  # fmt: skip
     lines += ["## Rows", ""] + [f"- `{name}`: {doc}" for name, doc in results.get("rows", {}).items()] + [""]
     lines += ["## Results", ""]
-    for model in _models(results):
+    for model in models_in(results):
         lines += _table(results, model)
     stages = _stage_tables(results)
     if stages:
@@ -217,7 +183,7 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
     if other:
         lines += ["## Other DataTelemetry figures (means after warm-up)", ""] + other + [""]
     lines += ["## Aims", ""]
-    for model in _models(results):
+    for model in models_in(results):
         lines += aims(results, model)
     lines += ["", "## Plots", ""]
     lines += [f"![{desc}]({name})" for name, desc in PLOTS.items() if name in map(os.path.basename, plots)]

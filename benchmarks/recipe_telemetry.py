@@ -28,6 +28,10 @@ from pathlib import Path
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout
+    sys.path.append(str(REPO_ROOT))
+
+from benchmarks.results import write_json  # noqa: E402
 
 
 def _variant_recipe(recipe: dict, mode: str, percent: int, mps: bool) -> dict:
@@ -97,7 +101,7 @@ def main() -> None:
         results.append(result)
         print(json.dumps(result), flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps({"recipe": args.recipe, "steps": args.steps, "results": results}, indent=2))
+        write_json(args.out, {"recipe": args.recipe, "steps": args.steps, "results": results})
     print(f"\n{'variant':<24}{'stall':>8}{'ms/step':>10}{'host wait':>11}{'build ms':>10}")
     for r in results:
         if r.get("logged_steps"):

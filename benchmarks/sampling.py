@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import resource
 import statistics
 import sys
@@ -33,6 +32,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # run from a checkout without installing the package
     sys.path.append(REPO_ROOT)
 
+from benchmarks.e2e_meta import cpu_model  # noqa: E402
 from benchmarks.results import write_json  # noqa: E402
 
 # (seeds, batch seed) -> sampled subgraph in global ids: (n_id, row, col, edge_pos or e_id).
@@ -323,17 +323,6 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return args
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
@@ -389,7 +378,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         "config": {k: v for k, v in vars(args).items() if k != "pyg_site"},
         "graph": {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                   "max_in_degree": int(degrees.max())},  # fmt: skip
-        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
                     "peak_rss_gib": round(peak_rss_gib(), 2)},  # fmt: skip
         "results": [asdict(r) for r in results],
         "skipped": skipped,

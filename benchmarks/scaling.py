@@ -119,8 +119,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         "host_pss_bytes": None if host.footprint is None else host.footprint[0],
         "host_rss_bytes": None if host.footprint is None else host.footprint[1],
     }
-    with open(os.path.join(config["out_dir"], f"rank{trainer.global_rank}.json"), "w", encoding="utf-8") as f:
-        json.dump(report, f)
+    write_json(os.path.join(config["out_dir"], f"rank{trainer.global_rank}.json"), report)
 
 
 def topology() -> dict[str, Any]:

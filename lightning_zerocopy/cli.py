@@ -9,11 +9,15 @@ your own package. The data's ``num_features``/``num_classes`` are linked into th
     python -m lightning_zerocopy test --config recipes/quickstart.yaml --ckpt_path last.ckpt
     lightning-zerocopy predict --config recipes/quickstart.yaml --ckpt_path last.ckpt   # writes predictions.npz
 
-``validate``/``test``/``predict`` refuse to run without ``--ckpt_path`` (an untrained model would be scored or
+``--ckpt_path last`` resumes from the newest ``last.ckpt`` under the run's root (the logger's root, e.g.
+``lightning_logs/``, holding every version folder; without a logger ``default_root_dir``), not only in this run's
+own new version folder, where Lightning alone finds none and starts from step 0; with none anywhere the command
+stops, naming where it looked. ``validate``/``test``/``predict`` refuse to run without ``--ckpt_path`` (an untrained model would be scored or
 used silently) unless ``--allow_untrained true`` is given. ``predict`` writes the predictions with
 :class:`~lightning_zerocopy.callbacks.predictions.PredictionWriter` unless the recipe lists a prediction writer.
 User errors (a bad key, type or value in the recipe) print one message naming the YAML key and exit with status
-2; ``LZC_TRACEBACK=1`` shows the full traceback instead.
+2, and so do bad data found during the run (a damaged dataset file, a bad split, label or feature value: an
+:class:`~lightning_zerocopy.datasets.base.InputDataError`); ``LZC_TRACEBACK=1`` shows the full traceback instead.
 
 MPS: when a recipe lists ``PipelineCallback`` with ``mps: true``, the command starts the private MPS daemon
 before it imports anything that initializes CUDA (``import torch_geometric`` does), so that the trainer becomes
@@ -25,13 +29,15 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from jsonargparse import DefaultHelpFormatter
 from pytorch_lightning import LightningDataModule, LightningModule, Trainer
-from pytorch_lightning.callbacks import BasePredictionWriter
+from pytorch_lightning.callbacks import BasePredictionWriter, ModelCheckpoint
 from pytorch_lightning.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 from lightning_zerocopy._cli_errors import (
@@ -42,7 +48,7 @@ from lightning_zerocopy._cli_errors import (
     traceback_requested,
 )
 
-__all__ = ["CommandError", "ZeroCopyCLI", "build_cli", "main", "mps_requested_by"]
+__all__ = ["CommandError", "ZeroCopyCLI", "build_cli", "find_last_checkpoint", "main", "mps_requested_by"]
 
 _RUN_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 _RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -112,9 +118,26 @@ class ZeroCopyCLI(LightningCLI):
                 self.config_init["predict"]["return_predictions"] = False
         return trainer
 
+    def _resolve_last_checkpoint(self) -> None:
+        """``--ckpt_path last`` becomes the newest ``last.ckpt`` of any earlier version of this run (LightningCLI
+        passes ``config_init``'s ``ckpt_path`` to the subcommand after its ``before_*`` hook)."""
+        config = self.config_init[self.subcommand]
+        if config.get("ckpt_path") == "last":
+            config["ckpt_path"] = find_last_checkpoint(self.trainer)
+
+    def before_fit(self) -> None:
+        self._resolve_last_checkpoint()
+
+    def before_validate(self) -> None:
+        self._resolve_last_checkpoint()
+
+    def before_test(self) -> None:
+        self._resolve_last_checkpoint()
+
     def before_predict(self) -> None:
-        """A module without ``predict_step`` whose ``forward`` does not take the batch gets a clear message (not
-        Lightning's ``forward() missing ... 'edge_index'``)."""
+        """``--ckpt_path last`` as for the other subcommands; a module without ``predict_step`` whose ``forward``
+        does not take the batch gets a clear message (not Lightning's ``forward() missing ... 'edge_index'``)."""
+        self._resolve_last_checkpoint()
         module = type(self.model)
         if module.predict_step is not LightningModule.predict_step:
             return
@@ -131,6 +154,42 @@ class ZeroCopyCLI(LightningCLI):
                 "return self(batch.x, batch.edge_index)[: batch.batch_size]` (the logits of the seed nodes; the "
                 "writer takes their ids from batch.n_id)."
             )
+
+
+_LAST = re.compile(r"^last(-\d+)?\.ckpt$")  # Lightning's names for ModelCheckpoint(save_last=True)'s file
+
+
+def find_last_checkpoint(trainer: Trainer) -> str:
+    """The newest ``last.ckpt`` (or ``last-N.ckpt``) under ``trainer``'s run root and checkpoint folders.
+
+    The root is the first logger's ``root_dir`` (it holds every ``version_*`` folder) or, without a logger,
+    ``<default_root_dir>/checkpoints`` (where ModelCheckpoint then writes); a :class:`ModelCheckpoint` with its own
+    ``dirpath`` is searched too.
+
+    Raises:
+        CommandError: no such file, naming the folders searched.
+    """
+    logger = trainer.loggers[0] if trainer.loggers else None
+    if logger is not None:
+        roots = [getattr(logger, "root_dir", None) or getattr(logger, "save_dir", None) or trainer.default_root_dir]
+    else:
+        roots = [os.path.join(trainer.default_root_dir, "checkpoints")]
+    roots += [cb.dirpath for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
+    roots = list(dict.fromkeys(str(Path(r).expanduser().resolve()) for r in roots if r))
+    found = [
+        Path(folder) / name
+        for root in roots
+        if os.path.isdir(root)
+        for folder, _, files in os.walk(root)
+        for name in files
+        if _LAST.match(name)
+    ]
+    if not found:
+        raise CommandError(
+            f"--ckpt_path last: no last.ckpt under {' or '.join(roots) or 'the run root'} (searched with every "
+            "subfolder). Pass the checkpoint's path, or train with a ModelCheckpoint(save_last: true) first."
+        )
+    return str(max(found, key=lambda p: p.stat().st_mtime_ns))
 
 
 def build_cli(args: ArgsType = None, run: bool = True) -> ZeroCopyCLI:
@@ -174,7 +233,7 @@ def mps_requested_by(args: Sequence[str]) -> Optional[int]:
     """
     import yaml
 
-    from lightning_zerocopy.pipeline.mps import DEFAULT_WORKER_SM_PERCENT
+    from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
 
     if not any(a in _RUN_SUBCOMMANDS for a in args) or any(a in ("-h", "--help", "--print_config") or
                                                             a.startswith("--print_config=") for a in args):  # fmt: skip
@@ -217,7 +276,8 @@ def main(args: ArgsType = None) -> None:
     """Entry point of the ``lightning-zerocopy`` console script and of ``python -m lightning_zerocopy``.
 
     Starts the MPS daemon first when the recipe asks for it (see the module docstring), then runs LightningCLI.
-    A :class:`CommandError` is printed as one line (exit status 2); ``LZC_TRACEBACK=1`` raises it instead.
+    A :class:`CommandError`, or an ``InputDataError`` raised while the subcommand ran (the dataset's content), is
+    printed as one line (exit status 2); ``LZC_TRACEBACK=1`` raises it instead.
     """
     if args is None:
         argv: Optional[list[str]] = sys.argv[1:]
@@ -227,13 +287,20 @@ def main(args: ArgsType = None) -> None:
         argv = None
     worker_percent = mps_requested_by(argv) if argv is not None else None
     if worker_percent is not None:  # before build_cli imports the DataModule, the model and PyG
-        from lightning_zerocopy.pipeline.mps import start_for_trainer
+        from lightning_zerocopy.pipeline.mps_launcher import start_for_trainer
 
         start_for_trainer(worker_percent)  # a DDP rank re-running this command joins its parent's daemon
     try:
         build_cli(args)
-    except CommandError as exc:
-        if traceback_requested():
+    except Exception as exc:
+        if traceback_requested() or not (isinstance(exc, CommandError) or _is_input_data_error(exc)):
             raise
         sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
         raise SystemExit(2) from None
+
+
+def _is_input_data_error(exc: BaseException) -> bool:
+    # imported here: the module must not load the datasets (and torch) before MPS is started in main
+    from lightning_zerocopy.datasets.base import InputDataError
+
+    return isinstance(exc, InputDataError)

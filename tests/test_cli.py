@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from lightning_zerocopy._cli_errors import TRACEBACK_ENV
@@ -157,9 +158,9 @@ def test_the_command_starts_mps_before_anything_imports_pyg(tmp_path: Path) -> N
     script = f"""
 import sys
 import lightning_zerocopy.cli as cli
-import lightning_zerocopy.pipeline.mps as mps
+import lightning_zerocopy.pipeline.mps_launcher as mps_launcher
 calls = []
-mps.start_for_trainer = lambda percent: calls.append((percent, "torch_geometric" in sys.modules))
+mps_launcher.start_for_trainer = lambda percent: calls.append((percent, "torch_geometric" in sys.modules))
 cli.build_cli = lambda args: calls.append(("cli", "torch_geometric" in sys.modules))
 cli.main(["fit", "--config", {recipe!r}])
 print(calls)
@@ -342,3 +343,52 @@ def test_a_configured_writer_replaces_the_default_one(tmp_path: Path, monkeypatc
 
     assert len([c for c in cli.trainer.callbacks if isinstance(c, BasePredictionWriter)]) == 1
     assert (tmp_path / "mine" / "out.npz").exists() and not (tmp_path / "predictions.npz").exists()
+
+
+def _gz(path: Path, text: str) -> None:
+    import gzip
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(text.encode()))
+
+
+def test_a_bad_dataset_file_found_during_the_run_prints_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A DatasetFileError raised in prepare_data (inside trainer.fit) ended the command with a 74-line traceback."""
+    root = tmp_path / "ogbn_bad"
+    _gz(root / "raw" / "edge.csv.gz", "0,1\n1,2\n2,9\n")  # node 9 of 4
+    _gz(root / "raw" / "node-feat.csv.gz", "0.1,0.2\n0.3,0.4\n0.5,0.6\n0.7,0.8\n")
+    _gz(root / "raw" / "node-label.csv.gz", "0\n1\n0\n1\n")
+    for name, ids in (("train", "0\n1\n"), ("valid", "2\n"), ("test", "3\n")):
+        _gz(root / "split" / "s" / f"{name}.csv.gz", ids)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(QUICKSTART), "--data.init_args.dataset=lightning_zerocopy.datasets.OGBNodeDataset",
+              f"--data.init_args.dataset.root={root}", f"--data.init_args.dataset.cache_dir={tmp_path / 'cache'}",
+              *_QUIET(tmp_path)])  # fmt: skip
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[0] == f"error: {root / 'raw' / 'edge.csv.gz'}, line 3: node id 9 is out of range: the graph has 4 nodes " \
+                       "(node-label.csv.gz has 4 rows)", lines
+    assert len(lines) == 2 and TRACEBACK_ENV in lines[1]
+
+
+def test_ckpt_path_last_resumes_from_the_previous_runs_version_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new run gets a new version folder, where Lightning alone finds no last.ckpt and trains from step 0."""
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    common = ["--config", str(QUICKSTART), *_SMALL, "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path}",
+              "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.save_last=true"]  # fmt: skip
+    first = build_cli(["fit", *common, "--trainer.max_steps=3"])
+    saved = Path(first.trainer.checkpoint_callback.last_model_path)
+    assert first.trainer.global_step == 3 and saved.name == "last.ckpt" and "version_0" in str(saved)
+    second = build_cli(["fit", *common, "--trainer.max_steps=5", "--ckpt_path=last"])
+    assert second.trainer.ckpt_path == str(saved)  # restored from the first run's folder
+    assert "version_1" in second.trainer.checkpoint_callback.last_model_path
+    assert torch.load(second.trainer.checkpoint_callback.last_model_path, weights_only=False)["global_step"] == 5
+
+
+def test_ckpt_path_last_without_any_checkpoint_names_where_it_looked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(QUICKSTART), *_SMALL, f"--trainer.default_root_dir={tmp_path}", "--ckpt_path=last",
+              "--trainer.enable_progress_bar=false"])  # fmt: skip
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--ckpt_path last: no last.ckpt under {tmp_path.resolve() / 'lightning_logs'}" in err and "Traceback" not in err

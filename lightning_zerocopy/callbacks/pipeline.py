@@ -22,8 +22,8 @@ does a process become an MPS client?"), and
 every recipe's DataModule or model imports PyG before LightningCLI constructs the callbacks. So whoever starts
 the process starts MPS: the ``lightning-zerocopy`` command reads the recipe first and, for ``mps: true``, starts a
 private daemon before it imports anything else (:func:`lightning_zerocopy.cli.main`); other entry points run
-under ``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND``, or a script calls
-:func:`lightning_zerocopy.pipeline.mps.start_for_trainer` before anything touches CUDA (importing this module
+under ``python -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent X -- COMMAND``, or a script calls
+:func:`lightning_zerocopy.pipeline.mps_launcher.start_for_trainer` before anything touches CUDA (importing this module
 imports no PyG). The callback only joins that daemon when the run is set up (:meth:`PipelineCallback.join_mps`;
 it warns and runs without MPS when there is none and it is too late to start one); the worker it starts gets
 ``worker_sm_percent`` % of the SMs, the trainer the rest. DDP ranks started later by Lightning's launcher
@@ -44,6 +44,7 @@ from typing_extensions import override
 from lightning_zerocopy.options import check_depth
 from lightning_zerocopy.pipeline import start_pipeline
 from lightning_zerocopy.pipeline import mps as mps_control
+from lightning_zerocopy.pipeline import mps_launcher
 from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
 
 if TYPE_CHECKING:
@@ -165,16 +166,16 @@ class PipelineCallback(Callback):
                 "PipelineCallback(mps=True) found no MPS daemon of this job, and this process has initialized CUDA "
                 "already (importing torch_geometric does), so the trainer can no longer become an MPS client; "
                 "running without MPS. Start the job with the `lightning-zerocopy` command (it starts MPS before "
-                "loading the recipe's classes), through `python -m lightning_zerocopy.pipeline.mps "
+                "loading the recipe's classes), through `python -m lightning_zerocopy.pipeline.mps_launcher "
                 f"--worker-sm-percent {self.worker_sm_percent} -- ...`, or call "
-                "lightning_zerocopy.pipeline.mps.start_for_trainer() before anything touches CUDA.",
+                "lightning_zerocopy.pipeline.mps_launcher.start_for_trainer() before anything touches CUDA.",
                 mps_control.MPSUnavailableWarning,
                 stacklevel=3,
             )
             return None
         # joins the daemon of the command, the launcher or a parent rank; or starts one, and then this process's
         # CUDA context (created later by the Trainer) and DDP ranks started later get 100 - worker_sm_percent %
-        self.mps_daemon = mps_control.start_for_trainer(self._first_share)
+        self.mps_daemon = mps_launcher.start_for_trainer(self._first_share)
         return self.mps_daemon
 
     @property

@@ -51,6 +51,7 @@ from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
 from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
+from lightning_zerocopy.datasets.splits import check_trainable
 from lightning_zerocopy.options import (
     FeatureStorage,
     GatherChoice,
@@ -115,6 +116,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             ``e_id`` are the dataset's ids, ``x``/``y`` their rows, same seeds per step, ``input_id`` unchanged --
             but the sampled neighbors themselves differ (same distribution: the sampler's random draws are keyed
             by position in the renumbered adjacency).
+        check_features: scan the features once at setup for NaN/inf (an error naming node and column; a memory-mapped
+            table is read once from disk); ``false`` skips it.
     """
 
     def __init__(
@@ -136,6 +139,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         gather_mode: GatherMode = "auto",
         hot_rows: int = 0,
         node_order: NodeOrderKind = "none",
+        check_features: bool = True,
     ) -> None:
         super().__init__()
         # a bad recipe fails here, before any data is built
@@ -176,7 +180,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._attaching = False  # inside setup, while HostMemoryConsumers attach (set_feature_cache allowed)
         self._splits: dict[str, torch.Tensor] = {}
         # keeps the split check and an in-memory node order across setups (fit, then test, in one process)
-        self._host_copy = HostCopyBuilder(dataset, feature_storage, node_order, _KEY + "dataset")
+        opt_out = _KEY + "check_features: false"
+        self._host_copy = HostCopyBuilder(dataset, feature_storage, node_order, _KEY + "dataset", check_features, opt_out)
         self._loader_factory: Optional[LoaderFactory] = None
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
@@ -265,9 +270,12 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         return self._loader_factory
 
     def _loader(self, split: Split) -> Iterable[Data]:
+        plan = self.plan(split)  # checks that setup ran
+        if split == "train":  # with no batch Lightning only warns "No training batches" and exits 0
+            check_trainable(len(plan), plan.input_nodes.numel(), self.dataset.split_source("train"), _KEY, plan.world_size)
         trainer = self._trainer_or_none()  # a resume on another world size moves its batch count (resume.py)
         on_resume = (lambda step: align_fit_progress(trainer, step)) if split == "train" and trainer is not None else None
-        loader = PlanLoader(self.plan(split), self._builders[split], on_resume)  # plan() checks that setup ran
+        loader = PlanLoader(plan, self._builders[split], on_resume)
         return loader if self._loader_factory is None else self._loader_factory(split, loader)
 
     @override

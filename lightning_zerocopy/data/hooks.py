@@ -1,4 +1,9 @@
-"""The DataModule's hooks for components that take part in its data path (e.g. ``PipelineCallback``)."""
+"""The DataModule's hooks for components that take part in its data path (e.g. ``PipelineCallback``).
+
+The DataModule imports this module, so the hooks name it only as a ``LightningDataModule`` (it is always a
+:class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule`): importing it here would tie the two files into
+an import loop.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ if TYPE_CHECKING:
     import pytorch_lightning as pl
     from torch_geometric.data import Data
 
-    from lightning_zerocopy.data.datamodule import ZeroCopyDataModule
     from lightning_zerocopy.data.loader import PlanLoader
 
 __all__ = ["HostMemoryConsumer", "LoaderFactory", "attach_consumers"]
@@ -34,10 +38,10 @@ class HostMemoryConsumer(Protocol):
     cannot be opened by name any more.
     """
 
-    def attach_host_memory(self, trainer: "pl.Trainer", datamodule: "ZeroCopyDataModule") -> None: ...
+    def attach_host_memory(self, trainer: "pl.Trainer", datamodule: "pl.LightningDataModule") -> None: ...
 
 
-def attach_consumers(trainer: "pl.Trainer", datamodule: "ZeroCopyDataModule") -> None:
+def attach_consumers(trainer: "pl.Trainer", datamodule: "pl.LightningDataModule") -> None:
     """Call ``attach_host_memory`` of every :class:`HostMemoryConsumer` of ``trainer``: the strategy first (it
     may set a feature cache), then the callbacks in order (they may hand builders to workers)."""
     for consumer in (trainer.strategy, *trainer.callbacks):

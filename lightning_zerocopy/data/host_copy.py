@@ -1,7 +1,8 @@
 """A machine's host copy of a dataset, built by its local rank 0 in ``ZeroCopyDataModule.setup``.
 
 :class:`HostCopyBuilder` keeps what one DataModule need not redo when ``setup`` runs again after a teardown (fit,
-then test, in one process): the split check (once per dataset) and a node order computed in memory.
+then test, in one process): the checks of splits, labels and features (once per dataset) and a node order computed
+in memory.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.host import node_order_cache_dir, share_node_data, shared_node_order
-from lightning_zerocopy.datasets.base import NodeData, NodeDataset
+from lightning_zerocopy.datasets.base import InputDataError, NodeData, NodeDataset
+from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.graph.reorder import NodeOrder
 from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
@@ -32,10 +34,22 @@ class HostCopyBuilder:
         feature_storage: ``"shared_memory"`` or ``"mmap"``.
         node_order: the internal node order of the host memory.
         key: how errors name the dataset (its YAML key).
+        check_features: scan the features for NaN and infinity (:func:`check_finite_features`).
+        opt_out: the key that turns the feature scan off, for its error message.
     """
 
-    def __init__(self, dataset: Any, feature_storage: FeatureStorage, node_order: NodeOrderKind, key: str):
+    def __init__(
+        self,
+        dataset: Any,
+        feature_storage: FeatureStorage,
+        node_order: NodeOrderKind,
+        key: str,
+        check_features: bool = True,
+        opt_out: str = "check_features: false",
+    ):
         self.dataset = dataset
+        self.check_features = check_features
+        self.opt_out = opt_out
         self.feature_storage: FeatureStorage = feature_storage
         self.node_order: NodeOrderKind = node_order
         self.key = key
@@ -46,8 +60,8 @@ class HostCopyBuilder:
         """Load the dataset, check its splits (once), and copy it into job-unique shared segments.
 
         Raises:
-            ValueError: a split holds an out-of-range or repeated id, or a label is out of range (naming the split
-                and its source).
+            InputDataError: a split holds an out-of-range or repeated id, or a label is out of range (naming the
+                split and its source); a feature is NaN or infinite (naming the node and column).
         """
         cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
         data = self.dataset.load()
@@ -70,7 +84,8 @@ class HostCopyBuilder:
         return check_splits(data, sources, num_classes=self.dataset.num_classes)
 
     def _check_splits(self, data: Any) -> None:
-        """Ids in range and no repeats (errors), nodes shared between splits (warnings), before any batch."""
+        """Ids in range and no repeats, labels in [-1, num_classes), finite features (errors), nodes shared between
+        splits (warnings), before any batch."""
         if self._splits_checked:
             return
         dataset = f"{self.key} ({type(self.dataset).__name__})"
@@ -78,7 +93,9 @@ class HostCopyBuilder:
         try:
             warnings = self._find_split_problems(data, sources)
         except SplitError as exc:
-            raise ValueError(f"{dataset}: {exc}") from exc
+            raise InputDataError(f"{dataset}: {exc}") from exc
         for warning in warnings:
             rank_zero_warn(f"{dataset}: {warning}")
+        if self.check_features:
+            check_finite_features(data.x, f"{dataset} features", self.opt_out)
         self._splits_checked = True

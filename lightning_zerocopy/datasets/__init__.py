@@ -1,6 +1,7 @@
 """Datasets: node classification (generated, OGB folders, PyG ``Data`` objects) and link prediction."""
 
-from lightning_zerocopy.datasets.base import CachedNodeDataset, DatasetFileError, NodeData, NodeDataset
+from lightning_zerocopy.datasets.base import CachedNodeDataset, DatasetFileError, InputDataError, NodeData, NodeDataset
+from lightning_zerocopy.datasets.features import NonFiniteFeatureError, check_finite_features
 from lightning_zerocopy.datasets.link_checks import check_link_splits
 from lightning_zerocopy.datasets.links import LINK_SPLITS, CachedLinkDataset, LinkData, LinkDataset, LinkSplit
 from lightning_zerocopy.datasets.ogb import OGBNodeDataset
@@ -15,6 +16,7 @@ __all__ = [
     "CachedLinkDataset",
     "CachedNodeDataset",
     "DatasetFileError",
+    "InputDataError",
     "LINK_SPLITS",
     "LinkData",
     "LinkDataset",
@@ -22,12 +24,14 @@ __all__ = [
     "NodeData",
     "NodeDataset",
     "OGBLinkDataset",
+    "NonFiniteFeatureError",
     "OGBNodeDataset",
     "PyGLinkDataset",
     "PyGNodeDataset",
     "SplitError",
     "SyntheticGraph",
     "SyntheticLinkGraph",
+    "check_finite_features",
     "check_link_splits",
     "check_splits",
 ]

@@ -34,7 +34,12 @@ CACHE_ENV = "LIGHTNING_ZEROCOPY_CACHE"
 _SPLITS = ("train", "val", "test")
 
 
-class DatasetFileError(ValueError):
+class InputDataError(ValueError):
+    """The dataset's content cannot be trained on (a damaged file, a bad split, a label or feature value); the
+    message names where, and what to change. The ``lightning-zerocopy`` command prints it as one line (exit 2)."""
+
+
+class DatasetFileError(InputDataError):
     """An input file of a dataset cannot be used; the message names the file (and the line, where known).
 
     Attributes:
@@ -89,6 +94,8 @@ class NodeData:
     def __post_init__(self) -> None:
         if self.edge_index.dim() != 2 or self.edge_index.shape[0] != 2:
             raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(self.edge_index.shape)}")
+        if self.edge_index.dtype != torch.int64:  # a float id would be truncated (2.5 -> node 2) further on
+            raise ValueError(f"edge_index must be an int64 tensor of node ids, got {self.edge_index.dtype}")
         if self.x.dim() != 2:
             raise ValueError(f"x must have shape [num_nodes, num_features], got {tuple(self.x.shape)}")
         if self.y.shape != (self.x.shape[0],):

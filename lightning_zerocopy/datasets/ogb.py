@@ -14,7 +14,9 @@ The CSVs are converted once (with a progress bar) into ``.npy`` files in the cac
 written row-chunk by row-chunk into a memory-mapped ``.npy``, so a feature matrix larger than RAM converts
 and later trains from disk through the page cache. A damaged or malformed file fails the conversion with a
 :class:`~lightning_zerocopy.datasets.base.DatasetFileError` naming the file and, where known, the line
-(:mod:`lightning_zerocopy.datasets.csv_gz`); the cache is only published once every file converted.
+(:mod:`lightning_zerocopy.datasets.csv_gz`); the cache is only published once every file converted. Where OGB's
+count files are present, the node and edge files must hold as many rows as they say
+(:mod:`lightning_zerocopy.datasets.ogb_counts`): an emptied or cut-short ``edge.csv.gz`` is an error.
 
 The cache is keyed on every input file (see :func:`file_stamp`): changing any of them -- labels, features,
 edges, edge features, the node count or a split file -- converts the folder again.
@@ -40,16 +42,16 @@ from lightning_zerocopy.datasets.ogb_raw import (
     convert_node_features,
     file_stamp,
     find_split,
-    read_count,
     read_edge_attr,
     read_edges,
     stale_caches,
     warn_stale_caches,
 )
+from lightning_zerocopy.datasets.ogb_counts import EDGE_COUNT_FILE, NODE_COUNT_FILE, read_count
 from lightning_zerocopy.graph.shared_memory import save_npy
 
 _REQUIRED = ("edge.csv.gz", "node-feat.csv.gz", "node-label.csv.gz")
-_OPTIONAL = ("num-node-list.csv.gz", "num-edge-list.csv.gz", "edge-feat.csv.gz")
+_OPTIONAL = (NODE_COUNT_FILE, EDGE_COUNT_FILE, "edge-feat.csv.gz")
 _SPLIT_FILES = {"train": "train.csv.gz", "val": "valid.csv.gz", "test": "test.csv.gz"}
 _SPLIT_LAYOUT = "split/<name>/train.csv.gz, valid.csv.gz and test.csv.gz (one node id per line)"
 
@@ -101,7 +103,7 @@ class OGBNodeDataset(CachedNodeDataset):
             split=split,
             add_inverse_edges=add_inverse_edges,
             feature_dtype=feature_dtype,
-            version=2,
+            version=3,
         )
         cache_root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
         self.cache = ArrayCache(cache_root / f"ogb-{self.root.name}-{config_key(self.config)}")
@@ -177,11 +179,10 @@ class OGBNodeDataset(CachedNodeDataset):
 
     def _num_nodes(self, default: int) -> tuple[int, str]:
         """The number of nodes and where it came from (for messages)."""
-        path = self.raw / "num-node-list.csv.gz"
-        if not path.is_file():
+        count = read_count(self.raw / NODE_COUNT_FILE)
+        if count is None:
             return default, f"node-label.csv.gz has {default:,} rows"
-        count = read_count(path, "nodes")
-        return count, f"num-node-list.csv.gz says {count:,}"
+        return count, f"{NODE_COUNT_FILE} says {count:,}"
 
 
 __all__: list[str] = ["OGBNodeDataset", "file_stamp", "read_csv_matrix", "convert_csv_to_npy"]

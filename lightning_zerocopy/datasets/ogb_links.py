@@ -28,11 +28,11 @@ import torch
 from lightning_zerocopy.datasets.base import ArrayCache, DatasetFileError, config_key, default_cache_root
 from lightning_zerocopy.datasets.csv_gz import first_row_width
 from lightning_zerocopy.datasets.links import CachedLinkDataset, LinkSplit, save_link_split
+from lightning_zerocopy.datasets.ogb_counts import NODE_COUNT_FILE, read_count
 from lightning_zerocopy.datasets.ogb_raw import (
     convert_node_features,
     file_stamp,
     find_split,
-    read_count,
     read_edges,
     stale_caches,
     warn_stale_caches,
@@ -186,7 +186,9 @@ class OGBLinkDataset(CachedLinkDataset):
         warn_stale_caches(self.root, self.cache, stale)
 
     def _write(self, out: Path) -> dict[str, Any]:
-        num_nodes = read_count(self.raw / "num-node-list.csv.gz", "nodes")
+        num_nodes = read_count(self.raw / NODE_COUNT_FILE)
+        if num_nodes is None:
+            raise DatasetFileError(self.raw / NODE_COUNT_FILE, "is missing: an ogbl-* folder states its node count there")
         nodes_from = f"num-node-list.csv.gz says {num_nodes:,}"
         edges = read_edges(self.raw, num_nodes, nodes_from)
         if self.add_inverse_edges:

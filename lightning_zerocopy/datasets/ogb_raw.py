@@ -24,12 +24,12 @@ import numpy as np
 
 from lightning_zerocopy.datasets.base import ArrayCache, DatasetFileError
 from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, read_csv_matrix
+from lightning_zerocopy.datasets.ogb_counts import EDGE_COUNT_FILE, check_count
 
 __all__ = [
     "convert_node_features",
     "file_stamp",
     "find_split",
-    "read_count",
     "read_edge_attr",
     "read_edges",
     "stale_caches",
@@ -86,18 +86,6 @@ def find_split(root: Path, split: Optional[str], files: dict[str, str], layout: 
     return split
 
 
-def read_count(path: Path, what: str) -> int:
-    """The count on the first line of one of OGB's count files (``num-node-list.csv.gz``, ``num-edge-list.csv.gz``).
-
-    Args:
-        what: what it counts, for the error (``"nodes"``).
-    """
-    values = read_csv_matrix(path, np.int64, f"ogb: {path.name}")
-    if values.size == 0 or int(values[0, 0]) < 0:
-        raise DatasetFileError(path, f"must hold the number of {what} (an integer >= 0) on its first line", line=1)
-    return int(values[0, 0])
-
-
 def _first_bad_row(bad: np.ndarray) -> int:
     return int(np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))[0])
 
@@ -114,15 +102,7 @@ def read_edges(raw: Path, num_nodes: int, nodes_from: str) -> np.ndarray:
     """
     path = raw / "edge.csv.gz"
     edges = read_csv_matrix(path, np.int64, "ogb: edges", width=2)
-    count_file = raw / "num-edge-list.csv.gz"
-    if count_file.is_file():
-        expected = read_count(count_file, "edges")
-        if edges.shape[0] != expected:
-            raise DatasetFileError(
-                path,
-                f"has {edges.shape[0]:,} edges, but {count_file.name} says {expected:,}: one of the two is damaged or "
-                "from another version of the dataset; copy or download the folder again",
-            )
+    check_count(path, edges.shape[0], raw / EDGE_COUNT_FILE, "edges (lines)")  # emptied or cut short
     if edges.size and (int(edges.min()) < 0 or int(edges.max()) >= num_nodes):
         row = _first_bad_row((edges < 0) | (edges >= num_nodes))
         value = next(int(v) for v in edges[row] if not 0 <= v < num_nodes)

@@ -19,6 +19,19 @@ def _split_attribute(data: Data, split: str) -> str:
     return mask_name if mask_name in data else idx_name
 
 
+def _as_ids(values: torch.Tensor, name: str, what: str = "node id") -> torch.Tensor:
+    """``values`` as int64, refusing a floating value that is not an integer (``2.5`` would become node 2)."""
+    if values.is_floating_point():
+        fractional = values != values.round()  # NaN too
+        if bool(fractional.any()):
+            where = fractional.nonzero()[0].tolist()
+            raise ValueError(
+                f"data.{name} holds {float(values[tuple(where)]):g}, which is not a {what} (at {name}{where}): "
+                "store integers"
+            )
+    return values.to(torch.int64)
+
+
 def _split_ids(data: Data, split: str) -> torch.Tensor:
     mask_name, idx_name = _SPLIT_NAMES[split]
     if mask_name in data:
@@ -35,11 +48,7 @@ def _split_ids(data: Data, split: str) -> torch.Tensor:
         idx = torch.as_tensor(data[idx_name]).view(-1)
         if idx.dtype == torch.bool:
             raise ValueError(f"data.{idx_name} is a boolean tensor: store it as data.{mask_name}, or store node ids")
-        if idx.is_floating_point():
-            if not bool((idx == idx.round()).all()):
-                bad = idx[idx != idx.round()][0]
-                raise ValueError(f"data.{idx_name} holds {float(bad):g}, which is not a node id: ids are integers")
-        return idx.to(torch.int64)
+        return _as_ids(idx, idx_name)
     raise ValueError(f"the PyG Data object has neither `{mask_name}` nor `{idx_name}`: add one to define the {split} split")
 
 
@@ -92,9 +101,9 @@ class PyGNodeDataset(NodeDataset):
     def load(self) -> NodeData:
         d = self.data
         return NodeData(
-            edge_index=d.edge_index.to(torch.int64),
+            edge_index=_as_ids(d.edge_index, "edge_index"),
             x=d.x if d.x.dtype in (torch.float32, torch.float16, torch.bfloat16) else d.x.float(),
-            y=d.y.view(-1).to(torch.int64),
+            y=_as_ids(d.y.view(-1), "y", "class (an integer label, -1 for unlabeled)"),
             train_idx=_split_ids(d, "train"),
             val_idx=_split_ids(d, "val"),
             test_idx=_split_ids(d, "test"),

@@ -16,15 +16,15 @@ from typing import Mapping, Optional
 
 import torch
 
-from lightning_zerocopy.datasets.base import NodeData
+from lightning_zerocopy.datasets.base import InputDataError, NodeData
 
-__all__ = ["SplitError", "check_splits"]
+__all__ = ["SplitError", "check_splits", "check_trainable"]
 
 _SPLITS = ("train", "val", "test")
 _EXAMPLES = 5
 
 
-class SplitError(ValueError):
+class SplitError(InputDataError):
     """A split holds a node id that is out of range, listed twice, or has a label the model cannot score.
 
     Attributes:
@@ -83,15 +83,16 @@ def check_splits(
     Args:
         data: the dataset's arrays.
         sources: where each split came from, by split name (``NodeDataset.split_source``), for the messages.
-        num_classes: if given, labels of split nodes must be below it (``-1``, unlabeled, is allowed): a larger
-            label makes the loss fail (on a GPU, with a device-side assert that ends the process).
+        num_classes: if given, labels of split nodes must be in ``[-1, num_classes)`` (``-1`` marks an unlabeled
+            node): another label makes the loss fail inside a training step (on a GPU, with a device-side assert
+            that ends the process), naming no node.
 
     Returns:
         Warnings, one per pair of splits that share nodes (empty when the splits are disjoint).
 
     Raises:
         SplitError: a split holds an id outside ``[0, num_nodes)``, lists an id twice, or labels a node with
-            ``num_classes`` or more.
+            ``num_classes`` or more, or below ``-1``.
     """
     sources = dict(sources or {})
     num_nodes = data.num_nodes
@@ -119,6 +120,15 @@ def check_splits(
             raise SplitError(name, source, _repeated(idx, num_unique))
         if num_classes is not None:
             labels = data.y[idx]
+            if int(labels.min()) < -1:
+                below = (labels < -1).nonzero().view(-1)
+                raise SplitError(
+                    name,
+                    source,
+                    f"holds node {int(idx[below[0]])} labeled {int(labels[below[0]])}, but labels are classes 0 to "
+                    f"{num_classes - 1}, or -1 for an unlabeled node; {_count(below.numel(), 'node')} of this split "
+                    f"{'has' if below.numel() == 1 else 'have'} such labels: fix the labels",
+                )
             if int(labels.max()) >= num_classes:
                 too_large = (labels >= num_classes).nonzero().view(-1)
                 node = int(idx[too_large[0]])
@@ -141,3 +151,28 @@ def check_splits(
             f"({sources.get(second, f'{second}_idx')}) share {_count(nodes.numel(), 'node')} (e.g. {_examples(nodes)}): {effect}"
         )
     return warnings
+
+
+def check_trainable(num_batches: int, num_nodes: int, source: str, key: str = "", world_size: int = 1) -> None:
+    """Raise unless the train split gives at least one batch per rank: a ``fit`` with nothing to train is an error.
+
+    Args:
+        num_batches: training batches per epoch on this rank.
+        num_nodes: nodes of the train split.
+        source: where the split came from (``NodeDataset.split_source("train")``).
+        key: prefix of the DataModule's YAML keys, for the message (e.g. ``data.init_args.``).
+        world_size: ranks sharing the split.
+
+    Raises:
+        SplitError: naming the split, its source and, for a non-empty split, the settings that dropped its nodes.
+    """
+    if num_batches > 0:
+        return
+    if num_nodes == 0:
+        raise SplitError("train", source, "holds no node: there is nothing to fit")
+    raise SplitError(
+        "train",
+        source,
+        f"holds {_count(num_nodes, 'node')}, which fill no whole batch of {key}batch_size over {_count(world_size, 'rank')} "
+        f"with {key}drop_last=true: there is nothing to fit; lower the batch size or set drop_last to false",
+    )

@@ -13,8 +13,10 @@ Lifecycle (what the DataModule does across DDP ranks):
    from the directory but the memory stays alive while any mapping exists, and the kernel frees it when the
    last process drops its tensor or exits -- so a crash after step 3 leaks nothing.
 
-A crash between steps 1 and 3 leaves a file behind. Names carry the creator's pid
-(``lzc-<pid>-<uuid>-<name>``), so :func:`cleanup_stale_segments` can remove the files of dead creators.
+A crash between steps 1 and 3 would leave a file behind: each creating process has a guardian process
+(:mod:`~lightning_zerocopy.graph.segment_guardian`) that unlinks the creator's segments still named when the
+creator dies, however it dies. Names also carry the creator's pid (``lzc-<pid>-<uuid>-<name>``), so
+:func:`cleanup_stale_segments` removes the files of dead creators should the guardian have been killed too.
 
 ``multiprocessing.shared_memory`` is deliberately not used: on Python 3.11/3.12 its resource tracker unlinks
 segments when the creating process exits, behind the back of the processes still using them.
@@ -37,6 +39,8 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
+
+from lightning_zerocopy.graph import segment_guardian
 
 __all__ = [
     "SEGMENT_PREFIX",
@@ -150,6 +154,8 @@ class SharedTensorHandle:
         except FileNotFoundError:
             if not missing_ok:
                 raise
+        finally:
+            segment_guardian.forget(self.path)
 
 
 @dataclass(frozen=True)
@@ -212,6 +218,7 @@ def create_shared_tensor(
         raise ValueError(f"`shape` must be non-negative, got {shape}")
     handle = SharedTensorHandle(str(_segment_path(shared_memory_dir(directory), name)), shape, _dtype_name(dtype))
     nbytes = handle.nbytes
+    segment_guardian.guard(handle.path)  # before the file exists: a death from here on leaves no name behind
     fd = os.open(handle.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         if nbytes > 0:

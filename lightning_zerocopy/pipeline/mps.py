@@ -409,13 +409,10 @@ def _stop_daemon(root: str, binary: str, daemon_pid: int, grace: float = 30.0) -
     shutil.rmtree(root, ignore_errors=True)
 
 
-#: Names of the launcher (:mod:`.mps_launcher`) and the driver probe (:mod:`.cuda_probe`), reachable from here too;
-#: imported on first access, so running this file as the supervisor needs only the standard library.
+#: The driver probe (:mod:`.cuda_probe`), reachable from here too; imported on first access, so running this file
+#: as the supervisor needs only the standard library. (Starting MPS for a job is :mod:`.mps_launcher`, which
+#: imports this module; this one does not import it back.)
 _ELSEWHERE = {
-    "DEFAULT_WORKER_SM_PERCENT": "lightning_zerocopy.pipeline.mps_launcher",
-    "WORKER_PERCENT_ENV": "lightning_zerocopy.pipeline.mps_launcher",
-    "launch": "lightning_zerocopy.pipeline.mps_launcher",
-    "start_for_trainer": "lightning_zerocopy.pipeline.mps_launcher",
     "cuda_driver_initialized": "lightning_zerocopy.pipeline.cuda_probe",
 }
 
@@ -431,7 +428,8 @@ def __getattr__(name: str):
 if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] == "--supervise":  # run by path: standard library only
         _supervise(int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))
-    else:  # python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND
-        from lightning_zerocopy.pipeline.mps_launcher import launch
-
-        launch(sys.argv[1:])
+    else:
+        sys.exit(
+            "this module only runs the daemon's supervisor; to run a command under MPS use "
+            "`python -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent X -- COMMAND`"
+        )

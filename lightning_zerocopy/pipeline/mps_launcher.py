@@ -1,6 +1,6 @@
 """Starting MPS for a job before CUDA: the trainer's share and the worker's, and the command-line launcher.
 
-``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND`` runs :func:`launch`; the
+``python -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent X -- COMMAND`` runs :func:`launch`; the
 ``lightning-zerocopy`` command calls :func:`start_for_trainer` before it imports anything that loads PyG.
 The daemon itself (start, join, supervisor) is :mod:`lightning_zerocopy.pipeline.mps`. Standard library only.
 """
@@ -36,7 +36,7 @@ def start_for_trainer(worker_percent: int = DEFAULT_WORKER_SM_PERCENT) -> Option
 
 
 def launch(argv: list[str]) -> None:
-    """``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent X -- COMMAND...``
+    """``python -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent X -- COMMAND...``
 
     Starts this job's MPS daemon, then replaces this process by ``COMMAND`` with the MPS variables in its
     environment from the start (the trainer ``100 - X`` % of the SMs), so the trainer is an MPS client however
@@ -46,7 +46,7 @@ def launch(argv: list[str]) -> None:
     """
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m lightning_zerocopy.pipeline.mps", description=launch.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m lightning_zerocopy.pipeline.mps_launcher", description=launch.__doc__)
     parser.add_argument("--worker-sm-percent", type=int, default=DEFAULT_WORKER_SM_PERCENT, help="the pipeline worker's share of SMs")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run (e.g. lightning-zerocopy fit ...)")
     args = parser.parse_args(argv)
@@ -59,3 +59,7 @@ def launch(argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    launch(sys.argv[1:])

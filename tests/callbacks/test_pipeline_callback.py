@@ -201,10 +201,10 @@ def test_constructor_checks_and_mps_unavailable_warning(monkeypatch):
 
 
 def test_the_constructor_only_stores_config(monkeypatch):
-    from lightning_zerocopy.pipeline import mps
+    from lightning_zerocopy.pipeline import mps, mps_launcher
 
     monkeypatch.setattr(mps, "start_mps", lambda *a, **k: pytest.fail("the constructor must not start MPS"))
-    monkeypatch.setattr(mps, "start_for_trainer", lambda *a, **k: pytest.fail("the constructor must not start MPS"))
+    monkeypatch.setattr(mps_launcher, "start_for_trainer", lambda *a, **k: pytest.fail("the constructor must not start MPS"))
     callback = PipelineCallback(mode="worker", mps=True, worker_sm_percent=20)
     assert (callback.mps, callback.worker_sm_percent, callback.mps_daemon, callback.client) == (True, 20, None, None)
 
@@ -224,12 +224,12 @@ def test_importing_the_callbacks_imports_no_pyg():
 def test_after_the_command_found_mps_unavailable_the_callback_does_not_warn_again(monkeypatch):
     """The command tried first and said why MPS is unavailable; the callback, constructed after PyG initialized
     CUDA, must not add a second warning telling the user to use the command they used."""
-    from lightning_zerocopy.pipeline import mps
+    from lightning_zerocopy.pipeline import mps, mps_launcher
 
     monkeypatch.setattr(mps, "_warned", set())
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.warns(mps.MPSUnavailableWarning, match="not on PATH"):
-        assert mps.start_for_trainer(10) is None  # what lightning-zerocopy does before loading the recipe
+        assert mps_launcher.start_for_trainer(10) is None  # what lightning-zerocopy does before loading the recipe
     monkeypatch.setattr(mps, "cuda_driver_initialized", lambda: True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", mps.MPSUnavailableWarning)

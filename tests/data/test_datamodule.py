@@ -264,3 +264,37 @@ def test_setup_warns_once_about_splits_that_share_nodes() -> None:
         warnings.simplefilter("error")  # the second setup (fit, then test) does not warn again
         dm.setup("test")
     dm.teardown("test")
+
+
+def test_setup_rejects_a_nan_feature_naming_node_and_column_unless_told_not_to_check() -> None:
+    dm = _pyg_datamodule(list(range(30)), [30, 31], [32, 33])
+    dm.dataset.data.x[17, 2] = float("nan")  # the loss would be NaN from the first step that samples node 17
+    with pytest.raises(ValueError, match=r"^data\.init_args\.dataset \(PyGNodeDataset\) features: nan at node 17, column 2 "
+                                          r".* set data\.init_args\.check_features: false to train"):
+        dm.setup("fit")
+    assert dm._handles is None and not _lzc_segments()
+    unchecked = ZeroCopyDataModule(dm.dataset, fanouts=[3], batch_size=4, check_features=False)
+    unchecked.setup("fit")
+    unchecked.teardown("fit")
+
+
+def test_setup_rejects_a_label_below_minus_one_naming_the_node() -> None:
+    dm = _pyg_datamodule(list(range(30)), [30, 31], [32, 33])
+    dm.dataset.data.y[12] = -3  # failed inside the training step with torch's "Target -3 is out of bounds"
+    with pytest.raises(ValueError, match=r"the train split \(data\.train_idx\) holds node 12 labeled -3"):
+        dm.setup("fit")
+
+
+@pytest.mark.parametrize("train, drop_last, message", [
+    ([], False, r"the train split \(data\.train_idx\) holds no node: there is nothing to fit"),
+    ([0, 1, 2], True, r"the train split \(data\.train_idx\) holds 3 nodes, which fill no whole batch of "
+                      r"data\.init_args\.batch_size over 1 rank with data\.init_args\.drop_last=true"),
+])  # fmt: skip
+def test_fit_with_nothing_to_train_is_an_error(tmp_path: Path, train: list[int], drop_last: bool, message: str) -> None:
+    """Lightning alone warns "No training batches" and fit returns as if it had trained."""
+    dm = _pyg_datamodule(train, [30, 31], [32, 33])
+    dm.drop_last = drop_last
+    model = PyGStyleSAGE(4, 3)
+    with pytest.raises(ValueError, match=message):
+        _trainer(tmp_path, max_epochs=1).fit(model, datamodule=dm)
+    assert not _lzc_segments()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_zerocopy.datasets import OGBNodeDataset
+from lightning_zerocopy.datasets import DatasetFileError, OGBNodeDataset
 
 
 def _csv_text(rows: np.ndarray, fmt: str) -> str:
@@ -50,6 +50,7 @@ def ogb_folder(tmp_path: Path):
     _write_csv(root / "raw" / "node-label.csv.gz", labels, "g")
     _write_csv(root / "raw" / "edge-feat.csv.gz", edge_feat, ".9g")
     _write_csv(root / "raw" / "num-node-list.csv.gz", np.array([n]), "g")
+    _write_csv(root / "raw" / "num-edge-list.csv.gz", np.array([e]), "g")
     perm = rng.permutation(n)
     for name, ids in (("train", perm[:30]), ("valid", perm[30:40]), ("test", perm[40:])):
         _write_csv(root / "split" / "random" / f"{name}.csv.gz", ids, "g")
@@ -270,3 +271,32 @@ def test_a_rebuild_names_the_caches_it_replaced(ogb_folder, tmp_path: Path) -> N
     assert str(old.cache.path) in message and f"{old.cache.path}-order-bfs-v1" in message
     assert str(other_dtype.cache.path) in message  # built from the old labels too
     assert str(new.cache.path) + "," not in message and message.count(str(cache)) == 4
+
+
+@pytest.mark.parametrize("kept", [0, 40])
+def test_an_edge_file_emptied_or_cut_short_is_named(ogb_folder, tmp_path: Path, kept: int) -> None:
+    """It still parses; only OGB's num-edge-list.csv.gz (200 here) shows that lines are missing."""
+    root, ref = ogb_folder
+    (root / "raw" / "edge-feat.csv.gz").unlink()  # most ogbn folders have none (its row count shows a cut too)
+    _write_csv(root / "raw" / "edge.csv.gz", ref["edges"][:kept], "g")
+    with pytest.raises(DatasetFileError, match=rf"edge\.csv\.gz: has {kept} edges \(lines\), but num-edge-list\.csv\.gz "
+                                               r"says 200: edge\.csv\.gz is too short"):
+        OGBNodeDataset(str(root), cache_dir=str(tmp_path / "cache")).load()
+
+
+def test_a_count_file_of_several_graphs_is_named(ogb_folder, tmp_path: Path) -> None:
+    root, _ = ogb_folder
+    _write_text(root / "raw" / "num-edge-list.csv.gz", "100\n100\n")
+    with pytest.raises(DatasetFileError, match=r"num-edge-list\.csv\.gz: holds 2 counts \(one per graph\)"):
+        OGBNodeDataset(str(root), cache_dir=str(tmp_path / "cache")).load()
+
+
+def test_the_count_check_is_reusable(tmp_path: Path) -> None:
+    from lightning_zerocopy.datasets.ogb_counts import check_count, read_count
+
+    _write_text(tmp_path / "num-node-list.csv.gz", "7\n")
+    assert read_count(tmp_path / "num-node-list.csv.gz") == 7 and read_count(tmp_path / "absent.csv.gz") is None
+    check_count(tmp_path / "x.csv.gz", 7, tmp_path / "num-node-list.csv.gz", "rows")
+    check_count(tmp_path / "x.csv.gz", 3, tmp_path / "absent.csv.gz", "rows")  # nothing to compare with
+    with pytest.raises(DatasetFileError, match=r"x\.csv\.gz: has 9 rows, but num-node-list\.csv\.gz says 7: x\.csv\.gz is too long"):
+        check_count(tmp_path / "x.csv.gz", 9, tmp_path / "num-node-list.csv.gz", "rows")

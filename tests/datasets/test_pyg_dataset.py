@@ -92,3 +92,20 @@ def test_index_tensors_must_hold_integer_ids() -> None:
     data.train_idx = torch.ones(30, dtype=torch.bool)
     with pytest.raises(ValueError, match=r"data\.train_idx is a boolean tensor: store it as data\.train_mask"):
         PyGNodeDataset(data).load()
+
+
+def test_a_float_edge_index_must_hold_integers() -> None:
+    data = _data()
+    data.edge_index = data.edge_index.double()
+    assert torch.equal(PyGNodeDataset(data).load().edge_index, _data().edge_index)  # integral floats are ids
+    data.edge_index[1, 7] = 2.5  # was truncated to node 2
+    with pytest.raises(ValueError, match=re.escape("data.edge_index holds 2.5, which is not a node id (at edge_index[1, 7])")):
+        PyGNodeDataset(data).load()
+
+
+def test_a_float_label_must_be_an_integer() -> None:
+    data = _data()
+    data.y = data.y.float()
+    data.y[4] = 1.5
+    with pytest.raises(ValueError, match=re.escape("data.y holds 1.5, which is not a class")):
+        PyGNodeDataset(data).load()

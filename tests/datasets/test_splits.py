@@ -93,3 +93,23 @@ def test_ogb_splits_are_named_by_their_file(tmp_path: Path) -> None:
 def test_one_repeat_reads_in_the_singular() -> None:
     with pytest.raises(SplitError, match=r"; 1 entry repeats an earlier one\. A split must list each node once$"):
         check_splits(_data([3, 7, 3], [2], [4]), SOURCES)
+
+
+def test_a_label_below_minus_one_names_the_node() -> None:
+    data = _data([0, 5, 3], [1, 2], [19, 4])
+    data.y[5] = -3  # -1 means unlabeled; -3 would fail inside the training step, naming no node
+    data.y[1] = -1
+    with pytest.raises(SplitError, match=re.escape("the train split (tr.csv) holds node 5 labeled -3, but labels are "
+                                                   "classes 0 to 2, or -1 for an unlabeled node; 1 node")):
+        check_splits(data, SOURCES, num_classes=3)
+
+
+def test_a_train_split_without_a_batch_is_an_error() -> None:
+    from lightning_zerocopy.datasets.splits import check_trainable
+
+    check_trainable(1, 3, "tr.csv")
+    with pytest.raises(SplitError, match=re.escape("the train split (tr.csv) holds no node: there is nothing to fit")):
+        check_trainable(0, 0, "tr.csv")
+    with pytest.raises(SplitError, match=r"the train split \(tr.csv\) holds 3 nodes, which fill no whole batch of "
+                                         r"data\.batch_size over 2 ranks with data\.drop_last=true"):
+        check_trainable(0, 3, "tr.csv", "data.", world_size=2)

@@ -7,6 +7,10 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import subprocess
+import sys
+import time
+import uuid
 
 import numpy as np
 import pytest
@@ -105,8 +109,22 @@ def test_killed_creator_segment_is_cleaned_up():
     finally:
         child.kill()
         child.join(TIMEOUT)
-    assert handle.path in cleanup_stale_segments()
+    deadline = time.monotonic() + TIMEOUT  # its guardian unlinks it (tests/graph/test_segment_guardian.py)
+    while handle.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not handle.exists()
+
+
+def test_cleanup_removes_the_segments_of_dead_creators_only(tmp_path):
+    """The fallback for a creator whose guardian was killed too: names carry the creator's pid."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"lzc-{int(dead.stdout)}-{uuid.uuid4().hex}-x"
+    alive = tmp_path / f"lzc-{os.getpid()}-{uuid.uuid4().hex}-y"
+    other = tmp_path / "lzc-notours"
+    for path in (stale, alive, other):
+        path.write_bytes(b"0")
+    assert cleanup_stale_segments(tmp_path) == [str(stale)]
+    assert alive.exists() and other.exists() and not stale.exists()
 
 
 def test_killed_reader_does_not_block_unlink():

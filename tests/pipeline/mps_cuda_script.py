@@ -1,4 +1,4 @@
-"""Run on a GPU through the launcher: ``python -m lightning_zerocopy.pipeline.mps --worker-sm-percent 50 --
+"""Run on a GPU through the launcher: ``python -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent 50 --
 python3 mps_cuda_script.py 10`` (this script imports PyG, which initializes CUDA, so it cannot start MPS for
 itself). Checks CUDA IPC of slots (and the slot hand-back) under MPS and measures the SM shares of the worker
 (at the given percent and at 90 %) and of this process. Prints one JSON line; used by test_pipeline_cuda.py."""
@@ -23,7 +23,7 @@ from lightning_zerocopy.pipeline import mps, start_pipeline  # noqa: E402
 
 def main() -> None:
     worker_percent = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-    launched = mps.ROOT_ENV in os.environ  # through `python -m lightning_zerocopy.pipeline.mps ... --`
+    launched = mps.ROOT_ENV in os.environ  # through `python -m lightning_zerocopy.pipeline.mps_launcher ... --`
     daemon = mps.start_mps() if launched else None  # joins the launcher's daemon
     result: dict = {"mps": daemon is not None, "launched": launched}
     if daemon is None:

@@ -265,13 +265,13 @@ def test_daemon_that_ignores_quit_is_killed(fake_mps, monkeypatch):
 
 
 def test_launcher_runs_the_command_as_a_client_and_stops_the_daemon_after_it(fake_mps, tmp_path):
-    """``mps.py --worker-sm-percent 10 -- CMD``: CMD starts with the MPS variables (the trainer's 90 %)."""
+    """``python -m ...mps_launcher --worker-sm-percent 10 -- CMD``: CMD starts with the MPS variables (the trainer's 90 %)."""
     out = tmp_path / "env.txt"
     show = (
         "import os; e = os.environ; open(%r, 'w').write(' '.join([e['CUDA_MPS_PIPE_DIRECTORY'], "
         "e['CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'], e['LZC_MPS_WORKER_PERCENT'], str(os.getpid())]))" % str(out)
     )
-    launcher = [sys.executable, str(Path(mps.__file__)), "--worker-sm-percent", "10", "--", sys.executable, "-c", show]
+    launcher = [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", "10", "--", sys.executable, "-c", show]
     proc = subprocess.run(launcher, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     pipe, trainer_percent, worker_percent, _ = out.read_text().split()
