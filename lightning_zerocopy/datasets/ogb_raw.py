@@ -102,13 +102,13 @@ def read_edges(raw: Path, num_nodes: int, nodes_from: str) -> np.ndarray:
     """
     path = raw / "edge.csv.gz"
     edges = read_csv_matrix(path, np.int64, "ogb: edges", width=2)
-    check_count(path, edges.shape[0], raw / EDGE_COUNT_FILE, "edges (lines)")  # emptied or cut short
     if edges.size and (int(edges.min()) < 0 or int(edges.max()) >= num_nodes):
         row = _first_bad_row((edges < 0) | (edges >= num_nodes))
         value = next(int(v) for v in edges[row] if not 0 <= v < num_nodes)
         raise DatasetFileError(
             path, f"node id {value} is out of range: the graph has {num_nodes:,} nodes ({nodes_from})", line=row + 1
         )
+    check_count(path, edges.shape[0], raw / EDGE_COUNT_FILE, "edges (lines)")  # emptied or cut short
     return edges.T
 
 

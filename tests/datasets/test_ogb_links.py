@@ -152,5 +152,5 @@ def test_folder_errors_name_what_to_change(collab, tmp_path: Path) -> None:
 def test_a_cut_edge_file_disagrees_with_its_count_file(collab, tmp_path: Path) -> None:
     root, ref = collab
     _write_csv(root / "raw" / "edge.csv.gz", ref["edges"][:40], "g")
-    with pytest.raises(DatasetFileError, match="edge.csv.gz: has 40 edges, but num-edge-list.csv.gz says 120"):
+    with pytest.raises(DatasetFileError, match=r"edge.csv.gz: has 40 edges \(lines\), but num-edge-list.csv.gz says 120"):
         OGBLinkDataset(str(root), cache_dir=str(tmp_path / "cache")).load()
