@@ -359,7 +359,7 @@ def test_aims_table_puts_heavy_and_light_side_by_side() -> None:
     results = _issue20_results()
     assert end_to_end_row(results, "heavy")["row"] == "zc_gpu_mps"  # all_in_gpu is faster but not host memory
     lines = aims_table(results, e2e_report.target_acc)
-    table = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[2:] for line in lines if line.startswith("| ")}
+    table = {cells[0]: cells[2:] for cells in (line.strip("| ").split(" | ") for line in lines if line.startswith("| "))}
     assert lines[2] == "| what | aim | heavy model | light model |"  # heavy first, whatever the runs' order
     heavy, light = zip(*[cells for what, cells in table.items() if what != "what"])
     assert heavy[0] == "4.76 ms (210.0 steps/s): met" and light[0] == "2.50 ms (400.0 steps/s)"
