@@ -400,6 +400,10 @@ def test_hop_counts_recover_a_hop_ordered_sample(tmp_path: Path) -> None:
         hop_counts(row, col, num_seeds=64, num_nodes=batch.n_id.numel(), num_hops=2)
     with pytest.raises(ValueError, match="not in non-decreasing order"):
         hop_counts(row, col.flip(0), num_seeds=64, num_nodes=batch.n_id.numel(), num_hops=3)
+    shuffled = SimpleNamespace(node=batch.n_id, row=row, col=col.flip(0), metadata=(batch.input_id, None),
+                               num_sampled_nodes=None, num_sampled_edges=None)  # fmt: skip
+    with pytest.warns(UserWarning, match="runs untrimmed"):  # the row runs on (its report says untrimmed)
+        assert add_hop_counts(shuffled, num_hops=3).num_sampled_nodes is None
 
 
 def test_rows_take_precision_and_trim(tmp_path: Path) -> None:
