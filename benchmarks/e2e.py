@@ -18,7 +18,7 @@ Examples::
     python -m benchmarks.e2e --preset small --out results/e2e-small            # all rows, ~10 min on an H200
     python -m benchmarks.e2e --preset headline --configs pyg,zc_gpu_mps --models heavy --out results/e2e-big
     python -m benchmarks.e2e --report-only results/e2e-small                   # plots and report from the JSON
-    python -m benchmarks.e2e --preset issue20 --pyg-site /tmp/pygsite --out DIR   # issue 20's aims, ~5 min on an H200
+    python -m benchmarks.e2e --preset issue20 --pyg-site /tmp/pygsite --out DIR   # issue 20: ~5 min on an H200 (estimated)
     python -m benchmarks.e2e --preset issue20 --no-trim --precision 32-true ...   # the module as it was before
 
 On the GPU box PyG's sampling backend comes from ``.pyg/*.tgz`` (``mkdir -p /tmp/pygsite && tar xzf .pyg/*.tgz -C
