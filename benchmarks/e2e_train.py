@@ -3,8 +3,9 @@
 Every row trains the same ``lightning_zerocopy.models`` model (same seed, so the same initial weights, same
 optimizer, same ``trim`` and ``precision``) through Lightning's ``Trainer`` on the same cached ``SyntheticGraph``,
 with the same seed nodes per step, its figures going to a ``CSVLogger`` under ``<out>/logs``: our rows through
-``ZeroCopyDataModule`` (``drop_last=True``, so every batch has ``batch_size`` seeds), PyG's ``NeighborLoader`` on the plan's seed order, and model-only on batches our builder made before training.
-Callbacks measure training wall time without validation (``TrainClock``), the data path
+``ZeroCopyDataModule`` (``drop_last=True``, so every batch has ``batch_size`` seeds), PyG's ``NeighborLoader`` on
+the plan's seed order (per-hop counts added where torch-sparse leaves them out), and model-only on batches our
+builder made before training. Callbacks measure training wall time without validation (``TrainClock``), the data path
 (``DataTelemetry``) and check the first batches against the dataset (``BatchCheck``: seeds, ``x``, ``y``).
 """
 

@@ -314,7 +314,7 @@ def test_gpu_rows_train_on_checked_batches(tmp_path: Path) -> None:
     rows = ["model_only", "cpu", "zc_cpu", "zc_uva", "zc_gpu", "zc_gpu_inproc", "zc_gpu_mps", "zc_gpu_hot",
             "all_in_gpu", "pyg", "hybrid", "zerocopy_ddp", "stages"]  # fmt: skip
     out = _run_e2e(tmp_path, "--configs", ",".join(rows), "--models", "light", "--threads", "0",
-                   "--pyg-workers", "2")  # fmt: skip
+                   "--pyg-workers", "2", *TRIM_FLAGS)  # fmt: skip
     results = json.loads((out / "results.json").read_text())
     assert results["meta"]["gpu"]
     runs = {(r["row"], r["model"]): r for r in results["runs"]}
@@ -330,6 +330,8 @@ def test_gpu_rows_train_on_checked_batches(tmp_path: Path) -> None:
         assert r["device"] != "cpu" and r["steps"] == PRESETS["ci"].steps and r["steps_per_s"] > 0
         assert r["batch_check"]["ok"] and r["batch_check"]["checked"] >= 1, (row, model, r["batch_check"])
         assert r["best_val_acc"] is not None and r["stall_frac"] is not None
+        # one module everywhere: bf16-mixed, trimmed on batches with per-hop counts (PyG's from torch-sparse too)
+        assert r["precision"] == "bf16-mixed" and r["batch_check"]["trimmed"] is MODELS_TRIM, (row, r["batch_check"])
     for row in ("model_only", "zc_gpu", "zc_gpu_inproc", "all_in_gpu"):
         assert runs[(row, "light")]["status"] == "ok"
     for model in ("light",):  # every placement, pipeline and cache samples bitwise the same first batch
