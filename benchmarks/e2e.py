@@ -4,8 +4,10 @@ Every row (a data path, picked by name with ``--configs``; ``--list`` shows them
 through Lightning's ``Trainer`` on the same generated ``SyntheticGraph`` (cached on disk, planted learnable
 classes) with the same seed nodes per step, in a process of its own (MPS rows are started through the MPS
 launcher, so the trainer is a client from its first CUDA call). Two models: ``light`` (2-layer SAGE h128,
-[10, 5]) and ``heavy`` (3-layer SAGE h256, [15, 10, 5]). Rows whose feature is missing from this build or
-machine are reported as skipped with the reason.
+[10, 5]) and ``heavy`` (3-layer SAGE h256, [15, 10, 5]), the same module configuration in every row, PyG's and
+model-only's included: each layer trimmed to the hops it still needs (``--trim``; PyG's torch-sparse batches get
+their per-hop counts from ``benchmarks/e2e_pyg_hops.py``) and ``--precision`` (bf16-mixed on a GPU). Rows whose
+feature is missing from this build or machine are reported as skipped with the reason.
 
 Output folder (``--out``): ``results.json`` (raw, rewritten after every row), ``report.md`` and PNG plots
 (re-render anywhere with ``--report-only DIR``; without matplotlib the run still writes the JSON and says
@@ -16,6 +18,8 @@ Examples::
     python -m benchmarks.e2e --preset small --out results/e2e-small            # all rows, ~10 min on an H200
     python -m benchmarks.e2e --preset headline --configs pyg,zc_gpu_mps --models heavy --out results/e2e-big
     python -m benchmarks.e2e --report-only results/e2e-small                   # plots and report from the JSON
+    python -m benchmarks.e2e --preset issue20 --pyg-site /tmp/pygsite --out DIR   # issue 20: ~5 min on an H200 (estimated)
+    python -m benchmarks.e2e --preset issue20 --no-trim --precision 32-true ...   # the module as it was before
 
 On the GPU box PyG's sampling backend comes from ``.pyg/*.tgz`` (``mkdir -p /tmp/pygsite && tar xzf .pyg/*.tgz -C
 /tmp/pygsite``, then ``--pyg-site /tmp/pygsite``); ``--prepare-only`` builds the graph cache once (``headline``:
@@ -39,7 +43,7 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from benchmarks import e2e_report  # noqa: E402
-from benchmarks.e2e_rows import MODELS, PRESETS, ROWS, select_rows  # noqa: E402
+from benchmarks.e2e_rows import MODELS, PRECISIONS, PRESETS, ROWS, resolve_precision, select_rows  # noqa: E402
 from benchmarks.e2e_meta import machine_info  # noqa: E402
 from benchmarks.sessions import forward_stop_signals, stop_session, tracked  # noqa: E402
 
@@ -83,6 +87,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--stop-at-target", action="store_true", help="end a row's training at the first validation "
                    "reaching --target-acc (after warm-up) instead of running --steps")  # fmt: skip
     t.add_argument("--threads", type=int, help="torch threads per row process (0: torch's default)")
+    t.add_argument("--precision", default="auto", choices=PRECISIONS, help="Trainer(precision=...) of every row "
+                   "(default auto: bf16-mixed on a GPU, 32-true on the CPU)")  # fmt: skip
+    t.add_argument("--trim", action=argparse.BooleanOptionalAction, default=True, help="the model trims each layer to "
+                   "the hops it still needs (models' trim=True); --no-trim: every layer on the whole subgraph")  # fmt: skip
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--row-budget-s", type=float, help="stop a row's training after this many seconds (0: none)")
@@ -220,12 +228,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--models: unknown model(s) {unknown}; known: {', '.join(MODELS)}")
     out = os.path.abspath(args.out or os.path.join("results", f"e2e-{args.preset}"))
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    args.out = out  # every row's process logs its figures under out/logs (CSVLogger)
+    import torch  # no driver initialization: the version and the device count only
+
+    args.precision = resolve_precision(args.precision, bool(torch.version.cuda and torch.cuda.device_count() > 0))
     public = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     results: dict[str, Any] = {"meta": machine_info(REPO_ROOT, args.cache_dir, args.commit), "args": public,
                                "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.e2e", *sys.argv[1:]]),
                                "rows": {r.name: r.doc for r in rows}, "runs": []}  # fmt: skip
     start = time.monotonic()
-    print(f"e2e: preparing the graph ({args.num_nodes:,} nodes, avg degree {args.avg_degree}, {args.features} features)", flush=True)
+    print(f"e2e: preparing the graph ({args.num_nodes:,} nodes, avg degree {args.avg_degree}, {args.features} features); "
+          f"models {args.models}, precision {args.precision}, trim {'on' if args.trim else 'off'}", flush=True)  # fmt: skip
     if args.gen_device == "auto":
         import torch
 

@@ -86,8 +86,9 @@ class TrainClock(Callback):
 
 class BatchCheck(Callback):
     """Compares the first ``count`` training batches with the dataset: seeds in plan order, ``x``, ``y`` and
-    ``edge_index`` bounds; keeps a fingerprint of the first batch's sample (``n_id``, ``edge_index``). Speed must
-    not come from wrong batches."""
+    ``edge_index`` bounds, per-hop counts that add up to the batch; keeps a fingerprint of the first batch's sample
+    (``n_id``, ``edge_index``), its per-hop counts and whether the module trimmed it (``trimmed``: the module's
+    ``trim`` is on and the batch has the counts). Speed must not come from wrong batches."""
 
     def __init__(self, expected_seeds: Callable[[int], torch.Tensor], x: torch.Tensor, y: torch.Tensor, count: int) -> None:
         self.expected_seeds, self.x, self.y, self.count = expected_seeds, x, y, count
@@ -109,7 +110,14 @@ class BatchCheck(Callback):
         ei = batch.edge_index
         if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= n_id.numel()):
             problems.append(f"step {step}: edge_index out of range")
+        nodes, edges = getattr(batch, "num_sampled_nodes", None), getattr(batch, "num_sampled_edges", None)
+        if nodes is not None and edges is not None:
+            nodes, edges = [int(n) for n in nodes], [int(e) for e in edges]
+            if sum(nodes) != n_id.numel() or sum(edges) != ei.size(1):
+                problems.append(f"step {step}: num_sampled_nodes / num_sampled_edges do not add up to the batch")
         if step == 0:  # our rows sample bitwise alike on every placement: the report compares these
+            self.result["num_sampled_nodes"], self.result["num_sampled_edges"] = nodes, edges
+            self.result["trimmed"] = bool(getattr(pl_module, "trim", False)) and nodes is not None and edges is not None
             ids = torch.cat([n_id.long(), batch.edge_index.cpu().long().flatten()])  # dtype-independent
             self.result["first_sample"] = hashlib.sha1(ids.numpy().tobytes()).hexdigest()[:12]
         self.result["checked"] += 1

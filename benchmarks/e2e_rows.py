@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-__all__ = ["MODELS", "PRESETS", "ROWS", "ModelSpec", "Preset", "Row", "select_rows"]
+__all__ = ["MODELS", "PRECISIONS", "PRESETS", "ROWS", "ModelSpec", "Preset", "Row", "resolve_precision", "select_rows"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,11 @@ class Row:
     def mps(self) -> bool:
         """Whether the row runs the trainer and the pipeline worker as MPS clients (started through the launcher)."""
         return bool(self.pipeline and self.pipeline.get("mps"))
+
+    @property
+    def features_in_host_memory(self) -> bool:
+        """Whether training reads (most) feature rows from host memory: our rows, except all rows cached on the GPU."""
+        return self.kind == "ours" and self.data.get("hot_fraction") != 1.0
 
 
 def _zero_copy_rows() -> list[Row]:
@@ -150,7 +155,24 @@ PRESETS: dict[str, Preset] = {
     "headline": Preset(50_000_000, 10.2, 128, 16, 1024, 600, 50, 100, 2, 40.0, 540.0, 300.0,
                        "model_only,pyg,zc_gpu_mps,all_in_gpu,stages,zc_cpu_mps,zc_gpu_hot_mps,zerocopy_ddp_mps,hybrid_mps",
                        "light,heavy", "8,12", 0),  # fmt: skip
+    # issue 20's graph: 20M nodes x 128 fp32 (10.2 GB of features in host memory), ~200M edges; the rows the issue's
+    # aims name, PyG with 12 workers (no sweep). Sized for one device call of ~8 min on an H200: graph drawn on the GPU
+    # ~35 s; per row process (both models) ~40 s model_only, ~70 s zc_gpu_mps, ~85 s pyg (30 s of heavy training at
+    # ~13 steps/s), ~45 s all_in_gpu (last: --total-budget-s skips it first) -- scaled from the headline run's 50M-node
+    # rows (docs/e2e/headline-h200), about 4.5 min in all
+    "issue20": Preset(20_000_000, 10.0, 128, 16, 1024, 600, 50, 100, 2, 30.0, 330.0, 200.0,
+                      "model_only,zc_gpu_mps,pyg,all_in_gpu", "light,heavy", "12", 0),  # fmt: skip
 }
+
+#: ``--precision`` values (Lightning's ``Trainer(precision=...)``); ``auto``: bf16-mixed on a GPU, 32-true on the CPU.
+PRECISIONS = ("auto", "bf16-mixed", "16-mixed", "32-true", "32", "bf16-true", "64-true")
+
+
+def resolve_precision(precision: str, cuda: bool) -> str:
+    """``precision``, with ``auto`` made ``bf16-mixed`` on a GPU and ``32-true`` on the CPU."""
+    if precision == "auto":
+        return "bf16-mixed" if cuda else "32-true"
+    return precision
 
 
 def select_rows(configs: str) -> list[Row]:

@@ -1,10 +1,11 @@
 """One row of the end-to-end benchmark, run in a process of its own (see ``benchmarks/e2e.py``).
 
 Every row trains the same ``lightning_zerocopy.models`` model (same seed, so the same initial weights, same
-optimizer) through Lightning's ``Trainer`` on the same cached ``SyntheticGraph``, with the same seed nodes per
-step: our rows through ``ZeroCopyDataModule`` (``drop_last=True``, so every batch has ``batch_size`` seeds),
-PyG's ``NeighborLoader`` on the plan's seed order, and model-only on batches our builder made before training.
-Callbacks measure training wall time without validation (``TrainClock``), the data path
+optimizer, same ``trim`` and ``precision``) through Lightning's ``Trainer`` on the same cached ``SyntheticGraph``,
+with the same seed nodes per step, its figures going to a ``CSVLogger`` under ``<out>/logs``: our rows through
+``ZeroCopyDataModule`` (``drop_last=True``, so every batch has ``batch_size`` seeds), PyG's ``NeighborLoader`` on
+the plan's seed order (per-hop counts added where torch-sparse leaves them out), and model-only on batches our
+builder made before training. Callbacks measure training wall time without validation (``TrainClock``), the data path
 (``DataTelemetry``) and check the first batches against the dataset (``BatchCheck``: seeds, ``x``, ``y``).
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import gc
+import inspect
+import os
 import time
 import traceback
 from typing import Any, Callable, Iterator
@@ -20,7 +23,8 @@ import torch
 from pytorch_lightning.callbacks import Callback
 
 from benchmarks.e2e_measure import BatchCheck, TrainClock, summarize
-from benchmarks.e2e_rows import ModelSpec, Row
+from benchmarks.e2e_pyg_hops import add_hop_counts
+from benchmarks.e2e_rows import ModelSpec, Row, resolve_precision
 
 __all__ = ["RowUnavailable", "StagedBatches", "run_row", "stage_batches"]
 
@@ -91,15 +95,30 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
         strategy = _strategy(row, args)
 
     pl.seed_everything(args.seed, workers=True, verbose=False)
-    model = getattr(models, spec.arch)(data.num_features, dataset.num_classes, hidden_channels=spec.hidden,
-                                       num_layers=spec.layers, optimizer=functools.partial(torch.optim.Adam, lr=args.lr))  # fmt: skip
+    model_class = getattr(models, spec.arch)
+    model_kwargs: dict[str, Any] = dict(hidden_channels=spec.hidden, num_layers=spec.layers,
+                                        optimizer=functools.partial(torch.optim.Adam, lr=args.lr))  # fmt: skip
+    if "trim" in inspect.signature(model_class).parameters:
+        model_kwargs["trim"] = args.trim
+    elif args.trim:
+        raise RowUnavailable(f"--trim: this build's models.{spec.arch} has no trim argument (run with --no-trim)")
+    model = model_class(data.num_features, dataset.num_classes, **model_kwargs)
+    precision = resolve_precision(args.precision, cuda)
+    out_dir = getattr(args, "out", None)
+    logger: Any = False
+    if out_dir:  # the figures reach a logger, as in a user's run (DataTelemetry's and the model's)
+        from pytorch_lightning.loggers import CSVLogger
+
+        logger = CSVLogger(os.path.join(out_dir, "logs"), name=f"{row.name}-{spec.name}", version="")
     trainer = pl.Trainer(
         accelerator="gpu" if cuda else "cpu", devices=1, strategy=strategy, max_steps=args.steps,
         val_check_interval=args.val_every, check_val_every_n_epoch=None, limit_val_batches=args.val_batches,
-        num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=callbacks,
+        num_sanity_val_steps=0, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=callbacks, precision=precision,
     )  # fmt: skip
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"precision": precision, "trim": bool(getattr(model, "trim", False)),
+                             "features_in_host_memory": row.features_in_host_memory,
+                             "metrics_csv": os.path.join(logger.log_dir, "metrics.csv") if logger else None}  # fmt: skip
     common = dict(fanouts=list(spec.fanouts), batch_size=args.batch_size, drop_last=True, seed=args.seed)
     if row.kind == "ours":
         kwargs = dict(row.data)
@@ -178,10 +197,14 @@ def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, ar
     order = torch.cat([plan.input_nodes[plan.share(e)[: len(plan) * plan.batch_size]] for e in range(epochs)])
     val_nodes = data.val_idx[: args.val_batches * args.batch_size]
 
+    # torch-sparse leaves the per-hop counts out: the same module trims PyG's batches as it trims ours
+    with_counts = functools.partial(add_hop_counts, num_hops=len(spec.fanouts))
+
     def loader(nodes: torch.Tensor, workers: int) -> Any:
         return NeighborLoader(graph, num_neighbors=list(spec.fanouts), input_nodes=nodes, batch_size=args.batch_size,
                               shuffle=False, drop_last=True, num_workers=workers, pin_memory=device.type == "cuda",
-                              persistent_workers=workers > 0, neighbor_sampler=sampler)  # fmt: skip
+                              persistent_workers=workers > 0, neighbor_sampler=sampler,
+                              transform_sampler_output=with_counts)  # fmt: skip
 
     sweep = {}
     workers = [int(w) for w in str(args.pyg_workers).split(",") if w.strip()]
