@@ -2,6 +2,8 @@
 
 from lightning_zerocopy.models.gat import GAT
 from lightning_zerocopy.models.graphsage import GraphSAGE
+from lightning_zerocopy.models.link_metrics import LinkMetrics, PoolHitsAtK
+from lightning_zerocopy.models.link_predictor import LinkPredictor
 from lightning_zerocopy.models.node_classifier import NodeClassifier
 
-__all__ = ["GAT", "GraphSAGE", "NodeClassifier"]
+__all__ = ["GAT", "GraphSAGE", "LinkMetrics", "LinkPredictor", "NodeClassifier", "PoolHitsAtK"]
