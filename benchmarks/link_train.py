@@ -23,6 +23,7 @@ from pytorch_lightning.callbacks import Callback
 from benchmarks.e2e_measure import TrainClock, summarize
 from benchmarks.e2e_rows import Row
 from benchmarks.e2e_train import RowUnavailable, _device_name, _loader_rate, _sync
+from lightning_zerocopy.models.link_predictor import num_positives
 
 __all__ = ["LinkBatchCheck", "run_row"]
 
@@ -41,7 +42,7 @@ class LinkBatchCheck(Callback):
         if step >= self.count:
             return
         problems = self.result["problems"]
-        n_id, bs = batch.n_id.cpu(), int(batch.batch_size)
+        n_id, bs = batch.n_id.cpu(), num_positives(batch)  # PyG's link batches have no batch_size
         if not torch.equal(batch.x.cpu(), self.x[n_id].to(batch.x.dtype)):
             problems.append(f"step {step}: x differs from the dataset's rows at n_id")
         eli, label = batch.edge_label_index.cpu(), batch.edge_label.cpu()

@@ -25,7 +25,7 @@ from torchmetrics.classification import BinaryAUROC
 
 from lightning_zerocopy.models.link_metrics import LinkMetrics
 
-__all__ = ["LinkPredictor", "batch_mode"]
+__all__ = ["LinkPredictor", "batch_mode", "num_positives"]
 
 _LOSS_MODE = {"bce": "binary", "bpr": "triplet", "margin": "triplet"}
 
@@ -33,6 +33,18 @@ _LOSS_MODE = {"bce": "binary", "bpr": "triplet", "margin": "triplet"}
 def batch_mode(batch: Any) -> str:
     """``"triplet"`` when the batch has ``src_index`` (PyG's triplet layout), else ``"binary"``."""
     return "triplet" if getattr(batch, "src_index", None) is not None else "binary"
+
+
+def num_positives(batch: Any) -> int:
+    """Positive supervision edges in a link batch: ``batch.batch_size`` (ours), else the length of ``input_id`` (PyG's
+    ``LinkNeighborLoader`` batches have no ``batch_size``); read from shapes, never from device values."""
+    size = getattr(batch, "batch_size", None)
+    if isinstance(size, int):
+        return size
+    input_id = getattr(batch, "input_id", None)
+    if input_id is not None:
+        return int(input_id.numel())
+    return int(batch.src_index.numel() if batch_mode(batch) == "triplet" else batch.edge_label_index.size(1))
 
 
 def _configured_mode(neg_sampling: Any) -> Optional[str]:
@@ -189,16 +201,17 @@ class LinkPredictor(pl.LightningModule):
         # Logged on logging steps only: a logged tensor is read back to the host, which stalls the step.
         log_every = self._trainer.log_every_n_steps if self._trainer is not None else 1
         if self.global_step % max(1, log_every) == 0:
-            self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=batch.batch_size)
+            size = num_positives(batch)
+            self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=size)
             self.train_auroc.update(scores.detach(), positive.long())
-            self.log("train_auroc", self.train_auroc, on_step=False, on_epoch=True, batch_size=batch.batch_size)
+            self.log("train_auroc", self.train_auroc, on_step=False, on_epoch=True, batch_size=size)
         return loss
 
     def _evaluate(self, batch: Any, metrics: LinkMetrics) -> None:
         scores, positive = self._binary_scores(batch)
         query = getattr(batch, "edge_label_query", None)
         metrics.update(scores, positive, query)
-        metrics.log_to(self, grouped=query is not None, batch_size=int(batch.batch_size))
+        metrics.log_to(self, grouped=query is not None, batch_size=num_positives(batch))
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics)
@@ -207,10 +220,10 @@ class LinkPredictor(pl.LightningModule):
         self._evaluate(batch, self.test_metrics)
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> dict[str, torch.Tensor]:
-        """The predicted edges: ``edge_index`` (global node ids ``[2, M]``, from ``batch.n_id``), ``score`` (the
+        """The predicted edges: ``edge_index`` (global node ids ``[2, M]``, from ``batch.n_id``), ``scores`` (the
         probability, sigmoid of the logit), ``logits``, and ``edge_label`` when the batch has labels."""
         scores, _ = self._binary_scores(batch)
-        out = {"edge_index": batch.n_id[batch.edge_label_index], "score": torch.sigmoid(scores), "logits": scores}
+        out = {"edge_index": batch.n_id[batch.edge_label_index], "scores": torch.sigmoid(scores), "logits": scores}
         if getattr(batch, "edge_label", None) is not None:
             out["edge_label"] = batch.edge_label
         return out

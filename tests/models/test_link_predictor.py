@@ -12,6 +12,7 @@ import torch
 from torch_geometric.data import Data
 
 from lightning_zerocopy.models import LinkMetrics, LinkPredictor, PoolHitsAtK
+from lightning_zerocopy.models.link_predictor import num_positives
 
 
 def _planted_graph(num_nodes: int = 240, classes: int = 4, edges: int = 2400, seed: int = 0) -> SimpleNamespace:
@@ -130,6 +131,16 @@ def test_loss_and_batch_mode_must_agree() -> None:
     model.setup("fit")
 
 
+def test_batches_without_batch_size_as_pyg_makes_them() -> None:
+    g = _planted_graph()
+    batch = _train_batches(g, 1, 8, "binary")[0]
+    del batch.batch_size  # PyG's LinkNeighborLoader batches carry input_id but no batch_size
+    assert num_positives(batch) == 8
+    trainer = _trainer(2)
+    trainer.fit(LinkPredictor(8, hidden_channels=8), _Loader([batch, batch]), _Loader(_eval_batches(g, 8, 2, query=False)))
+    assert {"train_loss", "val_auroc"} <= set(trainer.callback_metrics)
+
+
 def test_bad_arguments_and_node_batches_name_the_key() -> None:
     with pytest.raises(ValueError, match="model.decoder"):
         LinkPredictor(8, decoder="bilinear")  # type: ignore[arg-type]
@@ -164,7 +175,7 @@ def test_predict_step_returns_global_endpoints_and_probabilities() -> None:
     batch = _link_batch(g, pos, neg)
     out = LinkPredictor(8, hidden_channels=8).predict_step(batch, 0)
     assert torch.equal(out["edge_index"], torch.cat([pos, neg], dim=1))
-    assert torch.allclose(out["score"], torch.sigmoid(out["logits"])) and out["score"].shape == (15,)
+    assert torch.allclose(out["scores"], torch.sigmoid(out["logits"])) and out["scores"].shape == (15,)
     assert torch.equal(out["edge_label"], batch.edge_label)
 
 
