@@ -79,7 +79,9 @@ class LinkMetrics(nn.Module):
             raise ValueError(f"model.hits_k must list cut-offs >= 1, got {list(hits_k)}")
         self.stage = stage
         self.hits_k = [int(k) for k in hits_k]
-        self.auroc = BinaryAUROC(validate_args=False)
+        # normalization=None: torchmetrics would otherwise apply a sigmoid per batch, only to batches with a logit
+        # outside [0, 1], and compare those with other batches' raw logits
+        self.auroc = BinaryAUROC(validate_args=False, normalization=None)
         self.mrr = RetrievalMRR()
         self.query_hits = nn.ModuleDict({str(k): RetrievalHitRate(top_k=k) for k in self.hits_k})
         self.pool_hits = nn.ModuleDict({str(k): PoolHitsAtK(k) for k in self.hits_k})

@@ -139,7 +139,7 @@ class LinkPredictor(pl.LightningModule):
         self.lr_scheduler_factory = lr_scheduler
         self.lr_scheduler_monitor = lr_scheduler_monitor
         # training AUROC on the batches of logging steps only: its state grows with every batch it sees
-        self.train_auroc = BinaryAUROC(validate_args=False)
+        self.train_auroc = BinaryAUROC(validate_args=False, normalization=None)  # logits as they are (LinkMetrics)
         self.val_metrics = LinkMetrics("val", hits_k)
         self.test_metrics = LinkMetrics("test", hits_k)
 

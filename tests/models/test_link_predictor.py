@@ -13,63 +13,7 @@ from torch_geometric.data import Data
 
 from lightning_zerocopy.models import LinkMetrics, LinkPredictor, PoolHitsAtK
 from lightning_zerocopy.models.link_predictor import num_positives
-
-
-def _planted_graph(num_nodes: int = 240, classes: int = 4, edges: int = 2400, seed: int = 0) -> SimpleNamespace:
-    """Nodes in planted classes, features = class signal + noise, edges only within a class."""
-    gen = torch.Generator().manual_seed(seed)
-    y = torch.randint(0, classes, (num_nodes,), generator=gen)
-    x = torch.randn(num_nodes, 8, generator=gen) * 0.5
-    x[torch.arange(num_nodes), y] += 1.0
-    src = torch.randint(0, num_nodes, (edges * 4,), generator=gen)
-    dst = torch.randint(0, num_nodes, (edges * 4,), generator=gen)
-    keep = (y[src] == y[dst]) & (src != dst)
-    edge_index = torch.stack([src[keep], dst[keep]])[:, :edges]
-    return SimpleNamespace(x=x, y=y, edge_index=edge_index, num_nodes=num_nodes, gen=gen)
-
-
-def _link_batch(g: SimpleNamespace, pos: torch.Tensor, neg: torch.Tensor, mode: str = "binary", query: bool = False) -> Data:
-    """A batch laid out as PyG's LinkNeighborLoader lays it out: seeds (the unique endpoints) first, the whole graph
-    as their 'sampled' neighborhood, label edges in local ids."""
-    seeds = torch.unique(torch.cat([pos.flatten(), neg.flatten()]))
-    rest = torch.ones(g.num_nodes, dtype=torch.bool)
-    rest[seeds] = False
-    n_id = torch.cat([seeds, rest.nonzero().flatten()])
-    local = torch.empty(g.num_nodes, dtype=torch.long)
-    local[n_id] = torch.arange(g.num_nodes)
-    batch = Data(x=g.x[n_id], edge_index=local[g.edge_index], n_id=n_id, e_id=torch.arange(g.edge_index.size(1)),
-                 input_id=torch.arange(pos.size(1)), num_sampled_nodes=[seeds.numel(), g.num_nodes - seeds.numel()],
-                 num_sampled_edges=[g.edge_index.size(1)], batch_size=pos.size(1))  # fmt: skip
-    if mode == "binary":
-        batch.edge_label_index = local[torch.cat([pos, neg], dim=1)]
-        batch.edge_label = torch.cat([torch.ones(pos.size(1)), torch.zeros(neg.size(1))])
-        if query:  # K negatives per positive, grouped: negatives i*K .. (i+1)*K-1 belong to positive i
-            k = neg.size(1) // pos.size(1)
-            batch.edge_label_query = torch.cat([torch.arange(pos.size(1)), torch.arange(pos.size(1)).repeat_interleave(k)])
-    else:
-        batch.src_index, batch.dst_pos_index = local[pos[0]], local[pos[1]]
-        batch.dst_neg_index = local[neg].view(pos.size(1), -1) if neg.dim() == 2 else local[neg]
-    return batch
-
-
-def _random_negatives(g: SimpleNamespace, src: torch.Tensor, per: int) -> torch.Tensor:
-    return torch.stack([src.repeat_interleave(per), torch.randint(0, g.num_nodes, (src.numel() * per,), generator=g.gen)])
-
-
-def _train_batches(g: SimpleNamespace, steps: int, size: int, mode: str) -> list[Data]:
-    out = []
-    for _ in range(steps):
-        pos = g.edge_index[:, torch.randint(0, g.edge_index.size(1), (size,), generator=g.gen)]
-        if mode == "binary":
-            out.append(_link_batch(g, pos, _random_negatives(g, pos[0], 1)))
-        else:
-            out.append(_link_batch(g, pos, torch.randint(0, g.num_nodes, (size, 2), generator=g.gen), mode="triplet"))
-    return out
-
-
-def _eval_batches(g: SimpleNamespace, size: int, k: int, query: bool) -> list[Data]:
-    pos = g.edge_index[:, torch.randperm(g.edge_index.size(1), generator=g.gen)[: size * 2]]
-    return [_link_batch(g, p, _random_negatives(g, p[0], k), query=query) for p in pos.split(size, dim=1)]
+from link_batches import eval_batches, link_batch, planted_graph, random_negatives, train_batches
 
 
 class _Loader:
@@ -95,14 +39,14 @@ def _trainer(steps: int) -> pl.Trainer:
                                                ("dot", "bpr", "triplet"), ("mlp", "margin", "triplet")])  # fmt: skip
 def test_trains_to_auroc_well_above_chance(decoder: str, loss: str, mode: str) -> None:
     torch.manual_seed(0)
-    g = _planted_graph()
+    g = planted_graph()
     model = LinkPredictor(8, hidden_channels=16, num_layers=2, decoder=decoder, loss=loss, hits_k=[1, 5],
                           optimizer=partial(torch.optim.Adam, lr=0.02))  # fmt: skip
-    val = _Loader(_eval_batches(g, 32, 5, query=True))
+    val = _Loader(eval_batches(g, 32, 5, query=True))
     trainer = _trainer(0)
     before = trainer.validate(model, val, verbose=False)[0]
     trainer = _trainer(40)
-    trainer.fit(model, _Loader(_train_batches(g, 40, 64, mode)), val)
+    trainer.fit(model, _Loader(train_batches(g, 40, 64, mode)), val)
     assert {"train_auroc", "train_loss"} <= set(trainer.callback_metrics), trainer.callback_metrics
     after = trainer.validate(model, val, verbose=False)[0]
     assert after["val_auroc"] > 0.8 and after["val_auroc"] > before["val_auroc"] + 0.1, (before, after)
@@ -111,18 +55,18 @@ def test_trains_to_auroc_well_above_chance(decoder: str, loss: str, mode: str) -
 
 
 def test_shared_pool_reports_pool_hits_not_mrr() -> None:
-    g = _planted_graph()
-    out = _trainer(0).validate(LinkPredictor(8, hidden_channels=8, hits_k=[3]), _Loader(_eval_batches(g, 16, 4, query=False)),
+    g = planted_graph()
+    out = _trainer(0).validate(LinkPredictor(8, hidden_channels=8, hits_k=[3]), _Loader(eval_batches(g, 16, 4, query=False)),
                                verbose=False)[0]  # fmt: skip
     assert set(out) == {"val_auroc", "val_hits@3"}
 
 
 def test_loss_and_batch_mode_must_agree() -> None:
-    g = _planted_graph()
+    g = planted_graph()
     with pytest.raises(ValueError, match=r"model.loss='bpr' trains on triplet batches.*data.neg_sampling"):
-        LinkPredictor(8, hidden_channels=8, loss="bpr").training_step(_train_batches(g, 1, 8, "binary")[0], 0)
+        LinkPredictor(8, hidden_channels=8, loss="bpr").training_step(train_batches(g, 1, 8, "binary")[0], 0)
     with pytest.raises(ValueError, match=r"model.loss='bce' trains on binary batches.*bpr or margin"):
-        LinkPredictor(8, hidden_channels=8, loss="bce").training_step(_train_batches(g, 1, 8, "triplet")[0], 0)
+        LinkPredictor(8, hidden_channels=8, loss="bce").training_step(train_batches(g, 1, 8, "triplet")[0], 0)
     model = LinkPredictor(8, hidden_channels=8, loss="margin")  # checked at setup, before any batch
     model.trainer = SimpleNamespace(datamodule=SimpleNamespace(neg_sampling={"mode": "binary", "amount": 1}))
     with pytest.raises(ValueError, match=r"data.neg_sampling's mode is binary"):
@@ -132,12 +76,12 @@ def test_loss_and_batch_mode_must_agree() -> None:
 
 
 def test_batches_without_batch_size_as_pyg_makes_them() -> None:
-    g = _planted_graph()
-    batch = _train_batches(g, 1, 8, "binary")[0]
+    g = planted_graph()
+    batch = train_batches(g, 1, 8, "binary")[0]
     del batch.batch_size  # PyG's LinkNeighborLoader batches carry input_id but no batch_size
     assert num_positives(batch) == 8
     trainer = _trainer(2)
-    trainer.fit(LinkPredictor(8, hidden_channels=8), _Loader([batch, batch]), _Loader(_eval_batches(g, 8, 2, query=False)))
+    trainer.fit(LinkPredictor(8, hidden_channels=8), _Loader([batch, batch]), _Loader(eval_batches(g, 8, 2, query=False)))
     assert {"train_loss", "val_auroc"} <= set(trainer.callback_metrics)
 
 
@@ -154,11 +98,11 @@ def test_bad_arguments_and_node_batches_name_the_key() -> None:
 
 
 def test_triplet_scores_shapes_and_losses() -> None:
-    g = _planted_graph()
+    g = planted_graph()
     pos = g.edge_index[:, :6]
     model = LinkPredictor(8, hidden_channels=8, loss="bpr")
     for neg in (torch.randint(0, g.num_nodes, (6,)), torch.randint(0, g.num_nodes, (6, 3))):
-        batch = _link_batch(g, pos, neg, mode="triplet")
+        batch = link_batch(g, pos, neg, mode="triplet")
         p, n = model._triplet_scores(batch)
         assert p.shape == (6,) and n.shape == (6, neg.numel() // 6)
         z = model.embed(batch)
@@ -170,9 +114,9 @@ def test_triplet_scores_shapes_and_losses() -> None:
 
 
 def test_predict_step_returns_global_endpoints_and_probabilities() -> None:
-    g = _planted_graph()
-    pos, neg = g.edge_index[:, :5], _random_negatives(g, g.edge_index[0, :5], 2)
-    batch = _link_batch(g, pos, neg)
+    g = planted_graph()
+    pos, neg = g.edge_index[:, :5], random_negatives(g, g.edge_index[0, :5], 2)
+    batch = link_batch(g, pos, neg)
     out = LinkPredictor(8, hidden_channels=8).predict_step(batch, 0)
     assert torch.equal(out["edge_index"], torch.cat([pos, neg], dim=1))
     assert torch.allclose(out["scores"], torch.sigmoid(out["logits"])) and out["scores"].shape == (15,)
@@ -197,6 +141,15 @@ def test_grouped_metrics_match_a_reference() -> None:
         assert torch.allclose(metrics.query_hits[str(cut)].compute(), (rank <= cut).float().mean())
     pairs = list(itertools.product(pos_scores, neg_scores))
     assert abs(float(metrics.auroc.compute()) - sum(p > n for p, n in pairs) / len(pairs)) < 1e-6
+
+
+def test_auroc_compares_logits_across_batches_as_they_are() -> None:
+    metrics = LinkMetrics("val", [1])
+    metrics.update(torch.tensor([0.2, 0.85]), torch.tensor([True, False]), None)  # every logit inside [0, 1]
+    metrics.update(torch.tensor([1.5, -3.0]), torch.tensor([True, False]), None)
+    # positives {0.2, 1.5} vs negatives {0.85, -3.0}: 3 of the 4 pairs ordered right (a sigmoid applied to the
+    # second batch only would make 1.5 -> 0.82 lose to 0.85: 0.5)
+    assert float(metrics.auroc.compute()) == pytest.approx(0.75)
 
 
 def test_pool_hits_at_k_the_ogb_way() -> None:
