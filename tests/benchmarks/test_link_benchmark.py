@@ -74,6 +74,23 @@ def test_report_only_rerenders_from_the_json(ci_run: Path, tmp_path: Path) -> No
     assert (tmp_path / "report.md").read_text() == (ci_run / "report.md").read_text()
 
 
+def test_append_keeps_the_other_rows(ci_run: Path, tmp_path: Path) -> None:
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(ci_run, out)
+    cache = ci_run.parent / "cache"  # the same graph as the ci run
+    _run("--preset", "ci", "--configs", "zc_gpu", "--append", "--out", str(out), "--cache-dir", str(cache))
+    before = json.loads((ci_run / "results.json").read_text())
+    after = json.loads((out / "results.json").read_text())
+    assert sorted(r["row"] for r in after["runs"]) == sorted(r["row"] for r in before["runs"])
+    assert [r for r in after["runs"] if r["row"] == "cpu"] == [r for r in before["runs"] if r["row"] == "cpu"]
+    assert "; then " in after["command"]
+    proc = _run("--preset", "ci", "--num-nodes", "2000", "--configs", "zc_gpu", "--append", "--out", str(out),
+                "--cache-dir", str(cache), check=False)  # fmt: skip
+    assert proc.returncode != 0 and "another graph" in proc.stdout + proc.stderr
+
+
 def test_arguments_are_checked() -> None:
     with pytest.raises(ValueError, match="unknown row"):
         select_rows("cpu,nope")
