@@ -32,9 +32,7 @@ import argparse
 import json
 import os
 import pickle
-import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Optional
 
@@ -45,7 +43,7 @@ if REPO_ROOT not in sys.path:
 from benchmarks import e2e_report  # noqa: E402
 from benchmarks.e2e_rows import MODELS, PRECISIONS, PRESETS, ROWS, resolve_precision, select_rows  # noqa: E402
 from benchmarks.e2e_meta import machine_info  # noqa: E402
-from benchmarks.sessions import forward_stop_signals, stop_session, tracked  # noqa: E402
+from benchmarks.sessions import forward_stop_signals, run_script  # noqa: E402
 
 _PRESET_FIELDS = list(PRESETS["small"].__dataclass_fields__)
 
@@ -165,28 +163,8 @@ def _child_main(args: argparse.Namespace) -> None:
 def _spawn(flags: list[str], spec: dict[str, Any], log_path: str, timeout: float,
            prefix: Optional[list[str]] = None) -> tuple[Any, Optional[str]]:  # fmt: skip
     """Run this file with ``flags`` in a new session; its JSON result, or None and why."""
-    with tempfile.TemporaryDirectory(prefix="lzc-e2e-") as tmp:
-        spec_path, result_path = os.path.join(tmp, "spec.pkl"), os.path.join(tmp, "result.json")
-        with open(spec_path, "wb") as f:
-            pickle.dump(spec, f)
-        cmd = [*(prefix or []), sys.executable, os.path.abspath(__file__), *flags, f"--_spec={spec_path}", f"--_result={result_path}"]
-        with open(log_path, "a") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO_ROOT)
-            with tracked(proc):
-                try:
-                    code = proc.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    stop_session(proc, grace_s=15)
-                    return None, f"timed out after {timeout:.0f} s (--row-timeout-s); see {log_path}"
-        if not os.path.exists(result_path):
-            return None, f"exit {code} without a result; see {log_path}: {_tail(log_path)}"
-        with open(result_path) as f:
-            return json.load(f), None
-
-
-def _tail(path: str, chars: int = 800) -> str:
-    with open(path, errors="replace") as f:
-        return f.read()[-chars:].strip()
+    result, why = run_script(__file__, flags, spec, log_path, timeout, REPO_ROOT, prefix)
+    return result, (why.replace("; see", " (--row-timeout-s); see", 1) if why and why.startswith("timed out") else why)
 
 
 def _precheck(row: Any) -> Optional[str]:

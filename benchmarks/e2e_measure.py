@@ -21,17 +21,19 @@ class TrainClock(Callback):
     """Training wall time without validation, validation accuracy over it, steady-state steps/s, a time budget.
 
     Host timers between device synchronizations at the boundaries (train start/end, each validation, the end of
-    warm-up), so the GPU's queued work is counted where it ran.
+    warm-up), so the GPU's queued work is counted where it ran. ``metric``: the validation metric recorded
+    (``val_acc`` for node classification, ``val_auroc`` for link prediction).
     """
 
-    def __init__(self, warmup: int, budget_s: float, sync: Callable[[], None], stop_at: Optional[float] = None) -> None:
-        self.warmup, self.budget_s, self.sync, self.stop_at = warmup, budget_s, sync, stop_at
+    def __init__(self, warmup: int, budget_s: float, sync: Callable[[], None], stop_at: Optional[float] = None,
+                 metric: str = "val_acc") -> None:  # fmt: skip
+        self.warmup, self.budget_s, self.sync, self.stop_at, self.metric = warmup, budget_s, sync, stop_at, metric
         self.train_started: Optional[float] = None  # host time of on_train_start (after the Trainer's setup)
         self.train_s = 0.0
         self._resume: Optional[float] = None
         self.steady: Optional[tuple[int, float]] = None  # (global step, train seconds) at the end of warm-up
         self.end: Optional[tuple[int, float]] = None
-        self.val_curve: list[list[float]] = []  # [global step, train seconds, val acc]
+        self.val_curve: list[list[float]] = []  # [global step, train seconds, the validation metric]
         self.stopped_by_budget = False
         self.stopped_at_target = False
 
@@ -64,7 +66,7 @@ class TrainClock(Callback):
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if trainer.sanity_checking:
             return
-        acc = trainer.callback_metrics.get("val_acc")
+        acc = trainer.callback_metrics.get(self.metric)
         if acc is not None:
             self.val_curve.append([trainer.global_step, self.train_s, float(acc)])
             if self.stop_at is not None and float(acc) >= self.stop_at and self.steady is not None:

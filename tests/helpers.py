@@ -86,3 +86,24 @@ def random_node_data(num_nodes: int, num_edges: int, features: int, seed: int, t
         val_idx=perm[train : train + val].sort().values,
         test_idx=perm[train + val :].sort().values,
     )
+
+
+_TORCH_SPARSE_SHIM: list = []
+
+
+def fake_torch_sparse_sampler() -> None:
+    """``torch.ops.torch_sparse.neighbor_sample`` backed by our sampler (once per process), so PyG's
+    NeighborLoader / LinkNeighborLoader sample on a machine without pyg-lib or torch-sparse (the benchmarks' PyG rows
+    in CI; with ``torch_geometric.typing.WITH_TORCH_SPARSE`` and ``sys.modules["torch_sparse"]`` patched)."""
+    if _TORCH_SPARSE_SHIM:
+        return
+    lib = torch.library.Library("torch_sparse", "DEF")
+    lib.define("neighbor_sample(Tensor colptr, Tensor row, Tensor input_node, int[] num_neighbors, bool replace, "
+               "bool directed) -> (Tensor, Tensor, Tensor, Tensor)")  # fmt: skip
+
+    def neighbor_sample(colptr, row, seeds, num_neighbors, replace, directed):  # noqa: ANN001, ANN202
+        n_id, src, dst, edge_pos, _, _ = torch.ops.zerocopy.sample_neighbors(colptr, row, seeds, list(num_neighbors), replace, 0)
+        return n_id, src, dst, edge_pos
+
+    lib.impl("neighbor_sample", neighbor_sample, "CPU")
+    _TORCH_SPARSE_SHIM.append(lib)

@@ -2,7 +2,19 @@
 
 from lightning_zerocopy.models.gat import GAT
 from lightning_zerocopy.models.graphsage import GraphSAGE
+from lightning_zerocopy.models.link_metrics import LinkMetrics, PoolHitsAtK
+from lightning_zerocopy.models.link_predictor import LinkPredictor
 from lightning_zerocopy.models.node_classifier import NodeClassifier
 from lightning_zerocopy.models.trim import HopCounts, batch_hop_counts, counts_for_layers
 
-__all__ = ["GAT", "GraphSAGE", "HopCounts", "NodeClassifier", "batch_hop_counts", "counts_for_layers"]
+__all__ = [
+    "GAT",
+    "GraphSAGE",
+    "HopCounts",
+    "LinkMetrics",
+    "LinkPredictor",
+    "NodeClassifier",
+    "PoolHitsAtK",
+    "batch_hop_counts",
+    "counts_for_layers",
+]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import fake_torch_sparse_sampler
 
 from benchmarks import e2e_report
 from benchmarks.e2e_aims import aims_table, end_to_end_row
@@ -244,26 +245,6 @@ def test_batch_check_catches_wrong_rows() -> None:
     assert not check.result["ok"] and "x differs" in check.result["problems"][0]
 
 
-_SHIM: list = []
-
-
-def _fake_torch_sparse_op() -> None:
-    """``torch.ops.torch_sparse.neighbor_sample`` backed by our sampler (once per process), so PyG's
-    NeighborLoader samples on a machine without pyg-lib or torch-sparse."""
-    if _SHIM:
-        return
-    lib = torch.library.Library("torch_sparse", "DEF")
-    lib.define("neighbor_sample(Tensor colptr, Tensor row, Tensor input_node, int[] num_neighbors, bool replace, "
-               "bool directed) -> (Tensor, Tensor, Tensor, Tensor)")  # fmt: skip
-
-    def neighbor_sample(colptr, row, seeds, num_neighbors, replace, directed):  # noqa: ANN001, ANN202
-        n_id, src, dst, edge_pos, _, _ = torch.ops.zerocopy.sample_neighbors(colptr, row, seeds, list(num_neighbors), replace, 0)
-        return n_id, src, dst, edge_pos
-
-    lib.impl("neighbor_sample", neighbor_sample, "CPU")
-    _SHIM.append(lib)
-
-
 def test_pyg_row_trains_through_neighbor_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The PyG row end to end (worker sweep, plan seed order, batch check), with PyG's torch-sparse sampling call
     answered by our sampler where neither backend is installed (on the GPU box the real torch-sparse runs)."""
@@ -276,7 +257,7 @@ def test_pyg_row_trains_through_neighbor_loader(tmp_path: Path, monkeypatch: pyt
     from benchmarks.e2e_train import run_row
 
     if not any(importlib.util.find_spec(m) for m in ("pyg_lib", "torch_sparse")):
-        _fake_torch_sparse_op()
+        fake_torch_sparse_sampler()
         monkeypatch.setattr(torch_geometric.typing, "WITH_TORCH_SPARSE", True)
         monkeypatch.setitem(sys.modules, "torch_sparse", types.ModuleType("torch_sparse"))
     args = parse_args(["--preset", "ci", "--pyg-workers", "0,1", "--sweep-batches", "3", "--steps", "12",

@@ -1,0 +1,37 @@
+"""LinkPredictor on a GPU: its training step never waits for the device (no host-device synchronization)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from lightning_zerocopy.models import LinkPredictor
+
+from link_batches import planted_graph, train_batches
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("loss,mode,decoder", [("bce", "binary", "dot"), ("bpr", "triplet", "mlp"), ("margin", "triplet", "dot")])
+def test_training_step_makes_no_host_sync(loss: str, mode: str, decoder: str) -> None:
+    """Every step here is a logging step (no trainer: ``log_every_n_steps`` is 1), the worst case. CUDA's sync debug
+    mode reports each synchronizing op with the Python frame that called it; any outside PyG's layers (the encoder is
+    the user's choice) fails the test: the module's own code and the torchmetrics updates it makes."""
+    g = planted_graph()
+    batch = train_batches(g, 1, 64, mode)[0].to("cuda")
+    model = LinkPredictor(8, hidden_channels=16, loss=loss, decoder=decoder).cuda()
+    model.training_step(batch, 0).backward()  # warm-up: lazy initializations may synchronize once
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            loss = model.training_step(batch, 0)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    loss.backward()
+    ours = [f"{w.filename}:{w.lineno}: {w.message}" for w in caught
+            if "synchroniz" in str(w.message) and "torch_geometric" not in w.filename]  # fmt: skip
+    assert not ours, "host-device syncs in LinkPredictor's training step:\n" + "\n".join(ours)
+    assert model.train_auroc.compute() >= 0.0  # the step updated the training AUROC (only read here, at the end)
