@@ -97,6 +97,11 @@ class ZeroCopyCLI(LightningCLI):
                     "`fit`, e.g. lightning_logs/version_0/checkpoints/*.ckpt). To run the untrained model on purpose, "
                     "pass --allow_untrained true."
                 )
+        if self.subcommand in ("fit", "validate", "test", "predict"):
+            path = self.config[self.subcommand].get("ckpt_path")
+            special = path is None or path in ("last", "best", "hpc") or str(path).startswith("registry") or "://" in str(path)
+            if not special and not os.path.isfile(path):
+                raise CommandError(f"--ckpt_path {path}: no such checkpoint file (relative paths start at {os.getcwd()})")
 
     def instantiate_classes(self) -> None:
         """As LightningCLI's, but an exception becomes a :class:`CommandError` naming the recipe key."""

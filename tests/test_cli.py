@@ -191,6 +191,18 @@ def test_evaluation_without_a_checkpoint_is_refused(subcommand: str, capsys: pyt
     assert "--ckpt_path" in err and "--allow_untrained true" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("subcommand", ["fit", "test"])
+def test_a_checkpoint_path_that_does_not_exist_is_one_line_before_any_data_is_built(
+    subcommand: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.ckpt"
+    with pytest.raises(SystemExit) as exit_info:
+        main([subcommand, "--config", str(QUICKSTART), "--ckpt_path", str(missing)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--ckpt_path {missing}: no such checkpoint file" in err and "Traceback" not in err
+
+
 def test_evaluation_of_the_untrained_model_on_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
     cli = build_cli(["test", "--config", str(QUICKSTART), "--allow_untrained=true", *_SMALL, *_QUIET(tmp_path)])
