@@ -26,6 +26,12 @@ ENVIRONMENT_NOTICES = (
     # predict restores the checkpoint's ModelCheckpoint state into a new version folder; the CLI's checkpoint
     # handling (issue 22, "--ckpt_path last") decides this, not the data path or the Strategy
     "The dirpath has changed from",
+    # Lightning's truthful note on a GPU machine when a recipe chose the CPU (recipes/quickstart.yaml runs on
+    # any machine; the GPU recipe is recipes/gpu_zerocopy.yaml)
+    "GPU available but not used. You can set it by doing `Trainer(accelerator='gpu')`",
+    # Lightning's model summary cannot estimate the model size in MB under bf16-mixed and says it counts 32 bits;
+    # only that printed estimate is affected, training still runs in bf16-mixed (the recipe's precision)
+    "is not supported by the model summary",
 )
 
 _PY_WARNING = re.compile(r"^\S+:\d+: ")  # warnings.showwarning's "path:line: message"

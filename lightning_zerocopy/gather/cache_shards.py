@@ -64,10 +64,43 @@ def _local_device_index(device_uuid: str, fallback: int) -> int:
     )
 
 
-def _storage_device_arg() -> int:
+def _rebuild_arg(name: str) -> int:
+    """Position of argument ``name`` of ``torch.multiprocessing.reductions.rebuild_cuda_tensor``."""
     from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
-    return list(inspect.signature(rebuild_cuda_tensor).parameters).index("storage_device")
+    return list(inspect.signature(rebuild_cuda_tensor).parameters).index(name)
+
+
+def _storage_device_arg() -> int:
+    return _rebuild_arg("storage_device")
+
+
+#: The reference counter an opener is handed instead of the exporter's: the name of no shared-memory file, so that
+#: torch's decrement when an opener frees (or re-opens) the shard is a no-op (torch makes it best-effort: it catches
+#: the failure to open the file). See :func:`_detach_ipc_ref_counter`.
+_NO_REF_COUNTER = b"/lightning_zerocopy_no_ipc_ref_counter"
+
+
+def _detach_ipc_ref_counter(ipc: list) -> list:
+    """Take a shard's export out of torch's CUDA IPC reference counting (returns the arguments openers get).
+
+    ``reduce_tensor`` gives the export one reference in the exporter's counter file, which torch expects exactly one
+    consumer to drop when it frees what it received; while it is above zero, the exporter's freed shard waits in
+    torch's "limbo" and the exporter's exit prints "Producer process has been terminated before all shared CUDA
+    tensors released". A shard's handle, however, is pickled by value and opened by any number of processes (a
+    pipeline worker per stage, every peer rank) or by none (the exporter itself reads its own tensor): the counter
+    (an unsigned integer) then stays at 1, or wraps below zero, and the warning comes at every exit. The lifetime
+    rule of :mod:`~lightning_zerocopy.gather.feature_cache` already keeps the shard alive while any opener reads it,
+    so the exporter's reference is dropped here at once and openers get :data:`_NO_REF_COUNTER` instead.
+    """
+    handle_at, offset_at = _rebuild_arg("ref_counter_handle"), _rebuild_arg("ref_counter_offset")
+    device = ipc[_storage_device_arg()]
+    handle, offset = ipc[handle_at], ipc[offset_at]
+    if isinstance(handle, bytes) and handle:
+        torch.UntypedStorage._release_ipc_counter(handle, offset, device=device)
+    ipc = list(ipc)
+    ipc[handle_at], ipc[offset_at] = _NO_REF_COUNTER, 0
+    return ipc
 
 
 @dataclass(frozen=True)
@@ -163,7 +196,7 @@ def fill_shard(
     if shard.numel() > 0:
         from torch.multiprocessing.reductions import reduce_tensor
 
-        _, ipc = reduce_tensor(shard)
+        ipc = _detach_ipc_ref_counter(list(reduce_tensor(shard)[1]))
     handle = ShardHandle(
         shard_index=shard_index,
         num_rows=int(rows.numel()),

@@ -15,7 +15,8 @@ The pieces (the Strategy decides budget, ranking, policy and cliques; this modul
 Lifetime rule (CUDA IPC): a shard's memory belongs to the process that called :func:`fill_shard`. That process
 must keep the returned tensor alive until every process that opened the shard has closed its cache (the
 Strategy: every rank closes its cache, the pipeline worker is stopped, a barrier, then ranks drop their shards).
-Torch's IPC reference count covers one consumer per export, so this module does not rely on it.
+Torch's IPC reference count covers one consumer per export, so this module does not rely on it: the export is
+taken out of it (``cache_shards._detach_ipc_ref_counter``), so no exit warns of unreleased shared tensors.
 :meth:`SegmentedFeatureCache.close` waits for the GPU to finish every queued read of the shards before it drops
 them, so once ``close()`` returned in every opener the owner may free its shard. A process that opens a handle it
 exported itself (a trainer rank gathering from its own shard) uses the tensor directly (CUDA IPC cannot open a

@@ -191,6 +191,9 @@ class Producer:
         except ChannelClosed:
             return
         finally:
+            # the slots first: closing sources and caches below can take seconds (host unregistration), and a
+            # worker the trainer terminates meanwhile would never free them (see .worker._release_slots)
+            self._release_slots_quietly()
             self._sampler.close()
             if self._hybrid is not None:
                 self._hybrid.close()
@@ -200,12 +203,21 @@ class Producer:
             self._scope.close()  # GPU copies, caches and host registrations of this producer
 
     def release_slots(self) -> None:
-        """Forget every slot buffer and any batch built into one (after :meth:`run`; a worker process calls it
-        before it exits, see :func:`.worker._release_slots`)."""
+        """Forget every slot buffer and any batch built into one (when :meth:`run` ends; a worker process calls it
+        again before it exits, see :func:`.worker._release_slots`). Work still queued on the producer's stream may
+        write into a slot: it is waited for first, so the trainer may reuse the memory once this returned."""
+        if self._stream is not None:
+            self._stream.synchronize()
         for st in self.stages.values():
             st.buffers = []
             st.free.clear()
             st.pending = None
+
+    def _release_slots_quietly(self) -> None:
+        try:
+            self.release_slots()
+        except Exception:  # noqa: BLE001 - a failed GPU sync here is reported by the work that failed
+            pass
 
     def _pick(self) -> Optional[str]:
         best, best_order = None, -1

@@ -109,6 +109,9 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
     finally:
         _release_slots(producer)
         del producer
+        gc.collect()  # what only reference cycles held (the producer, tracebacks, frames) is freed now too
+        if os.environ.get(DEBUG_IPC_ENV, "") not in ("", "0"):
+            _report_cuda_tensors_left()
         conn.close()
     # Exit now, without the interpreter's teardown: with torch loaded it takes a second or more of CPU, during
     # which the parent watchdog (a daemon thread) can no longer run, and on a loaded machine that kept an orphaned
@@ -133,8 +136,27 @@ def _release_slots(producer: Producer) -> None:
     """
     try:
         producer.release_slots()
-        gc.collect()  # received storages held only by reference cycles (tracebacks, frames) go now too
     except Exception:  # noqa: BLE001 - best effort at exit: a failure here only brings back torch's warning
+        traceback.print_exc()
+
+
+#: Set to 1 and a worker lists on stderr, just before it exits, the CUDA tensors it still holds (after it released
+#: the slots): what would keep a block the trainer sent over CUDA IPC referenced, and so bring back torch's
+#: "Producer process has been terminated before all shared CUDA tensors released" at the trainer's exit.
+DEBUG_IPC_ENV = "LZC_DEBUG_IPC"
+
+
+def _report_cuda_tensors_left(limit: int = 50) -> None:
+    """Print the CUDA tensors still alive in this process, with their shapes and the types of what holds them."""
+    try:
+        left = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.is_cuda]
+        print(f"[lightning-zerocopy worker {os.getpid()}] {len(left)} CUDA tensor(s) alive at exit", file=sys.stderr)
+        for tensor in left[:limit]:
+            holders = sorted({type(r).__name__ for r in gc.get_referrers(tensor) if r is not left})
+            print(f"  {tuple(tensor.shape)} {tensor.dtype} {tensor.device} {tensor.untyped_storage().nbytes()} B "
+                  f"held by {holders}", file=sys.stderr)  # fmt: skip
+        del left
+    except Exception:  # noqa: BLE001 - a diagnostic
         traceback.print_exc()
 
 

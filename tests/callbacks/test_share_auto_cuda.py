@@ -67,7 +67,9 @@ def test_auto_share_in_the_recipe_chooses_a_share_under_mps(tmp_path: Path) -> N
     config = tmp_path / "auto.yaml"
     config.write_text(recipe)
     env = {k: v for k, v in os.environ.items() if k not in (mps.ROOT_ENV, mps.PIPE_ENV, mps.LOG_ENV, mps.PERCENT_ENV)}
-    env.update(LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    # this checkout first, then the caller's PYTHONPATH (on the GPU machine jsonargparse comes from it)
+    env.update(LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(config), "--trainer.max_steps=150",
          "--data.init_args.dataset.init_args.num_nodes=400000", "--trainer.limit_val_batches=2",

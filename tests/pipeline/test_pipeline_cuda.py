@@ -136,15 +136,17 @@ import sys, torch
 sys.path[:0] = [{here!r}, {tests!r}]
 from pipeline_fakes import FakeSource
 from lightning_zerocopy.pipeline import start_pipeline
-client = start_pipeline("worker", depth=2, device="cuda:0", timeout=120)
-client.register("t", FakeSource(steps=6, features=64, batch_size=512, seed=4, huge_at=3))
-torch.cuda.synchronize()
-for batch in client.iterate("t", 0):
-    batch.x.sum()
-del batch
-client.close()
-torch.cuda.ipc_collect()
-print("ALLOCATED_AFTER_CLOSE", torch.cuda.memory_allocated(), flush=True)
+
+if __name__ == "__main__":  # the worker is spawned: it imports this file again and must not run it
+    client = start_pipeline("worker", depth=2, device="cuda:0", timeout=120)
+    client.register("t", FakeSource(steps=6, features=64, batch_size=512, seed=4, huge_at=3))
+    torch.cuda.synchronize()
+    for batch in client.iterate("t", 0):
+        batch.x.sum()
+    del batch
+    client.close()
+    torch.cuda.ipc_collect()
+    print("ALLOCATED_AFTER_CLOSE", torch.cuda.memory_allocated(), flush=True)
 """
 
 

@@ -277,3 +277,36 @@ def test_a_slow_worker_start_does_not_count_as_a_stuck_producer(tmp_path):
         assert len(list(client.iterate("t", 0))) == 3
     finally:
         client.close()
+
+
+class _ScriptedChannel:
+    """A producer channel that hands out a fixed list of commands and records what the producer sends."""
+
+    def __init__(self, commands: list[tuple]) -> None:
+        self.commands, self.sent = list(commands), []
+
+    def send(self, msg: tuple) -> None:
+        self.sent.append(msg)
+
+    def recv(self) -> tuple:
+        return self.commands.pop(0)
+
+    def poll(self) -> bool:
+        return False
+
+
+def test_producer_forgets_the_slots_as_soon_as_it_stops():
+    """The slots are the trainer's (sent over CUDA IPC in a worker): the producer drops them first thing when its
+    loop ends, before it closes sources and caches (seconds, during which the trainer may terminate the worker)."""
+    import weakref
+
+    from lightning_zerocopy.pipeline.producer import Producer
+
+    slot = {"x": torch.zeros(4, 3)}
+    alive = weakref.ref(slot["x"])
+    producer = Producer(_ScriptedChannel([("slots", "t", None, [slot]), ("stop",)]))
+    del slot
+    assert alive() is not None  # the commands (and the producer, once handled) hold it
+    producer.run()
+    assert producer.stages["t"].buffers == [] and not producer.stages["t"].free
+    assert alive() is None, "the producer still holds a slot after its loop ended"
