@@ -295,7 +295,6 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         if rank is None or world_size is None:
             rank, _, world_size = self._ranks()
         is_train = split == "train"
-        node_keyed = not is_train and self._eval_node_keyed
         return BatchPlan(
             self._input_nodes(split),
             self.batch_size if is_train else self.eval_batch_size,
@@ -305,8 +304,12 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             rank=rank,
             world_size=world_size,
             stream=_STREAMS[split],
-            sampler_seed="split" if node_keyed else "batch",
+            sampler_seed=self._sampler_seed(split),
         )
+
+    def _sampler_seed(self, split: Split) -> Literal["batch", "split"]:
+        """``"split"`` (one sampler seed per split, node-keyed sampling) for val/test/predict, else ``"batch"``."""
+        return "split" if split != "train" and self._eval_node_keyed else "batch"
 
     def builder(self, split: Split) -> BatchBuilder:
         """A new, unopened (picklable) builder for ``split``; call ``.open()`` in the process that uses it.

@@ -165,6 +165,7 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
             rank=rank,
             world_size=world_size,
             stream=_STREAMS[split],
+            sampler_seed=self._sampler_seed(split),
             split=name,
         )
 

@@ -22,14 +22,14 @@ fields to the built batch (on its device):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import torch
 from torch_geometric.data import Data
 
 from lightning_zerocopy.data.assemble import to_device_packed
 from lightning_zerocopy.data.negatives import NegativeDraws
-from lightning_zerocopy.data.plan import BatchPlan, PlanItem
+from lightning_zerocopy.data.plan import BatchPlan, PlanItem, derive_seed
 
 __all__ = ["LinkBatchPlan", "LinkPlanItem"]
 
@@ -74,6 +74,9 @@ class LinkBatchPlan:
         neg_edge_index: int64 ``[2, N]`` fixed negatives of the split (they replace random ones).
         neg_per_positive: ``K`` when the fixed negatives are grouped per positive.
         shuffle, drop_last, seed, rank, world_size, stream: as for :class:`BatchPlan` (over the positives).
+        sampler_seed: as for :class:`BatchPlan`: ``"split"`` gives every batch the split's one sampler seed, for
+            node-keyed (evaluation) sampling; random negatives are still drawn per batch (from the seed ``"batch"``
+            would give), so batches do not repeat each other's negatives.
         split: the split's name, for error messages.
 
     Raises:
@@ -96,6 +99,7 @@ class LinkBatchPlan:
         rank: int = 0,
         world_size: int = 1,
         stream: int = 0,
+        sampler_seed: Literal["batch", "split"] = "batch",
         split: str = "train",
     ) -> None:
         what = f"the {split} split's"
@@ -134,7 +138,7 @@ class LinkBatchPlan:
             self.edge_label = edge_label + 1
         self._edges = BatchPlan(
             torch.arange(self.num_edges), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, rank=rank,
-            world_size=world_size, stream=stream,
+            world_size=world_size, stream=stream, sampler_seed=sampler_seed,
         )  # fmt: skip
         self._input_nodes: Optional[torch.Tensor] = None
 
@@ -147,6 +151,7 @@ class LinkBatchPlan:
     rank = property(lambda self: self._edges.rank)
     world_size = property(lambda self: self._edges.world_size)
     stream = property(lambda self: self._edges.stream)
+    sampler_seed = property(lambda self: self._edges.sampler_seed)
 
     @property
     def input_nodes(self) -> torch.Tensor:
@@ -178,16 +183,19 @@ class LinkBatchPlan:
         positions = edges.input_id
         b = positions.numel()
         src, dst = self.pos_edge_index[0, positions], self.pos_edge_index[1, positions]
+        negatives_seed = edges.batch_seed
+        if self.sampler_seed == "split":  # the sampler's seed is the split's; negatives stay per batch
+            negatives_seed = derive_seed(self.seed, self.stream, epoch, self.world_size, self.rank, step)
         fields: dict[str, torch.Tensor] = {}
         if self.negatives is not None and self.negatives.config.is_triplet():
-            dst_neg = self.negatives.draw(b * int(self.negatives.config.amount), edges.batch_seed, endpoint=1)
+            dst_neg = self.negatives.draw(b * int(self.negatives.config.amount), negatives_seed, endpoint=1)
             seeds, inverse = torch.cat([src, dst, dst_neg]).unique(return_inverse=True)
             fields["src_index"] = inverse[:b]
             fields["dst_pos_index"] = inverse[b : 2 * b]
             fields["dst_neg_index"] = inverse[2 * b :].view(b, -1).squeeze(-1)
         else:
             label = self.edge_label[positions] if self.edge_label is not None else None
-            neg_src, neg_dst, query = self._negatives(positions, edges.batch_seed, step)
+            neg_src, neg_dst, query = self._negatives(positions, negatives_seed, step)
             if neg_src is not None:
                 if label is None:
                     label = torch.ones(b)

@@ -24,6 +24,7 @@ from torch_geometric.nn.models import GraphSAGE as PyGGraphSAGE
 from torchmetrics.classification import BinaryAUROC
 
 from lightning_zerocopy.models.link_metrics import LinkMetrics
+from lightning_zerocopy.models.trim import batch_hop_counts, can_trim
 
 __all__ = ["LinkPredictor", "batch_mode", "num_positives"]
 
@@ -102,9 +103,15 @@ class LinkPredictor(pl.LightningModule):
         optimizer: builds the optimizer from the parameters (YAML: ``class_path: torch.optim.Adam``).
         lr_scheduler: optional, builds a scheduler from the optimizer; stepped every epoch.
         lr_scheduler_monitor: the metric a ``ReduceLROnPlateau`` scheduler watches.
+        trim: run each encoder layer on the nodes and edges the remaining layers still need (PyG's
+            ``trim_to_layer``, from the batch's ``num_sampled_nodes`` / ``num_sampled_edges``,
+            :mod:`~lightning_zerocopy.models.trim`). Exact for link batches: every label edge's endpoints are seed
+            rows, and the seed rows' embeddings are the untrimmed ones. ``False``: every layer on the whole sampled
+            subgraph. Batches without per-hop counts run untrimmed either way.
 
     Raises:
-        ValueError: an unknown ``decoder`` or ``loss``, or ``hits_k`` with a cut-off below 1.
+        ValueError: an unknown ``decoder`` or ``loss``, ``hits_k`` with a cut-off below 1, or ``trim=True`` with an
+            ``encoder`` that cannot trim.
     """
 
     def __init__(
@@ -122,6 +129,7 @@ class LinkPredictor(pl.LightningModule):
         optimizer: OptimizerCallable = torch.optim.Adam,
         lr_scheduler: Optional[LRSchedulerCallable] = None,
         lr_scheduler_monitor: str = "val_auroc",
+        trim: bool = True,
     ) -> None:
         super().__init__()
         if decoder not in ("dot", "mlp"):
@@ -132,6 +140,13 @@ class LinkPredictor(pl.LightningModule):
         self.encoder = encoder if encoder is not None else PyGGraphSAGE(
             in_channels, hidden_channels, num_layers, hidden_channels, dropout=dropout, aggr=aggr
         )  # fmt: skip
+        if trim and encoder is not None and not can_trim(encoder):
+            raise ValueError(
+                f"model.trim=true needs an encoder with an int `num_layers` whose forward takes "
+                f"`num_sampled_nodes_per_hop` and `num_sampled_edges_per_hop` (PyG's BasicGNN models do); "
+                f"{type(encoder).__name__} does not: set model.trim to false"
+            )
+        self.trim = bool(trim)
         self.decoder = DotDecoder() if decoder == "dot" else MLPDecoder(hidden_channels, hidden_channels, dropout)
         self.loss_name = loss
         self.margin = float(margin)
@@ -149,8 +164,13 @@ class LinkPredictor(pl.LightningModule):
         return self.encoder(x, edge_index)
 
     def embed(self, batch: Any) -> torch.Tensor:
-        """Embeddings of the batch's nodes (the rows its label-edge indices point into)."""
-        return self(batch.x, batch.edge_index)
+        """Embeddings of the batch's nodes (the rows its label-edge indices point into). Trimmed (``trim``): only
+        the seed rows (the label edges' endpoints, first in the batch) are exact, and fewer rows may come back."""
+        hops = batch_hop_counts(batch, self.encoder.num_layers) if self.trim else None
+        if hops is None:
+            return self(batch.x, batch.edge_index)
+        return self.encoder(hops.x, hops.edge_index, num_sampled_nodes_per_hop=hops.nodes_per_hop,
+                            num_sampled_edges_per_hop=hops.edges_per_hop)  # fmt: skip
 
     def score(self, z: torch.Tensor, edge_label_index: torch.Tensor) -> torch.Tensor:
         """Logits of the node pairs ``edge_label_index`` (local ids, ``[2, M]``)."""
@@ -240,3 +260,4 @@ class LinkPredictor(pl.LightningModule):
             return optimizer
         scheduler = self.lr_scheduler_factory(optimizer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": self.lr_scheduler_monitor}}
+

@@ -15,7 +15,6 @@ over ranks under DDP).
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Optional
 
 import pytorch_lightning as pl
@@ -27,7 +26,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_zerocopy.models.seed_accuracy import SeedAccuracy
-from lightning_zerocopy.models.trim import batch_hop_counts
+from lightning_zerocopy.models.trim import batch_hop_counts, can_trim
 from lightning_zerocopy.step_logging import is_log_step
 
 __all__ = ["NodeClassifier"]
@@ -67,7 +66,7 @@ class NodeClassifier(pl.LightningModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        if trim and not _can_trim(net):
+        if trim and not can_trim(net):
             raise ValueError(
                 f"trim=True needs a net with an int `num_layers` whose forward takes `num_sampled_nodes_per_hop` and "
                 f"`num_sampled_edges_per_hop` (PyG's BasicGNN models do); {type(net).__name__} does not: set trim=False"
@@ -182,8 +181,3 @@ class NodeClassifier(pl.LightningModule):
             "lr_scheduler": {"scheduler": scheduler, "monitor": self.lr_scheduler_monitor},
         }
 
-
-def _can_trim(net: nn.Module) -> bool:
-    params = inspect.signature(net.forward).parameters
-    layers = getattr(net, "num_layers", None)
-    return isinstance(layers, int) and all(p in params for p in ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop"))

@@ -13,11 +13,13 @@ hops no layer can reach (more hops than layers) and pads hops that were not samp
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, NamedTuple, Optional, Sequence
 
 import torch
+from torch import nn
 
-__all__ = ["HopCounts", "batch_hop_counts", "counts_for_layers"]
+__all__ = ["HopCounts", "batch_hop_counts", "can_trim", "counts_for_layers"]
 
 
 class HopCounts(NamedTuple):
@@ -102,3 +104,11 @@ def batch_hop_counts(batch: Any, num_layers: int) -> Optional[HopCounts]:
     if nodes is None or edges is None:
         return None
     return counts_for_layers(batch.x, batch.edge_index, nodes, edges, num_layers)
+
+
+def can_trim(net: nn.Module) -> bool:
+    """Whether ``net`` takes per-hop counts: an int ``num_layers`` and a forward with ``num_sampled_nodes_per_hop``
+    and ``num_sampled_edges_per_hop`` (PyG's ``BasicGNN`` models)."""
+    params = inspect.signature(net.forward).parameters
+    layers = getattr(net, "num_layers", None)
+    return isinstance(layers, int) and all(p in params for p in ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import pytest
 import pytorch_lightning as pl
@@ -242,3 +243,30 @@ def test_two_ranks_log_job_wide_epoch_figures_without_sync_dist_warnings(tmp_pat
     assert epoch["data/step_ms_epoch"] == pytest.approx(interval / len(history), rel=1e-9)
     correct, labeled = sum(r["correct"] for r in ranks), sum(r["labeled"] for r in ranks)
     assert epoch["train_acc_epoch"] == pytest.approx(correct / labeled, rel=1e-12)
+
+
+def test_figures_never_make_lightning_infer_a_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Link batches as PyG's LinkNeighborLoader makes them have no ``batch_size``; Lightning would guess one from the
+    batch's tensors (and warn it is ambiguous) for a figure averaged over the epoch. The telemetry's step figures are
+    step-only and its epoch figures a ``max`` over ranks, so Lightning never has to guess, on any step."""
+    from pytorch_lightning.trainer.connectors.logger_connector import result
+
+    guesses: list[Any] = []
+    monkeypatch.setattr(result, "extract_batch_size", lambda batch: guesses.append(batch) or 1)
+
+    class _LinkBatches(_SlowLoader):
+        def __iter__(self):
+            for batch in super().__iter__():
+                del batch.batch_size
+                batch.edge_label_index = torch.randint(0, 64, (2, 32))
+                batch.input_id = torch.arange(16)
+                yield batch
+
+    telemetry = DataTelemetry(prog_bar=True)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, callbacks=[telemetry],
+                         log_every_n_steps=1)  # fmt: skip
+    trainer.fit(_BusyModel(), train_dataloaders=_LinkBatches(6, 0.0))
+    assert any(name.endswith("_epoch") for name in trainer.callback_metrics), trainer.callback_metrics
+    assert {"stall", "MEPS"} <= set(trainer.callback_metrics)
+    assert guesses == []

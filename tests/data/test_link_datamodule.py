@@ -193,3 +193,42 @@ def test_without_negative_sampling_batches_hold_the_positives_only() -> None:
         assert val.edge_label_index.shape[1] == 4 * val.batch_size
     finally:
         dm.teardown("fit")
+
+
+def _val_scores(dm: ZeroCopyLinkDataModule, model: torch.nn.Module) -> torch.Tensor:
+    """Rows (src, dst, query, score bits) of every val label edge, sorted: comparable across batchings."""
+    rows = []
+    dm.setup("validate")
+    try:
+        with torch.no_grad():
+            for batch in dm.val_dataloader():
+                scores = model._binary_scores(batch)[0]
+                src, dst = batch.n_id[batch.edge_label_index]
+                bits = scores.view(torch.int32).to(torch.int64)
+                rows.append(torch.stack([src, dst, batch.edge_label_query, bits], dim=1))
+    finally:
+        dm.teardown("validate")
+    out = torch.cat(rows)
+    for column in (3, 2, 1, 0):  # stable sorts: lexicographic by (src, dst, query, bits)
+        out = out[out[:, column].sort(stable=True).indices]
+    return out
+
+
+@pytest.mark.parametrize("eval_num_neighbors", [[5, 5], [4, 3, 2]])
+def test_val_scores_do_not_depend_on_the_eval_batch_size(eval_num_neighbors: list[int]) -> None:
+    """Validation samples every node keyed by node (as ZeroCopyDataModule does), and the fixed negatives are the
+    split's: each label edge's score is bitwise the same whether the val edges come 100 or 1000 at a time."""
+    from lightning_zerocopy.models import LinkPredictor
+
+    torch.manual_seed(0)
+    model = LinkPredictor(8, hidden_channels=16, num_layers=len(eval_num_neighbors)).eval()
+    results = [_val_scores(_datamodule(eval_num_neighbors=eval_num_neighbors, eval_batch_size=size), model)
+               for size in (100, 1000)]  # fmt: skip
+    assert results[0].shape[0] == 4 * TinyLinkGraph().load().split("val").num_positives
+    assert torch.equal(results[0], results[1])
+    dm = _datamodule(eval_num_neighbors=eval_num_neighbors)
+    dm.setup("fit")
+    try:
+        assert dm.plan("val").sampler_seed == "split" and dm.plan("train").sampler_seed == "batch"
+    finally:
+        dm.teardown("fit")

@@ -180,3 +180,18 @@ def test_built_batches_hold_the_positives_and_negatives_by_global_id():
         builder.close()
     finally:
         dm.teardown("fit")
+
+
+def test_split_sampler_seed_keys_the_sample_not_the_random_negatives():
+    """``sampler_seed="split"`` (evaluation): one sampler seed for every batch; random negatives still per batch,
+    the same ones ``"batch"`` draws."""
+    pos, negs = _edges(400), _negatives()
+    per_batch = LinkBatchPlan(pos, 32, num_nodes=50, negatives=negs, seed=11)
+    per_split = LinkBatchPlan(pos, 32, num_nodes=50, negatives=negs, seed=11, sampler_seed="split")
+    assert per_split.sampler_seed == "split" and per_batch.sampler_seed == "batch"
+    items = [per_split.item(epoch, step) for epoch, step in ((0, 0), (0, 1), (2, 3))]
+    assert len({item.batch_seed for item in items}) == 1
+    for (epoch, step), item in zip(((0, 0), (0, 1), (2, 3)), items):
+        reference = per_batch.item(epoch, step)
+        assert torch.equal(item.seed_ids, reference.seed_ids)
+        assert all(torch.equal(item.link_fields[k], reference.link_fields[k]) for k in item.link_fields)

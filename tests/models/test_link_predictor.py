@@ -9,10 +9,13 @@ from types import SimpleNamespace
 import pytest
 import pytorch_lightning as pl
 import torch
+from link_helpers import TinyLinkGraph
 from torch_geometric.data import Data
+from torch_geometric.nn import SAGEConv
 
+from lightning_zerocopy import ZeroCopyLinkDataModule
 from lightning_zerocopy.models import LinkMetrics, LinkPredictor, PoolHitsAtK
-from lightning_zerocopy.models.link_predictor import num_positives
+from lightning_zerocopy.models.link_predictor import batch_mode, num_positives
 from link_batches import eval_batches, link_batch, planted_graph, random_negatives, train_batches
 
 
@@ -160,3 +163,48 @@ def test_pool_hits_at_k_the_ogb_way() -> None:
     few = PoolHitsAtK(5)
     few.update(torch.tensor([0.1, 0.9]), torch.tensor([True, False]))
     assert float(few.compute()) == 1.0  # fewer negatives than K: every positive is a hit (as OGB's evaluator)
+
+
+def _scores(model: LinkPredictor, batch: Data) -> torch.Tensor:
+    if batch_mode(batch) == "triplet":
+        pos, neg = model._triplet_scores(batch)
+        return torch.cat([pos, neg.flatten()])
+    return model._binary_scores(batch)[0]
+
+
+@pytest.mark.parametrize("neg_sampling,loss", [("binary", "bce"), ("triplet", "bpr")])
+@pytest.mark.parametrize("eval_num_neighbors", [[5, 5], [4, 3, 2], [6]])
+def test_trimmed_scores_equal_untrimmed_on_link_datamodule_batches(neg_sampling, loss, eval_num_neighbors) -> None:
+    """The label edges' endpoints are the seed rows, so trimming each layer to the hops it needs changes no score;
+    more hops than layers ([4, 3, 2]) are cut, fewer ([6]) padded. ``trim=False`` runs every layer on every row."""
+    torch.manual_seed(0)
+    dm = ZeroCopyLinkDataModule(TinyLinkGraph(), num_neighbors=[5, 5], batch_size=64, neg_sampling=neg_sampling,
+                                eval_num_neighbors=eval_num_neighbors)  # fmt: skip
+    trimmed = LinkPredictor(8, hidden_channels=16, loss=loss).eval()
+    untrimmed = LinkPredictor(8, hidden_channels=16, loss=loss, trim=False).eval()
+    untrimmed.load_state_dict(trimmed.state_dict())
+    dm.setup("fit")
+    try:
+        train, val = next(iter(dm.train_dataloader())), next(iter(dm.val_dataloader()))
+        with torch.no_grad():
+            for batch in (train, val):
+                torch.testing.assert_close(_scores(trimmed, batch), _scores(untrimmed, batch))
+            # the switch: trimmed, the last layer computes only the seeds and their first hop
+            assert trimmed.embed(train).size(0) == sum(train.num_sampled_nodes[:2]) < train.x.size(0)
+            assert untrimmed.embed(train).size(0) == train.x.size(0)
+            # PyG-style batches without per-hop counts run untrimmed
+            del val.num_sampled_nodes, val.num_sampled_edges
+            assert trimmed.embed(val).size(0) == val.x.size(0)
+            torch.testing.assert_close(_scores(trimmed, val), _scores(untrimmed, val))
+    finally:
+        dm.teardown("fit")
+
+
+def test_trim_needs_an_encoder_that_takes_hop_counts() -> None:
+    conv = SAGEConv(8, 8)
+    with pytest.raises(ValueError, match="model.trim"):
+        LinkPredictor(8, hidden_channels=8, encoder=conv)
+    model = LinkPredictor(8, hidden_channels=8, encoder=conv, trim=False)
+    g = planted_graph()
+    batch = train_batches(g, 1, 8, "binary")[0]
+    assert model._binary_scores(batch)[0].shape == (16,)
