@@ -18,10 +18,16 @@
 #                                 replicate, clique, auto x budgets 10 % / 30 %: epoch time, speed-up, hit rates,
 #                                 local/peer/host rows, host PSS per rank, `nvidia-smi topo -m` (not in the default
 #                                 list: GPU_CHECK_STAGES=build,scaling on a multi-GPU machine)
+#                       step      benchmarks/step.py (ms per training step on pre-staged batches: plain loop, bare
+#                                 module, ours, telemetry, bf16, trimmed, compiled; issue 20's graph)
+#                       e2e       benchmarks/e2e.py --preset issue20 (end to end vs model-only vs PyG, both models)
+#                       link      benchmarks/link.py --preset gpu (link prediction vs PyG's LinkNeighborLoader)
+#   GPU_CHECK_TEST_PATHS  what the tests stage runs (default: tests)
 #   GPU_CHECK_COMMIT  the commit being checked (the device copy of the tree may have no .git)
 #   GPU_CHECK_TEST_WORKERS  pytest-xdist workers for the tests (default 0 = one process)
 #   OUT               where logs and gpu_results.json go (default: results/gpu_check)
 #   GPU_CHECK_GATHER_ARGS / GPU_CHECK_SAMPLING_ARGS / GPU_CHECK_PIPELINE_ARGS / GPU_CHECK_SCALING_ARGS /
+#   GPU_CHECK_STEP_ARGS / GPU_CHECK_E2E_ARGS / GPU_CHECK_LINK_ARGS /
 #   GPU_CHECK_PYTEST_ARGS
 #                     override each stage's arguments
 #   GPU_CHECK_EXTRA_STAGE_<NAME>  a shell command run as stage NAME (e.g. a pipeline benchmark appended later);
@@ -112,7 +118,8 @@ if want tests; then
     xdist="-n $GPU_CHECK_TEST_WORKERS --dist loadfile"
   fi
   # shellcheck disable=SC2086
-  REQUIRE_CUDA=1 timeout "${GPU_CHECK_TEST_TIMEOUT:-420}" python3 -m pytest -q -rfE tests -p no:cacheprovider $xdist \
+  # shellcheck disable=SC2086
+  REQUIRE_CUDA=1 timeout "${GPU_CHECK_TEST_TIMEOUT:-420}" python3 -m pytest -q -rfE ${GPU_CHECK_TEST_PATHS:-tests} -p no:cacheprovider $xdist \
     --junitxml="$OUT/junit.xml" ${GPU_CHECK_PYTEST_ARGS:-} >"$OUT/tests.log" 2>&1
   rc=$?
   record tests $rc $((SECONDS - start))
@@ -131,6 +138,30 @@ if want gather; then
   rc=$?
   record gather $rc $((SECONDS - start))
   tail -12 "$OUT/bench.log"
+fi
+
+# step, e2e and link: each writes a folder (results.json, report.md, plots, logs), which comes back as $OUT/<stage>.tgz
+# (with the stage's log); its results.json is merged into gpu_results.json
+bench_stage() {  # name, timeout, module, args
+  local name=$1 limit=$2 module=$3 args=$4 start=$SECONDS dir=/tmp/gpu_check_bench/$1
+  echo "== $name: python3 -m $module $args"
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086
+  timeout -s TERM "$limit" python3 -m "$module" $args --commit "$commit" --out "$dir" >"$dir/$name.log" 2>&1
+  local rc=$?
+  record "$name" $rc $((SECONDS - start))
+  tail -4 "$dir/$name.log"
+  [ -f "$dir/results.json" ] && cp "$dir/results.json" "$OUT/$name.json"
+  tar czf "$OUT/$name.tgz" -C /tmp/gpu_check_bench "$name"
+}
+if want step; then
+  bench_stage step "${GPU_CHECK_STEP_TIMEOUT:-400}" benchmarks.step "${GPU_CHECK_STEP_ARGS:-}"
+fi
+if want e2e; then
+  bench_stage e2e "${GPU_CHECK_E2E_TIMEOUT:-480}" benchmarks.e2e "${GPU_CHECK_E2E_ARGS:---preset issue20} ${pyg_site:+--pyg-site $pyg_site}"
+fi
+if want link; then
+  bench_stage link "${GPU_CHECK_LINK_TIMEOUT:-420}" benchmarks.link "${GPU_CHECK_LINK_ARGS:---preset gpu} ${pyg_site:+--pyg-site $pyg_site}"
 fi
 
 if want sampling; then
@@ -225,6 +256,7 @@ with open(os.path.join(out, "gpu_results.json"), "w") as f:
     json.dump(res, f, indent=2)
 print(json.dumps({"commit": res["commit"], "gpu": res.get("gpu"), "stages": res["stages"], "tests": res["tests"]}, indent=1))
 EOF
+for name in step e2e link; do [ -f "$OUT/$name.tgz" ] && rm -f "$OUT/$name.json"; done  # in gpu_results.json and the .tgz
 rm -f "$OUT/stages.tsv"  # merged into gpu_results.json (keeps $OUT within the 8 files that come back)
 # The device tool returns at most 8 files: junit.xml (summarised in gpu_results.json) goes first if needed.
 [ "$(ls -1 "$OUT" | wc -l)" -gt 8 ] && rm -f "$OUT/junit.xml"

@@ -58,7 +58,8 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         num_threads: threads of the sampling kernel; default: ``torch.get_num_threads()``.
         seed: base seed of the shuffles, of every batch's sampler seed and of its negatives.
         predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives).
-        feature_storage, sampler_placement, gather, gather_mode, hot_rows, node_order: the data path, exactly as
+        feature_storage, sampler_placement, gather, gather_mode, hot_rows, node_order, check_features: the data path
+            and the NaN/inf feature scan, exactly as
             :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them.
 
     Raises:
@@ -86,6 +87,7 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         gather_mode: GatherMode = "auto",
         hot_rows: int = 0,
         node_order: NodeOrderKind = "none",
+        check_features: bool = True,
     ) -> None:
         if not isinstance(dataset, LinkDataset):
             raise TypeError(
@@ -103,13 +105,15 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
             eval_batch_size=eval_batch_size, replace=replace, shuffle=shuffle, drop_last=drop_last,
             num_threads=num_threads, seed=seed, predict_split=predict_split, feature_storage=feature_storage,
             sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, hot_rows=hot_rows,
-            node_order=node_order,
+            node_order=node_order, check_features=check_features,
         )  # fmt: skip
         self.num_neighbors = list(num_neighbors)
         self.eval_num_neighbors = list(eval_num_neighbors) if eval_num_neighbors is not None else self.num_neighbors
         self.neg_sampling = neg_sampling
         self.neg_sampling_ratio = float(neg_sampling_ratio)
-        self._host_copy = LinkHostCopyBuilder(dataset, feature_storage, node_order, _KEY + "dataset")
+        self._host_copy = LinkHostCopyBuilder(
+            dataset, feature_storage, node_order, _KEY + "dataset", check_features, _KEY + "check_features: false"
+        )
         self._link_splits: dict[str, LinkSplit] = {}
         self._negatives: Optional[NegativeDraws] = None
 

@@ -75,6 +75,8 @@ class _Broken(TinyLinkGraph):
         train = data.splits["train"]
         if self.fault == "out_of_range":
             train.pos_edge_index[1, 5] = data.num_nodes + 3
+        elif self.fault == "nan_feature":
+            data.x[7, 2] = float("nan")
         elif self.fault == "empty":
             data.splits["val"].pos_edge_index = torch.empty(2, 0, dtype=torch.int64)
             data.splits["val"].neg_edge_index = torch.empty(2, 0, dtype=torch.int64)
@@ -87,6 +89,7 @@ class _Broken(TinyLinkGraph):
         (_Broken("out_of_range"), {}, r"data\.init_args\.dataset \(_Broken\).*train.*node id 403"),
         (_Broken("empty"), {}, r"data\.init_args\.dataset \(_Broken\).*val.*no positive edge"),
         (TinyLinkGraph(with_labels=True), {"neg_sampling": "triplet"}, "edge_label is given, but triplet"),
+        (_Broken("nan_feature"), {}, r"nan at node 7, column 2.*data\.init_args\.check_features: false"),
     ],
 )
 def test_setup_rejects_bad_splits_naming_them_and_keeps_nothing(dataset, kwargs, match) -> None:
@@ -112,6 +115,15 @@ def test_setup_rejects_bad_splits_naming_them_and_keeps_nothing(dataset, kwargs,
 def test_bad_arguments_fail_at_init_naming_the_key(kwargs, match) -> None:
     with pytest.raises((ValueError, TypeError), match=match):
         _datamodule(**kwargs)
+
+
+def test_a_nan_feature_passes_when_the_scan_is_turned_off() -> None:
+    dm = _datamodule(dataset=_Broken("nan_feature"), check_features=False)
+    dm.setup("fit")
+    try:
+        assert dm.plan("train") is not None
+    finally:
+        dm.teardown("fit")
 
 
 def test_a_node_dataset_is_refused_with_the_class_to_use(tmp_path: Path) -> None:
