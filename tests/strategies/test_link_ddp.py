@@ -39,7 +39,7 @@ def test_two_ranks_split_the_supervision_edges_and_share_one_host_copy(tmp_path:
     assert len(shares[0]) == len(shares[1]) > 0 and not set(shares[0]) & set(shares[1])  # disjoint, equal
     assert len(set(shares[0]) | set(shares[1])) > reports[0]["num_train_edges"] - 2 * 64  # drop_last: < a batch each
     assert all(r["cache_rows"] > 0 for r in reports)  # the strategy planned a cache from the link plan
-    assert "data/stall_frac" in reports[0]["logged"]
+    assert "data/stall_frac_epoch" in reports[0]["logged"]  # telemetry reached the logger (epoch figures)
     p = np.load(tmp_path / "predictions.npz")  # rank 0 merged both shares
     assert {"src", "dst", "score", "label", "query"} <= set(p.files) and len(p["src"]) > 0
     assert not list(tmp_path.glob("predictions.rank*.npz"))
