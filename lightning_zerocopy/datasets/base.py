@@ -240,11 +240,17 @@ class ArrayCache:
         return self.file(name).is_file()
 
 
-class CachedNodeDataset(NodeDataset):
-    """A :class:`NodeDataset` built once into an :class:`ArrayCache` and memory-mapped from it afterwards.
+def keyed_cache(root: Optional[str | Path], name: str, config: dict[str, Any]) -> ArrayCache:
+    """The :class:`ArrayCache` ``<root>/<name>-<config_key(config)>`` (``root`` ``None``: :func:`default_cache_root`)."""
+    base = Path(root).expanduser() if root is not None else default_cache_root()
+    return ArrayCache(base / f"{name}-{config_key(config)}")
 
-    Subclasses set ``self.cache`` in ``__init__`` and implement :meth:`_write`, which writes the standard
-    array names (see :func:`node_data_from_cache`) into a directory and returns the cache's metadata.
+
+class BuiltIntoCache(ABC):
+    """A dataset built once into an :class:`ArrayCache` (``self.cache``, set in ``__init__``) by :meth:`_write`.
+
+    The shared half of :class:`CachedNodeDataset` and
+    :class:`~lightning_zerocopy.datasets.links.CachedLinkDataset`; each adds ``load``.
     """
 
     cache: ArrayCache
@@ -255,6 +261,14 @@ class CachedNodeDataset(NodeDataset):
 
     def prepare(self) -> None:
         self.cache.build(self._write)
+
+
+class CachedNodeDataset(BuiltIntoCache, NodeDataset):
+    """A :class:`NodeDataset` built once into an :class:`ArrayCache` and memory-mapped from it afterwards.
+
+    Subclasses set ``self.cache`` in ``__init__`` and implement :meth:`_write`, which writes the standard
+    array names (see :func:`node_data_from_cache`) into a directory and returns the cache's metadata.
+    """
 
     def load(self) -> NodeData:
         self.prepare()
