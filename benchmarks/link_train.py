@@ -74,10 +74,16 @@ def run_row(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         return {**base, "status": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
 
 
+def build_dataset(kwargs: dict[str, Any]) -> Any:
+    """The ``SyntheticLinkGraph`` of ``benchmarks.link.dataset_kwargs`` (the same in every row: one cache)."""
+    from lightning_zerocopy.datasets import SyntheticGraph, SyntheticLinkGraph
+
+    return SyntheticLinkGraph(SyntheticGraph(**kwargs["graph"]), **kwargs["link"])
+
+
 def _run(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     import pytorch_lightning as pl
 
-    from benchmarks.link import build_dataset
     from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
     from lightning_zerocopy.models import LinkPredictor
 
