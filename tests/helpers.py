@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 import torch
+from pytorch_lightning.callbacks import Callback
 
 if TYPE_CHECKING:
     from lightning_zerocopy.datasets.base import NodeData
@@ -107,3 +108,27 @@ def fake_torch_sparse_sampler() -> None:
 
     lib.impl("neighbor_sample", neighbor_sample, "CPU")
     _TORCH_SPARSE_SHIM.append(lib)
+
+
+class RecordBatches(Callback):
+    """Keeps a clone of ``fields`` (those a batch has) of every training batch and of every validation batch after the
+    sanity check, keyed by ``(epoch, batch_idx)``, and every training loss."""
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.fields = fields
+        self.train: dict[tuple[int, int], dict] = {}
+        self.val: dict[tuple[int, int], dict] = {}
+        self.losses: list[float] = []
+
+    def _freeze(self, batch) -> dict:
+        return {k: (batch[k].detach().clone() if isinstance(batch[k], torch.Tensor) else batch[k]) for k in self.fields if k in batch}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.train[(trainer.current_epoch, batch_idx)] = self._freeze(batch)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        if not trainer.sanity_checking:
+            self.val[(trainer.current_epoch, batch_idx)] = self._freeze(batch)
