@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import mmap
+import pathlib
 import subprocess
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from pytorch_lightning.callbacks import Callback
@@ -132,3 +134,12 @@ class RecordBatches(Callback):
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
         if not trainer.sanity_checking:
             self.val[(trainer.current_epoch, batch_idx)] = self._freeze(batch)
+
+
+def load_test_module(beside: str, name: str) -> Any:
+    """The test module ``<name>.py`` in the folder of the file ``beside`` (a test's ``__file__``), loaded afresh
+    under its own name, so one test file can reuse another's helpers without packages under ``tests/``."""
+    spec = importlib.util.spec_from_file_location(f"_{name}", pathlib.Path(beside).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
