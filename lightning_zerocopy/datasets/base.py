@@ -66,8 +66,28 @@ def default_cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "lightning_zerocopy")).expanduser()
 
 
+class GraphSizes:
+    """``num_nodes``, ``num_edges`` and ``num_features`` of a graph's ``x`` and ``edge_index`` (the shared part of
+    :class:`NodeData` and :class:`~lightning_zerocopy.datasets.links.LinkData`)."""
+
+    x: torch.Tensor
+    edge_index: torch.Tensor
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+
 @dataclass
-class NodeData:
+class NodeData(GraphSizes):
     """A homogeneous graph for node classification, held on the host.
 
     Attributes:
@@ -108,18 +128,6 @@ class NodeData:
             idx = getattr(self, name)
             if idx.dim() != 1 or idx.dtype != torch.int64:
                 raise ValueError(f"{name} must be a 1-D int64 tensor of node ids, got {idx.dtype} {tuple(idx.shape)}")
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.x.shape[0])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.edge_index.shape[1])
-
-    @property
-    def num_features(self) -> int:
-        return int(self.x.shape[1])
 
     def split(self, name: str) -> torch.Tensor:
         """Node ids of split ``name``: ``"train"``, ``"val"`` or ``"test"``."""

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import torch
 
-from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache
+from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, GraphSizes
 from lightning_zerocopy.graph.shared_memory import save_npy
 
 __all__ = ["LINK_SPLITS", "CachedLinkDataset", "LinkData", "LinkDataset", "LinkSplit", "link_data_from_cache", "save_link_split"]
@@ -76,7 +76,7 @@ class LinkSplit:
 
 
 @dataclass
-class LinkData:
+class LinkData(GraphSizes):
     """A homogeneous graph for link prediction, held on the host.
 
     Attributes:
@@ -104,18 +104,6 @@ class LinkData:
             raise ValueError(
                 f"edge_attr has {self.edge_attr.shape[0]} rows but edge_index has {self.edge_index.shape[1]} edges"
             )
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.x.shape[0])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.edge_index.shape[1])
-
-    @property
-    def num_features(self) -> int:
-        return int(self.x.shape[1])
 
     def split(self, name: str) -> LinkSplit:
         """The supervision edges of split ``name``."""
