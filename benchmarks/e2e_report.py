@@ -6,11 +6,11 @@ written and the plots are skipped with a note saying how to render them.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Optional
 
 from benchmarks.e2e_results import PLOTS, finished, models_in, runs_by_row, target_acc, time_to_target
+from benchmarks.results import read_results
 
 __all__ = ["PLOTS", "aims", "one_line", "render", "target_acc", "time_to_target"]
 
@@ -206,11 +206,7 @@ def render(out_dir: str) -> list[str]:
     Raises:
         FileNotFoundError: no ``results.json`` in ``out_dir``.
     """
-    path = os.path.join(out_dir, "results.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"--report-only {out_dir}: no results.json there")
-    with open(path) as f:
-        results = json.load(f)
+    results = read_results(out_dir)
     try:
         from benchmarks.e2e_plots import write_plots
     except ImportError as exc:  # matplotlib missing

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from benchmarks.rows import pick_rows
+
 __all__ = ["MODELS", "PRECISIONS", "PRESETS", "ROWS", "ModelSpec", "Preset", "Row", "resolve_precision", "select_rows"]
 
 
@@ -176,15 +178,5 @@ def resolve_precision(precision: str, cuda: bool) -> str:
 
 
 def select_rows(configs: str) -> list[Row]:
-    """The rows named in a comma-separated list (``all`` = every row), in the order given.
-
-    Raises:
-        ValueError: an unknown name (the message lists the known ones).
-    """
-    names = [c.strip() for c in configs.split(",") if c.strip()]
-    if names == ["all"]:
-        return list(ROWS.values())
-    unknown = [n for n in names if n not in ROWS]
-    if unknown:
-        raise ValueError(f"--configs: unknown row(s) {unknown}; known rows: {', '.join(ROWS)}")
-    return [ROWS[n] for n in names]
+    """The rows named in a comma-separated list (``all`` = every row), in the order given (see :func:`pick_rows`)."""
+    return pick_rows(configs, ROWS, "--configs")

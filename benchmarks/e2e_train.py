@@ -166,8 +166,12 @@ def _strategy(row: Row, args: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- PyG and model-only
-def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, args: Any, device: torch.device) -> dict:
-    """PyG's NeighborLoader as users run it, on the plan's seed order; worker count: best of a short sweep."""
+def pyg_sampling_backends(loader: str) -> list[str]:
+    """The neighbor-sampling backends PyG's ``loader`` can use here (``pyg_lib``, ``torch_sparse``).
+
+    Raises:
+        RowUnavailable: neither imports (a broken wheel counts as missing).
+    """
     import importlib
 
     backends = []
@@ -178,8 +182,14 @@ def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, ar
         except Exception:  # noqa: BLE001 - a broken wheel is as unavailable as a missing one
             pass
     if not backends:
-        raise RowUnavailable("PyG's NeighborLoader needs pyg-lib or torch-sparse; neither imports here "
+        raise RowUnavailable(f"PyG's {loader} needs pyg-lib or torch-sparse; neither imports here "
                              "(on the GPU box: unpack .pyg/*.tgz and pass --pyg-site DIR)")  # fmt: skip
+    return backends
+
+
+def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, args: Any, device: torch.device) -> dict:
+    """PyG's NeighborLoader as users run it, on the plan's seed order; worker count: best of a short sweep."""
+    backends = pyg_sampling_backends("NeighborLoader")
     import pytorch_lightning as pl
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader

@@ -38,6 +38,7 @@ from benchmarks.e2e import _mps_prefix, _precheck  # noqa: E402
 from benchmarks.e2e_meta import machine_info  # noqa: E402
 from benchmarks.e2e_rows import Row  # noqa: E402
 from benchmarks.results import write_json  # noqa: E402
+from benchmarks.rows import pick_rows  # noqa: E402
 from benchmarks.sessions import forward_stop_signals, run_script  # noqa: E402
 
 _CPU = {"sampler_placement": "cpu", "gather": "cpu"}
@@ -159,18 +160,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 
 def select_rows(configs: str) -> list[Row]:
-    """The rows named in a comma-separated list (``all``: every row), in the order given.
-
-    Raises:
-        ValueError: an unknown name (the message lists the known ones).
-    """
-    names = [c.strip() for c in configs.split(",") if c.strip()]
-    if names == ["all"]:
-        return list(ROWS.values())
-    unknown = [n for n in names if n not in ROWS]
-    if unknown:
-        raise ValueError(f"--configs: unknown row(s) {unknown}; known rows: {', '.join(ROWS)}")
-    return [ROWS[n] for n in names]
+    """The rows named in a comma-separated list (``all``: every row), in the order given (see :func:`pick_rows`)."""
+    return pick_rows(configs, ROWS, "--configs")
 
 
 def dataset_kwargs(args: argparse.Namespace, device: str) -> dict[str, Any]:
@@ -182,13 +173,9 @@ def dataset_kwargs(args: argparse.Namespace, device: str) -> dict[str, Any]:
                                          neg_per_positive=args.neg_per_positive, seed=args.seed)}  # fmt: skip
 
 
-def build_dataset(kwargs: dict[str, Any]) -> Any:
-    from lightning_zerocopy.datasets import SyntheticGraph, SyntheticLinkGraph
-
-    return SyntheticLinkGraph(SyntheticGraph(**kwargs["graph"]), **kwargs["link"])
-
-
 def _prepare(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.link_train import build_dataset
+
     kwargs = dataset_kwargs(args, args.gen_device)
     dataset = build_dataset(kwargs)
     t0 = time.perf_counter()

@@ -6,11 +6,11 @@ and says how to render the plot.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Optional
 
 from benchmarks.e2e_report import _fmt, _pct, time_to_target
+from benchmarks.results import read_results
 
 __all__ = ["one_line", "render", "target_auroc"]
 
@@ -157,11 +157,7 @@ def render(out_dir: str) -> list[str]:
     Raises:
         FileNotFoundError: no ``results.json`` in ``out_dir``.
     """
-    path = os.path.join(out_dir, "results.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"--report-only {out_dir}: no results.json there")
-    with open(path) as f:
-        results = json.load(f)
+    results = read_results(out_dir)
     try:
         plots, note = [write_plot(results, out_dir)], ""
     except ImportError as exc:  # matplotlib missing

@@ -22,7 +22,7 @@ from pytorch_lightning.callbacks import Callback
 
 from benchmarks.e2e_measure import TrainClock, summarize
 from benchmarks.e2e_rows import Row
-from benchmarks.e2e_train import RowUnavailable, _device_name, _loader_rate, _sync
+from benchmarks.e2e_train import RowUnavailable, _device_name, _loader_rate, _sync, pyg_sampling_backends
 from lightning_zerocopy.models.link_predictor import num_positives
 
 __all__ = ["LinkBatchCheck", "run_row"]
@@ -74,10 +74,16 @@ def run_row(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         return {**base, "status": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
 
 
+def build_dataset(kwargs: dict[str, Any]) -> Any:
+    """The ``SyntheticLinkGraph`` of ``benchmarks.link.dataset_kwargs`` (the same in every row: one cache)."""
+    from lightning_zerocopy.datasets import SyntheticGraph, SyntheticLinkGraph
+
+    return SyntheticLinkGraph(SyntheticGraph(**kwargs["graph"]), **kwargs["link"])
+
+
 def _run(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     import pytorch_lightning as pl
 
-    from benchmarks.link import build_dataset
     from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
     from lightning_zerocopy.models import LinkPredictor
 
@@ -154,20 +160,9 @@ def _eval_edges(split: Any, positives: int) -> tuple[torch.Tensor, torch.Tensor]
 
 def _fit_pyg(trainer: Any, model: Any, data: Any, args: Any, device: torch.device) -> dict[str, Any]:
     """PyG's LinkNeighborLoader as users run it; worker count: the best of a short sweep."""
-    import importlib
-
     import pytorch_lightning as pl
 
-    backends = []
-    for name in ("pyg_lib", "torch_sparse"):
-        try:
-            importlib.import_module(name)
-            backends.append(name)
-        except Exception:  # noqa: BLE001 - a broken wheel is as unavailable as a missing one
-            pass
-    if not backends:
-        raise RowUnavailable("PyG's LinkNeighborLoader needs pyg-lib or torch-sparse; neither imports here "
-                             "(on the GPU box: unpack .pyg/*.tgz and pass --pyg-site DIR)")  # fmt: skip
+    backends = pyg_sampling_backends("LinkNeighborLoader")
     from torch_geometric.data import Data
     from torch_geometric.loader import LinkNeighborLoader
     from torch_geometric.sampler import NegativeSampling, NeighborSampler

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from pytorch_lightning.callbacks import Callback
 
+from benchmarks.rows import pick_rows
+
 __all__ = ["ROWS", "BareModule", "RowSpec", "StepTimer", "plain_loop", "select"]
 
 
@@ -65,18 +67,8 @@ ROWS: dict[str, RowSpec] = {row.name: row for row in _ROW_LIST}
 
 
 def select(names: str) -> list[RowSpec]:
-    """The rows of a comma-separated list (``all``: every row), in the order given.
-
-    Raises:
-        ValueError: an unknown name (the message lists the known ones).
-    """
-    picked = [n.strip() for n in names.split(",") if n.strip()]
-    if picked == ["all"]:
-        return list(ROWS.values())
-    unknown = [n for n in picked if n not in ROWS]
-    if unknown or not picked:
-        raise ValueError(f"--rows: unknown row(s) {unknown or names!r}; known rows: {', '.join(ROWS)} (or 'all')")
-    return [ROWS[n] for n in picked]
+    """The rows of a comma-separated list (``all``: every row), in the order given (see :func:`pick_rows`)."""
+    return pick_rows(names, ROWS, "--rows")
 
 
 def hop_kwargs(batch: Any, trim: bool) -> dict[str, Any]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import mmap
+import pathlib
 import subprocess
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
+from pytorch_lightning.callbacks import Callback
 
 if TYPE_CHECKING:
     from lightning_zerocopy.datasets.base import NodeData
@@ -107,3 +110,36 @@ def fake_torch_sparse_sampler() -> None:
 
     lib.impl("neighbor_sample", neighbor_sample, "CPU")
     _TORCH_SPARSE_SHIM.append(lib)
+
+
+class RecordBatches(Callback):
+    """Keeps a clone of ``fields`` (those a batch has) of every training batch and of every validation batch after the
+    sanity check, keyed by ``(epoch, batch_idx)``, and every training loss."""
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.fields = fields
+        self.train: dict[tuple[int, int], dict] = {}
+        self.val: dict[tuple[int, int], dict] = {}
+        self.losses: list[float] = []
+
+    def _freeze(self, batch) -> dict:
+        return {k: (batch[k].detach().clone() if isinstance(batch[k], torch.Tensor) else batch[k]) for k in self.fields if k in batch}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.train[(trainer.current_epoch, batch_idx)] = self._freeze(batch)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        if not trainer.sanity_checking:
+            self.val[(trainer.current_epoch, batch_idx)] = self._freeze(batch)
+
+
+def load_test_module(beside: str, name: str) -> Any:
+    """The test module ``<name>.py`` in the folder of the file ``beside`` (a test's ``__file__``), loaded afresh
+    under its own name, so one test file can reuse another's helpers without packages under ``tests/``."""
+    spec = importlib.util.spec_from_file_location(f"_{name}", pathlib.Path(beside).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

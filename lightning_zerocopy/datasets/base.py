@@ -66,8 +66,28 @@ def default_cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "lightning_zerocopy")).expanduser()
 
 
+class GraphSizes:
+    """``num_nodes``, ``num_edges`` and ``num_features`` of a graph's ``x`` and ``edge_index`` (the shared part of
+    :class:`NodeData` and :class:`~lightning_zerocopy.datasets.links.LinkData`)."""
+
+    x: torch.Tensor
+    edge_index: torch.Tensor
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+
 @dataclass
-class NodeData:
+class NodeData(GraphSizes):
     """A homogeneous graph for node classification, held on the host.
 
     Attributes:
@@ -108,18 +128,6 @@ class NodeData:
             idx = getattr(self, name)
             if idx.dim() != 1 or idx.dtype != torch.int64:
                 raise ValueError(f"{name} must be a 1-D int64 tensor of node ids, got {idx.dtype} {tuple(idx.shape)}")
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.x.shape[0])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.edge_index.shape[1])
-
-    @property
-    def num_features(self) -> int:
-        return int(self.x.shape[1])
 
     def split(self, name: str) -> torch.Tensor:
         """Node ids of split ``name``: ``"train"``, ``"val"`` or ``"test"``."""
@@ -240,11 +248,17 @@ class ArrayCache:
         return self.file(name).is_file()
 
 
-class CachedNodeDataset(NodeDataset):
-    """A :class:`NodeDataset` built once into an :class:`ArrayCache` and memory-mapped from it afterwards.
+def keyed_cache(root: Optional[str | Path], name: str, config: dict[str, Any]) -> ArrayCache:
+    """The :class:`ArrayCache` ``<root>/<name>-<config_key(config)>`` (``root`` ``None``: :func:`default_cache_root`)."""
+    base = Path(root).expanduser() if root is not None else default_cache_root()
+    return ArrayCache(base / f"{name}-{config_key(config)}")
 
-    Subclasses set ``self.cache`` in ``__init__`` and implement :meth:`_write`, which writes the standard
-    array names (see :func:`node_data_from_cache`) into a directory and returns the cache's metadata.
+
+class BuiltIntoCache(ABC):
+    """A dataset built once into an :class:`ArrayCache` (``self.cache``, set in ``__init__``) by :meth:`_write`.
+
+    The shared half of :class:`CachedNodeDataset` and
+    :class:`~lightning_zerocopy.datasets.links.CachedLinkDataset`; each adds ``load``.
     """
 
     cache: ArrayCache
@@ -255,6 +269,14 @@ class CachedNodeDataset(NodeDataset):
 
     def prepare(self) -> None:
         self.cache.build(self._write)
+
+
+class CachedNodeDataset(BuiltIntoCache, NodeDataset):
+    """A :class:`NodeDataset` built once into an :class:`ArrayCache` and memory-mapped from it afterwards.
+
+    Subclasses set ``self.cache`` in ``__init__`` and implement :meth:`_write`, which writes the standard
+    array names (see :func:`node_data_from_cache`) into a directory and returns the cache's metadata.
+    """
 
     def load(self) -> NodeData:
         self.prepare()

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import torch
 
-from lightning_zerocopy.datasets.base import ArrayCache
+from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, GraphSizes
 from lightning_zerocopy.graph.shared_memory import save_npy
 
 __all__ = ["LINK_SPLITS", "CachedLinkDataset", "LinkData", "LinkDataset", "LinkSplit", "link_data_from_cache", "save_link_split"]
@@ -76,7 +76,7 @@ class LinkSplit:
 
 
 @dataclass
-class LinkData:
+class LinkData(GraphSizes):
     """A homogeneous graph for link prediction, held on the host.
 
     Attributes:
@@ -105,18 +105,6 @@ class LinkData:
                 f"edge_attr has {self.edge_attr.shape[0]} rows but edge_index has {self.edge_index.shape[1]} edges"
             )
 
-    @property
-    def num_nodes(self) -> int:
-        return int(self.x.shape[0])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.edge_index.shape[1])
-
-    @property
-    def num_features(self) -> int:
-        return int(self.x.shape[1])
-
     def split(self, name: str) -> LinkSplit:
         """The supervision edges of split ``name``."""
         if name not in self.splits:
@@ -144,7 +132,7 @@ class LinkDataset(ABC):
         """Return the dataset's arrays (memory-mapped where large), preparing them first if needed."""
 
 
-class CachedLinkDataset(LinkDataset):
+class CachedLinkDataset(BuiltIntoCache, LinkDataset):
     """A :class:`LinkDataset` built once into an :class:`~lightning_zerocopy.datasets.base.ArrayCache` and
     memory-mapped from it afterwards.
 
@@ -152,15 +140,6 @@ class CachedLinkDataset(LinkDataset):
     ``x.npy`` (optional ``edge_attr.npy``) and each split with :func:`save_link_split`, and returns the metadata,
     including ``splits`` (what :func:`save_link_split` returned, by split name).
     """
-
-    cache: ArrayCache
-
-    @abstractmethod
-    def _write(self, out: Path) -> dict[str, Any]:
-        """Write the dataset's ``.npy`` arrays into ``out``; return the metadata stored with them."""
-
-    def prepare(self) -> None:
-        self.cache.build(self._write)
 
     def load(self) -> LinkData:
         self.prepare()

@@ -30,22 +30,14 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from lightning_zerocopy.datasets.base import (
-    ArrayCache,
-    CachedNodeDataset,
-    DatasetFileError,
-    config_key,
-    default_cache_root,
-)
-from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, first_row_width, read_csv_matrix  # noqa: F401 (re-exported)
-from lightning_zerocopy.datasets.ogb_raw import (
+from lightning_zerocopy.datasets.base import CachedNodeDataset, DatasetFileError
+from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, read_csv_matrix  # noqa: F401 (re-exported)
+from lightning_zerocopy.datasets.ogb_raw import (  # noqa: F401 (file_stamp re-exported)
+    OGBFolder,
     convert_node_features,
     file_stamp,
-    find_split,
     read_edge_attr,
     read_edges,
-    stale_caches,
-    warn_stale_caches,
 )
 from lightning_zerocopy.datasets.ogb_counts import EDGE_COUNT_FILE, NODE_COUNT_FILE, read_count
 from lightning_zerocopy.graph.shared_memory import save_npy
@@ -56,7 +48,7 @@ _SPLIT_FILES = {"train": "train.csv.gz", "val": "valid.csv.gz", "test": "test.cs
 _SPLIT_LAYOUT = "split/<name>/train.csv.gz, valid.csv.gz and test.csv.gz (one node id per line)"
 
 
-class OGBNodeDataset(CachedNodeDataset):
+class OGBNodeDataset(OGBFolder, CachedNodeDataset):
     """An ``ogbn-*`` dataset from a local folder in OGB's layout (see the module docstring).
 
     The cache directory is keyed on the arguments and on a stamp of every input file (:func:`file_stamp`:
@@ -81,36 +73,12 @@ class OGBNodeDataset(CachedNodeDataset):
         num_classes: Optional[int] = None,
         cache_dir: Optional[str] = None,
     ) -> None:
-        self.root = Path(root).expanduser().resolve()
-        self.raw = self.root / "raw"
-        for name in _REQUIRED:
-            if not (self.raw / name).is_file():
-                raise FileNotFoundError(
-                    f"{self.raw / name} not found: `root` must be an OGB node dataset folder holding raw/ and split/"
-                )
-        split = find_split(self.root, split, _SPLIT_FILES, _SPLIT_LAYOUT, "node")
-        if feature_dtype not in ("float32", "float16"):
-            raise ValueError(f"feature_dtype must be 'float32' or 'float16', got {feature_dtype!r}")
-        self.split = split
-        self.add_inverse_edges = add_inverse_edges
-        self.feature_dtype = feature_dtype
         self._num_classes = num_classes
-        inputs = [self.raw / name for name in _REQUIRED + _OPTIONAL]
-        inputs += [self._split_file(name) for name in _SPLIT_FILES]
-        self.config: dict[str, Any] = dict(
-            root=str(self.root),
-            inputs={str(path.relative_to(self.root)): file_stamp(path) for path in inputs},
-            split=split,
-            add_inverse_edges=add_inverse_edges,
-            feature_dtype=feature_dtype,
-            version=3,
+        self.add_inverse_edges = add_inverse_edges
+        self._open_folder(
+            root, split, "node", _REQUIRED, _OPTIONAL, _SPLIT_FILES, _SPLIT_LAYOUT, feature_dtype, "ogb", cache_dir,
+            add_inverse_edges=add_inverse_edges, version=3,
         )
-        cache_root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
-        self.cache = ArrayCache(cache_root / f"ogb-{self.root.name}-{config_key(self.config)}")
-
-    @property
-    def num_features(self) -> int:
-        return first_row_width(self.raw / "node-feat.csv.gz")
 
     @property
     def num_classes(self) -> int:
@@ -120,22 +88,6 @@ class OGBNodeDataset(CachedNodeDataset):
             else:
                 self._num_classes = int(self._read_labels().max(initial=-1)) + 1
         return self._num_classes
-
-    def prepare(self) -> None:
-        """Convert the folder into the cache if no cache matches the files; warn about caches this replaced."""
-        if self.cache.exists():
-            return
-        super().prepare()
-        pattern = f"ogb-{self.root.name}-*"
-        stale = stale_caches(self.cache, pattern, self.root, self.config["inputs"], self.split)
-        warn_stale_caches(self.root, self.cache, stale)
-
-    def split_source(self, split: str) -> str:
-        """The split's file, e.g. ``<root>/split/random/train.csv.gz``."""
-        return str(self._split_file(split))
-
-    def _split_file(self, split: str) -> Path:
-        return self.root / "split" / self.split / _SPLIT_FILES[split]
 
     def _write(self, out: Path) -> dict[str, Any]:
         y = self._read_labels()

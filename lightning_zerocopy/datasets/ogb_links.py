@@ -25,18 +25,10 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from lightning_zerocopy.datasets.base import ArrayCache, DatasetFileError, config_key, default_cache_root
-from lightning_zerocopy.datasets.csv_gz import first_row_width
+from lightning_zerocopy.datasets.base import DatasetFileError
 from lightning_zerocopy.datasets.links import CachedLinkDataset, LinkSplit, save_link_split
 from lightning_zerocopy.datasets.ogb_counts import NODE_COUNT_FILE, read_count
-from lightning_zerocopy.datasets.ogb_raw import (
-    convert_node_features,
-    file_stamp,
-    find_split,
-    read_edges,
-    stale_caches,
-    warn_stale_caches,
-)
+from lightning_zerocopy.datasets.ogb_raw import OGBFolder, convert_node_features, read_edges
 from lightning_zerocopy.graph.shared_memory import save_npy
 
 __all__ = ["OGBLinkDataset"]
@@ -116,7 +108,7 @@ def read_link_split(path: Path, name: str) -> LinkSplit:
     )
 
 
-class OGBLinkDataset(CachedLinkDataset):
+class OGBLinkDataset(OGBFolder, CachedLinkDataset):
     """An ``ogbl-*`` dataset from a local folder in OGB's layout (see the module docstring).
 
     The cache directory is keyed on the arguments and on a stamp of every input file
@@ -139,51 +131,12 @@ class OGBLinkDataset(CachedLinkDataset):
         feature_dtype: str = "float32",
         cache_dir: Optional[str] = None,
     ) -> None:
-        self.root = Path(root).expanduser().resolve()
-        self.raw = self.root / "raw"
-        for name in _REQUIRED:
-            if not (self.raw / name).is_file():
-                no_features = " (ogbl-ddi ships no node features and is not supported)" if name == "node-feat.csv.gz" else ""
-                raise FileNotFoundError(
-                    f"{self.raw / name} not found: `root` must be an OGB link dataset folder holding raw/ and split/"
-                    f"{no_features}"
-                )
-        self.split = find_split(self.root, split, _SPLIT_FILES, _SPLIT_LAYOUT, "link")
-        if feature_dtype not in ("float32", "float16"):
-            raise ValueError(f"feature_dtype must be 'float32' or 'float16', got {feature_dtype!r}")
         self.add_inverse_edges = add_inverse_edges
-        self.feature_dtype = feature_dtype
-        inputs = [self.raw / name for name in _REQUIRED + _OPTIONAL] + [self._split_file(s) for s in _SPLIT_FILES]
-        self.config: dict[str, Any] = dict(
-            root=str(self.root),
-            inputs={str(path.relative_to(self.root)): file_stamp(path) for path in inputs},
-            split=self.split,
-            add_inverse_edges=add_inverse_edges,
-            feature_dtype=feature_dtype,
-            version=1,
+        self._open_folder(
+            root, split, "link", _REQUIRED, _OPTIONAL, _SPLIT_FILES, _SPLIT_LAYOUT, feature_dtype, "ogb-link", cache_dir,
+            missing_notes={"node-feat.csv.gz": " (ogbl-ddi ships no node features and is not supported)"},
+            add_inverse_edges=add_inverse_edges, version=1,
         )
-        cache_root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
-        self.cache = ArrayCache(cache_root / f"ogb-link-{self.root.name}-{config_key(self.config)}")
-
-    @property
-    def num_features(self) -> int:
-        return first_row_width(self.raw / "node-feat.csv.gz")
-
-    def split_source(self, split: str) -> str:
-        """The split's file, e.g. ``<root>/split/time/valid.pt``."""
-        return str(self._split_file(split))
-
-    def _split_file(self, split: str) -> Path:
-        return self.root / "split" / self.split / _SPLIT_FILES[split]
-
-    def prepare(self) -> None:
-        """Convert the folder into the cache if no cache matches the files; warn about caches this replaced."""
-        if self.cache.exists():
-            return
-        super().prepare()
-        pattern = f"ogb-link-{self.root.name}-*"
-        stale = stale_caches(self.cache, pattern, self.root, self.config["inputs"], self.split)
-        warn_stale_caches(self.root, self.cache, stale)
 
     def _write(self, out: Path) -> dict[str, Any]:
         num_nodes = read_count(self.raw / NODE_COUNT_FILE)

@@ -18,15 +18,17 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
-from lightning_zerocopy.datasets.base import ArrayCache, DatasetFileError
+from lightning_zerocopy.datasets.base import ArrayCache, DatasetFileError, keyed_cache
+from lightning_zerocopy.datasets.csv_gz import first_row_width
 from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, read_csv_matrix
 from lightning_zerocopy.datasets.ogb_counts import EDGE_COUNT_FILE, check_count
 
 __all__ = [
+    "OGBFolder",
     "convert_node_features",
     "file_stamp",
     "find_split",
@@ -170,3 +172,81 @@ def warn_stale_caches(root: Path, cache: ArrayCache, stale: list[Path]) -> None:
         " in all): delete them to free the space",
         stacklevel=3,
     )
+
+
+class OGBFolder:
+    """The folder half of :class:`~lightning_zerocopy.datasets.OGBNodeDataset` and
+    :class:`~lightning_zerocopy.datasets.OGBLinkDataset`: the checked ``raw/`` files, the ``split/`` subfolder, the
+    cache keyed on a stamp of every input file, and the warning about the caches a changed file replaced.
+
+    Mixed in before the cached dataset base class, whose ``prepare`` builds the cache.
+    """
+
+    root: Path
+    raw: Path
+    split: str
+    feature_dtype: str
+    config: dict[str, Any]
+    cache: ArrayCache
+    _split_files: dict[str, str]
+    _cache_name: str
+
+    def _open_folder(
+        self,
+        root: str,
+        split: Optional[str],
+        kind: str,
+        required: tuple[str, ...],
+        optional: tuple[str, ...],
+        split_files: dict[str, str],
+        layout: str,
+        feature_dtype: str,
+        cache_name: str,
+        cache_dir: Optional[str],
+        missing_notes: Optional[dict[str, str]] = None,
+        **settings: Any,
+    ) -> None:
+        """Check the folder, find the split and key the cache ``<cache_name>-<root name>-<key>`` on ``settings``
+        (with the root, the input files' stamps, the split and ``feature_dtype``)."""
+        self.root = Path(root).expanduser().resolve()
+        self.raw = self.root / "raw"
+        for name in required:
+            if not (self.raw / name).is_file():
+                raise FileNotFoundError(
+                    f"{self.raw / name} not found: `root` must be an OGB {kind} dataset folder holding raw/ and split/"
+                    f"{(missing_notes or {}).get(name, '')}"
+                )
+        self._split_files = split_files
+        self.split = find_split(self.root, split, split_files, layout, kind)
+        if feature_dtype not in ("float32", "float16"):
+            raise ValueError(f"feature_dtype must be 'float32' or 'float16', got {feature_dtype!r}")
+        self.feature_dtype = feature_dtype
+        inputs = [self.raw / name for name in required + optional] + [self._split_file(s) for s in split_files]
+        self.config = dict(
+            root=str(self.root),
+            inputs={str(path.relative_to(self.root)): file_stamp(path) for path in inputs},
+            split=self.split,
+            feature_dtype=feature_dtype,
+            **settings,
+        )
+        self._cache_name = f"{cache_name}-{self.root.name}"
+        self.cache = keyed_cache(cache_dir, self._cache_name, self.config)
+
+    @property
+    def num_features(self) -> int:
+        return first_row_width(self.raw / "node-feat.csv.gz")
+
+    def split_source(self, split: str) -> str:
+        """The split's file, e.g. ``<root>/split/time/valid.pt``."""
+        return str(self._split_file(split))
+
+    def _split_file(self, split: str) -> Path:
+        return self.root / "split" / self.split / self._split_files[split]
+
+    def prepare(self) -> None:
+        """Convert the folder into the cache if no cache matches the files; warn about caches this replaced."""
+        if self.cache.exists():
+            return
+        super().prepare()  # type: ignore[misc]  # the cached dataset base class builds the cache
+        stale = stale_caches(self.cache, f"{self._cache_name}-*", self.root, self.config["inputs"], self.split)
+        warn_stale_caches(self.root, self.cache, stale)

@@ -61,6 +61,21 @@ def _load_file(path: Path) -> Data:
         raise DatasetFileError(path, f"cannot be loaded with torch.load ({type(exc).__name__}: {exc})") from exc
 
 
+def graph_of(data: Union[Data, Dataset, str, Path], accepted: str) -> Data:
+    """``data`` as one PyG ``Data``: a path is loaded with ``torch.load``, a ``Dataset`` gives its graph 0.
+
+    Raises:
+        TypeError: anything else (the message says ``data`` must be ``accepted``).
+    """
+    if isinstance(data, (str, Path)):
+        data = _load_file(Path(data))
+    if isinstance(data, Dataset):
+        data = data[0]
+    if not isinstance(data, Data):
+        raise TypeError(f"data must be {accepted}, got {type(data)}")
+    return data
+
+
 class PyGNodeDataset(NodeDataset):
     """Wraps a PyG ``Data`` (or the first graph of a PyG ``Dataset``, or a ``torch.save``d ``Data`` file).
 
@@ -73,12 +88,7 @@ class PyGNodeDataset(NodeDataset):
     """
 
     def __init__(self, data: Union[Data, Dataset, str], num_classes: Optional[int] = None) -> None:
-        if isinstance(data, (str, Path)):
-            data = _load_file(Path(data))
-        if isinstance(data, Dataset):
-            data = data[0]
-        if not isinstance(data, Data):
-            raise TypeError(f"data must be a torch_geometric Data, Dataset or a path to a saved Data, got {type(data)}")
+        data = graph_of(data, "a torch_geometric Data, Dataset or a path to a saved Data")
         for key in ("x", "y", "edge_index"):
             if data.get(key) is None:
                 raise ValueError(f"the PyG Data object has no `{key}`")

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 import torch
@@ -24,7 +23,7 @@ from torch_geometric.data import Data, Dataset
 from torch_geometric.transforms import RandomLinkSplit
 
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkData, LinkDataset, LinkSplit
-from lightning_zerocopy.datasets.pyg import _load_file
+from lightning_zerocopy.datasets.pyg import graph_of
 
 __all__ = ["PyGLinkDataset"]
 
@@ -96,12 +95,7 @@ class PyGLinkDataset(LinkDataset):
     ) -> None:
         self.split_here = not isinstance(data, (list, tuple))
         if self.split_here:
-            if isinstance(data, (str, Path)):
-                data = _load_file(Path(data))
-            if isinstance(data, Dataset):
-                data = data[0]
-            if not isinstance(data, Data):
-                raise TypeError(f"data must be a torch_geometric Data, Dataset, path or (train, val, test) Data, got {type(data)}")
+            data = graph_of(data, "a torch_geometric Data, Dataset, path or (train, val, test) Data")
             if data.get("edge_index") is None:
                 raise ValueError("the PyG Data object has no `edge_index`")
             with torch.random.fork_rng():

@@ -26,13 +26,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 import torch
 
-from lightning_zerocopy.datasets.base import (
-    ArrayCache,
-    CachedNodeDataset,
-    config_key,
-    default_cache_root,
-    progress_bar,
-)
+from lightning_zerocopy.datasets.base import CachedNodeDataset, keyed_cache, progress_bar
 from lightning_zerocopy.graph.shared_memory import save_npy
 
 #: Edges (or nodes) drawn per chunk; part of the generator's definition, so not a parameter.
@@ -124,8 +118,7 @@ class SyntheticGraph(CachedNodeDataset):
         self.device = torch.device(device)
         if self.device.type != "cpu":  # a GPU draws other random numbers: its graphs get their own cache entry
             self.config["device_type"] = self.device.type
-        root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
-        self.cache = ArrayCache(root / f"synthetic-{config_key(self.config)}")
+        self.cache = keyed_cache(cache_dir, "synthetic", self.config)
 
     @property
     def num_features(self) -> int:

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import torch
 
-from lightning_zerocopy.datasets.base import ArrayCache, config_key
+from lightning_zerocopy.datasets.base import keyed_cache
 from lightning_zerocopy.datasets.link_checks import PairSet, pair_keys, pairs_in
 from lightning_zerocopy.datasets.links import CachedLinkDataset, LinkData, LinkSplit, link_data_from_cache, save_link_split
 from lightning_zerocopy.datasets.synthetic import SyntheticGraph, _stream
@@ -77,8 +77,8 @@ class SyntheticLinkGraph(CachedLinkDataset):
             seed=seed,
             version=1,
         )
-        root = Path(cache_dir).expanduser() if cache_dir is not None else self.graph.cache.path.parent
-        self.cache = ArrayCache(root / f"synthetic-links-{config_key(self.config)}")
+        root = cache_dir if cache_dir is not None else self.graph.cache.path.parent
+        self.cache = keyed_cache(root, "synthetic-links", self.config)
 
     @property
     def num_features(self) -> int:

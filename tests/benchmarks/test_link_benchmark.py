@@ -109,8 +109,8 @@ def test_pyg_row_trains_through_link_neighbor_loader(tmp_path: Path, monkeypatch
 
     import torch_geometric.typing
 
-    from benchmarks.link import build_dataset, dataset_kwargs
-    from benchmarks.link_train import run_row
+    from benchmarks.link import dataset_kwargs
+    from benchmarks.link_train import build_dataset, run_row
 
     if not any(importlib.util.find_spec(m) for m in ("pyg_lib", "torch_sparse")):
         fake_torch_sparse_sampler()

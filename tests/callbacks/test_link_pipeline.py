@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import RecordBatches
 from link_helpers import PyGLinkModule, TinyLinkGraph
 from pytorch_lightning.callbacks import Callback
 
@@ -21,27 +22,6 @@ FIELDS = (
 )  # fmt: skip
 
 
-def _freeze(batch) -> dict:
-    return {k: (batch[k].detach().clone() if isinstance(batch[k], torch.Tensor) else batch[k]) for k in FIELDS if k in batch}
-
-
-class Record(Callback):
-    def __init__(self) -> None:
-        self.train: dict = {}
-        self.val: dict = {}
-        self.losses: list[float] = []
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self.train[(trainer.current_epoch, batch_idx)] = _freeze(batch)
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.losses.append(float(outputs["loss"]))
-
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
-        if not trainer.sanity_checking:
-            self.val[(trainer.current_epoch, batch_idx)] = _freeze(batch)
-
-
 def _datamodule() -> ZeroCopyLinkDataModule:
     return ZeroCopyLinkDataModule(TinyLinkGraph(num_nodes=300, num_edges=1500), num_neighbors=[4, 4], batch_size=64, seed=7)
 
@@ -53,10 +33,10 @@ def _trainer(tmp_path: Path, callbacks, **kwargs) -> pl.Trainer:
     )  # fmt: skip
 
 
-def _fit(tmp_path: Path, *callbacks: Callback) -> Record:
+def _fit(tmp_path: Path, *callbacks: Callback) -> RecordBatches:
     pl.seed_everything(0)
     dm = _datamodule()
-    record = Record()
+    record = RecordBatches(FIELDS)
     _trainer(tmp_path, [*callbacks, record], max_epochs=2).fit(PyGLinkModule(dm.num_features, 16), datamodule=dm)
     return record
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,11 +10,12 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import process_gone, read_ready_line
+from helpers import RecordBatches, process_gone, read_ready_line
 from pytorch_lightning.callbacks import Callback
 
 from lightning_zerocopy import ZeroCopyDataModule
@@ -31,40 +33,15 @@ ROOT = HERE.parents[1]
 FIELDS = ("x", "y", "n_id", "e_id", "edge_index", "input_id", "num_sampled_nodes", "num_sampled_edges", "batch_size")
 
 
-def _freeze(batch) -> dict:
-    out = {}
-    for key in FIELDS:
-        value = batch[key]
-        out[key] = value.detach().clone() if isinstance(value, torch.Tensor) else value
-    return out
-
-
-class Record(Callback):
-    def __init__(self) -> None:
-        self.train: dict[tuple[int, int], dict] = {}
-        self.val: dict[tuple[int, int], dict] = {}
-        self.losses: list[float] = []
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self.train[(trainer.current_epoch, batch_idx)] = _freeze(batch)
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.losses.append(float(outputs["loss"]))
-
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
-        if not trainer.sanity_checking:
-            self.val[(trainer.current_epoch, batch_idx)] = _freeze(batch)
-
-
 def _datamodule(cache: Path) -> ZeroCopyDataModule:
     dataset = SyntheticGraph(num_nodes=1500, avg_degree=8, num_features=16, num_classes=4, cache_dir=str(cache))
     return ZeroCopyDataModule(dataset, fanouts=[5, 5], batch_size=128, seed=7)
 
 
-def _fit(tmp_path: Path, *callbacks: Callback) -> tuple[Record, pl.Trainer]:
+def _fit(tmp_path: Path, *callbacks: Callback) -> tuple[RecordBatches, pl.Trainer]:
     pl.seed_everything(0)
     dm = _datamodule(tmp_path / "cache")
-    record = Record()
+    record = RecordBatches(FIELDS)
     trainer = pl.Trainer(
         accelerator="cpu",
         max_epochs=2,
@@ -126,9 +103,9 @@ def test_predict_outputs_survive_later_batches(tmp_path):
         assert torch.equal(a["n_id"], b["n_id"]) and torch.equal(a["logits"], b["logits"])
 
 
-def test_pipeline_loader_resumes_mid_epoch_like_the_plan_loader(tmp_path, monkeypatch):
-    """Checkpointed loader state is interchangeable between PlanLoader and PipelineLoader."""
-    dm = _datamodule(tmp_path / "cache")
+@contextlib.contextmanager
+def _train_pipeline(dm: ZeroCopyDataModule, monkeypatch) -> Iterator[Any]:
+    """``dm`` set up for fit and an in-process pipeline client serving its train plan; closed and unlinked after."""
     unlink = HostGraphHandles.unlink
     monkeypatch.setattr(HostGraphHandles, "unlink", lambda self: None)  # keep the names until the producer opened them
     dm.setup("fit")
@@ -136,28 +113,37 @@ def test_pipeline_loader_resumes_mid_epoch_like_the_plan_loader(tmp_path, monkey
     client = start_pipeline("in_process", depth=2, timeout=30)
     try:
         client.register("train", PlanSource(dm.plan("train"), dm.builder("train")))
-        plain = dm.train_dataloader()
-        piped = PipelineLoader(client, "train", dm.train_dataloader())
-        for loader in (plain, piped):
-            loader.set_epoch(1)
-        it_plain, it_piped = iter(plain), iter(piped)
-        for _ in range(3):
-            assert torch.equal(next(it_plain).n_id, next(it_piped).n_id)
-        state = piped.state_dict()
-        assert state == plain.state_dict()
-        del it_piped
-        resumed = PipelineLoader(client, "train", dm.train_dataloader())
-        resumed.load_state_dict(state)
-        fresh = PlanLoader(dm.plan("train"), dm.builder("train"))
-        fresh.load_state_dict(state)
-        count = 0
-        for a, b in zip(resumed, fresh):  # in lockstep: a pipeline batch is valid until the next one is asked for
-            assert torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index)
-            count += 1
-        assert count == len(plain) - 3
+        yield client
     finally:
         client.close()
         unlink(handles)
+
+
+def test_pipeline_loader_resumes_mid_epoch_like_the_plan_loader(tmp_path, monkeypatch):
+    """Checkpointed loader state is interchangeable between PlanLoader and PipelineLoader."""
+    dm = _datamodule(tmp_path / "cache")
+    try:
+        with _train_pipeline(dm, monkeypatch) as client:
+            plain = dm.train_dataloader()
+            piped = PipelineLoader(client, "train", dm.train_dataloader())
+            for loader in (plain, piped):
+                loader.set_epoch(1)
+            it_plain, it_piped = iter(plain), iter(piped)
+            for _ in range(3):
+                assert torch.equal(next(it_plain).n_id, next(it_piped).n_id)
+            state = piped.state_dict()
+            assert state == plain.state_dict()
+            del it_piped
+            resumed = PipelineLoader(client, "train", dm.train_dataloader())
+            resumed.load_state_dict(state)
+            fresh = PlanLoader(dm.plan("train"), dm.builder("train"))
+            fresh.load_state_dict(state)
+            count = 0
+            for a, b in zip(resumed, fresh):  # in lockstep: a pipeline batch is valid until the next one is asked for
+                assert torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index)
+                count += 1
+            assert count == len(plain) - 3
+    finally:
         dm.teardown("fit")
 
 
@@ -295,33 +281,26 @@ def test_pipeline_loader_deals_an_epoch_resumed_on_another_world_size_like_the_p
     """A checkpoint of a 2-rank run resumed on 1 rank: the producer builds the remainder batches the PlanLoader
     would (the resumed plan is registered with it)."""
     dm = _datamodule(tmp_path / "cache")
-    unlink = HostGraphHandles.unlink
-    monkeypatch.setattr(HostGraphHandles, "unlink", lambda self: None)  # keep the names until the producer opened them
-    dm.setup("fit")
-    handles = dm.handles
-    client = start_pipeline("in_process", depth=2, timeout=30)
     try:
-        client.register("train", PlanSource(dm.plan("train"), dm.builder("train")))
-        state = dm.train_dataloader().state_dict()
-        batch_size = state["plan"]["batch_size"]
-        state.update(epoch=1, step=2, segments=[[2, batch_size, 2]])
-        state["plan"] = dict(state["plan"], world_size=2)
-        piped = PipelineLoader(client, "train", dm.train_dataloader())
-        piped.load_state_dict(state)
-        fresh = dm.train_dataloader()
-        fresh.load_state_dict(state)
-        start = fresh.start_step
-        assert piped.start_step == start > 0
-        count = 0
-        for a, b in zip(piped, fresh):
-            assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x)
-            count += 1
-        assert count == len(fresh) - start
-        two_ranks = [dm.plan("train", rank=r, world_size=2) for r in range(2)]
-        done = {int(s) for r in two_ranks for step in range(2) for s in r.item(1, step).seed_ids}
-        later = [int(s) for step in range(start, len(fresh)) for s in fresh.plan.item(1, step).seed_ids]
-        assert not done & set(later) and len(done) + len(later) == dm.plan("train").input_nodes.numel()
+        with _train_pipeline(dm, monkeypatch) as client:
+            state = dm.train_dataloader().state_dict()
+            batch_size = state["plan"]["batch_size"]
+            state.update(epoch=1, step=2, segments=[[2, batch_size, 2]])
+            state["plan"] = dict(state["plan"], world_size=2)
+            piped = PipelineLoader(client, "train", dm.train_dataloader())
+            piped.load_state_dict(state)
+            fresh = dm.train_dataloader()
+            fresh.load_state_dict(state)
+            start = fresh.start_step
+            assert piped.start_step == start > 0
+            count = 0
+            for a, b in zip(piped, fresh):
+                assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x)
+                count += 1
+            assert count == len(fresh) - start
+            two_ranks = [dm.plan("train", rank=r, world_size=2) for r in range(2)]
+            done = {int(s) for r in two_ranks for step in range(2) for s in r.item(1, step).seed_ids}
+            later = [int(s) for step in range(start, len(fresh)) for s in fresh.plan.item(1, step).seed_ids]
+            assert not done & set(later) and len(done) + len(later) == dm.plan("train").input_nodes.numel()
     finally:
-        client.close()
-        unlink(handles)
         dm.teardown("fit")

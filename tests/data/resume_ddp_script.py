@@ -12,26 +12,11 @@ import os
 import sys
 
 import pytorch_lightning as pl
-import torch
-import torch.nn.functional as F
+from ddp_script import TinySAGE  # this script's folder: the one-layer model of the shared-memory DDP test
 from pytorch_lightning.callbacks import ModelCheckpoint
-from torch_geometric.nn import SAGEConv
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.datasets import SyntheticGraph
-
-
-class TinySAGE(pl.LightningModule):
-    def __init__(self, in_channels: int, out_channels: int) -> None:
-        super().__init__()
-        self.conv = SAGEConv(in_channels, out_channels)
-
-    def training_step(self, data, batch_idx):
-        out = self.conv(data.x, data.edge_index)[: data.batch_size]
-        return F.cross_entropy(out, data.y[: data.batch_size])
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
 class RecordSeeds(pl.Callback):

@@ -8,24 +8,18 @@ sampler's reference/invariant checks, its chi-square uniformity tests, determini
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
 from collections import Counter
 
 import pytest
 import torch
-from helpers import exclusive_host_copy
+from helpers import exclusive_host_copy, load_test_module
 
 from lightning_zerocopy import ops
 
 pytestmark = pytest.mark.cuda
 
-_spec = importlib.util.spec_from_file_location(
-    "_cpu_sampler_tests", pathlib.Path(__file__).with_name("test_sample_neighbors.py")
-)
-cpu_tests = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cpu_tests)
+cpu_tests = load_test_module(__file__, "test_sample_neighbors")
 
 PLACEMENTS = ["gpu", "uva", "uva-indices"]
 

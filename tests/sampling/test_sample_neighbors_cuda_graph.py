@@ -5,27 +5,19 @@ later replays, errors must still raise, and the switch and counters (``_C.set_sa
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import threading
 
 import pytest
 import torch
+from helpers import load_test_module
 
 from lightning_zerocopy import ops
 
 pytestmark = pytest.mark.cuda
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"_{name}", pathlib.Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cpu_tests = _load("test_sample_neighbors")
-cuda_tests = _load("test_sample_neighbors_cuda")
+cpu_tests = load_test_module(__file__, "test_sample_neighbors")
+cuda_tests = load_test_module(__file__, "test_sample_neighbors_cuda")
 FANOUTS = [15, 10, 5]
 
 

@@ -3,20 +3,15 @@ node id and whose nodes are deduplicated per hop, so a seed's computation graph 
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 from collections import defaultdict
 
 import pytest
 import torch
+from helpers import load_test_module
 
 from lightning_zerocopy import ops
 
-_spec = importlib.util.spec_from_file_location(
-    "_cpu_sampler_tests", pathlib.Path(__file__).with_name("test_sample_neighbors.py")
-)
-cpu_tests = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cpu_tests)
+cpu_tests = load_test_module(__file__, "test_sample_neighbors")
 PickFn, all_neighbors, assert_same = cpu_tests.PickFn, cpu_tests.all_neighbors, cpu_tests.assert_same
 expected_picks, kernel_picks = cpu_tests.expected_picks, cpu_tests.kernel_picks
 random_graph, random_seeds = cpu_tests.random_graph, cpu_tests.random_seeds

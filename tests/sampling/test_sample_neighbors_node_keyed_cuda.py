@@ -3,27 +3,18 @@ graph -- on GPU-resident and UVA topology gives bitwise the CPU kernel's node-ke
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 
 import pytest
 import torch
-from helpers import exclusive_host_copy
+from helpers import exclusive_host_copy, load_test_module
 
 from lightning_zerocopy import ops
 
 pytestmark = pytest.mark.cuda
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"_{name}", pathlib.Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cpu_tests = _load("test_sample_neighbors")
-cuda_tests = _load("test_sample_neighbors_cuda")
+cpu_tests = load_test_module(__file__, "test_sample_neighbors")
+cuda_tests = load_test_module(__file__, "test_sample_neighbors_cuda")
 
 
 def _keyed_cuda(placed, seeds: torch.Tensor, fanouts, replace: bool, seed: int) -> ops.SampledSubgraph:
