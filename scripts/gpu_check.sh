@@ -128,6 +128,19 @@ if want tests; then
   [ $rc -ne 0 ] && overall=1
 fi
 
+# Extra stages (e.g. tests that must run one at a time, a benchmark appended later), right after the tests:
+# GPU_CHECK_EXTRA_STAGE_<NAME>="command".
+for var in $(compgen -e | grep '^GPU_CHECK_EXTRA_STAGE_' || true); do
+  name="$(echo "${var#GPU_CHECK_EXTRA_STAGE_}" | tr 'A-Z' 'a-z')"
+  want "$name" || continue
+  start=$SECONDS
+  echo "== $name"
+  bash -c "${!var}" >"$OUT/$name.log" 2>&1
+  rc=$?
+  record "$name" $rc $((SECONDS - start))
+  tail -8 "$OUT/$name.log"
+done
+
 # --- benchmarks -----------------------------------------------------------------------------------------------
 if want gather; then
   start=$SECONDS
@@ -200,17 +213,6 @@ if want scaling; then
   tail -16 "$OUT/scaling.log"
 fi
 
-# Extra stages appended by other checks (e.g. the pipeline): GPU_CHECK_EXTRA_STAGE_<NAME>="command".
-for var in $(compgen -e | grep '^GPU_CHECK_EXTRA_STAGE_' || true); do
-  name="$(echo "${var#GPU_CHECK_EXTRA_STAGE_}" | tr 'A-Z' 'a-z')"
-  want "$name" || continue
-  start=$SECONDS
-  echo "== $name"
-  bash -c "${!var}" >"$OUT/$name.log" 2>&1
-  rc=$?
-  record "$name" $rc $((SECONDS - start))
-  tail -8 "$OUT/$name.log"
-done
 
 # --- results JSON ---------------------------------------------------------------------------------------------
 GPU_CHECK_COMMIT="$commit" OUT="$OUT" python3 - <<'EOF'
