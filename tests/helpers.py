@@ -143,3 +143,18 @@ def load_test_module(beside: str, name: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+#: The start of the warning torch's sync debug mode ("warn") gives for each synchronizing CUDA operation.
+SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+def sync_warnings(records: "list[Any]") -> list[str]:
+    """``file:line: message`` of each synchronizing CUDA operation among caught warnings.
+
+    Only torch's per-operation warning counts: the first ``set_sync_debug_mode`` of a process also warns, once,
+    "Synchronization debug mode is a prototype feature and does not yet detect all synchronizing operations",
+    which is no synchronization (matching on "synchroniz" alone failed a test that happened to run first in its
+    process on an H100).
+    """
+    return [f"{w.filename}:{w.lineno}: {w.message}" for w in records if str(w.message).startswith(SYNC_WARNING)]

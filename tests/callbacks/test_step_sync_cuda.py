@@ -20,6 +20,7 @@ import torch
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.loggers import CSVLogger
 
+from helpers import sync_warnings
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
 from lightning_zerocopy.data.batch import BatchBuilder
@@ -68,7 +69,7 @@ class _SyncWatch(Callback):
         torch.cuda.set_sync_debug_mode(0)
         self.active = False
         self._catch.__exit__(None, None, None)
-        self.warnings = [f"{w.filename}:{w.lineno}: {w.message}" for w in self._records if "synchroniz" in str(w.message)]
+        self.warnings = sync_warnings(self._records)
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.active:
