@@ -119,7 +119,7 @@ if want tests; then
   fi
   # shellcheck disable=SC2086
   # shellcheck disable=SC2086
-  REQUIRE_CUDA=1 timeout "${GPU_CHECK_TEST_TIMEOUT:-420}" python3 -m pytest -q -rfE ${GPU_CHECK_TEST_PATHS:-tests} -p no:cacheprovider $xdist \
+  REQUIRE_CUDA=1 timeout "${GPU_CHECK_TEST_TIMEOUT:-420}" python3 -m pytest ${GPU_CHECK_TEST_VERBOSITY:--q} -rfE ${GPU_CHECK_TEST_PATHS:-tests} -p no:cacheprovider $xdist \
     --junitxml="$OUT/junit.xml" ${GPU_CHECK_PYTEST_ARGS:-} >"$OUT/tests.log" 2>&1
   rc=$?
   record tests $rc $((SECONDS - start))
