@@ -7,6 +7,9 @@
 # more than 150 s, so the tests and the benchmarks need one call each:
 #
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,tests,mps_tests bash scripts/gpu_session.sh   # .wheels/ carried
+#
+# .wheels/ holds ../shared/wheels plus pytest-xdist and execnet (`python3 -m pip download --no-deps --only-binary=:all:
+# --python-version 3.12 -d .wheels pytest-xdist execnet`); without xdist the parallel stage runs in one process.
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,e2e,link bash scripts/gpu_session.sh          # .wheels/, .pyg/
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
