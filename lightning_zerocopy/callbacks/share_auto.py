@@ -85,7 +85,9 @@ class AutoShare:
             self.clients.pop(percent).close()
 
     def close(self) -> None:
-        """Close every worker."""
+        """Close every worker (saying what an unfinished calibration measured: a run shorter than it needs)."""
+        if self.clients and not self.calibrator.done:
+            rank_zero_info(f"PipelineCallback(worker_sm_percent='auto'): {self.calibrator.unfinished()}")
         clients, self.clients = list(self.clients.values()), {}
         for client in clients:
             client.close()

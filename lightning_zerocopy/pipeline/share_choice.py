@@ -118,6 +118,19 @@ class ShareCalibrator:
     def done(self) -> bool:
         return self.choice is not None
 
+    @property
+    def steps_needed(self) -> int:
+        """Training steps a calibration may take at most: warm-up and measured steps under every share."""
+        return (self.warmup + self.steps) * len(self.ladder)
+
+    def unfinished(self) -> str:
+        """What an unfinished calibration measured so far (for the message when training ends before it decides)."""
+        measured = ", ".join(f"{p}%: build {b:.2f} ms vs step {s:.2f} ms" for p, (b, s) in self._measured.items())
+        return (
+            f"the share calibration did not finish (it needs up to {self.steps_needed} training steps; measured "
+            f"{measured or 'no share yet'}); the worker kept {self.current}%"
+        )
+
     def record(self, build_ms: float, step_ms: float) -> Optional[int]:
         """One step's figures under :attr:`current`; returns the share to move to now, else ``None``."""
         if self.done:

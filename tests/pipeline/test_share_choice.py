@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_zerocopy.pipeline.share_choice import SHARE_LADDER, choose_share
+from lightning_zerocopy.pipeline.share_choice import SHARE_LADDER, ShareCalibrator, choose_share
 
 
 def test_the_smallest_share_that_keeps_pace_is_chosen() -> None:
@@ -63,3 +63,14 @@ def test_the_calibrator_keeps_the_first_share_that_keeps_pace_and_falls_back_to_
     build = {10: 9.0, 20: 6.0, 30: 7.0}
     moves = [slow.record(build[slow.current], 4.0) for _ in range(3)]
     assert moves == [20, 30, 20] and slow.choice.percent == 20 and not slow.choice.keeps_pace
+
+
+def test_an_unfinished_calibration_says_what_it_measured_and_what_it_needs() -> None:
+    calibrator = ShareCalibrator((10, 20, 30), warmup=2, steps=3)
+    assert calibrator.steps_needed == 15
+    assert "no share yet" in calibrator.unfinished()
+    for _ in range(5):
+        calibrator.record(build_ms=9.0, step_ms=5.0)  # 10 % cannot keep pace: moves to 20 %
+    text = calibrator.unfinished()
+    assert not calibrator.done and "10%: build 9.00 ms vs step 5.00 ms" in text and "kept 20%" in text
+    assert "up to 15 training steps" in text
