@@ -24,6 +24,7 @@ __all__ = [
     "check_count",
     "check_depth",
     "check_fanouts",
+    "check_loader_options",
     "choices",
 ]
 
@@ -117,3 +118,24 @@ def check_depth(depth: Any, owner: str) -> int:
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"{owner}(depth=...) must be an int >= 1 (2 = ping-pong), got {depth!r}")
     return depth
+
+
+def check_loader_options(
+    batch_size: Any,
+    eval_batch_size: Any,
+    num_threads: Any,
+    fanouts: Any,
+    eval_fanouts: Any,
+    prefix: str = "",
+) -> None:
+    """Check a data module's batch sizes, sampler threads and fanouts, naming each bad one as ``prefix + name``.
+
+    Raises:
+        ValueError / TypeError: the first bad value, e.g. ``data.init_args.fanouts[1]``.
+    """
+    check_count(batch_size, prefix + "batch_size", minimum=1)
+    check_count(eval_batch_size, prefix + "eval_batch_size", minimum=1, allow_none=True)
+    check_count(num_threads, prefix + "num_threads", minimum=1, allow_none=True)
+    check_fanouts(list(fanouts), prefix + "fanouts")
+    if eval_fanouts is not None:
+        check_fanouts(list(eval_fanouts), prefix + "eval_fanouts")

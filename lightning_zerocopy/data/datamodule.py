@@ -59,8 +59,7 @@ from lightning_zerocopy.options import (
     NodeOrderKind,
     SamplerPlacement,
     check_choice,
-    check_count,
-    check_fanouts,
+    check_loader_options,
 )
 
 __all__ = ["GatherChoice", "HostMemoryConsumer", "LoaderFactory", "Split", "ZeroCopyDataModule"]
@@ -143,15 +142,10 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         # a bad recipe fails here, before any data is built
-        check_count(batch_size, _KEY + "batch_size", minimum=1)
-        check_count(eval_batch_size, _KEY + "eval_batch_size", minimum=1, allow_none=True)
-        check_count(num_threads, _KEY + "num_threads", minimum=1, allow_none=True)
+        check_loader_options(batch_size, eval_batch_size, num_threads, fanouts, eval_fanouts, _KEY)
         check_choice(feature_storage, FeatureStorage, _KEY + "feature_storage")
         check_choice(node_order, NodeOrderKind, _KEY + "node_order")
         check_gpu_options(sampler_placement, gather, gather_mode, hot_rows)
-        check_fanouts(list(fanouts), _KEY + "fanouts")
-        if eval_fanouts is not None:
-            check_fanouts(list(eval_fanouts), _KEY + "eval_fanouts")
         self.dataset = dataset
         self.fanouts = list(fanouts)
         self.batch_size = int(batch_size)
@@ -174,7 +168,6 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._feature_cache: Optional[FeatureCacheSpec] = HotRowsCache(self.hot_rows) if self.hot_rows > 0 else None
 
         self._handles: Optional[HostGraphHandles] = None
-        self._named: Optional[HostGraphHandles] = None  # segments this process created and has not unlinked yet
         self._resources: Optional[DeviceResources] = None  # this process's placement, from setup to teardown
         self._builders = SplitBuilders()
         self._attaching = False  # inside setup, while HostMemoryConsumers attach (set_feature_cache allowed)
@@ -211,9 +204,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             return
         self._gpu_options(fresh=True)  # a GPU option on a CPU trainer fails before any data is built
         rank, local_rank, world_size = self._ranks()
-        created = self._create_host_memory() if local_rank == 0 else None
-        if isinstance(created, HostGraphHandles):
-            self._named = created
+        created = self._host_copy.share() if local_rank == 0 else None
         try:
             handles = exchange_handles(created, rank, local_rank, world_size)
             self._open(handles)
@@ -226,7 +217,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
                     self._attaching = False
                 trainer.strategy.barrier("zerocopy_host_memory_mapped")
         finally:
-            self._unlink_names()  # every local process has mapped the memory (or setup failed)
+            self._host_copy.unlink_names()  # every local process has mapped the memory (or setup failed)
 
     @override
     def teardown(self, stage: Optional[str] = None) -> None:
@@ -418,12 +409,6 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             return 0, 0, 1
         return trainer.global_rank, trainer.local_rank, trainer.world_size
 
-    def _create_host_memory(self) -> "HostGraphHandles | Exception":
-        try:
-            return self._host_copy.build()
-        except Exception as exc:  # reported to every rank (so none waits forever), then raised
-            return exc
-
     def _open(self, handles: HostGraphHandles) -> None:
         self._handles = handles
         self._splits = {name: handle.open() for name, handle in handles.splits.items()}
@@ -437,13 +422,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         like_train = self.eval_fanouts == self.fanouts and not self._eval_node_keyed
         self._builders.open(self.builder, self._resources, eval_like_train=like_train)
 
-    def _unlink_names(self) -> None:
-        if self._named is not None:
-            self._named.unlink()
-            self._named = None
-
     def _release(self) -> None:
-        self._unlink_names()
+        self._host_copy.unlink_names()
         self._builders.close()  # unbinds (the resources below are this DataModule's)
         resources, self._resources = self._resources, None
         if resources is not None:

@@ -15,7 +15,6 @@ from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.host import node_order_cache_dir, share_node_data, shared_node_order
-from lightning_zerocopy.datasets.base import InputDataError, NodeData, NodeDataset
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.graph.reorder import NodeOrder
@@ -55,6 +54,7 @@ class HostCopyBuilder:
         self.key = key
         self._order: Optional[NodeOrder] = None  # an in-memory node order, kept for the next build
         self._splits_checked = False
+        self._named: Optional[HostGraphHandles] = None  # segments :meth:`share` made whose names are not unlinked yet
 
     def build(self) -> HostGraphHandles:
         """Load the dataset, check its splits (once), and copy it into job-unique shared segments.
@@ -74,6 +74,22 @@ class HostCopyBuilder:
         if cache_dir is None and self._order is None:
             self._order = shared_node_order(handles)
         return handles
+
+    def share(self) -> "HostGraphHandles | Exception":
+        """:meth:`build` on the machine's local rank 0, keeping the segments' names until :meth:`unlink_names`. An
+        error is returned, not raised, so that it reaches every rank through the handle exchange (none waits)."""
+        try:
+            self._named = self.build()
+        except Exception as exc:  # reported to every rank, then raised
+            return exc
+        return self._named
+
+    def unlink_names(self) -> None:
+        """Unlink the names of the segments :meth:`share` made, once every local process has mapped them (or the
+        setup failed): from then on the memory lives exactly as long as some process maps it."""
+        named, self._named = self._named, None
+        if named is not None:
+            named.unlink()
 
     def _split_tensors(self, data: Any) -> Optional[dict[str, torch.Tensor]]:
         """The split tensors to share, by name (``None``: the node splits of ``data``)."""

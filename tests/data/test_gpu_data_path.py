@@ -227,7 +227,7 @@ def test_datamodule_gpu_options_on_a_cpu_trainer_fail_before_building(tmp_path: 
     monkeypatch.setattr(gpu_options_module, "cuda_build_problem", lambda: None)  # as on a GPU machine
     dm = _datamodule(tmp_path, **kwargs)
     built = []
-    monkeypatch.setattr(dm, "_create_host_memory", lambda: built.append(1))
+    monkeypatch.setattr(dm._host_copy, "share", lambda: built.append(1))
     trainer = _trainer(tmp_path, max_steps=1)
     key = "sampler_placement='gpu'" if "sampler_placement" in kwargs else "gather='zerocopy'"
     with pytest.raises(ValueError, match=f"data.init_args.{key}.*the trainer runs on 'cpu'.*accelerator='gpu'"):
