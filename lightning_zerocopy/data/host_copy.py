@@ -15,6 +15,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.host import node_order_cache_dir, share_node_data, shared_node_order
+from lightning_zerocopy.datasets.base import InputDataError
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.graph.reorder import NodeOrder
