@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import mmap
+import os
 import pathlib
+import socket
 import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Optional
@@ -158,3 +160,25 @@ def sync_warnings(records: "list[Any]") -> list[str]:
     process on an H100).
     """
     return [f"{w.filename}:{w.lineno}: {w.message}" for w in records if str(w.message).startswith(SYNC_WARNING)]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (another process may take it before it is bound: see
+    :func:`run_single_rank_ddp`)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_single_rank_ddp(args: "list[str]", attempts: int = 3, env: "Optional[dict[str, str]]" = None,
+                        **kwargs: Any) -> "subprocess.CompletedProcess[str]":  # fmt: skip
+    """``subprocess.run(args, capture_output=True, text=True)`` for a process that starts a one-rank DDP job, with
+    ``MASTER_ADDR``/``MASTER_PORT`` set to a free port, run again on a new port when the rendezvous lost the race
+    for it (``EADDRINUSE``: seen under pytest-xdist, where other workers' processes pick free ports too)."""
+    base = dict(os.environ if env is None else env)
+    for attempt in range(attempts):
+        port_env = dict(base, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        proc = subprocess.run(args, capture_output=True, text=True, env=port_env, **kwargs)
+        if proc.returncode == 0 or "EADDRINUSE" not in proc.stderr or attempt == attempts - 1:
+            break
+    return proc

@@ -5,27 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import free_port
 
 SCRIPT = Path(__file__).with_name("link_ddp_script.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
 def test_two_ranks_split_the_supervision_edges_and_share_one_host_copy(tmp_path: Path) -> None:
     before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
     for key in ("LOCAL_RANK", "WORLD_SIZE", "GLOBAL_RANK", "RANK", "NODE_RANK"):
         env.pop(key, None)
     proc = subprocess.run(

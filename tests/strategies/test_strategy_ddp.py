@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,14 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import free_port
 
 SCRIPT = Path(__file__).with_name("strategy_ddp_script.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _shm() -> set[str]:
@@ -35,7 +29,7 @@ def _launch(tmp_path: Path, config: dict[str, Any], node_rank: int = 0, port: in
     path = tmp_path / f"config{node_rank}.json"
     path.write_text(json.dumps(config))
     env = dict(os.environ, PYTHONUNBUFFERED="1", NODE_RANK=str(node_rank), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port or _free_port()), OMP_NUM_THREADS="1")  # fmt: skip
+               MASTER_PORT=str(port or free_port()), OMP_NUM_THREADS="1")  # fmt: skip
     for key in ("LOCAL_RANK", "WORLD_SIZE", "GLOBAL_RANK", "RANK"):
         env.pop(key, None)
     return subprocess.Popen(
@@ -45,7 +39,7 @@ def _launch(tmp_path: Path, config: dict[str, Any], node_rank: int = 0, port: in
 
 
 def _run(tmp_path: Path, config: dict[str, Any], nodes: int = 1, timeout: float = 240) -> list[dict[str, Any]]:
-    port = _free_port()
+    port = free_port()
     procs = [_launch(tmp_path, config, node_rank=n, port=port) for n in range(nodes)]
     outputs = [p.communicate(timeout=timeout)[0] for p in procs]
     for p, text in zip(procs, outputs):

@@ -134,8 +134,9 @@ def test_ddp_is_built_on_the_stream_the_forwards_use(tmp_path: Path) -> None:
     """Lightning 2.6 builds DDP under a side stream, so a fit on one GPU warned "The AccumulateGrad node's stream
     does not match the stream of the node that produced the incoming gradient" (issue 22). The strategy builds it
     on the forwards' stream. torch warns once per process, so the fit runs in a fresh one."""
-    import subprocess
     import sys
+
+    from helpers import run_single_rank_ddp
 
     script = (
         "import sys, warnings; from pathlib import Path; warnings.simplefilter('always'); "
@@ -143,6 +144,6 @@ def test_ddp_is_built_on_the_stream_the_forwards_use(tmp_path: Path) -> None:
         "from test_zerocopy_ddp_cuda import _fit; "
         f"_fit(Path({str(tmp_path)!r}), 0, 'degree', 'replicate', epochs=2)"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = run_single_rank_ddp([sys.executable, "-c", script], timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "AccumulateGrad" not in proc.stderr, proc.stderr[-3000:]
