@@ -162,10 +162,11 @@ def pipeline_options(row: Row, args: Any) -> dict[str, Any]:
 def share_figures(pipeline: Any) -> dict[str, Any]:
     """An MPS row's results on the worker's share: as configured (a number or ``auto``), the share it ran with
     (``auto``: the calibration's choice, None if it did not decide within the run) and the calibration's figures."""
-    choice = pipeline.share_choice
+    import dataclasses
+
+    choice = pipeline.share_choice  # a ShareChoice: percent, build_ms, step_ms, keeps_pace
     return {"worker_sm_percent": pipeline.worker_sm_percent, "chosen_worker_sm_percent": pipeline.chosen_worker_sm_percent,
-            "share_choice": None if choice is None else {"percent": choice.percent, "build_ms": choice.build_ms,
-                                                         "step_ms": choice.step_ms, "keeps_pace": choice.keeps_pace}}  # fmt: skip
+            "share_choice": None if choice is None else dataclasses.asdict(choice)}  # fmt: skip
 
 
 def _strategy(row: Row, args: Any) -> Any:

@@ -15,6 +15,7 @@ from benchmarks.e2e_aims import aims_table, end_to_end_row
 from benchmarks.e2e_rows import ROWS, launcher_share, worker_share
 from benchmarks.e2e_train import pipeline_options, share_figures
 from lightning_zerocopy.callbacks import PipelineCallback
+from lightning_zerocopy.pipeline.share_choice import ShareChoice
 
 SHARE_ROWS = ("zc_gpu_mps_20", "zc_gpu_mps_30", "zc_gpu_mps_auto")
 
@@ -80,6 +81,9 @@ def test_the_callback_gets_the_rows_share() -> None:
     assert share_figures(auto) == {"worker_sm_percent": "auto", "chosen_worker_sm_percent": None, "share_choice": None}
     fixed = PipelineCallback(**pipeline_options(ROWS["zc_gpu_mps_20"], args))
     assert share_figures(fixed) == {"worker_sm_percent": 20, "chosen_worker_sm_percent": 20, "share_choice": None}
+    auto._last_choice = ShareChoice(20, 3.5, 5.25, keeps_pace=True)  # a fit's calibration decided (then tore down)
+    assert share_figures(auto) == {"worker_sm_percent": "auto", "chosen_worker_sm_percent": 20,
+                                   "share_choice": {"percent": 20, "build_ms": 3.5, "step_ms": 5.25, "keeps_pace": True}}
 
 
 def test_share_rows_are_skipped_on_the_cpu_and_append_keeps_them(tmp_path: Path) -> None:
