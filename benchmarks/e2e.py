@@ -20,6 +20,8 @@ Examples::
     python -m benchmarks.e2e --report-only results/e2e-small                   # plots and report from the JSON
     python -m benchmarks.e2e --preset issue20 --pyg-site /tmp/pygsite --out DIR   # issue 20: ~5 min on an H200 (estimated)
     python -m benchmarks.e2e --preset issue20 --no-trim --precision 32-true ...   # the module as it was before
+    python -m benchmarks.e2e --preset issue20 --models heavy --configs zc_gpu_mps,zc_gpu_mps_20,zc_gpu_mps_30,zc_gpu_mps_auto \
+        --append --out DIR                                    # the worker's MPS share: 10, 20, 30 % and the calibrated one
 
 On the GPU box PyG's sampling backend comes from ``.pyg/*.tgz`` (``mkdir -p /tmp/pygsite && tar xzf .pyg/*.tgz -C
 /tmp/pygsite``, then ``--pyg-site /tmp/pygsite``); ``--prepare-only`` builds the graph cache once (``headline``:
@@ -41,7 +43,9 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from benchmarks import e2e_report  # noqa: E402
-from benchmarks.e2e_rows import MODELS, PRECISIONS, PRESETS, ROWS, resolve_precision, select_rows  # noqa: E402
+from benchmarks.e2e_rows import (  # noqa: E402
+    MODELS, PRECISIONS, PRESETS, ROWS, Row, launcher_share, parse_share, resolve_precision, select_rows, worker_share,
+)  # fmt: skip
 from benchmarks.e2e_meta import machine_info  # noqa: E402
 from benchmarks.sessions import forward_stop_signals, run_script  # noqa: E402
 
@@ -98,7 +102,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--sweep-batches", type=int, default=40, help="batches timed per worker count of the sweep")
     t.add_argument("--stage-batches", type=int, default=256, help="model_only: distinct batches pre-staged on the device")
     t.add_argument("--stage-steps", type=int, default=20, help="stages row: batches timed per path (after 5)")
-    t.add_argument("--worker-sm-percent", type=int, default=10, help="MPS rows: the pipeline worker's share of SMs")
+    t.add_argument("--worker-sm-percent", type=parse_share, default=10, help="MPS rows without a share of their own "
+                   "(zc_gpu_mps_20, _30, _auto have one): the pipeline worker's share of SMs, 1-99 or auto")  # fmt: skip
     t.add_argument("--cache-fraction", type=float, default=0.2, help="zc_gpu_hot rows: share of feature rows cached on the GPU")
     t.add_argument("--cache-budget", default="20%", help="zerocopy_ddp rows: the Strategy's cache_budget")
     p.add_argument("--_prepare", help=argparse.SUPPRESS)
@@ -181,13 +186,17 @@ def _precheck(row: Any) -> Optional[str]:
     return None
 
 
-def _mps_prefix(args: argparse.Namespace) -> list[str]:
+def mps_prefix(args: argparse.Namespace, row: Row) -> list[str]:
+    """The MPS launcher's command line before an MPS row's process: the row's worker share (:func:`worker_share`;
+    ``auto`` starts at the ladder's first, 10 %, so the trainer has 90 %). Waits up to 60 s for the previous row's
+    daemon to quit."""
     from lightning_zerocopy.pipeline import mps
 
     deadline = time.monotonic() + 60  # the previous row's daemon may still be quitting
     while mps.mps_processes() and time.monotonic() < deadline:
         time.sleep(0.2)
-    return [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", str(args.worker_sm_percent), "--"]
+    share = launcher_share(worker_share(row, args.worker_sm_percent))
+    return [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", str(share), "--"]
 
 
 # ---------------------------------------------------------------------------------------------- orchestration
@@ -243,7 +252,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if why is not None:
             runs = [{"row": row.name, "model": m, "kind": row.kind, "status": "skipped", "reason": why} for m in models]
         else:
-            prefix = _mps_prefix(args) if row.mps else None
+            prefix = mps_prefix(args, row) if row.mps else None
             spec = {"args": args, "models": models, "graph_kwargs": graph["graph_kwargs"]}
             log = os.path.join(out, "logs", f"{row.name}.log")
             t0 = time.monotonic()

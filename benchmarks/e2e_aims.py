@@ -1,6 +1,7 @@
 """Issue 20's aims next to what an end-to-end run measured, heavy and light model side by side (a report section).
 
-Reads a run's results dict only (no other benchmark module, so the report can import it without a loop). "End to
+Reads a run's results dict only (of the other benchmark modules only ``e2e_results``, which imports none, so the
+report can import it without a loop). "End to
 end" is the fastest finished row of ours that reads features from host memory (``all_in_gpu`` holds them all on
 the GPU and is shown beside it, not counted); its batches must have passed the batch check.
 """
@@ -8,6 +9,8 @@ the GPU and is shown beside it, not counted); its batches must have passed the b
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
+
+from benchmarks.e2e_results import share_label
 
 __all__ = ["AIMS", "aims_table", "end_to_end_row"]
 
@@ -90,7 +93,7 @@ def _column(results: dict[str, Any], model: str, target: Optional[float]) -> lis
     return [
         f"{_num(bound_ms, '.2f')} ms ({_num(bound['steps_per_s'] if bound else None, '.1f')} steps/s)"
         + _verdict(bound_ms, AIMS["model_only_ms"].get(model), at_most=True),
-        (f"{rate:.1f} steps/s (`{e2e['row']}`)" if e2e else "–") + _verdict(rate, AIMS["end_to_end_steps"].get(model)),
+        (f"{rate:.1f} steps/s (`{e2e['row']}`{', ' + share_label(e2e) if share_label(e2e) else ''})" if e2e else "–") + _verdict(rate, AIMS["end_to_end_steps"].get(model)),
         _num(vs_bound, ".2f") + ("×" if vs_bound else "") + _verdict(vs_bound, AIMS["vs_model_only"].get(model)),
         (_num(vs_pyg, ".2f") + "×" + f" (PyG {pyg['steps_per_s']:.1f} steps/s, {pyg.get('pyg_workers')} workers)"
          if vs_pyg else "–") + _verdict(vs_pyg, AIMS["vs_pyg"].get(model)),  # fmt: skip

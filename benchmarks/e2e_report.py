@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from benchmarks.e2e_results import PLOTS, finished, models_in, runs_by_row, target_acc, time_to_target
+from benchmarks.e2e_results import PLOTS, finished, models_in, runs_by_row, share_label, target_acc, time_to_target
 from benchmarks.results import read_results
 
 __all__ = ["PLOTS", "aims", "one_line", "render", "target_acc", "time_to_target"]
@@ -29,9 +29,17 @@ def _fmt(value: Any, spec: str = ".1f", suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _named(run: dict[str, Any]) -> str:
+    """The row's name in backticks, with an MPS row's worker share."""
+    label = share_label(run)
+    return f"`{run['row']}`" + (f" ({label})" if label else "")
+
+
 def one_line(run: dict[str, Any]) -> str:
     """A console line for one row and model."""
     head = f"{run['row']:<18}{run['model']:<7}"
+    if share_label(run) and finished(run):
+        head += share_label(run) + "  "
     if run.get("kind") == "stages" and run.get("status") == "ok":
         return head + "ms per batch: " + ", ".join(f"{p} {t['total_ms']:.1f}" for p, t in run["stages"].items())
     if not finished(run):
@@ -49,7 +57,7 @@ def aims(results: dict[str, Any], model: str) -> list[str]:
     if not ours:
         return [f"- {model}: no row of ours finished."]
     best = max(ours, key=lambda r: r["steps_per_s"])
-    lines = [f"- {model}: best row `{best['row']}` at {best['steps_per_s']:.1f} steps/s."]
+    lines = [f"- {model}: best row {_named(best)} at {best['steps_per_s']:.1f} steps/s."]
     samples: dict[str, list[str]] = {}
     for r in rows.values():
         if finished(r) and r.get("kind") in ("ours", "model_only") and r.get("batch_check", {}).get("first_sample"):
@@ -104,7 +112,7 @@ def _table(results: dict[str, Any], model: str) -> list[str]:
         check = r.get("batch_check", {})
         checked = f"{check.get('checked', 0)} ok" if check.get("ok", True) else "**WRONG**: " + "; ".join(check.get("problems", []))
         out.append("| " + " | ".join([
-            f"`{name}`", f"{rate:.1f}", _fmt(rate / bound_rate if bound_rate else None, ".2f", "×"),
+            _named(r), f"{rate:.1f}", _fmt(rate / bound_rate if bound_rate else None, ".2f", "×"),
             _fmt(rate / pyg_rate if pyg_rate else None, ".2f", "×"), _fmt(r.get("stall_frac"), ".1%"),
             _fmt(r.get("wait_ms"), ".2f"), _fmt(r.get("gather_GBps"), ".3g"), _fmt(r.get("build_ms"), ".2f"),
             f"{_fmt(_pct(lat, 0.5), '.2f')} / {_fmt(_pct(lat, 0.99), '.2f')}", _fmt(r.get("best_val_acc"), ".3f"),
@@ -145,6 +153,23 @@ def _stage_tables(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def _share_choices(results: dict[str, Any]) -> list[str]:
+    """What the ``worker_sm_percent='auto'`` rows' calibration measured and chose."""
+    out = []
+    for r in results.get("runs", []):
+        if not finished(r) or r.get("worker_sm_percent") != "auto":
+            continue
+        choice = r.get("share_choice")
+        if choice is None:
+            out.append(f"- `{r['row']}` ({r['model']}): the calibration did not decide within the run (the row's log "
+                       "says what it measured and how many training steps it needs)")  # fmt: skip
+            continue
+        verdict = "keeps pace with" if choice["keeps_pace"] else "cannot keep pace with (the data path bounds)"
+        out.append(f"- `{r['row']}` ({r['model']}): worker share {choice['percent']} %: a batch built in "
+                   f"{choice['build_ms']:.2f} ms {verdict} a {choice['step_ms']:.2f} ms step")  # fmt: skip
+    return out
+
+
 def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_note: str) -> str:
     """Write ``report.md``; returns its path."""
     meta, graph, args = results.get("meta", {}), results.get("graph", {}), results.get("args", {})
@@ -181,6 +206,9 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
     stages = _stage_tables(results)
     if stages:
         lines += ["## Per-stage build times (no training running)", ""] + stages
+    shares = _share_choices(results)
+    if shares:
+        lines += ["## Worker share chosen by the calibration (`worker_sm_percent='auto'`)", ""] + shares + [""]
     other = _other_telemetry(results)
     if other:
         lines += ["## Other DataTelemetry figures (means after warm-up)", ""] + other + [""]

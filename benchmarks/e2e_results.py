@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-__all__ = ["PLOTS", "finished", "models_in", "runs_by_row", "target_acc", "time_to_target"]
+__all__ = ["PLOTS", "finished", "models_in", "runs_by_row", "share_label", "target_acc", "time_to_target"]
 
 #: The plot files, by what they show.
 PLOTS = {
@@ -44,3 +44,16 @@ def time_to_target(run: dict[str, Any], target: Optional[float]) -> Optional[flo
     if target is None:
         return None
     return next((t for _, t, acc in run.get("val_curve", []) if acc >= target), None)
+
+
+def share_label(run: dict[str, Any]) -> str:
+    """An MPS run's worker share, for the report: ``share 20 %``, ``share 20 %, auto`` (the calibration's choice),
+    ``share auto, undecided`` (the run ended before the calibration decided); ``""`` for a run without MPS (or
+    results written before the share was recorded)."""
+    share = run.get("worker_sm_percent")
+    if share is None:
+        return ""
+    if share != "auto":
+        return f"share {share} %"
+    chosen = run.get("chosen_worker_sm_percent")
+    return "share auto, undecided" if chosen is None else f"share {chosen} %, auto"

@@ -7,12 +7,14 @@ something else, so new rows can be listed here before the feature lands.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from benchmarks.rows import pick_rows
 
-__all__ = ["MODELS", "PRECISIONS", "PRESETS", "ROWS", "ModelSpec", "Preset", "Row", "resolve_precision", "select_rows"]
+__all__ = ["MODELS", "PRECISIONS", "PRESETS", "ROWS", "ModelSpec", "Preset", "Row", "launcher_share", "parse_share",
+           "resolve_precision", "select_rows", "worker_share"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,8 @@ class Row:
             per-stage batch build times).
         doc: one line for the report.
         data: ZeroCopyDataModule keyword arguments (``hot_fraction`` is turned into ``hot_rows``).
-        pipeline: PipelineCallback keyword arguments, or None for no pipeline.
+        pipeline: PipelineCallback keyword arguments, or None for no pipeline. A ``worker_sm_percent`` here is the
+            row's own MPS share and wins over ``--worker-sm-percent`` (:func:`worker_share`).
         strategy: ``(import path, keyword arguments)`` of a Strategy class, or None for Lightning's default.
         needs_cuda: the row only means something on a GPU.
     """
@@ -65,6 +68,17 @@ def _zero_copy_rows() -> list[Row]:
     return rows
 
 
+def _share_rows() -> list[Row]:
+    """``zc_gpu_mps`` with the worker's MPS share fixed by the row (20, 30 %) or chosen while training (auto)."""
+    data, mps = {"sampler_placement": "gpu", "gather": "zerocopy"}, {"mode": "worker", "mps": True}
+    rows = [Row(f"zc_gpu_mps_{p}", "ours", f"as zc_gpu_mps, the worker's MPS share {p} % (the trainer {100 - p} %)", data,
+                pipeline={**mps, "worker_sm_percent": p}) for p in (20, 30)]  # fmt: skip
+    return rows + [Row("zc_gpu_mps_auto", "ours", "as zc_gpu_mps, worker_sm_percent='auto': the smallest of 10/20/30 % "
+                       "whose build time fits in the step, calibrated while training (the trainer keeps 90 %; steps/s "
+                       "include the calibration's steps); the report gives the share chosen", data,
+                       pipeline={**mps, "worker_sm_percent": "auto"})]  # fmt: skip
+
+
 _ROW_LIST: list[Row] = [
     Row("pyg", "pyg", "PyG NeighborLoader: worker processes (best of --pyg-workers), pin_memory, "
         ".to(device, non_blocking=True)", needs_cuda=False),  # fmt: skip
@@ -75,6 +89,7 @@ _ROW_LIST: list[Row] = [
     Row("cpu_mps", "ours", "CPU sampler + CPU gather, PipelineCallback worker + MPS",
         {"sampler_placement": "cpu", "gather": "cpu"}, pipeline={"mode": "worker", "mps": True}),  # fmt: skip
     *_zero_copy_rows(),
+    *_share_rows(),
     Row("zc_gpu_hot", "ours", "GPU sampler, zero-copy gather, --cache-fraction of rows cached on the GPU (hot_rows)",
         {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": "cache_fraction"}),  # fmt: skip
     Row("zc_gpu_hot_mps", "ours", "as zc_gpu_hot, PipelineCallback worker + MPS",
@@ -180,3 +195,38 @@ def resolve_precision(precision: str, cuda: bool) -> str:
 def select_rows(configs: str) -> list[Row]:
     """The rows named in a comma-separated list (``all`` = every row), in the order given (see :func:`pick_rows`)."""
     return pick_rows(configs, ROWS, "--configs")
+
+
+def parse_share(text: str) -> Union[int, str]:
+    """``--worker-sm-percent``: a share of SMs in [1, 99], or ``auto`` (``PipelineCallback(worker_sm_percent="auto")``).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (argparse reports it under the flag's name).
+    """
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        percent = int(text)
+    except ValueError:
+        percent = 0
+    if not 1 <= percent <= 99:
+        raise argparse.ArgumentTypeError(f"a share of SMs in [1, 99] or 'auto', got {text!r}")
+    return percent
+
+
+def worker_share(row: Row, flag: Union[int, str]) -> Optional[Union[int, str]]:
+    """The pipeline worker's MPS share for ``row``: the row's own ``worker_sm_percent`` where its pipeline names
+    one, else ``flag`` (``--worker-sm-percent``); None for a row without MPS."""
+    if not row.mps:
+        return None
+    return row.pipeline.get("worker_sm_percent", flag)  # type: ignore[union-attr]
+
+
+def launcher_share(share: Union[int, str]) -> int:
+    """The share the MPS launcher starts with (``--worker-sm-percent`` of ``mps_launcher``): ``share``, or for ``auto``
+    the first of the calibration's ladder (10 %), so the trainer gets the rest (90 %) as the callback expects."""
+    if share == "auto":
+        from lightning_zerocopy.pipeline.share_choice import SHARE_LADDER
+
+        return SHARE_LADDER[0]
+    return int(share)

@@ -24,9 +24,9 @@ from pytorch_lightning.callbacks import Callback
 
 from benchmarks.e2e_measure import BatchCheck, TrainClock, summarize
 from benchmarks.e2e_pyg_hops import add_hop_counts
-from benchmarks.e2e_rows import ModelSpec, Row, resolve_precision
+from benchmarks.e2e_rows import ModelSpec, Row, resolve_precision, worker_share
 
-__all__ = ["RowUnavailable", "StagedBatches", "run_row", "stage_batches"]
+__all__ = ["RowUnavailable", "StagedBatches", "pipeline_options", "run_row", "share_figures", "stage_batches"]
 
 
 class RowUnavailable(Exception):
@@ -67,8 +67,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
 
     pipeline = None
     if row.pipeline is not None:  # first: with mps it joins the launcher's daemon before CUDA is touched
-        options = dict(row.pipeline, **({"worker_sm_percent": args.worker_sm_percent} if row.mps else {}))
-        pipeline = PipelineCallback(**options)
+        pipeline = PipelineCallback(**pipeline_options(row, args))
         if row.mps and pipeline.join_mps() is None:  # the launcher's daemon (the callback would run without it)
             raise RowUnavailable("MPS is unavailable here (nvidia-cuda-mps-control missing or failed; see the row's log)")
 
@@ -145,8 +144,29 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     if clock.train_started is not None:  # Trainer setup: DataModule host memory, CSC, pipeline start, model to device
         extra["setup_s"] = clock.train_started - extra["fit_t0"]
     del extra["fit_t0"]
+    if row.mps:
+        extra.update(share_figures(pipeline))
     return {**summarize(clock, telemetry, args.warmup), "batch_check": check.result, "device": _device_name(cuda),
             "threads": torch.get_num_threads(), **extra}  # fmt: skip
+
+
+def pipeline_options(row: Row, args: Any) -> dict[str, Any]:
+    """``PipelineCallback`` keyword arguments of ``row``: its pipeline dict, with an MPS row's worker share (the row's
+    own, else ``--worker-sm-percent``)."""
+    options = dict(row.pipeline or {})
+    if row.mps:
+        options["worker_sm_percent"] = worker_share(row, args.worker_sm_percent)
+    return options
+
+
+def share_figures(pipeline: Any) -> dict[str, Any]:
+    """An MPS row's results on the worker's share: as configured (a number or ``auto``), the share it ran with
+    (``auto``: the calibration's choice, None if it did not decide within the run) and the calibration's figures."""
+    import dataclasses
+
+    choice = pipeline.share_choice  # a ShareChoice: percent, build_ms, step_ms, keeps_pace
+    return {"worker_sm_percent": pipeline.worker_sm_percent, "chosen_worker_sm_percent": pipeline.chosen_worker_sm_percent,
+            "share_choice": None if choice is None else dataclasses.asdict(choice)}  # fmt: skip
 
 
 def _strategy(row: Row, args: Any) -> Any:

@@ -34,9 +34,9 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from benchmarks import link_report  # noqa: E402
-from benchmarks.e2e import _mps_prefix, _precheck  # noqa: E402
+from benchmarks.e2e import _precheck, mps_prefix  # noqa: E402
 from benchmarks.e2e_meta import machine_info  # noqa: E402
-from benchmarks.e2e_rows import Row  # noqa: E402
+from benchmarks.e2e_rows import Row, parse_share  # noqa: E402
 from benchmarks.results import write_json  # noqa: E402
 from benchmarks.rows import pick_rows  # noqa: E402
 from benchmarks.sessions import forward_stop_signals, run_script  # noqa: E402
@@ -55,6 +55,10 @@ ROWS: dict[str, Row] = {row.name: row for row in [
     Row("cpu_mps", "ours", "CPU sampler + CPU gather, PipelineCallback worker + MPS", _CPU, pipeline=_MPS),
     Row("zc_gpu", "ours", "GPU sampler, zero-copy gather from host memory, no pipeline", _ZC_GPU),
     Row("zc_gpu_mps", "ours", "GPU sampler, zero-copy gather, PipelineCallback worker + MPS", _ZC_GPU, pipeline=_MPS),
+    *[Row(f"zc_gpu_mps_{p}", "ours", f"as zc_gpu_mps, the worker's MPS share {p} % (the trainer {100 - p} %)", _ZC_GPU,
+          pipeline={**_MPS, "worker_sm_percent": p}) for p in (20, 30)],
+    Row("zc_gpu_mps_auto", "ours", "as zc_gpu_mps, worker_sm_percent='auto' (10/20/30 %, calibrated while training; "
+        "steps/s include the calibration)", _ZC_GPU, pipeline={**_MPS, "worker_sm_percent": "auto"}),
     Row("zc_uva_mps", "ours", "GPU sampler over the pinned host graph, zero-copy gather, PipelineCallback worker + MPS",
         {"sampler_placement": "uva", "gather": "zerocopy"}, pipeline=_MPS),
     Row("model_only", "model_only", "the same kind of batches pre-staged in device memory: the compute bound",
@@ -136,7 +140,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--pyg-workers", help="LinkNeighborLoader worker counts to sweep; the best trains")
     t.add_argument("--sweep-batches", type=int, default=30, help="batches timed per worker count of the sweep")
     t.add_argument("--stage-batches", type=int, default=128, help="model_only: distinct batches pre-staged on the device")
-    t.add_argument("--worker-sm-percent", type=int, default=10, help="MPS rows: the pipeline worker's share of SMs")
+    t.add_argument("--worker-sm-percent", type=parse_share, default=10, help="MPS rows: the pipeline worker's share of "
+                   "SMs, 1-99 or auto (PipelineCallback(worker_sm_percent='auto'))")  # fmt: skip
     p.add_argument("--_run", help=argparse.SUPPRESS)
     p.add_argument("--_spec", help=argparse.SUPPRESS)
     p.add_argument("--_result", help=argparse.SUPPRESS)
@@ -238,7 +243,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.monotonic()
             result, why = run_script(__file__, [f"--_run={row.name}"], {"args": args, "kwargs": graph["kwargs"]},
                                      os.path.join(out, "logs", f"{row.name}.log"), args.row_timeout_s, REPO_ROOT,
-                                     _mps_prefix(args) if row.mps else None)  # fmt: skip
+                                     mps_prefix(args, row) if row.mps else None)  # fmt: skip
             if result is None:
                 result = {"row": row.name, "kind": row.kind, "status": "error", "reason": why}
             result["process_s"] = time.monotonic() - t0
@@ -273,7 +278,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         _child_main(args)
     elif args.list:
         for row in ROWS.values():
-            print(f"{row.name:<14}{row.doc}")
+            print(f"{row.name:<17}{row.doc}")
     elif args.report_only:
         files = link_report.render(args.report_only)
         print(f"link: wrote {', '.join(os.path.basename(f) for f in files)} in {args.report_only}")

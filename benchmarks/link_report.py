@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from benchmarks.e2e_report import _fmt, _pct, time_to_target
+from benchmarks.e2e_report import _fmt, _named, _pct, time_to_target
+from benchmarks.e2e_results import share_label
 from benchmarks.results import read_results
 
 __all__ = ["one_line", "render", "target_auroc"]
@@ -32,10 +33,11 @@ def target_auroc(results: dict[str, Any]) -> Optional[float]:
 
 def one_line(run: dict[str, Any]) -> str:
     """A console line for one row."""
-    head = f"{run['row']:<14}"
+    head = f"{run['row']:<17}"
     if not _ok(run):
         return f"{head}{run.get('status', '?')}: {str(run.get('reason', ''))[:300]}"
     check = run.get("batch_check", {})
+    head += share_label(run) + "  " if share_label(run) else ""
     return (f"{head}{run['steps_per_s']:8.2f} steps/s  stall {_fmt(run.get('stall_frac'), '.1%')}  best val AUROC "
             f"{_fmt(run.get('best_val_auroc'), '.3f')}  batches checked {check.get('checked', 0)}"
             f"{'' if check.get('ok', True) else ' WRONG: ' + '; '.join(check.get('problems', []))}")  # fmt: skip
@@ -57,7 +59,7 @@ def _table(results: dict[str, Any]) -> list[str]:
         checked = f"{check.get('checked', 0)} ok" if check.get("ok", True) else "**WRONG**: " + "; ".join(check.get("problems", []))
         ratio = lambda ref: _fmt(r["steps_per_s"] / rate[ref] if ref in rate else None, ".2f", "×")  # noqa: E731
         out.append("| " + " | ".join([
-            f"`{name}`", f"{r['steps_per_s']:.1f}", ratio("pyg"), ratio("model_only"), _fmt(r.get("stall_frac"), ".1%"),
+            _named(r), f"{r['steps_per_s']:.1f}", ratio("pyg"), ratio("model_only"), _fmt(r.get("stall_frac"), ".1%"),
             _fmt(r.get("wait_ms"), ".2f"), f"{_fmt(_pct(lat, 0.5), '.2f')} / {_fmt(_pct(lat, 0.99), '.2f')}",
             _fmt(r.get("best_val_auroc"), ".3f"), _fmt(time_to_target(r, target), ".1f"), _fmt(r.get("setup_s"), ".1f"),
             checked]) + " |")  # fmt: skip
@@ -70,7 +72,7 @@ def _aim(results: dict[str, Any]) -> list[str]:
     if not ours:
         return ["- No row of ours finished."]
     best = max(ours, key=lambda r: r["steps_per_s"])
-    lines = [f"- Best row of ours: `{best['row']}` at {best['steps_per_s']:.1f} steps/s, best val AUROC "
+    lines = [f"- Best row of ours: {_named(best)} at {best['steps_per_s']:.1f} steps/s, best val AUROC "
              f"{_fmt(best.get('best_val_auroc'), '.3f')}."]  # fmt: skip
     pyg = runs.get("pyg")
     if pyg:

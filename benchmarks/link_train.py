@@ -22,7 +22,8 @@ from pytorch_lightning.callbacks import Callback
 
 from benchmarks.e2e_measure import TrainClock, summarize
 from benchmarks.e2e_rows import Row
-from benchmarks.e2e_train import RowUnavailable, _device_name, _loader_rate, _sync, pyg_sampling_backends
+from benchmarks.e2e_train import (RowUnavailable, _device_name, _loader_rate, _sync, pipeline_options,
+                                  pyg_sampling_backends, share_figures)  # fmt: skip
 from lightning_zerocopy.models.link_predictor import num_positives
 
 __all__ = ["LinkBatchCheck", "run_row"]
@@ -93,7 +94,7 @@ def _run(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     pipeline = None
     if row.pipeline is not None:  # first: with mps it joins the launcher's daemon before CUDA is touched
-        pipeline = PipelineCallback(**dict(row.pipeline, **({"worker_sm_percent": args.worker_sm_percent} if row.mps else {})))
+        pipeline = PipelineCallback(**pipeline_options(row, args))
         if row.mps and pipeline.join_mps() is None:
             raise RowUnavailable("MPS is unavailable here (nvidia-cuda-mps-control missing or failed; see the row's log)")
     dataset = build_dataset(kwargs)
@@ -127,6 +128,8 @@ def _run(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     if clock.train_started is not None:
         extra["setup_s"] = clock.train_started - extra["fit_t0"]
     del extra["fit_t0"]
+    if row.mps:
+        extra.update(share_figures(pipeline))
     figures = summarize(clock, telemetry, args.warmup)
     figures["final_val_auroc"], figures["best_val_auroc"] = figures.pop("final_val_acc"), figures.pop("best_val_acc")
     return {**figures, "batch_check": check.result, "device": _device_name(cuda), "threads": torch.get_num_threads(), **extra}

@@ -49,6 +49,7 @@ from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
 
 if TYPE_CHECKING:
     from lightning_zerocopy.pipeline.client import PipelineClient
+    from lightning_zerocopy.pipeline.share_choice import ShareChoice
 
 # PyG initializes the CUDA driver when imported, so nothing that imports it (pipeline.loader, pipeline.source)
 # is imported here at module level: a script may import this callback before it starts MPS.
@@ -142,6 +143,7 @@ class PipelineCallback(Callback):
         self.mps_daemon = None
         self.client: Optional["PipelineClient"] = None
         self._auto: Any = None  # the AutoShare of worker_sm_percent="auto" while it calibrates
+        self._last_choice: Optional["ShareChoice"] = None  # the last closed AutoShare's choice (None: undecided)
         self._mps_checked = False
         self._datamodule: Any = None  # the DataModule using this callback's loader factory
         self._stages: tuple[str, ...] = ()
@@ -278,6 +280,7 @@ class PipelineCallback(Callback):
             datamodule.use_loader_factory(None)
         auto, self._auto = self._auto, None
         if auto is not None:
+            self._last_choice = auto.calibrator.choice
             self.client = None
             auto.close()
         if self.client is not None:
@@ -321,3 +324,21 @@ class PipelineCallback(Callback):
     def stats(self):
         """Running figures of the producer (:class:`~lightning_zerocopy.pipeline.PipelineStats`), or None."""
         return self.client.stats if self.client is not None else None
+
+    @property
+    def share_choice(self) -> Optional["ShareChoice"]:
+        """With ``worker_sm_percent="auto"``: the calibration's choice with its figures (share, build and step ms,
+        whether it keeps pace), kept after ``teardown``; None before it decides, when the fit ended first, or for a
+        share given as a number."""
+        if self._auto is not None:
+            return self._auto.calibrator.choice
+        return self._last_choice
+
+    @property
+    def chosen_worker_sm_percent(self) -> Optional[int]:
+        """The worker's share of SMs this run settled on: ``worker_sm_percent`` when given as a number; with
+        ``"auto"``, the share the calibration chose (:attr:`share_choice`), or None while it has not decided."""
+        if self.worker_sm_percent != "auto":
+            return int(self.worker_sm_percent)
+        choice = self.share_choice
+        return None if choice is None else choice.percent

@@ -91,6 +91,23 @@ def test_append_keeps_the_other_rows(ci_run: Path, tmp_path: Path) -> None:
     assert proc.returncode != 0 and "another graph" in proc.stdout + proc.stderr
 
 
+def test_share_rows_take_their_own_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The link benchmark's zc_gpu_mps_20/_30/_auto: the row's share reaches the MPS launcher and the report."""
+    from benchmarks import link_report
+    from benchmarks.e2e import mps_prefix
+    from lightning_zerocopy.pipeline import mps
+
+    monkeypatch.setattr(mps, "mps_processes", lambda: [])
+    args = parse_args(["--worker-sm-percent", "auto"])
+    shares = {name: mps_prefix(args, ROWS[name])[-2] for name in ("zc_gpu_mps", "zc_gpu_mps_20", "zc_gpu_mps_30", "zc_gpu_mps_auto")}
+    assert shares == {"zc_gpu_mps": "10", "zc_gpu_mps_20": "20", "zc_gpu_mps_30": "30", "zc_gpu_mps_auto": "10"}
+    run = {"row": "zc_gpu_mps_auto", "kind": "ours", "status": "ok", "steps_per_s": 50.0, "step_ms": [20.0],
+           "worker_sm_percent": "auto", "chosen_worker_sm_percent": 30, "batch_check": {"checked": 3, "ok": True}}  # fmt: skip
+    assert "share 30 %, auto" in link_report.one_line(run)
+    assert any(line.startswith("| `zc_gpu_mps_auto` (share 30 %, auto) | 50.0 |")
+               for line in link_report._table({"args": {}, "runs": [run]}))
+
+
 def test_arguments_are_checked() -> None:
     with pytest.raises(ValueError, match="unknown row"):
         select_rows("cpu,nope")
