@@ -15,6 +15,12 @@ Examples::
 
     python -m benchmarks.step --out results/step                                  # 20M-node graph, GPU, every row
     python -m benchmarks.step --device cpu --num-nodes 4000 --features 32 --batch-size 64 --warmup 2 --steps 5
+    python -m benchmarks.step --models light --rows plain,bare_trim,ours,ours_telemetry,ours_e2e_bf16 --profile  # host time
+    python -m benchmarks.step --device cpu --num-nodes 3000 --features 8 --hidden 8 --batch-size 32 --profile  # CPU
+
+With ``--profile`` each row also runs under cProfile and torch.profiler: ``profile.json`` and ``profile.md`` give its
+host time per step by group (Lightning loop, our callbacks, our module, optimizer, autograd, PyG, torch) and its top
+functions and operators (``benchmarks/step_profile.py``).
 """
 
 from __future__ import annotations

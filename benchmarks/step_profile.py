@@ -6,9 +6,10 @@ For each row, after its timed run, the same training runs twice more on the same
 steps included in their share). Figures are per step:
 
 * ``groups_us``: the host time by who spends it. A Python function's own time counts to its file's group; a C
-  function's (a torch op, ``backward``'s engine call, a builtin) to the group of the Python function that called
-  it, so the optimizer's ``torch._foreach_*`` calls count to the optimizer and PyG's ops to PyG. The groups add up
-  to the profiled wall time.
+  function's (a torch op, ``backward``'s engine call, a builtin) and the standard library's (``contextlib``,
+  ``inspect``) to the group of the function that called it, so the optimizer's ``torch._foreach_*`` calls count to
+  the optimizer, PyG's ops to PyG and Lightning's ``with profiler.profile(...)`` to Lightning (``C / stdlib``: called
+  from C or the standard library itself). The groups add up to the profiled time.
 * ``top_cumulative`` / ``top_self``: the functions with the most cumulative / own time (C calls in their own
   rows), with calls per step.
 * ``top_ops`` and ``ops_per_step``: torch.profiler's operators by self CPU time, and how many ``aten::`` calls a
@@ -23,6 +24,7 @@ from __future__ import annotations
 import cProfile
 import os
 import pstats
+import sysconfig
 import time
 from typing import Any, Callable, Optional
 
@@ -40,10 +42,15 @@ GROUPS: list[tuple[str, tuple[str, ...]]] = [
     ("torchmetrics", ("torchmetrics/",)),
     ("optimizer", ("torch/optim/",)),
     ("autograd", ("torch/autograd/", "torch/_tensor.py")),
-    ("PyG", ("torch_geometric/",)),
+    ("PyG", ("torch_geometric/", "torch_geometric.")),  # "torch_geometric.nn.conv...propagate_*.py": PyG's generated code
     ("torch nn / python", ("torch/",)),
 ]
 TOP = 25
+
+
+_STDLIB = sysconfig.get_paths()["stdlib"].replace(os.sep, "/")
+#: the group of C functions and standard-library code called from another C or standard-library function
+UNCLAIMED = "C / stdlib"
 
 
 def group_of(filename: str) -> str:
@@ -53,6 +60,13 @@ def group_of(filename: str) -> str:
         if any(p in path for p in parts):
             return name
     return "other"
+
+
+def _charged_to_caller(filename: str) -> bool:
+    """C functions (cProfile's ``~``) and the standard library (``contextlib``, ``inspect``, ``abc``...) do work
+    for whoever calls them: their own time counts to the caller's group."""
+    path = filename.replace(os.sep, "/")
+    return filename == "~" or path.startswith("<frozen") or (path.startswith(_STDLIB) and "-packages/" not in path)
 
 
 def _label(key: tuple[str, int, str]) -> str:
@@ -71,22 +85,25 @@ def summarize_cprofile(profile: cProfile.Profile, steps: int, top: int = TOP) ->
     """Per-step host time by group and the top functions, from a cProfile of ``steps`` steps (µs per step)."""
     stats = pstats.Stats(profile).stats  # key -> (primitive calls, calls, own s, cumulative s, callers)
     groups: dict[str, float] = {}
+
+    def charge(group: str, seconds: float) -> None:
+        groups[group] = groups.get(group, 0.0) + seconds
+
     for key, (_, _, own, _, callers) in stats.items():
-        if key[0] != "~":
-            groups[group_of(key[0])] = groups.get(group_of(key[0]), 0.0) + own
+        if not _charged_to_caller(key[0]):
+            charge(group_of(key[0]), own)
             continue
         charged = 0.0
         for caller, caller_stats in callers.items():  # (pcalls, calls, own s spent for this caller, cumulative)
-            name = group_of(caller[0]) if caller[0] != "~" else "other"
-            groups[name] = groups.get(name, 0.0) + caller_stats[2]
+            charge(UNCLAIMED if _charged_to_caller(caller[0]) else group_of(caller[0]), caller_stats[2])
             charged += caller_stats[2]
         if own > charged + 1e-9:  # called from no profiled Python frame (the profiler's own enable/disable)
-            groups["other"] = groups.get("other", 0.0) + own - charged
+            charge(UNCLAIMED, own - charged)
     scale = 1e6 / steps
 
     def row(key: tuple[str, int, str], value: float) -> dict[str, Any]:
         calls = stats[key][1]
-        group = group_of(key[0]) if key[0] != "~" else "C call"
+        group = "C call" if key[0] == "~" else "stdlib" if _charged_to_caller(key[0]) else group_of(key[0])
         return {"function": _label(key), "group": group, "us_per_step": value * scale, "calls_per_step": calls / steps}
 
     by_cum = sorted(stats, key=lambda k: stats[k][3], reverse=True)[:top]

@@ -105,3 +105,4 @@ def test_step_profiler_covers_whole_steps_from_warmup() -> None:
     assert group_of("/x/site-packages/pytorch_lightning/loops/fit_loop.py") == "lightning loop"
     assert group_of("/repo/lightning_zerocopy/callbacks/telemetry.py") == "our callbacks"
     assert group_of("/x/site-packages/torch/optim/adam.py") == "optimizer"
+    assert group_of("/tmp/torch_geometric.nn.conv.sage_conv_SAGEConv_propagate_ab12.py") == "PyG"
