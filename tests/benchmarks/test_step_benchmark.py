@@ -63,20 +63,33 @@ def test_unknown_rows_and_models_are_rejected(capsys: pytest.CaptureFixture[str]
     assert [r.name for r in parse_args(["--rows", "ours,plain"]).row_list] == ["ours", "plain"]
 
 
-def test_profile_writes_a_host_time_breakdown_per_step(tmp_path: Path) -> None:
-    """``--profile``: each row's host time per step by group (Lightning loop, our callbacks, ...) and its top
-    functions and operators, in profile.json and profile.md."""
+def _profile_run(tmp_path: Path, device: str, rows: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.step", "--device", "cpu", "--models", "light", "--num-nodes", "2000",
+        [sys.executable, "-m", "benchmarks.step", "--device", device, "--models", "light", "--num-nodes", "2000",
          "--features", "8", "--hidden", "8", "--classes", "4", "--batch-size", "16", "--warmup", "2", "--steps", "3",
-         "--stage-batches", "2", "--threads", "1", "--rows", "plain,ours_e2e", "--profile", "--profile-steps", "4",
+         "--stage-batches", "2", "--threads", "1", "--rows", rows, "--profile", "--profile-steps", "4",
          "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     profiles = {p["row"]: p for p in json.loads((tmp_path / "out" / "profile.json").read_text())["profiles"]}
-    assert set(profiles) == {"plain", "ours_e2e"}
+    assert set(profiles) == set(rows.split(","))
+    return profiles
+
+
+@pytest.mark.cuda
+def test_profile_runs_on_a_gpu(tmp_path: Path) -> None:
+    profiles = _profile_run(tmp_path, "cuda", "plain,ours_e2e_bf16,ours_fused")
+    for name, p in profiles.items():
+        assert p["cprofile_ms_per_step"] > 0 and p["ops_per_step"] > 10 and p["groups_us"].get("optimizer", 0) > 0, name
+    assert profiles["ours_e2e_bf16"]["groups_us"]["our callbacks"] > 0
+
+
+def test_profile_writes_a_host_time_breakdown_per_step(tmp_path: Path) -> None:
+    """``--profile``: each row's host time per step by group (Lightning loop, our callbacks, ...) and its top
+    functions and operators, in profile.json and profile.md."""
+    profiles = _profile_run(tmp_path, "cpu", "plain,ours_e2e")
     for name, p in profiles.items():
         assert p["profile_steps"] == 4 and p["cprofile_ms_per_step"] > 0 and p["torch_ms_per_step"] > 0, name
         # the groups are the profiled time, split: about the wall time under cProfile
