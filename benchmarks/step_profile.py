@@ -192,7 +192,10 @@ def render_profile(results: dict[str, Any]) -> str:
              f"`{results['command']}`; {results['device']}; {len(runs)} profiled rows. µs per step over "
              f"{runs[0]['profile']['profile_steps'] if runs else 0} steps after warm-up. `cProfile ms/step` is the wall "
              "time under cProfile (it inflates Python calls); `unprofiled` is the row's own timing (median; on a GPU "
-             "the GPU's step interval). C calls count to the group of their Python caller.", ""]  # fmt: skip
+             "the GPU's step interval). C calls and the standard library count to the group of their caller. In the "
+             "operator tables, Lightning runs its closure (forward, backward) inside `Optimizer.step#...`, so that "
+             "range's self time holds the closure's Python. On a GPU a host that waits (a full launch queue, a read "
+             "back on a logging step) shows the wait as the own time of the call that waits.", ""]  # fmt: skip
     for model in dict.fromkeys(r["model"] for r in runs):
         rows = [r for r in runs if r["model"] == model]
         groups = list(dict.fromkeys(g for r in rows for g in r["profile"]["groups_us"]))
