@@ -15,6 +15,12 @@ Examples::
 
     python -m benchmarks.step --out results/step                                  # 20M-node graph, GPU, every row
     python -m benchmarks.step --device cpu --num-nodes 4000 --features 32 --batch-size 64 --warmup 2 --steps 5
+    python -m benchmarks.step --models light --rows plain,bare_trim,ours,ours_telemetry,ours_e2e_bf16 --profile  # host time
+    python -m benchmarks.step --device cpu --num-nodes 3000 --features 8 --hidden 8 --batch-size 32 --profile  # CPU
+
+With ``--profile`` each row also runs under cProfile and torch.profiler: ``profile.json`` and ``profile.md`` give its
+host time per step by group (Lightning loop, our callbacks, our module, optimizer, autograd, PyG, torch) and its top
+functions and operators (``benchmarks/step_profile.py``).
 """
 
 from __future__ import annotations
@@ -72,12 +78,17 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    t.add_argument("--hidden", type=int, default=0, help="hidden width of every model (0: the model's own; a tiny width "
+                   "leaves only host overhead on the CPU)")
+    t.add_argument("--profile", action="store_true", help="also profile each row's host time per step (cProfile and "
+                   "torch.profiler): profile.json and profile.md (benchmarks/step_profile.py)")
+    t.add_argument("--profile-steps", type=int, default=100, help="steps profiled after --warmup, per profiler")
     args = p.parse_args(argv)
-    for name in ("num_nodes", "features", "classes", "batch_size", "steps", "stage_batches"):
+    for name in ("num_nodes", "features", "classes", "batch_size", "steps", "stage_batches", "profile_steps"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.warmup < 0:
-        p.error(f"--warmup must be >= 0, got {args.warmup}")
+    if args.warmup < 0 or args.hidden < 0:
+        p.error(f"--warmup and --hidden must be >= 0, got {args.warmup} and {args.hidden}")
     try:
         args.row_list = select(args.rows)
     except ValueError as exc:
@@ -107,40 +118,74 @@ def _initial_loss(row: RowSpec, module: Any, batch: Any, device: torch.device) -
 
 def run_row(row: RowSpec, spec: ModelSpec, staged: list[Any], dims: tuple[int, int], args: argparse.Namespace,
             device: torch.device) -> dict[str, Any]:  # fmt: skip
-    """Train ``spec`` as ``row`` says on ``--warmup + --steps`` of the staged batches; the row's figures."""
+    """Train ``spec`` as ``row`` says on ``--warmup + --steps`` of the staged batches; the row's figures (with
+    ``--profile``, then twice more under the profilers: ``benchmarks/step_profile.py``)."""
+    t0 = time.perf_counter()
+    module = _module(row, spec, dims, args)
+    initial = _initial_loss(row, module, staged[0], device)
+    result = _train(row, module, staged, args.warmup + args.steps, args, device)
+    out = {**result, "initial_loss": initial, "fit_s": time.perf_counter() - t0}
+    if args.profile:
+        from benchmarks.step_profile import profile_row
+
+        def train(profiler: Any, steps: int) -> None:
+            _train(row, _module(row, spec, dims, args), staged, steps, args, device, profiler)
+
+        out["profile"] = profile_row(train, args.warmup, args.profile_steps)
+    return out
+
+
+def _module(row: RowSpec, spec: ModelSpec, dims: tuple[int, int], args: argparse.Namespace) -> Any:
+    """The row's module, from the run's seed (the same initial weights in every row)."""
     import pytorch_lightning as pl
     from torch_geometric.nn.models import GraphSAGE as PyGGraphSAGE
 
-    from benchmarks.e2e_train import StagedBatches
-    from benchmarks.step_rows import BareModule, StepTimer, plain_loop
+    from benchmarks.step_rows import BareModule
     from lightning_zerocopy import models
-    from lightning_zerocopy.callbacks import DataTelemetry
 
     features, classes = dims
-    pl.seed_everything(args.seed, verbose=False)  # the same initial weights in every row
-    loader = StagedBatches(staged, args.warmup + args.steps)
+    hidden = args.hidden or spec.hidden
+    pl.seed_everything(args.seed, verbose=False)
     if row.kind == "ours":
-        module: Any = models.GraphSAGE(features, classes, hidden_channels=spec.hidden, num_layers=spec.layers, trim=row.trim,
-                                       compile=row.compile, optimizer=functools.partial(torch.optim.Adam, lr=args.lr))  # fmt: skip
-    else:
-        module = BareModule(PyGGraphSAGE(features, spec.hidden, spec.layers, classes, dropout=0.5), args.lr, row.trim)
-    initial = _initial_loss(row, module, staged[0], device)
-    t0 = time.perf_counter()
+        optimizer = functools.partial(torch.optim.Adam, lr=args.lr, **({"fused": True} if row.fused else {}))
+        return models.GraphSAGE(features, classes, hidden_channels=hidden, num_layers=spec.layers, trim=row.trim,
+                                compile=row.compile, optimizer=optimizer)  # fmt: skip
+    return BareModule(PyGGraphSAGE(features, hidden, spec.layers, classes, dropout=0.5), args.lr, row.trim)
+
+
+def _train(row: RowSpec, module: Any, staged: list[Any], steps: int, args: argparse.Namespace, device: torch.device,
+           profiler: Any = None) -> dict[str, Any]:  # fmt: skip
+    """``steps`` training steps of ``module`` on the staged batches, cycled, as ``row`` says; the timer's figures.
+    ``profiler`` (a :class:`~benchmarks.step_profile.StepProfiler`) is told the start of every step."""
+    import pytorch_lightning as pl
+
+    from benchmarks.e2e_train import StagedBatches
+    from benchmarks.step_rows import StepTimer, e2e_callbacks, plain_loop
+    from lightning_zerocopy.callbacks import DataTelemetry
+
+    loader = StagedBatches(staged, steps)
     if row.kind == "plain":
-        result = plain_loop(module.net, loader, args.lr, row.bf16, device, args.warmup)
-    else:
-        timer = StepTimer(device, args.warmup)
-        callbacks = [timer, *([DataTelemetry(prog_bar=False)] if row.telemetry else [])]
-        with tempfile.TemporaryDirectory(prefix="lzc-step-") as root:
-            trainer = pl.Trainer(
-                accelerator="gpu" if device.type == "cuda" else "cpu", devices=[device.index or 0] if device.type == "cuda" else 1,
-                precision="bf16-mixed" if row.bf16 else "32-true", max_steps=args.warmup + args.steps, limit_val_batches=0,
-                num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                enable_model_summary=False, callbacks=callbacks, default_root_dir=root,
-            )  # fmt: skip
-            trainer.fit(module, train_dataloaders=loader)
-        result = timer.result()
-    return {**result, "initial_loss": initial, "fit_s": time.perf_counter() - t0}
+        return plain_loop(module.net, loader, args.lr, row.bf16, device, args.warmup,
+                          on_step_start=None if profiler is None else profiler.step_start)  # fmt: skip
+    timer = StepTimer(device, args.warmup)
+    callbacks = [timer, *([DataTelemetry(prog_bar=False)] if row.telemetry else [])]
+    if profiler is not None:
+        from benchmarks.step_profile import ProfileSteps
+
+        callbacks.insert(0, ProfileSteps(profiler))
+    with tempfile.TemporaryDirectory(prefix="lzc-step-") as root:
+        logger: Any = False
+        if row.e2e:  # what benchmarks/e2e.py's rows add: a CSVLogger and its training clock
+            logger, extra = e2e_callbacks(root, args.warmup, device)
+            callbacks += extra
+        trainer = pl.Trainer(
+            accelerator="gpu" if device.type == "cuda" else "cpu", devices=[device.index or 0] if device.type == "cuda" else 1,
+            precision="bf16-mixed" if row.bf16 else "32-true", max_steps=steps, limit_val_batches=0,
+            num_sanity_val_steps=0, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False, callbacks=callbacks, default_root_dir=root,
+        )  # fmt: skip
+        trainer.fit(module, train_dataloaders=loader)
+    return timer.result()
 
 
 def _check_losses(runs: list[dict[str, Any]]) -> None:
@@ -227,7 +272,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     write_json(os.path.join(out, "results.json"), results, default=str)
     with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
         f.write(render(results))
-    print(f"step: wrote results.json and report.md in {out}", flush=True)
+    if args.profile:
+        from benchmarks.step_profile import render_profile
+
+        profiles = [{"row": r["row"], "model": r["model"], "median_ms": r["median_ms"], **r["profile"]}
+                    for r in results["runs"] if "profile" in r]  # fmt: skip
+        write_json(os.path.join(out, "profile.json"), {"command": results["command"], "device": results["device"],
+                                                       "meta": results["meta"], "profiles": profiles}, default=str)  # fmt: skip
+        with open(os.path.join(out, "profile.md"), "w", encoding="utf-8") as f:
+            f.write(render_profile(results))
+    print(f"step: wrote results.json and report.md{' and profile.*' if args.profile else ''} in {out}", flush=True)
     return results
 
 

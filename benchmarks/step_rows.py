@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -19,7 +19,7 @@ from pytorch_lightning.callbacks import Callback
 
 from benchmarks.rows import pick_rows
 
-__all__ = ["ROWS", "BareModule", "RowSpec", "StepTimer", "plain_loop", "select"]
+__all__ = ["ROWS", "BareModule", "RowSpec", "StepTimer", "e2e_callbacks", "plain_loop", "select"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class RowSpec:
         bf16: ``precision="bf16-mixed"`` (the plain loop: ``torch.autocast``).
         telemetry: ``DataTelemetry`` in the Trainer's callbacks.
         compile: ``models.GraphSAGE(compile=True)``.
+        e2e: also what ``benchmarks/e2e.py``'s rows add to the Trainer: a ``CSVLogger`` (every
+            ``log_every_n_steps``) and its ``TrainClock``.
+        fused: ``torch.optim.Adam(fused=True)`` as the model's optimizer.
     """
 
     name: str
@@ -44,6 +47,8 @@ class RowSpec:
     bf16: bool = False
     telemetry: bool = False
     compile: bool = False
+    e2e: bool = False
+    fused: bool = False
 
 
 _ROW_LIST = [
@@ -55,6 +60,12 @@ _ROW_LIST = [
     RowSpec("ours_untrimmed", "`models.GraphSAGE(trim=False)`, fp32", "ours"),
     RowSpec("ours", "`models.GraphSAGE` (trimmed by default), fp32", "ours", trim=True),
     RowSpec("ours_telemetry", "`models.GraphSAGE` + `DataTelemetry`, fp32", "ours", trim=True, telemetry=True),
+    RowSpec("ours_e2e", "`models.GraphSAGE` + `DataTelemetry` + a `CSVLogger` and `TrainClock` (what `benchmarks/e2e.py`'s "
+            "rows run), fp32", "ours", trim=True, telemetry=True, e2e=True),  # fmt: skip
+    RowSpec("ours_e2e_bf16", "`ours_e2e`, `bf16-mixed` (benchmarks/e2e.py's rows on a GPU)", "ours", trim=True, bf16=True,
+            telemetry=True, e2e=True),  # fmt: skip
+    RowSpec("ours_fused", "`models.GraphSAGE` + `DataTelemetry`, `Adam(fused=True)` (one optimizer kernel per dtype and "
+            "device), fp32", "ours", trim=True, telemetry=True, fused=True),  # fmt: skip
     RowSpec("ours_bf16", "`models.GraphSAGE` + `DataTelemetry`, `bf16-mixed` (the GPU recipes)", "ours", trim=True,
             bf16=True, telemetry=True),  # fmt: skip
     RowSpec("ours_compiled", "`models.GraphSAGE(compile=True)`, fp32", "ours", trim=True, compile=True),
@@ -156,14 +167,30 @@ class StepTimer(Callback):
         return {**self.marks.result(self.warmup), "final_loss": loss}
 
 
-def plain_loop(net: torch.nn.Module, loader: Any, lr: float, bf16: bool, device: torch.device, warmup: int) -> dict[str, Any]:
+def e2e_callbacks(root: str, warmup: int, device: torch.device) -> tuple[Any, list[Callback]]:
+    """What ``benchmarks/e2e.py``'s rows add to a Trainer: a ``CSVLogger`` under ``root`` and its ``TrainClock`` (its
+    ``BatchCheck`` looks at the first batches only, no steady-state step)."""
+    from pytorch_lightning.loggers import CSVLogger
+
+    from benchmarks.e2e_measure import TrainClock
+
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    return CSVLogger(root, name="step", version=""), [TrainClock(warmup, 0.0, sync)]
+
+
+def plain_loop(net: torch.nn.Module, loader: Any, lr: float, bf16: bool, device: torch.device, warmup: int,
+               on_step_start: Optional[Callable[[int], None]] = None) -> dict[str, Any]:  # fmt: skip
     """The training step without Lightning: forward on the seeds, cross-entropy, backward, Adam; timed as
-    :class:`StepTimer` times a Trainer."""
+    :class:`StepTimer` times a Trainer. ``on_step_start(i)`` is called first at the start of every step and after
+    the last (a profiler's marks)."""
     net.to(device).train()
     optimizer = torch.optim.Adam(net.parameters(), lr=lr)
     marks = _Marks(device)
     loss = None
+    i = -1
     for i, batch in enumerate(loader):
+        if on_step_start is not None:
+            on_step_start(i)
         if i == warmup:
             marks.wall_mark()
         marks.mark()
@@ -173,6 +200,8 @@ def plain_loop(net: torch.nn.Module, loader: Any, lr: float, bf16: bool, device:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+    if on_step_start is not None:
+        on_step_start(i + 1)
     marks.mark()
     marks.wall_mark()
     return {**marks.result(warmup), "final_loss": None if loss is None else float(loss)}

@@ -119,8 +119,29 @@ def to_device_packed(tensors: Sequence[torch.Tensor], device: torch.device) -> l
 
 def move_batch(batch: Data, device: torch.device) -> Data:
     """``batch`` with every tensor not yet on ``device`` copied there (``non_blocking``); a batch built on that
-    device is returned as it is."""
+    device is returned as it is, without walking it through ``Data.apply`` (:func:`batch_on_device`)."""
+    if batch_on_device(batch, device):
+        return batch
     return batch.apply(lambda t: t if _same_device(t.device, device) else t.to(device, non_blocking=True))
+
+
+def batch_on_device(batch: Data, device: torch.device) -> bool:
+    """Whether every tensor of ``batch`` is on ``device`` (in lists, tuples and dicts too), so that moving it would
+    change nothing; reads devices only. ``False`` for a value it does not know (e.g. a ``SparseTensor``): the caller
+    then moves the batch as usual. About 1 µs for a sampled batch, where ``Data.to`` / ``Data.apply`` take ~30."""
+    return all(_on_device(value, device) for store in batch.stores for value in store.values())
+
+
+def _on_device(value: object, device: torch.device) -> bool:
+    if isinstance(value, torch.Tensor):
+        return _same_device(value.device, device)
+    if value is None or isinstance(value, (int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_on_device(v, device) for v in value)
+    if isinstance(value, dict):
+        return all(_on_device(v, device) for v in value.values())
+    return False
 
 
 def host_gather_to(

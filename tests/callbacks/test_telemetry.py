@@ -270,3 +270,24 @@ def test_figures_never_make_lightning_infer_a_batch_size(monkeypatch: pytest.Mon
     assert any(name.endswith("_epoch") for name in trainer.callback_metrics), trainer.callback_metrics
     assert {"stall", "MEPS"} <= set(trainer.callback_metrics)
     assert guesses == []
+
+
+def test_step_figures_are_built_when_the_history_is_read_not_in_the_training_loop(monkeypatch) -> None:
+    """A step's history figures cost host time in the loop (~20 µs a step); they are built when ``history`` is
+    read, from the same per-step record, so they stay each step's own figures."""
+    from lightning_zerocopy.callbacks.step_figures import StepSums
+
+    built: list[int] = []
+    original = StepSums.figures
+    monkeypatch.setattr(StepSums, "figures", lambda self: built.append(self.steps) or original(self))
+    telemetry = DataTelemetry(prog_bar=False)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False, log_every_n_steps=100,
+        enable_model_summary=False, enable_checkpointing=False, callbacks=[telemetry],
+    )  # fmt: skip
+    trainer.fit(_BusyModel(), train_dataloaders=_SlowLoader(30, host_ms=1))
+    assert len(built) == 2  # the epoch's last batch hands its window over, and the epoch's figures: no per-step work
+    history = telemetry.history
+    assert len(history) == 29 and built[2:] == [1] * 29  # every counted step, each from its own record
+    assert telemetry.history is history and len(built) == 31  # built once
+    assert all(h["data/stall_ms"] == h["data/wait_ms"] and h["data/stall_ms"] >= 0.9 for h in history)
