@@ -23,7 +23,6 @@ import torch
 from torch_geometric.data import Data
 
 from lightning_zerocopy.options import check_depth
-from lightning_zerocopy.pipeline.ipc_debug import debug_ipc, report_slot_counters
 from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing
 from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
 from lightning_zerocopy.sampling.hybrid import HybridStats
@@ -166,19 +165,11 @@ class PipelineClient:
         except Exception:  # noqa: BLE001 - a dead producer needs no stop message
             pass
         self.transport.close(timeout)
-        if debug_ipc() and self.device.type == "cuda" and self.transport.interprocess:
-            report_slot_counters(self._slot_tensors(), "trainer")
         self._stages.clear()
         if self.device.type == "cuda" and self.transport.interprocess:
             torch.cuda.ipc_collect()  # release what the worker held (torch's IPC ref-count files in /dev/shm)
 
     # ---- internals -------------------------------------------------------------------------------------------
-    def _slot_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for stage, st in self._stages.items():
-            for i, slot in enumerate(st.ring.slots if st.ring is not None else []):
-                for field_name, tensor in slot.items():
-                    yield f"{stage}[{i}].{field_name}", tensor
-
     def _send(self, msg: tuple) -> None:
         with self._send_lock:  # the free notifier thread sends too
             self.transport.send(msg)

@@ -31,7 +31,6 @@ import torch
 import torch.multiprocessing as mp
 
 from lightning_zerocopy.pipeline.client import PipelineError
-from lightning_zerocopy.pipeline.ipc_debug import debug_ipc
 from lightning_zerocopy.pipeline.producer import ChannelClosed, Producer
 
 
@@ -111,7 +110,7 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
         _release_slots(producer)
         del producer
         gc.collect()  # what only reference cycles held (the producer, tracebacks, frames) is freed now too
-        if debug_ipc():  # LZC_DEBUG_IPC=1
+        if os.environ.get(DEBUG_IPC_ENV, "") not in ("", "0"):
             _report_cuda_tensors_left()
         conn.close()
     # Exit now, without the interpreter's teardown: with torch loaded it takes a second or more of CPU, during
@@ -141,6 +140,10 @@ def _release_slots(producer: Producer) -> None:
         traceback.print_exc()
 
 
+#: Set to 1 and a worker lists on stderr, just before it exits, the CUDA tensors it still holds (after it released
+#: the slots): what would keep a block the trainer sent over CUDA IPC referenced, and so bring back torch's
+#: "Producer process has been terminated before all shared CUDA tensors released" at the trainer's exit.
+DEBUG_IPC_ENV = "LZC_DEBUG_IPC"
 
 
 def _report_cuda_tensors_left(limit: int = 50) -> None:
