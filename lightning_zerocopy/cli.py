@@ -296,12 +296,34 @@ def main(args: ArgsType = None) -> None:
 
         start_for_trainer(worker_percent)  # a DDP rank re-running this command joins its parent's daemon
     try:
-        build_cli(args)
+        cli = build_cli(args)
     except Exception as exc:
         if traceback_requested() or not (isinstance(exc, CommandError) or _is_input_data_error(exc)):
             raise
         sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
         raise SystemExit(2) from None
+    release_the_run(cli)
+
+
+def release_the_run(cli: object) -> None:
+    """Free what the finished run still holds, before the interpreter's teardown.
+
+    The trainer, its strategy, the DataModule and the last batches sit in reference cycles, which Python need not
+    free before the process exits. Among them are CUDA storages the trainer shared with the pipeline worker over
+    CUDA IPC (the slots, the cache shard): torch checks at the very end of the process (the destructor of its IPC
+    state, after Python's teardown) whether any storage it shared is still alive, and if so prints "Producer process
+    has been terminated before all shared CUDA tensors released" even though the worker released everything.
+    jsonargparse's parser state (its context variables) keeps the parser's instantiators, and through them ``cli``,
+    alive until the process exits, so ``cli`` lets go of the run first; collecting the cycles then frees it while torch can still
+    account for it.
+    """
+    import gc
+
+    getattr(cli, "__dict__", {}).clear()  # (a test may stand in something else for the CLI)
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.ipc_collect()
 
 
 def _is_input_data_error(exc: BaseException) -> bool:
