@@ -139,3 +139,21 @@ def check_loader_options(
     check_fanouts(list(fanouts), prefix + "fanouts")
     if eval_fanouts is not None:
         check_fanouts(list(eval_fanouts), prefix + "eval_fanouts")
+
+
+def check_subgraph_options(subgraph_type: Any, disjoint: Any, key: str) -> None:
+    """Accept PyG's loader arguments ``subgraph_type`` and ``disjoint`` at the values our batches have (PyG's
+    defaults), and refuse the others with what the batches are instead."""
+    if subgraph_type != "directional":
+        raise ValueError(
+            f"{key}subgraph_type={subgraph_type!r} is not supported: batches are sampled 'directional' (PyG's "
+            "default: each hop's edges go from the sampled neighbors to their targets); 'bidirectional' and "
+            "'induced' subgraphs are not built. Remove the key or set it to 'directional'."
+        )
+    if not isinstance(disjoint, bool):
+        raise TypeError(f"{key}disjoint must be true or false, got {type(disjoint).__name__}")
+    if disjoint:
+        raise ValueError(
+            f"{key}disjoint=true is not supported: a training batch samples one shared subgraph from all its seeds "
+            "(PyG's default, disjoint=false). Remove the key or set it to false."
+        )

@@ -27,6 +27,7 @@ from lightning_zerocopy.options import (
     NodeOrderKind,
     SamplerPlacement,
     check_fanouts,
+    check_subgraph_options,
 )
 
 __all__ = ["ZeroCopyLinkDataModule"]
@@ -53,6 +54,9 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         eval_num_neighbors: fanouts for validation/test/predict; default: ``num_neighbors``.
         eval_batch_size: positive edges per evaluation batch; default: ``batch_size``.
         replace: sample neighbors with replacement.
+        subgraph_type, disjoint: PyG's loader arguments, accepted at the only values these batches have (PyG's
+            defaults ``"directional"`` and ``False``), so that a PyG recipe's data block carries over; other values
+            are refused with what the batches are.
         shuffle: reshuffle the training edges every epoch.
         drop_last: drop the training edges that do not fill a whole batch (and equal rank shares).
         num_threads: threads of the sampling kernel; default: ``torch.get_num_threads()``.
@@ -76,6 +80,8 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         eval_num_neighbors: Optional[Sequence[int]] = None,
         eval_batch_size: Optional[int] = None,
         replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
         shuffle: bool = True,
         drop_last: bool = False,
         num_threads: Optional[int] = None,
@@ -95,6 +101,7 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
                 "node datasets go to ZeroCopyDataModule"
             )
         check_fanouts(list(num_neighbors), _KEY + "num_neighbors")
+        check_subgraph_options(subgraph_type, disjoint, _KEY)
         if eval_num_neighbors is not None:
             check_fanouts(list(eval_num_neighbors), _KEY + "eval_num_neighbors")
         if predict_split not in LINK_SPLITS:
@@ -111,6 +118,7 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         self.eval_num_neighbors = list(eval_num_neighbors) if eval_num_neighbors is not None else self.num_neighbors
         self.neg_sampling = neg_sampling
         self.neg_sampling_ratio = float(neg_sampling_ratio)
+        self.subgraph_type, self.disjoint = subgraph_type, disjoint
         self._host_copy = LinkHostCopyBuilder(
             dataset, feature_storage, node_order, _KEY + "dataset", check_features, _KEY + "check_features: false"
         )

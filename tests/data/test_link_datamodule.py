@@ -110,11 +110,20 @@ def test_setup_rejects_bad_splits_naming_them_and_keeps_nothing(dataset, kwargs,
         ({"num_neighbors": [5, 0]}, r"data\.init_args\.num_neighbors"),
         ({"predict_split": "all"}, r"data\.init_args\.predict_split"),
         ({"batch_size": 0}, r"data\.init_args\.batch_size"),
+        ({"subgraph_type": "induced"}, r"data\.init_args\.subgraph_type='induced' is not supported.*'directional'"),
+        ({"disjoint": True}, r"data\.init_args\.disjoint=true is not supported"),
+        ({"disjoint": "yes"}, r"data\.init_args\.disjoint must be true or false"),
     ],
 )
 def test_bad_arguments_fail_at_init_naming_the_key(kwargs, match) -> None:
     with pytest.raises((ValueError, TypeError), match=match):
         _datamodule(**kwargs)
+
+
+def test_pyg_loader_defaults_for_subgraph_type_and_disjoint_are_accepted() -> None:
+    """A PyG recipe's data block names them at PyG's defaults, which are what our batches are."""
+    dm = _datamodule(subgraph_type="directional", disjoint=False)
+    assert (dm.subgraph_type, dm.disjoint) == ("directional", False)
 
 
 def test_a_nan_feature_passes_when_the_scan_is_turned_off() -> None:
