@@ -3,10 +3,12 @@
 # MPS daemon in parallel (pytest-xdist, one file per process, -v so a cut run still names each result); the MPS
 # tests one at a time; benchmarks/e2e.py (issue 20's graph) and benchmarks/link.py, each with a time budget.
 # Everything goes through scripts/gpu_check.sh, so gpu_results.json holds the stages, the test counts and both
-# benchmarks. Measured on an H100 (2026-11-25): the parallel tests take ~170 s with 10 processes, the MPS tests
-# more than 150 s, so the tests and the benchmarks need one call each:
+# benchmarks. Measured on an H100 (2026-11-25): build ~35 s, the parallel tests ~220 s with 10 processes, the MPS
+# tests ~400 s one at a time (the auto-share recipe test alone 91 s, the GPU recipe 46-66 s, the console tests with
+# the worker 40-60 s each), so they take a call each, and the benchmarks a third:
 #
-#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,tests,mps_tests bash scripts/gpu_session.sh   # .wheels/ carried
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,tests bash scripts/gpu_session.sh             # .wheels/ carried
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,mps_tests bash scripts/gpu_session.sh
 #
 # .wheels/ holds ../shared/wheels plus pytest-xdist and execnet (`python3 -m pip download --no-deps --only-binary=:all:
 # --python-version 3.12 -d .wheels pytest-xdist execnet`); without xdist the parallel stage runs in one process.
@@ -18,14 +20,18 @@ OUT="${OUT:-$root/results/gpu_session}"
 parallel_tests="tests/sampling/test_sample_neighbors_node_keyed_cuda.py tests/sampling/test_sample_neighbors_cuda.py
   tests/sampling/test_sample_neighbors_cuda_graph.py tests/sampling/test_negative_nodes.py tests/data/test_link_gpu_data_path.py
   tests/gather/test_feature_cache_cuda.py tests/models/test_link_predictor_cuda.py tests/models/test_trim.py
-  tests/callbacks/test_step_sync_cuda.py tests/strategies/test_zerocopy_ddp_cuda.py"
+  tests/callbacks/test_step_sync_cuda.py tests/strategies/test_zerocopy_ddp_cuda.py tests/benchmarks/test_step_benchmark.py"
 mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
-  tests/callbacks/test_share_auto_cuda.py tests/test_console.py"
+  tests/callbacks/test_share_auto_cuda.py tests/benchmarks/test_e2e_rows.py::test_share_rows_train_under_mps
+  tests/test_console.py"
 export GPU_CHECK_STAGES="${GPU_CHECK_STAGES:-build,tests,mps_tests,e2e,link}"
 export GPU_CHECK_TEST_PATHS="$(echo $parallel_tests)" GPU_CHECK_TEST_WORKERS="${GPU_CHECK_TEST_WORKERS:-10}"
 export GPU_CHECK_TEST_VERBOSITY=-v
 export GPU_CHECK_TEST_TIMEOUT="${GPU_CHECK_TEST_TIMEOUT:-240}"
-export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_TEST_TIMEOUT:-300} python3 -m pytest -v -rfE -p no:cacheprovider $(echo $mps_tests)"
+# --timeout (pytest-timeout, on the GPU image): a test that hangs fails alone and the run still prints its summary
+export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_TEST_TIMEOUT:-520} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 $(echo $mps_tests)"
+# stage pyg_parity (with .pyg/ carried): the link drop-in test against PyG's real LinkNeighborLoader (torch-sparse)
+export GPU_CHECK_EXTRA_STAGE_PYG_PARITY="PYTHONPATH=/tmp/pygsite:\$PYTHONPATH REQUIRE_CUDA=1 timeout 120 python3 -m pytest -v -rfEs -p no:cacheprovider tests/test_link_dropin.py"
 export GPU_CHECK_E2E_TIMEOUT="${GPU_CHECK_E2E_TIMEOUT:-330}"
 export GPU_CHECK_E2E_ARGS="${GPU_CHECK_E2E_ARGS:---preset issue20 --configs model_only,zc_gpu_mps,pyg --steps 300 --warmup 30 --row-budget-s 15 --total-budget-s 300 --cache-dir /tmp/lzc}"
 export GPU_CHECK_LINK_TIMEOUT="${GPU_CHECK_LINK_TIMEOUT:-220}"
