@@ -210,7 +210,6 @@ def pyg_sampling_backends(loader: str) -> list[str]:
 def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, args: Any, device: torch.device) -> dict:
     """PyG's NeighborLoader as users run it, on the plan's seed order; worker count: best of a short sweep."""
     backends = pyg_sampling_backends("NeighborLoader")
-    import pytorch_lightning as pl
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
@@ -236,19 +235,31 @@ def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, ar
                               persistent_workers=workers > 0, neighbor_sampler=sampler,
                               transform_sampler_output=with_counts)  # fmt: skip
 
+    return fit_on_best_pyg_loader(trainer, model, lambda w: loader(order, w), lambda w: loader(val_nodes, w), args, device,
+                                  backends=backends, pyg_sampler_build_s=sampler_s)  # fmt: skip
+
+
+def fit_on_best_pyg_loader(trainer: Any, model: Any, train_loader: Callable[[int], Any], val_loader: Callable[[int], Any],
+                           args: Any, device: torch.device, backends: Any, pyg_sampler_build_s: float) -> dict[str, Any]:  # fmt: skip
+    """Time ``train_loader(workers)`` for each of ``args.pyg_workers`` (when there are several), then fit ``model``
+    through a DataModule of the fastest count's train and val loaders, PyG batches moved as users move them; returns
+    the fit's time and the sweep's figures."""
+    import pytorch_lightning as pl
+
     sweep = {}
     workers = [int(w) for w in str(args.pyg_workers).split(",") if w.strip()]
     for w in workers if len(workers) > 1 else []:
-        sweep[w] = _loader_rate(loader(order, w), device, args.sweep_batches)
+        torch.manual_seed(args.seed)
+        sweep[w] = _loader_rate(train_loader(w), device, args.sweep_batches)
     best = max(sweep, key=sweep.get) if sweep else workers[0]
-    gc.collect()  # no loader of the sweep (or of the previous model) may be collected inside a forked worker
+    gc.collect()  # no loader of the sweep (or of a previous model) may be collected inside a forked worker
 
     class PyGData(pl.LightningDataModule):
         def train_dataloader(self) -> Any:
-            return loader(order, best)
+            return train_loader(best)
 
         def val_dataloader(self) -> Any:
-            return loader(val_nodes, best)
+            return val_loader(best)
 
         def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
             return batch.to(device, non_blocking=True)
@@ -256,7 +267,7 @@ def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, ar
     t0 = time.perf_counter()
     trainer.fit(model, datamodule=PyGData())
     return {"fit_s": time.perf_counter() - t0, "fit_t0": t0, "pyg_workers": best, "pyg_sweep_batches_per_s": sweep,
-            "pyg_backends": backends, "pyg_sampler_build_s": sampler_s}  # fmt: skip
+            "pyg_backends": backends, "pyg_sampler_build_s": pyg_sampler_build_s}  # fmt: skip
 
 
 _PYG_CACHE: dict[str, Any] = {}

@@ -12,7 +12,6 @@ dataset.
 from __future__ import annotations
 
 import functools
-import gc
 import time
 import traceback
 from typing import Any, Iterator
@@ -22,7 +21,7 @@ from pytorch_lightning.callbacks import Callback
 
 from benchmarks.e2e_measure import TrainClock, summarize
 from benchmarks.e2e_rows import Row
-from benchmarks.e2e_train import (RowUnavailable, _device_name, _loader_rate, _sync, pipeline_options,
+from benchmarks.e2e_train import (RowUnavailable, _device_name, _sync, fit_on_best_pyg_loader, pipeline_options,
                                   pyg_sampling_backends, share_figures)  # fmt: skip
 from lightning_zerocopy.models.link_predictor import num_positives
 
@@ -163,8 +162,6 @@ def _eval_edges(split: Any, positives: int) -> tuple[torch.Tensor, torch.Tensor]
 
 def _fit_pyg(trainer: Any, model: Any, data: Any, args: Any, device: torch.device) -> dict[str, Any]:
     """PyG's LinkNeighborLoader as users run it; worker count: the best of a short sweep."""
-    import pytorch_lightning as pl
-
     backends = pyg_sampling_backends("LinkNeighborLoader")
     from torch_geometric.data import Data
     from torch_geometric.loader import LinkNeighborLoader
@@ -188,28 +185,8 @@ def _fit_pyg(trainer: Any, model: Any, data: Any, args: Any, device: torch.devic
         return LinkNeighborLoader(graph, edge_label_index=train, neg_sampling=NegativeSampling("binary", args.neg_ratio),
                                   batch_size=args.batch_size, shuffle=True, drop_last=True, **common)  # fmt: skip
 
-    sweep = {}
-    workers = [int(w) for w in str(args.pyg_workers).split(",") if w.strip()]
-    for w in workers if len(workers) > 1 else []:
-        torch.manual_seed(args.seed)
-        sweep[w] = _loader_rate(loader(w), device, args.sweep_batches)
-    best = max(sweep, key=sweep.get) if sweep else workers[0]
-    gc.collect()  # no loader of the sweep may be collected inside a forked worker
-
-    class PyGData(pl.LightningDataModule):
-        def train_dataloader(self) -> Any:
-            return loader(best)
-
-        def val_dataloader(self) -> Any:
-            return loader(best, evaluate=True)
-
-        def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-            return batch.to(device, non_blocking=True)
-
-    t0 = time.perf_counter()
-    trainer.fit(model, datamodule=PyGData())
-    return {"fit_s": time.perf_counter() - t0, "fit_t0": t0, "pyg_workers": best, "pyg_sweep_batches_per_s": sweep,
-            "pyg_backends": backends, "pyg_sampler_build_s": sampler_s}  # fmt: skip
+    return fit_on_best_pyg_loader(trainer, model, loader, lambda w: loader(w, evaluate=True), args, device,
+                                  backends=backends, pyg_sampler_build_s=sampler_s)  # fmt: skip
 
 
 def _fit_model_only(trainer: Any, model: Any, dataset: Any, args: Any, device: torch.device) -> dict[str, Any]:
