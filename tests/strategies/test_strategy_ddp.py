@@ -188,3 +188,35 @@ def test_ctrl_c_under_ddp_says_interrupted_and_blames_no_rank(tmp_path: Path, wh
         assert "rank 1 (pid " in output and "was interrupted (SIGINT); stopping rank 0" in output, output[-4000:]
     else:
         assert "Detected KeyboardInterrupt" in output, output[-4000:]
+
+
+@pytest.mark.slow
+def test_rank_0_killed_while_rank_1_starts_stops_rank_1(tmp_path: Path) -> None:
+    """The launcher (rank 0) dies before the rendezvous: the rank it started stops within seconds, naming it, instead
+    of waiting for the rendezvous timeout."""
+    import signal
+
+    from helpers import FAULT_BOUND_S as SLACK_S
+    from helpers import launched_ranks
+
+    proc = _launch(tmp_path, {"devices": 2, "epochs": 5}, new_session=True)
+    deadline = time.monotonic() + 300
+    while not launched_ranks(proc.pid, SCRIPT.name):
+        assert proc.poll() is None, proc.communicate()[0][-4000:]
+        assert time.monotonic() < deadline, "rank 0 started no rank"
+        time.sleep(0.02)
+    rank1 = launched_ranks(proc.pid, SCRIPT.name)[0]
+    os.kill(proc.pid, signal.SIGKILL)
+    gone = False
+    deadline = time.monotonic() + SLACK_S
+    while time.monotonic() < deadline and not gone:
+        try:
+            os.kill(rank1, 0)
+            time.sleep(0.05)
+        except ProcessLookupError:
+            gone = True
+    if not gone:
+        os.kill(rank1, signal.SIGKILL)
+    output = proc.communicate(timeout=60)[0]
+    assert gone, f"rank 1 still ran {SLACK_S} s after rank 0 was killed: {output[-3000:]}"
+    assert f"rank 0 (pid {proc.pid} on" in output and "exited while rank 1 was starting" in output, output[-4000:]

@@ -1,0 +1,25 @@
+"""A callback that CLI fault tests add to a recipe (``--trainer.callbacks+=cli_markers.MarkTraining``): each rank
+writes ``pid<rank>`` at setup and ``training<rank>`` at its second training batch into ``$LZC_TEST_MARKERS``, then
+sleeps a little per batch, so that a test can interrupt training mid-epoch."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from pytorch_lightning.callbacks import Callback
+
+
+class MarkTraining(Callback):
+    def __init__(self, dawdle: float = 0.05) -> None:
+        self.dawdle = dawdle
+        self.out = Path(os.environ["LZC_TEST_MARKERS"])
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        (self.out / f"pid{trainer.global_rank}").write_text(str(os.getpid()))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch_idx == 1:
+            (self.out / f"training{trainer.global_rank}").touch()
+        time.sleep(self.dawdle)
