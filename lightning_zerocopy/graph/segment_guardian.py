@@ -2,8 +2,8 @@
 
 Between :func:`~lightning_zerocopy.graph.shared_memory.create_shared_tensor` and the creator's ``unlink`` (after
 every local process has mapped the segment, about 0.16 s on a 500k-node graph) the segments have names in
-``/dev/shm``. A creator killed in that window (SIGKILL, the OOM killer) used to leave them until a later job's
-:func:`~lightning_zerocopy.graph.shared_memory.cleanup_stale_segments` ran.
+``/dev/shm``. Without a guardian, a creator killed in that window (SIGKILL, the OOM killer) leaves them until a later
+job's :func:`~lightning_zerocopy.graph.shared_memory.cleanup_stale_segments` runs.
 
 Each process that creates segments starts one guardian on its first segment: a small Python process (standard
 library only, in its own session so that Ctrl-C and terminal hang-ups do not reach it) that reads the creator's

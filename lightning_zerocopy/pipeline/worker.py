@@ -130,7 +130,7 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
         gc.collect()  # what only reference cycles held (the producer, tracebacks, frames) is freed now too
         conn.close()
     # Exit now, without the interpreter's teardown: with torch loaded it takes a second or more of CPU, during
-    # which the parent watchdog (a daemon thread) can no longer run, and on a loaded machine that kept an orphaned
+    # which the parent watchdog (a daemon thread) can no longer run, and on a loaded machine that keeps an orphaned
     # worker alive for 5-15 s after its trainer was killed. Nothing else of the worker needs finalizing: the
     # slots (the trainer's) were released above and the pipe is closed.
     sys.stdout.flush()
