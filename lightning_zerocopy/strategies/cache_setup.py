@@ -95,10 +95,11 @@ class CacheDecision:
                 f" (held out; presampled counts + {self.prior_weight.final_weight:g} x degree prior, in-sample "
                 f"{in_sample})"
             )
+        stored = max(self.plan.shard_sizes) if self.plan.num_shards else 0
         return (
             f"feature cache: {self.layout.policy}{note}; {what} over {self.num_shards} GPU(s), "
-            f"{self.rows_per_gpu} rows ({format_bytes(self.rows_per_gpu * self.row_bytes)}) per GPU; "
-            f"expected hit rate {hit}{how}"
+            f"{stored} rows ({format_bytes(stored * self.row_bytes)}) per GPU of a "
+            f"{format_bytes(self.rows_per_gpu * self.row_bytes)} budget; expected hit rate {hit}{how}"
         )
 
 

@@ -73,3 +73,10 @@ def test_rates_are_measured_only_where_auto_has_a_choice() -> None:
     assert not needs_read_rates("auto", _facts(budget=10 * 4, peer=False), 100, 100, 4)  # no peers
     cpu = [RankFacts(0, 0, 0, None, 40, [[True, True], [True, True]]), RankFacts(1, 0, 1, None, 40, None)]
     assert not needs_read_rates("auto", cpu, 100, 100, 4)  # CPU ranks
+
+
+def test_the_summary_says_what_each_gpu_stores_and_the_budget_apart() -> None:
+    # a 30-row table and a budget of 1000 rows: the whole table is stored, 30 rows, not the budget's 1000
+    whole = decide_cache(0, _facts(budget=1000 * 4), torch.ones(30), 30, 4, "replicate")
+    assert whole.whole_table
+    assert "the whole feature table over 1 GPU(s), 30 rows (120 B) per GPU of a 3.91 KiB budget" in whole.summary()
