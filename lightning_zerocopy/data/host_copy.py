@@ -14,13 +14,14 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.host import node_order_cache_dir, share_node_data, shared_node_order
+from lightning_zerocopy.data.host import feature_cache_dir, node_order_cache_dir, share_node_data, shared_node_order
 from lightning_zerocopy.datasets.base import InputDataError
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
+from lightning_zerocopy.gather.host_table import FeatureOverflowError, feature_dtype_of
 from lightning_zerocopy.graph.reorder import NodeOrder
 from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
-from lightning_zerocopy.options import FeatureStorage, NodeOrderKind
+from lightning_zerocopy.options import FeatureDtype, FeatureStorage, NodeOrderKind
 
 __all__ = ["HostCopyBuilder"]
 
@@ -36,6 +37,8 @@ class HostCopyBuilder:
         key: how errors name the dataset (its YAML key).
         check_features: scan the features for NaN and infinity (:func:`check_finite_features`).
         opt_out: the key that turns the feature scan off, for its error message.
+        feature_dtype: the dtype the feature table is stored in (``None``: the dataset's), cast once here.
+        dtype_key: how errors name ``feature_dtype`` (its YAML key).
     """
 
     def __init__(
@@ -46,8 +49,12 @@ class HostCopyBuilder:
         key: str,
         check_features: bool = True,
         opt_out: str = "check_features: false",
+        feature_dtype: Optional[FeatureDtype] = None,
+        dtype_key: str = "feature_dtype",
     ):
         self.dataset = dataset
+        self.feature_dtype: Optional[FeatureDtype] = feature_dtype
+        self.dtype_key = dtype_key
         self.check_features = check_features
         self.opt_out = opt_out
         self.feature_storage: FeatureStorage = feature_storage
@@ -62,16 +69,22 @@ class HostCopyBuilder:
 
         Raises:
             InputDataError: a split holds an out-of-range or repeated id, or a label is out of range (naming the
-                split and its source); a feature is NaN or infinite (naming the node and column).
+                split and its source); a feature is NaN or infinite (naming the node and column), or does not fit
+                ``feature_dtype``.
         """
         cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
         data = self.dataset.load()
         self._check_splits(data)
         cache_dir = node_order_cache_dir(self.dataset, self.node_order)
-        handles = share_node_data(
-            data, self.feature_storage, node_order=self.node_order, cache_dir=cache_dir, order=self._order,
-            splits=self._split_tensors(data),
-        )  # fmt: skip
+        dtype = None if self.feature_dtype is None else feature_dtype_of(self.feature_dtype, self.dtype_key)
+        try:
+            handles = share_node_data(
+                data, self.feature_storage, node_order=self.node_order, cache_dir=cache_dir, order=self._order,
+                splits=self._split_tensors(data), feature_dtype=dtype,
+                feature_dir=feature_cache_dir(self.dataset, self.node_order, dtype), dtype_key=self.dtype_key,
+            )  # fmt: skip
+        except FeatureOverflowError as exc:
+            raise InputDataError(f"{self.key} ({type(self.dataset).__name__}) {exc}") from exc
         if cache_dir is None and self._order is None:
             self._order = shared_node_order(handles)
         return handles
