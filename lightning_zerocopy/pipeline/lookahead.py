@@ -8,8 +8,9 @@ sampled here too, then waited for), so a builder is never sampled from two threa
 On CUDA the thread samples on a stream of its own and records timing events around each sample (a pair reused
 from a small pool, :class:`~.stage_times.EventPairs`); :meth:`take` makes the caller's current stream wait for the
 end event, so the gather kernels see the finished structure without a host sync, and :meth:`take_timed` hands the
-events on, so the producer reads the sample's GPU time once its own stream has synchronized. The sampled tensors were allocated on the sampling stream and are only read by the gather stream until
-the producer synchronizes that stream (before it announces the slot), so freeing them afterwards is safe.
+events on, so the producer reads the sample's GPU time once its own stream has synchronized. The sampled tensors
+were allocated on the sampling stream and are only read by the gather stream until the producer synchronizes that
+stream (before it announces the slot), so freeing them afterwards is safe.
 """
 
 from __future__ import annotations
@@ -89,4 +90,3 @@ class Lookahead:
         """Drop pending work and stop the thread (waits for a sample in progress)."""
         self._drop()
         self._executor.shutdown(wait=True, cancel_futures=True)
-
