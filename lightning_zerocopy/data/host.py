@@ -278,9 +278,9 @@ def feature_cache_dir(dataset: Any, node_order: NodeOrderKind, feature_dtype: Op
     base = node_order_cache_dir(dataset, node_order) if node_order != "none" else getattr(dataset, "cache", None)
     if isinstance(base, ArrayCache):
         base = base.path
-    if feature_dtype is None or base is None:
+    if feature_dtype is None or not isinstance(base, Path):
         return None
-    return Path(base).parent / f"{Path(base).name}-x-{feature_dtype_name(feature_dtype)}-v{_CACHE_VERSION}"
+    return base.parent / f"{base.name}-x-{feature_dtype_name(feature_dtype)}-v{_CACHE_VERSION}"
 
 
 def feature_file(
