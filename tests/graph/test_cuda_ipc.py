@@ -78,15 +78,11 @@ def test_a_spawned_process_reads_and_writes_an_exported_tensor():
     assert not _shm_names(os.getpid()), _shm_names(os.getpid())
 
 
-@pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs with peer access"
-)
+@pytest.mark.two_gpus
 def test_a_peer_gpu_reads_memory_opened_for_it():
     """Memory on GPU 0, opened in another process for GPU 1: kernels of GPU 1 read and write it over the peer link.
     Opened in GPU 0's context instead (as torch's rebuild_cuda_tensor does), GPU 1's kernels fault with an illegal
     address."""
-    if not (torch.cuda.can_device_access_peer(1, 0) and torch.cuda.can_device_access_peer(0, 1)):
-        pytest.skip("GPUs 0 and 1 have no peer access")
     tensor = torch.randn(4096, 64, device="cuda:0")
     expected = (tensor * 2).cpu()
     handle = export_cuda_tensor(tensor)
