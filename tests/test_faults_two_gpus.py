@@ -116,6 +116,7 @@ def test_a_two_gpu_run_ends_cleanly(tmp_path: Path, fault: str) -> None:
     assert not leftovers, leftovers
     assert "CudaIPCTypes" not in output and "shared CUDA tensors released" not in output, output[-5000:]
     assert "Traceback" not in output, output[-5000:]
+    assert "illegal memory access" not in output, output[-5000:]
     print(f"{fault}: every process ended {took:.2f} s after it; exit status {proc.returncode}")
     if fault == "none":
         assert proc.returncode == 0, output[-5000:]
