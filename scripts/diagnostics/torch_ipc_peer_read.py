@@ -53,11 +53,15 @@ def _child(target, arg) -> tuple[str, str, int]:
     queue = ctx.Queue()
     proc = ctx.Process(target=target, args=(arg, queue))
     proc.start()
-    try:
-        kind, value = queue.get(timeout=120)
-    except Exception:  # noqa: BLE001 - the child died before it could report
-        kind, value = "died", ""
-    proc.join(60)
+    kind, value = "died", ""
+    for _ in range(600):  # up to 60 s, but no longer than the child lives
+        try:
+            kind, value = queue.get(timeout=0.1)
+            break
+        except Exception:  # noqa: BLE001 - nothing yet
+            if not proc.is_alive():
+                break
+    proc.join(30)
     return kind, str(value), proc.exitcode
 
 
