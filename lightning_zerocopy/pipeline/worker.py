@@ -75,7 +75,7 @@ def _unlink_driver_ipc_files(pid: int) -> None:
     """Remove the CUDA driver's ``/dev/shm/cuda.shm.<n>.<pid hex>.<k>`` files of process ``pid``.
 
     A process that exports GPU memory over CUDA IPC gets such a file from the driver, which the driver may leave
-    behind after the process exits (``benchmarks/NOTES.md``, "Correctness found on the GPU machine"). Unlinking
+    behind after the process exits (``docs/BENCHMARK_NOTES.md``, "Correctness found on the GPU machine"). Unlinking
     it at exit only removes the name (mappings stay valid), so nothing that still runs is affected.
     """
     pattern = re.compile(rf"^cuda\.shm\.\d+\.{pid:x}\.\d+$")

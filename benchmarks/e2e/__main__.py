@@ -6,7 +6,7 @@ classes) with the same seed nodes per step, in a process of its own (MPS rows ar
 launcher, so the trainer is a client from its first CUDA call). Two models: ``light`` (2-layer SAGE h128,
 [10, 5]) and ``heavy`` (3-layer SAGE h256, [15, 10, 5]), the same module configuration in every row, PyG's and
 model-only's included: each layer trimmed to the hops it still needs (``--trim``; PyG's torch-sparse batches get
-their per-hop counts from ``benchmarks/e2e_pyg_hops.py``) and ``--precision`` (bf16-mixed on a GPU). Rows whose
+their per-hop counts from ``benchmarks/e2e/pyg_hops.py``) and ``--precision`` (bf16-mixed on a GPU). Rows whose
 feature is missing from this build or machine are reported as skipped with the reason.
 
 Output folder (``--out``): ``results.json`` (raw, rewritten after every row), ``report.md`` and PNG plots
@@ -38,16 +38,16 @@ import sys
 import time
 from typing import Any, Optional
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import e2e_report  # noqa: E402
-from benchmarks.e2e_rows import (  # noqa: E402
+from benchmarks.e2e import report as e2e_report  # noqa: E402
+from benchmarks.e2e.rows import (  # noqa: E402
     MODELS, PRECISIONS, PRESETS, ROWS, Row, launcher_share, parse_share, resolve_precision, select_rows, worker_share,
 )  # fmt: skip
-from benchmarks.e2e_meta import machine_info  # noqa: E402
-from benchmarks.sessions import forward_stop_signals, run_script  # noqa: E402
+from benchmarks.common.meta import machine_info  # noqa: E402
+from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
 
 _PRESET_FIELDS = list(PRESETS["small"].__dataclass_fields__)
 
@@ -157,7 +157,7 @@ def _child_main(args: argparse.Namespace) -> None:
     if args._prepare:
         out: Any = _prepare(spec["args"])
     else:
-        from benchmarks.e2e_train import run_row
+        from benchmarks.e2e.train import run_row
 
         run_args = spec["args"]
         out = run_row(ROWS[args._run], [MODELS[m] for m in spec["models"]], run_args, spec["graph_kwargs"])

@@ -11,7 +11,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from benchmarks.rows import pick_rows
+from benchmarks.common.rows import pick_rows
 
 __all__ = ["MODELS", "PRECISIONS", "PRESETS", "ROWS", "ModelSpec", "Preset", "Row", "launcher_share", "parse_share",
            "resolve_precision", "select_rows", "worker_share"]  # fmt: skip

@@ -1,4 +1,4 @@
-"""One row of the end-to-end benchmark, run in a process of its own (see ``benchmarks/e2e.py``).
+"""One row of the end-to-end benchmark, run in a process of its own (see ``benchmarks/e2e/``).
 
 Every row trains the same ``lightning_zerocopy.models`` model (same seed, so the same initial weights, same
 optimizer, same ``trim`` and ``precision``) through Lightning's ``Trainer`` on the same cached ``SyntheticGraph``,
@@ -22,9 +22,9 @@ from typing import Any, Callable, Iterator
 import torch
 from pytorch_lightning.callbacks import Callback
 
-from benchmarks.e2e_measure import BatchCheck, TrainClock, summarize
-from benchmarks.e2e_pyg_hops import add_hop_counts
-from benchmarks.e2e_rows import ModelSpec, Row, resolve_precision, worker_share
+from benchmarks.common.measure import BatchCheck, TrainClock, summarize
+from benchmarks.e2e.pyg_hops import add_hop_counts
+from benchmarks.e2e.rows import ModelSpec, Row, resolve_precision, worker_share
 
 __all__ = ["RowUnavailable", "StagedBatches", "pipeline_options", "run_row", "share_figures", "stage_batches"]
 

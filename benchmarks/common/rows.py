@@ -1,4 +1,4 @@
-"""Picking a benchmark's rows by name, shared by ``benchmarks/e2e.py``, ``link.py`` and ``step.py``."""
+"""Picking a benchmark's rows by name, shared by the e2e, link and step benchmarks."""
 
 from __future__ import annotations
 
