@@ -130,5 +130,5 @@ def aims_table(results: dict[str, Any], target_acc: Callable[[dict[str, Any], st
     for i, (what, aim) in enumerate(_WHAT):
         lines.append(f"| {what} | {aim} | " + " | ".join(col[i] for col in columns) + " |")
     lines += ["", "`models.GraphSAGE` + `DataTelemetry` against the bare module (aim: within 5 %) is "
-              "`benchmarks/step/`'s table, not measured here.", ""]  # fmt: skip
+              "`benchmarks.step`'s table, not measured here.", ""]  # fmt: skip
     return lines

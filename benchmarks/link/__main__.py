@@ -33,13 +33,12 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.link import report as link_report  # noqa: E402
-from benchmarks.e2e.__main__ import _precheck, mps_prefix  # noqa: E402
 from benchmarks.common.meta import machine_info  # noqa: E402
-from benchmarks.e2e.rows import Row, parse_share  # noqa: E402
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.rows import pick_rows  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
+from benchmarks.e2e.rows import Row, _precheck, mps_prefix, parse_share  # noqa: E402
+from benchmarks.link import report as link_report  # noqa: E402
 
 _CPU = {"sampler_placement": "cpu", "gather": "cpu"}
 _ZC_GPU = {"sampler_placement": "gpu", "gather": "zerocopy"}

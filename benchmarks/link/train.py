@@ -19,10 +19,11 @@ from typing import Any, Iterator
 import torch
 from pytorch_lightning.callbacks import Callback
 
-from benchmarks.common.measure import TrainClock, summarize
+from benchmarks.common.measure import TrainClock, _device_name, _sync, summarize
+from benchmarks.common.pyg import fit_on_best_pyg_loader, pyg_sampling_backends
+from benchmarks.common.rows import RowUnavailable
 from benchmarks.e2e.rows import Row
-from benchmarks.e2e.train import (RowUnavailable, _device_name, _sync, fit_on_best_pyg_loader, pipeline_options,
-                                  pyg_sampling_backends, share_figures)  # fmt: skip
+from benchmarks.e2e.train import pipeline_options, share_figures
 from lightning_zerocopy.models.link_predictor import num_positives
 
 __all__ = ["LinkBatchCheck", "run_row"]

@@ -189,7 +189,7 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> d
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n")[0])
     parser.add_argument("--gpus", default="1", help="comma-separated rank counts, e.g. 1,2,4,8")
     parser.add_argument("--policies", default="replicate,clique,auto")
     parser.add_argument("--budgets", default="0.1,0.3", help="share of the rows one GPU's budget holds (0 = none)")

@@ -41,10 +41,9 @@ if REPO_ROOT not in sys.path:
 
 import torch  # noqa: E402
 
-from benchmarks.e2e.__main__ import graph_kwargs  # noqa: E402
 from benchmarks.common.meta import machine_info  # noqa: E402
-from benchmarks.e2e.rows import MODELS, ModelSpec  # noqa: E402
 from benchmarks.common.results import write_json  # noqa: E402
+from benchmarks.e2e.rows import MODELS, ModelSpec, graph_kwargs  # noqa: E402
 from benchmarks.step.rows import ROWS, RowSpec, select  # noqa: E402
 
 #: relative difference of a row's first-batch loss from the plain loop's above which the row is flagged
@@ -175,7 +174,7 @@ def _train(row: RowSpec, module: Any, staged: list[Any], steps: int, args: argpa
         callbacks.insert(0, ProfileSteps(profiler))
     with tempfile.TemporaryDirectory(prefix="lzc-step-") as root:
         logger: Any = False
-        if row.e2e:  # what benchmarks/e2e/'s rows add: a CSVLogger and its training clock
+        if row.e2e:  # what benchmarks.e2e's rows add: a CSVLogger and its training clock
             logger, extra = e2e_callbacks(root, args.warmup, device)
             callbacks += extra
         trainer = pl.Trainer(

@@ -15,11 +15,11 @@ import pytest
 import torch
 from helpers import fake_torch_sparse_sampler
 
+from benchmarks.common.measure import BatchCheck, TrainClock
 from benchmarks.e2e import report as e2e_report
 from benchmarks.e2e.aims import aims_table, end_to_end_row
 from benchmarks.e2e.pyg_hops import add_hop_counts, hop_counts
 from benchmarks.e2e.rows import MODELS, PRESETS, ROWS, resolve_precision, select_rows
-from benchmarks.common.measure import BatchCheck, TrainClock
 from lightning_zerocopy import models
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -252,8 +252,8 @@ def test_pyg_row_trains_through_neighbor_loader(tmp_path: Path, monkeypatch: pyt
 
     import torch_geometric.typing
 
-    from benchmarks.e2e.__main__ import graph_kwargs, parse_args
-    from benchmarks.e2e.rows import MODELS
+    from benchmarks.e2e.__main__ import parse_args
+    from benchmarks.e2e.rows import MODELS, graph_kwargs
     from benchmarks.e2e.train import run_row
 
     if not any(importlib.util.find_spec(m) for m in ("pyg_lib", "torch_sparse")):
@@ -392,7 +392,8 @@ def test_hop_counts_recover_a_hop_ordered_sample(tmp_path: Path) -> None:
 def test_rows_take_precision_and_trim(tmp_path: Path) -> None:
     """``--precision`` and ``--trim/--no-trim`` reach the model-only row's Trainer and module (the same code path
     builds every row's); ``--trim`` on a build whose models cannot trim skips the row, naming the flag."""
-    from benchmarks.e2e.__main__ import graph_kwargs, parse_args
+    from benchmarks.e2e.__main__ import parse_args
+    from benchmarks.e2e.rows import graph_kwargs
     from benchmarks.e2e.train import run_row
     from lightning_zerocopy import SyntheticGraph
 

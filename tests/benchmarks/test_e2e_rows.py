@@ -61,7 +61,7 @@ def test_bad_worker_sm_percent_names_the_flag(value: str, capsys: pytest.Capture
 def test_the_launcher_gets_the_rows_share(row: str, flag: object, launched: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The MPS launcher's ``--worker-sm-percent`` (the trainer gets the rest): the row's share, else the flag's; auto
     starts the ladder's first, 10 %, so the trainer has the 90 % the callback expects."""
-    from benchmarks.e2e.__main__ import mps_prefix
+    from benchmarks.e2e.rows import mps_prefix
     from lightning_zerocopy.pipeline import mps
 
     monkeypatch.setattr(mps, "mps_processes", lambda: [])  # no previous row's daemon to wait for

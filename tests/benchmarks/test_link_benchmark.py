@@ -94,7 +94,7 @@ def test_append_keeps_the_other_rows(ci_run: Path, tmp_path: Path) -> None:
 def test_share_rows_take_their_own_share(monkeypatch: pytest.MonkeyPatch) -> None:
     """The link benchmark's zc_gpu_mps_20/_30/_auto: the row's share reaches the MPS launcher and the report."""
     from benchmarks.link import report as link_report
-    from benchmarks.e2e.__main__ import mps_prefix
+    from benchmarks.e2e.rows import mps_prefix
     from lightning_zerocopy.pipeline import mps
 
     monkeypatch.setattr(mps, "mps_processes", lambda: [])
