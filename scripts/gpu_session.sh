@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A session's CUDA check and benchmarks in device calls of at most 10 minutes: build; the CUDA tests that start no
 # MPS daemon in parallel (pytest-xdist, one file per process, -v so a cut run still names each result); the MPS
-# tests one at a time; benchmarks/e2e.py (issue 20's graph) and benchmarks/link.py, each with a time budget.
+# tests one at a time; `python3 -m benchmarks.e2e` (issue 20's graph) and `python3 -m benchmarks.link`, each with a time budget.
 # Everything goes through scripts/gpu_check.sh, so gpu_results.json holds the stages, the test counts and both
 # benchmarks. Measured on an H100 (2026-11-25): build ~35 s, the parallel tests ~220 s with 10 processes, the MPS
 # tests ~400 s one at a time (the auto-share recipe test alone 91 s, the GPU recipe 46-66 s, the console tests with

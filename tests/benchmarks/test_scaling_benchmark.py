@@ -1,4 +1,4 @@
-"""The scaling benchmark (``benchmarks/scaling.py``) end to end in its CPU plumbing mode: one Lightning fit per
+"""The scaling benchmark (``benchmarks/scaling/``) end to end in its CPU plumbing mode: one Lightning fit per
 configuration in a fresh process, the Strategy's cache decision and the JSON it writes (figures not asserted)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_scaling(tmp_path: Path, *flags: str) -> dict:
-    """``benchmarks/scaling.py`` in its CPU mode on a 5000-node graph with ``flags``; its JSON report."""
+    """``benchmarks/scaling/`` in its CPU mode on a 5000-node graph with ``flags``; its JSON report."""
     out = tmp_path / "scaling.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
-        [sys.executable, "benchmarks/scaling.py", "--device", "cpu", "--policies", "auto", "--num-nodes", "5000",
+        [sys.executable, "-m", "benchmarks.scaling", "--device", "cpu", "--policies", "auto", "--num-nodes", "5000",
          "--limit-batches", "2", "--batch-size", "128", "--presample-batches", "4",
          "--cache-dir", str(tmp_path / "cache"), "--out", str(out), *flags],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,

@@ -16,9 +16,9 @@ plus ``nvidia-smi topo -m`` and the GPU names, all in the JSON (``--out``) and a
 
 Example (the lead runs the 1-GPU part; the multi-GPU issue runs the rest)::
 
-    python benchmarks/scaling.py --gpus 1 --budgets 0.1,0.3 --out results/scaling_1gpu.json
-    python benchmarks/scaling.py --gpus 1,2,4,8 --policies replicate,clique,auto --out results/scaling.json
-    python benchmarks/scaling.py --device cpu --gpus 1,2 --num-nodes 20000 --epochs 2 --limit-batches 3 \
+    python -m benchmarks.scaling --gpus 1 --budgets 0.1,0.3 --out results/scaling_1gpu.json
+    python -m benchmarks.scaling --gpus 1,2,4,8 --policies replicate,clique,auto --out results/scaling.json
+    python -m benchmarks.scaling --device cpu --gpus 1,2 --num-nodes 20000 --epochs 2 --limit-batches 3 \
         --out /tmp/scaling_cpu.json      # plumbing check on a CPU machine (gloo ranks, CPU sampler and gather)
 """
 
@@ -34,12 +34,12 @@ import tempfile
 import time
 from typing import Any, Optional
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.results import write_json  # noqa: E402
-from benchmarks.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
+from benchmarks.common.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
 
 FANOUTS = [15, 10, 5]
 
@@ -156,7 +156,7 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> d
                 stdout, stderr = proc.communicate(timeout=10)
             except subprocess.TimeoutExpired:  # a descendant outside the session still holds the pipes
                 stdout, stderr = "", ""
-        except BaseException:  # a stop signal (benchmarks.sessions): nothing of this run to keep
+        except BaseException:  # a stop signal (benchmarks.common.sessions): nothing of this run to keep
             shutil.rmtree(out_dir, ignore_errors=True)
             raise
     result: dict[str, Any] = {"gpus": gpus, "policy": policy, "budget_fraction": budget, "returncode": proc.returncode,
@@ -189,7 +189,7 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> d
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n")[0])
     parser.add_argument("--gpus", default="1", help="comma-separated rank counts, e.g. 1,2,4,8")
     parser.add_argument("--policies", default="replicate,clique,auto")
     parser.add_argument("--budgets", default="0.1,0.3", help="share of the rows one GPU's budget holds (0 = none)")
