@@ -1,12 +1,16 @@
 """Multi-GPU scaling of ZeroCopyDDPStrategy: GPUs x cache policy x cache budget, features in host memory.
 
-For every combination of ``--gpus`` (rank counts), ``--policies`` (``replicate``, ``clique``, ``auto``) and
-``--budgets`` (share of the feature rows one GPU's budget holds, e.g. 0.1 and 0.3; ``0`` = no cache), one Lightning
-``fit`` runs in a fresh process (Lightning's DDP launcher starts the other ranks): 3-layer GraphSAGE hidden 256,
-fanouts [15, 10, 5], batch 1024 per rank, ``SyntheticGraph`` features in shared pinned host memory, GPU sampler,
-zero-copy gather through the strategy's cache. Reported per run (steady state: the first epoch is dropped):
+For every combination of ``--gpus`` (rank counts), ``--policies`` (``replicate``, ``clique``, ``auto``),
+``--budgets`` (share of the feature rows one GPU's budget holds, e.g. 0.1 and 0.3; ``0`` = no cache) and
+``--pipelines`` (``worker``: the pipeline worker under MPS on every rank, as ``recipes/multi_gpu.yaml`` runs;
+``off``: batches built in the trainer), one Lightning ``fit`` runs in a fresh process (Lightning's DDP launcher
+starts the other ranks): 3-layer GraphSAGE hidden 256 (trimmed per hop), fanouts [15, 10, 5], batch 1024 per rank,
+``SyntheticGraph`` features in shared pinned host memory, GPU sampler, zero-copy gather through the strategy's
+cache, ``--precision`` as the recipe. Every rank runs ``--limit-batches`` steps per epoch, so more GPUs do more work
+in an epoch: scaling is measured as throughput. Reported per run (steady state: the first epoch is dropped):
 
-* epoch time (rank 0, synchronized) and speed-up over the 1-GPU run with the same policy and budget;
+* seeds per second over all ranks (ranks x batch size x steps / epoch time) and the speed-up, the ratio of that
+  to the 1-GPU run with the same policy, budget and pipeline; each rank's steps per second; the stall share;
 * per rank: the cache's hit rate, rows from the local shard / peers' shards / host memory, host-read GB/s
   (``DataTelemetry``'s ``cache/*`` figures of the last epoch), the policy the strategy chose and why;
 * per rank the PSS and RSS of its mappings of the shared host copy (graph, features, labels), and their sum over
@@ -14,12 +18,12 @@ zero-copy gather through the strategy's cache. Reported per run (steady state: t
 
 plus ``nvidia-smi topo -m`` and the GPU names, all in the JSON (``--out``) and a table.
 
-Example (the lead runs the 1-GPU part; the multi-GPU issue runs the rest)::
+Example::
 
-    python -m benchmarks.scaling --gpus 1 --budgets 0.1,0.3 --out results/scaling_1gpu.json
-    python -m benchmarks.scaling --gpus 1,2,4,8 --policies replicate,clique,auto --out results/scaling.json
+    python -m benchmarks.scaling --gpus 1,2 --policies replicate,clique --budgets 0.1 --out results/scaling.json
+    python -m benchmarks.scaling --gpus 1,2,4,8 --policies replicate,clique,auto --pipelines worker,off
     python -m benchmarks.scaling --device cpu --gpus 1,2 --num-nodes 20000 --epochs 2 --limit-batches 3 \
-        --out /tmp/scaling_cpu.json      # plumbing check on a CPU machine (gloo ranks, CPU sampler and gather)
+        --pipelines off --out /tmp/scaling_cpu.json   # plumbing check on a CPU machine (gloo ranks, CPU paths)
 """
 
 from __future__ import annotations
@@ -46,11 +50,18 @@ FANOUTS = [15, 10, 5]
 
 def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
     """One fit (this process is Lightning's rank 0; the launcher re-runs the script for the other ranks)."""
+    cuda = args.device == "cuda"
+    worker = config["pipeline"] == "worker" and cuda
+    if worker:  # before anything initializes CUDA (PyG does): the ranks are MPS clients, as the recipe's are
+        from lightning_zerocopy.pipeline.mps_launcher import start_for_trainer
+
+        start_for_trainer(args.worker_sm_percent)
+
     import pytorch_lightning as pl
     import torch
 
     from lightning_zerocopy import ZeroCopyDataModule
-    from lightning_zerocopy.callbacks import DataTelemetry
+    from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
     from lightning_zerocopy.datasets import SyntheticGraph
     from lightning_zerocopy.graph import mapped_footprint
     from lightning_zerocopy.models import GraphSAGE
@@ -88,7 +99,6 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         def on_train_end(self, trainer, pl_module) -> None:
             self.footprint = mapped_footprint(self.paths)
 
-    cuda = args.device == "cuda"
     dataset = SyntheticGraph(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
                              num_classes=32, cache_dir=args.cache_dir, device=args.device)  # fmt: skip
     row_bytes = args.features * 4
@@ -99,10 +109,13 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
     strategy = ZeroCopyDDPStrategy(cache_budget=budget, cache_ranking=args.ranking, cache_policy=config["policy"],
                                    presample_batches=args.presample_batches)  # fmt: skip
     timer, telemetry, host = EpochTimer(), DataTelemetry(prog_bar=False), HostFootprint()
+    callbacks: list[Any] = [timer, telemetry, host]
+    if worker:
+        callbacks.append(PipelineCallback(mode="worker", depth=2, mps=True, worker_sm_percent=args.worker_sm_percent))
     trainer = pl.Trainer(accelerator="gpu" if cuda else "cpu", devices=config["gpus"], strategy=strategy, max_epochs=args.epochs,
                          limit_train_batches=args.limit_batches or None, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[timer, telemetry, host])  # fmt: skip
+                         precision=args.precision if cuda else "32-true", callbacks=callbacks)  # fmt: skip
     model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=256, num_layers=3, dropout=0.5)
     trainer.fit(model, datamodule=dm)
     decision = strategy.cache_decision
@@ -115,11 +128,17 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         "cached_rows": None if decision is None else decision.plan.num_cached,
         "expected_hit_rate": None if decision is None else decision.expected_hit_rate,
         "steps_per_epoch": trainer.num_training_batches,
+        "stall_frac": _mean([h.get("data/stall_frac") for h in telemetry.history[len(telemetry.history) // 2 :]]),
         "host_data_bytes": host.data_bytes,
         "host_pss_bytes": None if host.footprint is None else host.footprint[0],
         "host_rss_bytes": None if host.footprint is None else host.footprint[1],
     }
     write_json(os.path.join(config["out_dir"], f"rank{trainer.global_rank}.json"), report)
+
+
+def _mean(values: list[Any]) -> Optional[float]:
+    kept = [float(v) for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
 
 
 def topology() -> dict[str, Any]:
@@ -133,9 +152,9 @@ def topology() -> dict[str, Any]:
     return out
 
 
-def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> dict[str, Any]:
+def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipeline: str) -> dict[str, Any]:
     out_dir = tempfile.mkdtemp(prefix="lzc-scaling-")
-    config = {"gpus": gpus, "policy": policy, "budget": budget, "out_dir": out_dir}
+    config = {"gpus": gpus, "policy": policy, "budget": budget, "pipeline": pipeline, "out_dir": out_dir}
     cmd = [sys.executable, os.path.abspath(__file__), *args.argv, "--child", json.dumps(config)]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):
@@ -159,8 +178,8 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> d
         except BaseException:  # a stop signal (benchmarks.common.sessions): nothing of this run to keep
             shutil.rmtree(out_dir, ignore_errors=True)
             raise
-    result: dict[str, Any] = {"gpus": gpus, "policy": policy, "budget_fraction": budget, "returncode": proc.returncode,
-                              "wall_s": time.perf_counter() - started}  # fmt: skip
+    result: dict[str, Any] = {"gpus": gpus, "policy": policy, "budget_fraction": budget, "pipeline": pipeline,
+                              "returncode": proc.returncode, "wall_s": time.perf_counter() - started}  # fmt: skip
     try:
         ranks = [json.load(open(os.path.join(out_dir, f"rank{r}.json"), encoding="utf-8")) for r in range(gpus)]
     except OSError:
@@ -170,9 +189,14 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float) -> d
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     steady = ranks[0]["epoch_s"][1:] or ranks[0]["epoch_s"]
+    epoch_s = sum(steady) / len(steady)
+    steps = ranks[0]["steps_per_epoch"]
     result.update(
-        epoch_s=sum(steady) / len(steady),
-        steps_per_epoch=ranks[0]["steps_per_epoch"],
+        epoch_s=epoch_s,
+        steps_per_epoch=steps,
+        rank_steps_per_s=steps / epoch_s,
+        seeds_per_s=gpus * args.batch_size * steps / epoch_s,  # every rank trains `steps` batches of its own seeds
+        stall_frac=[r.get("stall_frac") for r in ranks],
         chosen_policy=ranks[0]["policy"],
         note=ranks[0]["note"],
         cached_rows=ranks[0]["cached_rows"],
@@ -193,6 +217,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--gpus", default="1", help="comma-separated rank counts, e.g. 1,2,4,8")
     parser.add_argument("--policies", default="replicate,clique,auto")
     parser.add_argument("--budgets", default="0.1,0.3", help="share of the rows one GPU's budget holds (0 = none)")
+    parser.add_argument("--pipelines", default="worker", help="comma-separated of worker (the worker under MPS on "
+                        "every rank, as recipes/multi_gpu.yaml) and off (batches built in the trainer)")
+    parser.add_argument("--worker-sm-percent", type=int, default=10, help="the pipeline worker's MPS share")
+    parser.add_argument("--precision", default="bf16-mixed", help="the trainer's precision on a GPU (the recipe's)")
     parser.add_argument("--ranking", default="presample", choices=("degree", "presample"))
     parser.add_argument("--presample-batches", type=int, default=64)
     parser.add_argument("--num-nodes", type=int, default=16_000_000)
@@ -224,6 +252,9 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
     import torch
 
     available = torch.cuda.device_count() if args.device == "cuda" else os.cpu_count() or 1
+    if args.device == "cpu" and args.pipelines != "off":
+        print("--device cpu: batches are built in the trainer (--pipelines off)", flush=True)
+        args.pipelines = "off"
     previous = forward_stop_signals()
     runs: list[dict[str, Any]] = []
     try:
@@ -231,16 +262,20 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
             if gpus > available:
                 print(f"skipping {gpus} GPUs: this machine has {available}", flush=True)
                 continue
-            for budget in (float(b) for b in args.budgets.split(",")):
-                for policy in args.policies.split(","):
-                    r = launch(args, gpus, policy, budget)
-                    runs.append(r)
-                    if "error" in r:
-                        print(f"{gpus} GPU(s) {policy} {budget:.0%}: failed (rc {r['returncode']})\n{r['error']}", flush=True)
-                        continue
-                    hit = [p.get("cache/hit_rate") for p in r["per_rank"]]
-                    print(f"{gpus} GPU(s) {policy:>9} budget {budget:.0%}: epoch {r['epoch_s']:.2f} s, chose "
-                          f"{r['chosen_policy']} ({r['note']}), hit rate {hit}", flush=True)  # fmt: skip
+            for pipeline in args.pipelines.split(","):
+                for budget in (float(b) for b in args.budgets.split(",")):
+                    for policy in args.policies.split(","):
+                        if gpus == 1 and policy != args.policies.split(",")[0]:
+                            continue  # one GPU: every policy is replicate, one run is the baseline of all
+                        r = launch(args, gpus, policy, budget, pipeline)
+                        runs.append(r)
+                        what = f"{gpus} GPU(s) {policy} {budget:.0%} pipeline {pipeline}"
+                        if "error" in r:
+                            print(f"{what}: failed (rc {r['returncode']})\n{r['error']}", flush=True)
+                            continue
+                        hit = [p.get("cache/hit_rate") for p in r["per_rank"]]
+                        print(f"{what}: {r['seeds_per_s']:.0f} seeds/s, {r['rank_steps_per_s']:.1f} steps/s a rank, "
+                              f"chose {r['chosen_policy']} ({r['note']}), hit rate {hit}", flush=True)  # fmt: skip
     finally:  # also when a signal stopped the sweep: the runs finished so far are written
         restore_signals(previous)
         report = _report(args, runs, available, torch.__version__)
@@ -249,21 +284,24 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
 
 def _report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int, torch_version: str) -> dict[str, Any]:
     """Speed-ups, the table and the JSON (``--out``) of the runs so far."""
-    for r in runs:  # speed-up over the 1-GPU run with the same policy and budget
-        base = next((b for b in runs if b["gpus"] == 1 and b["policy"] == r["policy"]
-                     and b["budget_fraction"] == r["budget_fraction"] and "epoch_s" in b), None)  # fmt: skip
-        if base is not None and "epoch_s" in r:
-            r["speedup_vs_1gpu"] = base["epoch_s"] / r["epoch_s"]
-    print(f"\n{'GPUs':>4} {'policy':>9} {'budget':>6} {'chosen':>9} {'epoch s':>8} {'speed-up':>8} "
-          f"{'hit rate':>8} {'local':>12} {'peer':>12} {'host':>12} {'host GB/s':>9} {'PSS/data':>8}")  # fmt: skip
+    for r in runs:  # speed-up: throughput over the 1-GPU run's with the same budget and pipeline
+        base = next((b for b in runs if b["gpus"] == 1 and b["budget_fraction"] == r["budget_fraction"]
+                     and b.get("pipeline") == r.get("pipeline") and "seeds_per_s" in b), None)  # fmt: skip
+        if base is not None and "seeds_per_s" in r:
+            r["speedup_vs_1gpu"] = r["seeds_per_s"] / base["seeds_per_s"]
+    print(f"\n{'GPUs':>4} {'policy':>9} {'budget':>6} {'pipeline':>8} {'chosen':>9} {'seeds/s':>9} {'steps/s':>7} "
+          f"{'speed-up':>8} {'stall':>6} {'hit rate':>8} {'local':>11} {'peer':>11} {'host':>11} {'host GB/s':>9} "
+          f"{'PSS/data':>8}")  # fmt: skip
     for r in runs:
-        if "epoch_s" not in r:
+        if "seeds_per_s" not in r:
             continue
         p = r["per_rank"][0]
-        print(f"{r['gpus']:>4} {r['policy']:>9} {r['budget_fraction']:>6.0%} {r['chosen_policy'] or '-':>9} "
-              f"{r['epoch_s']:>8.2f} {r.get('speedup_vs_1gpu', float('nan')):>8.2f} "
-              f"{p.get('cache/hit_rate', float('nan')):>8.1%} {p.get('cache/local_rows', 0):>12.0f} "
-              f"{p.get('cache/peer_rows', 0):>12.0f} {p.get('cache/host_rows', 0):>12.0f} "
+        stall = _mean(r.get("stall_frac") or [])
+        print(f"{r['gpus']:>4} {r['policy']:>9} {r['budget_fraction']:>6.0%} {r.get('pipeline', '-'):>8} "
+              f"{r['chosen_policy'] or '-':>9} {r['seeds_per_s']:>9.0f} {r['rank_steps_per_s']:>7.1f} "
+              f"{r.get('speedup_vs_1gpu', float('nan')):>8.2f} {stall if stall is not None else float('nan'):>6.1%} "
+              f"{p.get('cache/hit_rate', float('nan')):>8.1%} {p.get('cache/local_rows', 0):>11.0f} "
+              f"{p.get('cache/peer_rows', 0):>11.0f} {p.get('cache/host_rows', 0):>11.0f} "
               f"{p.get('cache/host_read_GBps', float('nan')):>9.2f} {r.get('host_pss_over_data', float('nan')):>8.2f}")  # fmt: skip
     report = {"benchmark": "scaling", "config": {k: v for k, v in vars(args).items() if k != "argv"},
               "gpu_count": available, "topology": topology(), "torch": torch_version, "runs": runs}  # fmt: skip

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -48,5 +50,9 @@ def test_two_cpu_ranks_report_one_shared_host_copy(tmp_path: Path) -> None:
     for r in runs.values():
         assert "error" not in r, r
         assert r["host_data_GB"] > 0 and 0.5 < r["host_pss_over_data"] < 1.25, r
+    # scaling is throughput: every rank trains --limit-batches batches of its own seeds per epoch
+    for gpus, r in runs.items():
+        assert r["seeds_per_s"] == pytest.approx(gpus * 128 * 2 / r["epoch_s"]) and r["pipeline"] == "off"
+    assert runs[2]["speedup_vs_1gpu"] == pytest.approx(runs[2]["seeds_per_s"] / runs[1]["seeds_per_s"])
     pair = runs[2]["per_rank"]
     assert len(pair) == 2 and all(p["host_pss_bytes"] < 0.75 * p["host_rss_bytes"] for p in pair), pair
