@@ -51,7 +51,10 @@ FANOUTS = [15, 10, 5]
 def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
     """One fit (this process is Lightning's rank 0; the launcher re-runs the script for the other ranks)."""
     cuda = args.device == "cuda"
-    worker = config["pipeline"] == "worker" and cuda
+    pyg = config["loader"] == "pyg"
+    worker = config["pipeline"] == "worker" and cuda and not pyg
+    if pyg and args.pyg_site:
+        sys.path.insert(0, os.path.abspath(args.pyg_site))
     if worker:  # before anything initializes CUDA (PyG does): the ranks are MPS clients, as the recipe's are
         from lightning_zerocopy.pipeline.mps_launcher import start_for_trainer
 
@@ -91,23 +94,32 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
             self.footprint: Optional[tuple[int, int]] = None
 
         def setup(self, trainer, pl_module, stage) -> None:  # after the DataModule's setup: the segments exist
+            if pyg:
+                return  # PyG's graph is not in our shared segments
             h = trainer.datamodule.handles
             parts = [h.graph.indptr, h.graph.indices, h.features.data, h.labels]
             self.paths = [p.path for p in parts]
             self.data_bytes = sum(p.nbytes for p in parts)
 
         def on_train_end(self, trainer, pl_module) -> None:
-            self.footprint = mapped_footprint(self.paths)
+            if self.paths:
+                self.footprint = mapped_footprint(self.paths)
 
     dataset = SyntheticGraph(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
                              num_classes=32, cache_dir=args.cache_dir, device=args.device)  # fmt: skip
     row_bytes = args.features * 4
     budget = int(config["budget"] * args.num_nodes) * row_bytes
-    dm = ZeroCopyDataModule(dataset, fanouts=FANOUTS, batch_size=args.batch_size,
-                            sampler_placement="gpu" if cuda else "cpu", gather="zerocopy" if cuda else "cpu",
-                            drop_last=True, seed=args.seed)  # fmt: skip
-    strategy = ZeroCopyDDPStrategy(cache_budget=budget, cache_ranking=args.ranking, cache_policy=config["policy"],
-                                   presample_batches=args.presample_batches)  # fmt: skip
+    if pyg:  # PyG's NeighborLoader as its users run it under DDP: Lightning's DDP, a share of the seeds per rank
+        from pytorch_lightning.strategies import DDPStrategy
+
+        dm: Any = _pyg_data(dataset, args)
+        strategy: Any = DDPStrategy()
+    else:
+        dm = ZeroCopyDataModule(dataset, fanouts=FANOUTS, batch_size=args.batch_size,
+                                sampler_placement="gpu" if cuda else "cpu", gather="zerocopy" if cuda else "cpu",
+                                drop_last=True, seed=args.seed)  # fmt: skip
+        strategy = ZeroCopyDDPStrategy(cache_budget=budget, cache_ranking=args.ranking, cache_policy=config["policy"],
+                                       presample_batches=args.presample_batches)  # fmt: skip
     timer, telemetry, host = EpochTimer(), DataTelemetry(prog_bar=False), HostFootprint()
     callbacks: list[Any] = [timer, telemetry, host]
     if worker:
@@ -115,10 +127,11 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
     trainer = pl.Trainer(accelerator="gpu" if cuda else "cpu", devices=config["gpus"], strategy=strategy, max_epochs=args.epochs,
                          limit_train_batches=args.limit_batches or None, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         precision=args.precision if cuda else "32-true", callbacks=callbacks)  # fmt: skip
+                         precision=args.precision if cuda else "32-true", use_distributed_sampler=not pyg,
+                         callbacks=callbacks)  # fmt: skip
     model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=256, num_layers=3, dropout=0.5)
     trainer.fit(model, datamodule=dm)
-    decision = strategy.cache_decision
+    decision = getattr(strategy, "cache_decision", None)
     report = {
         "rank": trainer.global_rank,
         "epoch_s": timer.seconds,
@@ -134,6 +147,40 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         "host_rss_bytes": None if host.footprint is None else host.footprint[1],
     }
     write_json(os.path.join(config["out_dir"], f"rank{trainer.global_rank}.json"), report)
+
+
+def _pyg_data(dataset: Any, args: argparse.Namespace) -> Any:
+    """A LightningDataModule of PyG ``NeighborLoader``s over ``dataset``: each rank samples its own share of the
+    training seeds (PyG's multi-GPU examples split them so), ``--pyg-workers`` loader processes per rank, pinned
+    batches, per-hop counts added where torch-sparse leaves them out (the model trims per hop as on ours)."""
+    import functools
+
+    import pytorch_lightning as pl
+    import torch
+
+    from benchmarks.common.pyg import pyg_sampling_backends
+    from benchmarks.e2e.pyg_hops import add_hop_counts
+
+    pyg_sampling_backends("NeighborLoader")
+    data = dataset.load()
+
+    class PyGData(pl.LightningDataModule):
+        num_features, num_classes = data.num_features, dataset.num_classes
+
+        def train_dataloader(self) -> Any:
+            from torch_geometric.data import Data
+            from torch_geometric.loader import NeighborLoader
+
+            rank, world = self.trainer.global_rank, self.trainer.world_size
+            graph = Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes)
+            seeds = data.train_idx[torch.randperm(data.train_idx.numel(), generator=torch.Generator().manual_seed(args.seed))]
+            share = seeds[rank :: world]
+            return NeighborLoader(graph, num_neighbors=FANOUTS, input_nodes=share, batch_size=args.batch_size,
+                                  shuffle=True, drop_last=True, num_workers=args.pyg_workers, pin_memory=True,
+                                  persistent_workers=args.pyg_workers > 0,
+                                  transform_sampler_output=functools.partial(add_hop_counts, num_hops=len(FANOUTS)))  # fmt: skip
+
+    return PyGData()
 
 
 def _mean(values: list[Any]) -> Optional[float]:
@@ -152,9 +199,11 @@ def topology() -> dict[str, Any]:
     return out
 
 
-def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipeline: str) -> dict[str, Any]:
+def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipeline: str,
+           loader: str = "ours") -> dict[str, Any]:  # fmt: skip
     out_dir = tempfile.mkdtemp(prefix="lzc-scaling-")
-    config = {"gpus": gpus, "policy": policy, "budget": budget, "pipeline": pipeline, "out_dir": out_dir}
+    config = {"gpus": gpus, "policy": policy, "budget": budget, "pipeline": pipeline, "loader": loader,
+              "out_dir": out_dir}  # fmt: skip
     cmd = [sys.executable, os.path.abspath(__file__), *args.argv, "--child", json.dumps(config)]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):
@@ -179,7 +228,7 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipe
             shutil.rmtree(out_dir, ignore_errors=True)
             raise
     result: dict[str, Any] = {"gpus": gpus, "policy": policy, "budget_fraction": budget, "pipeline": pipeline,
-                              "returncode": proc.returncode, "wall_s": time.perf_counter() - started}  # fmt: skip
+                              "loader": loader, "returncode": proc.returncode, "wall_s": time.perf_counter() - started}  # fmt: skip
     try:
         ranks = [json.load(open(os.path.join(out_dir, f"rank{r}.json"), encoding="utf-8")) for r in range(gpus)]
     except OSError:
@@ -220,6 +269,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--pipelines", default="worker", help="comma-separated of worker (the worker under MPS on "
                         "every rank, as recipes/multi_gpu.yaml) and off (batches built in the trainer)")
     parser.add_argument("--worker-sm-percent", type=int, default=10, help="the pipeline worker's MPS share")
+    parser.add_argument("--pyg-gpus", default="", help="comma-separated rank counts to run PyG's NeighborLoader under "
+                        "Lightning's DDP on, as the baseline (needs pyg-lib or torch-sparse: --pyg-site)")
+    parser.add_argument("--pyg-workers", type=int, default=8, help="NeighborLoader worker processes per rank")
+    parser.add_argument("--pyg-site", default=None, help="a folder with torch-sparse/pyg-lib, put first on the path")
     parser.add_argument("--precision", default="bf16-mixed", help="the trainer's precision on a GPU (the recipe's)")
     parser.add_argument("--ranking", default="presample", choices=("degree", "presample"))
     parser.add_argument("--presample-batches", type=int, default=64)
@@ -276,6 +329,16 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
                         hit = [p.get("cache/hit_rate") for p in r["per_rank"]]
                         print(f"{what}: {r['seeds_per_s']:.0f} seeds/s, {r['rank_steps_per_s']:.1f} steps/s a rank, "
                               f"chose {r['chosen_policy']} ({r['note']}), hit rate {hit}", flush=True)  # fmt: skip
+        for gpus in (int(g) for g in args.pyg_gpus.split(",") if g.strip()):
+            if gpus > available:
+                continue
+            r = launch(args, gpus, "-", 0.0, "off", loader="pyg")
+            runs.append(r)
+            if "error" in r:
+                print(f"PyG {gpus} GPU(s): failed (rc {r['returncode']})\n{r['error']}", flush=True)
+            else:
+                print(f"PyG NeighborLoader {gpus} GPU(s): {r['seeds_per_s']:.0f} seeds/s, "
+                      f"{r['rank_steps_per_s']:.1f} steps/s a rank", flush=True)  # fmt: skip
     finally:  # also when a signal stopped the sweep: the runs finished so far are written
         restore_signals(previous)
         report = _report(args, runs, available, torch.__version__)
@@ -284,22 +347,27 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
 
 def _report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int, torch_version: str) -> dict[str, Any]:
     """Speed-ups, the table and the JSON (``--out``) of the runs so far."""
-    for r in runs:  # speed-up: throughput over the 1-GPU run's with the same budget and pipeline
+    for r in runs:  # speed-up: throughput over the 1-GPU run's with the same loader, budget and pipeline
         base = next((b for b in runs if b["gpus"] == 1 and b["budget_fraction"] == r["budget_fraction"]
-                     and b.get("pipeline") == r.get("pipeline") and "seeds_per_s" in b), None)  # fmt: skip
+                     and b.get("pipeline") == r.get("pipeline") and b.get("loader") == r.get("loader")
+                     and "seeds_per_s" in b), None)  # fmt: skip
         if base is not None and "seeds_per_s" in r:
             r["speedup_vs_1gpu"] = r["seeds_per_s"] / base["seeds_per_s"]
-    print(f"\n{'GPUs':>4} {'policy':>9} {'budget':>6} {'pipeline':>8} {'chosen':>9} {'seeds/s':>9} {'steps/s':>7} "
-          f"{'speed-up':>8} {'stall':>6} {'hit rate':>8} {'local':>11} {'peer':>11} {'host':>11} {'host GB/s':>9} "
-          f"{'PSS/data':>8}")  # fmt: skip
+        pyg = next((b for b in runs if b.get("loader") == "pyg" and b["gpus"] == r["gpus"] and "seeds_per_s" in b), None)
+        if pyg is not None and r.get("loader") != "pyg" and "seeds_per_s" in r:
+            r["vs_pyg_same_gpus"] = r["seeds_per_s"] / pyg["seeds_per_s"]
+    print(f"\n{'GPUs':>4} {'loader':>6} {'policy':>9} {'budget':>6} {'pipeline':>8} {'chosen':>9} {'seeds/s':>9} "
+          f"{'steps/s':>7} {'speed-up':>8} {'x PyG':>6} {'stall':>6} {'hit rate':>8} {'local':>11} {'peer':>11} "
+          f"{'host':>11} {'host GB/s':>9} {'PSS/data':>8}")  # fmt: skip
     for r in runs:
         if "seeds_per_s" not in r:
             continue
         p = r["per_rank"][0]
         stall = _mean(r.get("stall_frac") or [])
-        print(f"{r['gpus']:>4} {r['policy']:>9} {r['budget_fraction']:>6.0%} {r.get('pipeline', '-'):>8} "
-              f"{r['chosen_policy'] or '-':>9} {r['seeds_per_s']:>9.0f} {r['rank_steps_per_s']:>7.1f} "
-              f"{r.get('speedup_vs_1gpu', float('nan')):>8.2f} {stall if stall is not None else float('nan'):>6.1%} "
+        print(f"{r['gpus']:>4} {r.get('loader', 'ours'):>6} {r['policy']:>9} {r['budget_fraction']:>6.0%} "
+              f"{r.get('pipeline', '-'):>8} {r['chosen_policy'] or '-':>9} {r['seeds_per_s']:>9.0f} "
+              f"{r['rank_steps_per_s']:>7.1f} {r.get('speedup_vs_1gpu', float('nan')):>8.2f} "
+              f"{r.get('vs_pyg_same_gpus', float('nan')):>6.2f} {stall if stall is not None else float('nan'):>6.1%} "
               f"{p.get('cache/hit_rate', float('nan')):>8.1%} {p.get('cache/local_rows', 0):>11.0f} "
               f"{p.get('cache/peer_rows', 0):>11.0f} {p.get('cache/host_rows', 0):>11.0f} "
               f"{p.get('cache/host_read_GBps', float('nan')):>9.2f} {r.get('host_pss_over_data', float('nan')):>8.2f}")  # fmt: skip
