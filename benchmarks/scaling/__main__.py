@@ -4,7 +4,8 @@ For every combination of ``--gpus`` (rank counts), ``--policies`` (``replicate``
 ``--budgets`` (share of the feature rows one GPU's budget holds, e.g. 0.1 and 0.3; ``0`` = no cache) and
 ``--pipelines`` (``worker``: the pipeline worker under MPS on every rank, as ``recipes/multi_gpu.yaml`` runs;
 ``off``: batches built in the trainer), one Lightning ``fit`` runs in a fresh process (Lightning's DDP launcher
-starts the other ranks): 3-layer GraphSAGE hidden 256 (trimmed per hop), fanouts [15, 10, 5], batch 1024 per rank,
+starts the other ranks): ``--model heavy`` (3-layer GraphSAGE hidden 256, fanouts [15, 10, 5]) or ``light``
+(2-layer, hidden 128, [10, 5]), trimmed per hop, batch 1024 per rank,
 ``SyntheticGraph`` features in shared pinned host memory, GPU sampler, zero-copy gather through the strategy's
 cache, ``--precision`` as the recipe. Every rank runs ``--limit-batches`` steps per epoch, so more GPUs do more work
 in an epoch: scaling is measured as throughput. Reported per run (steady state: the first epoch is dropped):
@@ -45,7 +46,8 @@ if REPO_ROOT not in sys.path:
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
 
-FANOUTS = [15, 10, 5]
+#: the two models of the end-to-end benchmark: (fanouts, hidden channels, layers)
+MODELS = {"heavy": ([15, 10, 5], 256, 3), "light": ([10, 5], 128, 2)}
 
 
 def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
@@ -105,6 +107,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
             if self.paths:
                 self.footprint = mapped_footprint(self.paths)
 
+    fanouts, hidden, layers = MODELS[args.model]
     dataset = SyntheticGraph(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
                              num_classes=32, cache_dir=args.cache_dir, device=args.device)  # fmt: skip
     row_bytes = args.features * 4
@@ -112,10 +115,10 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
     if pyg:  # PyG's NeighborLoader as its users run it under DDP: Lightning's DDP, a share of the seeds per rank
         from pytorch_lightning.strategies import DDPStrategy
 
-        dm: Any = _pyg_data(dataset, args)
+        dm: Any = _pyg_data(dataset, args, fanouts)
         strategy: Any = DDPStrategy()
     else:
-        dm = ZeroCopyDataModule(dataset, fanouts=FANOUTS, batch_size=args.batch_size,
+        dm = ZeroCopyDataModule(dataset, fanouts=fanouts, batch_size=args.batch_size,
                                 sampler_placement="gpu" if cuda else "cpu", gather="zerocopy" if cuda else "cpu",
                                 drop_last=True, seed=args.seed)  # fmt: skip
         strategy = ZeroCopyDDPStrategy(cache_budget=budget, cache_ranking=args.ranking, cache_policy=config["policy"],
@@ -129,7 +132,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          precision=args.precision if cuda else "32-true", use_distributed_sampler=not pyg,
                          callbacks=callbacks)  # fmt: skip
-    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=256, num_layers=3, dropout=0.5)
+    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=hidden, num_layers=layers, dropout=0.5)
     trainer.fit(model, datamodule=dm)
     decision = getattr(strategy, "cache_decision", None)
     report = {
@@ -149,7 +152,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
     write_json(os.path.join(config["out_dir"], f"rank{trainer.global_rank}.json"), report)
 
 
-def _pyg_data(dataset: Any, args: argparse.Namespace) -> Any:
+def _pyg_data(dataset: Any, args: argparse.Namespace, fanouts: list[int]) -> Any:
     """A LightningDataModule of PyG ``NeighborLoader``s over ``dataset``: each rank samples its own share of the
     training seeds (PyG's multi-GPU examples split them so), ``--pyg-workers`` loader processes per rank, pinned
     batches, per-hop counts added where torch-sparse leaves them out (the model trims per hop as on ours)."""
@@ -175,10 +178,10 @@ def _pyg_data(dataset: Any, args: argparse.Namespace) -> Any:
             graph = Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes)
             seeds = data.train_idx[torch.randperm(data.train_idx.numel(), generator=torch.Generator().manual_seed(args.seed))]
             share = seeds[rank :: world]
-            return NeighborLoader(graph, num_neighbors=FANOUTS, input_nodes=share, batch_size=args.batch_size,
+            return NeighborLoader(graph, num_neighbors=fanouts, input_nodes=share, batch_size=args.batch_size,
                                   shuffle=True, drop_last=True, num_workers=args.pyg_workers, pin_memory=True,
                                   persistent_workers=args.pyg_workers > 0,
-                                  transform_sampler_output=functools.partial(add_hop_counts, num_hops=len(FANOUTS)))  # fmt: skip
+                                  transform_sampler_output=functools.partial(add_hop_counts, num_hops=len(fanouts)))  # fmt: skip
 
     return PyGData()
 
@@ -274,6 +277,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--pyg-workers", type=int, default=8, help="NeighborLoader worker processes per rank")
     parser.add_argument("--pyg-site", default=None, help="a folder with torch-sparse/pyg-lib, put first on the path")
     parser.add_argument("--precision", default="bf16-mixed", help="the trainer's precision on a GPU (the recipe's)")
+    parser.add_argument("--model", default="heavy", choices=sorted(MODELS),
+                        help="heavy: 3-layer SAGE h256 [15, 10, 5]; light: 2-layer SAGE h128 [10, 5]")
     parser.add_argument("--ranking", default="presample", choices=("degree", "presample"))
     parser.add_argument("--presample-batches", type=int, default=64)
     parser.add_argument("--num-nodes", type=int, default=16_000_000)
