@@ -347,5 +347,6 @@ def cuda_ipc_open(ipc: bytes, offset: int, nbytes: int, device: torch.device) ->
     tensor mapped for (and labelled with) the reading GPU ``device``; the memory may live on a peer GPU. The
     mapping closes when the last tensor over it is freed."""
     _require_cuda_build("cuda_ipc_open")
+    torch.cuda.init()  # the caching allocator, which opens the handle, exists once torch's CUDA state is initialized
     raw = torch.frombuffer(bytearray(ipc), dtype=torch.uint8)
     return _ops.cuda_ipc_open(raw, int(offset), int(nbytes), torch.device(device))

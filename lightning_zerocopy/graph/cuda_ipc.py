@@ -6,11 +6,12 @@ same memory, mapped for the GPU that will read it, which may be another GPU than
 access over NVLink or PCIe).
 
 Why not ``torch.multiprocessing``: it shares a CUDA tensor with an interprocess CUDA event and a reference-counter
-file per share. The driver backs the events with ``/dev/shm/cuda.shm.*`` files and torch names the counters
-``/dev/shm/torch_<pid>_*``; a process that is killed leaves both behind, and at a normal exit torch warns ("Producer
-process has been terminated before all shared CUDA tensors released") whenever a consumer still counts. It also
-maps the memory in the *owner* GPU's context, where kernels of another GPU cannot read it (they fault with an
-illegal address even with peer access enabled). A bare memory handle has none of these problems.
+file (``/dev/shm/torch_<pid>_*``) per share, which a killed process leaves behind, and at a normal exit torch warns
+("Producer process has been terminated before all shared CUDA tensors released") whenever a consumer still counts.
+It also maps the memory in the *owner* GPU's context, where kernels of another GPU cannot read it (they fault with
+an illegal address even with peer access enabled). A bare memory handle has none of these problems. Whatever the
+driver keeps under ``/dev/shm`` for an exporting process (``cuda.shm.*``) is removed by that process's segment
+guardian once it has exited (:func:`~lightning_zerocopy.graph.segment_guardian.guard_driver_files`).
 
 Lifetime rule: the exporting process owns the memory. It keeps the tensor alive until every process that opened
 a handle of it has dropped what it opened (and the GPU work that read it has finished); the protocols that use
@@ -147,7 +148,9 @@ def export_cuda_tensor(tensor: torch.Tensor) -> CudaTensorHandle:
     ipc, offset = None, 0
     if tensor.numel() > 0:
         from lightning_zerocopy import ops
+        from lightning_zerocopy.graph.segment_guardian import guard_driver_files
 
+        guard_driver_files()  # whatever the driver keeps under /dev/shm for this process goes when it does
         ipc, offset = ops.cuda_ipc_handle(tensor)
     handle = CudaTensorHandle(
         shape=tuple(int(s) for s in tensor.shape),

@@ -147,8 +147,9 @@ def _release_slots(producer: Producer) -> None:
     """
     try:
         producer.release_slots()
-    except Exception:  # noqa: BLE001 - best effort at exit
-        traceback.print_exc()
+    except Exception as exc:  # noqa: BLE001 - best effort at exit (a broken CUDA context fails every call)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"[lightning-zerocopy worker {os.getpid()}] releasing the slots at exit failed: {first}", file=sys.stderr)
 
 
 def _describe_exit(exitcode: Optional[int]) -> str:
@@ -161,6 +162,21 @@ def _describe_exit(exitcode: Optional[int]) -> str:
             name = f"signal {-exitcode}"
         return f"was killed by {name}"
     return f"exited with code {exitcode}"
+
+
+#: pids of the worker processes this process started and has not closed (see :func:`kill_workers`)
+_LIVE_WORKERS: set[int] = set()
+
+
+def kill_workers() -> None:
+    """SIGKILL every pipeline worker this process started and has not closed yet: for a process about to end at
+    once (``os._exit``) because its GPU state is lost, whose workers would otherwise report the same loss first."""
+    for pid in list(_LIVE_WORKERS):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _LIVE_WORKERS.discard(pid)
 
 
 class WorkerTransport:
@@ -199,6 +215,7 @@ class WorkerTransport:
             os.environ.update(env)
             try:
                 self.process.start()
+                _LIVE_WORKERS.add(self.process.pid)
             finally:
                 for key, value in saved.items():
                     if value is None:
@@ -256,6 +273,7 @@ class WorkerTransport:
 
     def close(self, timeout: float = 5.0) -> None:
         """Wait for the worker to exit after a stop message; terminate, then kill it if it does not."""
+        _LIVE_WORKERS.discard(self.process.pid)
         self.process.join(timeout)
         if self.process.is_alive():
             self.process.terminate()

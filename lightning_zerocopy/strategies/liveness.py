@@ -146,6 +146,7 @@ class RankLiveness:
         self._stopping = stopping
         self._announced = False
         self._notes: dict[int, str] = {}  # exit notes of peers, as read
+        self._mapped: frozenset[int] = frozenset()  # ranks whose GPU memory this process reads (see depend_on)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._previous_handler: Any = None
@@ -189,6 +190,16 @@ class RankLiveness:
         if stopping is not None:
             self._stopping = stopping
         self.starting = False
+
+    def depend_on(self, ranks: "set[int] | frozenset[int]") -> None:
+        """This process reads GPU memory that the processes of ``ranks`` own (a clique cache's peer shards).
+
+        When such a rank dies, the driver frees its memory under this process's running kernels: its CUDA context
+        is broken (every later call fails), so no exception path can end it cleanly. The watch then says which rank
+        went, stops this process's pipeline workers and ends the process at once (exit status 1); the driver frees
+        its GPU resources, and the host memory's guardians and the MPS supervisor do the rest.
+        """
+        self._mapped = frozenset(int(r) for r in ranks if r != self.me.rank)
 
     def check(self) -> Optional[RankInfo]:
         """The first watched rank that is gone or has left an exit note, or ``None``."""
@@ -274,6 +285,8 @@ class RankLiveness:
             dead = self.check()
             if dead is None or self._stop.is_set():
                 continue
+            if dead.rank in self._mapped and not self._alive(dead.pid):
+                self._end_now(dead)
             if self._announced or self._stopping():
                 continue  # this rank is stopping on its own exception already: let it finish (explain() names peers)
             self.message = self.describe(dead)
@@ -290,6 +303,22 @@ class RankLiveness:
                 file=sys.stderr,
                 flush=True,
             )
+            os._exit(1)
+
+    def _end_now(self, dead: RankInfo) -> None:
+        """A rank whose GPU memory this process reads is gone: see :meth:`depend_on`."""
+        print(
+            f"[ZeroCopyDDPStrategy] rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
+            f"was running, and the GPU memory of it that rank {self.me.rank} reads went with it: stopping rank "
+            f"{self.me.rank} now",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            workers = sys.modules.get("lightning_zerocopy.pipeline.worker")  # none started if it was never imported
+            if workers is not None:
+                workers.kill_workers()
+        finally:
             os._exit(1)
 
     def _raise_in_main(self, signum: int, frame: Any) -> None:

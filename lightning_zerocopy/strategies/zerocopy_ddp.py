@@ -255,6 +255,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             from lightning_zerocopy.strategies.cache_spec import ShardedFeatureCache
 
             datamodule.set_feature_cache(ShardedFeatureCache(self._place(decision, table, root)))
+            if self._liveness is not None and len(decision.group) > 1:
+                self._liveness.depend_on(set(decision.group))  # their shards are read here and by our workers
 
     def cache_counts(self) -> Optional[Any]:
         """Rows this process's builders gathered so far from the local shard(s), peers' shards and host memory (a

@@ -220,3 +220,34 @@ def test_rank_0_killed_while_rank_1_starts_stops_rank_1(tmp_path: Path) -> None:
     output = proc.communicate(timeout=60)[0]
     assert gone, f"rank 1 still ran {SLACK_S} s after rank 0 was killed: {output[-3000:]}"
     assert f"rank 0 (pid {proc.pid} on" in output and "exited while rank 1 was starting" in output, output[-4000:]
+
+
+# ---- two GPUs (NCCL, the zero-copy gather; every batch's features are checked against the host table) ----
+
+
+@pytest.mark.two_gpus
+@pytest.mark.parametrize("pipeline", [False, True], ids=["in_process", "worker"])
+def test_clique_on_two_gpus_reads_peer_shards_and_gathers_the_right_rows(tmp_path: Path, pipeline: bool) -> None:
+    """Each rank's cache reads its own shard, the peer's shard (opened over CUDA IPC for its GPU) and host memory;
+    before the shards were opened for the reading GPU, the peer reads faulted (illegal address), in the trainer and
+    in the pipeline worker."""
+    before = _shm()
+    reports = _run(tmp_path, {"accelerator": "gpu", "devices": 2, "policy": "clique", "budget": "64KiB",
+                              "num_nodes_graph": 20000, "pipeline": pipeline})  # fmt: skip
+    assert [r["group"] for r in reports] == [[0, 1], [0, 1]] and reports[0]["policy"] == "clique"
+    for r in reports:
+        rows = r["cache_rows"]
+        assert rows["local_rows"] > 0 and rows["peer_rows"] > 0 and rows["host_rows"] > 0, rows
+    _check_no_leftovers(before, tmp_path)
+    pids = {p.read_text().strip() for p in (tmp_path / "out").glob("pid*")}
+    left = {n for n in _shm() - before if n.startswith("cuda.shm.") or any(f"torch_{pid}_" in n for pid in pids)}
+    assert not left, left
+
+
+@pytest.mark.two_gpus
+def test_auto_on_two_gpus_measures_reads_and_says_why(tmp_path: Path) -> None:
+    reports = _run(tmp_path, {"accelerator": "gpu", "devices": 2, "policy": "auto", "budget": "64KiB",
+                              "num_nodes_graph": 20000})  # fmt: skip
+    assert len({(r["policy"], r["digest"]) for r in reports}) == 1  # every rank decided alike
+    note = reports[0]["note"]
+    assert "expected" in note and "GB/s local" in note and "peer" in note and "host" in note, note

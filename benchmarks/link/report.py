@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from benchmarks.e2e_report import _fmt, _named, _pct, time_to_target
-from benchmarks.e2e_results import share_label
-from benchmarks.results import read_results
+from benchmarks.e2e.report import _fmt, _named, _pct, time_to_target
+from benchmarks.e2e.results import share_label
+from benchmarks.common.results import read_results
 
 __all__ = ["one_line", "render", "target_auroc"]
 

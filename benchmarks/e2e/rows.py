@@ -1,4 +1,6 @@
-"""The end-to-end benchmark's tables: rows (data paths), models and graph presets, as data.
+"""The end-to-end benchmark's tables: rows (data paths), models and graph presets, as data; and what a run derives from
+them: the graph's arguments, why a row cannot run here, an MPS row's launcher command (the link and step benchmarks
+use them too).
 
 A row is selected by name (``--configs a,b,c``). Rows whose feature this build lacks (a Strategy, a sampler
 placement, PyG's sampling backend, MPS, a GPU) are reported as skipped with the reason, never silently run as
@@ -8,13 +10,15 @@ something else, so new rows can be listed here before the feature lands.
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from benchmarks.rows import pick_rows
+from benchmarks.common.rows import pick_rows
 
-__all__ = ["MODELS", "PRECISIONS", "PRESETS", "ROWS", "ModelSpec", "Preset", "Row", "launcher_share", "parse_share",
-           "resolve_precision", "select_rows", "worker_share"]  # fmt: skip
+__all__ = ["MODELS", "PRECISIONS", "PRESETS", "ROWS", "ModelSpec", "Preset", "Row", "graph_kwargs", "launcher_share",
+           "mps_prefix", "parse_share", "resolve_precision", "select_rows", "worker_share"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -230,3 +234,37 @@ def launcher_share(share: Union[int, str]) -> int:
 
         return SHARE_LADDER[0]
     return int(share)
+
+
+def graph_kwargs(args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """SyntheticGraph's arguments for this run (the same in every row's process, so all load one cache)."""
+    return dict(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
+                num_classes=args.classes, homophily=args.homophily, feature_signal=args.feature_signal,
+                seed=args.seed, device=device, cache_dir=args.cache_dir)  # fmt: skip
+
+
+def _precheck(row: Any) -> Optional[str]:
+    """Why ``row`` cannot run here, found without starting its process (the process checks the rest)."""
+    import importlib.util
+
+    import torch
+
+    if row.needs_cuda and not (torch.version.cuda and torch.cuda.device_count() > 0):  # no driver initialization
+        return "needs a CUDA GPU (none here)"
+    if row.kind == "pyg" and not any(importlib.util.find_spec(m) for m in ("pyg_lib", "torch_sparse")):
+        return ("PyG's NeighborLoader needs pyg-lib or torch-sparse; neither is installed here "
+                "(on the GPU box: unpack .pyg/*.tgz and pass --pyg-site DIR)")  # fmt: skip
+    return None
+
+
+def mps_prefix(args: argparse.Namespace, row: Row) -> list[str]:
+    """The MPS launcher's command line before an MPS row's process: the row's worker share (:func:`worker_share`;
+    ``auto`` starts at the ladder's first, 10 %, so the trainer has 90 %). Waits up to 60 s for the previous row's
+    daemon to quit."""
+    from lightning_zerocopy.pipeline import mps
+
+    deadline = time.monotonic() + 60  # the previous row's daemon may still be quitting
+    while mps.mps_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    share = launcher_share(worker_share(row, args.worker_sm_percent))
+    return [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", str(share), "--"]

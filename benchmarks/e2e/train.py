@@ -1,4 +1,4 @@
-"""One row of the end-to-end benchmark, run in a process of its own (see ``benchmarks/e2e.py``).
+"""One row of the end-to-end benchmark, run in a process of its own (see ``benchmarks/e2e/``).
 
 Every row trains the same ``lightning_zerocopy.models`` model (same seed, so the same initial weights, same
 optimizer, same ``trim`` and ``precision``) through Lightning's ``Trainer`` on the same cached ``SyntheticGraph``,
@@ -12,7 +12,6 @@ builder made before training. Callbacks measure training wall time without valid
 from __future__ import annotations
 
 import functools
-import gc
 import inspect
 import os
 import time
@@ -22,15 +21,13 @@ from typing import Any, Callable, Iterator
 import torch
 from pytorch_lightning.callbacks import Callback
 
-from benchmarks.e2e_measure import BatchCheck, TrainClock, summarize
-from benchmarks.e2e_pyg_hops import add_hop_counts
-from benchmarks.e2e_rows import ModelSpec, Row, resolve_precision, worker_share
+from benchmarks.common.measure import BatchCheck, TrainClock, _device_name, _sync, summarize
+from benchmarks.common.pyg import fit_on_best_pyg_loader, pyg_sampling_backends
+from benchmarks.common.rows import RowUnavailable
+from benchmarks.e2e.pyg_hops import add_hop_counts
+from benchmarks.e2e.rows import ModelSpec, Row, resolve_precision, worker_share
 
-__all__ = ["RowUnavailable", "StagedBatches", "pipeline_options", "run_row", "share_figures", "stage_batches"]
-
-
-class RowUnavailable(Exception):
-    """This build or machine lacks the row's feature; the row is reported as skipped with this message."""
+__all__ = ["StagedBatches", "pipeline_options", "run_row", "share_figures", "stage_batches"]
 
 
 # ---------------------------------------------------------------------------------------------- one row
@@ -186,27 +183,6 @@ def _strategy(row: Row, args: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- PyG and model-only
-def pyg_sampling_backends(loader: str) -> list[str]:
-    """The neighbor-sampling backends PyG's ``loader`` can use here (``pyg_lib``, ``torch_sparse``).
-
-    Raises:
-        RowUnavailable: neither imports (a broken wheel counts as missing).
-    """
-    import importlib
-
-    backends = []
-    for name in ("pyg_lib", "torch_sparse"):
-        try:
-            importlib.import_module(name)
-            backends.append(name)
-        except Exception:  # noqa: BLE001 - a broken wheel is as unavailable as a missing one
-            pass
-    if not backends:
-        raise RowUnavailable(f"PyG's {loader} needs pyg-lib or torch-sparse; neither imports here "
-                             "(on the GPU box: unpack .pyg/*.tgz and pass --pyg-site DIR)")  # fmt: skip
-    return backends
-
-
 def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, args: Any, device: torch.device) -> dict:
     """PyG's NeighborLoader as users run it, on the plan's seed order; worker count: best of a short sweep."""
     backends = pyg_sampling_backends("NeighborLoader")
@@ -239,66 +215,7 @@ def _fit_pyg(trainer: Any, model: Any, data: Any, plan: Any, spec: ModelSpec, ar
                                   backends=backends, pyg_sampler_build_s=sampler_s)  # fmt: skip
 
 
-def fit_on_best_pyg_loader(trainer: Any, model: Any, train_loader: Callable[[int], Any], val_loader: Callable[[int], Any],
-                           args: Any, device: torch.device, backends: Any, pyg_sampler_build_s: float) -> dict[str, Any]:  # fmt: skip
-    """Time ``train_loader(workers)`` for each of ``args.pyg_workers`` (when there are several), then fit ``model``
-    through a DataModule of the fastest count's train and val loaders, PyG batches moved as users move them; returns
-    the fit's time and the sweep's figures."""
-    import pytorch_lightning as pl
-
-    sweep = {}
-    workers = [int(w) for w in str(args.pyg_workers).split(",") if w.strip()]
-    for w in workers if len(workers) > 1 else []:
-        torch.manual_seed(args.seed)
-        sweep[w] = _loader_rate(train_loader(w), device, args.sweep_batches)
-    best = max(sweep, key=sweep.get) if sweep else workers[0]
-    gc.collect()  # no loader of the sweep (or of a previous model) may be collected inside a forked worker
-
-    class PyGData(pl.LightningDataModule):
-        def train_dataloader(self) -> Any:
-            return train_loader(best)
-
-        def val_dataloader(self) -> Any:
-            return val_loader(best)
-
-        def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-            return batch.to(device, non_blocking=True)
-
-    t0 = time.perf_counter()
-    trainer.fit(model, datamodule=PyGData())
-    return {"fit_s": time.perf_counter() - t0, "fit_t0": t0, "pyg_workers": best, "pyg_sweep_batches_per_s": sweep,
-            "pyg_backends": backends, "pyg_sampler_build_s": pyg_sampler_build_s}  # fmt: skip
-
-
 _PYG_CACHE: dict[str, Any] = {}
-
-
-def _loader_rate(loader: Any, device: torch.device, batches: int) -> float:
-    """Batches/s of a loader delivering to ``device`` (``.to(non_blocking=True)``), after the first 5 batches."""
-    it: Iterator[Any] = iter(loader)
-    t0, n = 0.0, 0
-    try:
-        for i, batch in enumerate(it):
-            batch.to(device, non_blocking=True)
-            if i == 4:
-                _sync(device)
-                t0 = time.perf_counter()
-            elif i > 4:
-                n += 1
-            if n >= batches:
-                break
-        _sync(device)
-        return n / max(time.perf_counter() - t0, 1e-9)
-    finally:
-        # Stop this loader's workers and pin-memory thread now. Left to the garbage collector (the persistent
-        # iterator sits in a reference cycle with its loader), the stale iterator was collected inside the next
-        # loader's forked workers, whose shutdown then blocked, and the row hung (seen on the H200, 2026-11-23).
-        shutdown = getattr(it, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-        loader._iterator = None
-        del it
-        gc.collect()
 
 
 def stage_batches(dm: Any, count: int, device: torch.device) -> list[Any]:
@@ -396,12 +313,3 @@ def _stages(dataset: Any, spec: ModelSpec, args: Any, device: torch.device) -> d
         finally:
             dm.teardown("fit")
     return {"stages": stages, **sizes, "device": _device_name(device.type == "cuda"), "threads": torch.get_num_threads()}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _device_name(cuda: bool) -> str:
-    return torch.cuda.get_device_name(0) if cuda else "cpu"

@@ -1,4 +1,4 @@
-"""The training-step benchmark's rows (``benchmarks/step.py``): what each row trains, and how a step is timed.
+"""The training-step benchmark's rows (``benchmarks/step/``): what each row trains, and how a step is timed.
 
 Every row trains the same GraphSAGE (same seed, so the same initial weights; Adam) on the same pre-staged batches:
 a plain PyTorch loop, a bare ``LightningModule`` (returns the loss, logs nothing) and ``models.GraphSAGE``, in fp32
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from pytorch_lightning.callbacks import Callback
 
-from benchmarks.rows import pick_rows
+from benchmarks.common.rows import pick_rows
 
 __all__ = ["ROWS", "BareModule", "RowSpec", "StepTimer", "e2e_callbacks", "plain_loop", "select"]
 
@@ -35,7 +35,7 @@ class RowSpec:
         bf16: ``precision="bf16-mixed"`` (the plain loop: ``torch.autocast``).
         telemetry: ``DataTelemetry`` in the Trainer's callbacks.
         compile: ``models.GraphSAGE(compile=True)``.
-        e2e: also what ``benchmarks/e2e.py``'s rows add to the Trainer: a ``CSVLogger`` (every
+        e2e: also what ``benchmarks.e2e``'s rows add to the Trainer: a ``CSVLogger`` (every
             ``log_every_n_steps``) and its ``TrainClock``.
         fused: ``torch.optim.Adam(fused=True)`` as the model's optimizer.
     """
@@ -60,9 +60,9 @@ _ROW_LIST = [
     RowSpec("ours_untrimmed", "`models.GraphSAGE(trim=False)`, fp32", "ours"),
     RowSpec("ours", "`models.GraphSAGE` (trimmed by default), fp32", "ours", trim=True),
     RowSpec("ours_telemetry", "`models.GraphSAGE` + `DataTelemetry`, fp32", "ours", trim=True, telemetry=True),
-    RowSpec("ours_e2e", "`models.GraphSAGE` + `DataTelemetry` + a `CSVLogger` and `TrainClock` (what `benchmarks/e2e.py`'s "
+    RowSpec("ours_e2e", "`models.GraphSAGE` + `DataTelemetry` + a `CSVLogger` and `TrainClock` (what `benchmarks.e2e`'s "
             "rows run), fp32", "ours", trim=True, telemetry=True, e2e=True),  # fmt: skip
-    RowSpec("ours_e2e_bf16", "`ours_e2e`, `bf16-mixed` (benchmarks/e2e.py's rows on a GPU)", "ours", trim=True, bf16=True,
+    RowSpec("ours_e2e_bf16", "`ours_e2e`, `bf16-mixed` (benchmarks.e2e's rows on a GPU)", "ours", trim=True, bf16=True,
             telemetry=True, e2e=True),  # fmt: skip
     RowSpec("ours_fused", "`models.GraphSAGE` + `DataTelemetry`, `Adam(fused=True)` (one optimizer kernel per dtype and "
             "device), fp32", "ours", trim=True, telemetry=True, fused=True),  # fmt: skip
@@ -168,11 +168,11 @@ class StepTimer(Callback):
 
 
 def e2e_callbacks(root: str, warmup: int, device: torch.device) -> tuple[Any, list[Callback]]:
-    """What ``benchmarks/e2e.py``'s rows add to a Trainer: a ``CSVLogger`` under ``root`` and its ``TrainClock`` (its
+    """What ``benchmarks.e2e``'s rows add to a Trainer: a ``CSVLogger`` under ``root`` and its ``TrainClock`` (its
     ``BatchCheck`` looks at the first batches only, no steady-state step)."""
     from pytorch_lightning.loggers import CSVLogger
 
-    from benchmarks.e2e_measure import TrainClock
+    from benchmarks.common.measure import TrainClock
 
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     return CSVLogger(root, name="step", version=""), [TrainClock(warmup, 0.0, sync)]

@@ -1,8 +1,10 @@
-"""What the end-to-end benchmark measures in a row's Trainer: training time, validation accuracy over it, batches.
+"""What the end-to-end benchmarks (e2e, link, step) measure in a row's Trainer: training time, validation accuracy
+over it, batches.
 
 ``TrainClock`` times training without validation (host timers between device synchronizations), records
 validation accuracy over that time and stops a row at its time budget; ``BatchCheck`` compares the first batches
-with the dataset; ``summarize`` turns both and ``DataTelemetry``'s history into a row's figures.
+with the dataset; ``summarize`` turns both and ``DataTelemetry``'s history into a row's figures; ``_sync`` and
+``_device_name`` are the device synchronization around host timers and the device named in a row's result.
 """
 
 from __future__ import annotations
@@ -151,3 +153,12 @@ def summarize(clock: TrainClock, telemetry: Any, warmup: int) -> dict[str, Any]:
         # every DataTelemetry key's mean, including those of features added later (hybrid shares, cache hits)
         "telemetry": {key[len("data/") :]: mean(key) for key in dict.fromkeys(k for h in hist for k in h)},
     }
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _device_name(cuda: bool) -> str:
+    return torch.cuda.get_device_name(0) if cuda else "cpu"

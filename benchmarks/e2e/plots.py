@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.e2e_results import PLOTS, finished, models_in, target_acc  # noqa: E402
+from benchmarks.e2e.results import PLOTS, finished, models_in, target_acc  # noqa: E402
 
 __all__ = ["write_plots"]
 
@@ -82,7 +82,7 @@ def _latency(ax: Any, model: str, runs: list) -> None:
 
 
 def write_plots(results: dict[str, Any], out_dir: str) -> list[str]:
-    """Write every plot of :data:`benchmarks.e2e_results.PLOTS` into ``out_dir``; returns the paths."""
+    """Write every plot of :data:`benchmarks.e2e.results.PLOTS` into ``out_dir``; returns the paths."""
     return [
         _per_model(results, out_dir, "steps_per_s.png", _bars("steps_per_s", "steps/s", bound="model_only")),
         _per_model(results, out_dir, "val_acc_over_time.png", _accuracy(results)),

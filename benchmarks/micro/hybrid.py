@@ -30,8 +30,8 @@ once while it trains the heavy model on another thread (the gather then competes
 
 Example (on the GPU machine)::
 
-    python benchmarks/hybrid.py --out results/hybrid.json
-    python benchmarks/hybrid.py --nodes 20000 --avg-degree 10 --steps 5 --warmup 2 --device cpu   # plumbing check
+    python -m benchmarks.micro.hybrid --out results/hybrid.json
+    python -m benchmarks.micro.hybrid --nodes 20000 --avg-degree 10 --steps 5 --warmup 2 --device cpu   # plumbing check
     (on the CPU the "gpu"/"uva" lanes are a one-thread CPU sampler: it checks the code, it measures nothing)
 """
 
@@ -50,14 +50,14 @@ from typing import Any, Callable, Optional
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO_ROOT = os.path.dirname(HERE)
+REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 for path in (REPO_ROOT, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from benchmarks.results import write_json  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
 
-from sampling import power_law_graph  # noqa: E402  (benchmarks/sampling.py)
+from sampling import power_law_graph  # noqa: E402  (benchmarks/micro/sampling.py)
 
 from lightning_zerocopy import ops  # noqa: E402
 from lightning_zerocopy.sampling import HybridDispatcher, HybridPolicy, NeighborSampler, SampleSizeEstimator  # noqa: E402
@@ -71,7 +71,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--nodes", type=int, default=2_000_000)
     p.add_argument("--avg-degree", type=float, default=25.0)
-    p.add_argument("--alpha", type=float, default=0.6, help="Zipf exponent of the degrees (as benchmarks/sampling.py)")
+    p.add_argument("--alpha", type=float, default=0.6, help="Zipf exponent of the degrees (as benchmarks/micro/sampling.py)")
     p.add_argument("--features", type=int, default=128, help="fp32 features per node")
     p.add_argument("--classes", type=int, default=16)
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])

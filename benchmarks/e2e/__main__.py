@@ -6,7 +6,7 @@ classes) with the same seed nodes per step, in a process of its own (MPS rows ar
 launcher, so the trainer is a client from its first CUDA call). Two models: ``light`` (2-layer SAGE h128,
 [10, 5]) and ``heavy`` (3-layer SAGE h256, [15, 10, 5]), the same module configuration in every row, PyG's and
 model-only's included: each layer trimmed to the hops it still needs (``--trim``; PyG's torch-sparse batches get
-their per-hop counts from ``benchmarks/e2e_pyg_hops.py``) and ``--precision`` (bf16-mixed on a GPU). Rows whose
+their per-hop counts from ``benchmarks/e2e/pyg_hops.py``) and ``--precision`` (bf16-mixed on a GPU). Rows whose
 feature is missing from this build or machine are reported as skipped with the reason.
 
 Output folder (``--out``): ``results.json`` (raw, rewritten after every row), ``report.md`` and PNG plots
@@ -38,16 +38,16 @@ import sys
 import time
 from typing import Any, Optional
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import e2e_report  # noqa: E402
-from benchmarks.e2e_rows import (  # noqa: E402
-    MODELS, PRECISIONS, PRESETS, ROWS, Row, launcher_share, parse_share, resolve_precision, select_rows, worker_share,
+from benchmarks.common.meta import machine_info  # noqa: E402
+from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
+from benchmarks.e2e import report as e2e_report  # noqa: E402
+from benchmarks.e2e.rows import (  # noqa: E402
+    MODELS, PRECISIONS, PRESETS, ROWS, _precheck, graph_kwargs, mps_prefix, parse_share, resolve_precision, select_rows,
 )  # fmt: skip
-from benchmarks.e2e_meta import machine_info  # noqa: E402
-from benchmarks.sessions import forward_stop_signals, run_script  # noqa: E402
 
 _PRESET_FIELDS = list(PRESETS["small"].__dataclass_fields__)
 
@@ -128,13 +128,6 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return args
 
 
-def graph_kwargs(args: argparse.Namespace, device: str) -> dict[str, Any]:
-    """SyntheticGraph's arguments for this run (the same in every row's process, so all load one cache)."""
-    return dict(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
-                num_classes=args.classes, homophily=args.homophily, feature_signal=args.feature_signal,
-                seed=args.seed, device=device, cache_dir=args.cache_dir)  # fmt: skip
-
-
 # ---------------------------------------------------------------------------------------------- child processes
 def _prepare(args: argparse.Namespace) -> dict[str, Any]:
     from lightning_zerocopy import SyntheticGraph
@@ -157,7 +150,7 @@ def _child_main(args: argparse.Namespace) -> None:
     if args._prepare:
         out: Any = _prepare(spec["args"])
     else:
-        from benchmarks.e2e_train import run_row
+        from benchmarks.e2e.train import run_row
 
         run_args = spec["args"]
         out = run_row(ROWS[args._run], [MODELS[m] for m in spec["models"]], run_args, spec["graph_kwargs"])
@@ -170,33 +163,6 @@ def _spawn(flags: list[str], spec: dict[str, Any], log_path: str, timeout: float
     """Run this file with ``flags`` in a new session; its JSON result, or None and why."""
     result, why = run_script(__file__, flags, spec, log_path, timeout, REPO_ROOT, prefix)
     return result, (why.replace("; see", " (--row-timeout-s); see", 1) if why and why.startswith("timed out") else why)
-
-
-def _precheck(row: Any) -> Optional[str]:
-    """Why ``row`` cannot run here, found without starting its process (the process checks the rest)."""
-    import importlib.util
-
-    import torch
-
-    if row.needs_cuda and not (torch.version.cuda and torch.cuda.device_count() > 0):  # no driver initialization
-        return "needs a CUDA GPU (none here)"
-    if row.kind == "pyg" and not any(importlib.util.find_spec(m) for m in ("pyg_lib", "torch_sparse")):
-        return ("PyG's NeighborLoader needs pyg-lib or torch-sparse; neither is installed here "
-                "(on the GPU box: unpack .pyg/*.tgz and pass --pyg-site DIR)")  # fmt: skip
-    return None
-
-
-def mps_prefix(args: argparse.Namespace, row: Row) -> list[str]:
-    """The MPS launcher's command line before an MPS row's process: the row's worker share (:func:`worker_share`;
-    ``auto`` starts at the ladder's first, 10 %, so the trainer has 90 %). Waits up to 60 s for the previous row's
-    daemon to quit."""
-    from lightning_zerocopy.pipeline import mps
-
-    deadline = time.monotonic() + 60  # the previous row's daemon may still be quitting
-    while mps.mps_processes() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    share = launcher_share(worker_share(row, args.worker_sm_percent))
-    return [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", str(share), "--"]
 
 
 # ---------------------------------------------------------------------------------------------- orchestration

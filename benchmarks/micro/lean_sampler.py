@@ -15,7 +15,7 @@ own read-back). Per path it also counts, with the torch profiler over a few batc
 graphs), copies, and host synchronizations (stream/device syncs and device-to-host copies) per batch. Issue 15's
 aim: the lean path at half the per-hop latency under the 10 % share.
 
-    python benchmarks/lean_sampler.py --out results/lean_sampler.json
+    python -m benchmarks.micro.lean_sampler --out results/lean_sampler.json
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import time
 from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO_ROOT = os.path.dirname(HERE)
+REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 for path in (REPO_ROOT, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from benchmarks.results import write_json  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
 
 CONDITIONS = ("idle", "mps10", "mps10_busy")
 _SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
@@ -150,7 +150,7 @@ def busy_loop(stop_file: str) -> None:
 
 
 def run_condition(args: argparse.Namespace, condition: str) -> dict:
-    from benchmarks.mps_clients import load_mps_module
+    from benchmarks.micro.mps_clients import load_mps_module
 
     argv = [sys.executable, os.path.abspath(__file__), "--child", "measure", *_workload_argv(args)]
     env = dict(os.environ)

@@ -29,17 +29,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import link_report  # noqa: E402
-from benchmarks.e2e import _precheck, mps_prefix  # noqa: E402
-from benchmarks.e2e_meta import machine_info  # noqa: E402
-from benchmarks.e2e_rows import Row, parse_share  # noqa: E402
-from benchmarks.results import write_json  # noqa: E402
-from benchmarks.rows import pick_rows  # noqa: E402
-from benchmarks.sessions import forward_stop_signals, run_script  # noqa: E402
+from benchmarks.common.meta import machine_info  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
+from benchmarks.common.rows import pick_rows  # noqa: E402
+from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
+from benchmarks.e2e.rows import Row, _precheck, mps_prefix, parse_share  # noqa: E402
+from benchmarks.link import report as link_report  # noqa: E402
 
 _CPU = {"sampler_placement": "cpu", "gather": "cpu"}
 _ZC_GPU = {"sampler_placement": "gpu", "gather": "zerocopy"}
@@ -179,7 +178,7 @@ def dataset_kwargs(args: argparse.Namespace, device: str) -> dict[str, Any]:
 
 
 def _prepare(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.link_train import build_dataset
+    from benchmarks.link.train import build_dataset
 
     kwargs = dataset_kwargs(args, args.gen_device)
     dataset = build_dataset(kwargs)
@@ -196,7 +195,7 @@ def _child_main(args: argparse.Namespace) -> None:
     if args._run == "prepare":
         out: Any = _prepare(spec["args"])
     else:
-        from benchmarks.link_train import run_row
+        from benchmarks.link.train import run_row
 
         out = run_row(ROWS[args._run], spec["args"], spec["kwargs"])
     with open(args._result, "w") as f:

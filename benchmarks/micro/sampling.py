@@ -11,8 +11,8 @@ importable (``--pyg-site DIR`` puts ``DIR`` first on ``sys.path`` for that).
 
 Example::
 
-    python benchmarks/sampling.py                                  # 2M nodes, 50M edges
-    python benchmarks/sampling.py --nodes 200000 --avg-degree 20 --batches 10 --out results/sampling_small.json
+    python -m benchmarks.micro.sampling                                  # 2M nodes, 50M edges
+    python -m benchmarks.micro.sampling --nodes 200000 --avg-degree 20 --batches 10 --out results/sampling_small.json
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from typing import Callable, Optional
 
 import torch
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO_ROOT not in sys.path:  # run from a checkout without installing the package
     sys.path.append(REPO_ROOT)
 
-from benchmarks.e2e_meta import cpu_model  # noqa: E402
-from benchmarks.results import write_json  # noqa: E402
+from benchmarks.common.meta import cpu_model  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
 
 # (seeds, batch seed) -> sampled subgraph in global ids: (n_id, row, col, edge_pos or e_id).
 SampleFn = Callable[[torch.Tensor, int], "Sample"]

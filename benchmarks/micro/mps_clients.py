@@ -22,9 +22,9 @@ runs at about half the rate of a process outside MPS. Also reported: the driver'
 (``cuDeviceGetCount`` and ``cuCtxGetCurrent`` return codes, where 3 means ``cuInit`` has not run), and
 whether the daemon's control log names the process (``logged``). That log line is no proof of being a client.
 
-    python benchmarks/mps_clients.py start+torch torch+start torch+pyg+start torch+pyg+start+trainer cli
+    python -m benchmarks.micro.mps_clients start+torch torch+start torch+pyg+start torch+pyg+start+trainer cli
 
-Measured with it: benchmarks/NOTES.md ("When does a process become an MPS client?").
+Measured with it: docs/BENCHMARK_NOTES.md ("When does a process become an MPS client?").
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 RECIPE = """
 trainer: {accelerator: gpu, devices: 1, max_epochs: 1, logger: false, enable_checkpointing: false,

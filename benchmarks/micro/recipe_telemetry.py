@@ -7,9 +7,9 @@ For each variant (``mode:worker_sm_percent:mps``) the recipe is copied with the 
 CPU), the step time, the host's wait and the producer's batch build time. The first variant also pays for
 building the dataset cache.
 
-    python benchmarks/recipe_telemetry.py --recipe recipes/gpu_zerocopy.yaml --variants auto:10:true,in_process:10:false
+    python -m benchmarks.micro.recipe_telemetry --recipe recipes/gpu_zerocopy.yaml --variants auto:10:true,in_process:10:false
 
-Measured with it: benchmarks/NOTES.md ("The GPU recipe end to end").
+Measured with it: docs/BENCHMARK_NOTES.md ("The GPU recipe end to end").
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from pathlib import Path
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.append(str(REPO_ROOT))
 
-from benchmarks.results import write_json  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
 
 
 def _variant_recipe(recipe: dict, mode: str, percent: int, mps: bool) -> dict:

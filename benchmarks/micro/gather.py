@@ -35,9 +35,9 @@ recipes' ``SyntheticGraph`` (``--graph synthetic``).
 
 Example::
 
-    python benchmarks/gather.py --table-gib 8 --row-bytes 128,512,2048 --out results/gather.json
-    python benchmarks/gather.py --table-gib 8 --row-bytes 128 --cache-budget-fraction 0.2 --out results/gather_budget.json
-    python benchmarks/gather.py --pages-only --device cpu --graph synthetic --synthetic-nodes 2000000 \
+    python -m benchmarks.micro.gather --table-gib 8 --row-bytes 128,512,2048 --out results/gather.json
+    python -m benchmarks.micro.gather --table-gib 8 --row-bytes 128 --cache-budget-fraction 0.2 --out results/gather_budget.json
+    python -m benchmarks.micro.gather --pages-only --device cpu --graph synthetic --synthetic-nodes 2000000 \
         --avg-degree 16 --row-bytes 128,512 --out results/gather_pages.json
 """
 
@@ -52,11 +52,11 @@ from typing import Callable, Optional
 
 import torch
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO_ROOT not in sys.path:
     sys.path.append(REPO_ROOT)
 
-from benchmarks.results import write_json  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
 
 PAGE = 4096
 

@@ -20,7 +20,7 @@ Examples::
 
 With ``--profile`` each row also runs under cProfile and torch.profiler: ``profile.json`` and ``profile.md`` give its
 host time per step by group (Lightning loop, our callbacks, our module, optimizer, autograd, PyG, torch) and its top
-functions and operators (``benchmarks/step_profile.py``).
+functions and operators (``benchmarks/step/profiling.py``).
 """
 
 from __future__ import annotations
@@ -35,17 +35,16 @@ import time
 import traceback
 from typing import Any, Optional
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 import torch  # noqa: E402
 
-from benchmarks.e2e import graph_kwargs  # noqa: E402
-from benchmarks.e2e_meta import machine_info  # noqa: E402
-from benchmarks.e2e_rows import MODELS, ModelSpec  # noqa: E402
-from benchmarks.results import write_json  # noqa: E402
-from benchmarks.step_rows import ROWS, RowSpec, select  # noqa: E402
+from benchmarks.common.meta import machine_info  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
+from benchmarks.e2e.rows import MODELS, ModelSpec, graph_kwargs  # noqa: E402
+from benchmarks.step.rows import ROWS, RowSpec, select  # noqa: E402
 
 #: relative difference of a row's first-batch loss from the plain loop's above which the row is flagged
 LOSS_TOLERANCE = {False: 1e-3, True: 3e-2}  # fp32, bf16
@@ -61,7 +60,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="list the rows and exit")
     p.add_argument("--prepare-only", action="store_true", help="generate (or find) the cached graph and exit")
     p.add_argument("--commit", default=os.environ.get("GPU_CHECK_COMMIT"), help="the tree's commit where it is no git checkout")
-    g = p.add_argument_group("graph (SyntheticGraph, cached under --cache-dir; the same cache as benchmarks/e2e.py)")
+    g = p.add_argument_group("graph (SyntheticGraph, cached under --cache-dir; the same cache as benchmarks/e2e/)")
     g.add_argument("--num-nodes", type=int, default=20_000_000)
     g.add_argument("--avg-degree", type=float, default=10.0)
     g.add_argument("--features", type=int, default=128, help="fp32 feature width")
@@ -81,7 +80,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--hidden", type=int, default=0, help="hidden width of every model (0: the model's own; a tiny width "
                    "leaves only host overhead on the CPU)")
     t.add_argument("--profile", action="store_true", help="also profile each row's host time per step (cProfile and "
-                   "torch.profiler): profile.json and profile.md (benchmarks/step_profile.py)")
+                   "torch.profiler): profile.json and profile.md (benchmarks/step/profiling.py)")
     t.add_argument("--profile-steps", type=int, default=100, help="steps profiled after --warmup, per profiler")
     args = p.parse_args(argv)
     for name in ("num_nodes", "features", "classes", "batch_size", "steps", "stage_batches", "profile_steps"):
@@ -119,14 +118,14 @@ def _initial_loss(row: RowSpec, module: Any, batch: Any, device: torch.device) -
 def run_row(row: RowSpec, spec: ModelSpec, staged: list[Any], dims: tuple[int, int], args: argparse.Namespace,
             device: torch.device) -> dict[str, Any]:  # fmt: skip
     """Train ``spec`` as ``row`` says on ``--warmup + --steps`` of the staged batches; the row's figures (with
-    ``--profile``, then twice more under the profilers: ``benchmarks/step_profile.py``)."""
+    ``--profile``, then twice more under the profilers: ``benchmarks/step/profiling.py``)."""
     t0 = time.perf_counter()
     module = _module(row, spec, dims, args)
     initial = _initial_loss(row, module, staged[0], device)
     result = _train(row, module, staged, args.warmup + args.steps, args, device)
     out = {**result, "initial_loss": initial, "fit_s": time.perf_counter() - t0}
     if args.profile:
-        from benchmarks.step_profile import profile_row
+        from benchmarks.step.profiling import profile_row
 
         def train(profiler: Any, steps: int) -> None:
             _train(row, _module(row, spec, dims, args), staged, steps, args, device, profiler)
@@ -140,7 +139,7 @@ def _module(row: RowSpec, spec: ModelSpec, dims: tuple[int, int], args: argparse
     import pytorch_lightning as pl
     from torch_geometric.nn.models import GraphSAGE as PyGGraphSAGE
 
-    from benchmarks.step_rows import BareModule
+    from benchmarks.step.rows import BareModule
     from lightning_zerocopy import models
 
     features, classes = dims
@@ -156,11 +155,11 @@ def _module(row: RowSpec, spec: ModelSpec, dims: tuple[int, int], args: argparse
 def _train(row: RowSpec, module: Any, staged: list[Any], steps: int, args: argparse.Namespace, device: torch.device,
            profiler: Any = None) -> dict[str, Any]:  # fmt: skip
     """``steps`` training steps of ``module`` on the staged batches, cycled, as ``row`` says; the timer's figures.
-    ``profiler`` (a :class:`~benchmarks.step_profile.StepProfiler`) is told the start of every step."""
+    ``profiler`` (a :class:`~benchmarks.step.profiling.StepProfiler`) is told the start of every step."""
     import pytorch_lightning as pl
 
-    from benchmarks.e2e_train import StagedBatches
-    from benchmarks.step_rows import StepTimer, e2e_callbacks, plain_loop
+    from benchmarks.e2e.train import StagedBatches
+    from benchmarks.step.rows import StepTimer, e2e_callbacks, plain_loop
     from lightning_zerocopy.callbacks import DataTelemetry
 
     loader = StagedBatches(staged, steps)
@@ -170,12 +169,12 @@ def _train(row: RowSpec, module: Any, staged: list[Any], steps: int, args: argpa
     timer = StepTimer(device, args.warmup)
     callbacks = [timer, *([DataTelemetry(prog_bar=False)] if row.telemetry else [])]
     if profiler is not None:
-        from benchmarks.step_profile import ProfileSteps
+        from benchmarks.step.profiling import ProfileSteps
 
         callbacks.insert(0, ProfileSteps(profiler))
     with tempfile.TemporaryDirectory(prefix="lzc-step-") as root:
         logger: Any = False
-        if row.e2e:  # what benchmarks/e2e.py's rows add: a CSVLogger and its training clock
+        if row.e2e:  # what benchmarks.e2e's rows add: a CSVLogger and its training clock
             logger, extra = e2e_callbacks(root, args.warmup, device)
             callbacks += extra
         trainer = pl.Trainer(
@@ -213,7 +212,7 @@ def _device(name: str) -> torch.device:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Prepare the graph, stage each model's batches, run every row on them, write the JSON and the report."""
-    from benchmarks.e2e_train import stage_batches
+    from benchmarks.e2e.train import stage_batches
     from lightning_zerocopy import SyntheticGraph, ZeroCopyDataModule
 
     if args.threads > 0:
@@ -273,7 +272,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
         f.write(render(results))
     if args.profile:
-        from benchmarks.step_profile import render_profile
+        from benchmarks.step.profiling import render_profile
 
         profiles = [{"row": r["row"], "model": r["model"], "median_ms": r["median_ms"], **r["profile"]}
                     for r in results["runs"] if "profile" in r]  # fmt: skip

@@ -1,4 +1,4 @@
-"""One row of the link-prediction benchmark, run in a process of its own (see ``benchmarks/link.py``).
+"""One row of the link-prediction benchmark, run in a process of its own (see ``benchmarks/link/``).
 
 Every row trains the same ``LinkPredictor`` (same seed, so the same initial weights) through Lightning's
 ``Trainer``: our rows through ``ZeroCopyLinkDataModule`` (``drop_last=True``: every step has ``batch_size``
@@ -19,10 +19,11 @@ from typing import Any, Iterator
 import torch
 from pytorch_lightning.callbacks import Callback
 
-from benchmarks.e2e_measure import TrainClock, summarize
-from benchmarks.e2e_rows import Row
-from benchmarks.e2e_train import (RowUnavailable, _device_name, _sync, fit_on_best_pyg_loader, pipeline_options,
-                                  pyg_sampling_backends, share_figures)  # fmt: skip
+from benchmarks.common.measure import TrainClock, _device_name, _sync, summarize
+from benchmarks.common.pyg import fit_on_best_pyg_loader, pyg_sampling_backends
+from benchmarks.common.rows import RowUnavailable
+from benchmarks.e2e.rows import Row
+from benchmarks.e2e.train import pipeline_options, share_figures
 from lightning_zerocopy.models.link_predictor import num_positives
 
 __all__ = ["LinkBatchCheck", "run_row"]

@@ -1,10 +1,10 @@
-"""Picking a benchmark's rows by name, shared by ``benchmarks/e2e.py``, ``link.py`` and ``step.py``."""
+"""Picking a benchmark's rows by name, shared by the e2e, link and step benchmarks."""
 
 from __future__ import annotations
 
 from typing import Mapping, TypeVar
 
-__all__ = ["pick_rows"]
+__all__ = ["RowUnavailable", "pick_rows"]
 
 RowT = TypeVar("RowT")
 
@@ -22,3 +22,7 @@ def pick_rows(names: str, rows: Mapping[str, RowT], option: str) -> list[RowT]:
     if unknown or not picked:
         raise ValueError(f"{option}: unknown row(s) {unknown or names!r}; known rows: {', '.join(rows)} (or 'all')")
     return [rows[n] for n in picked]
+
+
+class RowUnavailable(Exception):
+    """This build or machine lacks the row's feature; the row is reported as skipped with this message."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from benchmarks.e2e_results import share_label
+from benchmarks.e2e.results import share_label
 
 __all__ = ["AIMS", "aims_table", "end_to_end_row"]
 
@@ -130,5 +130,5 @@ def aims_table(results: dict[str, Any], target_acc: Callable[[dict[str, Any], st
     for i, (what, aim) in enumerate(_WHAT):
         lines.append(f"| {what} | {aim} | " + " | ".join(col[i] for col in columns) + " |")
     lines += ["", "`models.GraphSAGE` + `DataTelemetry` against the bare module (aim: within 5 %) is "
-              "`benchmarks/step.py`'s table, not measured here.", ""]  # fmt: skip
+              "`benchmarks.step`'s table, not measured here.", ""]  # fmt: skip
     return lines

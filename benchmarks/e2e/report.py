@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from benchmarks.e2e_results import PLOTS, finished, models_in, runs_by_row, share_label, target_acc, time_to_target
-from benchmarks.results import read_results
+from benchmarks.e2e.results import PLOTS, finished, models_in, runs_by_row, share_label, target_acc, time_to_target
+from benchmarks.common.results import read_results
 
 __all__ = ["PLOTS", "aims", "one_line", "render", "target_acc", "time_to_target"]
 
@@ -212,7 +212,7 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
     other = _other_telemetry(results)
     if other:
         lines += ["## Other DataTelemetry figures (means after warm-up)", ""] + other + [""]
-    from benchmarks.e2e_aims import aims_table  # issue 20's aims (imports nothing of ours)
+    from benchmarks.e2e.aims import aims_table  # issue 20's aims (imports nothing of ours)
 
     lines += aims_table(results, target_acc)
     lines += ["## Aims", ""]
@@ -236,7 +236,7 @@ def render(out_dir: str) -> list[str]:
     """
     results = read_results(out_dir)
     try:
-        from benchmarks.e2e_plots import write_plots
+        from benchmarks.e2e.plots import write_plots
     except ImportError as exc:  # matplotlib missing
         plots, note = [], (f"Plots not rendered here ({exc}): `pip install matplotlib`, then "
                            f"`python -m benchmarks.e2e --report-only {out_dir}`.")  # fmt: skip

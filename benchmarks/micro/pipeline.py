@@ -33,9 +33,9 @@ training loop spent waiting for its next batch (fetch + transfer). Results: JSON
 
 Example (on the GPU machine)::
 
-    python benchmarks/pipeline.py --gib 8 --steps 300 --warmup 30 --out results/pipeline.json
+    python -m benchmarks.micro.pipeline --gib 8 --steps 300 --warmup 30 --out results/pipeline.json
     # the levers against a fast step, features in host memory, zero-copy gather:
-    python benchmarks/pipeline.py --gib 8 --sampler-placement gpu --gather zerocopy --step fast --sync-every 0 \
+    python -m benchmarks.micro.pipeline --gib 8 --sampler-placement gpu --gather zerocopy --step fast --sync-every 0 \
         --configs model_only,worker_mps_10,worker_mps_20,worker_mps_30 --depth 3 --cache-gib 1 --out results/levers.json
 """
 
@@ -54,12 +54,12 @@ from typing import Any, Optional
 
 import torch
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.results import write_json  # noqa: E402
-from benchmarks.sessions import forward_stop_signals, stop_session, tracked  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
+from benchmarks.common.sessions import forward_stop_signals, stop_session, tracked  # noqa: E402
 
 FANOUTS = [15, 10, 5]
 DEFAULT_CONFIGS = "gpu_resident,none,in_process,in_process_green_10,worker,worker_mps_10,worker_mps_20,worker_mps_30"
