@@ -275,8 +275,9 @@ _SAMPLE_PLACEMENTS = ("cpu", "uva", "gpu", "hybrid")
 
 def _sample_alone(dataset: Any, spec: ModelSpec, args: Any, device: torch.device) -> dict[str, Any]:
     """Ms per batch of ``sample_batch`` alone per sampler placement, back to back on an otherwise idle GPU
-    (``time_sampling``: CUDA events around ``--stage-steps`` batches after 5 untimed): the bound of the producer's
-    sample stage. The CPU placement only, without a GPU."""
+    (``time_sampling``: CUDA events around ``--stage-steps`` batches after 5 untimed; the CPU placement's host time):
+    the bound of the producer's sample stage. The CPU placement only, without a GPU. ``gather='cpu'``: sampling needs
+    no feature table on the GPU, so none is pinned."""
     from lightning_zerocopy import ZeroCopyDataModule
     from lightning_zerocopy.data.stage_bounds import time_sampling
 
@@ -286,8 +287,7 @@ def _sample_alone(dataset: Any, spec: ModelSpec, args: Any, device: torch.device
         if device.type != "cuda" and placement != "cpu":
             continue
         dm = ZeroCopyDataModule(dataset, fanouts=list(spec.fanouts), batch_size=args.batch_size, drop_last=True,
-                                seed=args.seed, sampler_placement=placement,
-                                gather="zerocopy" if device.type == "cuda" else "cpu")  # fmt: skip
+                                seed=args.seed, sampler_placement=placement, gather="cpu")  # fmt: skip
         try:
             dm.prepare_data()
             dm.setup("fit")
