@@ -166,7 +166,7 @@ class Preset:
 
 
 # most telling first: a run that hits --total-budget-s skips the tail
-_GPU_SMALL = "model_only,pyg,zc_gpu_mps,all_in_gpu,stages,sample_alone,cpu,zc_gpu,zc_gpu_inproc,zc_cpu_mps,cpu_mps,zc_uva_mps,zc_gpu_hot,zerocopy_ddp,hybrid_mps"
+_GPU_SMALL = "model_only,pyg,zc_gpu_mps,all_in_gpu,stages,cpu,zc_gpu,zc_gpu_inproc,zc_cpu_mps,cpu_mps,zc_uva_mps,zc_gpu_hot,zerocopy_ddp,hybrid_mps"
 
 PRESETS: dict[str, Preset] = {
     # the CI run: CPU-only rows on a few thousand nodes; one thread per row process (a shared CI box: two
