@@ -14,7 +14,7 @@ from typing import Mapping, Optional, Sequence
 import torch
 from torch_geometric.data import Data
 
-from lightning_zerocopy.data.cache import FeatureGather
+from lightning_zerocopy.cache.provider import FeatureGather
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import HostData, row_width
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch

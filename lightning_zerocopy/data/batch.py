@@ -56,7 +56,7 @@ import torch
 from torch_geometric.data import Data
 
 from lightning_zerocopy.data.assemble import GpuSide, SampledItem, assemble_on_gpu, assemble_on_host, to_device_packed
-from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
+from lightning_zerocopy.cache.provider import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
 from lightning_zerocopy.data.hybrid_sampling import HybridSampling, cuda_usable, gpu_lane_placement
 from lightning_zerocopy.data.plan import PlanItem
@@ -122,7 +122,7 @@ class BatchBuilder:
             faster), ``"direct"`` (batch order) or ``"sorted"`` (address order).
         hot_rows: shorthand for ``cache=HotRowsCache(hot_rows)``: feature rows kept in GPU memory, the nodes
             that appear most often as in-neighbors. ``0`` = no cache. Needs ``gather="zerocopy"``.
-        cache: the GPU feature cache (a picklable :class:`~lightning_zerocopy.data.cache.FeatureCacheSpec`, e.g.
+        cache: the GPU feature cache (a picklable :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec`, e.g.
             a Strategy's replicated or sharded cache); not together with ``hot_rows``. Needs ``gather="zerocopy"``.
         device: CUDA device index that builds the batches; ``None`` = the device of the resources it is opened
             with (the current device of the process, by default).

@@ -39,7 +39,7 @@ from typing_extensions import override
 
 from lightning_zerocopy.data.assemble import move_batch
 from lightning_zerocopy.data.batch import BatchBuilder
-from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
+from lightning_zerocopy.cache.provider import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX, ResolvedGpuOptions, check_gpu_options, resolve_gpu_options
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory, attach_consumers
@@ -333,7 +333,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         """Serve feature rows from the GPU cache ``spec`` describes, in every process that builds batches.
 
         The extension point for cache providers (e.g. a Strategy's replicated or sharded hot rows): ``spec`` is a
-        picklable, hashable :class:`~lightning_zerocopy.data.cache.FeatureCacheSpec`; each process's
+        picklable, hashable :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec`; each process's
         :class:`~lightning_zerocopy.data.resources.DeviceResources` opens it once. Call it before ``setup``, or
         during it from a :class:`HostMemoryConsumer`'s ``attach_host_memory`` (the strategy's runs first, before any
         callback hands builders to a worker; a cache built from the host memory, like ZeroCopyDDPStrategy's, can

@@ -8,9 +8,9 @@ once :mod:`lightning_zerocopy.strategies` is imported; the ``lightning-zerocopy`
   each machine's local rank 0) and a disjoint, equal seed share per rank (its batch plan);
 * a feature cache (``cache_budget``, ``cache_ranking``, ``cache_policy``): the DataModule calls
   :meth:`ZeroCopyDDPStrategy.attach_host_memory` during its ``setup`` (before any pipeline worker starts), the
-  strategy decides the cache (:mod:`~lightning_zerocopy.strategies.cache_setup`), fills this rank's shard, swaps
+  strategy decides the cache (:mod:`~lightning_zerocopy.cache.decide`), fills this rank's shard, swaps
   shard handles within its cache group and hands the picklable
-  :class:`~lightning_zerocopy.gather.feature_cache.FeatureCacheSpec` to the DataModule, whose builders (the
+  :class:`~lightning_zerocopy.cache.segmented.FeatureCacheSpec` to the DataModule, whose builders (the
   trainer's and a pipeline worker's) gather through it. Caches never span machines;
 * a liveness watch (:mod:`~lightning_zerocopy.strategies.liveness`): a rank that dies stops the others of its
   machine with an error naming it.
@@ -32,15 +32,15 @@ from pytorch_lightning.strategies.launchers.subprocess_script import _Subprocess
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
-from lightning_zerocopy.strategies.budget import CacheBudget, parse_budget, resolve_budget
+from lightning_zerocopy.cache.budget import CacheBudget, parse_budget, resolve_budget
 from lightning_zerocopy.strategies.liveness import RankInfo, RankLiveness, forget_launch_watch, launch_watch
-from lightning_zerocopy.strategies.ranking import CacheRanking, check_ranking
-from lightning_zerocopy.strategies.topology import CACHE_POLICIES, CachePolicy
+from lightning_zerocopy.cache.ranking import CacheRanking, check_ranking
+from lightning_zerocopy.cache.cliques import CACHE_POLICIES, CachePolicy
 
 if TYPE_CHECKING:
     from lightning_zerocopy.data.datamodule import ZeroCopyDataModule
-    from lightning_zerocopy.strategies.cache_setup import CacheDecision
-    from lightning_zerocopy.strategies.ranking import CacheScores
+    from lightning_zerocopy.cache.decide import CacheDecision
+    from lightning_zerocopy.cache.ranking import CacheScores
 
 __all__ = ["ZeroCopyDDPStrategy"]
 
@@ -215,7 +215,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         Called by the DataModule in ``setup`` on every rank, while its shared host memory can still be opened by
         name and before any pipeline worker opens a builder. A collective: every rank calls it.
         """
-        from lightning_zerocopy.strategies.cache_setup import decide_cache, needs_read_rates
+        from lightning_zerocopy.cache.decide import decide_cache, needs_read_rates
 
         self._free_retired()  # shards of an earlier stage: every rank has closed its caches since (teardown)
         if self.cache_budget.is_zero:
@@ -240,7 +240,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         facts = self._exchange_facts(self._budget_bytes(root, on_gpu))
         rates = None
         if on_gpu and self.world_size > 1 and needs_read_rates(self.cache_policy, facts, scores.hot_rows, num_nodes, row_bytes):
-            from lightning_zerocopy.strategies.read_probe import probe_read_rates
+            from lightning_zerocopy.cache.probe import probe_read_rates
 
             mine = next(f for f in facts if f.rank == self.global_rank)
             rates = probe_read_rates(datamodule.resources.registered_features(), root, self.node_rank,
@@ -252,15 +252,15 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         if decision.layout.note and self.local_rank == 0 and self.node_rank > 0:
             print(f"[node {self.node_rank}] ZeroCopyDDPStrategy: {decision.layout.note}", flush=True)
         if on_gpu:
-            from lightning_zerocopy.strategies.cache_spec import ShardedFeatureCache
+            from lightning_zerocopy.cache.sharded_provider import ShardedFeatureCache
 
             datamodule.set_feature_cache(ShardedFeatureCache(self._place(decision, table, root)))
 
     def cache_counts(self) -> Optional[Any]:
         """Rows this process's builders gathered so far from the local shard(s), peers' shards and host memory (a
-        :class:`~lightning_zerocopy.gather.feature_cache.CacheCounts`; reading synchronizes the GPU), or ``None``
+        :class:`~lightning_zerocopy.cache.segmented.CacheCounts`; reading synchronizes the GPU), or ``None``
         without a cache. A pipeline worker process counts in its own process."""
-        from lightning_zerocopy.strategies.cache_spec import open_cache_counts
+        from lightning_zerocopy.cache.sharded_provider import open_cache_counts
 
         decision = self.cache_decision
         return None if decision is None else open_cache_counts(decision.plan.digest)
@@ -289,7 +289,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         """The ranking's inputs, identical on every rank: the degree scores, plus for ``presample`` the two halves
         of the presampled counts summed over the ranks (CPU tensors; the ranking itself runs in ``decide_cache``
         once the number of cached rows is known)."""
-        from lightning_zerocopy.strategies.ranking import CacheScores, degree_scores
+        from lightning_zerocopy.cache.ranking import CacheScores, degree_scores
 
         degree = degree_scores(indices, num_nodes)
         if self.cache_ranking == "degree":
@@ -303,8 +303,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         return CacheScores(degree.cpu(), halves)
 
     def _exchange_facts(self, budget_bytes: int) -> list[Any]:
-        from lightning_zerocopy.strategies.cache_setup import RankFacts
-        from lightning_zerocopy.strategies.topology import measure_peer_access
+        from lightning_zerocopy.cache.decide import RankFacts
+        from lightning_zerocopy.cache.cliques import measure_peer_access
 
         root = self.root_device
         device = root.index if root.type == "cuda" else None
@@ -337,7 +337,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
 
     def _place(self, decision: "CacheDecision", table: torch.Tensor, device: torch.device) -> Any:
         """Fill this rank's shard, swap handles within the cache group, return the group's spec."""
-        from lightning_zerocopy.gather.feature_cache import FeatureCacheSpec, fill_shard
+        from lightning_zerocopy.cache.segmented import FeatureCacheSpec, fill_shard
 
         shard, handle = fill_shard(decision.plan, decision.shard_index, table, device)
         self._shard = shard
@@ -375,11 +375,11 @@ def _presample(
     datamodule: "ZeroCopyDataModule", num_batches: int, rank: int, world_size: int, num_nodes: int
 ) -> torch.Tensor:
     """This rank's part of the presampling counts, in halves (``[2, num_nodes]``, see
-    :func:`~lightning_zerocopy.strategies.ranking.presample_counts`): the DataModule's sampler on CPU over a seeded
+    :func:`~lightning_zerocopy.cache.ranking.presample_counts`): the DataModule's sampler on CPU over a seeded
     one-rank plan."""
     from lightning_zerocopy.data.batch import BatchBuilder
     from lightning_zerocopy.data.plan import BatchPlan
-    from lightning_zerocopy.strategies.ranking import PRESAMPLE_STREAM, presample_counts
+    from lightning_zerocopy.cache.ranking import PRESAMPLE_STREAM, presample_counts
 
     train = datamodule.plan("train")
     # batches of the training plan's seed nodes, as many per batch as its items start from (a link plan's items

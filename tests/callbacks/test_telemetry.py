@@ -99,7 +99,7 @@ def test_cache_figures_per_epoch_from_the_datamodule() -> None:
     and host GB/s."""
     from types import SimpleNamespace
 
-    from lightning_zerocopy.gather.feature_cache import CacheCounts
+    from lightning_zerocopy.cache.segmented import CacheCounts
 
     readings = iter([CacheCounts(10, 0, 5), CacheCounts(40, 10, 25)])
     strategy = SimpleNamespace(cache_counts=lambda: next(readings), cache_row_bytes=16)
@@ -186,7 +186,7 @@ def test_cache_figures_sum_the_trainer_process_and_the_pipeline_worker_each_once
     from types import SimpleNamespace
 
     from lightning_zerocopy.callbacks import PipelineCallback
-    from lightning_zerocopy.gather.feature_cache import CacheCounts
+    from lightning_zerocopy.cache.segmented import CacheCounts
     from lightning_zerocopy.pipeline.client import CacheReport, PipelineStats
 
     readings = iter([CacheCounts(10, 0, 5), CacheCounts(12, 0, 6), CacheCounts(12, 0, 6), CacheCounts(12, 0, 6)])

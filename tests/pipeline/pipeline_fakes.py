@@ -175,7 +175,7 @@ class FakeRowCache:
         self._counts += torch.tensor(row_sources(n_id))
 
     def counts(self):
-        from lightning_zerocopy.gather.feature_cache import CacheCounts
+        from lightning_zerocopy.cache.segmented import CacheCounts
 
         return CacheCounts(*(int(v) for v in self._counts.tolist()))
 
@@ -188,7 +188,7 @@ class CachedSource(FakeSource):
     through it (the trainer-side reference batches, built without ``open``, count nothing)."""
 
     def open(self, scope=None) -> None:
-        from lightning_zerocopy.strategies.cache_spec import track_cache
+        from lightning_zerocopy.cache.sharded_provider import track_cache
 
         self._cache = track_cache(FakeRowCache())
 

@@ -17,7 +17,7 @@ from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
 from lightning_zerocopy.pipeline import start_pipeline
 from lightning_zerocopy.pipeline.loader import PipelineLoader
 from lightning_zerocopy.pipeline.producer import CACHE_REPORT_EVERY
-from lightning_zerocopy.strategies.cache_spec import open_cache_counts
+from lightning_zerocopy.cache.sharded_provider import open_cache_counts
 
 
 def _rows(report) -> tuple[int, int, int]:

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from lightning_zerocopy.strategies.budget import format_bytes, parse_budget, resolve_budget
+from lightning_zerocopy.cache.budget import format_bytes, parse_budget, resolve_budget
 
 
 @pytest.mark.parametrize(

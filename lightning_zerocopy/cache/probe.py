@@ -3,9 +3,9 @@
 A collective over the job's default process group (every rank calls :func:`probe_read_rates`): each rank fills a
 probe buffer on its GPU with random rows, the ranks swap the buffers' CUDA IPC handles, and each rank times random-row
 gathers from its own buffer, from the next rank of its machine (when the two GPUs have peer access) and from the
-registered host feature table (:func:`~lightning_zerocopy.gather.read_rates.measure_read_gbps`). A barrier keeps
+registered host feature table (:func:`~lightning_zerocopy.cache.read_rates.measure_read_gbps`). A barrier keeps
 every buffer alive until its readers are done. ``cache_policy: auto`` compares replicate and clique with these
-rates (:mod:`~lightning_zerocopy.strategies.cache_cost`). It takes well under a second.
+rates (:mod:`~lightning_zerocopy.cache.cost`). It takes well under a second.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from lightning_zerocopy.gather.read_rates import ReadRates, measure_read_gbps
+from lightning_zerocopy.cache.read_rates import ReadRates, measure_read_gbps
 from lightning_zerocopy.graph.cuda_ipc import export_cuda_tensor
 
 __all__ = ["probe_read_rates"]

@@ -13,12 +13,12 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
-from lightning_zerocopy.gather.cache_plan import CachePlan
-from lightning_zerocopy.gather.read_rates import ReadRates
-from lightning_zerocopy.strategies.budget import format_bytes
-from lightning_zerocopy.strategies.cache_cost import compare_policies
-from lightning_zerocopy.strategies.ranking import CacheScores, PriorWeightChoice
-from lightning_zerocopy.strategies.topology import Layout, choose_layout
+from lightning_zerocopy.cache.plan import CachePlan
+from lightning_zerocopy.cache.read_rates import ReadRates
+from lightning_zerocopy.cache.budget import format_bytes
+from lightning_zerocopy.cache.cost import compare_policies
+from lightning_zerocopy.cache.ranking import CacheScores, PriorWeightChoice
+from lightning_zerocopy.cache.cliques import Layout, choose_layout
 
 __all__ = ["CacheDecision", "RankFacts", "decide_cache", "needs_read_rates", "rows_per_gpu_of"]
 
@@ -53,14 +53,14 @@ class CacheDecision:
         layout: the machine's placement (policy, groups, note).
         group: global ranks sharing this cache, in shard order.
         shard_index: this rank's shard.
-        plan: the :class:`~lightning_zerocopy.gather.cache_plan.CachePlan` (rows and their shards): the hottest
+        plan: the :class:`~lightning_zerocopy.cache.plan.CachePlan` (rows and their shards): the hottest
             ``rows_per_gpu * len(group)`` rows dealt round-robin to the shards, or, when the group's GPUs hold the
             whole table, every row in id order.
         rows_per_gpu: rows one GPU's budget holds (the smallest budget of the job).
         row_bytes: bytes of one feature row.
         expected_hit_rate: the share of accesses the group's rows are expected to serve: for ``presample`` the
             held-out hit rate of the chosen ranking (fitted on half of the presampled batches, judged on the other
-            half; see :class:`~lightning_zerocopy.strategies.ranking.RankedRows`), for ``degree`` the share of
+            half; see :class:`~lightning_zerocopy.cache.ranking.RankedRows`), for ``degree`` the share of
             the degree scores the rows hold; 1 for the whole table.
         whole_table: whether the group's GPUs hold every row.
         in_sample_hit_rate: the share of the ranking's own counts the rows serve (optimistic for ``presample``).
@@ -119,9 +119,9 @@ def decide_cache(
         me: global rank deciding.
         facts: one entry per rank (any order).
         scores: the ranking's inputs (identical on every rank): a
-            :class:`~lightning_zerocopy.strategies.ranking.CacheScores`, or a ``[num_nodes]`` tensor of scores
+            :class:`~lightning_zerocopy.cache.ranking.CacheScores`, or a ``[num_nodes]`` tensor of scores
             ranked by themselves (ties by id). The number of rows the group caches is decided here and handed
-            to :meth:`~lightning_zerocopy.strategies.ranking.CacheScores.rank`, whose choice depends on it.
+            to :meth:`~lightning_zerocopy.cache.ranking.CacheScores.rank`, whose choice depends on it.
         num_nodes: rows of the feature table.
         row_bytes: bytes per row.
         policy: ``cache_policy``.

@@ -11,7 +11,7 @@ from helpers import random_node_data
 import torch.multiprocessing as mp
 
 from lightning_zerocopy.data.batch import BatchBuilder
-from lightning_zerocopy.data.cache import FeatureCacheSpec as CacheProvider
+from lightning_zerocopy.cache.provider import FeatureCacheSpec as CacheProvider
 from lightning_zerocopy.data.host import share_node_data
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources

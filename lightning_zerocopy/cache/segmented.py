@@ -2,7 +2,7 @@
 
 The pieces (the Strategy decides budget, ranking, policy and cliques; this module only stores and gathers):
 
-* :class:`~lightning_zerocopy.gather.cache_plan.CachePlan` — which rows are cached and which shard holds each.
+* :class:`~lightning_zerocopy.cache.plan.CachePlan` — which rows are cached and which shard holds each.
 * :func:`fill_shard` — a rank allocates one shard on its GPU, fills it from the host table and exports it:
   returns the tensor and a picklable :class:`ShardHandle` (a CUDA IPC handle plus what an opener needs).
 * :class:`FeatureCacheSpec` — the plan plus the handles of every shard one GPU's processes read (one for
@@ -32,8 +32,8 @@ import torch
 
 from lightning_zerocopy import ops
 from lightning_zerocopy.gather.table_shape import TableShape
-from lightning_zerocopy.gather.cache_plan import CachePlan
-from lightning_zerocopy.gather.cache_shards import ShardHandle, _cuda_device, _table_tensor, fill_shard
+from lightning_zerocopy.cache.plan import CachePlan
+from lightning_zerocopy.cache.shards import ShardHandle, _cuda_device, _table_tensor, fill_shard
 from lightning_zerocopy.gather.read_order import ReadOrderChooser
 from lightning_zerocopy.options import GatherMode
 
@@ -89,7 +89,7 @@ class FeatureCacheSpec:
     def open(self, context: Any) -> "SegmentedFeatureCache":
         """Open the cache in this process: the DataModule's cache extension point.
 
-        ``context`` is a :class:`lightning_zerocopy.data.cache.CacheContext` (the host feature table, already
+        ``context`` is a :class:`lightning_zerocopy.cache.provider.CacheContext` (the host feature table, already
         registered for ``context.device``; the read order ``context.mode``): every builder that carries this spec
         (``ZeroCopyDataModule.set_feature_cache``), in the trainer or a pipeline worker, gathers through it.
         """
@@ -159,7 +159,7 @@ class SegmentedFeatureCache(TableShape):
 
     @property
     def location(self) -> torch.Tensor:
-        """The row -> location lookup on :attr:`device` (see :mod:`~lightning_zerocopy.gather.cache_plan`)."""
+        """The row -> location lookup on :attr:`device` (see :mod:`~lightning_zerocopy.cache.plan`)."""
         return self._location
 
     @property
@@ -263,7 +263,7 @@ def open_feature_cache(
     """Open the cache described by ``spec`` on ``device``, in any process of the machine.
 
     Opens every shard for ``device`` (CUDA IPC; the exporting process uses its own tensor), builds the row ->
-    location lookup on ``device`` (4 or 8 bytes per table row, see :mod:`~lightning_zerocopy.gather.cache_plan`) and, for a CPU
+    location lookup on ``device`` (4 or 8 bytes per table row, see :mod:`~lightning_zerocopy.cache.plan`) and, for a CPU
     ``table``, registers it for zero-copy reads (unless ``register=False`` or it is pinned/registered already).
     Peer access to the GPUs of other shards is enabled when a shard is opened (or, for a process's own shard on
     another of its GPUs, by the gather kernel on its first launch).

@@ -9,7 +9,7 @@ budget per GPU and a clique of ``k`` GPUs:
   hot as the others).
 
 The expected seconds per row are ``row_bytes * (misses / host + local hits / local + peer hits / peer)`` with the
-rates each source delivers (:class:`~lightning_zerocopy.gather.read_rates.ReadRates`, measured on the machine at
+rates each source delivers (:class:`~lightning_zerocopy.cache.read_rates.ReadRates`, measured on the machine at
 setup); the policy with the smaller figure wins. Peer reads over NVLink are several times faster than host reads,
 so clique usually wins once the hot rows exceed one GPU's budget; over PCIe peers, or when the extra rows add few
 hits, replicate can win.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lightning_zerocopy.gather.read_rates import ReadRates
+from lightning_zerocopy.cache.read_rates import ReadRates
 
 __all__ = ["PolicyCosts", "compare_policies", "row_read_seconds"]
 

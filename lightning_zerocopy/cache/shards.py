@@ -1,7 +1,7 @@
 """Cache shards on GPUs and their export to the machine's other processes: :func:`fill_shard` and :class:`ShardHandle`.
 
 A shard's memory belongs to the process that called :func:`fill_shard`; see
-:mod:`lightning_zerocopy.gather.feature_cache` for the lifetime rule. Shards travel as CUDA IPC memory handles
+:mod:`lightning_zerocopy.cache.segmented` for the lifetime rule. Shards travel as CUDA IPC memory handles
 (:mod:`lightning_zerocopy.graph.cuda_ipc`): an opener maps a shard for the GPU that gathers, which reads a peer's
 shard over the peer link, and a killed exporter leaves no file behind. The exporting process uses its own tensor
 (CUDA IPC cannot open a handle in the process that exported it).
@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from lightning_zerocopy.gather.cache_plan import CachePlan
+from lightning_zerocopy.cache.plan import CachePlan
 from lightning_zerocopy.graph.cuda_ipc import CudaTensorHandle, device_uuid, export_cuda_tensor, local_device_index
 
 __all__ = ["ShardHandle", "fill_shard"]

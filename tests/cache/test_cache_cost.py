@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from lightning_zerocopy.gather.read_rates import ReadRates
-from lightning_zerocopy.strategies.cache_cost import compare_policies, row_read_seconds
-from lightning_zerocopy.strategies.cache_setup import RankFacts, decide_cache, needs_read_rates
-from lightning_zerocopy.strategies.topology import choose_layout
+from lightning_zerocopy.cache.read_rates import ReadRates
+from lightning_zerocopy.cache.cost import compare_policies, row_read_seconds
+from lightning_zerocopy.cache.decide import RankFacts, decide_cache, needs_read_rates
+from lightning_zerocopy.cache.cliques import choose_layout
 
 NVLINK = ReadRates(local=1500.0, peer=200.0, host=20.0)
 SLOW_PEER = ReadRates(local=1500.0, peer=8.0, host=20.0)

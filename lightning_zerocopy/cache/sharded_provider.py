@@ -1,6 +1,6 @@
-"""The strategy's cache as a DataModule cache provider (:class:`~lightning_zerocopy.data.cache.FeatureCacheSpec`).
+"""The strategy's cache as a DataModule cache provider (:class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec`).
 
-:class:`ShardedFeatureCache` wraps the :class:`~lightning_zerocopy.gather.feature_cache.FeatureCacheSpec` that
+:class:`ShardedFeatureCache` wraps the :class:`~lightning_zerocopy.cache.segmented.FeatureCacheSpec` that
 :class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy` builds (plan + shard handles): picklable and hashable,
 it travels with every builder the DataModule hands out, and each process that builds batches (a trainer rank, a
 pipeline worker) opens it once through its :class:`~lightning_zerocopy.data.resources.DeviceResources`. The caches
@@ -26,15 +26,15 @@ class ShardedFeatureCache:
     """A cache provider over the shards of a ``FeatureCacheSpec`` (replicate: one, clique: one per GPU).
 
     Attributes:
-        spec: the plan and shard handles (:class:`~lightning_zerocopy.gather.feature_cache.FeatureCacheSpec`).
+        spec: the plan and shard handles (:class:`~lightning_zerocopy.cache.segmented.FeatureCacheSpec`).
     """
 
     spec: Any
 
     def open(self, context: Any) -> Any:
         """Open the shards on ``context.device`` (the host table is registered by the caller); a
-        :class:`~lightning_zerocopy.gather.feature_cache.SegmentedFeatureCache`."""
-        from lightning_zerocopy.gather.feature_cache import open_feature_cache
+        :class:`~lightning_zerocopy.cache.segmented.SegmentedFeatureCache`."""
+        from lightning_zerocopy.cache.segmented import open_feature_cache
 
         return track_cache(open_feature_cache(self.spec, context.table, context.device, register=False))
 
@@ -43,7 +43,7 @@ def track_cache(cache: Any) -> Any:
     """Remember ``cache`` (weakly) as open in this process until it is closed, and return it.
 
     A tracked cache has ``closed``, ``plan.digest``, ``row_bytes`` and ``counts()`` (a ``CacheCounts``), like a
-    :class:`~lightning_zerocopy.gather.feature_cache.SegmentedFeatureCache`.
+    :class:`~lightning_zerocopy.cache.segmented.SegmentedFeatureCache`.
     """
     with _LOCK:
         _OPENED.add(cache)
@@ -58,7 +58,7 @@ def _open_caches(plan_digest: Optional[str] = None) -> list[Any]:
 def open_cache_counts(plan_digest: str) -> Optional[Any]:
     """Rows served so far by this process's open caches of the plan ``plan_digest`` (a ``CacheCounts``, summed
     over them; reading synchronizes the GPU), or ``None`` when none is open."""
-    from lightning_zerocopy.gather.feature_cache import CacheCounts
+    from lightning_zerocopy.cache.segmented import CacheCounts
 
     caches = _open_caches(plan_digest)
     if not caches:

@@ -7,14 +7,14 @@ import pickle
 import pytest
 import torch
 
-from lightning_zerocopy.gather.cache_plan import (
+from lightning_zerocopy.cache.plan import (
     MAX_SHARDS,
     CachePlan,
     decode_location,
     location_bytes,
     location_layout,
 )
-from lightning_zerocopy.gather.feature_cache import CacheCounts, FeatureCacheSpec, ShardHandle
+from lightning_zerocopy.cache.segmented import CacheCounts, FeatureCacheSpec, ShardHandle
 
 
 def _ranking(num_rows: int, seed: int = 0) -> torch.Tensor:

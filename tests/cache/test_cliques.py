@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from lightning_zerocopy.strategies.topology import choose_layout, find_cliques
+from lightning_zerocopy.cache.cliques import choose_layout, find_cliques
 
 T, F = True, False
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Optional, Sequence
 import torch
 
 if TYPE_CHECKING:
-    from lightning_zerocopy.strategies.cache_cost import PolicyCosts
+    from lightning_zerocopy.cache.cost import PolicyCosts
 
 __all__ = ["CACHE_POLICIES", "CachePolicy", "Layout", "choose_layout", "find_cliques", "measure_peer_access"]
 
@@ -119,7 +119,7 @@ def choose_layout(
       pair (or with one GPU) it warns and replicates.
     * ``auto``: replicate where clique cannot help (one GPU, no peer access, or the hot rows fit one GPU's budget);
       otherwise the policy whose expected read time is smaller (``price``, see
-      :mod:`~lightning_zerocopy.strategies.cache_cost`), or clique when no price is given. The note says why.
+      :mod:`~lightning_zerocopy.cache.cost`), or clique when no price is given. The note says why.
 
     Args:
         policy: ``"replicate"``, ``"clique"`` or ``"auto"``.

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from lightning_zerocopy.data.plan import BatchPlan
-from lightning_zerocopy.strategies.cache_setup import RankFacts, decide_cache
-from lightning_zerocopy.strategies.ranking import (
+from lightning_zerocopy.cache.decide import RankFacts, decide_cache
+from lightning_zerocopy.cache.ranking import (
     PRESAMPLE_STREAM,
     PRIOR_WEIGHTS,
     CacheScores,
