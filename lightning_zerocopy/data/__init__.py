@@ -31,7 +31,7 @@ _LAZY = {
     "LinkBatchPlan": "lightning_zerocopy.data.link_plan",
     "LinkPlanItem": "lightning_zerocopy.data.link_plan",
     "NegativeSampling": "lightning_zerocopy.data.negatives",
-    "share_node_data": "lightning_zerocopy.data.host",
+    "share_node_data": "lightning_zerocopy.data.host.share",
 }
 
 __all__ = sorted(_LAZY)

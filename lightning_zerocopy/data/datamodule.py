@@ -43,8 +43,8 @@ from lightning_zerocopy.cache.provider import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX, ResolvedGpuOptions, check_gpu_options, resolve_gpu_options
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory, attach_consumers
-from lightning_zerocopy.data.host import build_node_order_cache, exchange_handles, node_order_cache_dir
-from lightning_zerocopy.data.host_copy import HostCopyBuilder
+from lightning_zerocopy.data.host.share import build_node_order_cache, exchange_handles, node_order_cache_dir
+from lightning_zerocopy.data.host.builder import HostCopyBuilder
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources

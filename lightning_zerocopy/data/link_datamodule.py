@@ -5,7 +5,7 @@ loaders, pipeline hook, feature cache, GPU options) whose plans are
 :class:`~lightning_zerocopy.data.link_plan.LinkBatchPlan`: a plan item's seeds are the endpoints of its supervision
 edges and negatives, so the sampler, the gather, the pipeline worker, the DDP strategy and the telemetry build and
 move link batches without knowing the task. Only the plan and the host copy's split tensors differ
-(:mod:`~lightning_zerocopy.data.link_host`).
+(:mod:`~lightning_zerocopy.data.host.links`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 from lightning_zerocopy.data.datamodule import _KEY, _STREAMS, Split, ZeroCopyDataModule
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.link_host import LinkHostCopyBuilder, link_splits
+from lightning_zerocopy.data.host.links import LinkHostCopyBuilder, link_splits
 from lightning_zerocopy.data.link_plan import LinkBatchPlan
 from lightning_zerocopy.data.negatives import NegativeDraws, NegativeSampling, parse_neg_sampling
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkDataset, LinkSplit

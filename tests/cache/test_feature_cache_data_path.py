@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.cache.provider import FeatureCacheSpec as CacheProvider
-from lightning_zerocopy.data.host import share_node_data
+from lightning_zerocopy.data.host.share import share_node_data
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.datasets.base import NodeData

@@ -1,7 +1,7 @@
 """The host copy of a link dataset: the node path's host copy, with the supervision edges as its split tensors.
 
 A :class:`~lightning_zerocopy.datasets.links.LinkData` shares graph and features exactly as node data does
-(:func:`~lightning_zerocopy.data.host.share_node_data`: same segments, node order, ``mmap`` storage, no labels);
+(:func:`~lightning_zerocopy.data.host.share.share_node_data`: same segments, node order, ``mmap`` storage, no labels);
 only the split tensors differ. :func:`link_split_tensors` flattens each :class:`LinkSplit` into named tensors
 (``"<split>.pos_edge_index"``, ``".edge_label"``, ``".neg_edge_index"``, ``".neg_per_positive"``) that travel
 through :class:`~lightning_zerocopy.data.handles.HostGraphHandles` like the node splits; :func:`link_splits` turns
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import torch
 
-from lightning_zerocopy.data.host_copy import HostCopyBuilder
+from lightning_zerocopy.data.host.builder import HostCopyBuilder
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkData, LinkSplit
 from lightning_zerocopy.datasets.splits import SplitError
 
@@ -54,7 +54,7 @@ def link_splits(tensors: Mapping[str, torch.Tensor]) -> dict[str, LinkSplit]:
 
 
 class LinkHostCopyBuilder(HostCopyBuilder):
-    """:class:`~lightning_zerocopy.data.host_copy.HostCopyBuilder` for a ``LinkDataset``: the same host copy, with
+    """:class:`~lightning_zerocopy.data.host.builder.HostCopyBuilder` for a ``LinkDataset``: the same host copy, with
     the link splits as split tensors and the link split checks."""
 
     def _split_tensors(self, data: Any) -> dict[str, torch.Tensor]:

@@ -80,7 +80,7 @@ def share_node_data(
 
     One host copy for every task: a :class:`~lightning_zerocopy.datasets.base.NodeData` shares its labels and node
     splits; a :class:`~lightning_zerocopy.datasets.links.LinkData` (no node labels) shares the ``splits`` its caller
-    flattened into tensors (:func:`~lightning_zerocopy.data.link_host.link_split_tensors`).
+    flattened into tensors (:func:`~lightning_zerocopy.data.host.links.link_split_tensors`).
 
     Args:
         data: the dataset's arrays (``y`` is shared when ``data`` has it).

@@ -14,7 +14,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.host import node_order_cache_dir, share_node_data, shared_node_order
+from lightning_zerocopy.data.host.share import node_order_cache_dir, share_node_data, shared_node_order
 from lightning_zerocopy.datasets.base import InputDataError
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
@@ -30,7 +30,7 @@ class HostCopyBuilder:
 
     Args:
         dataset: the dataset (``data.init_args.dataset``): a ``NodeDataset`` here, a ``LinkDataset`` in
-            :class:`~lightning_zerocopy.data.link_host.LinkHostCopyBuilder`.
+            :class:`~lightning_zerocopy.data.host.links.LinkHostCopyBuilder`.
         feature_storage: ``"shared_memory"`` or ``"mmap"``.
         node_order: the internal node order of the host memory.
         key: how errors name the dataset (its YAML key).
