@@ -26,7 +26,7 @@ host memory (the trainer moves it). Otherwise the whole batch is built on the GP
 * ``uva``/``gpu`` sampler: the seeds go to the GPU (pinned, non-blocking) and the CUDA kernel samples there,
   reading the topology the resources placed (registered host memory, or a GPU copy);
 * ``hybrid``/``auto``: each batch takes one of the two paths above (CPU threads, or the ``gpu`` kernel), where a
-  calibrated cost model expects it to finish first (:mod:`lightning_zerocopy.data.hybrid_sampling`); the batch is
+  calibrated cost model expects it to finish first (:mod:`lightning_zerocopy.sampling.hybrid.placement`); the batch is
   the same either way, and the gather below does not depend on where it was sampled;
 * ``gather="zerocopy"``: the resources' feature table reads the rows of ``n_id`` straight from the registered
   host feature table into the GPU (into ``out["x"]`` when that is a CUDA buffer: no host staging), serving the
@@ -58,7 +58,7 @@ from torch_geometric.data import Data
 from lightning_zerocopy.data.assemble import GpuSide, SampledItem, assemble_on_gpu, assemble_on_host, to_device_packed
 from lightning_zerocopy.cache.provider import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
-from lightning_zerocopy.data.hybrid_sampling import HybridSampling, cuda_usable, gpu_lane_placement
+from lightning_zerocopy.sampling.hybrid.placement import HybridSampling, cuda_usable, gpu_lane_placement
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import DeviceResources, HostData, resolve_cuda_device
 from lightning_zerocopy.options import (
@@ -70,7 +70,7 @@ from lightning_zerocopy.options import (
     check_count,
     check_fanouts,
 )
-from lightning_zerocopy.sampling.hybrid import HybridPolicy, HybridStats
+from lightning_zerocopy.sampling.hybrid.policy import HybridPolicy, HybridStats
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch, node_keyed_bound, sample_bound
 
 __all__ = [

@@ -25,7 +25,7 @@ from torch_geometric.data import Data
 from lightning_zerocopy.options import check_depth
 from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing
 from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
-from lightning_zerocopy.sampling.hybrid import HybridStats
+from lightning_zerocopy.sampling.hybrid.policy import HybridStats
 
 
 class PipelineError(RuntimeError):

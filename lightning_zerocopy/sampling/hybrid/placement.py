@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from lightning_zerocopy.sampling.cost_model import SampleSizeEstimator
-from lightning_zerocopy.sampling.hybrid import HybridDispatcher, HybridMode, HybridPolicy, HybridStats
+from lightning_zerocopy.sampling.hybrid.policy import HybridDispatcher, HybridMode, HybridPolicy, HybridStats
 
 __all__ = ["HYBRID_PLACEMENTS", "HybridSampling", "cuda_usable", "gpu_lane_placement"]
 
