@@ -79,7 +79,7 @@ class PipelineCallback(Callback):
         worker_sm_percent: the producer's share of SMs: the worker's under MPS (the trainer gets
             ``100 - worker_sm_percent``), or the in-process producer's with ``green_context``. ``"auto"`` (worker
             under MPS on a GPU): the smallest of 10, 20 and 30 % whose measured build time fits in the step
-            (:mod:`~lightning_zerocopy.callbacks.share_auto`; the trainer gets 90 %).
+            (:mod:`~lightning_zerocopy.pipeline.share_auto`; the trainer gets 90 %).
         lookahead: three stages: the producer samples batch ``t + 2`` on a thread of its own while it gathers
             batch ``t + 1`` into a slot and the trainer trains on batch ``t``.
         green_context: in-process mode on a GPU: run the producer's kernels on CUDA green-context streams
@@ -251,7 +251,7 @@ class PipelineCallback(Callback):
             # auto calibrates on training steps: only a fit has them (other runs keep the ladder's first share)
             if (self.worker_sm_percent == "auto" and fn == "fit" and mode == "worker" and self.mps_daemon is not None
                     and slot_device.type == "cuda"):  # fmt: skip
-                from lightning_zerocopy.callbacks.share_auto import AutoShare
+                from lightning_zerocopy.pipeline.share_auto import AutoShare
 
                 self._auto = AutoShare(start, slot_device)  # a worker per share, started while the names exist
                 self.client = self._auto.active

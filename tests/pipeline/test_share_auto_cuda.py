@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_zerocopy.callbacks.share_auto import AutoShare
+from lightning_zerocopy.pipeline.share_auto import AutoShare
 from lightning_zerocopy.pipeline import mps
 from lightning_zerocopy.pipeline.share_choice import ShareCalibrator
 

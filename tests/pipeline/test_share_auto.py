@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_zerocopy.callbacks import PipelineCallback, share_auto
-from lightning_zerocopy.callbacks.share_auto import AutoShare
+from lightning_zerocopy.callbacks import PipelineCallback
+from lightning_zerocopy.pipeline import share_auto
+from lightning_zerocopy.pipeline.share_auto import AutoShare
 from lightning_zerocopy.pipeline.share_choice import ShareCalibrator
 
 
