@@ -9,7 +9,7 @@
 
 #ifdef ZEROCOPY_WITH_CUDA
 #include "ops/cuda/host_memory.h"
-#include "ops/cuda/sample_neighbors_glue.h"
+#include "ops/cuda/sample_neighbors/sample_neighbors_glue.h"
 
 static constexpr int kWithCuda = 1;
 

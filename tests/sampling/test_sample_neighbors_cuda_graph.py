@@ -1,4 +1,4 @@
-"""The CUDA sampler's graph path (csrc/ops/cuda/sample_neighbors_lean_graph.cpp): lean batches of one shape are
+"""The CUDA sampler's graph path (csrc/ops/cuda/sample_neighbors/sample_neighbors_lean_graph.cpp): lean batches of one shape are
 captured in a CUDA graph the second time the shape is seen, and replayed from then on. Every replay must give the CPU sample bitwise, outputs must survive
 later replays, errors must still raise, and the switch and counters (``_C.set_sampler_graphs``,
 ``_C.sampler_graph_stats``) must say what ran."""

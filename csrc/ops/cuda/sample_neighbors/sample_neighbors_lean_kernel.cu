@@ -2,8 +2,8 @@
 // is launched over a bound and reads the actual frontier or edge count from LeanTotals / the prefix sums, so no
 // count has to come back to the host between launches. Picks, relabeling and the order of n_id are those of
 // sample_neighbors_kernel.cu (and so of the CPU kernel), bitwise.
-#include "ops/cuda/sample_neighbors_device.cuh"
-#include "ops/cuda/sample_neighbors_lean_kernel.cuh"
+#include "ops/cuda/sample_neighbors/sample_neighbors_device.cuh"
+#include "ops/cuda/sample_neighbors/sample_neighbors_lean_kernel.cuh"
 #include "ops/pick_policy.h"
 
 namespace zerocopy::cuda {

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "ops/cuda/device_access.h"
-#include "ops/cuda/sample_neighbors_lean.h"
+#include "ops/cuda/sample_neighbors/sample_neighbors_lean.h"
 #include "ops/sample_neighbors.h"
 
 namespace zerocopy {

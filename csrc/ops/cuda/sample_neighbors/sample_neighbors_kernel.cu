@@ -7,8 +7,8 @@
 //
 // Every index that leads to a memory read is checked first (seeds, indptr entries, neighbor ids); a bad one is
 // reported through the status slot and never dereferenced.
-#include "ops/cuda/sample_neighbors_device.cuh"
-#include "ops/cuda/sample_neighbors_kernel.cuh"
+#include "ops/cuda/sample_neighbors/sample_neighbors_device.cuh"
+#include "ops/cuda/sample_neighbors/sample_neighbors_kernel.cuh"
 #include "ops/pick_policy.h"
 #include "ops/random.h"
 

@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "ops/cuda/sample_neighbors_kernel.cuh"
+#include "ops/cuda/sample_neighbors/sample_neighbors_kernel.cuh"
 
 namespace zerocopy {
 

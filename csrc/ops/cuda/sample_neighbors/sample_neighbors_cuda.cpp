@@ -23,8 +23,8 @@
 
 #include "ops/checks.h"
 #include "ops/cuda/device_access.h"
-#include "ops/cuda/sample_neighbors_glue.h"
-#include "ops/cuda/sample_neighbors_kernel.cuh"
+#include "ops/cuda/sample_neighbors/sample_neighbors_glue.h"
+#include "ops/cuda/sample_neighbors/sample_neighbors_kernel.cuh"
 #include "ops/pick_policy.h"
 #include "ops/sample_neighbors.h"
 

@@ -15,8 +15,8 @@
 #include <optional>
 #include <vector>
 
-#include "ops/cuda/sample_neighbors_glue.h"
-#include "ops/cuda/sample_neighbors_kernel.cuh"
+#include "ops/cuda/sample_neighbors/sample_neighbors_glue.h"
+#include "ops/cuda/sample_neighbors/sample_neighbors_kernel.cuh"
 
 namespace zerocopy {
 

@@ -4,7 +4,7 @@
 // PyTorch's caching allocator and the counts stay on the GPU: per hop 4 kernels plus 2 prefix sums, and one
 // read-back (status and totals) per batch instead of two per hop. By default the launches of a batch shape are
 // captured once in a CUDA graph and replayed (sample_neighbors_lean_graph.cpp).
-#include "ops/cuda/sample_neighbors_lean.h"
+#include "ops/cuda/sample_neighbors/sample_neighbors_lean.h"
 
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/empty.h>
@@ -13,7 +13,7 @@
 #include <atomic>
 
 #include "ops/cuda/device_access.h"
-#include "ops/cuda/sample_neighbors_lean_kernel.cuh"
+#include "ops/cuda/sample_neighbors/sample_neighbors_lean_kernel.cuh"
 #include "ops/pick_policy.h"
 #include "ops/sample_neighbors.h"
 

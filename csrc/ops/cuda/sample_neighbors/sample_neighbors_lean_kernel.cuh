@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-#include "ops/cuda/sample_neighbors_kernel.cuh"
+#include "ops/cuda/sample_neighbors/sample_neighbors_kernel.cuh"
 
 namespace zerocopy::cuda {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "ops/cuda/sample_neighbors_kernel.cuh"
+#include "ops/cuda/sample_neighbors/sample_neighbors_kernel.cuh"
 #include "ops/random.h"
 
 namespace zerocopy::cuda {
