@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(HERE))  # tests/ (helpers)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root (lightning_zerocopy)
 
 
-from pipeline_fakes import FakeSource, TflopsProbeSource  # noqa: E402
+from helpers.pipeline_fakes import FakeSource, TflopsProbeSource  # noqa: E402
 
 from helpers import matmul_tflops  # noqa: E402
 from lightning_zerocopy.pipeline import mps, start_pipeline  # noqa: E402

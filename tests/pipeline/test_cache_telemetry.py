@@ -2,7 +2,7 @@
 row counts through the pipeline's stats; an in-process producer's caches are the trainer process's own (read by
 the strategy) and are not reported a second time.
 
-The GPU cache is replaced by a CPU fake tracked like the strategy's caches (``pipeline_fakes.FakeRowCache``).
+The GPU cache is replaced by a CPU fake tracked like the strategy's caches (``helpers.pipeline_fakes.FakeRowCache``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import pytorch_lightning as pl
 import torch
-from pipeline_fakes import CachedSource
+from helpers.pipeline_fakes import CachedSource
 from pytorch_lightning.strategies import SingleDeviceStrategy
 
 from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback

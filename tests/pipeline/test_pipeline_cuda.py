@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from pipeline_fakes import FakeSource
+from helpers.pipeline_fakes import FakeSource
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.data.handles import HostGraphHandles
@@ -134,7 +134,7 @@ def test_under_mps_ipc_works_and_the_worker_share_takes_effect():
 _IPC_EXIT_SCRIPT = """
 import sys, torch
 sys.path[:0] = [{here!r}, {tests!r}]
-from pipeline_fakes import FakeSource
+from helpers.pipeline_fakes import FakeSource
 from lightning_zerocopy.pipeline import start_pipeline
 
 if __name__ == "__main__":  # the worker is spawned: it imports this file again and must not run it

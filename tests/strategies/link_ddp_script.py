@@ -14,7 +14,7 @@ import sys
 import pytorch_lightning as pl
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from link_helpers import PyGLinkModule, TinyLinkGraph  # noqa: E402
+from helpers.link import PyGLinkModule, TinyLinkGraph  # noqa: E402
 
 from lightning_zerocopy import ZeroCopyLinkDataModule  # noqa: E402
 from lightning_zerocopy.callbacks import DataTelemetry  # noqa: E402

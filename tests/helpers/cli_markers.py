@@ -1,4 +1,4 @@
-"""A callback that CLI fault tests add to a recipe (``--trainer.callbacks+=cli_markers.MarkTraining``): each rank
+"""A callback that CLI fault tests add to a recipe (``--trainer.callbacks+=helpers.cli_markers.MarkTraining``): each rank
 writes ``pid<rank>`` at setup and ``training<rank>`` at its second training batch into ``$LZC_TEST_MARKERS``, then
 sleeps a little per batch, so that a test can interrupt training mid-epoch."""
 
