@@ -222,7 +222,7 @@ def test_two_ranks_log_job_wide_epoch_figures_without_sync_dist_warnings(tmp_pat
     import sys
     from pathlib import Path
 
-    script = Path(__file__).with_name("telemetry_ddp_script.py")
+    script = Path(__file__).parents[1] / "scripts" / "telemetry_ddp_script.py"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

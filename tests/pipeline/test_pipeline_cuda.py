@@ -100,7 +100,7 @@ def test_under_mps_ipc_works_and_the_worker_share_takes_effect():
     env = {k: v for k, v in os.environ.items() if k not in (mps.ROOT_ENV, mps.PIPE_ENV, mps.LOG_ENV, mps.PERCENT_ENV)}
     launcher = [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", "50", "--"]
     proc = subprocess.run(
-        [*launcher, sys.executable, str(HERE / "mps_cuda_script.py"), "10"], capture_output=True, text=True,
+        [*launcher, sys.executable, str(HERE.parent / "scripts" / "mps_cuda_script.py"), "10"], capture_output=True, text=True,
         timeout=300, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]

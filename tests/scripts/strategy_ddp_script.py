@@ -15,7 +15,7 @@ import time
 
 import pytorch_lightning as pl
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ddp_script import TinySAGE  # noqa: E402  (the suite's two-rank DDP model)
 
 from lightning_zerocopy import ZeroCopyDataModule
