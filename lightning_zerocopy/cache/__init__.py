@@ -23,6 +23,7 @@ _LAZY = {
     "HotRowsCache": "lightning_zerocopy.cache.provider",
     "CachePlan": "lightning_zerocopy.cache.plan",
     "CacheCounts": "lightning_zerocopy.cache.segmented",
+    "SegmentedCacheSpec": "lightning_zerocopy.cache.segmented",
     "SegmentedFeatureCache": "lightning_zerocopy.cache.segmented",
     "ShardHandle": "lightning_zerocopy.cache.shards",
     "fill_shard": "lightning_zerocopy.cache.shards",

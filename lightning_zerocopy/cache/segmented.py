@@ -5,7 +5,7 @@ The pieces (the Strategy decides budget, ranking, policy and cliques; this modul
 * :class:`~lightning_zerocopy.cache.plan.CachePlan` — which rows are cached and which shard holds each.
 * :func:`fill_shard` — a rank allocates one shard on its GPU, fills it from the host table and exports it:
   returns the tensor and a picklable :class:`ShardHandle` (a CUDA IPC handle plus what an opener needs).
-* :class:`FeatureCacheSpec` — the plan plus the handles of every shard one GPU's processes read (one for
+* :class:`SegmentedCacheSpec` — the plan plus the handles of every shard one GPU's processes read (one for
   ``replicate``, that GPU's own copy; ``k`` for a clique, the local shard and the peers').
 * :func:`open_feature_cache` — in any process of the machine (trainer rank, pipeline worker) opens the shards,
   builds the row -> (shard, slot) lookup on its GPU and returns a :class:`SegmentedFeatureCache`, whose
@@ -39,7 +39,7 @@ from lightning_zerocopy.options import GatherMode
 
 __all__ = [
     "CacheCounts",
-    "FeatureCacheSpec",
+    "SegmentedCacheSpec",
     "SegmentedFeatureCache",
     "ShardHandle",
     "fill_shard",
@@ -48,7 +48,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class FeatureCacheSpec:
+class SegmentedCacheSpec:
     """What one GPU's processes need to open the cache: the plan and one handle per shard (picklable).
 
     Attributes:
@@ -64,27 +64,27 @@ class FeatureCacheSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "handles", tuple(self.handles))
         if not isinstance(self.plan, CachePlan):
-            raise TypeError(f"FeatureCacheSpec: `plan` must be a CachePlan, got {type(self.plan).__name__}")
+            raise TypeError(f"SegmentedCacheSpec: `plan` must be a CachePlan, got {type(self.plan).__name__}")
         if len(self.handles) != self.plan.num_shards:
             raise ValueError(
-                f"FeatureCacheSpec: one handle per shard is needed ({self.plan.num_shards}), got {len(self.handles)}"
+                f"SegmentedCacheSpec: one handle per shard is needed ({self.plan.num_shards}), got {len(self.handles)}"
             )
         for s, handle in enumerate(self.handles):
             if not isinstance(handle, ShardHandle):
-                raise TypeError(f"FeatureCacheSpec: `handles[{s}]` must be a ShardHandle, got {type(handle).__name__}")
+                raise TypeError(f"SegmentedCacheSpec: `handles[{s}]` must be a ShardHandle, got {type(handle).__name__}")
             if handle.shard_index != s:
                 raise ValueError(
-                    f"FeatureCacheSpec: `handles[{s}]` holds shard {handle.shard_index}; order them by shard"
+                    f"SegmentedCacheSpec: `handles[{s}]` holds shard {handle.shard_index}; order them by shard"
                 )
             if handle.plan_digest != self.plan.digest:
-                raise ValueError(f"FeatureCacheSpec: `handles[{s}]` was filled for another plan than `plan`")
+                raise ValueError(f"SegmentedCacheSpec: `handles[{s}]` was filled for another plan than `plan`")
             if handle.num_rows != self.plan.shard_sizes[s]:
                 raise ValueError(
-                    f"FeatureCacheSpec: `handles[{s}]` has {handle.num_rows} rows, the plan's shard {s} has "
+                    f"SegmentedCacheSpec: `handles[{s}]` has {handle.num_rows} rows, the plan's shard {s} has "
                     f"{self.plan.shard_sizes[s]}"
                 )
         if len({(h.dim, h.dtype) for h in self.handles}) > 1:
-            raise ValueError("FeatureCacheSpec: every shard must have the same width and dtype")
+            raise ValueError("SegmentedCacheSpec: every shard must have the same width and dtype")
 
     def open(self, context: Any) -> "SegmentedFeatureCache":
         """Open the cache in this process: the DataModule's cache extension point.
@@ -121,7 +121,7 @@ class SegmentedFeatureCache(TableShape):
 
     def __init__(
         self,
-        spec: FeatureCacheSpec,
+        spec: SegmentedCacheSpec,
         table: torch.Tensor,
         device: torch.device,
         segments: tuple[torch.Tensor, ...],
@@ -253,7 +253,7 @@ class SegmentedFeatureCache(TableShape):
 
 
 def open_feature_cache(
-    spec: FeatureCacheSpec,
+    spec: SegmentedCacheSpec,
     table: Any,
     device: Union[torch.device, str, int, None],
     *,

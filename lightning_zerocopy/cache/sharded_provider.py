@@ -1,6 +1,6 @@
 """The strategy's cache as a DataModule cache provider (:class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec`).
 
-:class:`ShardedFeatureCache` wraps the :class:`~lightning_zerocopy.cache.segmented.FeatureCacheSpec` that
+:class:`ShardedFeatureCache` wraps the :class:`~lightning_zerocopy.cache.segmented.SegmentedCacheSpec` that
 :class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy` builds (plan + shard handles): picklable and hashable,
 it travels with every builder the DataModule hands out, and each process that builds batches (a trainer rank, a
 pipeline worker) opens it once through its :class:`~lightning_zerocopy.data.resources.DeviceResources`. The caches
@@ -23,10 +23,10 @@ _LOCK = threading.Lock()
 
 @dataclass(frozen=True)
 class ShardedFeatureCache:
-    """A cache provider over the shards of a ``FeatureCacheSpec`` (replicate: one, clique: one per GPU).
+    """A cache provider over the shards of a ``SegmentedCacheSpec`` (replicate: one, clique: one per GPU).
 
     Attributes:
-        spec: the plan and shard handles (:class:`~lightning_zerocopy.cache.segmented.FeatureCacheSpec`).
+        spec: the plan and shard handles (:class:`~lightning_zerocopy.cache.segmented.SegmentedCacheSpec`).
     """
 
     spec: Any

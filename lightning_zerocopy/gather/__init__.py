@@ -15,14 +15,21 @@ from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeature
 _LAZY = {
     "CachePlan": "lightning_zerocopy.cache.plan",
     "CacheCounts": "lightning_zerocopy.cache.segmented",
-    "FeatureCacheSpec": "lightning_zerocopy.cache.segmented",
+    "SegmentedCacheSpec": "lightning_zerocopy.cache.segmented",
     "SegmentedFeatureCache": "lightning_zerocopy.cache.segmented",
     "ShardHandle": "lightning_zerocopy.cache.segmented",
     "fill_shard": "lightning_zerocopy.cache.segmented",
     "open_feature_cache": "lightning_zerocopy.cache.segmented",
 }
 
-__getattr__ = lazy_exports(__name__, _LAZY)
+_lazy = lazy_exports(__name__, _LAZY)
+
+
+def __getattr__(name: str) -> object:
+    # ``FeatureCacheSpec``: the segmented cache's spec under its former name; in lightning_zerocopy.cache that name
+    # is the provider protocol's alone
+    return _lazy("SegmentedCacheSpec" if name == "FeatureCacheSpec" else name)
+
 
 __all__ = [
     "CacheCounts",
@@ -33,6 +40,7 @@ __all__ = [
     "HostFeatureTable",
     "frequency_order",
     "most_frequent_neighbors",
+    "SegmentedCacheSpec",
     "SegmentedFeatureCache",
     "ShardHandle",
     "fill_shard",

@@ -10,7 +10,7 @@ once :mod:`lightning_zerocopy.strategies` is imported; the ``lightning-zerocopy`
   :meth:`ZeroCopyDDPStrategy.attach_host_memory` during its ``setup`` (before any pipeline worker starts), the
   strategy decides the cache (:mod:`~lightning_zerocopy.cache.decide`), fills this rank's shard, swaps
   shard handles within its cache group and hands the picklable
-  :class:`~lightning_zerocopy.cache.segmented.FeatureCacheSpec` to the DataModule, whose builders (the
+  :class:`~lightning_zerocopy.cache.segmented.SegmentedCacheSpec` to the DataModule, whose builders (the
   trainer's and a pipeline worker's) gather through it. Caches never span machines;
 * a liveness watch (:mod:`~lightning_zerocopy.strategies.liveness`): a rank that dies stops the others of its
   machine with an error naming it.
@@ -337,7 +337,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
 
     def _place(self, decision: "CacheDecision", table: torch.Tensor, device: torch.device) -> Any:
         """Fill this rank's shard, swap handles within the cache group, return the group's spec."""
-        from lightning_zerocopy.cache.segmented import FeatureCacheSpec, fill_shard
+        from lightning_zerocopy.cache.segmented import SegmentedCacheSpec, fill_shard
 
         shard, handle = fill_shard(decision.plan, decision.shard_index, table, device)
         self._shard = shard
@@ -347,7 +347,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         else:
             handles = [handle]
         group = [handles[r] for r in decision.group]
-        return FeatureCacheSpec(plan=decision.plan, handles=tuple(group), policy=decision.layout.policy)
+        return SegmentedCacheSpec(plan=decision.plan, handles=tuple(group), policy=decision.layout.policy)
 
     def _retire_shard(self) -> None:
         # The shard may still be open in other processes (peers, a pipeline worker) until their teardown: keep it

@@ -14,7 +14,7 @@ from lightning_zerocopy.cache.plan import (
     location_bytes,
     location_layout,
 )
-from lightning_zerocopy.cache.segmented import CacheCounts, FeatureCacheSpec, ShardHandle
+from lightning_zerocopy.cache.segmented import CacheCounts, SegmentedCacheSpec, ShardHandle
 
 
 def _ranking(num_rows: int, seed: int = 0) -> torch.Tensor:
@@ -95,16 +95,16 @@ def test_build_location_matches_plan(num_shards: int) -> None:
 
 def test_spec_pickles_and_checks_handles() -> None:
     plan = CachePlan.from_ranking(_ranking(50), 50, 2, num_rows=11)
-    spec = FeatureCacheSpec(plan, (_handle(plan, 0), _handle(plan, 1)), policy="clique")
+    spec = SegmentedCacheSpec(plan, (_handle(plan, 0), _handle(plan, 1)), policy="clique")
     restored = pickle.loads(pickle.dumps(spec))
     assert restored.plan == plan and restored.handles == spec.handles and restored.policy == "clique"
     with pytest.raises(ValueError, match="one handle per shard"):
-        FeatureCacheSpec(plan, (_handle(plan, 0),))
+        SegmentedCacheSpec(plan, (_handle(plan, 0),))
     with pytest.raises(ValueError, match="order them by shard"):
-        FeatureCacheSpec(plan, (_handle(plan, 1), _handle(plan, 0)))
+        SegmentedCacheSpec(plan, (_handle(plan, 1), _handle(plan, 0)))
     other = CachePlan.from_ranking(_ranking(50, seed=9), 50, 2, num_rows=11)
     with pytest.raises(ValueError, match="another plan"):
-        FeatureCacheSpec(plan, (_handle(other, 0), _handle(plan, 1)))
+        SegmentedCacheSpec(plan, (_handle(other, 0), _handle(plan, 1)))
 
 
 def test_cache_counts_hit_rate() -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from lightning_zerocopy.gather import CachePlan, FeatureCacheSpec, fill_shard, open_feature_cache
+from lightning_zerocopy.cache import CachePlan, SegmentedCacheSpec, fill_shard, open_feature_cache
 
 NUM_ROWS, DIM = 5000, 32
 
@@ -34,7 +34,7 @@ def _spec(plan: CachePlan, table: torch.Tensor, devices: list[int], policy: str)
         shard, handle = fill_shard(plan, s, table, torch.device("cuda", dev))
         shards.append(shard)
         handles.append(handle)
-    return shards, FeatureCacheSpec(plan, tuple(handles), policy=policy)
+    return shards, SegmentedCacheSpec(plan, tuple(handles), policy=policy)
 
 
 def _expected_counts(plan: CachePlan, ids: torch.Tensor) -> tuple[int, int]:
@@ -223,7 +223,7 @@ def test_peer_shard_over_ipc_from_a_spawned_process():
 _SHARD_EXIT_SCRIPT = """
 import torch
 import torch.multiprocessing as mp
-from lightning_zerocopy.gather import CachePlan, fill_shard
+from lightning_zerocopy.cache import CachePlan, fill_shard
 
 
 def _open_twice(handle, queue):

@@ -1,4 +1,4 @@
-"""The segmented cache as the DataModule's cache provider: a FeatureCacheSpec carried by BatchBuilders, opened by
+"""The segmented cache as the DataModule's cache provider: a SegmentedCacheSpec carried by BatchBuilders, opened by
 DeviceResources in the trainer process and, over CUDA IPC, in a spawned process (what a pipeline worker does)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from lightning_zerocopy.data.host.share import share_node_data
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.datasets.base import NodeData
-from lightning_zerocopy.gather import CachePlan, FeatureCacheSpec, SegmentedFeatureCache, ShardHandle, fill_shard
+from lightning_zerocopy.cache import CachePlan, SegmentedCacheSpec, SegmentedFeatureCache, ShardHandle, fill_shard
 
 NUM_NODES, NUM_EDGES, FEATURES = 600, 5000, 16
 
@@ -25,14 +25,14 @@ def _graph() -> NodeData:
     return random_node_data(NUM_NODES, NUM_EDGES, FEATURES, seed=21, train=400, val=100)
 
 
-def _fake_spec() -> FeatureCacheSpec:
+def _fake_spec() -> SegmentedCacheSpec:
     plan = CachePlan.from_ranking(torch.arange(NUM_NODES), NUM_NODES, 2, num_rows=100)
     handles = tuple(
         ShardHandle(shard_index=s, num_rows=plan.shard_sizes[s], dim=FEATURES, dtype=torch.float32, device_index=0,
                     device_uuid="GPU-x", owner_pid=1, key=f"k{s}", plan_digest=plan.digest)  # fmt: skip
         for s in range(2)
     )
-    return FeatureCacheSpec(plan, handles, policy="clique")
+    return SegmentedCacheSpec(plan, handles, policy="clique")
 
 
 def test_spec_is_a_cache_provider_hashable_and_picklable() -> None:
@@ -54,7 +54,7 @@ def _spec_on_gpu0(table: torch.Tensor, num_shards: int):
     ranking = torch.randperm(NUM_NODES, generator=torch.Generator().manual_seed(num_shards))
     plan = CachePlan.from_ranking(ranking, NUM_NODES, num_shards, num_rows=250)
     shards = [fill_shard(plan, s, table, torch.device("cuda", 0)) for s in range(num_shards)]
-    return [t for t, _ in shards], FeatureCacheSpec(plan, tuple(h for _, h in shards), policy="clique")
+    return [t for t, _ in shards], SegmentedCacheSpec(plan, tuple(h for _, h in shards), policy="clique")
 
 
 @pytest.mark.cuda
