@@ -4,8 +4,8 @@
   in-neighbor, so its score is its number of out-edges in the sampled graph (appearances in the CSC ``indices``).
 * ``presample``: run the configured sampler over the training seeds for a number of batches and count how often
   each node appears in a batch's ``n_id`` (an estimate of its access probability, seeds included), in two halves
-  (even and odd presampling batches). Deterministic: the batches come from a seeded plan of their own, every rank
-  samples a fixed subset of them and the counts are summed, so the result does not depend on the number of ranks.
+  (even and odd presampling batches; the sampling itself, which needs the DataModule, is
+  :mod:`lightning_zerocopy.strategies.presample`).
 
 A few presampled batches count most rows 0, 1 or 2 times, so the raw counts overfit: ranked by themselves they
 serve far more of their own accesses than of the training batches'. The presample ranking therefore blends them
@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Literal, Optional, Sequence
+from typing import Literal, Optional, Sequence
 
 import torch
 
-from lightning_zerocopy.data.plan import BatchPlan, PlanItem
 
 __all__ = [
     "CACHE_RANKINGS",
@@ -40,17 +39,12 @@ __all__ = [
     "degree_scores",
     "expected_hit_rate",
     "heldout_hit_rate",
-    "presample_counts",
-    "presample_items",
     "top_rows",
 ]
 
 CacheRanking = Literal["degree", "presample"]
 CACHE_RANKINGS = ("degree", "presample")
 _COUNT_CHUNK = 1 << 26  # edges per bincount chunk (bounds the int64 temporary)
-#: Random stream of the presampling plan (the training batches use streams 0-3, so presampling estimates the
-#: access distribution without replaying the exact training batches).
-PRESAMPLE_STREAM = 17
 #: Candidate weights of the degree prior (:func:`blended_scores`), tried in this order: ``0`` is the raw counts
 #: (degree only breaks their ties), ``inf`` the degree ranking alone. Doubling steps: the held-out hit rate is flat
 #: near its best, and each candidate costs two top-k selections over the table.
@@ -79,48 +73,6 @@ def degree_scores(indices: torch.Tensor, num_nodes: int) -> torch.Tensor:
         if chunk.numel() and (int(chunk.min()) < 0 or int(chunk.max()) >= num_nodes):
             raise IndexError(f"the graph's indices hold ids outside [0, {num_nodes})")
         counts += torch.bincount(chunk, minlength=num_nodes)
-    return counts
-
-
-def presample_items(plan: BatchPlan, num_batches: int, rank: int = 0, world_size: int = 1) -> Iterable[PlanItem]:
-    """The presampling batches this rank samples: batch ``k`` of ``plan`` (a one-rank plan, epochs back to back)
-    for ``k < num_batches`` with ``k % world_size == rank``."""
-    if plan.world_size != 1:
-        raise ValueError(f"the presampling plan must be a one-rank plan, got world_size={plan.world_size}")
-    if num_batches < 0:
-        raise ValueError(f"num_batches must be >= 0, got {num_batches}")
-    steps = len(plan)
-    if steps == 0:
-        return
-    for k in range(rank, num_batches, world_size):
-        yield plan.item(k // steps, k % steps)
-
-
-def presample_counts(
-    sample: Callable[[PlanItem], torch.Tensor],
-    plan: BatchPlan,
-    num_batches: int,
-    num_nodes: int,
-    rank: int = 0,
-    world_size: int = 1,
-    progress: bool = False,
-) -> torch.Tensor:
-    """This rank's presampling counts in two halves (int64 ``[2, num_nodes]``, CPU): row ``h`` counts each node's
-    appearances in the ``n_id`` of the batches ``k`` of :func:`presample_items` with ``k % 2 == h``.
-
-    Which half a batch lands in depends on ``k`` only, so the sum over the ranks of a ``world_size`` job is the
-    same for every ``world_size``.
-    """
-    counts = torch.zeros(2, num_nodes, dtype=torch.int64)
-    ks = range(rank, num_batches, world_size)
-    pairs: Iterable[tuple[int, PlanItem]] = zip(ks, presample_items(plan, num_batches, rank, world_size))
-    if progress:
-        from tqdm.auto import tqdm
-
-        pairs = tqdm(pairs, total=len(ks), desc="presampling hot rows", unit="batch", leave=False)
-    for k, item in pairs:
-        n_id = sample(item).to(device="cpu", dtype=torch.int64)
-        counts[k % 2] += torch.bincount(n_id, minlength=num_nodes)
     return counts
 
 
@@ -318,7 +270,8 @@ class CacheScores:
     Attributes:
         prior: int64 ``[num_nodes]`` degree scores (:func:`degree_scores`), or any score to rank by alone.
         halves: int64 ``[2, num_nodes]`` presampled counts of the even and odd batches
-            (:func:`presample_counts`, summed over the ranks); ``None`` for the degree ranking.
+            (:func:`~lightning_zerocopy.strategies.presample.presample_counts`, summed over the ranks); ``None`` for
+            the degree ranking.
     """
 
     prior: torch.Tensor

@@ -294,7 +294,9 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         degree = degree_scores(indices, num_nodes)
         if self.cache_ranking == "degree":
             return CacheScores(degree)
-        halves = _presample(datamodule, self.presample_batches, self.global_rank, self.world_size, num_nodes)
+        from lightning_zerocopy.strategies.presample import presample_halves
+
+        halves = presample_halves(datamodule, self.presample_batches, self.global_rank, self.world_size, num_nodes)
         if self.world_size > 1:
             device = self.root_device if dist.get_backend() == "nccl" else torch.device("cpu")
             summed = halves.to(device)
@@ -369,34 +371,6 @@ def _default_store() -> Any:
         return dist.distributed_c10d._get_default_store()
     except Exception:  # noqa: BLE001 - a torch without it: the watch still names a gone rank, without its cause
         return None
-
-
-def _presample(
-    datamodule: "ZeroCopyDataModule", num_batches: int, rank: int, world_size: int, num_nodes: int
-) -> torch.Tensor:
-    """This rank's part of the presampling counts, in halves (``[2, num_nodes]``, see
-    :func:`~lightning_zerocopy.cache.ranking.presample_counts`): the DataModule's sampler on CPU over a seeded
-    one-rank plan."""
-    from lightning_zerocopy.data.batch import BatchBuilder
-    from lightning_zerocopy.data.plan import BatchPlan
-    from lightning_zerocopy.cache.ranking import PRESAMPLE_STREAM, presample_counts
-
-    train = datamodule.plan("train")
-    # batches of the training plan's seed nodes, as many per batch as its items start from (a link plan's items
-    # start from both endpoints of their positive and negative edges)
-    plan = BatchPlan(train.input_nodes, train.max_seed_nodes, shuffle=True, seed=datamodule.seed, stream=PRESAMPLE_STREAM)
-    # the CPU placement draws bitwise the samples of the GPU placements (same plan item, same seed)
-    builder = BatchBuilder(
-        datamodule.handles, datamodule.fanouts, replace=datamodule.replace, num_threads=datamodule.num_threads
-    ).open(datamodule.resources, place=False)
-
-    def sample(item: Any) -> torch.Tensor:
-        return builder.sample_batch(item).sample.n_id
-
-    try:
-        return presample_counts(sample, plan, num_batches, num_nodes, rank, world_size, progress=rank == 0)
-    finally:
-        builder.close()
 
 
 ZeroCopyDDPStrategy.register_strategies(StrategyRegistry)
