@@ -7,9 +7,11 @@
   :mod:`.sharded_provider` — that cache as a provider, and the counters of the caches open in this process;
 * :mod:`.budget`, :mod:`.ranking`, :mod:`.cliques`, :mod:`.read_rates`, :mod:`.probe`, :mod:`.cost`,
   :mod:`.decide` — deciding it: bytes per GPU, hot rows, GPU cliques, measured read rates, replicate against clique,
-  and the same decision on every rank of a group.
+  and the same decision on every rank of a group; :mod:`.setup` — one DDP rank's cache set up with the other ranks
+  (:class:`RankCache`, what the Strategy's hooks call).
 
-Importing this package imports none of its modules (names are imported on first access), no Lightning and no PyG.
+Importing this package imports none of its modules (names are imported on first access). No module imports PyG;
+only :mod:`.setup` imports Lightning.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ _LAZY = {
     "CacheDecision": "lightning_zerocopy.cache.decide",
     "RankFacts": "lightning_zerocopy.cache.decide",
     "decide_cache": "lightning_zerocopy.cache.decide",
+    "CacheOptions": "lightning_zerocopy.cache.setup",
+    "RankCache": "lightning_zerocopy.cache.setup",
 }
 
 __all__ = sorted(_LAZY)
