@@ -1,5 +1,5 @@
 """AutoShare on the CPU: a run that ends before the calibration decides still says what it measured; the
-callback tells which share the calibration chose, also after teardown."""
+callback tells which share its session's calibration chose, also after teardown."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 
 from lightning_zerocopy.callbacks import PipelineCallback
 from lightning_zerocopy.pipeline import share_auto
+from lightning_zerocopy.pipeline.session import PipelineSession
 from lightning_zerocopy.pipeline.share_auto import AutoShare
 from lightning_zerocopy.pipeline.share_choice import ShareCalibrator
 
@@ -42,9 +43,10 @@ def test_the_chosen_share_stays_readable_after_teardown(monkeypatch: pytest.Monk
     callback = PipelineCallback(mode="worker", mps=True, worker_sm_percent="auto")
     assert callback.chosen_worker_sm_percent is None and callback.share_choice is None
     started: list[_Client] = []
-    callback._auto = AutoShare(lambda p, s: started.append(_Client(p, s)) or started[-1], torch.device("cpu"),
-                               ShareCalibrator(warmup=1, steps=3))  # fmt: skip
-    calibrator = callback._auto.calibrator
+    auto = AutoShare(lambda p, s: started.append(_Client(p, s)) or started[-1], torch.device("cpu"),
+                     ShareCalibrator(warmup=1, steps=3))  # fmt: skip
+    callback._session = PipelineSession(("train",), auto=auto)
+    calibrator = auto.calibrator
     for _ in range(4):  # 10 %: a 50 ms build does not fit in a 4 ms step
         calibrator.record(50.0, 4.0)
     assert calibrator.current == 20 and callback.chosen_worker_sm_percent is None
@@ -52,11 +54,12 @@ def test_the_chosen_share_stays_readable_after_teardown(monkeypatch: pytest.Monk
         calibrator.record(1.0, 4.0)
     assert callback.chosen_worker_sm_percent == 20
     callback.teardown(None, None, "fit")  # type: ignore[arg-type]
-    assert callback._auto is None and all(c.closed for c in started)
+    assert callback._session is None and all(c.closed for c in started)
     assert callback.chosen_worker_sm_percent == 20
     choice = callback.share_choice
     assert (choice.percent, choice.build_ms, choice.step_ms, choice.keeps_pace) == (20, 1.0, 4.0, True)
     # a later fit that ends before its calibration decides: undecided again
-    callback._auto = AutoShare(lambda p, s: _Client(p, s), torch.device("cpu"), ShareCalibrator(warmup=1, steps=3))
+    auto = AutoShare(lambda p, s: _Client(p, s), torch.device("cpu"), ShareCalibrator(warmup=1, steps=3))
+    callback._session = PipelineSession(("train",), auto=auto)
     callback.teardown(None, None, "fit")  # type: ignore[arg-type]
     assert callback.chosen_worker_sm_percent is None and callback.share_choice is None
