@@ -19,7 +19,15 @@ from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import HostData, row_width
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch
 
-__all__ = ["GpuSide", "SampledItem", "assemble_on_gpu", "assemble_on_host", "host_gather_to", "to_device_packed"]
+__all__ = [
+    "GpuSide",
+    "SampledItem",
+    "assemble_on_gpu",
+    "assemble_on_host",
+    "complete_batch",
+    "host_gather_to",
+    "to_device_packed",
+]
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,26 @@ def assemble_on_gpu(host: HostData, state: GpuSide, sampled: SampledItem, out: M
                 data.edge_attr = state.edge_attr.gather(e_id, out=flat).view(shape)
             else:
                 data.edge_attr = host_gather_to(host.edge_attr, e_id, attr_out, device)
+    return data
+
+
+def complete_batch(data: Data, item: PlanItem) -> Data:
+    """``data`` (built from ``item``'s seeds) finished for its task: the item's own fields (:attr:`PlanItem.task_fields`,
+    e.g. a link batch's supervision edges; CPU tensors) on the batch's device, the int64 ones in one pinned transfer,
+    and ``batch_size`` set to the item's (:attr:`PlanItem.task_batch_size`)."""
+    fields = dict(item.task_fields)
+    if not fields:
+        return data
+    device = data.n_id.device
+    if device.type == "cuda":
+        ints = [k for k, v in fields.items() if v.dtype == torch.int64]
+        for key, moved in zip(ints, to_device_packed([fields[k] for k in ints], device)):
+            fields[key] = moved
+        for key in set(fields) - set(ints):
+            fields[key] = fields[key].pin_memory().to(device, non_blocking=True)
+    for key, value in fields.items():
+        data[key] = value
+    data.batch_size = item.task_batch_size
     return data
 
 

@@ -55,7 +55,14 @@ from typing import Any, Mapping, Optional, Sequence
 import torch
 from torch_geometric.data import Data
 
-from lightning_zerocopy.data.assemble import GpuSide, SampledItem, assemble_on_gpu, assemble_on_host, to_device_packed
+from lightning_zerocopy.data.assemble import (
+    GpuSide,
+    SampledItem,
+    assemble_on_gpu,
+    assemble_on_host,
+    complete_batch,
+    to_device_packed,
+)
 from lightning_zerocopy.cache.provider import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
 from lightning_zerocopy.sampling.hybrid.placement import HybridSampling, cuda_usable, gpu_lane_placement
@@ -415,8 +422,8 @@ class BatchBuilder:
         if self.on_gpu:
             assert self._gpu is not None
             with torch.cuda.device(self._gpu.device):
-                return sampled.item.complete(assemble_on_gpu(self._host, self._gpu, sampled, out or {}))
-        return sampled.item.complete(assemble_on_host(self._host, sampled, out or {}))
+                return complete_batch(assemble_on_gpu(self._host, self._gpu, sampled, out or {}), sampled.item)
+        return complete_batch(assemble_on_host(self._host, sampled, out or {}), sampled.item)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

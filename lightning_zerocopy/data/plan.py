@@ -62,10 +62,17 @@ class PlanItem:
         """Seed nodes of the batch (what the sampler starts from)."""
         return int(self.seed_ids.numel())
 
-    def complete(self, data: Any) -> Any:
-        """The batch built from this item, finished for its task: node batches are complete as built (a link item,
-        :class:`~lightning_zerocopy.data.link_plan.LinkPlanItem`, adds its supervision edges here)."""
-        return data
+    @property
+    def task_fields(self) -> dict[str, torch.Tensor]:
+        """The batch's fields besides the sampled subgraph's, as CPU tensors: none for a node batch (a link item,
+        :class:`~lightning_zerocopy.data.link_plan.LinkPlanItem`, has its supervision edges); the builder moves
+        them to the batch's device (:func:`~lightning_zerocopy.data.assemble.complete_batch`)."""
+        return {}
+
+    @property
+    def task_batch_size(self) -> int:
+        """The built batch's ``batch_size``: its seed nodes (a link item: its positive edges)."""
+        return self.batch_size
 
 
 class BatchPlan:
