@@ -46,7 +46,7 @@ from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory, att
 from lightning_zerocopy.data.host.share import build_node_order_cache, exchange_handles, node_order_cache_dir
 from lightning_zerocopy.data.host.builder import HostCopyBuilder
 from lightning_zerocopy.data.loader import PlanLoader
-from lightning_zerocopy.data.plan import BatchPlan
+from lightning_zerocopy.data.plan import SPLIT_STREAMS, BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
@@ -66,7 +66,6 @@ __all__ = ["GatherChoice", "HostMemoryConsumer", "LoaderFactory", "Split", "Zero
 
 Split = Literal["train", "val", "test", "predict"]
 _KEY = KEY_PREFIX  # how errors name this class's arguments: the recipe's YAML keys
-_STREAMS = {"train": 0, "val": 1, "test": 2, "predict": 3}
 
 
 class ZeroCopyDataModule(pl.LightningDataModule):
@@ -294,7 +293,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             seed=self.seed,
             rank=rank,
             world_size=world_size,
-            stream=_STREAMS[split],
+            stream=SPLIT_STREAMS[split],
             sampler_seed=self._sampler_seed(split),
         )
 

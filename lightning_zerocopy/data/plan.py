@@ -21,6 +21,10 @@ import torch
 
 _MASK64 = (1 << 64) - 1
 
+#: The random stream of each split's plan (:class:`BatchPlan`'s ``stream``), so that plans sharing a seed draw
+#: different batches; the same for node and link plans.
+SPLIT_STREAMS: dict[str, int] = {"train": 0, "val": 1, "test": 2, "predict": 3}
+
 
 def _splitmix64(x: int) -> int:
     x = (x + 0x9E3779B97F4A7C15) & _MASK64

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PRESAMPLE_STREAM", "presample_counts", "presample_halves", "presample_items"]
 
-#: Random stream of the presampling plan (the training batches use streams 0-3, so presampling estimates the
-#: access distribution without replaying the exact training batches).
+#: Random stream of the presampling plan (the splits' plans use :data:`~lightning_zerocopy.data.plan.SPLIT_STREAMS`,
+#: so presampling estimates the access distribution without replaying the exact training batches).
 PRESAMPLE_STREAM = 17
 
 
