@@ -132,7 +132,7 @@ class RankCache:
         free_gpu_bytes: Callable[[], int],
         presample: Callable[[int], torch.Tensor],
         barrier: Callable[[str], None],
-    ) -> None:
+    ) -> Optional[CacheDecision]:
         """Decide and place this rank's cache and set it on ``datamodule``. A collective: every rank calls it.
 
         Args:
@@ -144,6 +144,10 @@ class RankCache:
             barrier: the strategy's barrier (waits for every rank), called before shards of an earlier stage are
                 freed.
 
+        Returns:
+            The decision when a GPU cache was placed and set on ``datamodule`` (its ``group`` names the ranks whose
+            GPU memory this process now reads), else ``None``.
+
         Raises:
             ValueError: the DataModule's ``hot_rows`` caches rows too, or a share of free GPU memory was asked for
                 where batches are not gathered on a GPU.
@@ -151,7 +155,7 @@ class RankCache:
         self._free_retired(place, barrier)
         options = self.options
         if options.budget.is_zero:
-            return
+            return None
         if datamodule.hot_rows > 0:
             raise ValueError(
                 f"data.init_args.hot_rows={datamodule.hot_rows} and the strategy's cache_budget="
@@ -183,10 +187,12 @@ class RankCache:
         rank_zero_info(f"ZeroCopyDDPStrategy: {decision.summary()}")
         if decision.layout.note and place.local_rank == 0 and place.node_rank > 0:
             print(f"[node {place.node_rank}] ZeroCopyDDPStrategy: {decision.layout.note}", flush=True)
-        if on_gpu:
-            from lightning_zerocopy.cache.sharded_provider import ShardedFeatureCache
+        if not on_gpu:
+            return None
+        from lightning_zerocopy.cache.sharded_provider import ShardedFeatureCache
 
-            datamodule.set_feature_cache(ShardedFeatureCache(self._place(decision, table, place)))
+        datamodule.set_feature_cache(ShardedFeatureCache(self._place(decision, table, place)))
+        return decision
 
     def retire(self) -> None:
         """Set this rank's shard aside (teardown, or an exception): peers and pipeline workers may read it until

@@ -42,16 +42,16 @@ std::optional<CudaSample> sample_neighbors_lean(const cuda::Topology& graph, con
                                                 int64_t node_capacity, cudaStream_t stream);
 
 // Whether bounded batches take the lean path (default true). Off, every batch takes the per-hop path: for
-// benchmarks and tests that compare the two (process-wide; `_C.set_lean_sampler(bool)` returns the old value).
+// benchmarks and tests that compare the two (process-wide; the op `zerocopy::set_lean_sampler` returns the old value).
 bool lean_sampler_enabled();
 bool set_lean_sampler_enabled(bool enabled);
 
 // Whether lean batches are captured in a CUDA graph per batch shape and replayed (default true). Off, each lean
-// batch launches its kernels directly (process-wide; `_C.set_sampler_graphs(bool)` returns the old value).
+// batch launches its kernels directly (process-wide; the op `zerocopy::set_sampler_graphs` returns the old value).
 bool sampler_graphs_enabled();
 bool set_sampler_graphs_enabled(bool enabled);
 
-// Counters of the CUDA-graph path since the process started (`_C.sampler_graph_stats()`).
+// Counters of the CUDA-graph path since the process started (the op `zerocopy::sampler_graph_stats`).
 struct SamplerGraphStats {
   int64_t captures = 0;   // shapes captured
   int64_t replays = 0;    // batches sampled by a replay
