@@ -3,7 +3,8 @@
 One extension, ``lightning_zerocopy._C``, holds every op of the ``zerocopy`` torch library:
 
 * CPU kernels are always built (``csrc/library.cpp``, ``csrc/ops/*.cpp``, ``csrc/ops/cpu/*.cpp``).
-* CUDA kernels (``csrc/ops/cuda/*.cu`` raw-pointer kernels plus ``csrc/ops/cuda/*.cpp`` torch glue) are built
+* CUDA kernels (``csrc/ops/cuda/**/*.cu`` raw-pointer kernels plus ``csrc/ops/cuda/**/*.cpp`` torch glue; an op with
+  several files, like the sampler, has a folder of its own) are built
   when the installed torch has CUDA and ``nvcc`` is found, or when ``FORCE_CUDA=1``; ``FORCE_CPU=1`` skips them.
   Target GPUs: ``TORCH_CUDA_ARCH_LIST`` when set (torch reads it), else :data:`DEFAULT_ARCH_FLAGS`.
 
@@ -54,7 +55,7 @@ def _want_cuda() -> bool:
 
 
 def _sources(pattern: str) -> list[str]:
-    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern)))
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
 
 
 def _extension():
@@ -64,7 +65,7 @@ def _extension():
     cxx = ["-O3", "-std=c++20", "-fopenmp" if sys.platform != "darwin" else "-O3"]
     extra_link = ["-fopenmp"] if sys.platform != "darwin" else []
     if with_cuda:
-        sources += _sources("csrc/ops/cuda/*.cpp") + _sources("csrc/ops/cuda/*.cu")
+        sources += _sources("csrc/ops/cuda/**/*.cpp") + _sources("csrc/ops/cuda/**/*.cu")
         define_macros.append(("ZEROCOPY_WITH_CUDA", "1"))
         nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
         if not os.environ.get("TORCH_CUDA_ARCH_LIST"):

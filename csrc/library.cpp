@@ -59,4 +59,13 @@ TORCH_LIBRARY(zerocopy, m) {
   // alive while any opener uses it. CUDA builds only.
   m.def("cuda_ipc_handle(Tensor tensor) -> (Tensor handle, int offset)");
   m.def("cuda_ipc_open(Tensor handle, int offset, int nbytes, Device device) -> Tensor");
+
+  // The CUDA sampler's process-wide switches (benchmarks and tests compare its paths), each returning the old
+  // setting: whether batches with every fanout >= 1 take the lean path (one read-back per batch), and whether lean
+  // batches replay a CUDA graph captured per batch shape (LZC_SAMPLER_GRAPHS=0 turns it off at start). And the
+  // graph path's counters since the process started: [captures, replays, failures, evictions, cached]. No tensor
+  // arguments (kernels under CompositeExplicitAutograd); CUDA builds only.
+  m.def("set_lean_sampler(bool enabled) -> bool");
+  m.def("set_sampler_graphs(bool enabled) -> bool");
+  m.def("sampler_graph_stats() -> int[]");
 }

@@ -1,6 +1,7 @@
 // The Python module `lightning_zerocopy._C`. It carries build facts and, in CUDA builds, the host-memory
-// registration calls (host_register / host_unregister) that need no tensors; the ops are registered with the
-// torch dispatcher by the static initializers of the other translation units when this library loads.
+// registration calls (host_register / host_unregister: raw addresses, not tensors, pinned with the GIL released).
+// Every op, the sampler's switches included, binds through the torch dispatcher instead (schemas in library.cpp,
+// kernels registered by the static initializers of the other translation units when this library loads).
 #include <Python.h>
 
 #ifndef ZEROCOPY_TORCH_VERSION
@@ -9,7 +10,6 @@
 
 #ifdef ZEROCOPY_WITH_CUDA
 #include "ops/cuda/host_memory.h"
-#include "ops/cuda/sample_neighbors_glue.h"
 
 static constexpr int kWithCuda = 1;
 
@@ -36,39 +36,11 @@ static PyObject* host_unregister(PyObject*, PyObject* args) {
   return PyLong_FromLong(code);
 }
 
-// set_lean_sampler(enabled) -> the previous setting (see sample_neighbors_glue.h).
-static PyObject* set_lean_sampler(PyObject*, PyObject* args) {
-  int enabled = 1;
-  if (!PyArg_ParseTuple(args, "p:set_lean_sampler", &enabled)) return nullptr;
-  return PyBool_FromLong(zerocopy::set_lean_sampler_enabled(enabled != 0) ? 1 : 0);
-}
-
-// set_sampler_graphs(enabled) -> the previous setting (see sample_neighbors_glue.h).
-static PyObject* set_sampler_graphs(PyObject*, PyObject* args) {
-  int enabled = 1;
-  if (!PyArg_ParseTuple(args, "p:set_sampler_graphs", &enabled)) return nullptr;
-  return PyBool_FromLong(zerocopy::set_sampler_graphs_enabled(enabled != 0) ? 1 : 0);
-}
-
-// sampler_graph_stats() -> dict of the CUDA-graph path's counters.
-static PyObject* sampler_graph_stats(PyObject*, PyObject*) {
-  const zerocopy::SamplerGraphStats s = zerocopy::sampler_graph_stats();
-  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L}", "captures", static_cast<long long>(s.captures), "replays",
-                       static_cast<long long>(s.replays), "failures", static_cast<long long>(s.failures),
-                       "evictions", static_cast<long long>(s.evictions), "cached", static_cast<long long>(s.cached));
-}
-
 static PyMethodDef zerocopy_methods[] = {
     {"host_register", host_register, METH_VARARGS,
      "cudaHostRegister(address, nbytes, flags); returns the cudaError code and clears it from the thread."},
     {"host_unregister", host_unregister, METH_VARARGS,
      "cudaHostUnregister(address); returns the cudaError code and clears it from the thread."},
-    {"set_lean_sampler", set_lean_sampler, METH_VARARGS,
-     "Whether bounded CUDA sampler batches take the lean path (benchmarks, tests); returns the old setting."},
-    {"set_sampler_graphs", set_sampler_graphs, METH_VARARGS,
-     "Whether lean CUDA sampler batches replay a CUDA graph captured per batch shape; returns the old setting."},
-    {"sampler_graph_stats", sampler_graph_stats, METH_NOARGS,
-     "Counters of the CUDA sampler's graph path: captures, replays, failures, evictions, cached."},
     {nullptr, nullptr, 0, nullptr},
 };
 #else

@@ -350,3 +350,31 @@ def cuda_ipc_open(ipc: bytes, offset: int, nbytes: int, device: torch.device) ->
     torch.cuda.init()  # the caching allocator, which opens the handle, exists once torch's CUDA state is initialized
     raw = torch.frombuffer(bytearray(ipc), dtype=torch.uint8)
     return _ops.cuda_ipc_open(raw, int(offset), int(nbytes), torch.device(device))
+
+
+# ---- the CUDA sampler's process-wide switches (benchmarks and tests compare its paths; no tensors, no fakes) ----
+
+#: The order of ``zerocopy::sampler_graph_stats``'s counters.
+SAMPLER_GRAPH_COUNTERS = ("captures", "replays", "failures", "evictions", "cached")
+
+
+def set_lean_sampler(enabled: bool) -> bool:
+    """Whether CUDA sampler batches with every fanout >= 1 take the lean path (one read-back per batch; off: the
+    per-hop path). Process-wide; returns the previous setting. CUDA builds only."""
+    _require_cuda_build("set_lean_sampler")
+    return bool(_ops.set_lean_sampler(bool(enabled)))
+
+
+def set_sampler_graphs(enabled: bool) -> bool:
+    """Whether lean CUDA sampler batches replay a CUDA graph captured per batch shape (off: their kernels launch
+    directly; ``LZC_SAMPLER_GRAPHS=0`` in the environment starts a process with it off). Process-wide; returns the
+    previous setting. CUDA builds only."""
+    _require_cuda_build("set_sampler_graphs")
+    return bool(_ops.set_sampler_graphs(bool(enabled)))
+
+
+def sampler_graph_stats() -> dict[str, int]:
+    """The CUDA sampler's graph-path counters since the process started: shapes captured, batches sampled by a
+    replay, failed captures, graphs evicted, graphs held now (:data:`SAMPLER_GRAPH_COUNTERS`). CUDA builds only."""
+    _require_cuda_build("sampler_graph_stats")
+    return dict(zip(SAMPLER_GRAPH_COUNTERS, (int(v) for v in _ops.sampler_graph_stats())))

@@ -34,7 +34,7 @@ __all__ = [
 SamplerDevice = Literal["cpu", "uva", "gpu"]
 #: Where a builder samples: one of the :data:`SamplerDevice` placements, or per batch on the CPU threads or the ``gpu`` kernel, whichever a
 #: calibrated cost model expects to finish first (``hybrid``; ``auto``: hybrid where that measures faster, else
-#: the faster device; see :mod:`lightning_zerocopy.sampling.hybrid`).
+#: the faster device; see :mod:`lightning_zerocopy.sampling.hybrid.policy`).
 SamplerPlacement = Literal["cpu", "uva", "gpu", "hybrid", "auto"]
 #: How feature rows are fetched: CPU threads (``cpu``) or the GPU reading registered host memory (``zerocopy``).
 GatherBackend = Literal["cpu", "zerocopy"]

@@ -32,7 +32,7 @@ def _start(tmp_path: Path, *overrides: str) -> subprocess.Popen:
     args = [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(ROOT / "recipes" / "quickstart.yaml"),
             "--data.init_args.dataset.init_args.num_nodes=3000", "--trainer.max_epochs=200",
             "--trainer.logger=false", "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
-            "--trainer.callbacks+=cli_markers.MarkTraining", *overrides]  # fmt: skip
+            "--trainer.callbacks+=helpers.cli_markers.MarkTraining", *overrides]  # fmt: skip
     return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True,  # signals reach the job only when the test sends them
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip

@@ -21,14 +21,14 @@ trainer:
   enable_progress_bar: false
   enable_model_summary: false
 model:
-  class_path: link_helpers.PyGLinkModule
+  class_path: helpers.link.PyGLinkModule
   init_args:
     hidden_channels: 16
 data:
   class_path: lightning_zerocopy.ZeroCopyLinkDataModule
   init_args:
     dataset:
-      class_path: link_helpers.TinyLinkGraph
+      class_path: helpers.link.TinyLinkGraph
     num_neighbors: [4, 4]
     batch_size: 64
     neg_sampling: {mode: binary, amount: 2, dst_weight: degree}

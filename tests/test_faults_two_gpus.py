@@ -53,7 +53,7 @@ def _start(tmp_path: Path, *overrides: str) -> subprocess.Popen:
             "--trainer.strategy.init_args.cache_budget=16MiB", "--trainer.strategy.init_args.presample_batches=8",
             "--trainer.max_epochs=50", "--trainer.limit_val_batches=0", "--trainer.logger=false",
             "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
-            "--trainer.callbacks+=cli_markers.MarkTraining", *overrides]  # fmt: skip
+            "--trainer.callbacks+=helpers.cli_markers.MarkTraining", *overrides]  # fmt: skip
     return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
 

@@ -111,3 +111,29 @@ def test_no_import_cycles(top: str) -> None:
     assert not cycles, "import loops (move what both sides need into a module both can import): " + "; ".join(
         " <-> ".join(group) for group in cycles
     )
+
+
+def _package(module: str) -> str:
+    """The room of ``module``: ``lightning_zerocopy.<package or top-level module>``, or ``lightning_zerocopy`` for
+    the root ``__init__`` (which re-exports lazily, by name, so it imports no package)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_the_package_rooms_import_each_other_without_a_loop() -> None:
+    """The layers of docs/ARCHITECTURE.md: a package (``cache/``, ``data/``, ...) or top-level module imports only
+    rooms below it, so no two of them reach each other, even through modules that do not form a loop themselves."""
+    modules = {name: path for name, path in _modules().items() if name.split(".")[0] == "lightning_zerocopy"}
+    known = set(modules)
+    rooms: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], str] = {}
+    for name, path in modules.items():
+        for target in _imports(name, path, known):
+            a, b = _package(name), _package(target)
+            if a != b:
+                rooms.setdefault(a, set()).add(b)
+                why.setdefault((a, b), f"{name} -> {target}")
+    loops = import_cycles(rooms)
+    assert not loops, "packages that import each other (move what both need below both): " + "; ".join(
+        " <-> ".join(group) + " (" + ", ".join(why[(a, b)] for a in group for b in group if (a, b) in why) + ")"
+        for group in loops
+    )

@@ -355,9 +355,8 @@ def budget_caches_for(
     held-out rate of every candidate weight and the in-sample rate."""
     if args.cache_budget_fraction <= 0:
         return {}
-    from lightning_zerocopy.gather.cache_plan import CachePlan
-    from lightning_zerocopy.gather.feature_cache import FeatureCacheSpec, fill_shard, open_feature_cache
-    from lightning_zerocopy.strategies.ranking import CacheScores, degree_scores, expected_hit_rate
+    from lightning_zerocopy.cache import CachePlan, SegmentedCacheSpec, fill_shard, open_feature_cache
+    from lightning_zerocopy.cache.ranking import CacheScores, degree_scores, expected_hit_rate
 
     rows = int(args.cache_budget_fraction * num_rows)
     presample_args = argparse.Namespace(**{**vars(args), "seed": args.seed + 7919, "warmup": 0,
@@ -371,7 +370,7 @@ def budget_caches_for(
         ranked = scores.rank(rows)
         plan = CachePlan.from_ranking(ranked.rows, num_rows, 1)
         shard, handle = fill_shard(plan, 0, table, torch.device("cuda", torch.cuda.current_device()))
-        cache = open_feature_cache(FeatureCacheSpec(plan, (handle,), "replicate"), table, shard.device, register=False)
+        cache = open_feature_cache(SegmentedCacheSpec(plan, (handle,), "replicate"), table, shard.device, register=False)
         if ranked.choice is None:  # degree: judged on all presampled accesses, which its ranking did not use
             report = {"expected_hit_rate": expected_hit_rate(halves.sum(0), plan.rows),
                       "expected_basis": "share of all presampled accesses (not used by the degree ranking)"}

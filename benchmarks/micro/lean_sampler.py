@@ -9,8 +9,8 @@ Every condition runs in a fresh process (an MPS client's share is fixed when its
 * ``mps10_busy``  the same while another MPS client (the remaining SMs) runs bf16 matmuls, as training does
 
 In each, the same batches (``--batch-size`` random seeds, ``--fanouts``, a Zipf power-law graph in GPU memory)
-are sampled by each path (``graph``: the default; ``lean``: ``_C.set_sampler_graphs(False)``; ``per_hop``:
-``_C.set_lean_sampler(False)``), checked bitwise equal, and timed per call (wall time: each call ends with its
+are sampled by each path (``graph``: the default; ``lean``: ``ops.set_sampler_graphs(False)``; ``per_hop``:
+``ops.set_lean_sampler(False)``), checked bitwise equal, and timed per call (wall time: each call ends with its
 own read-back). Per path it also counts, with the torch profiler over a few batches, the launches (kernels and
 graphs), copies, and host synchronizations (stream/device syncs and device-to-host copies) per batch. Issue 15's
 aim: the lean path at half the per-hop latency under the 10 % share.
@@ -92,7 +92,7 @@ def measure(args: argparse.Namespace) -> dict:
     """This process's figures (the parent chose its MPS share through the environment)."""
     import torch
 
-    from lightning_zerocopy import _C, ops
+    from lightning_zerocopy import ops
     from sampling import power_law_graph
 
     graph = power_law_graph(args.nodes, args.avg_degree, args.alpha, args.seed)
@@ -107,8 +107,8 @@ def measure(args: argparse.Namespace) -> dict:
     result: dict = {"device": torch.cuda.get_device_name(), "sms_visible": torch.cuda.get_device_properties(0).multi_processor_count}
     outputs = {}
     for path, lean, graphs in (("graph", True, True), ("lean", True, False), ("per_hop", False, False)):
-        _C.set_lean_sampler(lean)
-        _C.set_sampler_graphs(graphs)
+        ops.set_lean_sampler(lean)
+        ops.set_sampler_graphs(graphs)
         times = []
         for i, s in enumerate(seeds):
             torch.cuda.synchronize()
@@ -124,13 +124,13 @@ def measure(args: argparse.Namespace) -> dict:
             "sampled_edges": int(out.row.numel()),
             **count_calls(sample, seeds[:5]),
         }
-    _C.set_lean_sampler(True)
-    _C.set_sampler_graphs(True)
+    ops.set_lean_sampler(True)
+    ops.set_sampler_graphs(True)
     ref = outputs["per_hop"]
     result["bitwise_equal"] = all(
         torch.equal(getattr(out, f), getattr(ref, f)) for out in outputs.values() for f in ("n_id", "row", "col", "edge_pos")
     )
-    result["graph_stats"] = _C.sampler_graph_stats()
+    result["graph_stats"] = ops.sampler_graph_stats()
     per_hop = result["per_hop"]["ms_median"]
     result["lean_over_per_hop"] = result["lean"]["ms_median"] / per_hop
     result["graph_over_per_hop"] = result["graph"]["ms_median"] / per_hop

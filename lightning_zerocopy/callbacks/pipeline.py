@@ -1,39 +1,27 @@
 """``PipelineCallback``: build the DataModule's batches ahead of the trainer, in a worker process or a thread.
 
-Put it in a recipe's ``trainer.callbacks``; nothing else changes::
-
-    trainer:
-      callbacks:
-        - class_path: lightning_zerocopy.callbacks.PipelineCallback
-          init_args: {mode: worker, depth: 2, mps: true, worker_sm_percent: 10}
-
 The batches are the ones the DataModule yields without it (its own plan and ``build_batch`` run in the
 producer), so toggling the callback changes where batches are made, never what they contain.
 
 How it hooks in: the :class:`~lightning_zerocopy.data.ZeroCopyDataModule` calls
 :meth:`PipelineCallback.attach_host_memory` during ``setup`` while its shared memory can still be opened by
-name; the callback starts the producer there, has it open the builders, and hands the DataModule a loader
-factory (:meth:`ZeroCopyDataModule.use_loader_factory`) that wraps its loaders in a
+name; the callback starts the producers there (a :class:`~lightning_zerocopy.pipeline.session.PipelineSession`),
+which open the builders, and hands the DataModule a loader factory
+(:meth:`ZeroCopyDataModule.use_loader_factory`) that wraps its loaders in a
 :class:`~lightning_zerocopy.pipeline.loader.PipelineLoader`; ``teardown`` hands it back (``None``).
 
 MPS: a process becomes an MPS client only if the daemon runs, and the MPS variables are in its environment,
 when it initializes the CUDA driver; ``import torch_geometric`` already does that (``docs/BENCHMARK_NOTES.md``, "When
 does a process become an MPS client?"), and
 every recipe's DataModule or model imports PyG before LightningCLI constructs the callbacks. So whoever starts
-the process starts MPS: the ``lightning-zerocopy`` command reads the recipe first and, for ``mps: true``, starts a
-private daemon before it imports anything else (:func:`lightning_zerocopy.cli.main`); other entry points run
-under ``python -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent X -- COMMAND``, or a script calls
-:func:`lightning_zerocopy.pipeline.mps_launcher.start_for_trainer` before anything touches CUDA (importing this module
-imports no PyG). The callback only joins that daemon when the run is set up (:meth:`PipelineCallback.join_mps`;
-it warns and runs without MPS when there is none and it is too late to start one); the worker it starts gets
-``worker_sm_percent`` % of the SMs, the trainer the rest. DDP ranks started later by Lightning's launcher
-inherit the variables and join the same daemon.
+the process starts MPS (:mod:`lightning_zerocopy.pipeline.mps_launcher`; the ``lightning-zerocopy`` command does it
+from the recipe, and importing this module imports no PyG); the callback only joins that daemon when the run is set
+up (:meth:`PipelineCallback.join_mps`). The worker it starts gets ``worker_sm_percent`` % of the SMs, the trainer the
+rest; DDP ranks started later by Lightning's launcher inherit the variables and join the same daemon.
 """
 
 from __future__ import annotations
 
-import os
-import warnings
 from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence, Union
 
 import pytorch_lightning as pl
@@ -41,27 +29,19 @@ import torch
 from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
-from lightning_zerocopy.options import check_depth
-from lightning_zerocopy.pipeline import start_pipeline
-from lightning_zerocopy.pipeline import mps as mps_control
 from lightning_zerocopy.pipeline import mps_launcher
 from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
+from lightning_zerocopy.pipeline.session import PipelineSession, check_pipeline_options, first_share
 
 if TYPE_CHECKING:
-    from lightning_zerocopy.pipeline.client import PipelineClient
+    from lightning_zerocopy.pipeline.client import PipelineClient, PipelineStats
+    from lightning_zerocopy.pipeline.mps import MPSDaemon
     from lightning_zerocopy.pipeline.share_choice import ShareChoice
 
 # PyG initializes the CUDA driver when imported, so nothing that imports it (pipeline.loader, pipeline.source)
-# is imported here at module level: a script may import this callback before it starts MPS.
+# is imported here, nor by pipeline.session at module level: a script may import this callback before it starts MPS.
 
 Mode = Literal["auto", "worker", "in_process"]
-
-_STAGES_OF = {
-    "fit": ("train", "val"),
-    "validate": ("val",),
-    "test": ("test",),
-    "predict": ("predict",),
-}
 
 
 class PipelineCallback(Callback):
@@ -79,7 +59,7 @@ class PipelineCallback(Callback):
         worker_sm_percent: the producer's share of SMs: the worker's under MPS (the trainer gets
             ``100 - worker_sm_percent``), or the in-process producer's with ``green_context``. ``"auto"`` (worker
             under MPS on a GPU): the smallest of 10, 20 and 30 % whose measured build time fits in the step
-            (:mod:`~lightning_zerocopy.callbacks.share_auto`; the trainer gets 90 %).
+            (:mod:`~lightning_zerocopy.pipeline.share_auto`; the trainer gets 90 %).
         lookahead: three stages: the producer samples batch ``t + 2`` on a thread of its own while it gathers
             batch ``t + 1`` into a slot and the trainer trains on batch ``t``.
         green_context: in-process mode on a GPU: run the producer's kernels on CUDA green-context streams
@@ -96,6 +76,15 @@ class PipelineCallback(Callback):
 
     The constructor only stores the configuration: the MPS daemon is joined (:meth:`join_mps`) and the producer
     started when the DataModule's ``setup`` attaches the callback; both are released at ``teardown``.
+
+    Example::
+
+        pipeline = PipelineCallback(mode="worker", mps=True, worker_sm_percent=10)
+        trainer = pl.Trainer(accelerator="gpu", devices=1, callbacks=[pipeline])
+        trainer.fit(model, datamodule=ZeroCopyDataModule(dataset))
+
+    or in a recipe, ``trainer.callbacks: [{class_path: lightning_zerocopy.callbacks.PipelineCallback, init_args:
+    {mode: worker, mps: true}}]``, run by the ``lightning-zerocopy`` command (it starts MPS before PyG loads).
     """
 
     def __init__(
@@ -109,92 +98,38 @@ class PipelineCallback(Callback):
         lookahead: bool = True,
         green_context: bool = False,
     ) -> None:
-        if mode not in ("auto", "worker", "in_process"):
-            raise ValueError(f"PipelineCallback(mode=...) must be 'auto', 'worker' or 'in_process', got {mode!r}")
-        check_depth(depth, "PipelineCallback")
-        if worker_sm_percent == "auto":
-            if not mps or green_context:
-                raise ValueError(
-                    "PipelineCallback(worker_sm_percent='auto') chooses the worker's MPS share: set mps: true "
-                    "(and no green_context), or give the share as a number"
-                )
-        elif isinstance(worker_sm_percent, bool) or not isinstance(worker_sm_percent, int) or not 1 <= worker_sm_percent <= 99:
-            raise ValueError(
-                f"PipelineCallback(worker_sm_percent=...) must be in [1, 99] or 'auto', got {worker_sm_percent!r}"
-            )
-        if mps and mode == "in_process":
-            raise ValueError("PipelineCallback(mps=True) needs a worker process: use mode 'worker' or 'auto'")
-        if green_context and (mps or mode == "worker"):
-            raise ValueError(
-                "PipelineCallback(green_context=True) shares SMs with an in-process producer: use mode 'in_process' "
-                "or 'auto' without mps (a worker process gets its share from MPS)"
-            )
+        check_pipeline_options(mode, depth, mps, worker_sm_percent, copy_stages, green_context)
         self.mode: Mode = mode
         self.depth = depth
         self.mps = mps
         self.worker_sm_percent = worker_sm_percent
         self.timeout = timeout
-        unknown = set(copy_stages) - {"train", "val", "test", "predict"}
-        if unknown:
-            raise ValueError(f"PipelineCallback(copy_stages=...) takes 'train', 'val', 'test', 'predict'; got {sorted(unknown)}")
         self.copy_stages = tuple(copy_stages)
         self.lookahead = bool(lookahead)
         self.green_context = bool(green_context)
-        self.mps_daemon = None
+        self.mps_daemon: Optional["MPSDaemon"] = None
+        #: the client whose producer builds the batches now (``None`` outside a run)
         self.client: Optional["PipelineClient"] = None
-        self._auto: Any = None  # the AutoShare of worker_sm_percent="auto" while it calibrates
-        self._last_choice: Optional["ShareChoice"] = None  # the last closed AutoShare's choice (None: undecided)
+        self._session: Optional[PipelineSession] = None  # the producers of the run being set up or run
+        self._last_choice: Optional["ShareChoice"] = None  # the last calibrating session's choice (None: undecided)
         self._mps_checked = False
-        self._datamodule: Any = None  # the DataModule using this callback's loader factory
-        self._stages: tuple[str, ...] = ()
+        self._datamodule: Any = None  # the DataModule using this session's loader factory
 
-    # ---- MPS ---------------------------------------------------------------------------------------------------
-    def join_mps(self) -> Optional["mps_control.MPSDaemon"]:
-        """Join the MPS daemon this job's launcher started (``mps=True``; once, idempotent) and return it.
-
-        Called when the run is set up (the DataModule attaching the callback, ``setup``, :meth:`resolve_mode`).
-        Without a daemon of the job it starts one only if this process has not initialized CUDA yet; otherwise
-        it warns once (:class:`~lightning_zerocopy.pipeline.mps.MPSUnavailableWarning`) and the run goes on
-        without MPS.
-        """
-        if not self.mps or self._mps_checked:
-            return self.mps_daemon
-        self._mps_checked = True
-        if mps_control.found_unavailable():  # the command (or an earlier callback) tried and warned why
-            return None
-        launched = os.environ.get(mps_control.ROOT_ENV) is not None  # by the command, the launcher or a parent rank
-        if not launched and (torch.cuda.is_initialized() or mps_control.cuda_driver_initialized()):
-            warnings.warn(
-                "PipelineCallback(mps=True) found no MPS daemon of this job, and this process has initialized CUDA "
-                "already (importing torch_geometric does), so the trainer can no longer become an MPS client; "
-                "running without MPS. Start the job with the `lightning-zerocopy` command (it starts MPS before "
-                "loading the recipe's classes), through `python -m lightning_zerocopy.pipeline.mps_launcher "
-                f"--worker-sm-percent {self.worker_sm_percent} -- ...`, or call "
-                "lightning_zerocopy.pipeline.mps_launcher.start_for_trainer() before anything touches CUDA.",
-                mps_control.MPSUnavailableWarning,
-                stacklevel=3,
-            )
-            return None
-        # joins the daemon of the command, the launcher or a parent rank; or starts one, and then this process's
-        # CUDA context (created later by the Trainer) and DDP ranks started later get 100 - worker_sm_percent %
-        self.mps_daemon = mps_launcher.start_for_trainer(self._first_share)
+    # ---- set-up: called by the DataModule's setup, before the callbacks' ------------------------------------------
+    def join_mps(self) -> Optional["MPSDaemon"]:
+        """Join the MPS daemon this job's launcher started (``mps=True``; once, idempotent) and return it, or ``None``
+        with a warning when it is too late to start one (:func:`~.pipeline.mps_launcher.join_for_trainer`). Called
+        when the run is set up (the DataModule attaching the callback, ``setup``, :meth:`resolve_mode`)."""
+        if self.mps and not self._mps_checked:
+            self._mps_checked = True
+            self.mps_daemon = mps_launcher.join_for_trainer(self._first_share, self.worker_sm_percent)
         return self.mps_daemon
 
     @property
     def _first_share(self) -> int:
         """The worker's share at start (``"auto"``: the smallest of the ladder)."""
-        if self.worker_sm_percent == "auto":
-            from lightning_zerocopy.pipeline.share_choice import SHARE_LADDER
+        return first_share(self.worker_sm_percent)
 
-            return SHARE_LADDER[0]
-        return int(self.worker_sm_percent)
-
-    def _worker_env(self, percent: Optional[int] = None) -> dict[str, str]:
-        if self.mps_daemon is None:
-            return {}
-        return self.mps_daemon.client_env(self._first_share if percent is None else percent)
-
-    # ---- wiring into the DataModule ---------------------------------------------------------------------------
     def resolve_mode(self, device: torch.device, gpu_builder: bool = False) -> str:
         """The mode ``auto`` stands for on ``device``, for a DataModule whose batches are built on the GPU
         (``gpu_builder``: GPU/UVA sampling or the zero-copy gather) or on the CPU.
@@ -216,76 +151,23 @@ class PipelineCallback(Callback):
     def attach_host_memory(self, trainer: "pl.Trainer", datamodule: Any) -> None:
         """Start the producer, have it open this run's batch sources, and give the DataModule the loader factory
         (called by the DataModule's ``setup``, before the callbacks' ``setup``)."""
-        for name in ("plan", "builder", "use_loader_factory"):
-            if not callable(getattr(datamodule, name, None)):
-                raise TypeError(
-                    f"PipelineCallback needs a DataModule with plan(split), builder(split) and use_loader_factory("
-                    f"factory) (e.g. lightning_zerocopy.ZeroCopyDataModule); {type(datamodule).__name__} has no {name}()"
-                )
-        from lightning_zerocopy.pipeline.source import PlanSource
-
+        PipelineSession.check_datamodule(datamodule)
         self._shutdown()
         self.join_mps()  # before the worker starts: it gets its share from the daemon's variables
         device = trainer.strategy.root_device
-        slot_device = device if device.type == "cuda" else torch.device("cpu")
         mode = self.resolve_mode(device, gpu_builder=getattr(datamodule, "batch_device_type", "cpu") == "cuda")
-        fn = trainer.state.fn.value if trainer.state.fn is not None else "fit"
-        green = self._first_share if self.green_context and slot_device.type == "cuda" else None
-        stages = _STAGES_OF.get(fn, ())
-
-        def start(percent: Optional[int] = None, standby: bool = False) -> "PipelineClient":
-            client = start_pipeline(
-                mode, self.depth, slot_device, worker_env=self._worker_env(percent), timeout=self.timeout,
-                lookahead=self.lookahead, green_context_percent=green,
-            )  # fmt: skip
-            try:
-                for stage in stages:
-                    source = PlanSource(datamodule.plan(stage), datamodule.builder(stage), place_on_open=not standby)
-                    client.register(stage, source)
-            except BaseException:
-                client.close()
-                raise
-            return client
-
+        run = trainer.state.fn.value if trainer.state.fn is not None else "fit"
         try:
-            # auto calibrates on training steps: only a fit has them (other runs keep the ladder's first share)
-            if (self.worker_sm_percent == "auto" and fn == "fit" and mode == "worker" and self.mps_daemon is not None
-                    and slot_device.type == "cuda"):  # fmt: skip
-                from lightning_zerocopy.callbacks.share_auto import AutoShare
-
-                self._auto = AutoShare(start, slot_device)  # a worker per share, started while the names exist
-                self.client = self._auto.active
-            else:
-                self.client = start()
-            self._stages, self._datamodule = tuple(stages), datamodule
-            datamodule.use_loader_factory(self.pipelined_loader)
+            self._session = PipelineSession.open(
+                datamodule, run, mode, self.depth, device if device.type == "cuda" else torch.device("cpu"),
+                self.worker_sm_percent, mps_daemon=self.mps_daemon, green_context=self.green_context,
+                timeout=self.timeout, lookahead=self.lookahead, copy_stages=self.copy_stages,
+            )  # fmt: skip
+            self.client, self._datamodule = self._session.client, datamodule
+            datamodule.use_loader_factory(self._session.loader)  # PipelineLoaders for the run's splits
         except BaseException:
             self._shutdown()
             raise
-
-    def pipelined_loader(self, split: str, loader: Any) -> Any:
-        """The loader factory given to the DataModule: ``loader`` as a
-        :class:`~lightning_zerocopy.pipeline.loader.PipelineLoader` fed by the producer, for the splits this run
-        registered (others are returned as they are)."""
-        if self.client is None or split not in self._stages:
-            return loader
-        from lightning_zerocopy.pipeline.loader import PipelineLoader
-
-        current = (lambda: self.client) if self._auto is not None else None
-        return PipelineLoader(self.client, split, loader, copy=split in self.copy_stages, current=current)
-
-    def _shutdown(self) -> None:
-        datamodule, self._datamodule, self._stages = self._datamodule, None, ()
-        if datamodule is not None:
-            datamodule.use_loader_factory(None)
-        auto, self._auto = self._auto, None
-        if auto is not None:
-            self._last_choice = auto.calibrator.choice
-            self.client = None
-            auto.close()
-        if self.client is not None:
-            client, self.client = self.client, None
-            client.close()
 
     # ---- Lightning hooks ---------------------------------------------------------------------------------------
     @override
@@ -300,17 +182,16 @@ class PipelineCallback(Callback):
 
     @override
     def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any, batch_idx: int) -> None:
-        if self._auto is not None:
-            self._auto.step_started()
+        if self._session is not None:
+            self._session.step_started()
 
     @override
     def on_train_batch_end(
         self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        auto = self._auto
-        if auto is not None and self.client is not None:
-            auto.step_ended(self.client.stats.last_build_s)
-            self.client = auto.active  # the loaders take their next batch from it
+        if self._session is not None:
+            self._session.step_ended()
+            self.client = self._session.client
 
     @override
     def teardown(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
@@ -320,8 +201,19 @@ class PipelineCallback(Callback):
     def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
         self._shutdown()
 
+    def _shutdown(self) -> None:
+        datamodule, self._datamodule = self._datamodule, None
+        if datamodule is not None:
+            datamodule.use_loader_factory(None)
+        session, self._session, self.client = self._session, None, None
+        if session is not None:
+            if session.auto is not None:
+                self._last_choice = session.share_choice
+            session.close()
+
+    # ---- what the run settled on -------------------------------------------------------------------------------
     @property
-    def stats(self):
+    def stats(self) -> Optional["PipelineStats"]:
         """Running figures of the producer (:class:`~lightning_zerocopy.pipeline.PipelineStats`), or None."""
         return self.client.stats if self.client is not None else None
 
@@ -330,8 +222,8 @@ class PipelineCallback(Callback):
         """With ``worker_sm_percent="auto"``: the calibration's choice with its figures (share, build and step ms,
         whether it keeps pace), kept after ``teardown``; None before it decides, when the fit ended first, or for a
         share given as a number."""
-        if self._auto is not None:
-            return self._auto.calibrator.choice
+        if self._session is not None and self._session.auto is not None:
+            return self._session.share_choice
         return self._last_choice
 
     @property

@@ -14,10 +14,10 @@ _LAZY = {
     "BatchPlan": "lightning_zerocopy.data.plan",
     "PlanItem": "lightning_zerocopy.data.plan",
     "derive_seed": "lightning_zerocopy.data.plan",
-    "CacheContext": "lightning_zerocopy.data.cache",
-    "FeatureCacheSpec": "lightning_zerocopy.data.cache",
-    "FeatureGather": "lightning_zerocopy.data.cache",
-    "HotRowsCache": "lightning_zerocopy.data.cache",
+    "CacheContext": "lightning_zerocopy.cache.provider",
+    "FeatureCacheSpec": "lightning_zerocopy.cache.provider",
+    "FeatureGather": "lightning_zerocopy.cache.provider",
+    "HotRowsCache": "lightning_zerocopy.cache.provider",
     "DeviceResources": "lightning_zerocopy.data.resources",
     "HostData": "lightning_zerocopy.data.resources",
     "ResourceScope": "lightning_zerocopy.data.resources",
@@ -31,7 +31,7 @@ _LAZY = {
     "LinkBatchPlan": "lightning_zerocopy.data.link_plan",
     "LinkPlanItem": "lightning_zerocopy.data.link_plan",
     "NegativeSampling": "lightning_zerocopy.data.negatives",
-    "share_node_data": "lightning_zerocopy.data.host",
+    "share_node_data": "lightning_zerocopy.data.host.share",
 }
 
 __all__ = sorted(_LAZY)

@@ -22,7 +22,7 @@ from typing import Mapping, Optional, Protocol, Sequence
 import torch
 from torch_geometric.data import Data
 
-from lightning_zerocopy.data.cache import FeatureGather
+from lightning_zerocopy.cache.provider import FeatureGather
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import HostData, row_width
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch
@@ -33,6 +33,7 @@ __all__ = [
     "StageMarks",
     "assemble_on_gpu",
     "assemble_on_host",
+    "complete_batch",
     "host_gather_to",
     "to_device_packed",
 ]
@@ -163,6 +164,26 @@ def _cast_into(x: torch.Tensor, out: Optional[torch.Tensor], dtype: torch.dtype)
             raise ValueError(f"out['x'] has dtype {out.dtype} but the batch's x is {dtype} (the builder's x_dtype)")
         return out.copy_(x)
     return x.to(dtype)
+
+
+def complete_batch(data: Data, item: PlanItem) -> Data:
+    """``data`` (built from ``item``'s seeds) finished for its task: the item's own fields (:attr:`PlanItem.task_fields`,
+    e.g. a link batch's supervision edges; CPU tensors) on the batch's device, the int64 ones in one pinned transfer,
+    and ``batch_size`` set to the item's (:attr:`PlanItem.task_batch_size`)."""
+    fields = dict(item.task_fields)
+    if not fields:
+        return data
+    device = data.n_id.device
+    if device.type == "cuda":
+        ints = [k for k, v in fields.items() if v.dtype == torch.int64]
+        for key, moved in zip(ints, to_device_packed([fields[k] for k in ints], device)):
+            fields[key] = moved
+        for key in set(fields) - set(ints):
+            fields[key] = fields[key].pin_memory().to(device, non_blocking=True)
+    for key, value in fields.items():
+        data[key] = value
+    data.batch_size = item.task_batch_size
+    return data
 
 
 def to_device_packed(tensors: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:

@@ -27,7 +27,7 @@ host memory (the trainer moves it). Otherwise the whole batch is built on the GP
 * ``uva``/``gpu`` sampler: the seeds go to the GPU (pinned, non-blocking) and the CUDA kernel samples there,
   reading the topology the resources placed (registered host memory, or a GPU copy);
 * ``hybrid``/``auto``: each batch takes one of the two paths above (CPU threads, or the ``gpu`` kernel), where a
-  calibrated cost model expects it to finish first (:mod:`lightning_zerocopy.data.hybrid_sampling`); the batch is
+  calibrated cost model expects it to finish first (:mod:`lightning_zerocopy.sampling.hybrid.placement`); the batch is
   the same either way, and the gather below does not depend on where it was sampled;
 * ``gather="zerocopy"``: the resources' feature table reads the rows of ``n_id`` straight from the registered
   host feature table into the GPU (into ``out["x"]`` when that is a CUDA buffer: no host staging), serving the
@@ -62,11 +62,12 @@ from lightning_zerocopy.data.assemble import (
     StageMarks,
     assemble_on_gpu,
     assemble_on_host,
+    complete_batch,
     to_device_packed,
 )
-from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
+from lightning_zerocopy.cache.provider import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
-from lightning_zerocopy.data.hybrid_sampling import HybridSampling, cuda_usable, gpu_lane_placement
+from lightning_zerocopy.sampling.hybrid.placement import HybridSampling, cuda_usable, gpu_lane_placement
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import DeviceResources, HostData, resolve_cuda_device
 from lightning_zerocopy.gather.host_table import feature_dtype_of
@@ -80,7 +81,7 @@ from lightning_zerocopy.options import (
     check_count,
     check_fanouts,
 )
-from lightning_zerocopy.sampling.hybrid import HybridPolicy, HybridStats
+from lightning_zerocopy.sampling.hybrid.policy import HybridPolicy, HybridStats
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch, node_keyed_bound, sample_bound
 
 __all__ = [
@@ -132,7 +133,7 @@ class BatchBuilder:
             faster), ``"direct"`` (batch order) or ``"sorted"`` (address order).
         hot_rows: shorthand for ``cache=HotRowsCache(hot_rows)``: feature rows kept in GPU memory, the nodes
             that appear most often as in-neighbors. ``0`` = no cache. Needs ``gather="zerocopy"``.
-        cache: the GPU feature cache (a picklable :class:`~lightning_zerocopy.data.cache.FeatureCacheSpec`, e.g.
+        cache: the GPU feature cache (a picklable :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec`, e.g.
             a Strategy's replicated or sharded cache); not together with ``hot_rows``. Needs ``gather="zerocopy"``.
         device: CUDA device index that builds the batches; ``None`` = the device of the resources it is opened
             with (the current device of the process, by default).
@@ -443,8 +444,8 @@ class BatchBuilder:
             assert self._gpu is not None
             with torch.cuda.device(self._gpu.device):
                 data = assemble_on_gpu(self._host, self._gpu, sampled, out or {}, x_dtype, marks)
-                return sampled.item.complete(data)
-        return sampled.item.complete(assemble_on_host(self._host, sampled, out or {}, x_dtype, marks))
+                return complete_batch(data, sampled.item)
+        return complete_batch(assemble_on_host(self._host, sampled, out or {}, x_dtype, marks), sampled.item)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -41,20 +41,20 @@ from typing_extensions import override
 
 from lightning_zerocopy.data.assemble import move_batch
 from lightning_zerocopy.data.batch import BatchBuilder
-from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
+from lightning_zerocopy.cache.provider import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX, ResolvedGpuOptions, check_gpu_options, resolve_gpu_options
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory, attach_consumers
-from lightning_zerocopy.data.host import (
+from lightning_zerocopy.data.host.share import (
     build_node_order_cache,
     exchange_handles,
     feature_cache_dir,
     feature_file,
     node_order_cache_dir,
 )
-from lightning_zerocopy.data.host_copy import HostCopyBuilder
+from lightning_zerocopy.data.host.builder import HostCopyBuilder
 from lightning_zerocopy.data.loader import PlanLoader
-from lightning_zerocopy.data.plan import BatchPlan
+from lightning_zerocopy.data.plan import SPLIT_STREAMS, BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
@@ -77,7 +77,6 @@ __all__ = ["GatherChoice", "HostMemoryConsumer", "LoaderFactory", "Split", "Zero
 
 Split = Literal["train", "val", "test", "predict"]
 _KEY = KEY_PREFIX  # how errors name this class's arguments: the recipe's YAML keys
-_STREAMS = {"train": 0, "val": 1, "test": 2, "predict": 3}
 
 
 class ZeroCopyDataModule(pl.LightningDataModule):
@@ -342,7 +341,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             seed=self.seed,
             rank=rank,
             world_size=world_size,
-            stream=_STREAMS[split],
+            stream=SPLIT_STREAMS[split],
             sampler_seed=self._sampler_seed(split),
         )
 
@@ -382,7 +381,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         """Serve feature rows from the GPU cache ``spec`` describes, in every process that builds batches.
 
         The extension point for cache providers (e.g. a Strategy's replicated or sharded hot rows): ``spec`` is a
-        picklable, hashable :class:`~lightning_zerocopy.data.cache.FeatureCacheSpec`; each process's
+        picklable, hashable :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec`; each process's
         :class:`~lightning_zerocopy.data.resources.DeviceResources` opens it once. Call it before ``setup``, or
         during it from a :class:`HostMemoryConsumer`'s ``attach_host_memory`` (the strategy's runs first, before any
         callback hands builders to a worker; a cache built from the host memory, like ZeroCopyDDPStrategy's, can

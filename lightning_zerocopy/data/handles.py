@@ -1,6 +1,6 @@
 """Picklable names of a dataset's shared host memory (no data): what every process opens a batch path from.
 
-:func:`~lightning_zerocopy.data.host.share_node_data` creates them; :class:`~lightning_zerocopy.data.resources.HostData`
+:func:`~lightning_zerocopy.data.host.share.share_node_data` creates them; :class:`~lightning_zerocopy.data.resources.HostData`
 maps them; they pickle to any local process (a pipeline worker, a DDP rank).
 """
 

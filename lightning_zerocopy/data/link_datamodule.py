@@ -5,7 +5,7 @@ loaders, pipeline hook, feature cache, GPU options) whose plans are
 :class:`~lightning_zerocopy.data.link_plan.LinkBatchPlan`: a plan item's seeds are the endpoints of its supervision
 edges and negatives, so the sampler, the gather, the pipeline worker, the DDP strategy and the telemetry build and
 move link batches without knowing the task. Only the plan and the host copy's split tensors differ
-(:mod:`~lightning_zerocopy.data.link_host`).
+(:mod:`~lightning_zerocopy.data.host.links`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 import torch
 
-from lightning_zerocopy.data.datamodule import _KEY, _STREAMS, Split, ZeroCopyDataModule
+from lightning_zerocopy.data.datamodule import Split, ZeroCopyDataModule
+from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.link_host import LinkHostCopyBuilder, link_splits
+from lightning_zerocopy.data.host.links import LinkHostCopyBuilder, link_splits
 from lightning_zerocopy.data.link_plan import LinkBatchPlan
+from lightning_zerocopy.data.plan import SPLIT_STREAMS
 from lightning_zerocopy.data.negatives import NegativeDraws, NegativeSampling, parse_neg_sampling
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkDataset, LinkSplit
 from lightning_zerocopy.options import (
@@ -31,6 +33,8 @@ from lightning_zerocopy.options import (
 )
 
 __all__ = ["ZeroCopyLinkDataModule"]
+
+_KEY = KEY_PREFIX  # how errors name this class's arguments: the recipe's YAML keys
 
 
 class ZeroCopyLinkDataModule(ZeroCopyDataModule):
@@ -176,7 +180,7 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
             seed=self.seed,
             rank=rank,
             world_size=world_size,
-            stream=_STREAMS[split],
+            stream=SPLIT_STREAMS[split],
             sampler_seed=self._sampler_seed(split),
             split=name,
         )

@@ -6,8 +6,8 @@ of edges into node seeds: the negatives (drawn from the batch seed's counter-bas
 :mod:`~lightning_zerocopy.data.negatives`, or the split's fixed ones), and PyG ``LinkNeighborLoader``'s bookkeeping.
 ``item(epoch, step)`` returns a :class:`LinkPlanItem`: a :class:`~lightning_zerocopy.data.plan.PlanItem` whose
 ``seed_ids`` are the unique endpoints of the batch's positives and negatives (sorted, as PyG's ``unique``), so the
-batch builder samples and gathers exactly as for nodes; :meth:`LinkPlanItem.complete` then attaches the link
-fields to the built batch (on its device):
+batch builder samples and gathers exactly as for nodes, then attaches the item's link fields
+(:attr:`LinkPlanItem.task_fields`) to the built batch, on its device:
 
 * binary (and no negatives): ``edge_label_index`` ``[2, B + N]`` local ids, positives first; ``edge_label``
   ``[B + N]`` (the split's labels, or 1, then 0 for the negatives; labels holding a 0 are shifted by one, as PyG
@@ -25,9 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 import torch
-from torch_geometric.data import Data
 
-from lightning_zerocopy.data.assemble import to_device_packed
 from lightning_zerocopy.data.negatives import NegativeDraws
 from lightning_zerocopy.data.plan import BatchPlan, PlanItem, derive_seed
 
@@ -46,20 +44,15 @@ class LinkPlanItem(PlanItem):
     num_positives: int = 0
     link_fields: dict[str, torch.Tensor] = field(default_factory=dict)
 
-    def complete(self, data: Data) -> Data:
-        """``data`` (built from this item's seeds) with the link fields on its device, ``batch_size = B``."""
-        device = data.n_id.device
-        fields = dict(self.link_fields)
-        if device.type == "cuda":
-            ints = [k for k, v in fields.items() if v.dtype == torch.int64]
-            for key, moved in zip(ints, to_device_packed([fields[k] for k in ints], device)):
-                fields[key] = moved
-            for key in set(fields) - set(ints):
-                fields[key] = fields[key].pin_memory().to(device, non_blocking=True)
-        for key, value in fields.items():
-            data[key] = value
-        data.batch_size = self.num_positives
-        return data
+    @property
+    def task_fields(self) -> dict[str, torch.Tensor]:
+        """The link fields (``edge_label_index``...), CPU; the builder moves them to the batch's device."""
+        return self.link_fields
+
+    @property
+    def task_batch_size(self) -> int:
+        """``B``: the batch's ``batch_size`` is its positive edges."""
+        return self.num_positives
 
 
 class LinkBatchPlan:

@@ -21,6 +21,10 @@ import torch
 
 _MASK64 = (1 << 64) - 1
 
+#: The random stream of each split's plan (:class:`BatchPlan`'s ``stream``), so that plans sharing a seed draw
+#: different batches; the same for node and link plans.
+SPLIT_STREAMS: dict[str, int] = {"train": 0, "val": 1, "test": 2, "predict": 3}
+
 
 def _splitmix64(x: int) -> int:
     x = (x + 0x9E3779B97F4A7C15) & _MASK64
@@ -62,10 +66,17 @@ class PlanItem:
         """Seed nodes of the batch (what the sampler starts from)."""
         return int(self.seed_ids.numel())
 
-    def complete(self, data: Any) -> Any:
-        """The batch built from this item, finished for its task: node batches are complete as built (a link item,
-        :class:`~lightning_zerocopy.data.link_plan.LinkPlanItem`, adds its supervision edges here)."""
-        return data
+    @property
+    def task_fields(self) -> dict[str, torch.Tensor]:
+        """The batch's fields besides the sampled subgraph's, as CPU tensors: none for a node batch (a link item,
+        :class:`~lightning_zerocopy.data.link_plan.LinkPlanItem`, has its supervision edges); the builder moves
+        them to the batch's device (:func:`~lightning_zerocopy.data.assemble.complete_batch`)."""
+        return {}
+
+    @property
+    def task_batch_size(self) -> int:
+        """The built batch's ``batch_size``: its seed nodes (a link item: its positive edges)."""
+        return self.batch_size
 
 
 class BatchPlan:

@@ -9,7 +9,7 @@
 ``labels()``                    a compact integer copy of the labels on the GPU
 ``node_order()``                the internal -> original id map on the GPU (node-ordered host memory only)
 ``feature_table(cache, mode)``  the zero-copy gather path for the features; ``cache`` is a
-                                :class:`~lightning_zerocopy.data.cache.FeatureCacheSpec` (e.g. hot rows)
+                                :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec` (e.g. hot rows)
 ``edge_attr_table()``           the zero-copy gather path for edge features
 ==============================  =========================================================================
 
@@ -27,7 +27,7 @@ from typing import Any, Callable, Hashable, Optional, Union
 
 import torch
 
-from lightning_zerocopy.data.cache import CacheContext, FeatureCacheSpec, FeatureGather, plain_feature_table
+from lightning_zerocopy.cache.provider import CacheContext, FeatureCacheSpec, FeatureGather, plain_feature_table
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.gather.host_table import HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph
@@ -237,7 +237,7 @@ class DeviceResources:
         One table per ``(cache, mode)``, shared by every caller; the host table is registered once.
 
         Args:
-            cache: a cache spec (e.g. :class:`~lightning_zerocopy.data.cache.HotRowsCache`), or ``None``.
+            cache: a cache spec (e.g. :class:`~lightning_zerocopy.cache.provider.HotRowsCache`), or ``None``.
             mode: the read order (``auto``/``direct``/``sorted``).
         """
         check_choice(mode, GatherMode, "mode")

@@ -7,7 +7,10 @@
   with a side CUDA stream;
 * :mod:`.mps` — the CUDA MPS control daemon and its supervisor; :mod:`.mps_launcher` — starting it for a job
   before CUDA (and the command-line launcher); :mod:`.cuda_probe` — has this process initialized the driver?
-* :mod:`.sm_share` — green-context streams: an SM share for the in-process producer.
+* :mod:`.sm_share` — green-context streams: an SM share for the in-process producer;
+* :mod:`.share_choice` / :mod:`.share_auto` — the worker's MPS share: the rule, and one worker per share of the
+  ladder while training chooses one;
+* :mod:`.session` — the producers of one trainer run (what ``PipelineCallback`` delegates to).
 
 Importing this package starts nothing (no process, no daemon, no CUDA context) and imports neither PyG nor the
 CUDA-initializing parts of the stack: ``import torch_geometric`` initializes the CUDA driver, after which a
@@ -36,6 +39,7 @@ _LAZY = {
     "SlotRing": "lightning_zerocopy.pipeline.slots",
     "capacity_bound": "lightning_zerocopy.pipeline.slots",
     "BatchSource": "lightning_zerocopy.pipeline.source",
+    "PipelineSession": "lightning_zerocopy.pipeline.session",
 }
 
 __all__ = [*_LAZY, "start_pipeline"]

@@ -26,7 +26,7 @@ from lightning_zerocopy.options import check_depth
 from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing
 from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
 from lightning_zerocopy.pipeline.stage_times import BuildStages, StageTotals
-from lightning_zerocopy.sampling.hybrid import HybridStats
+from lightning_zerocopy.sampling.hybrid.policy import HybridStats
 
 
 class PipelineError(RuntimeError):

@@ -1,8 +1,9 @@
 """Starting MPS for a job before CUDA: the trainer's share and the worker's, and the command-line launcher.
 
 ``python -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent X -- COMMAND`` runs :func:`launch`; the
-``lightning-zerocopy`` command calls :func:`start_for_trainer` before it imports anything that loads PyG.
-The daemon itself (start, join, supervisor) is :mod:`lightning_zerocopy.pipeline.mps`. Standard library only.
+``lightning-zerocopy`` command calls :func:`start_for_trainer` before it imports anything that loads PyG; the pipeline
+callback joins that daemon when the run is set up (:func:`join_for_trainer`). The daemon itself (start, join,
+supervisor) is :mod:`lightning_zerocopy.pipeline.mps`. Standard library only at import.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Optional
 from lightning_zerocopy.pipeline import mps
 from lightning_zerocopy.pipeline.mps import MPSDaemon
 
-__all__ = ["DEFAULT_WORKER_SM_PERCENT", "WORKER_PERCENT_ENV", "launch", "start_for_trainer"]
+__all__ = ["DEFAULT_WORKER_SM_PERCENT", "WORKER_PERCENT_ENV", "join_for_trainer", "launch", "start_for_trainer"]
 
 #: The pipeline worker's share of SMs when none is given (the fastest in ``benchmarks/micro/pipeline.py``, see ``docs/BENCHMARK_NOTES.md``).
 DEFAULT_WORKER_SM_PERCENT = 10
@@ -33,6 +34,41 @@ def start_for_trainer(worker_percent: int = DEFAULT_WORKER_SM_PERCENT) -> Option
         os.environ[mps.PERCENT_ENV] = str(100 - worker_percent)
         os.environ[WORKER_PERCENT_ENV] = str(worker_percent)
     return daemon
+
+
+def join_for_trainer(worker_percent: int, asked_percent: object = None) -> Optional[MPSDaemon]:
+    """Join this job's daemon (started by the ``lightning-zerocopy`` command, the launcher or a parent rank), or start
+    one while this process has not initialized CUDA yet; otherwise warn once
+    (:class:`~lightning_zerocopy.pipeline.mps.MPSUnavailableWarning`) and return ``None``: the run goes on without
+    MPS, since a process that initialized CUDA first can no longer become a client.
+
+    Args:
+        worker_percent: the pipeline worker's share of the SMs (the trainer gets the rest) when a daemon starts here.
+        asked_percent: the share as the user wrote it (``"auto"``), for the warning's launcher command.
+    """
+    import warnings
+
+    if mps.found_unavailable():  # the command (or an earlier call) tried and warned why
+        return None
+    launched = os.environ.get(mps.ROOT_ENV) is not None  # by the command, the launcher or a parent rank
+    if not launched:
+        import torch
+
+        if torch.cuda.is_initialized() or mps.cuda_driver_initialized():
+            warnings.warn(
+                "PipelineCallback(mps=True) found no MPS daemon of this job, and this process has initialized CUDA "
+                "already (importing torch_geometric does), so the trainer can no longer become an MPS client; "
+                "running without MPS. Start the job with the `lightning-zerocopy` command (it starts MPS before "
+                "loading the recipe's classes), through `python -m lightning_zerocopy.pipeline.mps_launcher "
+                f"--worker-sm-percent {worker_percent if asked_percent is None else asked_percent} -- ...`, or call "
+                "lightning_zerocopy.pipeline.mps_launcher.start_for_trainer() before anything touches CUDA.",
+                mps.MPSUnavailableWarning,
+                stacklevel=4,
+            )
+            return None
+    # joins the daemon of the command, the launcher or a parent rank; or starts one, and then this process's CUDA
+    # context (created later by the Trainer) and DDP ranks started later get 100 - worker_percent %
+    return start_for_trainer(worker_percent)
 
 
 def launch(argv: list[str]) -> None:

@@ -52,7 +52,7 @@ local CUDA event it polls. Neither side ever touches a slot the other owns, and 
 are needed (those are backed by files in ``/dev/shm`` that the driver can leave behind).
 
 Feature-cache counters (``report_cache``, set by the worker process): the GPU feature caches a worker opens
-(:func:`~lightning_zerocopy.strategies.cache_spec.process_cache_counts`) count their local / peer / host rows on the
+(:func:`~lightning_zerocopy.cache.sharded_provider.process_cache_counts`) count their local / peer / host rows on the
 GPU, in the worker, where the trainer's :class:`~lightning_zerocopy.callbacks.DataTelemetry` cannot read them. The
 producer reads them where it synchronizes its stream anyway, just before it announces a ready slot: at the last
 batch of an iteration and every :data:`CACHE_REPORT_EVERY` batches (the counters are written by the gathers on that
@@ -501,9 +501,9 @@ def _h2d_bandwidth(device: torch.device) -> Optional[float]:
 def _process_cache_counts() -> Optional[tuple[int, int, int, int]]:
     """``(local, peer, host, row_bytes)`` of the feature caches open in this process, or ``None``.
 
-    Caches are tracked by :mod:`lightning_zerocopy.strategies.cache_spec`, which a builder carrying one imports when
+    Caches are tracked by :mod:`lightning_zerocopy.cache.sharded_provider`, which a builder carrying one imports when
     it is unpickled; if that module was never imported here, no cache is open (and the strategies package, which
     imports Lightning, is not imported for nothing).
     """
-    module = sys.modules.get("lightning_zerocopy.strategies.cache_spec")
+    module = sys.modules.get("lightning_zerocopy.cache.sharded_provider")
     return None if module is None else module.process_cache_counts()

@@ -2,7 +2,7 @@
 hybrid CPU/GPU placement of each batch's sampling (cost model + dispatcher)."""
 
 from lightning_zerocopy.sampling.cost_model import LinearCostModel, SampleSizeEstimator, expected_sample_edges
-from lightning_zerocopy.sampling.hybrid import Dispatch, HybridDispatcher, HybridPolicy, HybridStats
+from lightning_zerocopy.sampling.hybrid.policy import Dispatch, HybridDispatcher, HybridPolicy, HybridStats
 from lightning_zerocopy.sampling.neighbor_sampler import (
     CSCLike,
     NeighborSampler,

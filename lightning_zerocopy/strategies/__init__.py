@@ -4,9 +4,9 @@ Importing this package registers ``zerocopy_ddp`` in Lightning's strategy regist
 zerocopy_ddp`` works in a recipe); it starts nothing.
 """
 
-from lightning_zerocopy.strategies.budget import BudgetSpec, parse_budget, resolve_budget
+from lightning_zerocopy.cache.budget import BudgetSpec, parse_budget, resolve_budget
 from lightning_zerocopy.strategies.liveness import PeerRankExited
-from lightning_zerocopy.strategies.topology import choose_layout, find_cliques
+from lightning_zerocopy.cache.cliques import choose_layout, find_cliques
 from lightning_zerocopy.strategies.zerocopy_ddp import ZeroCopyDDPStrategy
 
 __all__ = [

@@ -19,9 +19,9 @@ from lightning_fabric.utilities.distributed import _set_num_threads_if_needed
 from pytorch_lightning.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from typing_extensions import override
 
-from lightning_zerocopy.strategies.liveness import LAUNCHER_ENV
+from lightning_zerocopy.strategies.liveness import LAUNCHER_ENV, RankLiveness, launch_watch
 
-__all__ = ["ZeroCopyScriptLauncher"]
+__all__ = ["ZeroCopyScriptLauncher", "watch_launch", "with_rank_watch"]
 
 
 class ZeroCopyScriptLauncher(_SubprocessScriptLauncher):
@@ -43,3 +43,24 @@ class ZeroCopyScriptLauncher(_SubprocessScriptLauncher):
         """``(global rank, pid)`` of each rank this process started (empty in a rank it started)."""
         base = self.cluster_environment.node_rank() * self.num_processes
         return [(base + local_rank, proc.pid) for local_rank, proc in enumerate(getattr(self, "procs", []), start=1)]
+
+
+def with_rank_watch(launcher: Any, cluster_environment: Any, num_processes: int, num_nodes: int) -> Any:
+    """``launcher`` as the strategy uses it with a liveness watch: Lightning's ``popen`` launcher replaced by a
+    :class:`ZeroCopyScriptLauncher` (any other launcher as it is)."""
+    if isinstance(launcher, _SubprocessScriptLauncher) and not isinstance(launcher, ZeroCopyScriptLauncher):
+        return ZeroCopyScriptLauncher(cluster_environment, num_processes, num_nodes)
+    return launcher
+
+
+def watch_launch(
+    launcher: Any, cluster_environment: Any, num_processes: int, interval: float
+) -> Optional[RankLiveness]:
+    """The ranks this process launched, or its launcher, watched from before the rendezvous (see
+    :func:`~lightning_zerocopy.strategies.liveness.launch_watch`); ``None`` with ``interval`` 0 or nothing to
+    watch."""
+    if interval <= 0 or cluster_environment is None:
+        return None
+    rank = cluster_environment.node_rank() * num_processes + cluster_environment.local_rank()
+    launched = launcher.launched() if isinstance(launcher, ZeroCopyScriptLauncher) else []
+    return launch_watch(rank, launched, interval=interval)

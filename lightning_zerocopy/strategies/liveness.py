@@ -44,6 +44,9 @@ __all__ = [
     "is_interrupt",
     "launch_watch",
     "process_alive",
+    "stop_watch",
+    "trainer_interrupted",
+    "watch_ranks",
 ]
 
 _SIGNAL = signal.SIGUSR2  # Lightning uses SIGUSR1 (SLURM requeue) and SIGTERM
@@ -380,3 +383,62 @@ def forget_launch_watch(watch: RankLiveness) -> None:
     global _LAUNCH_WATCH
     if _LAUNCH_WATCH is watch:
         _LAUNCH_WATCH = None
+
+
+def watch_ranks(
+    watch: Optional[RankLiveness], rank: int, world_size: int, interval: float, stopping: Callable[[], bool]
+) -> RankLiveness:
+    """Once the process group exists: every rank's :class:`RankInfo` exchanged, and the other ranks of this machine
+    watched, by ``watch`` (the launch's, switched over to them) or by a new watch. A collective; call from the main
+    thread.
+
+    Args:
+        watch: the watch :func:`launch_watch` started in this process, or ``None``.
+        rank, world_size: this rank and the job's ranks (the default process group's).
+        interval: seconds between polls.
+        stopping: whether this rank is already stopping on an exception of its own (see :class:`RankLiveness`).
+    """
+    import torch.distributed as dist
+
+    me = RankInfo.here(rank)
+    ranks: list[Any] = [None] * world_size
+    dist.all_gather_object(ranks, me)
+    store = _default_store()
+    if watch is None:
+        watch = RankLiveness(me, ranks, interval=interval, store=store, stopping=stopping)
+    else:
+        watch.watch(ranks, store=store, stopping=stopping, me=me)
+    watch.start()
+    return watch
+
+
+def stop_watch(watch: RankLiveness, exception: Optional[BaseException] = None) -> None:
+    """Stop ``watch`` for good. On ``exception`` (this rank is failing): first leave its exit note, so the other
+    ranks' errors name this rank's cause (or its interrupt); then stop; then explain the exception by the rank that
+    went away when a collective's error names none."""
+    if exception is not None:
+        watch.announce(exception)
+    watch.stop()
+    forget_launch_watch(watch)
+    if exception is not None:
+        watch.explain(exception)
+
+
+def trainer_interrupted(strategy: Any) -> bool:
+    """Whether Lightning is handling an exception of the rank ``strategy`` runs (the trainer's status is
+    ``INTERRUPTED``, set before any ``on_exception``): a ``stopping`` for :func:`watch_ranks`."""
+    from pytorch_lightning.trainer.states import TrainerStatus
+
+    module = strategy.lightning_module
+    trainer = getattr(module, "_trainer", None) if module is not None else None
+    return trainer is not None and trainer.state.status == TrainerStatus.INTERRUPTED
+
+
+def _default_store() -> Any:
+    """The default process group's key-value store, for the watch's exit notes (``None`` if unavailable)."""
+    import torch.distributed as dist
+
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - a torch without it: the watch still names a gone rank, without its cause
+        return None

@@ -9,7 +9,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from helpers import RecordBatches
-from link_helpers import PyGLinkModule, TinyLinkGraph
+from helpers.link import PyGLinkModule, TinyLinkGraph
 from pytorch_lightning.callbacks import Callback
 
 from lightning_zerocopy import ZeroCopyLinkDataModule

@@ -248,7 +248,7 @@ def test_auto_mode_is_the_measured_fastest_for_the_setup(monkeypatch):
 def test_ctrl_c_in_the_trainer_stops_the_worker_and_leaks_nothing(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "pipeline_fit_script.py"), str(tmp_path / "cache")],
+        [sys.executable, str(HERE.parent / "scripts" / "pipeline_fit_script.py"), str(tmp_path / "cache")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -37,7 +37,7 @@ trainer:
     - class_path: lightning_zerocopy.callbacks.PipelineCallback
       init_args: {{mode: worker, depth: 2, mps: {mps}, worker_sm_percent: 50}}
     - class_path: lightning_zerocopy.callbacks.DataTelemetry
-    - class_path: cli_probe.ReportAndDawdle
+    - class_path: helpers.cli_probe.ReportAndDawdle
 data:
   class_path: lightning_zerocopy.ZeroCopyDataModule
   init_args:

@@ -99,7 +99,7 @@ def test_cache_figures_per_epoch_from_the_datamodule() -> None:
     and host GB/s."""
     from types import SimpleNamespace
 
-    from lightning_zerocopy.gather.feature_cache import CacheCounts
+    from lightning_zerocopy.cache.segmented import CacheCounts
 
     readings = iter([CacheCounts(10, 0, 5), CacheCounts(40, 10, 25)])
     strategy = SimpleNamespace(cache_counts=lambda: next(readings), cache_row_bytes=16)
@@ -186,7 +186,7 @@ def test_cache_figures_sum_the_trainer_process_and_the_pipeline_worker_each_once
     from types import SimpleNamespace
 
     from lightning_zerocopy.callbacks import PipelineCallback
-    from lightning_zerocopy.gather.feature_cache import CacheCounts
+    from lightning_zerocopy.cache.segmented import CacheCounts
     from lightning_zerocopy.pipeline.client import CacheReport, PipelineStats
 
     readings = iter([CacheCounts(10, 0, 5), CacheCounts(12, 0, 6), CacheCounts(12, 0, 6), CacheCounts(12, 0, 6)])
@@ -222,7 +222,7 @@ def test_two_ranks_log_job_wide_epoch_figures_without_sync_dist_warnings(tmp_pat
     import sys
     from pathlib import Path
 
-    script = Path(__file__).with_name("telemetry_ddp_script.py")
+    script = Path(__file__).parents[1] / "scripts" / "telemetry_ddp_script.py"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -10,7 +10,7 @@ import torch
 
 from lightning_zerocopy.data.batch import BatchBuilder, max_sampled_nodes
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.host import share_node_data
+from lightning_zerocopy.data.host.share import share_node_data
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.datasets.base import NodeData
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).with_name("ddp_script.py")
+SCRIPT = Path(__file__).parents[1] / "scripts" / "ddp_script.py"
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.models import GraphSAGE
 
-SCRIPT = Path(__file__).with_name("eval_ddp_script.py")
+SCRIPT = Path(__file__).parents[1] / "scripts" / "eval_ddp_script.py"
 
 
 def _seed_logits(dm: ZeroCopyDataModule, model: torch.nn.Module, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,7 +27,7 @@ from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.graph.reorder import most_frequent_neighbors
-from lightning_zerocopy.data.host import share_node_data
+from lightning_zerocopy.data.host.share import share_node_data
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.datasets.base import NodeData

@@ -14,7 +14,7 @@ from test_gpu_data_path import SAGE, _assert_same_batch, _datamodule, _graph, _i
 
 import lightning_zerocopy.data.batch as batch_module
 from lightning_zerocopy.data.batch import BatchBuilder
-from lightning_zerocopy.data.host import share_node_data
+from lightning_zerocopy.data.host.share import share_node_data
 
 NO_CUDA = not torch.cuda.is_available()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from link_helpers import PyGLinkModule, TinyLinkGraph, auroc
+from helpers.link import PyGLinkModule, TinyLinkGraph, auroc
 
 from lightning_zerocopy import ZeroCopyLinkDataModule
 from lightning_zerocopy.data.link_plan import LinkBatchPlan

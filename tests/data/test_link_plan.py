@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from link_helpers import TinyLinkGraph
+from helpers.link import TinyLinkGraph
 
 from lightning_zerocopy import ZeroCopyLinkDataModule
 from lightning_zerocopy.data.link_plan import LinkBatchPlan

@@ -19,11 +19,11 @@ from pytorch_lightning.callbacks import Callback
 from torch_geometric.data import Data
 from torch_geometric.nn import SAGEConv
 
-import lightning_zerocopy.data.host as host_module
+import lightning_zerocopy.data.host.share as host_module
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.host import build_node_order_cache, node_order_cache_dir, share_node_data, shared_node_order
+from lightning_zerocopy.data.host.share import build_node_order_cache, node_order_cache_dir, share_node_data, shared_node_order
 from lightning_zerocopy.data.plan import BatchPlan, PlanItem
 from lightning_zerocopy.datasets import PyGNodeDataset, SyntheticGraph
 from lightning_zerocopy.datasets.base import NodeData

@@ -12,8 +12,8 @@ from helpers import random_node_data
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.data.batch import BatchBuilder
-from lightning_zerocopy.data.cache import CacheContext, FeatureCacheSpec, HotRowsCache, plain_feature_table
-from lightning_zerocopy.data.host import share_node_data
+from lightning_zerocopy.cache.provider import CacheContext, FeatureCacheSpec, HotRowsCache, plain_feature_table
+from lightning_zerocopy.data.host.share import share_node_data
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources, ResourceScope
 from lightning_zerocopy.datasets import SyntheticGraph

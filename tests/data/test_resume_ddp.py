@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).with_name("resume_ddp_script.py")
+SCRIPT = Path(__file__).parents[1] / "scripts" / "resume_ddp_script.py"
 
 
 def _fit(tmp_path: Path, name: str, devices: int, max_epochs: int, ckpt: Path | None = None) -> list[dict]:

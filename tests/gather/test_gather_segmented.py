@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lightning_zerocopy import ops
-from lightning_zerocopy.gather.cache_plan import CachePlan
+from lightning_zerocopy.cache.plan import CachePlan
 
 
 def reference_gather(table, ids, location, slot_bits, segments):

@@ -27,11 +27,11 @@ if child == 0:
 print("READY", child or "", flush=True); time.sleep(60)
 """
 
-# the DataModule's step 1 (data/host.py): graph, labels, splits and features in named segments, not unlinked yet
+# the DataModule's step 1 (data/host/share.py): graph, labels, splits and features in named segments, not unlinked yet
 _SHARE_NODE_DATA = """
 import time
 from helpers import random_node_data
-from lightning_zerocopy.data.host import share_node_data
+from lightning_zerocopy.data.host.share import share_node_data
 handles = share_node_data(random_node_data(500, 3000, 8, seed=0, train=300, val=100))
 print("READY", flush=True); time.sleep(60)
 """

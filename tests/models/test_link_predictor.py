@@ -9,14 +9,14 @@ from types import SimpleNamespace
 import pytest
 import pytorch_lightning as pl
 import torch
-from link_helpers import TinyLinkGraph
+from helpers.link import TinyLinkGraph
 from torch_geometric.data import Data
 from torch_geometric.nn import SAGEConv
 
 from lightning_zerocopy import ZeroCopyLinkDataModule
 from lightning_zerocopy.models import LinkMetrics, LinkPredictor, PoolHitsAtK
 from lightning_zerocopy.models.link_predictor import batch_mode, num_positives
-from link_batches import eval_batches, link_batch, planted_graph, random_negatives, train_batches
+from helpers.link_batches import eval_batches, link_batch, planted_graph, random_negatives, train_batches
 
 
 class _Loader:

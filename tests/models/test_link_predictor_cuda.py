@@ -10,7 +10,7 @@ import torch
 from lightning_zerocopy.models import LinkPredictor
 
 from helpers import sync_warnings
-from link_batches import planted_graph, train_batches
+from helpers.link_batches import planted_graph, train_batches
 
 
 @pytest.mark.cuda

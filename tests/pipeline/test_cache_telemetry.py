@@ -2,7 +2,7 @@
 row counts through the pipeline's stats; an in-process producer's caches are the trainer process's own (read by
 the strategy) and are not reported a second time.
 
-The GPU cache is replaced by a CPU fake tracked like the strategy's caches (``pipeline_fakes.FakeRowCache``).
+The GPU cache is replaced by a CPU fake tracked like the strategy's caches (``helpers.pipeline_fakes.FakeRowCache``).
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from __future__ import annotations
 import pytest
 import pytorch_lightning as pl
 import torch
-from pipeline_fakes import CachedSource
+from helpers.pipeline_fakes import CachedSource
 from pytorch_lightning.strategies import SingleDeviceStrategy
 
 from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
 from lightning_zerocopy.pipeline import start_pipeline
 from lightning_zerocopy.pipeline.loader import PipelineLoader
 from lightning_zerocopy.pipeline.producer import CACHE_REPORT_EVERY
-from lightning_zerocopy.strategies.cache_spec import open_cache_counts
+from lightning_zerocopy.cache.sharded_provider import open_cache_counts
 
 
 def _rows(report) -> tuple[int, int, int]:

@@ -4,7 +4,7 @@ placement reaches the trainer's stats, a sampling thread's error is raised in th
 from __future__ import annotations
 
 import pytest
-from pipeline_fakes import HybridSource
+from helpers.pipeline_fakes import HybridSource
 from test_worker import _assert_same
 
 from lightning_zerocopy.pipeline import PipelineError, start_pipeline

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from pipeline_fakes import FakeSource
+from helpers.pipeline_fakes import FakeSource
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.data.handles import HostGraphHandles
@@ -100,7 +100,7 @@ def test_under_mps_ipc_works_and_the_worker_share_takes_effect():
     env = {k: v for k, v in os.environ.items() if k not in (mps.ROOT_ENV, mps.PIPE_ENV, mps.LOG_ENV, mps.PERCENT_ENV)}
     launcher = [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", "50", "--"]
     proc = subprocess.run(
-        [*launcher, sys.executable, str(HERE / "mps_cuda_script.py"), "10"], capture_output=True, text=True,
+        [*launcher, sys.executable, str(HERE.parent / "scripts" / "mps_cuda_script.py"), "10"], capture_output=True, text=True,
         timeout=300, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -134,7 +134,7 @@ def test_under_mps_ipc_works_and_the_worker_share_takes_effect():
 _IPC_EXIT_SCRIPT = """
 import sys, torch
 sys.path[:0] = [{here!r}, {tests!r}]
-from pipeline_fakes import FakeSource
+from helpers.pipeline_fakes import FakeSource
 from lightning_zerocopy.pipeline import start_pipeline
 
 if __name__ == "__main__":  # the worker is spawned: it imports this file again and must not run it

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pipeline_fakes import FakeSource
+from helpers.pipeline_fakes import FakeSource
 
 from lightning_zerocopy.pipeline import start_pipeline
 from lightning_zerocopy.pipeline.loader import PipelineLoader

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pipeline_fakes import FakeSource
+from helpers.pipeline_fakes import FakeSource
 from torch_geometric.data import Data
 
 from lightning_zerocopy.pipeline.slots import (

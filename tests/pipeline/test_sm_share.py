@@ -7,7 +7,7 @@ import threading
 
 import pytest
 import torch
-from pipeline_fakes import FakeSource, TwoStageSource, matmul_tflops
+from helpers.pipeline_fakes import FakeSource, TwoStageSource, matmul_tflops
 
 from lightning_zerocopy.callbacks import PipelineCallback
 from lightning_zerocopy.pipeline import start_pipeline

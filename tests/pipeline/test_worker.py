@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import process_gone, read_ready_line, wait_process_gone
-from pipeline_fakes import FakeSource, TwoStageSource
+from helpers.pipeline_fakes import FakeSource, TwoStageSource
 from torch_geometric.data import Data
 
 from lightning_zerocopy.pipeline import PipelineError, start_pipeline
@@ -182,7 +182,7 @@ _TRAINER_SCRIPT = textwrap.dedent(
     """
     import sys, time
     sys.path[:0] = [{here!r}, {tests!r}]
-    from pipeline_fakes import FakeSource
+    from helpers.pipeline_fakes import FakeSource
     from lightning_zerocopy.pipeline import start_pipeline
 
     if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Tests of :mod:`lightning_zerocopy.sampling.hybrid`: the placement policy against a fake clock and fake costs,
+"""Tests of :mod:`lightning_zerocopy.sampling.hybrid.policy`: the placement policy against a fake clock and fake costs,
 the threaded dispatcher's ordering, determinism and fault handling."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 from lightning_zerocopy.graph import CSCGraph
 from lightning_zerocopy.sampling import NeighborSampler
-from lightning_zerocopy.sampling.hybrid import HybridDispatcher, HybridPolicy
+from lightning_zerocopy.sampling.hybrid.policy import HybridDispatcher, HybridPolicy
 
 Cost = Callable[[str, float, int], float]  # (lane, size, batch index) -> seconds
 

@@ -164,20 +164,18 @@ def test_bounded_fanouts_beyond_the_lean_budget_equal_cpu(replace: bool) -> None
 
 @pytest.mark.parametrize("replace", [False, True])
 def test_lean_switch_off_takes_the_per_hop_path_with_the_same_sample(replace: bool) -> None:
-    """``_C.set_lean_sampler(False)`` (what benchmarks/micro/lean_sampler.py compares) sends bounded batches down the
+    """``ops.set_lean_sampler(False)`` (what benchmarks/micro/lean_sampler.py compares) sends bounded batches down the
     per-hop path; both give the CPU sample, and the switch returns its previous setting."""
-    from lightning_zerocopy import _C
-
     gen = torch.Generator().manual_seed(13)
     graph = cpu_tests.random_graph(50000, 500000, gen, torch.int64)
     seeds = cpu_tests.random_seeds(graph.num_nodes, 1024, gen)
     want = ops.sample_neighbors(graph.indptr, graph.indices, seeds, [15, 10, 5], replace, 7)
     with Placed(graph.indptr, graph.indices, "gpu") as placed:
-        assert _C.set_lean_sampler(False) is True
+        assert ops.set_lean_sampler(False) is True
         try:
             per_hop = sample_cuda(placed, seeds, [15, 10, 5], replace, 7)
         finally:
-            assert _C.set_lean_sampler(True) is False
+            assert ops.set_lean_sampler(True) is False
         lean = sample_cuda(placed, seeds, [15, 10, 5], replace, 7)
     cpu_tests.assert_same(per_hop, want)
     cpu_tests.assert_same(lean, want)

@@ -1,7 +1,7 @@
-"""The CUDA sampler's graph path (csrc/ops/cuda/sample_neighbors_lean_graph.cpp): lean batches of one shape are
+"""The CUDA sampler's graph path (csrc/ops/cuda/sample_neighbors/sample_neighbors_lean_graph.cpp): lean batches of one shape are
 captured in a CUDA graph the second time the shape is seen, and replayed from then on. Every replay must give the CPU sample bitwise, outputs must survive
-later replays, errors must still raise, and the switch and counters (``_C.set_sampler_graphs``,
-``_C.sampler_graph_stats``) must say what ran."""
+later replays, errors must still raise, and the switch and counters (``ops.set_sampler_graphs``,
+``ops.sampler_graph_stats``) must say what ran."""
 
 from __future__ import annotations
 
@@ -27,9 +27,7 @@ def graph():
 
 
 def _stats() -> dict:
-    from lightning_zerocopy import _C
-
-    return _C.sampler_graph_stats()
+    return ops.sampler_graph_stats()
 
 
 def _cpu(graph, seeds: torch.Tensor, fanouts, replace: bool, seed: int) -> ops.SampledSubgraph:
@@ -67,17 +65,15 @@ def test_outputs_survive_later_replays(graph) -> None:
 
 
 def test_switch_off_launches_directly_with_the_same_sample(graph) -> None:
-    from lightning_zerocopy import _C
-
     seeds = cpu_tests.random_seeds(graph.num_nodes, 700, torch.Generator().manual_seed(24))
     with cuda_tests.Placed(graph.indptr, graph.indices, "gpu") as placed:
-        assert _C.set_sampler_graphs(False) is True
+        assert ops.set_sampler_graphs(False) is True
         try:
             before = _stats()
             direct = cuda_tests.sample_cuda(placed, seeds, FANOUTS, False, 9)
             assert _stats()["replays"] == before["replays"] and _stats()["captures"] == before["captures"]
         finally:
-            assert _C.set_sampler_graphs(True) is False
+            assert ops.set_sampler_graphs(True) is False
         launched = cuda_tests.sample_cuda(placed, seeds, FANOUTS, False, 9)  # first sighting with graphs on
         replayed = cuda_tests.sample_cuda(placed, seeds, FANOUTS, False, 9)
         assert _stats()["replays"] == before["replays"] + 1

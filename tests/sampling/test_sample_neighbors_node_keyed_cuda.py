@@ -28,21 +28,17 @@ def _keyed_cpu(graph, seeds: torch.Tensor, fanouts, replace: bool, seed: int) ->
 
 
 class _Switches:
-    """``_C.set_lean_sampler`` / ``_C.set_sampler_graphs`` set for a block, restored after."""
+    """``ops.set_lean_sampler`` / ``ops.set_sampler_graphs`` set for a block, restored after."""
 
     def __init__(self, lean: bool, graphs: bool) -> None:
         self.lean, self.graphs = lean, graphs
 
     def __enter__(self) -> None:
-        from lightning_zerocopy import _C
-
-        self.old = (_C.set_lean_sampler(self.lean), _C.set_sampler_graphs(self.graphs))
+        self.old = (ops.set_lean_sampler(self.lean), ops.set_sampler_graphs(self.graphs))
 
     def __exit__(self, *exc) -> None:
-        from lightning_zerocopy import _C
-
-        _C.set_lean_sampler(self.old[0])
-        _C.set_sampler_graphs(self.old[1])
+        ops.set_lean_sampler(self.old[0])
+        ops.set_sampler_graphs(self.old[1])
 
 
 PATHS = {"per_hop": (False, False), "lean": (True, False), "lean_graph": (True, True)}

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import free_port
 
-SCRIPT = Path(__file__).with_name("link_ddp_script.py")
+SCRIPT = Path(__file__).parents[1] / "scripts" / "link_ddp_script.py"
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from helpers import free_port
 
-SCRIPT = Path(__file__).with_name("strategy_ddp_script.py")
+SCRIPT = Path(__file__).parents[1] / "scripts" / "strategy_ddp_script.py"
 
 
 def _shm() -> set[str]:

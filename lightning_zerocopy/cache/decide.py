@@ -1,0 +1,213 @@
+"""Deciding a rank's feature cache: budget -> rows per GPU, ranking -> hot order, topology -> layout -> plan.
+
+Everything here is a function of values every rank exchanges first (:class:`RankFacts`) and of the ranking's
+inputs (identical on every rank), so each rank computes the same :class:`CacheDecision` for its cache group without
+further communication; the strategy does the exchanging, the placing on the GPU and the releasing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
+
+import torch
+
+from lightning_zerocopy.cache.plan import CachePlan
+from lightning_zerocopy.cache.read_rates import ReadRates
+from lightning_zerocopy.cache.budget import format_bytes
+from lightning_zerocopy.cache.cost import compare_policies
+from lightning_zerocopy.cache.ranking import CacheScores, PriorWeightChoice
+from lightning_zerocopy.cache.cliques import Layout, choose_layout
+
+__all__ = ["CacheDecision", "RankFacts", "decide_cache", "needs_read_rates", "rows_per_gpu_of"]
+
+
+@dataclass(frozen=True)
+class RankFacts:
+    """What one rank tells the others before the cache is decided.
+
+    Attributes:
+        rank: global rank.
+        node_rank: the machine (Lightning's node rank).
+        local_rank: rank on the machine (its position in the machine's device list).
+        device: CUDA device index, or ``None`` on a CPU trainer.
+        budget_bytes: bytes this rank's GPU may cache.
+        peer_access: the machine's peer-access matrix over its ranks' devices (sent by local rank 0; ``None`` from
+            the others).
+    """
+
+    rank: int
+    node_rank: int
+    local_rank: int
+    device: Optional[int]
+    budget_bytes: int
+    peer_access: Optional[list[list[bool]]] = None
+
+
+@dataclass(frozen=True)
+class CacheDecision:
+    """A rank's cache: its group, its shard and the plan's rows (identical on every rank of the group).
+
+    Attributes:
+        layout: the machine's placement (policy, groups, note).
+        group: global ranks sharing this cache, in shard order.
+        shard_index: this rank's shard.
+        plan: the :class:`~lightning_zerocopy.cache.plan.CachePlan` (rows and their shards): the hottest
+            ``rows_per_gpu * len(group)`` rows dealt round-robin to the shards, or, when the group's GPUs hold the
+            whole table, every row in id order.
+        rows_per_gpu: rows one GPU's budget holds (the smallest budget of the job).
+        row_bytes: bytes of one feature row.
+        expected_hit_rate: the share of accesses the group's rows are expected to serve: for ``presample`` the
+            held-out hit rate of the chosen ranking (fitted on half of the presampled batches, judged on the other
+            half; see :class:`~lightning_zerocopy.cache.ranking.RankedRows`), for ``degree`` the share of
+            the degree scores the rows hold; 1 for the whole table.
+        whole_table: whether the group's GPUs hold every row.
+        in_sample_hit_rate: the share of the ranking's own counts the rows serve (optimistic for ``presample``).
+        prior_weight: the presample ranking's choice of the degree prior's weight (``None`` for ``degree`` or the
+            whole table).
+    """
+
+    layout: Layout
+    group: tuple[int, ...]
+    shard_index: int
+    plan: CachePlan = field(repr=False)
+    rows_per_gpu: int
+    row_bytes: int
+    expected_hit_rate: float
+    whole_table: bool
+    in_sample_hit_rate: float = math.nan
+    prior_weight: Optional[PriorWeightChoice] = field(default=None, repr=False)
+
+    @property
+    def num_shards(self) -> int:
+        return self.plan.num_shards
+
+    def summary(self) -> str:
+        """One line for the log."""
+        hit = "n/a" if math.isnan(self.expected_hit_rate) else f"{self.expected_hit_rate:.1%}"
+        what = "the whole feature table" if self.whole_table else f"{self.plan.num_cached} hot rows"
+        note = f" ({self.layout.note})" if self.layout.note else ""
+        how = ""
+        if self.prior_weight is not None:
+            in_sample = "n/a" if math.isnan(self.in_sample_hit_rate) else f"{self.in_sample_hit_rate:.1%}"
+            how = (
+                f" (held out; presampled counts + {self.prior_weight.final_weight:g} x degree prior, in-sample "
+                f"{in_sample})"
+            )
+        stored = max(self.plan.shard_sizes) if self.plan.num_shards else 0
+        return (
+            f"feature cache: {self.layout.policy}{note}; {what} over {self.num_shards} GPU(s), "
+            f"{stored} rows ({format_bytes(stored * self.row_bytes)}) per GPU of a "
+            f"{format_bytes(self.rows_per_gpu * self.row_bytes)} budget; expected hit rate {hit}{how}"
+        )
+
+
+def decide_cache(
+    me: int,
+    facts: Sequence[RankFacts],
+    scores: Union[CacheScores, torch.Tensor],
+    num_nodes: int,
+    row_bytes: int,
+    policy: str,
+    key: str = "cache_policy",
+    read_rates: Optional[dict[int, ReadRates]] = None,
+) -> CacheDecision:
+    """The cache of rank ``me`` from every rank's facts and the summed ranking scores.
+
+    Args:
+        me: global rank deciding.
+        facts: one entry per rank (any order).
+        scores: the ranking's inputs (identical on every rank): a
+            :class:`~lightning_zerocopy.cache.ranking.CacheScores`, or a ``[num_nodes]`` tensor of scores
+            ranked by themselves (ties by id). The number of rows the group caches is decided here and handed
+            to :meth:`~lightning_zerocopy.cache.ranking.CacheScores.rank`, whose choice depends on it.
+        num_nodes: rows of the feature table.
+        row_bytes: bytes per row.
+        policy: ``cache_policy``.
+        key: the option's name, for messages.
+        read_rates: the read rates each rank measured (by global rank; see :func:`needs_read_rates`): ``auto``
+            then picks the policy with the smaller expected read time on each machine.
+
+    Raises:
+        ValueError: an unknown policy, or a machine whose local rank 0 sent no peer-access matrix.
+    """
+    by_rank = {f.rank: f for f in facts}
+    mine = by_rank[me]
+    machine = sorted((f for f in facts if f.node_rank == mine.node_rank), key=lambda f: f.local_rank)
+    peer = next((f.peer_access for f in machine if f.local_rank == 0 and f.peer_access is not None), None)
+    if peer is None:
+        raise ValueError(f"node {mine.node_rank}: local rank 0 sent no peer-access matrix")
+    if len(peer) != len(machine):
+        raise ValueError(
+            f"node {mine.node_rank} has {len(machine)} ranks but a {len(peer)}x{len(peer)} peer-access matrix"
+        )
+    if isinstance(scores, torch.Tensor):
+        scores = CacheScores(scores)
+    rows_per_gpu = rows_per_gpu_of(facts, row_bytes)
+    hot = scores.hot_rows
+    ranked_by_capacity: dict[int, Any] = {}
+
+    def ranked(capacity: int) -> Any:  # the ranking for `capacity` rows (computed once per capacity)
+        if capacity not in ranked_by_capacity:
+            ranked_by_capacity[capacity] = scores.rank(capacity)
+        return ranked_by_capacity[capacity]
+
+    def hit_rate(capacity: int) -> float:
+        return 1.0 if capacity >= num_nodes else ranked(capacity).expected_hit_rate
+
+    price = None
+    machine_rates = [read_rates[f.rank] for f in machine if read_rates is not None and f.rank in read_rates]
+    if machine_rates:
+        rates = ReadRates.mean(machine_rates)
+        price = lambda k: compare_policies(  # noqa: E731
+            hit_rate(rows_per_gpu), hit_rate(rows_per_gpu * k), k, rates, row_bytes
+        )
+    layout = choose_layout(policy, peer, hot_rows=min(hot, num_nodes), rows_per_gpu=rows_per_gpu, key=key, price=price)
+    position = machine.index(mine)
+    positions = layout.group_of(position)
+    group = tuple(machine[p].rank for p in positions)
+    capacity = rows_per_gpu * len(group)
+    if capacity >= num_nodes:  # the whole table: every read hits, a row's slot is its id
+        plan = CachePlan.from_ranking(torch.arange(num_nodes, dtype=torch.int64), num_nodes, len(group))
+        expected, in_sample, choice = (1.0 if num_nodes else 0.0), math.nan, None
+    else:
+        chosen = ranked(capacity)
+        plan = CachePlan.from_ranking(chosen.rows, num_nodes, len(group))
+        expected, in_sample, choice = chosen.expected_hit_rate, chosen.in_sample_hit_rate, chosen.choice
+    return CacheDecision(
+        layout=layout,
+        group=group,
+        shard_index=positions.index(position),
+        plan=plan,
+        rows_per_gpu=rows_per_gpu,
+        row_bytes=row_bytes,
+        expected_hit_rate=expected,
+        whole_table=plan.num_cached == num_nodes and num_nodes > 0,
+        in_sample_hit_rate=in_sample,
+        prior_weight=choice,
+    )
+
+
+
+def rows_per_gpu_of(facts: Sequence[RankFacts], row_bytes: int) -> int:
+    """Rows one GPU's budget holds: the smallest budget of the job over the row size."""
+    return min(f.budget_bytes for f in facts) // max(row_bytes, 1)
+
+
+def needs_read_rates(policy: str, facts: Sequence[RankFacts], hot_rows: int, num_nodes: int, row_bytes: int) -> bool:
+    """Whether ``auto`` has to weigh clique against replicate on some machine of the job (the same answer on every
+    rank, so that all of them measure, or none): GPUs with peer access, and more hot rows than one GPU holds."""
+    if policy != "auto" or any(f.device is None for f in facts):
+        return False
+    if min(hot_rows, num_nodes) <= rows_per_gpu_of(facts, row_bytes):
+        return False
+    for f in facts:
+        if f.peer_access is not None and any(
+            f.peer_access[i][j] and f.peer_access[j][i]
+            for i in range(len(f.peer_access))
+            for j in range(len(f.peer_access))
+            if i != j
+        ):
+            return True
+    return False

@@ -1,0 +1,82 @@
+"""The strategy's cache as a DataModule cache provider (:class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec`).
+
+:class:`ShardedFeatureCache` wraps the :class:`~lightning_zerocopy.cache.segmented.SegmentedCacheSpec` that
+:class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy` builds (plan + shard handles): picklable and hashable,
+it travels with every builder the DataModule hands out, and each process that builds batches (a trainer rank, a
+pipeline worker) opens it once through its :class:`~lightning_zerocopy.data.resources.DeviceResources`. The caches
+a process opened are remembered (weakly, :func:`track_cache`), so :func:`open_cache_counts` (the trainer's, by plan)
+and :func:`process_cache_counts` (a pipeline worker's report to its trainer) can tell where their rows came from.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional
+
+__all__ = ["ShardedFeatureCache", "open_cache_counts", "process_cache_counts", "track_cache"]
+
+_OPENED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ShardedFeatureCache:
+    """A cache provider over the shards of a ``SegmentedCacheSpec`` (replicate: one, clique: one per GPU).
+
+    Attributes:
+        spec: the plan and shard handles (:class:`~lightning_zerocopy.cache.segmented.SegmentedCacheSpec`).
+    """
+
+    spec: Any
+
+    def open(self, context: Any) -> Any:
+        """Open the shards on ``context.device`` (the host table is registered by the caller); a
+        :class:`~lightning_zerocopy.cache.segmented.SegmentedFeatureCache`."""
+        from lightning_zerocopy.cache.segmented import open_feature_cache
+
+        return track_cache(open_feature_cache(self.spec, context.table, context.device, register=False))
+
+
+def track_cache(cache: Any) -> Any:
+    """Remember ``cache`` (weakly) as open in this process until it is closed, and return it.
+
+    A tracked cache has ``closed``, ``plan.digest``, ``row_bytes`` and ``counts()`` (a ``CacheCounts``), like a
+    :class:`~lightning_zerocopy.cache.segmented.SegmentedFeatureCache`.
+    """
+    with _LOCK:
+        _OPENED.add(cache)
+    return cache
+
+
+def _open_caches(plan_digest: Optional[str] = None) -> list[Any]:
+    with _LOCK:
+        return [c for c in _OPENED if not c.closed and (plan_digest is None or c.plan.digest == plan_digest)]
+
+
+def open_cache_counts(plan_digest: str) -> Optional[Any]:
+    """Rows served so far by this process's open caches of the plan ``plan_digest`` (a ``CacheCounts``, summed
+    over them; reading synchronizes the GPU), or ``None`` when none is open."""
+    from lightning_zerocopy.cache.segmented import CacheCounts
+
+    caches = _open_caches(plan_digest)
+    if not caches:
+        return None
+    counts = [c.counts() for c in caches]
+    return CacheCounts(*(sum(getattr(c, f) for c in counts) for f in ("local", "peer", "host")))
+
+
+def process_cache_counts() -> Optional[tuple[int, int, int, int]]:
+    """``(local, peer, host, row_bytes)``: the rows every cache open in this process served so far, summed, and the
+    bytes of one feature row (the caches of one process serve one feature table), or ``None`` when none is open.
+
+    What a pipeline worker reports to its trainer (:mod:`lightning_zerocopy.pipeline.producer`). Reads each cache's
+    GPU counters on the current stream (a copy of a few integers that waits for that stream's queued work).
+    """
+    caches = _open_caches()
+    if not caches:
+        return None
+    counts = [c.counts() for c in caches]
+    local, peer, host = (sum(int(getattr(c, f)) for c in counts) for f in ("local", "peer", "host"))
+    return local, peer, host, int(caches[0].row_bytes)

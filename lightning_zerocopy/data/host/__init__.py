@@ -1,0 +1,37 @@
+"""The host copy of a dataset: built once per machine in shared memory, then mapped by every local process.
+
+* :mod:`.share` — building the shared segments (:func:`share_node_data`), node-order caches, handing the handles
+  to every rank;
+* :mod:`.builder` — :class:`HostCopyBuilder`: what the DataModule's local rank 0 runs (split checks, segments, node
+  order);
+* :mod:`.links` — the same for a link dataset (:class:`LinkHostCopyBuilder`: its supervision splits as tensors).
+
+Pinning and mapping those pages for the GPU is :mod:`lightning_zerocopy.graph.host_registration` (below ``data/``:
+the samplers and gathers register host memory too). Names are imported on first access.
+"""
+
+from __future__ import annotations
+
+from lightning_zerocopy._lazy import lazy_exports
+
+_LAZY = {
+    "build_node_order_cache": "lightning_zerocopy.data.host.share",
+    "exchange_handles": "lightning_zerocopy.data.host.share",
+    "feature_cache_dir": "lightning_zerocopy.data.host.share",
+    "feature_file": "lightning_zerocopy.data.host.share",
+    "node_order_cache_dir": "lightning_zerocopy.data.host.share",
+    "share_node_data": "lightning_zerocopy.data.host.share",
+    "shared_node_order": "lightning_zerocopy.data.host.share",
+    "HostCopyBuilder": "lightning_zerocopy.data.host.builder",
+    "LinkHostCopyBuilder": "lightning_zerocopy.data.host.links",
+    "link_split_tensors": "lightning_zerocopy.data.host.links",
+    "link_splits": "lightning_zerocopy.data.host.links",
+}
+
+__all__ = sorted(_LAZY)
+
+__getattr__ = lazy_exports(__name__, _LAZY)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
