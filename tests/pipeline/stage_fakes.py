@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from pipeline_fakes import FakeSource, TwoStageSource
+from helpers.pipeline_fakes import FakeSource, TwoStageSource
 
 #: what :class:`MarkingSource` reports as its gather's bytes
 MARKED_BYTES = 4096

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from pipeline_fakes import FakeSource, TwoStageSource
+from helpers.pipeline_fakes import FakeSource, TwoStageSource
 from stage_fakes import MARKED_BYTES, MarkingSource
 
 from lightning_zerocopy.pipeline import start_pipeline
