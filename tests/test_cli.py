@@ -179,6 +179,28 @@ def test_every_recipe_parses_through_the_command(tmp_path: Path, recipe: str) ->
     assert printed["data"]["class_path"] and printed["model"]["class_path"]
 
 
+def _checkpoint_callbacks(recipe: Path) -> list[dict]:
+    callbacks = yaml.safe_load(recipe.read_text())["trainer"].get("callbacks") or []
+    return [c.get("init_args") or {} for c in callbacks if c["class_path"].endswith(".ModelCheckpoint")]
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")))
+def test_every_recipe_writes_the_last_epochs_weights_to_last_ckpt(recipe: str) -> None:
+    """Lightning (2.6) writes ``last.ckpt`` only when the same ModelCheckpoint saves a checkpoint: one that monitors a
+    metric leaves it at the last epoch that improved the metric. The checkpoint that writes it monitors nothing."""
+    writers = [c for c in _checkpoint_callbacks(ROOT / "recipes" / recipe) if c.get("save_last")]
+    assert len(writers) == 1 and writers[0].get("monitor") is None, writers
+
+
+def test_last_ckpt_holds_the_last_epoch_after_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    build_cli(["fit", "--config", str(QUICKSTART), *_SMALL, "--trainer.max_epochs=2", "--trainer.limit_train_batches=3",
+               "--trainer.limit_val_batches=1", "--trainer.enable_progress_bar=false",
+               f"--trainer.default_root_dir={tmp_path}"])  # fmt: skip
+    saved = torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=False)
+    assert (saved["epoch"], saved["global_step"]) == (1, 6)
+
+
 # ---- evaluation needs a checkpoint (issue 10, item 1) ----
 
 
@@ -386,8 +408,8 @@ def test_a_bad_dataset_file_found_during_the_run_prints_one_line(capsys: pytest.
 def test_ckpt_path_last_resumes_from_the_previous_runs_version_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A new run gets a new version folder, where Lightning alone finds no last.ckpt and trains from step 0."""
     monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
-    common = ["--config", str(QUICKSTART), *_SMALL, "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path}",
-              "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.save_last=true"]  # fmt: skip
+    # the recipe's ModelCheckpoint writes last.ckpt
+    common = ["--config", str(QUICKSTART), *_SMALL, "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path}"]
     first = build_cli(["fit", *common, "--trainer.max_steps=3"])
     saved = Path(first.trainer.checkpoint_callback.last_model_path)
     assert first.trainer.global_step == 3 and saved.name == "last.ckpt" and "version_0" in str(saved)
