@@ -85,7 +85,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         drop_last: drop the training seeds that do not fill a whole batch (and equal rank shares).
         num_threads: threads of the sampling kernel; default: ``torch.get_num_threads()``.
         seed: base seed of the shuffles and of every batch's sampler seed.
-        predict_split: the nodes ``predict`` runs on: ``"train"``, ``"val"``, ``"test"`` or ``"all"``.
+        predict_split: the nodes ``predict`` runs on: ``"train"``, ``"val"``, ``"test"`` or ``"all"``. A split is
+            sampled as its evaluation samples it (same seed), so ``predict`` outputs equal ``test``'s for test nodes.
         feature_storage: ``"shared_memory"`` (features copied into RAM shared by all local processes) or
             ``"mmap"`` (map the dataset's ``.npy`` feature file; for features larger than RAM).
         sampler_placement: where neighbors are sampled: ``"cpu"`` (C++ threads, default), ``"uva"`` (CUDA
@@ -280,6 +281,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def plan(self, split: Split, rank: Optional[int] = None, world_size: Optional[int] = None) -> BatchPlan:
         """The batch plan of ``split`` for ``rank`` of ``world_size`` (default: this process's rank).
 
+        ``predict`` over ``predict_split`` ``"val"`` or ``"test"`` samples with that split's seed, so a node gets the
+        same sample, and the same output, from ``predict`` as from ``validate``/``test``.
+
         Raises:
             RuntimeError: before :meth:`setup`.
         """
@@ -294,9 +298,17 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             seed=self.seed,
             rank=rank,
             world_size=world_size,
-            stream=_STREAMS[split],
+            stream=self._stream(split),
             sampler_seed=self._sampler_seed(split),
         )
+
+    def _stream(self, split: Split) -> int:
+        """The random stream of ``split``'s plan: ``predict`` takes the stream of the split it predicts (``all`` has
+        one of its own), so an evaluated item's sample depends on the item and its split's seed only, not on the
+        command that asks for it."""
+        if split == "predict" and self.predict_split in _STREAMS:
+            return _STREAMS[self.predict_split]
+        return _STREAMS[split]
 
     def _sampler_seed(self, split: Split) -> Literal["batch", "split"]:
         """``"split"`` (one sampler seed per split, node-keyed sampling) for val/test/predict, else ``"batch"``."""

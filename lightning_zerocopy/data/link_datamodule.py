@@ -14,7 +14,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 import torch
 
-from lightning_zerocopy.data.datamodule import _KEY, _STREAMS, Split, ZeroCopyDataModule
+from lightning_zerocopy.data.datamodule import _KEY, Split, ZeroCopyDataModule
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.link_host import LinkHostCopyBuilder, link_splits
 from lightning_zerocopy.data.link_plan import LinkBatchPlan
@@ -61,7 +61,8 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         drop_last: drop the training edges that do not fill a whole batch (and equal rank shares).
         num_threads: threads of the sampling kernel; default: ``torch.get_num_threads()``.
         seed: base seed of the shuffles, of every batch's sampler seed and of its negatives.
-        predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives).
+        predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives), sampled
+            with that split's seed: an edge's scores from ``predict`` and ``test`` are the same.
         feature_storage, sampler_placement, gather, gather_mode, hot_rows, node_order, check_features: the data path
             and the NaN/inf feature scan, exactly as
             :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them.
@@ -176,7 +177,7 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
             seed=self.seed,
             rank=rank,
             world_size=world_size,
-            stream=_STREAMS[split],
+            stream=self._stream(split),  # predict samples its split as test/validate do
             sampler_seed=self._sampler_seed(split),
             split=name,
         )

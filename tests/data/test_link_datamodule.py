@@ -10,6 +10,7 @@ import torch
 from link_helpers import PyGLinkModule, TinyLinkGraph, auroc
 
 from lightning_zerocopy import ZeroCopyLinkDataModule
+from lightning_zerocopy.models import LinkPredictor
 from lightning_zerocopy.data.link_plan import LinkBatchPlan
 from lightning_zerocopy.data.loader import PlanLoader
 
@@ -253,3 +254,39 @@ def test_val_scores_do_not_depend_on_the_eval_batch_size(eval_num_neighbors: lis
         assert dm.plan("val").sampler_seed == "split" and dm.plan("train").sampler_seed == "batch"
     finally:
         dm.teardown("fit")
+
+
+class _RecordedLinkPredictor(LinkPredictor):
+    """LinkPredictor that keeps the logit of every edge it scores in ``test`` and in ``predict``, by (src, dst, query)."""
+
+    def on_test_start(self) -> None:
+        self.tested: dict[tuple[int, int, int], float] = {}
+
+    def on_predict_start(self) -> None:
+        self.predicted: dict[tuple[int, int, int], float] = {}
+
+    def _keep(self, into: dict, batch, logits: torch.Tensor) -> None:
+        edges = batch.n_id[batch.edge_label_index]
+        for src, dst, query, logit in zip(*edges.tolist(), batch.edge_label_query.tolist(), logits.tolist()):
+            into[(src, dst, query)] = logit
+
+    def test_step(self, batch, batch_idx):
+        self._keep(self.tested, batch, self._binary_scores(batch)[0])
+        return super().test_step(batch, batch_idx)
+
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        out = super().predict_step(batch, batch_idx, dataloader_idx)
+        self._keep(self.predicted, batch, out["logits"])
+        return out
+
+
+def test_predict_scores_an_edge_as_test_does_bitwise(tmp_path: Path) -> None:
+    """``predict`` samples ``predict_split`` with that split's seed, as ``test`` does: same batches, same logits."""
+    torch.manual_seed(0)
+    dm = _datamodule(eval_batch_size=16)
+    model = _RecordedLinkPredictor(dm.num_features, hidden_channels=16, hits_k=[1])
+    trainer = _trainer(tmp_path)
+    trainer.test(model, datamodule=dm)
+    trainer.predict(model, datamodule=dm, return_predictions=False)
+    assert len(model.tested) == 4 * dm.dataset.load().split("test").num_positives  # K = 3 negatives per positive
+    assert model.predicted == model.tested  # every edge, every bit
