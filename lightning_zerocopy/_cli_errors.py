@@ -18,7 +18,14 @@ from typing import Any, Iterator, NoReturn, Optional
 
 from pytorch_lightning.cli import LightningArgumentParser
 
-__all__ = ["TRACEBACK_ENV", "CommandError", "ZeroCopyArgumentParser", "describe_build_error", "traceback_requested"]
+__all__ = [
+    "TRACEBACK_ENV",
+    "CommandError",
+    "ZeroCopyArgumentParser",
+    "describe_build_error",
+    "resolve_class_path",
+    "traceback_requested",
+]
 
 TRACEBACK_ENV = "LZC_TRACEBACK"
 """Set to ``1`` for the full traceback (and jsonargparse's usage block) instead of the one-line message."""
@@ -99,7 +106,7 @@ def _find_key(config: Any, cls: type) -> Optional[tuple[str, list[str]]]:
     if subcommand and isinstance(tree.get(subcommand), dict):
         tree = tree[subcommand]
     for key, node in _class_nodes(tree, ""):
-        if _resolve(node["class_path"]) is cls:
+        if resolve_class_path(node["class_path"]) is cls:
             init_args = node.get("init_args")
             return key, list(init_args) if isinstance(init_args, dict) else []
     return None
@@ -116,7 +123,8 @@ def _class_nodes(tree: Any, prefix: str) -> Iterator[tuple[str, dict]]:
             yield from _class_nodes(value, f"{prefix}[{i}]")
 
 
-def _resolve(class_path: str) -> Optional[type]:
+def resolve_class_path(class_path: str) -> Optional[type]:
+    """The class ``class_path`` names (``package.module.Name``), or ``None`` when it cannot be imported."""
     module, _, name = class_path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name, None)

@@ -45,6 +45,7 @@ from lightning_zerocopy._cli_errors import (
     CommandError,
     ZeroCopyArgumentParser,
     describe_build_error,
+    resolve_class_path,
     traceback_requested,
 )
 
@@ -102,6 +103,21 @@ class ZeroCopyCLI(LightningCLI):
             special = path is None or path in ("last", "best", "hpc") or str(path).startswith("registry") or "://" in str(path)
             if not special and not os.path.isfile(path):
                 raise CommandError(f"--ckpt_path {path}: no such checkpoint file (relative paths start at {os.getcwd()})")
+
+    def _parse_ckpt_path(self) -> None:
+        """As LightningCLI's (the checkpoint's saved hyperparameters become the model's config), but a checkpoint that
+        another module class wrote is refused, naming both classes: LightningCLI would switch to the checkpoint's
+        class without a word, and the recipe's data would then reach a model written for other batches."""
+        subcommand = self.config.get("subcommand")
+        recipe = self.config.get(f"{subcommand}.model.class_path") if subcommand else None
+        super()._parse_ckpt_path()
+        saved = self.config.get(f"{subcommand}.model.class_path") if subcommand else None
+        if recipe and saved and recipe != saved and resolve_class_path(recipe) is not resolve_class_path(saved):
+            path = self.config[subcommand].get("ckpt_path")
+            raise CommandError(
+                f"--ckpt_path {path} is a checkpoint of {saved}, but the recipe's model.class_path is {recipe}: pass "
+                "a checkpoint that model wrote, or the recipe the checkpoint was trained with"
+            )
 
     def instantiate_classes(self) -> None:
         """As LightningCLI's, but an exception becomes a :class:`CommandError` naming the recipe key."""

@@ -70,3 +70,28 @@ def test_a_bad_link_key_prints_one_message_naming_it(
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines[0].startswith("error: ") and expected in lines[0], lines
     assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines
+
+
+def test_a_checkpoint_of_another_module_class_is_one_line_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LightningCLI takes the model's class from the checkpoint: a node checkpoint switched a link recipe to the node
+    model, which died on the link batches (``TypeError: 'NoneType' object is not subscriptable`` at ``batch.y``)."""
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    quickstart = Path(__file__).resolve().parents[1] / "recipes" / "quickstart.yaml"
+    main(["fit", "--config", str(quickstart), "--data.init_args.dataset.init_args.num_nodes=600", "--trainer.max_steps=1",
+          "--trainer.limit_val_batches=1", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+          f"--trainer.default_root_dir={tmp_path / 'node'}"])  # fmt: skip
+    node_ckpt = next((tmp_path / "node").rglob("*.ckpt"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["test", "--config", _recipe(tmp_path), f"--ckpt_path={node_ckpt}", f"--trainer.default_root_dir={tmp_path}"])
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[0] == (
+        f"error: --ckpt_path {node_ckpt} is a checkpoint of lightning_zerocopy.models.GraphSAGE, but the recipe's "
+        "model.class_path is link_helpers.PyGLinkModule: pass a checkpoint that model wrote, or the recipe the "
+        "checkpoint was trained with"
+    ), lines
+    assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines
