@@ -17,7 +17,8 @@ used silently) unless ``--allow_untrained true`` is given. ``predict`` writes th
 :class:`~lightning_zerocopy.callbacks.predictions.PredictionWriter` unless the recipe lists a prediction writer.
 User errors (a bad key, type or value in the recipe) print one message naming the YAML key and exit with status
 2, and so do bad data found during the run (a damaged dataset file, a bad split, label or feature value: an
-:class:`~lightning_zerocopy.datasets.base.InputDataError`); ``LZC_TRACEBACK=1`` shows the full traceback instead.
+:class:`~lightning_zerocopy.datasets.base.InputDataError`) and settings found not to fit together when the run starts
+(a :class:`~lightning_zerocopy.options.RecipeError`); ``LZC_TRACEBACK=1`` shows the full traceback instead.
 
 MPS: when a recipe lists ``PipelineCallback`` with ``mps: true``, the command starts the private MPS daemon
 before it imports anything that initializes CUDA (``import torch_geometric`` does), so that the trainer becomes
@@ -297,8 +298,9 @@ def main(args: ArgsType = None) -> None:
     """Entry point of the ``lightning-zerocopy`` console script and of ``python -m lightning_zerocopy``.
 
     Starts the MPS daemon first when the recipe asks for it (see the module docstring), then runs LightningCLI.
-    A :class:`CommandError`, or an ``InputDataError`` raised while the subcommand ran (the dataset's content), is
-    printed as one line (exit status 2); ``LZC_TRACEBACK=1`` raises it instead.
+    A :class:`CommandError`, or an ``InputDataError`` (the dataset's content) or ``RecipeError`` (settings that do not
+    fit together) raised while the subcommand ran, is printed as one line (exit status 2); ``LZC_TRACEBACK=1`` raises
+    it instead.
     """
     if args is None:
         argv: Optional[list[str]] = sys.argv[1:]
@@ -314,7 +316,7 @@ def main(args: ArgsType = None) -> None:
     try:
         cli = build_cli(args)
     except Exception as exc:
-        if traceback_requested() or not (isinstance(exc, CommandError) or _is_input_data_error(exc)):
+        if traceback_requested() or not (isinstance(exc, CommandError) or _is_user_error(exc)):
             raise
         sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
         raise SystemExit(2) from None
@@ -342,8 +344,11 @@ def release_the_run(cli: object) -> None:
         torch.cuda.ipc_collect()
 
 
-def _is_input_data_error(exc: BaseException) -> bool:
+def _is_user_error(exc: BaseException) -> bool:
+    """Bad data (``InputDataError``) or settings that do not fit together (``RecipeError``), found while the run
+    started: the user's to fix, so one line, not a traceback."""
     # imported here: the module must not load the datasets (and torch) before MPS is started in main
     from lightning_zerocopy.datasets.base import InputDataError
+    from lightning_zerocopy.options import RecipeError
 
-    return isinstance(exc, InputDataError)
+    return isinstance(exc, (InputDataError, RecipeError))

@@ -95,3 +95,20 @@ def test_a_checkpoint_of_another_module_class_is_one_line_naming_both(
         "checkpoint was trained with"
     ), lines
     assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines
+
+
+def test_a_loss_that_does_not_fit_the_negatives_is_one_line_at_setup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", _recipe(tmp_path), "--model=lightning_zerocopy.models.LinkPredictor",
+              "--model.init_args.loss=bce", "--data.init_args.neg_sampling=triplet",
+              f"--trainer.default_root_dir={tmp_path}"])  # fmt: skip
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[0] == (
+        "error: model.loss='bce' trains on binary batches, but data.neg_sampling's mode is triplet: set model.loss to "
+        "bpr or margin, or data.neg_sampling to 'binary'"
+    ), lines
+    assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines

@@ -25,6 +25,7 @@ from torchmetrics.classification import BinaryAUROC
 
 from lightning_zerocopy.models.link_metrics import LinkMetrics
 from lightning_zerocopy.models.trim import batch_hop_counts, can_trim
+from lightning_zerocopy.options import RecipeError
 
 __all__ = ["LinkPredictor", "batch_mode", "num_positives", "sigmoid_by_value"]
 
@@ -220,7 +221,7 @@ class LinkPredictor(pl.LightningModule):
     def _check_mode(self, mode: Optional[str], where: str) -> None:
         wanted = _LOSS_MODE[self.loss_name]
         if mode is not None and mode != wanted:
-            raise ValueError(
+            raise RecipeError(
                 f"model.loss={self.loss_name!r} trains on {wanted} batches, but {where} is {mode}: set "
                 f"model.loss to {'bce' if mode == 'binary' else 'bpr or margin'}, or data.neg_sampling to {wanted!r}"
             )
