@@ -70,6 +70,37 @@ def test_misspelled_key_in_a_recipe_fails_naming_it(tmp_path: Path, capsys: pyte
     assert "hiden_channels" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (("trainer", "max_epochs", "max_epoch"), "`trainer.max_epoch` is not an option: did you mean `trainer.max_epochs`?"),
+        (("model", "init_args", "hidden_channels", "hiden_channels"),
+         "`model.init_args.hiden_channels` is not an option of lightning_zerocopy.models.GraphSAGE: did you mean "
+         "`hidden_channels`?"),
+        (("model", "init_args", "optimizer", "init_args", "lr", "lrr"),
+         "`model.init_args.optimizer.init_args.lrr` is not an option of torch.optim.Adam: did you mean `lr`?"),
+    ],
+)
+def test_a_misspelled_key_in_a_recipe_is_named_first_with_the_closest_valid_one(
+    edit: tuple[str, ...], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    recipe = yaml.safe_load(QUICKSTART.read_text())
+    *parents, old, new = edit
+    node = recipe
+    for key in parents:
+        node = node[key]
+    node[new] = node.pop(old)
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(path)])
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[0] == f"error: {expected}", lines
+    assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines
+
+
 def test_wrong_type_fails_naming_the_key(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_cli(["--config", str(QUICKSTART), "--data.init_args.batch_size=many"], run=False)

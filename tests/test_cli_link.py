@@ -112,3 +112,25 @@ def test_a_loss_that_does_not_fit_the_negatives_is_one_line_at_setup(
         "bpr or margin, or data.neg_sampling to 'binary'"
     ), lines
     assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("--data.init_args.neg_sampling_ration=1.0", "`data.init_args.neg_sampling_ration` is not an option of "
+         "lightning_zerocopy.ZeroCopyLinkDataModule: did you mean `neg_sampling_ratio`?"),
+        ("--data.init_args.dataset.init_args.num_node=300", "`data.init_args.dataset.init_args.num_node` is not an "
+         "option of link_helpers.TinyLinkGraph: did you mean `num_nodes`?"),
+    ],
+)
+def test_a_misspelled_link_key_is_named_first_with_the_closest_valid_one(
+    override: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """jsonargparse's first line was ``error: Parser key "data":``, the key two lines further."""
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", _recipe(tmp_path), override, f"--trainer.default_root_dir={tmp_path}"])
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[0] == f"error: {expected}", lines
+    assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines
