@@ -9,6 +9,9 @@ your own package. The data's ``num_features``/``num_classes`` are linked into th
     python -m lightning_zerocopy test --config recipes/quickstart.yaml --ckpt_path last.ckpt
     lightning-zerocopy predict --config recipes/quickstart.yaml --ckpt_path last.ckpt   # writes predictions.npz
 
+A recipe may name classes of modules in the current folder (``model.class_path: mymod.MyGNN``): the command puts
+it first on ``sys.path``, as ``python -m lightning_zerocopy`` does.
+
 ``--ckpt_path last`` resumes from the newest ``last.ckpt`` under the run's root (the logger's root, e.g.
 ``lightning_logs/``, holding every version folder; without a logger ``default_root_dir``), not only in this run's
 own new version folder, where Lightning alone finds none and starts from step 0; with none anywhere the command
@@ -302,6 +305,7 @@ def main(args: ArgsType = None) -> None:
     fit together) raised while the subcommand ran, is printed as one line (exit status 2); ``LZC_TRACEBACK=1`` raises
     it instead.
     """
+    _import_from_the_current_folder()
     if args is None:
         argv: Optional[list[str]] = sys.argv[1:]
     elif isinstance(args, (list, tuple)):
@@ -321,6 +325,15 @@ def main(args: ArgsType = None) -> None:
         sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
         raise SystemExit(2) from None
     release_the_run(cli)
+
+
+def _import_from_the_current_folder() -> None:
+    """Put the current folder first on ``sys.path``, as ``python -m lightning_zerocopy`` does, so that a recipe's
+    ``class_path`` may name a module there (``mymod.MyGNN``) under the ``lightning-zerocopy`` console script too,
+    whose ``sys.path`` starts with the script's own folder instead."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):  # "" is the current folder too
+        sys.path.insert(0, cwd)
 
 
 def release_the_run(cli: object) -> None:

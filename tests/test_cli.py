@@ -477,3 +477,30 @@ def test_main_frees_the_finished_run_before_the_process_exits(monkeypatch: pytes
           *_QUIET(tmp_path)])  # fmt: skip
     left = [type(o).__name__ for o in gc.get_objects() if isinstance(o, (Trainer, ZeroCopyDataModule))]
     assert len(left) == before, f"still alive after main returned: {left}"
+
+
+_MODULE_HERE = """
+import pytorch_lightning as pl
+from torch_geometric.nn import SAGEConv
+
+class HereGNN(pl.LightningModule):
+    def __init__(self, in_channels: int, out_channels: int, width: int = 7):
+        super().__init__()
+        self.conv = SAGEConv(in_channels, out_channels)
+"""
+
+
+def test_a_module_in_the_current_folder_is_found_by_the_console_script_as_by_python_m(tmp_path: Path) -> None:
+    """``python -m`` puts the current folder on sys.path; the console script puts its own folder there."""
+    script = Path(sys.executable).with_name("lightning-zerocopy")
+    if not script.exists():
+        pytest.skip(f"the console script is not installed next to {sys.executable}")
+    (tmp_path / "here_module.py").write_text(_MODULE_HERE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    outputs = []
+    for command in ([str(script)], [sys.executable, "-m", "lightning_zerocopy"]):
+        proc = subprocess.run([*command, "fit", "--config", str(QUICKSTART), "--model=here_module.HereGNN",
+                               "--print_config"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 0, (command, proc.stderr[-3000:])
+        outputs.append(yaml.safe_load(proc.stdout)["model"])
+    assert outputs[0] == outputs[1] and outputs[0]["class_path"] == "here_module.HereGNN"
