@@ -134,3 +134,22 @@ def test_a_misspelled_link_key_is_named_first_with_the_closest_valid_one(
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines[0] == f"error: {expected}", lines
     assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines
+
+
+
+def test_predictions_name_their_columns_and_the_line_is_not_glued_to_the_progress_bar(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = _recipe(tmp_path)
+    reference = ["--model=lightning_zerocopy.models.LinkPredictor", "--model.init_args.hits_k=[1]"]
+    main(["fit", "--config", recipe, *reference, f"--trainer.default_root_dir={tmp_path}"])
+    ckpt = next(tmp_path.rglob("*.ckpt"))
+    capsys.readouterr()
+    main(["predict", "--config", recipe, *reference, f"--trainer.default_root_dir={tmp_path / 'pred'}",
+          f"--ckpt_path={ckpt}", "--trainer.enable_progress_bar=true"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert any(line.startswith("predictions: ") for line in out.replace("\r", "\n").splitlines()), out[-500:]
+    assert "it/s]predictions" not in out
+    p = np.load(next((tmp_path / "pred").rglob("predictions.npz")))
+    assert p["label"].dtype == np.int64 and set(np.unique(p["label"]).tolist()) <= {0, 1}
+    np.testing.assert_allclose(p["score"], 1 / (1 + np.exp(-p["logit"].astype(np.float64))), rtol=1e-5)
