@@ -504,3 +504,49 @@ def test_a_module_in_the_current_folder_is_found_by_the_console_script_as_by_pyt
         assert proc.returncode == 0, (command, proc.stderr[-3000:])
         outputs.append(yaml.safe_load(proc.stdout)["model"])
     assert outputs[0] == outputs[1] and outputs[0]["class_path"] == "here_module.HereGNN"
+
+
+def _bad_pyg_graph(path: Path, fault: str) -> None:
+    """A 200-node PyG graph with train/val/test masks, with one fault."""
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(0)
+    n = 200
+    edge_index, x, y = torch.randint(0, n, (2, 1000), generator=gen), torch.randn(n, 8, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+    split = torch.randperm(n, generator=gen)
+    masks = {name: torch.isin(torch.arange(n), split[a:b]) for name, a, b in (("train", 0, 120), ("val", 120, 160), ("test", 160, n))}
+    if fault == "float":
+        edge_index = edge_index.float()
+        edge_index[1, 17] = 2.5
+    elif fault in ("big", "negative"):
+        edge_index[0 if fault == "big" else 1, 33] = 205 if fault == "big" else -1
+    elif fault == "rows":
+        x = x[:190]
+    data = Data(edge_index=edge_index, x=x, y=y, **{f"{k}_mask": v for k, v in masks.items()})
+    if fault == "rows":  # index splits: the edges were blamed
+        for name in masks:
+            data[f"{name}_idx"] = data.pop(f"{name}_mask").nonzero().view(-1)
+    torch.save(data, path)
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("float", "data.edge_index holds 2.5, which is not a node id (at edge_index[1, 17]): store integers"),
+    ("big", "data.edge_index holds node id 205 at edge_index[0, 33] (a source), but data.x has 200 rows (node ids 0 to 199)"),
+    ("negative", "data.edge_index holds node id -1 at edge_index[1, 33] (a destination), but data.x has 200 rows "
+                 "(node ids 0 to 199)"),
+    ("rows", "data.x has 190 rows but data.y has 200 entries: one row of features and one label per node"),
+])  # fmt: skip
+def test_a_bad_field_of_a_pyg_graph_is_one_line_naming_it(fault: str, message: str, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Each of these ended the command with a 50-line traceback and exit status 1."""
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    path = tmp_path / f"{fault}.pt"
+    _bad_pyg_graph(path, fault)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(QUICKSTART), "--data.init_args.dataset=lightning_zerocopy.datasets.PyGNodeDataset",
+              f"--data.init_args.dataset.data={path}", *_QUIET(tmp_path)])  # fmt: skip
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[0] == f"error: {path}: {message}", lines
+    assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines

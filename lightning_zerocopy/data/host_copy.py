@@ -15,7 +15,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.host import node_order_cache_dir, share_node_data, shared_node_order
-from lightning_zerocopy.datasets.base import InputDataError
+from lightning_zerocopy.datasets.base import InputDataError, out_of_range_edge
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.graph.reorder import NodeOrder
@@ -62,16 +62,23 @@ class HostCopyBuilder:
 
         Raises:
             InputDataError: a split holds an out-of-range or repeated id, or a label is out of range (naming the
-                split and its source); a feature is NaN or infinite (naming the node and column).
+                split and its source); a feature is NaN or infinite (naming the node and column); ``edge_index`` holds
+                a node id outside the feature rows (naming the first).
         """
         cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
         data = self.dataset.load()
         self._check_splits(data)
         cache_dir = node_order_cache_dir(self.dataset, self.node_order)
-        handles = share_node_data(
-            data, self.feature_storage, node_order=self.node_order, cache_dir=cache_dir, order=self._order,
-            splits=self._split_tensors(data),
-        )  # fmt: skip
+        try:
+            handles = share_node_data(
+                data, self.feature_storage, node_order=self.node_order, cache_dir=cache_dir, order=self._order,
+                splits=self._split_tensors(data),
+            )  # fmt: skip
+        except IndexError as exc:  # the graph's build refuses an edge to no node: name the dataset's field
+            problem = out_of_range_edge(data.edge_index, data.num_nodes)
+            if problem is None:
+                raise
+            raise InputDataError(f"{self.key} ({type(self.dataset).__name__}): {problem}") from exc
         if cache_dir is None and self._order is None:
             self._order = shared_node_order(handles)
         return handles
