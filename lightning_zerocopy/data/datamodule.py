@@ -118,6 +118,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             by position in the renumbered adjacency).
         check_features: scan the features once at setup for NaN/inf (an error naming node and column; a memory-mapped
             table is read once from disk); ``false`` skips it.
+        allow_split_overlap: train on a dataset whose val or test split holds training nodes (their labels leak
+            into the scores), with a warning; by default ``setup`` refuses it, naming how many and the first.
     """
 
     def __init__(
@@ -140,6 +142,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         hot_rows: int = 0,
         node_order: NodeOrderKind = "none",
         check_features: bool = True,
+        allow_split_overlap: bool = False,
     ) -> None:
         super().__init__()
         # a bad recipe fails here, before any data is built
@@ -175,7 +178,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._splits: dict[str, torch.Tensor] = {}
         # keeps the split check and an in-memory node order across setups (fit, then test, in one process)
         opt_out = _KEY + "check_features: false"
-        self._host_copy = HostCopyBuilder(dataset, feature_storage, node_order, _KEY + "dataset", check_features, opt_out)
+        self.allow_split_overlap = bool(allow_split_overlap)
+        self._host_copy = HostCopyBuilder(dataset, feature_storage, node_order, _KEY + "dataset", check_features, opt_out,
+                                          self.allow_split_overlap, _KEY + "allow_split_overlap: true")  # fmt: skip
         self._loader_factory: Optional[LoaderFactory] = None
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------

@@ -36,6 +36,8 @@ class HostCopyBuilder:
         key: how errors name the dataset (its YAML key).
         check_features: scan the features for NaN and infinity (:func:`check_finite_features`).
         opt_out: the key that turns the feature scan off, for its error message.
+        allow_split_overlap: training nodes in the val/test split are a warning instead of an error.
+        overlap_opt_out: the key that allows them, for the error message.
     """
 
     def __init__(
@@ -46,8 +48,12 @@ class HostCopyBuilder:
         key: str,
         check_features: bool = True,
         opt_out: str = "check_features: false",
+        allow_split_overlap: bool = False,
+        overlap_opt_out: str = "allow_split_overlap: true",
     ):
         self.dataset = dataset
+        self.allow_split_overlap = allow_split_overlap
+        self.overlap_opt_out = overlap_opt_out
         self.check_features = check_features
         self.opt_out = opt_out
         self.feature_storage: FeatureStorage = feature_storage
@@ -62,7 +68,7 @@ class HostCopyBuilder:
 
         Raises:
             InputDataError: a split holds an out-of-range or repeated id, or a label is out of range (naming the
-                split and its source); a feature is NaN or infinite (naming the node and column); ``edge_index`` holds
+                split and its source), or a val/test split holds training nodes (unless allowed); a feature is NaN or infinite (naming the node and column); ``edge_index`` holds
                 a node id outside the feature rows (naming the first).
         """
         cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
@@ -105,7 +111,8 @@ class HostCopyBuilder:
 
     def _find_split_problems(self, data: Any, sources: dict[str, str]) -> list[str]:
         """Raise :class:`SplitError` for a split no batch can be built from; return warnings."""
-        return check_splits(data, sources, num_classes=self.dataset.num_classes)
+        return check_splits(data, sources, num_classes=self.dataset.num_classes,
+                            allow_train_overlap=self.allow_split_overlap, opt_out=self.overlap_opt_out)  # fmt: skip
 
     def _check_splits(self, data: Any) -> None:
         """Ids in range and no repeats, labels in [-1, num_classes), finite features (errors), nodes shared between
