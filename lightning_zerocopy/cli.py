@@ -301,9 +301,8 @@ def main(args: ArgsType = None) -> None:
     """Entry point of the ``lightning-zerocopy`` console script and of ``python -m lightning_zerocopy``.
 
     Starts the MPS daemon first when the recipe asks for it (see the module docstring), then runs LightningCLI.
-    A :class:`CommandError`, or an ``InputDataError`` (the dataset's content) or ``RecipeError`` (settings that do not
-    fit together) raised while the subcommand ran, is printed as one line (exit status 2); ``LZC_TRACEBACK=1`` raises
-    it instead.
+    A :class:`CommandError`, or an ``InputDataError`` raised while the subcommand ran (the dataset's content), is
+    printed as one line (exit status 2); ``LZC_TRACEBACK=1`` raises it instead.
     """
     _import_from_the_current_folder()
     if args is None:
@@ -320,7 +319,7 @@ def main(args: ArgsType = None) -> None:
     try:
         cli = build_cli(args)
     except Exception as exc:
-        if traceback_requested() or not (isinstance(exc, CommandError) or _is_user_error(exc)):
+        if traceback_requested() or not (isinstance(exc, CommandError) or _is_input_data_error(exc)):
             raise
         sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
         raise SystemExit(2) from None
@@ -357,8 +356,8 @@ def release_the_run(cli: object) -> None:
         torch.cuda.ipc_collect()
 
 
-def _is_user_error(exc: BaseException) -> bool:
-    """Bad data (``InputDataError``) or settings that do not fit together (``RecipeError``), found while the run
+def _is_input_data_error(exc: BaseException) -> bool:
+    """Bad data (``InputDataError``), or settings that do not fit together (``RecipeError``), found while the run
     started: the user's to fix, so one line, not a traceback."""
     # imported here: the module must not load the datasets (and torch) before MPS is started in main
     from lightning_zerocopy.datasets.base import InputDataError
