@@ -297,6 +297,15 @@ def _config_paths(args: Sequence[str]) -> list[str]:
     return paths
 
 
+def _import_from_the_current_folder() -> None:
+    """Put the current folder first on ``sys.path``, as ``python -m lightning_zerocopy`` does, so that a recipe's
+    ``class_path`` may name a module there (``mymod.MyGNN``) under the ``lightning-zerocopy`` console script too,
+    whose ``sys.path`` starts with the script's own folder instead."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):  # "" is the current folder too
+        sys.path.insert(0, cwd)
+
+
 def main(args: ArgsType = None) -> None:
     """Entry point of the ``lightning-zerocopy`` console script and of ``python -m lightning_zerocopy``.
 
@@ -324,15 +333,6 @@ def main(args: ArgsType = None) -> None:
         sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
         raise SystemExit(2) from None
     release_the_run(cli)
-
-
-def _import_from_the_current_folder() -> None:
-    """Put the current folder first on ``sys.path``, as ``python -m lightning_zerocopy`` does, so that a recipe's
-    ``class_path`` may name a module there (``mymod.MyGNN``) under the ``lightning-zerocopy`` console script too,
-    whose ``sys.path`` starts with the script's own folder instead."""
-    cwd = os.getcwd()
-    if not any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):  # "" is the current folder too
-        sys.path.insert(0, cwd)
 
 
 def release_the_run(cli: object) -> None:
