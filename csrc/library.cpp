@@ -50,4 +50,13 @@ TORCH_LIBRARY(zerocopy, m) {
   // [0, num_nodes) when cum_weight is None, else by inverse CDF over cum_weight (float64 inclusive prefix sums
   // of per-node weights, one per node, on the device of `positions`). endpoint: 0 = source, 1 = destination.
   m.def("negative_nodes(Tensor positions, int num_nodes, int seed, int endpoint, Tensor? cum_weight=None) -> Tensor");
+
+  // CUDA IPC of device memory by its handle alone (no interprocess event, no reference-counter file: nothing under
+  // /dev/shm that a killed process could leave behind). cuda_ipc_handle: the opaque handle (uint8, CPU) of the
+  // allocation holding a contiguous CUDA tensor, and the byte offset of the tensor's first element in it.
+  // cuda_ipc_open (another process): nbytes from that offset as a uint8 tensor on `device`, the GPU that reads it
+  // (the memory may live on a peer GPU; it is mapped for `device`, with peer access). The exporter keeps the memory
+  // alive while any opener uses it. CUDA builds only.
+  m.def("cuda_ipc_handle(Tensor tensor) -> (Tensor handle, int offset)");
+  m.def("cuda_ipc_open(Tensor handle, int offset, int nbytes, Device device) -> Tensor");
 }

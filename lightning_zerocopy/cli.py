@@ -311,7 +311,8 @@ def main(args: ArgsType = None) -> None:
 
     Starts the MPS daemon first when the recipe asks for it (see the module docstring), then runs LightningCLI.
     A :class:`CommandError`, or an ``InputDataError`` raised while the subcommand ran (the dataset's content), is
-    printed as one line (exit status 2); ``LZC_TRACEBACK=1`` raises it instead.
+    printed as one line (exit status 2); so is another rank's or the pipeline worker's death (exit status 1); a run
+    stopped by Ctrl-C exits with status 130. ``LZC_TRACEBACK=1`` raises the error instead.
     """
     _import_from_the_current_folder()
     if args is None:
@@ -325,27 +326,64 @@ def main(args: ArgsType = None) -> None:
         from lightning_zerocopy.pipeline.mps_launcher import start_for_trainer
 
         start_for_trainer(worker_percent)  # a DDP rank re-running this command joins its parent's daemon
+    _watch_the_launch()
     try:
         cli = build_cli(args)
+    except SystemExit as exc:
+        # Lightning ends a run stopped by Ctrl-C with exit(1), raised while it handles the KeyboardInterrupt
+        if exc.code == 1 and isinstance(exc.__context__, KeyboardInterrupt):
+            raise SystemExit(INTERRUPTED_EXIT) from None
+        raise
     except Exception as exc:
-        if traceback_requested() or not (isinstance(exc, CommandError) or _is_input_data_error(exc)):
+        if traceback_requested():
             raise
-        sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
-        raise SystemExit(2) from None
+        if isinstance(exc, CommandError) or _is_input_data_error(exc):
+            sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
+            raise SystemExit(2) from None
+        if _is_run_fault(exc):  # another rank or the pipeline worker died: say which, once, without a traceback
+            # (a collective's error that the liveness watch tied to a gone rank: its line says all that matters)
+            sys.stderr.write(f"error: {getattr(exc, 'peer_rank_exit', None) or exc}\n"
+                             f"({TRACEBACK_ENV}=1 shows the full traceback)\n")  # fmt: skip
+            raise SystemExit(1) from None
+        raise
     release_the_run(cli)
+
+
+#: The exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports a process that SIGINT ended).
+INTERRUPTED_EXIT = 130
+
+
+def _watch_the_launch() -> None:
+    """A rank started by a launcher stops if the launcher dies, from now on (during the rendezvous too); a process
+    that may launch ranks (Lightning's launcher re-runs this command per local rank) tells them its pid first."""
+    from lightning_zerocopy.strategies.liveness import LAUNCHER_ENV, launch_watch
+
+    local_rank = os.environ.get("LOCAL_RANK")
+    if local_rank is None:
+        os.environ[LAUNCHER_ENV] = str(os.getpid())
+        return
+    rank = os.environ.get("RANK", local_rank)
+    launch_watch(int(rank) if rank.isdigit() else 0)
+
+
+def _is_run_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` says that another process of the run died (a rank, the pipeline worker): its message names it
+    and why; a traceback adds nothing."""
+    from lightning_zerocopy.pipeline.client import PipelineError
+    from lightning_zerocopy.strategies.liveness import caused_by_a_peer
+
+    return caused_by_a_peer(exc) or isinstance(exc, PipelineError)
 
 
 def release_the_run(cli: object) -> None:
     """Free what the finished run still holds, before the interpreter's teardown.
 
     The trainer, its strategy, the DataModule and the last batches sit in reference cycles, which Python need not
-    free before the process exits. Among them are CUDA storages the trainer shared with the pipeline worker over
-    CUDA IPC (the slots, the cache shard): torch checks at the very end of the process (the destructor of its IPC
-    state, after Python's teardown) whether any storage it shared is still alive, and if so prints "Producer process
-    has been terminated before all shared CUDA tensors released" even though the worker released everything.
-    jsonargparse's parser state (its context variables) keeps the parser's instantiators, and through them ``cli``,
-    alive until the process exits, so ``cli`` lets go of the run first; collecting the cycles then frees it while torch can still
-    account for it.
+    free before the process exits, and jsonargparse's parser state (its context variables) keeps the parser's
+    instantiators, and through them ``cli``, alive until then. Among what they hold are GPU buffers that other
+    processes mapped (the pipeline's slots, the cache shard) and host registrations, which are better released
+    by their owners' ``close`` while the interpreter and the CUDA runtime are intact than in the runtime's own
+    teardown. So ``cli`` lets go of the run first, and collecting the cycles frees it.
     """
     import gc
 
@@ -353,7 +391,7 @@ def release_the_run(cli: object) -> None:
     gc.collect()
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
-        torch.cuda.ipc_collect()
+        torch.cuda.ipc_collect()  # anything a user's code shared through torch.multiprocessing
 
 
 def _is_input_data_error(exc: BaseException) -> bool:

@@ -323,3 +323,30 @@ def _negative_nodes_fake(positions, num_nodes, seed, endpoint, cum_weight=None):
         torch._check_value(cum_weight.dim() == 1 and cum_weight.shape[0] == num_nodes,
                            lambda: "negative_nodes: `cum_weight` must have one entry per node")  # fmt: skip
     return torch.empty_like(positions)
+
+
+def _require_cuda_build(op: str) -> None:
+    if not WITH_CUDA:
+        raise RuntimeError(
+            f"{op}: lightning_zerocopy._C was built without its CUDA kernels; rebuild it on a machine with CUDA "
+            "and nvcc (pip install --no-build-isolation -e .)"
+        )
+
+
+def cuda_ipc_handle(tensor: torch.Tensor) -> tuple[bytes, int]:
+    """The CUDA IPC memory handle of the allocation holding ``tensor`` (a non-empty, contiguous CUDA tensor made by
+    torch's allocator) and the byte offset of its first element in that allocation. Exports no event and writes no
+    file (see :mod:`lightning_zerocopy.graph.cuda_ipc`, which is what to use)."""
+    _require_cuda_build("cuda_ipc_handle")
+    handle, offset = _ops.cuda_ipc_handle(tensor)
+    return bytes(handle.numpy().tobytes()), int(offset)
+
+
+def cuda_ipc_open(ipc: bytes, offset: int, nbytes: int, device: torch.device) -> torch.Tensor:
+    """``nbytes`` bytes from ``offset`` of the allocation that another process exported as ``ipc``, as a uint8
+    tensor mapped for (and labelled with) the reading GPU ``device``; the memory may live on a peer GPU. The
+    mapping closes when the last tensor over it is freed."""
+    _require_cuda_build("cuda_ipc_open")
+    torch.cuda.init()  # the caching allocator, which opens the handle, exists once torch's CUDA state is initialized
+    raw = torch.frombuffer(bytearray(ipc), dtype=torch.uint8)
+    return _ops.cuda_ipc_open(raw, int(offset), int(nbytes), torch.device(device))

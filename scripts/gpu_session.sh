@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A session's CUDA check and benchmarks in device calls of at most 10 minutes: build; the CUDA tests that start no
 # MPS daemon in parallel (pytest-xdist, one file per process, -v so a cut run still names each result); the MPS
-# tests one at a time; benchmarks/e2e.py (issue 20's graph) and benchmarks/link.py, each with a time budget.
+# tests one at a time; `python3 -m benchmarks.e2e` (issue 20's graph) and `python3 -m benchmarks.link`, each with a time budget.
 # Everything goes through scripts/gpu_check.sh, so gpu_results.json holds the stages, the test counts and both
 # benchmarks. Measured on an H100 (2026-11-25): build ~35 s, the parallel tests ~220 s with 10 processes, the MPS
 # tests ~400 s one at a time (the auto-share recipe test alone 91 s, the GPU recipe 46-66 s, the console tests with
@@ -24,6 +24,12 @@ parallel_tests="tests/sampling/test_sample_neighbors_node_keyed_cuda.py tests/sa
 mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
   tests/callbacks/test_share_auto_cuda.py tests/benchmarks/test_e2e_rows.py::test_share_rows_train_under_mps
   tests/test_console.py"
+# stage two_gpus (on nvidia-h100-x2): the two-GPU tests (peer shards over CUDA IPC, clique in the trainer and the
+# pipeline worker, auto's measured choice, the fault cases of a two-GPU recipe run) and why shards are opened for the
+# reading GPU (scripts/diagnostics/torch_ipc_peer_read.py); REQUIRE_TWO_GPUS=1 fails a skipped two-GPU test
+two_gpu_tests="tests/graph/test_cuda_ipc.py tests/gather/test_feature_cache_cuda.py tests/strategies/test_strategy_ddp.py
+  tests/test_faults_two_gpus.py"
+export GPU_CHECK_EXTRA_STAGE_TWO_GPUS="python3 scripts/diagnostics/torch_ipc_peer_read.py; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_TIMEOUT:-480} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=240 -m 'two_gpus or cuda' $(echo $two_gpu_tests)"
 export GPU_CHECK_STAGES="${GPU_CHECK_STAGES:-build,tests,mps_tests,e2e,link}"
 export GPU_CHECK_TEST_PATHS="$(echo $parallel_tests)" GPU_CHECK_TEST_WORKERS="${GPU_CHECK_TEST_WORKERS:-10}"
 export GPU_CHECK_TEST_VERBOSITY=-v

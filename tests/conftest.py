@@ -3,6 +3,8 @@
 CUDA tests carry ``@pytest.mark.cuda`` (markers are declared in ``pyproject.toml``) and are skipped where no GPU
 is present. On a GPU machine,
 ``REQUIRE_CUDA=1`` turns every skipped CUDA test into a failure, so a GPU run cannot pass by skipping.
+Tests that need two GPUs with peer access carry ``@pytest.mark.two_gpus`` (not ``cuda``: a one-GPU run skips
+them); ``REQUIRE_TWO_GPUS=1`` turns a skipped one into a failure on a two-GPU machine.
 
 ``LZC_TEST_STACKS_AFTER_S=N`` writes every thread's stack of the pytest process to ``LZC_TEST_STACKS_FILE``
 (default ``test_stacks.log``; a file, since pytest captures stderr) when one test has run for N seconds, and again
@@ -19,6 +21,7 @@ import pytest
 import torch
 
 REQUIRE_CUDA = os.environ.get("REQUIRE_CUDA", "0") == "1"
+REQUIRE_TWO_GPUS = os.environ.get("REQUIRE_TWO_GPUS", "0") == "1"
 STACKS_AFTER_S = float(os.environ.get("LZC_TEST_STACKS_AFTER_S", "0") or 0)
 STACKS_FILE = os.environ.get("LZC_TEST_STACKS_FILE", "test_stacks.log")
 _stacks_log = None
@@ -34,8 +37,25 @@ def _cuda_ready() -> tuple[bool, str]:
     return True, ""
 
 
+def _two_gpus_ready() -> tuple[bool, str]:
+    ready, why = _cuda_ready()
+    if not ready:
+        return False, why
+    if torch.cuda.device_count() < 2:
+        return False, "needs two GPUs"
+    if not (torch.cuda.can_device_access_peer(0, 1) and torch.cuda.can_device_access_peer(1, 0)):
+        return False, "GPUs 0 and 1 have no peer access"
+    return True, ""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     ready, why = _cuda_ready()
+    two = [item for item in items if "two_gpus" in item.keywords]
+    if two:
+        two_ready, two_why = _two_gpus_ready()
+        if not two_ready:
+            for item in two:
+                item.add_marker(pytest.mark.skip(reason=two_why))
     if ready:
         return
     for item in items:
@@ -50,6 +70,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if REQUIRE_CUDA and "cuda" in item.keywords and report.skipped:
         report.outcome = "failed"
         report.longrepr = f"REQUIRE_CUDA=1 but this CUDA test was skipped: {report.longrepr}"
+    if REQUIRE_TWO_GPUS and "two_gpus" in item.keywords and report.skipped:
+        report.outcome = "failed"
+        report.longrepr = f"REQUIRE_TWO_GPUS=1 but this two-GPU test was skipped: {report.longrepr}"
 
 
 @pytest.hookimpl(hookwrapper=True)

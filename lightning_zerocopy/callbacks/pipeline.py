@@ -17,7 +17,7 @@ factory (:meth:`ZeroCopyDataModule.use_loader_factory`) that wraps its loaders i
 :class:`~lightning_zerocopy.pipeline.loader.PipelineLoader`; ``teardown`` hands it back (``None``).
 
 MPS: a process becomes an MPS client only if the daemon runs, and the MPS variables are in its environment,
-when it initializes the CUDA driver; ``import torch_geometric`` already does that (``benchmarks/NOTES.md``, "When
+when it initializes the CUDA driver; ``import torch_geometric`` already does that (``docs/BENCHMARK_NOTES.md``, "When
 does a process become an MPS client?"), and
 every recipe's DataModule or model imports PyG before LightningCLI constructs the callbacks. So whoever starts
 the process starts MPS: the ``lightning-zerocopy`` command reads the recipe first and, for ``mps: true``, starts a
@@ -70,7 +70,7 @@ class PipelineCallback(Callback):
     Args:
         mode: ``"worker"``: a worker process builds batches into GPU (or shared host) slots it shares with
             the trainer over CUDA IPC; ``"in_process"``: a producer thread of the trainer builds them on side
-            CUDA streams; ``"auto"``: the fastest mode for the setup in ``benchmarks/pipeline.py`` (see
+            CUDA streams; ``"auto"``: the fastest mode for the setup in ``benchmarks/micro/pipeline.py`` (see
             :meth:`resolve_mode`).
         depth: batch slots per loader; 2 is ping-pong (one being trained on, one being filled).
         mps: run the trainer and the worker as clients of a private CUDA MPS daemon, the worker limited to
@@ -202,8 +202,8 @@ class PipelineCallback(Callback):
         With a running MPS daemon: the worker. Without MPS (not asked for, or unavailable): ``in_process`` for a
         GPU builder (a worker process outside MPS time-slices the GPU with the trainer), ``worker`` for a CPU
         builder (it keeps the trainer's interpreter free). On the CPU: ``in_process`` (a second process only
-        competes for the same cores and costs a spawn). The figures behind this choice (``benchmarks/pipeline.py``)
-        are in ``benchmarks/NOTES.md``, "Three-stage producer, green contexts and the ``auto`` mode".
+        competes for the same cores and costs a spawn). The figures behind this choice (``benchmarks/micro/pipeline.py``)
+        are in ``docs/BENCHMARK_NOTES.md``, "Three-stage producer, green contexts and the ``auto`` mode".
         """
         if self.mode != "auto":
             return self.mode

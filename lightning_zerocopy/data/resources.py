@@ -253,6 +253,12 @@ class DeviceResources:
                 self._tables[key] = table
             return table
 
+    def registered_features(self) -> torch.Tensor:
+        """The host feature table as the GPU reads it (registered once per process, like for :meth:`feature_table`)."""
+        with self._lock:
+            self._check_open()
+            return self._register(self.host.features.data, "features")
+
     def edge_attr_table(self) -> Optional[FeatureGather]:
         """The zero-copy gather path for edge features viewed ``(num_edges, -1)``; ``None`` without (or with
         zero) edge features."""

@@ -5,7 +5,7 @@ GPU. :class:`CudaFeatureTable` then gathers rows of that host table straight int
 ``zerocopy::gather_rows_into`` kernel, which reads host memory over PCIe: no CPU gather, no staging copy.
 
 Random reads over a large host table are limited by address translation (see ``docs/ARCHITECTURE.md`` and
-``benchmarks/NOTES.md``), so two locality levers are built in:
+``docs/BENCHMARK_NOTES.md``), so two locality levers are built in:
 
 * address-ordered reads (``sort``): the batch's ids are sorted on the GPU, rows read in ascending address order
   and written back to their batch positions. Whether that pays depends on the table, the batch and the

@@ -15,12 +15,12 @@ The pieces (the Strategy decides budget, ranking, policy and cliques; this modul
 Lifetime rule (CUDA IPC): a shard's memory belongs to the process that called :func:`fill_shard`. That process
 must keep the returned tensor alive until every process that opened the shard has closed its cache (the
 Strategy: every rank closes its cache, the pipeline worker is stopped, a barrier, then ranks drop their shards).
-Torch's IPC reference count covers one consumer per export, so this module does not rely on it: the export is
-taken out of it (``cache_shards._detach_ipc_ref_counter``), so no exit warns of unreleased shared tensors.
 :meth:`SegmentedFeatureCache.close` waits for the GPU to finish every queued read of the shards before it drops
-them, so once ``close()`` returned in every opener the owner may free its shard. A process that opens a handle it
-exported itself (a trainer rank gathering from its own shard) uses the tensor directly (CUDA IPC cannot open a
-handle in the exporting process) and keeps a reference to it until ``close()``.
+them, so once ``close()`` returned in every opener the owner may free its shard. Shards are exported as bare
+memory handles (:mod:`lightning_zerocopy.graph.cuda_ipc`), mapped for the gathering GPU: a peer's shard is read
+over the peer link and costs the opener no context on the peer GPU. A process that opens a handle it exported
+itself (a trainer rank gathering from its own shard) uses the tensor directly and keeps a reference to it until
+``close()``.
 """
 
 from __future__ import annotations
@@ -137,7 +137,8 @@ class SegmentedFeatureCache(TableShape):
         self._registration = registration
         self._order = ReadOrderChooser(read_order)
         self._counts = torch.zeros(len(segments) + 1, dtype=torch.int64, device=device)
-        self._local = tuple(seg.device == device for seg in segments)
+        # a shard opened over IPC is labelled with the gathering device wherever its memory lives
+        self._local = tuple(handle.lives_on(device) for handle in spec.handles)
         self.closed = False
 
     # ------------------------------------------------------------------------------------------ properties
@@ -152,7 +153,8 @@ class SegmentedFeatureCache(TableShape):
 
     @property
     def segments(self) -> tuple[torch.Tensor, ...]:
-        """The shards in shard order (local ones on :attr:`device`, peers' on their GPUs)."""
+        """The shards in shard order, readable by :attr:`device` (a shard opened over IPC is labelled with it even
+        when its memory is on a peer GPU; ``spec.handles[s].lives_on`` tells where it is)."""
         return self._segments
 
     @property
@@ -231,10 +233,7 @@ class SegmentedFeatureCache(TableShape):
         if self.closed:
             return
         self.closed = True
-        torch.cuda.synchronize(self.device)
-        for seg in self._segments:
-            if seg.device != self.device:
-                torch.cuda.synchronize(seg.device)
+        torch.cuda.synchronize(self.device)  # every kernel that read a shard ran on this device
         self._segments, self._location = (), torch.empty(0)
         if self._registration is not None:
             self._registration.close()
@@ -263,10 +262,11 @@ def open_feature_cache(
 ) -> SegmentedFeatureCache:
     """Open the cache described by ``spec`` on ``device``, in any process of the machine.
 
-    Opens every shard (CUDA IPC; the exporting process uses its own tensor), builds the row -> location lookup on
-    ``device`` (4 or 8 bytes per table row, see :mod:`~lightning_zerocopy.gather.cache_plan`) and, for a CPU
+    Opens every shard for ``device`` (CUDA IPC; the exporting process uses its own tensor), builds the row ->
+    location lookup on ``device`` (4 or 8 bytes per table row, see :mod:`~lightning_zerocopy.gather.cache_plan`) and, for a CPU
     ``table``, registers it for zero-copy reads (unless ``register=False`` or it is pinned/registered already).
-    Peer access to the GPUs of other shards is enabled by the gather kernel on its first launch.
+    Peer access to the GPUs of other shards is enabled when a shard is opened (or, for a process's own shard on
+    another of its GPUs, by the gather kernel on its first launch).
 
     Args:
         spec: the shards and plan (from the Strategy).

@@ -8,7 +8,7 @@ vectorized torch ops (no Python loop over nodes), and :class:`NodeOrder` relabel
 labels and seed ids consistently.
 
 :func:`bfs_order`, :func:`degree_order` and :class:`NodeOrder` work on the device of the graph's tensors (a
-CUDA graph is ordered on the GPU, e.g. in ``benchmarks/gather.py``); :meth:`NodeOrder.relabel_graph` needs a
+CUDA graph is ordered on the GPU, e.g. in ``benchmarks/micro/gather.py``); :meth:`NodeOrder.relabel_graph` needs a
 CPU graph (it rebuilds the CSC with the CPU kernel).
 """
 
@@ -125,7 +125,7 @@ def degree_order(graph: CSCGraph) -> NodeOrder:
 
     That count is the node's out-degree; sampling picks a node in proportion to it, so the rows most batches
     read share the first pages. On an undirected graph it is the degree. (In-degree would not do on a directed
-    graph: ``benchmarks/NOTES.md``, "Node order: pages touched per batch".)
+    graph: ``docs/BENCHMARK_NOTES.md``, "Node order: pages touched per batch".)
     """
     return NodeOrder.from_order(frequency_order(graph.indices, graph.num_nodes))
 

@@ -2,8 +2,8 @@
 
 Between :func:`~lightning_zerocopy.graph.shared_memory.create_shared_tensor` and the creator's ``unlink`` (after
 every local process has mapped the segment, about 0.16 s on a 500k-node graph) the segments have names in
-``/dev/shm``. A creator killed in that window (SIGKILL, the OOM killer) used to leave them until a later job's
-:func:`~lightning_zerocopy.graph.shared_memory.cleanup_stale_segments` ran.
+``/dev/shm``. Without a guardian, a creator killed in that window (SIGKILL, the OOM killer) leaves them until a later
+job's :func:`~lightning_zerocopy.graph.shared_memory.cleanup_stale_segments` runs.
 
 Each process that creates segments starts one guardian on its first segment: a small Python process (standard
 library only, in its own session so that Ctrl-C and terminal hang-ups do not reach it) that reads the creator's
@@ -21,11 +21,12 @@ import sys
 import threading
 from typing import Optional
 
-__all__ = ["forget", "guard"]
+__all__ = ["forget", "guard", "guard_driver_files", "remove_driver_files"]
 
 _lock = threading.Lock()
 _pipe: Optional[int] = None  # write end of this process's guardian pipe
 _owner: Optional[int] = None  # the pid that started it (a forked child must start its own)
+_driver_files_noted: Optional[int] = None  # the pid whose CUDA driver files the guardian removes (guard_driver_files)
 
 
 def _start() -> int:
@@ -61,6 +62,16 @@ def guard(path: str) -> None:
     _send("+" + os.fspath(path))
 
 
+def guard_driver_files() -> None:
+    """This process shares GPU memory over CUDA IPC: the guardian removes the CUDA driver's
+    ``/dev/shm/cuda.shm.<n>.<pid hex>.<k>`` files of this process once it has exited (normally or killed), which the
+    driver can leave behind. Once per process."""
+    global _driver_files_noted
+    if _driver_files_noted != os.getpid():
+        _send(f"*{os.getpid()}")
+        _driver_files_noted = os.getpid()
+
+
 def forget(path: str) -> None:
     """The segment ``path`` was unlinked (or handed on): the guardian no longer removes it."""
     if _owner == os.getpid():  # a process that started no guardian has nothing to forget
@@ -81,17 +92,40 @@ def _watch() -> None:
     """The guardian's loop: note paths until end-of-file, then unlink those still noted."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     noted: set[str] = set()
+    driver_pids: set[int] = set()
     pending = b""
     while chunk := os.read(0, 1 << 16):
         *notes, pending = (pending + chunk).split(b"\0")
         for note in notes:
-            path = note[1:].decode()
-            (noted.add if note[:1] == b"+" else noted.discard)(path)
+            kind, value = note[:1], note[1:].decode()
+            if kind == b"*":
+                driver_pids.add(int(value))
+            else:
+                (noted.add if kind == b"+" else noted.discard)(value)
     for path in noted:
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
+    for pid in driver_pids:
+        remove_driver_files(pid)
+
+
+def remove_driver_files(pid: int, folder: str = "/dev/shm") -> None:
+    """Unlink the CUDA driver's IPC files of the exited process ``pid`` (``cuda.shm.<n>.<pid hex>.<k>``)."""
+    suffix = f".{pid:x}."
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split(".")
+        if (name.startswith("cuda.shm.") and len(parts) == 5 and f".{parts[3]}." == suffix
+                and parts[2].isdigit() and parts[4].isdigit()):  # fmt: skip
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--guard"]:

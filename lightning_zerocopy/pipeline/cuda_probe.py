@@ -16,7 +16,7 @@ def cuda_driver_initialized() -> bool:
     A process whose driver was initialized before the daemon started does not become an MPS client, whatever
     its environment says later. ``import torch``, ``import pytorch_lightning`` and ``torch.cuda.device_count()``
     leave the driver uninitialized; ``import torch_geometric`` initializes it, so ``torch.cuda.is_initialized()``
-    can be False while it is too late (``benchmarks/NOTES.md``, "When does a process become an MPS client?").
+    can be False while it is too late (``docs/BENCHMARK_NOTES.md``, "When does a process become an MPS client?").
     """
     import ctypes
 

@@ -175,6 +175,7 @@ class Producer:
             self._stream = make_stream()
         self._make_stream = make_stream
         self._sampler = Lookahead(make_stream)
+        closed = False
         try:
             while True:
                 stage = self._pick()
@@ -189,18 +190,28 @@ class Producer:
                 if stage is not None:
                     self._produce(stage)
         except ChannelClosed:
+            closed = True
             return
         finally:
-            # the slots first: closing sources and caches below can take seconds (host unregistration), and a
-            # worker the trainer terminates meanwhile would never free them (see .worker._release_slots)
-            self._release_slots_quietly()
-            self._sampler.close()
-            if self._hybrid is not None:
-                self._hybrid.close()
-            for st in self.stages.values():
-                if hasattr(st.source, "close"):
-                    st.source.close()
-            self._scope.close()  # GPU copies, caches and host registrations of this producer
+            try:
+                self._close()
+            except Exception:
+                # the trainer is gone (it died, or another rank's death took GPU memory this process read, which
+                # leaves the CUDA context broken): nobody needs these resources any more and the process exits
+                if not closed:
+                    raise
+
+    def _close(self) -> None:
+        # the slots first: closing sources and caches below can take seconds (host unregistration), and a worker the
+        # trainer terminates meanwhile would never free them (see .worker._release_slots)
+        self._release_slots_quietly()
+        self._sampler.close()
+        if self._hybrid is not None:
+            self._hybrid.close()
+        for st in self.stages.values():
+            if hasattr(st.source, "close"):
+                st.source.close()
+        self._scope.close()  # GPU copies, caches and host registrations of this producer
 
     def release_slots(self) -> None:
         """Forget every slot buffer and any batch built into one (when :meth:`run` ends; a worker process calls it

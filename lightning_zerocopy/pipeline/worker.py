@@ -1,8 +1,8 @@
 """The pipeline's worker process: samples and gathers batches into slots the trainer shares with it.
 
 The worker is a ``spawn``-ed child (CUDA cannot be forked) that runs :class:`~.producer.Producer` over a
-duplex pipe. Slot tensors cross the pipe once (torch.multiprocessing shares CUDA tensors over CUDA IPC and
-CPU tensors as shared-memory file descriptors); afterwards only slot numbers and sizes do.
+duplex pipe. Slot tensors cross the pipe once (GPU slots as bare CUDA IPC memory handles, host slots as
+shared-memory file descriptors); afterwards only slot numbers and sizes do.
 
 Lifecycle and faults:
 
@@ -16,7 +16,6 @@ Lifecycle and faults:
 
 from __future__ import annotations
 
-import atexit
 import gc
 import os
 import re
@@ -30,6 +29,7 @@ from typing import Mapping, Optional
 import torch
 import torch.multiprocessing as mp
 
+from lightning_zerocopy.graph.cuda_ipc import CudaTensorHandle, export_cuda_tensor
 from lightning_zerocopy.pipeline.client import PipelineError
 from lightning_zerocopy.pipeline.producer import ChannelClosed, Producer
 
@@ -45,7 +45,7 @@ class _PipeChannel:
 
     def recv(self) -> tuple:
         try:
-            return self.conn.recv()
+            return open_slots(self.conn.recv())
         except (EOFError, OSError) as exc:
             raise ChannelClosed() from exc
 
@@ -68,27 +68,45 @@ _STARTED = ("started",)
 #: How long a spawned worker may take to start its interpreter (import torch) before the trainer gives up. This
 #: is not counted against the client's per-batch timeout: on a loaded machine it alone took more than 30 s.
 START_TIMEOUT_S = 600.0
-_DRIVER_FILES_CLEANUP = []
 
 
-def _unlink_driver_ipc_files(pid: int) -> None:
-    """Remove the CUDA driver's ``/dev/shm/cuda.shm.<n>.<pid hex>.<k>`` files of process ``pid``.
+def export_slots(msg: tuple) -> tuple:
+    """A ``("slots", ...)`` command with its CUDA buffers as bare IPC memory handles (trainer side).
 
-    A process that exports GPU memory over CUDA IPC gets such a file from the driver, which the driver may leave
-    behind after the process exits (``benchmarks/NOTES.md``, "Correctness found on the GPU machine"). Unlinking
-    it at exit only removes the name (mappings stay valid), so nothing that still runs is affected.
+    Sent through ``torch.multiprocessing`` a CUDA tensor would carry an interprocess event and a reference-counter
+    file, which the driver and torch leave in ``/dev/shm`` when a process is killed; a memory handle leaves nothing
+    (:mod:`lightning_zerocopy.graph.cuda_ipc`). The trainer owns the slots and frees them only after joining the
+    worker, or after the worker was sent replacements (``grow``), which it no longer writes. CPU slots (shared
+    host memory, passed as file descriptors) are left as they are.
     """
-    pattern = re.compile(rf"^cuda\.shm\.\d+\.{pid:x}\.\d+$")
-    try:
-        names = os.listdir("/dev/shm")
-    except OSError:
-        return
-    for name in names:
-        if pattern.match(name):
-            try:
-                os.unlink(os.path.join("/dev/shm", name))
-            except OSError:
-                pass
+    if msg[0] != "slots":
+        return msg
+    kind, stage, index, buffers = msg
+    return (kind, stage, index, _map_slot_buffers(buffers, _export_tensor))
+
+
+def open_slots(msg: tuple) -> tuple:
+    """The inverse of :func:`export_slots` in the worker: each handle opened as a tensor on the slot's GPU."""
+    if msg[0] != "slots":
+        return msg
+    kind, stage, index, buffers = msg
+    return (kind, stage, index, _map_slot_buffers(buffers, _open_tensor))
+
+
+def _map_slot_buffers(buffers, fn):
+    if isinstance(buffers, dict):
+        return {name: fn(value) for name, value in buffers.items()}
+    return [_map_slot_buffers(b, fn) for b in buffers]
+
+
+def _export_tensor(value):
+    if isinstance(value, torch.Tensor) and value.is_cuda:
+        return export_cuda_tensor(value)
+    return value
+
+
+def _open_tensor(value):
+    return value.open() if isinstance(value, CudaTensorHandle) else value
 
 
 def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str, str], lookahead: bool) -> None:
@@ -110,11 +128,9 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
         _release_slots(producer)
         del producer
         gc.collect()  # what only reference cycles held (the producer, tracebacks, frames) is freed now too
-        if os.environ.get(DEBUG_IPC_ENV, "") not in ("", "0"):
-            _report_cuda_tensors_left()
         conn.close()
     # Exit now, without the interpreter's teardown: with torch loaded it takes a second or more of CPU, during
-    # which the parent watchdog (a daemon thread) can no longer run, and on a loaded machine that kept an orphaned
+    # which the parent watchdog (a daemon thread) can no longer run, and on a loaded machine that keeps an orphaned
     # worker alive for 5-15 s after its trainer was killed. Nothing else of the worker needs finalizing: the
     # slots (the trainer's) were released above and the pipe is closed.
     sys.stdout.flush()
@@ -123,41 +139,17 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
 
 
 def _release_slots(producer: Producer) -> None:
-    """Drop this process's references to the trainer's slots, so that CUDA IPC counts them released.
+    """Drop this process's mappings of the trainer's slots before it exits.
 
-    The trainer allocated the slots and sent them over CUDA IPC, so in torch's terms the *trainer* is the producer
-    of those tensors and this worker a consumer. torch keeps a shared reference counter per sent block; a
-    consumer decrements it only when its received storage is freed. The worker ends with ``os._exit`` (no
-    interpreter teardown, see :func:`_worker_main`), so without this no received slot is ever freed: the counters stay above
-    zero, the trainer's freed slots wait in torch's "limbo" (their GPU memory held) until the trainer exits, and
-    at that exit torch prints "Producer process has been terminated before all shared CUDA tensors released".
-    Freeing them here (each receiver's deleter synchronizes its stream, then decrements the counter) does it
-    before the trainer's :meth:`PipelineClient.close`, which joins this process first, frees its slots.
+    The worker ends with ``os._exit`` (no interpreter teardown, see :func:`_worker_main`); releasing the slots first
+    waits for the producer's queued writes into them, so none is in flight while the trainer, which joins this
+    process before it frees its slots, reuses that memory.
     """
     try:
         producer.release_slots()
-    except Exception:  # noqa: BLE001 - best effort at exit: a failure here only brings back torch's warning
-        traceback.print_exc()
-
-
-#: Set to 1 and a worker lists on stderr, just before it exits, the CUDA tensors it still holds (after it released
-#: the slots): what would keep a block the trainer sent over CUDA IPC referenced, and so bring back torch's
-#: "Producer process has been terminated before all shared CUDA tensors released" at the trainer's exit.
-DEBUG_IPC_ENV = "LZC_DEBUG_IPC"
-
-
-def _report_cuda_tensors_left(limit: int = 50) -> None:
-    """Print the CUDA tensors still alive in this process, with their shapes and the types of what holds them."""
-    try:
-        left = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.is_cuda]
-        print(f"[lightning-zerocopy worker {os.getpid()}] {len(left)} CUDA tensor(s) alive at exit", file=sys.stderr)
-        for tensor in left[:limit]:
-            holders = sorted({type(r).__name__ for r in gc.get_referrers(tensor) if r is not left})
-            print(f"  {tuple(tensor.shape)} {tensor.dtype} {tensor.device} {tensor.untyped_storage().nbytes()} B "
-                  f"held by {holders}", file=sys.stderr)  # fmt: skip
-        del left
-    except Exception:  # noqa: BLE001 - a diagnostic
-        traceback.print_exc()
+    except Exception as exc:  # noqa: BLE001 - best effort at exit (a broken CUDA context fails every call)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"[lightning-zerocopy worker {os.getpid()}] releasing the slots at exit failed: {first}", file=sys.stderr)
 
 
 def _describe_exit(exitcode: Optional[int]) -> str:
@@ -170,6 +162,21 @@ def _describe_exit(exitcode: Optional[int]) -> str:
             name = f"signal {-exitcode}"
         return f"was killed by {name}"
     return f"exited with code {exitcode}"
+
+
+#: pids of the worker processes this process started and has not closed (see :func:`kill_workers`)
+_LIVE_WORKERS: set[int] = set()
+
+
+def kill_workers() -> None:
+    """SIGKILL every pipeline worker this process started and has not closed yet: for a process about to end at
+    once (``os._exit``) because its GPU state is lost, whose workers would otherwise report the same loss first."""
+    for pid in list(_LIVE_WORKERS):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _LIVE_WORKERS.discard(pid)
 
 
 class WorkerTransport:
@@ -196,9 +203,6 @@ class WorkerTransport:
         self._started = False
         self._spawned_at = time.monotonic()
         dev = str(device) if device is not None and torch.device(device).type == "cuda" else None
-        if dev is not None and not _DRIVER_FILES_CLEANUP:  # slots are exported over CUDA IPC from this process
-            _DRIVER_FILES_CLEANUP.append(os.getpid())
-            atexit.register(_unlink_driver_ipc_files, os.getpid())
         self.process = ctx.Process(
             target=_worker_main,
             args=(child, dev, os.getpid(), dict(env or {}), lookahead),
@@ -211,6 +215,7 @@ class WorkerTransport:
             os.environ.update(env)
             try:
                 self.process.start()
+                _LIVE_WORKERS.add(self.process.pid)
             finally:
                 for key, value in saved.items():
                     if value is None:
@@ -225,7 +230,7 @@ class WorkerTransport:
 
     def send(self, msg: tuple) -> None:
         try:
-            self._conn.send(msg)
+            self._conn.send(export_slots(msg))
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             self.process.join(1.0)  # a killed worker's pipe breaks before waitpid reports its death
             self.check_alive("a command to be sent")
@@ -268,6 +273,7 @@ class WorkerTransport:
 
     def close(self, timeout: float = 5.0) -> None:
         """Wait for the worker to exit after a stop message; terminate, then kill it if it does not."""
+        _LIVE_WORKERS.discard(self.process.pid)
         self.process.join(timeout)
         if self.process.is_alive():
             self.process.terminate()

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
 from lightning_zerocopy.gather.cache_plan import CachePlan
+from lightning_zerocopy.gather.read_rates import ReadRates
 from lightning_zerocopy.strategies.budget import format_bytes
+from lightning_zerocopy.strategies.cache_cost import compare_policies
 from lightning_zerocopy.strategies.ranking import CacheScores, PriorWeightChoice
 from lightning_zerocopy.strategies.topology import Layout, choose_layout
 
-__all__ = ["CacheDecision", "RankFacts", "decide_cache"]
+__all__ = ["CacheDecision", "RankFacts", "decide_cache", "needs_read_rates", "rows_per_gpu_of"]
 
 
 @dataclass(frozen=True)
@@ -93,10 +95,11 @@ class CacheDecision:
                 f" (held out; presampled counts + {self.prior_weight.final_weight:g} x degree prior, in-sample "
                 f"{in_sample})"
             )
+        stored = max(self.plan.shard_sizes) if self.plan.num_shards else 0
         return (
             f"feature cache: {self.layout.policy}{note}; {what} over {self.num_shards} GPU(s), "
-            f"{self.rows_per_gpu} rows ({format_bytes(self.rows_per_gpu * self.row_bytes)}) per GPU; "
-            f"expected hit rate {hit}{how}"
+            f"{stored} rows ({format_bytes(stored * self.row_bytes)}) per GPU of a "
+            f"{format_bytes(self.rows_per_gpu * self.row_bytes)} budget; expected hit rate {hit}{how}"
         )
 
 
@@ -108,6 +111,7 @@ def decide_cache(
     row_bytes: int,
     policy: str,
     key: str = "cache_policy",
+    read_rates: Optional[dict[int, ReadRates]] = None,
 ) -> CacheDecision:
     """The cache of rank ``me`` from every rank's facts and the summed ranking scores.
 
@@ -122,6 +126,8 @@ def decide_cache(
         row_bytes: bytes per row.
         policy: ``cache_policy``.
         key: the option's name, for messages.
+        read_rates: the read rates each rank measured (by global rank; see :func:`needs_read_rates`): ``auto``
+            then picks the policy with the smaller expected read time on each machine.
 
     Raises:
         ValueError: an unknown policy, or a machine whose local rank 0 sent no peer-access matrix.
@@ -138,9 +144,26 @@ def decide_cache(
         )
     if isinstance(scores, torch.Tensor):
         scores = CacheScores(scores)
-    rows_per_gpu = min(f.budget_bytes for f in facts) // max(row_bytes, 1)
+    rows_per_gpu = rows_per_gpu_of(facts, row_bytes)
     hot = scores.hot_rows
-    layout = choose_layout(policy, peer, hot_rows=min(hot, num_nodes), rows_per_gpu=rows_per_gpu, key=key)
+    ranked_by_capacity: dict[int, Any] = {}
+
+    def ranked(capacity: int) -> Any:  # the ranking for `capacity` rows (computed once per capacity)
+        if capacity not in ranked_by_capacity:
+            ranked_by_capacity[capacity] = scores.rank(capacity)
+        return ranked_by_capacity[capacity]
+
+    def hit_rate(capacity: int) -> float:
+        return 1.0 if capacity >= num_nodes else ranked(capacity).expected_hit_rate
+
+    price = None
+    machine_rates = [read_rates[f.rank] for f in machine if read_rates is not None and f.rank in read_rates]
+    if machine_rates:
+        rates = ReadRates.mean(machine_rates)
+        price = lambda k: compare_policies(  # noqa: E731
+            hit_rate(rows_per_gpu), hit_rate(rows_per_gpu * k), k, rates, row_bytes
+        )
+    layout = choose_layout(policy, peer, hot_rows=min(hot, num_nodes), rows_per_gpu=rows_per_gpu, key=key, price=price)
     position = machine.index(mine)
     positions = layout.group_of(position)
     group = tuple(machine[p].rank for p in positions)
@@ -149,9 +172,9 @@ def decide_cache(
         plan = CachePlan.from_ranking(torch.arange(num_nodes, dtype=torch.int64), num_nodes, len(group))
         expected, in_sample, choice = (1.0 if num_nodes else 0.0), math.nan, None
     else:
-        ranked = scores.rank(capacity)
-        plan = CachePlan.from_ranking(ranked.rows, num_nodes, len(group))
-        expected, in_sample, choice = ranked.expected_hit_rate, ranked.in_sample_hit_rate, ranked.choice
+        chosen = ranked(capacity)
+        plan = CachePlan.from_ranking(chosen.rows, num_nodes, len(group))
+        expected, in_sample, choice = chosen.expected_hit_rate, chosen.in_sample_hit_rate, chosen.choice
     return CacheDecision(
         layout=layout,
         group=group,
@@ -165,3 +188,26 @@ def decide_cache(
         prior_weight=choice,
     )
 
+
+
+def rows_per_gpu_of(facts: Sequence[RankFacts], row_bytes: int) -> int:
+    """Rows one GPU's budget holds: the smallest budget of the job over the row size."""
+    return min(f.budget_bytes for f in facts) // max(row_bytes, 1)
+
+
+def needs_read_rates(policy: str, facts: Sequence[RankFacts], hot_rows: int, num_nodes: int, row_bytes: int) -> bool:
+    """Whether ``auto`` has to weigh clique against replicate on some machine of the job (the same answer on every
+    rank, so that all of them measure, or none): GPUs with peer access, and more hot rows than one GPU holds."""
+    if policy != "auto" or any(f.device is None for f in facts):
+        return False
+    if min(hot_rows, num_nodes) <= rows_per_gpu_of(facts, row_bytes):
+        return False
+    for f in facts:
+        if f.peer_access is not None and any(
+            f.peer_access[i][j] and f.peer_access[j][i]
+            for i in range(len(f.peer_access))
+            for j in range(len(f.peer_access))
+            if i != j
+        ):
+            return True
+    return False

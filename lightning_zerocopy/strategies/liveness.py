@@ -7,6 +7,12 @@ polls the other ranks *of this machine* (their pids, exchanged once through the 
 a signal, which also interrupts a blocking wait), and if the main thread is stuck in a native collective it ends
 the process after ``grace`` seconds. Ranks on other machines are left to the collectives' own errors.
 
+Before the process group exists (the rendezvous), the ranks have not exchanged pids yet, but a launch knows some:
+the process that launched this machine's other ranks (Lightning's launcher, which is local rank 0) knows its
+children, and each child knows its launcher (:data:`LAUNCHER_ENV`). :func:`launch_watch` watches those from the
+process's start, so a rank that dies during the rendezvous stops the others instead of leaving them waiting for
+the rendezvous timeout; :meth:`RankLiveness.watch` then switches to every rank of the machine.
+
 Why a rank stopped: a rank that stops on an exception first leaves a one-line *exit note* in the process group's
 key-value store (:meth:`RankLiveness.announce`): ``interrupted (SIGINT)`` / ``interrupted (SIGTERM)`` for Ctrl-C
 and Lightning's SIGTERM, else the exception's first line (e.g. the pipeline worker's pid and signal). The watch
@@ -28,7 +34,17 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-__all__ = ["PeerRankExited", "RankLiveness", "RankInfo", "exit_note", "is_interrupt", "process_alive"]
+__all__ = [
+    "LAUNCHER_ENV",
+    "PeerRankExited",
+    "RankLiveness",
+    "RankInfo",
+    "caused_by_a_peer",
+    "exit_note",
+    "is_interrupt",
+    "launch_watch",
+    "process_alive",
+]
 
 _SIGNAL = signal.SIGUSR2  # Lightning uses SIGUSR1 (SLURM requeue) and SIGTERM
 
@@ -41,6 +57,9 @@ class PeerRankExited(RuntimeError):
 _NOTE_KEY = "lightning_zerocopy/liveness/note/{rank}"
 _ACK_KEY = "lightning_zerocopy/liveness/ack/{rank}/{reader}"
 _NOTE_CHARS = 600
+#: Set by the process that launches this machine's other ranks (to its pid), before it starts them: a rank whose
+#: parent has this pid knows its launcher, and stops if the launcher dies.
+LAUNCHER_ENV = "LZC_LAUNCHER_PID"
 
 
 def exit_note(exception: BaseException) -> str:
@@ -97,6 +116,8 @@ class RankLiveness:
         ranks: every rank of the job (only those on this host are watched).
         interval: seconds between polls.
         grace: seconds the process gets, once a rank is gone, to raise and exit; then it ends with exit code 1.
+        starting: the watch starts before the process group exists (the peers are the launch's, see
+            :func:`launch_watch`); messages say the rank was starting until :meth:`watch` is called.
         alive: how a pid is judged alive (for tests).
         store: the process group's key-value store (``set``/``get``/``check``, e.g. a ``torch.distributed``
             ``TCPStore``) for exit notes; ``None``: no notes (a gone rank is only said to have exited).
@@ -109,13 +130,15 @@ class RankLiveness:
         me: RankInfo,
         ranks: Sequence[RankInfo],
         interval: float = 0.5,
-        grace: float = 10.0,
+        grace: float = 6.0,
         alive: Callable[[int], bool] = process_alive,
         store: Any = None,
         stopping: Callable[[], bool] = lambda: False,
+        starting: bool = False,
     ) -> None:
         self.me = me
-        self.peers = [r for r in ranks if r.host == me.host and r.pid != me.pid]
+        self.peers = _machine_peers(me, ranks)
+        self.starting = starting
         self.interval = float(interval)
         self.grace = float(grace)
         self._alive = alive
@@ -123,6 +146,7 @@ class RankLiveness:
         self._stopping = stopping
         self._announced = False
         self._notes: dict[int, str] = {}  # exit notes of peers, as read
+        self._mapped: frozenset[int] = frozenset()  # ranks whose GPU memory this process reads (see depend_on)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._previous_handler: Any = None
@@ -147,6 +171,35 @@ class RankLiveness:
         if self._previous_handler is not None and threading.current_thread() is threading.main_thread():
             signal.signal(_SIGNAL, self._previous_handler)
             self._previous_handler = None
+
+    def watch(
+        self,
+        ranks: Sequence[RankInfo],
+        store: Any = None,
+        stopping: Optional[Callable[[], bool]] = None,
+        me: Optional[RankInfo] = None,
+    ) -> None:
+        """From now on watch ``ranks`` (every rank of the job, exchanged once the process group exists; those of
+        this machine are watched), with the process group's ``store`` for exit notes; ``me``: this rank as the
+        process group numbers it (a launch watch may have guessed its global rank)."""
+        if me is not None:
+            self.me = me
+        self.peers = _machine_peers(self.me, ranks)
+        if store is not None:
+            self._store = store
+        if stopping is not None:
+            self._stopping = stopping
+        self.starting = False
+
+    def depend_on(self, ranks: "set[int] | frozenset[int]") -> None:
+        """This process reads GPU memory that the processes of ``ranks`` own (a clique cache's peer shards).
+
+        When such a rank dies, the driver frees its memory under this process's running kernels: its CUDA context
+        is broken (every later call fails), so no exception path can end it cleanly. The watch then says which rank
+        went, stops this process's pipeline workers and ends the process at once (exit status 1); the driver frees
+        its GPU resources, and the host memory's guardians and the MPS supervisor do the rest.
+        """
+        self._mapped = frozenset(int(r) for r in ranks if r != self.me.rank)
 
     def check(self) -> Optional[RankInfo]:
         """The first watched rank that is gone or has left an exit note, or ``None``."""
@@ -200,7 +253,8 @@ class RankLiveness:
             return f"{where} was {note}; stopping rank {self.me.rank}"
         if note is not None:
             return f"{where} failed while rank {self.me.rank} was running: {note}; stopping rank {self.me.rank}"
-        return f"{where} exited while rank {self.me.rank} was running; stopping rank {self.me.rank}"
+        doing = "starting" if self.starting else "running"
+        return f"{where} exited while rank {self.me.rank} was {doing}; stopping rank {self.me.rank}"
 
     def explain(self, exception: BaseException, wait: float = 2.0) -> Optional[str]:
         """If a watched rank is gone (checked for up to ``wait`` seconds: a collective can fail the moment a peer's
@@ -219,6 +273,10 @@ class RankLiveness:
         line = self.describe(dead)
         if exception.args and isinstance(exception.args[0], str):
             exception.args = (f"{line}. {exception.args[0]}", *exception.args[1:])
+        try:
+            exception.peer_rank_exit = line  # see caused_by_a_peer
+        except AttributeError:  # an exception type without a __dict__
+            pass
         print(f"[ZeroCopyDDPStrategy] {line}", file=sys.stderr, flush=True)
         return line
 
@@ -227,21 +285,98 @@ class RankLiveness:
             dead = self.check()
             if dead is None or self._stop.is_set():
                 continue
+            if dead.rank in self._mapped and not self._alive(dead.pid):
+                self._end_now(dead)
             if self._announced or self._stopping():
                 continue  # this rank is stopping on its own exception already: let it finish (explain() names peers)
             self.message = self.describe(dead)
-            print(f"[ZeroCopyDDPStrategy] {self.message}", file=sys.stderr, flush=True)
             if self._previous_handler is not None or signal.getsignal(_SIGNAL) == self._raise_in_main:
-                os.kill(os.getpid(), _SIGNAL)
-            # the exception path gets `grace` seconds (it may itself wait in a collective with the dead rank)
+                os.kill(os.getpid(), _SIGNAL)  # PeerRankExited carries the message
+            else:
+                print(f"[ZeroCopyDDPStrategy] {self.message}", file=sys.stderr, flush=True)
+            # the exception path gets `grace` seconds (it may itself wait in a collective with the dead rank, or the
+            # rendezvous may hold the main thread in native code, where no Python signal handler runs)
             threading.Event().wait(self.grace)
             print(
-                f"[ZeroCopyDDPStrategy] rank {self.me.rank} did not exit within {self.grace:.0f} s of rank "
-                f"{dead.rank}'s exit: exiting",
+                f"[ZeroCopyDDPStrategy] {self.message}; rank {self.me.rank} did not exit within {self.grace:.0f} s: "
+                "exiting",
                 file=sys.stderr,
                 flush=True,
             )
             os._exit(1)
 
+    def _end_now(self, dead: RankInfo) -> None:
+        """A rank whose GPU memory this process reads is gone: see :meth:`depend_on`."""
+        print(
+            f"[ZeroCopyDDPStrategy] rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
+            f"was running, and the GPU memory of it that rank {self.me.rank} reads went with it: stopping rank "
+            f"{self.me.rank} now",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            workers = sys.modules.get("lightning_zerocopy.pipeline.worker")  # none started if it was never imported
+            if workers is not None:
+                workers.kill_workers()
+        finally:
+            os._exit(1)
+
     def _raise_in_main(self, signum: int, frame: Any) -> None:
         raise PeerRankExited(self.message or "another rank of this machine exited")
+
+
+def caused_by_a_peer(exception: BaseException) -> bool:
+    """Whether ``exception`` stopped this rank because another rank of the machine went away: a
+    :class:`PeerRankExited`, or an error of a collective that :meth:`RankLiveness.explain` tied to the gone rank."""
+    return isinstance(exception, PeerRankExited) or isinstance(getattr(exception, "peer_rank_exit", None), str)
+
+
+def _machine_peers(me: RankInfo, ranks: Sequence[RankInfo]) -> list[RankInfo]:
+    return [r for r in ranks if r.host == me.host and r.pid != me.pid]
+
+
+_LAUNCH_WATCH: Optional[RankLiveness] = None
+
+
+def launch_watch(
+    rank: int, launched: Sequence[tuple[int, int]] = (), interval: float = 0.5, grace: float = 6.0
+) -> Optional[RankLiveness]:
+    """Start (once per process) the watch of the ranks this launch knows before the process group exists.
+
+    Args:
+        rank: this process's global rank.
+        launched: ``(global rank, pid)`` of the ranks this process launched (Lightning's launcher: the machine's
+            other local ranks). Empty in a launched rank, which watches its launcher instead, if its parent is the
+            process named by :data:`LAUNCHER_ENV`.
+        interval, grace: as for :class:`RankLiveness`.
+
+    Returns:
+        The watch (call :meth:`RankLiveness.watch` once the ranks have met), the one started earlier in this process,
+        or ``None`` when there is nothing to watch. Call from the main thread.
+    """
+    global _LAUNCH_WATCH
+    if _LAUNCH_WATCH is not None:
+        return _LAUNCH_WATCH
+    host = socket.gethostname()
+    peers = [RankInfo(r, host, pid) for r, pid in launched]
+    if not peers:
+        launcher = os.environ.get(LAUNCHER_ENV, "")
+        if not launcher.isdigit() or int(launcher) == os.getpid():
+            return None
+        pid = int(launcher)
+        if pid != os.getppid() and process_alive(pid):
+            return None  # the variable was inherited from a process that did not start this one
+        # (a launcher that is gone already is watched too: the watch stops this rank at once)
+        launcher_rank = rank - int(os.environ.get("LOCAL_RANK", "0") or 0)  # the launcher is local rank 0
+        peers = [RankInfo(launcher_rank, host, pid)]
+    watch = RankLiveness(RankInfo.here(rank), peers, interval=interval, grace=grace, starting=True)
+    watch.start()
+    _LAUNCH_WATCH = watch
+    return watch
+
+
+def forget_launch_watch(watch: RankLiveness) -> None:
+    """``watch`` (from :func:`launch_watch`) was stopped: a later stage of this process starts afresh."""
+    global _LAUNCH_WATCH
+    if _LAUNCH_WATCH is watch:
+        _LAUNCH_WATCH = None

@@ -11,9 +11,12 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Optional, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    from lightning_zerocopy.strategies.cache_cost import PolicyCosts
 
 __all__ = ["CACHE_POLICIES", "CachePolicy", "Layout", "choose_layout", "find_cliques", "measure_peer_access"]
 
@@ -102,15 +105,21 @@ class Layout:
 
 
 def choose_layout(
-    policy: str, peer: Sequence[Sequence[bool]], hot_rows: int, rows_per_gpu: int, key: str = "cache_policy"
+    policy: str,
+    peer: Sequence[Sequence[bool]],
+    hot_rows: int,
+    rows_per_gpu: int,
+    key: str = "cache_policy",
+    price: Optional[Callable[[int], "PolicyCosts"]] = None,
 ) -> Layout:
     """Decide replicate or clique for one machine.
 
     * ``replicate``: every GPU caches the same rows.
     * ``clique``: GPUs grouped by mutual peer access share one cache split into a shard per GPU. Without any peer
       pair (or with one GPU) it warns and replicates.
-    * ``auto``: clique where peers exist and the hot set does not fit one GPU's budget; else replicate, with a
-      one-line note saying why.
+    * ``auto``: replicate where clique cannot help (one GPU, no peer access, or the hot rows fit one GPU's budget);
+      otherwise the policy whose expected read time is smaller (``price``, see
+      :mod:`~lightning_zerocopy.strategies.cache_cost`), or clique when no price is given. The note says why.
 
     Args:
         policy: ``"replicate"``, ``"clique"`` or ``"auto"``.
@@ -118,6 +127,7 @@ def choose_layout(
         hot_rows: rows worth caching (rows sampling ever reads; the whole table at most).
         rows_per_gpu: rows one GPU's budget holds.
         key: the option's name, for messages.
+        price: for ``auto``, the expected costs of both policies given the clique size.
 
     Raises:
         ValueError: an unknown policy (the message names ``key``).
@@ -130,12 +140,13 @@ def choose_layout(
         return Layout("replicate", replicate)
     cliques = find_cliques(peer)
     has_peers = any(len(group) > 1 for group in cliques)
+    clique = tuple(tuple(g) for g in sorted(cliques))
     if policy == "clique":
         if not has_peers:
             why = "one GPU" if n == 1 else f"no peer access between the {n} GPUs"
             warnings.warn(f"{key}='clique' needs GPUs with peer access, but this machine has {why}: replicating")
             return Layout("replicate", replicate, note=f"clique requested, {why}: replicate")
-        return Layout("clique", tuple(tuple(g) for g in sorted(cliques)), note=_clique_note(cliques))
+        return Layout("clique", clique, note=_clique_note(cliques))
     # auto
     if n == 1:
         return Layout("replicate", replicate, note="auto: one GPU on this machine, replicate")
@@ -145,7 +156,12 @@ def choose_layout(
         )
     if not has_peers:
         return Layout("replicate", replicate, note=f"auto: no peer access between the {n} GPUs, replicate")
-    return Layout("clique", tuple(tuple(g) for g in sorted(cliques)), note="auto: " + _clique_note(cliques))
+    if price is not None:
+        costs = price(max(len(g) for g in cliques))
+        if not costs.clique_wins:
+            return Layout("replicate", replicate, note=costs.note())
+        return Layout("clique", clique, note=f"{costs.note()}; {_clique_note(cliques)}")
+    return Layout("clique", clique, note="auto: " + _clique_note(cliques))
 
 
 def _clique_note(cliques: list[list[int]]) -> str:

@@ -28,11 +28,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from pytorch_lightning.strategies import DDPStrategy, StrategyRegistry
+from pytorch_lightning.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_zerocopy.strategies.budget import CacheBudget, parse_budget, resolve_budget
-from lightning_zerocopy.strategies.liveness import RankInfo, RankLiveness
+from lightning_zerocopy.strategies.liveness import RankInfo, RankLiveness, forget_launch_watch, launch_watch
 from lightning_zerocopy.strategies.ranking import CacheRanking, check_ranking
 from lightning_zerocopy.strategies.topology import CACHE_POLICIES, CachePolicy
 
@@ -123,16 +124,40 @@ class ZeroCopyDDPStrategy(DDPStrategy):
     # ---- Lightning hooks -----------------------------------------------------------------------------------
 
     @override
+    def _configure_launcher(self) -> None:
+        super()._configure_launcher()
+        if self.liveness_interval > 0 and isinstance(self._launcher, _SubprocessScriptLauncher):
+            from lightning_zerocopy.strategies.launcher import ZeroCopyScriptLauncher
+
+            self._launcher = ZeroCopyScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
+
+    @override
     def setup_environment(self) -> None:
+        watch = self._watch_the_launch()  # before the rendezvous, which waits for every rank
         super().setup_environment()  # the process group
         if self.liveness_interval > 0 and self._liveness is None and self.world_size > 1:
             ranks: list[Any] = [None] * self.world_size
             dist.all_gather_object(ranks, RankInfo.here(self.global_rank))
-            self._liveness = RankLiveness(
-                RankInfo.here(self.global_rank), ranks, interval=self.liveness_interval,
-                store=_default_store(), stopping=self._trainer_interrupted,
-            )  # fmt: skip
-            self._liveness.start()
+            store, stopping = _default_store(), self._trainer_interrupted
+            if watch is None:
+                watch = RankLiveness(RankInfo.here(self.global_rank), ranks, interval=self.liveness_interval,
+                                     store=store, stopping=stopping)  # fmt: skip
+            else:
+                watch.watch(ranks, store=store, stopping=stopping, me=RankInfo.here(self.global_rank))
+            watch.start()
+            self._liveness = watch
+
+    def _watch_the_launch(self) -> Optional[RankLiveness]:
+        """The ranks this process launched, or its launcher, watched from before the rendezvous (see
+        :func:`~lightning_zerocopy.strategies.liveness.launch_watch`)."""
+        if self.liveness_interval <= 0 or self.cluster_environment is None:
+            return None
+        from lightning_zerocopy.strategies.launcher import ZeroCopyScriptLauncher
+
+        env = self.cluster_environment
+        rank = env.node_rank() * self.num_processes + env.local_rank()
+        launched = self._launcher.launched() if isinstance(self._launcher, ZeroCopyScriptLauncher) else []
+        return launch_watch(rank, launched, interval=self.liveness_interval)
 
     @override
     def _setup_model(self, model: torch.nn.Module) -> DistributedDataParallel:
@@ -157,6 +182,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         liveness, self._liveness = self._liveness, None
         if liveness is not None:
             liveness.stop()
+            forget_launch_watch(liveness)
             # no rank leaves before every rank has stopped watching: a rank that finishes first is not taken for dead
             self.barrier("zerocopy_liveness_stopped")
         self._retire_shard()
@@ -168,6 +194,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         if liveness is not None:
             liveness.announce(exception)  # first: the other ranks' errors name this rank's cause (or its interrupt)
             liveness.stop()
+            forget_launch_watch(liveness)
             liveness.explain(exception)  # a collective's error names no rank: say which one went away
         self._retire_shard()
         super().on_exception(exception)
@@ -188,7 +215,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         Called by the DataModule in ``setup`` on every rank, while its shared host memory can still be opened by
         name and before any pipeline worker opens a builder. A collective: every rank calls it.
         """
-        from lightning_zerocopy.strategies.cache_setup import decide_cache
+        from lightning_zerocopy.strategies.cache_setup import decide_cache, needs_read_rates
 
         self._free_retired()  # shards of an earlier stage: every rank has closed its caches since (teardown)
         if self.cache_budget.is_zero:
@@ -211,7 +238,15 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         num_nodes, row_bytes = int(table.shape[0]), int(table[0].numel() * table.element_size()) if table.shape[0] else 0
         scores = self._scores(datamodule, host.graph.indices, num_nodes)
         facts = self._exchange_facts(self._budget_bytes(root, on_gpu))
-        decision = decide_cache(self.global_rank, facts, scores, num_nodes, row_bytes, self.cache_policy)
+        rates = None
+        if on_gpu and self.world_size > 1 and needs_read_rates(self.cache_policy, facts, scores.hot_rows, num_nodes, row_bytes):
+            from lightning_zerocopy.strategies.read_probe import probe_read_rates
+
+            mine = next(f for f in facts if f.rank == self.global_rank)
+            rates = probe_read_rates(datamodule.resources.registered_features(), root, self.node_rank,
+                                     self.local_rank, mine.peer_access)  # fmt: skip
+        decision = decide_cache(self.global_rank, facts, scores, num_nodes, row_bytes, self.cache_policy,
+                                read_rates=rates)  # fmt: skip
         self.cache_decision = decision
         rank_zero_info(f"ZeroCopyDDPStrategy: {decision.summary()}")
         if decision.layout.note and self.local_rank == 0 and self.node_rank > 0:
@@ -220,6 +255,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             from lightning_zerocopy.strategies.cache_spec import ShardedFeatureCache
 
             datamodule.set_feature_cache(ShardedFeatureCache(self._place(decision, table, root)))
+            if self._liveness is not None and len(decision.group) > 1:
+                self._liveness.depend_on(set(decision.group))  # their shards are read here and by our workers
 
     def cache_counts(self) -> Optional[Any]:
         """Rows this process's builders gathered so far from the local shard(s), peers' shards and host memory (a

@@ -1,4 +1,4 @@
-"""The end-to-end benchmark (``benchmarks/e2e.py``): the ``ci`` preset end to end on CPU rows, the report from JSON."""
+"""The end-to-end benchmark (``benchmarks/e2e/``): the ``ci`` preset end to end on CPU rows, the report from JSON."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 import torch
 from helpers import fake_torch_sparse_sampler
 
-from benchmarks import e2e_report
-from benchmarks.e2e_aims import aims_table, end_to_end_row
-from benchmarks.e2e_pyg_hops import add_hop_counts, hop_counts
-from benchmarks.e2e_rows import MODELS, PRESETS, ROWS, resolve_precision, select_rows
-from benchmarks.e2e_measure import BatchCheck, TrainClock
+from benchmarks.common.measure import BatchCheck, TrainClock
+from benchmarks.e2e import report as e2e_report
+from benchmarks.e2e.aims import aims_table, end_to_end_row
+from benchmarks.e2e.pyg_hops import add_hop_counts, hop_counts
+from benchmarks.e2e.rows import MODELS, PRESETS, ROWS, resolve_precision, select_rows
 from lightning_zerocopy import models
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -141,7 +141,7 @@ def test_report_only_rerenders_from_json(tmp_path: Path) -> None:
 
 
 def test_report_only_into_another_folder(tmp_path: Path) -> None:
-    from benchmarks.e2e import main
+    from benchmarks.e2e.__main__ import main
 
     src, dst = tmp_path / "fetched", tmp_path / "rendered"
     src.mkdir()
@@ -157,7 +157,7 @@ def test_report_only_into_another_folder(tmp_path: Path) -> None:
 def test_report_without_matplotlib_says_how_to_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "results.json").write_text(json.dumps(_fake_results()))
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    monkeypatch.delitem(sys.modules, "benchmarks.e2e_plots", raising=False)
+    monkeypatch.delitem(sys.modules, "benchmarks.e2e.plots", raising=False)
     files = e2e_report.render(str(tmp_path))
     assert [os.path.basename(f) for f in files] == ["report.md"]
     assert f"--report-only {tmp_path}" in (tmp_path / "report.md").read_text()
@@ -184,7 +184,7 @@ def test_unknown_row_names_the_known_ones() -> None:
 @pytest.mark.parametrize("flags", [["--configs", "cpu,nope"], ["--steps", "5", "--warmup", "5"], ["--batch-size", "0"],
                                    ["--precision", "fp8"]])  # fmt: skip
 def test_bad_flags_fail_before_any_work(flags: list[str], capsys: pytest.CaptureFixture) -> None:
-    from benchmarks.e2e import parse_args
+    from benchmarks.e2e.__main__ import parse_args
 
     with pytest.raises(SystemExit):
         parse_args(flags)
@@ -252,9 +252,9 @@ def test_pyg_row_trains_through_neighbor_loader(tmp_path: Path, monkeypatch: pyt
 
     import torch_geometric.typing
 
-    from benchmarks.e2e import graph_kwargs, parse_args
-    from benchmarks.e2e_rows import MODELS
-    from benchmarks.e2e_train import run_row
+    from benchmarks.e2e.__main__ import parse_args
+    from benchmarks.e2e.rows import MODELS, graph_kwargs
+    from benchmarks.e2e.train import run_row
 
     if not any(importlib.util.find_spec(m) for m in ("pyg_lib", "torch_sparse")):
         fake_torch_sparse_sampler()
@@ -392,8 +392,9 @@ def test_hop_counts_recover_a_hop_ordered_sample(tmp_path: Path) -> None:
 def test_rows_take_precision_and_trim(tmp_path: Path) -> None:
     """``--precision`` and ``--trim/--no-trim`` reach the model-only row's Trainer and module (the same code path
     builds every row's); ``--trim`` on a build whose models cannot trim skips the row, naming the flag."""
-    from benchmarks.e2e import graph_kwargs, parse_args
-    from benchmarks.e2e_train import run_row
+    from benchmarks.e2e.__main__ import parse_args
+    from benchmarks.e2e.rows import graph_kwargs
+    from benchmarks.e2e.train import run_row
     from lightning_zerocopy import SyntheticGraph
 
     def run(*flags: str) -> dict:
@@ -417,7 +418,7 @@ def test_rows_take_precision_and_trim(tmp_path: Path) -> None:
 
 
 def test_issue20_preset_is_the_issues_graph() -> None:
-    from benchmarks.e2e import parse_args
+    from benchmarks.e2e.__main__ import parse_args
 
     args = parse_args(["--preset", "issue20"])
     assert (args.num_nodes, args.avg_degree, args.features, args.batch_size) == (20_000_000, 10.0, 128, 1024)

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmarks import e2e_report
-from benchmarks.e2e_aims import aims_table, end_to_end_row
-from benchmarks.e2e_rows import ROWS, launcher_share, worker_share
-from benchmarks.e2e_train import pipeline_options, share_figures
+from benchmarks.e2e import report as e2e_report
+from benchmarks.e2e.aims import aims_table, end_to_end_row
+from benchmarks.e2e.rows import ROWS, launcher_share, worker_share
+from benchmarks.e2e.train import pipeline_options, share_figures
 from lightning_zerocopy.callbacks import PipelineCallback
 from lightning_zerocopy.pipeline.share_choice import ShareChoice
 
@@ -21,7 +21,7 @@ SHARE_ROWS = ("zc_gpu_mps_20", "zc_gpu_mps_30", "zc_gpu_mps_auto")
 
 
 def test_share_rows_are_zc_gpu_mps_with_their_own_share(capsys: pytest.CaptureFixture) -> None:
-    from benchmarks.e2e import main
+    from benchmarks.e2e.__main__ import main
 
     base = ROWS["zc_gpu_mps"]
     for name, share in zip(SHARE_ROWS, (20, 30, "auto")):
@@ -39,7 +39,7 @@ def test_share_rows_are_zc_gpu_mps_with_their_own_share(capsys: pytest.CaptureFi
 
 @pytest.mark.parametrize("value, parsed", [("auto", "auto"), ("AUTO", "auto"), ("20", 20), ("99", 99)])
 def test_worker_sm_percent_takes_a_share_or_auto(value: str, parsed: object) -> None:
-    from benchmarks.e2e import parse_args
+    from benchmarks.e2e.__main__ import parse_args
 
     assert parse_args(["--worker-sm-percent", value]).worker_sm_percent == parsed
     assert parse_args([]).worker_sm_percent == 10
@@ -47,7 +47,7 @@ def test_worker_sm_percent_takes_a_share_or_auto(value: str, parsed: object) -> 
 
 @pytest.mark.parametrize("value", ["0", "100", "half", ""])
 def test_bad_worker_sm_percent_names_the_flag(value: str, capsys: pytest.CaptureFixture) -> None:
-    from benchmarks.e2e import parse_args
+    from benchmarks.e2e.__main__ import parse_args
 
     with pytest.raises(SystemExit):
         parse_args(["--worker-sm-percent", value])
@@ -61,7 +61,7 @@ def test_bad_worker_sm_percent_names_the_flag(value: str, capsys: pytest.Capture
 def test_the_launcher_gets_the_rows_share(row: str, flag: object, launched: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The MPS launcher's ``--worker-sm-percent`` (the trainer gets the rest): the row's share, else the flag's; auto
     starts the ladder's first, 10 %, so the trainer has the 90 % the callback expects."""
-    from benchmarks.e2e import mps_prefix
+    from benchmarks.e2e.rows import mps_prefix
     from lightning_zerocopy.pipeline import mps
 
     monkeypatch.setattr(mps, "mps_processes", lambda: [])  # no previous row's daemon to wait for
@@ -89,7 +89,7 @@ def test_the_callback_gets_the_rows_share() -> None:
 def test_share_rows_are_skipped_on_the_cpu_and_append_keeps_them(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("on a GPU these rows train (test_share_rows_train_under_mps)")
-    from benchmarks.e2e import parse_args, run
+    from benchmarks.e2e.__main__ import parse_args, run
 
     def e2e(configs: str, *flags: str) -> dict:
         run(parse_args(["--preset", "ci", "--configs", configs, "--out", str(tmp_path / "out"),

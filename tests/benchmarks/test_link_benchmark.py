@@ -1,4 +1,4 @@
-"""The link-prediction benchmark (``benchmarks/link.py``): the ``ci`` preset end to end on CPU rows, the report."""
+"""The link-prediction benchmark (``benchmarks/link/``): the ``ci`` preset end to end on CPU rows, the report."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from helpers import fake_torch_sparse_sampler
 
-from benchmarks.link import PRESETS, ROWS, parse_args, select_rows
+from benchmarks.link.__main__ import PRESETS, ROWS, parse_args, select_rows
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,8 +93,8 @@ def test_append_keeps_the_other_rows(ci_run: Path, tmp_path: Path) -> None:
 
 def test_share_rows_take_their_own_share(monkeypatch: pytest.MonkeyPatch) -> None:
     """The link benchmark's zc_gpu_mps_20/_30/_auto: the row's share reaches the MPS launcher and the report."""
-    from benchmarks import link_report
-    from benchmarks.e2e import mps_prefix
+    from benchmarks.link import report as link_report
+    from benchmarks.e2e.rows import mps_prefix
     from lightning_zerocopy.pipeline import mps
 
     monkeypatch.setattr(mps, "mps_processes", lambda: [])
@@ -126,8 +126,8 @@ def test_pyg_row_trains_through_link_neighbor_loader(tmp_path: Path, monkeypatch
 
     import torch_geometric.typing
 
-    from benchmarks.link import dataset_kwargs
-    from benchmarks.link_train import build_dataset, run_row
+    from benchmarks.link.__main__ import dataset_kwargs
+    from benchmarks.link.train import build_dataset, run_row
 
     if not any(importlib.util.find_spec(m) for m in ("pyg_lib", "torch_sparse")):
         fake_torch_sparse_sampler()

@@ -1,4 +1,4 @@
-"""The scaling benchmark (``benchmarks/scaling.py``) end to end in its CPU plumbing mode: one Lightning fit per
+"""The scaling benchmark (``benchmarks/scaling/``) end to end in its CPU plumbing mode: one Lightning fit per
 configuration in a fresh process, the Strategy's cache decision and the JSON it writes (figures not asserted)."""
 
 from __future__ import annotations
@@ -9,15 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_scaling(tmp_path: Path, *flags: str) -> dict:
-    """``benchmarks/scaling.py`` in its CPU mode on a 5000-node graph with ``flags``; its JSON report."""
+    """``benchmarks/scaling/`` in its CPU mode on a 5000-node graph with ``flags``; its JSON report."""
     out = tmp_path / "scaling.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
-        [sys.executable, "benchmarks/scaling.py", "--device", "cpu", "--policies", "auto", "--num-nodes", "5000",
+        [sys.executable, "-m", "benchmarks.scaling", "--device", "cpu", "--policies", "auto", "--num-nodes", "5000",
          "--limit-batches", "2", "--batch-size", "128", "--presample-batches", "4",
          "--cache-dir", str(tmp_path / "cache"), "--out", str(out), *flags],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
@@ -48,5 +50,9 @@ def test_two_cpu_ranks_report_one_shared_host_copy(tmp_path: Path) -> None:
     for r in runs.values():
         assert "error" not in r, r
         assert r["host_data_GB"] > 0 and 0.5 < r["host_pss_over_data"] < 1.25, r
+    # scaling is throughput: every rank trains --limit-batches batches of its own seeds per epoch
+    for gpus, r in runs.items():
+        assert r["seeds_per_s"] == pytest.approx(gpus * 128 * 2 / r["epoch_s"]) and r["pipeline"] == "off"
+    assert runs[2]["speedup_vs_1gpu"] == pytest.approx(runs[2]["seeds_per_s"] / runs[1]["seeds_per_s"])
     pair = runs[2]["per_rank"]
     assert len(pair) == 2 and all(p["host_pss_bytes"] < 0.75 * p["host_rss_bytes"] for p in pair), pair

@@ -1,4 +1,4 @@
-"""benchmarks/sessions.py: a run started in its own session is stopped whole (with what it started), on a timeout
+"""benchmarks/common/sessions.py: a run started in its own session is stopped whole (with what it started), on a timeout
 and when the benchmark itself is told to stop."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import textwrap
 import time
 
-from benchmarks.sessions import stop_session
+from benchmarks.common.sessions import stop_session
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A run that starts a grandchild (as a row starts loader workers), prints its pid, and waits.
@@ -40,7 +40,7 @@ def test_a_stop_signal_to_the_benchmark_stops_its_tracked_run() -> None:
     bench = textwrap.dedent(f"""
         import subprocess, sys
         sys.path.insert(0, {REPO_ROOT!r})
-        from benchmarks.sessions import forward_stop_signals, tracked
+        from benchmarks.common.sessions import forward_stop_signals, tracked
         forward_stop_signals()
         proc = subprocess.Popen([sys.executable, "-c", {_RUN!r}], stdout=subprocess.PIPE, text=True, start_new_session=True)
         with tracked(proc):

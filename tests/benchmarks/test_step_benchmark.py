@@ -1,4 +1,4 @@
-"""The training-step benchmark (``benchmarks/step.py``) end to end on the CPU at tiny sizes: every row, sane figures."""
+"""The training-step benchmark (``benchmarks/step/``) end to end on the CPU at tiny sizes: every row, sane figures."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.step import parse_args
-from benchmarks.step_rows import ROWS
+from benchmarks.step.__main__ import parse_args
+from benchmarks.step.rows import ROWS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STEPS, WARMUP = 4, 2
@@ -106,7 +106,7 @@ def test_profile_writes_a_host_time_breakdown_per_step(tmp_path: Path) -> None:
 
 
 def test_step_profiler_covers_whole_steps_from_warmup() -> None:
-    from benchmarks.step_profile import StepProfiler, group_of
+    from benchmarks.step.profiling import StepProfiler, group_of
 
     profiler = StepProfiler("cprofile", warmup=1, steps=2)
     for i in range(4):

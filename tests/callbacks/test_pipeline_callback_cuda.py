@@ -142,9 +142,8 @@ def test_sigkill_of_the_gpu_worker_makes_the_trainer_raise_within_seconds(tmp_pa
 def test_gpu_recipe_with_the_worker_exits_without_the_cuda_ipc_warning(tmp_path):
     """recipes/gpu_zerocopy.yaml (ZeroCopyDDPStrategy and its feature cache, the worker under MPS, depth 2) on a small
     graph, a few train batches and two validations: the trainer shares its slots (train and val) and the cache shard
-    with the worker over CUDA IPC; at its exit torch must find every one released, else it prints "Producer process
-    has been terminated before all shared CUDA tensors released" (issue 22). The worker lists what CUDA tensors it
-    still held at its exit (LZC_DEBUG_IPC=1), shown if this fails."""
+    with the worker over CUDA IPC; no share may go through torch's CUDA IPC bookkeeping, which prints "Producer
+    process has been terminated before all shared CUDA tensors released" at an exit where a consumer still counts."""
     if shutil.which(mps.CONTROL_BINARY) is None:
         pytest.fail(f"{mps.CONTROL_BINARY} is not on PATH on this GPU machine")
     recipe = (ROOT / "recipes" / "gpu_zerocopy.yaml").read_text()
@@ -152,7 +151,7 @@ def test_gpu_recipe_with_the_worker_exits_without_the_cuda_ipc_warning(tmp_path)
     config = tmp_path / "worker.yaml"
     config.write_text(recipe.replace("        mode: auto ", "        mode: worker ", 1))
     env = {k: v for k, v in os.environ.items() if k not in (mps.ROOT_ENV, mps.PIPE_ENV, mps.LOG_ENV, mps.PERCENT_ENV)}
-    env.update(LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"), LZC_DEBUG_IPC="1", PYTHONUNBUFFERED="1",
+    env.update(LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(config),
@@ -163,5 +162,4 @@ def test_gpu_recipe_with_the_worker_exits_without_the_cuda_ipc_warning(tmp_path)
     )  # fmt: skip
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-5000:]
-    assert "CUDA tensor(s) alive at exit" in proc.stderr, "the worker did not reach its exit report: " + text[-3000:]
     assert "shared CUDA tensors released" not in text, text[-5000:]

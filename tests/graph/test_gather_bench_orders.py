@@ -1,4 +1,4 @@
-"""benchmarks/gather.py's node-order helpers (CPU): id maps, page counting, and the --pages-only path."""
+"""benchmarks/micro/gather.py's node-order helpers (CPU): id maps, page counting, and the --pages-only path."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from lightning_zerocopy.gather import frequency_order
 from lightning_zerocopy.graph.csc import CSCGraph
 from lightning_zerocopy.graph.reorder import NodeOrder, bfs_order, degree_order
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "gather.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "micro" / "gather.py"
 
 
 @pytest.fixture(scope="module")

@@ -84,3 +84,17 @@ def test_a_living_creators_segments_stay_until_it_unlinks(tmp_path: Path) -> Non
     assert handle.exists() and torch.equal(handle.open(), torch.arange(10))
     handle.unlink()
     assert not handle.exists()
+
+
+def test_the_guardian_removes_the_cuda_driver_files_of_a_dead_exporter(tmp_path) -> None:
+    """A process that exported GPU memory over CUDA IPC may leave the driver's cuda.shm.<n>.<pid hex>.<k> files;
+    its guardian removes them once it is gone (killed too), and nobody else's."""
+    from lightning_zerocopy.graph.segment_guardian import remove_driver_files
+
+    pid = 4242
+    mine = [tmp_path / f"cuda.shm.0.{pid:x}.{k}" for k in (1, 2)]
+    others = [tmp_path / f"cuda.shm.0.{pid + 1:x}.1", tmp_path / f"cuda.shm.x.{pid:x}.1", tmp_path / "lzc-4242-a"]
+    for path in mine + others:
+        path.write_bytes(b"")
+    remove_driver_files(pid, folder=str(tmp_path))
+    assert not any(p.exists() for p in mine) and all(p.exists() for p in others)

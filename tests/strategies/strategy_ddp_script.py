@@ -1,8 +1,10 @@
-"""A CPU DDP job (gloo) with ZeroCopyDDPStrategy, used by test_strategy_ddp.py.
+"""A DDP job with ZeroCopyDDPStrategy, used by test_strategy_ddp.py (CPU ranks, gloo) and
+test_two_gpus_cuda.py (``"accelerator": "gpu"``: NCCL, the zero-copy gather, every batch's features checked).
 
 ``python strategy_ddp_script.py CONFIG_JSON``; Lightning's launcher re-runs it once per extra local rank (and the
 test starts one launcher per simulated node with ``NODE_RANK`` set). Every rank writes ``rank<N>.json``: where it
-runs, the training seeds of epoch 0, the shared segments it maps and their PSS, and its cache decision.
+runs, the training seeds of epoch 0, the shared segments it maps and their PSS, its cache decision and (GPU) the
+rows its cache served from the local shard, peers and host memory.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import sys
 import time
 
 import pytorch_lightning as pl
+import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data"))
 from ddp_script import TinySAGE  # noqa: E402  (the suite's two-rank DDP model)
 
 from lightning_zerocopy import ZeroCopyDataModule
-from lightning_zerocopy.callbacks import PipelineCallback
+from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.graph import mapped_footprint
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
@@ -38,6 +41,9 @@ class Report(pl.Callback):
         self.paths = [t.path for t in tensors]
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.config.get("accelerator") == "gpu":  # the features are bitwise the host table's rows of n_id
+            table = trainer.datamodule._builders["train"]._host.features.data
+            assert batch.x.is_cuda and torch.equal(batch.x.cpu(), table[batch.n_id.cpu()]), "wrong feature rows"
         if trainer.current_epoch == 0:
             self.seeds.append(batch.n_id[: batch.batch_size].tolist())
         if self.config.get("die_rank") == trainer.global_rank and batch_idx == 2:
@@ -88,11 +94,22 @@ class Report(pl.Callback):
             "bounds": list(decision.plan.bounds),
             "digest": decision.plan.digest,
             "expected_hit_rate": decision.expected_hit_rate,
+            "note": decision.layout.note,
+            "cache_rows": _cache_rows(trainer),
         }
         with open(os.path.join(self.config["out"], f"rank{trainer.global_rank}.json"), "w", encoding="utf-8") as f:
             json.dump(report, f)
         with open(os.path.join(self.config["out"], f"pid{trainer.global_rank}"), "w") as f:
             f.write(str(os.getpid()))
+
+
+def _cache_rows(trainer) -> dict:
+    """Rows the feature cache served on this rank (its own gathers, or its pipeline worker's report)."""
+    telemetry = next((cb for cb in trainer.callbacks if isinstance(cb, DataTelemetry)), None)
+    if telemetry is None or not telemetry.cache_history:
+        return {}
+    last = telemetry.cache_history[-1]
+    return {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith("cache/")}
 
 
 class Pids(pl.Callback):
@@ -110,18 +127,20 @@ def main(config: dict) -> None:
         num_nodes=config.get("num_nodes_graph", 2000), avg_degree=6, num_features=8, num_classes=3,
         cache_dir=config["cache"],
     )
-    dm = ZeroCopyDataModule(dataset, fanouts=[4, 4], batch_size=64, drop_last=True, seed=1)
+    gpu = config.get("accelerator") == "gpu"
+    dm = ZeroCopyDataModule(dataset, fanouts=[4, 4], batch_size=64, drop_last=True, seed=1,
+                            gather="zerocopy" if gpu else "cpu")  # fmt: skip
     strategy = ZeroCopyDDPStrategy(
         cache_budget=config.get("budget", "2KiB"),
         cache_ranking=config.get("ranking", "degree"),
         cache_policy=config.get("policy", "auto"),
         presample_batches=config.get("presample_batches", 24),
         peer_access=config.get("peer_access"),
-        process_group_backend="gloo",
+        process_group_backend="nccl" if gpu else "gloo",
         liveness_interval=config.get("liveness_interval", 0.5),
     )
     trainer = pl.Trainer(
-        accelerator="cpu",
+        accelerator="gpu" if gpu else "cpu",
         devices=config.get("devices", 2),
         num_nodes=config.get("num_nodes", 1),
         strategy=strategy,
@@ -131,7 +150,9 @@ def main(config: dict) -> None:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[Pids(config["out"]), Report(config)] + ([PipelineCallback(mode="worker")] if config.get("pipeline") else []),
+        callbacks=[Pids(config["out"]), Report(config)]
+        + ([DataTelemetry(prog_bar=False)] if gpu else [])
+        + ([PipelineCallback(mode="worker", mps=config.get("mps", False))] if config.get("pipeline") else []),
     )
     trainer.fit(TinySAGE(dm.num_features, dm.num_classes), datamodule=dm)
 

@@ -126,3 +126,27 @@ def test_a_rank_already_stopping_is_not_interrupted_by_a_peer() -> None:
     finally:
         watch.stop()
     assert watch.message is None
+
+
+def test_a_gone_rank_whose_memory_this_process_maps_ends_it_at_once(tmp_path) -> None:
+    """A clique peer's death frees the shard this process reads: the watch names it in one line and exits (status 1)
+    without waiting for an exception path that a broken CUDA context could not finish."""
+    script = tmp_path / "mapped.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from lightning_zerocopy.strategies.liveness import RankInfo, RankLiveness\n"
+        "me = RankInfo(0, 'h', os.getpid())\n"
+        "watch = RankLiveness(me, [me, RankInfo(1, 'h', 999999)], interval=0.05, grace=1e9, alive=lambda pid: pid != 999999)\n"
+        "watch.depend_on({0, 1})\n"
+        "print('watching', flush=True)\n"
+        "watch.start()\n"
+        "time.sleep(30)\n"
+        "print('still here', flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "watching"
+    start = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and time.monotonic() - start < 10, out + err
+    assert "rank 1 (pid 999999 on h) exited while rank 0 was running" in err and "went with it" in err, err
+    assert err.count("\n") == 1 and "still here" not in out

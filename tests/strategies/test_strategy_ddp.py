@@ -188,3 +188,66 @@ def test_ctrl_c_under_ddp_says_interrupted_and_blames_no_rank(tmp_path: Path, wh
         assert "rank 1 (pid " in output and "was interrupted (SIGINT); stopping rank 0" in output, output[-4000:]
     else:
         assert "Detected KeyboardInterrupt" in output, output[-4000:]
+
+
+@pytest.mark.slow
+def test_rank_0_killed_while_rank_1_starts_stops_rank_1(tmp_path: Path) -> None:
+    """The launcher (rank 0) dies before the rendezvous: the rank it started stops within seconds, naming it, instead
+    of waiting for the rendezvous timeout."""
+    import signal
+
+    from helpers import FAULT_BOUND_S as SLACK_S
+    from helpers import launched_ranks
+
+    proc = _launch(tmp_path, {"devices": 2, "epochs": 5}, new_session=True)
+    deadline = time.monotonic() + 300
+    while not launched_ranks(proc.pid, SCRIPT.name):
+        assert proc.poll() is None, proc.communicate()[0][-4000:]
+        assert time.monotonic() < deadline, "rank 0 started no rank"
+        time.sleep(0.02)
+    rank1 = launched_ranks(proc.pid, SCRIPT.name)[0]
+    os.kill(proc.pid, signal.SIGKILL)
+    gone = False
+    deadline = time.monotonic() + SLACK_S
+    while time.monotonic() < deadline and not gone:
+        try:
+            os.kill(rank1, 0)
+            time.sleep(0.05)
+        except ProcessLookupError:
+            gone = True
+    if not gone:
+        os.kill(rank1, signal.SIGKILL)
+    output = proc.communicate(timeout=60)[0]
+    assert gone, f"rank 1 still ran {SLACK_S} s after rank 0 was killed: {output[-3000:]}"
+    assert f"rank 0 (pid {proc.pid} on" in output and "exited while rank 1 was starting" in output, output[-4000:]
+
+
+# ---- two GPUs (NCCL, the zero-copy gather; every batch's features are checked against the host table) ----
+
+
+@pytest.mark.two_gpus
+@pytest.mark.parametrize("pipeline", [False, True], ids=["in_process", "worker"])
+def test_clique_on_two_gpus_reads_peer_shards_and_gathers_the_right_rows(tmp_path: Path, pipeline: bool) -> None:
+    """Each rank's cache reads its own shard, the peer's shard (opened over CUDA IPC for its GPU) and host memory;
+    before the shards were opened for the reading GPU, the peer reads faulted (illegal address), in the trainer and
+    in the pipeline worker."""
+    before = _shm()
+    reports = _run(tmp_path, {"accelerator": "gpu", "devices": 2, "policy": "clique", "budget": "64KiB",
+                              "num_nodes_graph": 20000, "pipeline": pipeline})  # fmt: skip
+    assert [r["group"] for r in reports] == [[0, 1], [0, 1]] and reports[0]["policy"] == "clique"
+    for r in reports:
+        rows = r["cache_rows"]
+        assert rows["local_rows"] > 0 and rows["peer_rows"] > 0 and rows["host_rows"] > 0, rows
+    _check_no_leftovers(before, tmp_path)
+    pids = {p.read_text().strip() for p in (tmp_path / "out").glob("pid*")}
+    left = {n for n in _shm() - before if n.startswith("cuda.shm.") or any(f"torch_{pid}_" in n for pid in pids)}
+    assert not left, left
+
+
+@pytest.mark.two_gpus
+def test_auto_on_two_gpus_measures_reads_and_says_why(tmp_path: Path) -> None:
+    reports = _run(tmp_path, {"accelerator": "gpu", "devices": 2, "policy": "auto", "budget": "64KiB",
+                              "num_nodes_graph": 20000})  # fmt: skip
+    assert len({(r["policy"], r["digest"]) for r in reports}) == 1  # every rank decided alike
+    note = reports[0]["note"]
+    assert "expected" in note and "GB/s local" in note and "peer" in note and "host" in note, note

@@ -3,7 +3,7 @@
 // A gather kernel reads `ids[i]` and writes the row to `out[positions[i]]` (or `out[i]` when `positions` is
 // undefined), so any permutation of the ids is free to choose. Address order (ascending ids) makes consecutive
 // reads of host rows share pages and translation entries. Putting a feature cache's host rows before its cached
-// ones was measured and made the gather slower (benchmarks/NOTES.md, "host rows first"), so it is not done.
+// ones was measured and made the gather slower (docs/BENCHMARK_NOTES.md, "host rows first"), so it is not done.
 #pragma once
 
 #include <ATen/core/Tensor.h>

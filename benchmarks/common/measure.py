@@ -1,0 +1,164 @@
+"""What the end-to-end benchmarks (e2e, link, step) measure in a row's Trainer: training time, validation accuracy
+over it, batches.
+
+``TrainClock`` times training without validation (host timers between device synchronizations), records
+validation accuracy over that time and stops a row at its time budget; ``BatchCheck`` compares the first batches
+with the dataset; ``summarize`` turns both and ``DataTelemetry``'s history into a row's figures; ``_sync`` and
+``_device_name`` are the device synchronization around host timers and the device named in a row's result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any, Callable, Optional
+
+import torch
+from pytorch_lightning.callbacks import Callback
+
+__all__ = ["BatchCheck", "TrainClock", "summarize"]
+
+
+class TrainClock(Callback):
+    """Training wall time without validation, validation accuracy over it, steady-state steps/s, a time budget.
+
+    Host timers between device synchronizations at the boundaries (train start/end, each validation, the end of
+    warm-up), so the GPU's queued work is counted where it ran. ``metric``: the validation metric recorded
+    (``val_acc`` for node classification, ``val_auroc`` for link prediction).
+    """
+
+    def __init__(self, warmup: int, budget_s: float, sync: Callable[[], None], stop_at: Optional[float] = None,
+                 metric: str = "val_acc") -> None:  # fmt: skip
+        self.warmup, self.budget_s, self.sync, self.stop_at, self.metric = warmup, budget_s, sync, stop_at, metric
+        self.train_started: Optional[float] = None  # host time of on_train_start (after the Trainer's setup)
+        self.train_s = 0.0
+        self._resume: Optional[float] = None
+        self.steady: Optional[tuple[int, float]] = None  # (global step, train seconds) at the end of warm-up
+        self.end: Optional[tuple[int, float]] = None
+        self.val_curve: list[list[float]] = []  # [global step, train seconds, the validation metric]
+        self.stopped_by_budget = False
+        self.stopped_at_target = False
+
+    def elapsed(self) -> float:
+        return self.train_s + (time.perf_counter() - self._resume if self._resume is not None else 0.0)
+
+    def _pause(self) -> None:
+        self.sync()
+        self.train_s = self.elapsed()
+        self._resume = None
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.sync()
+        self._resume = self.train_started = time.perf_counter()
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if self.steady is None and trainer.global_step >= self.warmup:
+            self.sync()
+            self.steady = (trainer.global_step, self.elapsed())
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.budget_s > 0 and self.steady is not None and self.elapsed() > self.budget_s:
+            trainer.should_stop = True
+            self.stopped_by_budget = True
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if not trainer.sanity_checking and self._resume is not None:
+            self._pause()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.sanity_checking:
+            return
+        acc = trainer.callback_metrics.get(self.metric)
+        if acc is not None:
+            self.val_curve.append([trainer.global_step, self.train_s, float(acc)])
+            if self.stop_at is not None and float(acc) >= self.stop_at and self.steady is not None:
+                trainer.should_stop = True  # --stop-at-target: the target is reached (after warm-up)
+                self.stopped_at_target = True
+        self.sync()
+        self._resume = time.perf_counter()
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._resume is not None:
+            self._pause()
+        self.end = (trainer.global_step, self.train_s)
+
+    def steps_per_s(self) -> Optional[float]:
+        if self.steady is None or self.end is None or self.end[0] <= self.steady[0]:
+            return None
+        return (self.end[0] - self.steady[0]) / max(self.end[1] - self.steady[1], 1e-9)
+
+
+class BatchCheck(Callback):
+    """Compares the first ``count`` training batches with the dataset: seeds in plan order, ``x``, ``y`` and
+    ``edge_index`` bounds, per-hop counts that add up to the batch; keeps a fingerprint of the first batch's sample
+    (``n_id``, ``edge_index``), its per-hop counts and whether the module trimmed it (``trimmed``: the module's
+    ``trim`` is on and the batch has the counts). Speed must not come from wrong batches."""
+
+    def __init__(self, expected_seeds: Callable[[int], torch.Tensor], x: torch.Tensor, y: torch.Tensor, count: int) -> None:
+        self.expected_seeds, self.x, self.y, self.count = expected_seeds, x, y, count
+        self.result: dict[str, Any] = {"checked": 0, "ok": True, "problems": []}
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if step >= self.count:
+            return
+        problems = self.result["problems"]
+        bs = int(batch.batch_size)
+        n_id = batch.n_id.cpu()
+        if not torch.equal(n_id[:bs], self.expected_seeds(step)):
+            problems.append(f"step {step}: seeds differ from the plan")
+        if not torch.equal(batch.x.cpu(), self.x[n_id].to(batch.x.dtype)):
+            problems.append(f"step {step}: x differs from the dataset's rows at n_id")
+        if not torch.equal(batch.y[:bs].cpu(), self.y[n_id[:bs]].to(batch.y.dtype)):
+            problems.append(f"step {step}: y differs from the dataset's labels")
+        ei = batch.edge_index
+        if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= n_id.numel()):
+            problems.append(f"step {step}: edge_index out of range")
+        nodes, edges = getattr(batch, "num_sampled_nodes", None), getattr(batch, "num_sampled_edges", None)
+        if nodes is not None and edges is not None:
+            nodes, edges = [int(n) for n in nodes], [int(e) for e in edges]
+            if sum(nodes) != n_id.numel() or sum(edges) != ei.size(1):
+                problems.append(f"step {step}: num_sampled_nodes / num_sampled_edges do not add up to the batch")
+        if step == 0:  # our rows sample bitwise alike on every placement: the report compares these
+            self.result["num_sampled_nodes"], self.result["num_sampled_edges"] = nodes, edges
+            self.result["trimmed"] = bool(getattr(pl_module, "trim", False)) and nodes is not None and edges is not None
+            ids = torch.cat([n_id.long(), batch.edge_index.cpu().long().flatten()])  # dtype-independent
+            self.result["first_sample"] = hashlib.sha1(ids.numpy().tobytes()).hexdigest()[:12]
+        self.result["checked"] += 1
+        self.result["ok"] = not problems
+
+
+
+def summarize(clock: TrainClock, telemetry: Any, warmup: int) -> dict[str, Any]:
+    """Steady-state figures of a row: steps/s, stall share, feature GB/s, per-batch latency (after ``warmup``
+    steps), validation accuracy over training time; ``telemetry`` is the row's ``DataTelemetry``."""
+    hist = telemetry.history[warmup:] or telemetry.history
+    mean = lambda key: (sum(h[key] for h in hist if key in h) / n) if (n := sum(key in h for h in hist)) else None  # noqa: E731
+    step_ms = [h["data/step_ms"] for h in hist]
+    return {
+        "steps": clock.end[0] if clock.end else 0,
+        "train_s": clock.end[1] if clock.end else None,
+        "steps_per_s": clock.steps_per_s(),
+        "stopped_by_budget": clock.stopped_by_budget,
+        "stopped_at_target": clock.stopped_at_target,
+        "val_curve": clock.val_curve,
+        "final_val_acc": clock.val_curve[-1][2] if clock.val_curve else None,
+        "best_val_acc": max((v[2] for v in clock.val_curve), default=None),
+        "stall_frac": mean("data/stall_frac"),
+        "wait_ms": mean("data/wait_ms"),
+        "gather_GBps": mean("data/gather_GBps"),
+        "seps": mean("data/seps"),
+        "build_ms": mean("data/build_ms"),
+        "step_ms": step_ms[:: max(1, len(step_ms) // 2000)],
+        # every DataTelemetry key's mean, including those of features added later (hybrid shares, cache hits)
+        "telemetry": {key[len("data/") :]: mean(key) for key in dict.fromkeys(k for h in hist for k in h)},
+    }
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _device_name(cuda: bool) -> str:
+    return torch.cuda.get_device_name(0) if cuda else "cpu"

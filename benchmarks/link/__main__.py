@@ -1,0 +1,290 @@
+"""Link prediction end to end against PyG's LinkNeighborLoader on the same graph: steps/s, time to AUROC, stall.
+
+Every row (a data path, picked by name with ``--configs``; ``--list`` shows them) trains the same
+``LinkPredictor`` (GraphSAGE encoder, dot decoder, binary cross-entropy; same seed, so the same initial weights)
+through Lightning's ``Trainer`` on the same ``SyntheticLinkGraph`` (a cached ``SyntheticGraph`` with held-out
+val/test edges and fixed negatives), with the same positives per step and the same negatives ratio, in a process of
+its own (MPS rows start through the MPS launcher). PyG's row runs ``LinkNeighborLoader`` with its best worker count
+of a short sweep and ``pin_memory``; validation scores the same fixed negatives in every row (AUROC over all of them).
+Rows whose feature is missing from this build or machine are reported as skipped with the reason.
+
+Output folder (``--out``): ``results.json`` (rewritten after every row), ``report.md``, ``link.png`` and
+``logs/<row>.log``; ``--report-only DIR`` re-renders the report and the plot from the JSON.
+
+Examples::
+
+    python -m benchmarks.link --preset ci --out /tmp/link-ci                 # CPU rows, seconds (CI)
+    python -m benchmarks.link --preset gpu --pyg-site /tmp/pygsite --out results/link-gpu
+    python -m benchmarks.link --report-only results/link-gpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.common.meta import machine_info  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
+from benchmarks.common.rows import pick_rows  # noqa: E402
+from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
+from benchmarks.e2e.rows import Row, _precheck, mps_prefix, parse_share  # noqa: E402
+from benchmarks.link import report as link_report  # noqa: E402
+
+_CPU = {"sampler_placement": "cpu", "gather": "cpu"}
+_ZC_GPU = {"sampler_placement": "gpu", "gather": "zerocopy"}
+_MPS = {"mode": "worker", "mps": True}
+
+#: Every row by name, in the report's order.
+ROWS: dict[str, Row] = {row.name: row for row in [
+    Row("pyg", "pyg", "PyG LinkNeighborLoader: worker processes (best of --pyg-workers), pin_memory, "
+        ".to(device, non_blocking=True)", needs_cuda=False),
+    Row("cpu", "ours", "CPU sampler threads + CPU gather, batch copied to the device", _CPU, needs_cuda=False),
+    Row("cpu_inproc", "ours", "CPU sampler + CPU gather, PipelineCallback in-process", _CPU,
+        pipeline={"mode": "in_process"}, needs_cuda=False),
+    Row("cpu_mps", "ours", "CPU sampler + CPU gather, PipelineCallback worker + MPS", _CPU, pipeline=_MPS),
+    Row("zc_gpu", "ours", "GPU sampler, zero-copy gather from host memory, no pipeline", _ZC_GPU),
+    Row("zc_gpu_mps", "ours", "GPU sampler, zero-copy gather, PipelineCallback worker + MPS", _ZC_GPU, pipeline=_MPS),
+    *[Row(f"zc_gpu_mps_{p}", "ours", f"as zc_gpu_mps, the worker's MPS share {p} % (the trainer {100 - p} %)", _ZC_GPU,
+          pipeline={**_MPS, "worker_sm_percent": p}) for p in (20, 30)],
+    Row("zc_gpu_mps_auto", "ours", "as zc_gpu_mps, worker_sm_percent='auto' (10/20/30 %, calibrated while training; "
+        "steps/s include the calibration)", _ZC_GPU, pipeline={**_MPS, "worker_sm_percent": "auto"}),
+    Row("zc_uva_mps", "ours", "GPU sampler over the pinned host graph, zero-copy gather, PipelineCallback worker + MPS",
+        {"sampler_placement": "uva", "gather": "zerocopy"}, pipeline=_MPS),
+    Row("model_only", "model_only", "the same kind of batches pre-staged in device memory: the compute bound",
+        needs_cuda=False),
+]}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Graph size, model, step counts and budgets of a named run; every field is also a command-line flag."""
+
+    num_nodes: int
+    avg_degree: float
+    features: int
+    batch_size: int
+    num_neighbors: str
+    hidden: int
+    steps: int
+    warmup: int
+    val_every: int
+    val_batches: int
+    row_budget_s: float
+    row_timeout_s: float
+    configs: str
+    pyg_workers: str
+    threads: int
+
+
+PRESETS: dict[str, Preset] = {
+    # CI: CPU rows on a few thousand nodes, one thread per row process (a shared two-core box)
+    "ci": Preset(3_000, 8.0, 16, 64, "5,5", 32, 16, 4, 8, 2, 30.0, 300.0, "pyg,cpu,model_only,zc_gpu", "0", 1),
+    # one GPU, features in host memory: 4M nodes, ~64M directed edges, 2 GB of fp32 features
+    "gpu": Preset(4_000_000, 16.0, 128, 1024, "10,5", 128, 400, 40, 100, 4, 45.0, 300.0,
+                  "model_only,pyg,zc_gpu_mps,zc_gpu", "4,8,12", 0),  # fmt: skip
+}
+_PRESET_FIELDS = list(Preset.__dataclass_fields__)
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.link", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+    p.add_argument("--preset", choices=sorted(PRESETS), default="ci", help="graph size, steps and budgets (below override it)")
+    p.add_argument("--configs", help="comma-separated rows, or 'all' (default: the preset's)")
+    p.add_argument("--out", help="output folder (default: results/link-<preset>)")
+    p.add_argument("--report-only", metavar="DIR", help="re-render report.md and the plot from DIR/results.json")
+    p.add_argument("--list", action="store_true", help="list the rows and exit")
+    p.add_argument("--pyg-site", metavar="DIR", help="a folder with pyg-lib or torch-sparse, put first on every row's "
+                   "import path (the GPU box: where .pyg/*.tgz is unpacked)")  # fmt: skip
+    p.add_argument("--commit", default=os.environ.get("GPU_CHECK_COMMIT"), help="the tree's commit for the report")
+    p.add_argument("--append", action="store_true", help="keep the runs already in --out/results.json (same graph) and "
+                   "add or replace this command's rows: a run split over several commands")  # fmt: skip
+    g = p.add_argument_group("graph (SyntheticGraph + SyntheticLinkGraph, cached under --cache-dir)")
+    g.add_argument("--num-nodes", type=int)
+    g.add_argument("--avg-degree", type=float)
+    g.add_argument("--features", type=int, help="fp32 feature width")
+    g.add_argument("--classes", type=int, default=16, help="planted classes (homophilous edges make links learnable)")
+    g.add_argument("--homophily", type=float, default=0.8)
+    g.add_argument("--feature-signal", type=float, default=0.3)
+    g.add_argument("--val-fraction", type=float, default=0.02, help="share of the edges held out as val positives")
+    g.add_argument("--neg-per-positive", type=int, default=10, help="fixed val/test negatives per positive")
+    g.add_argument("--gen-device", default="auto", help="where the graph is drawn: auto | cpu | cuda")
+    g.add_argument("--cache-dir", help="dataset cache root (default $LIGHTNING_ZEROCOPY_CACHE or ~/.cache/lightning_zerocopy)")
+    t = p.add_argument_group("training and measuring")
+    t.add_argument("--batch-size", type=int, help="positive edges per step")
+    t.add_argument("--neg-ratio", type=float, default=1.0, help="binary negatives per positive (neg_sampling_ratio)")
+    t.add_argument("--num-neighbors", help="fanouts, comma-separated")
+    t.add_argument("--hidden", type=int, help="GraphSAGE width (layers: one per fanout)")
+    t.add_argument("--steps", type=int)
+    t.add_argument("--warmup", type=int)
+    t.add_argument("--val-every", type=int)
+    t.add_argument("--val-batches", type=int)
+    t.add_argument("--target-auroc", type=float, help="time-to-AUROC target (default: 95%% of the lowest best "
+                   "validation AUROC among the rows, decided when the report is written)")  # fmt: skip
+    t.add_argument("--threads", type=int, help="torch threads per row process (0: torch's default)")
+    t.add_argument("--lr", type=float, default=3e-3)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--row-budget-s", type=float, help="stop a row's training after this many seconds (0: none)")
+    t.add_argument("--row-timeout-s", type=float, help="kill a row's process after this many seconds")
+    t.add_argument("--pyg-workers", help="LinkNeighborLoader worker counts to sweep; the best trains")
+    t.add_argument("--sweep-batches", type=int, default=30, help="batches timed per worker count of the sweep")
+    t.add_argument("--stage-batches", type=int, default=128, help="model_only: distinct batches pre-staged on the device")
+    t.add_argument("--worker-sm-percent", type=parse_share, default=10, help="MPS rows: the pipeline worker's share of "
+                   "SMs, 1-99 or auto (PipelineCallback(worker_sm_percent='auto'))")  # fmt: skip
+    p.add_argument("--_run", help=argparse.SUPPRESS)
+    p.add_argument("--_spec", help=argparse.SUPPRESS)
+    p.add_argument("--_result", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for name in _PRESET_FIELDS:
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(PRESETS[args.preset], name))
+    for name in ("num_nodes", "features", "batch_size", "hidden", "steps", "val_every", "val_batches", "neg_per_positive"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0 <= args.warmup < args.steps:
+        p.error(f"--warmup must be in [0, --steps), got {args.warmup} with --steps {args.steps}")
+    if args.neg_ratio <= 0:
+        p.error(f"--neg-ratio must be > 0 (AUROC needs negatives), got {args.neg_ratio}")
+    try:
+        args.fanouts = [int(f) for f in str(args.num_neighbors).split(",")]
+        select_rows(args.configs)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
+
+
+def select_rows(configs: str) -> list[Row]:
+    """The rows named in a comma-separated list (``all``: every row), in the order given (see :func:`pick_rows`)."""
+    return pick_rows(configs, ROWS, "--configs")
+
+
+def dataset_kwargs(args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """``SyntheticGraph`` and ``SyntheticLinkGraph`` arguments (the same in every row, so all load one cache)."""
+    graph = dict(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features, num_classes=args.classes,
+                 homophily=args.homophily, feature_signal=args.feature_signal, seed=args.seed, device=device,
+                 cache_dir=args.cache_dir)  # fmt: skip
+    return {"graph": graph, "link": dict(val_fraction=args.val_fraction, test_fraction=args.val_fraction,
+                                         neg_per_positive=args.neg_per_positive, seed=args.seed)}  # fmt: skip
+
+
+def _prepare(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.link.train import build_dataset
+
+    kwargs = dataset_kwargs(args, args.gen_device)
+    dataset = build_dataset(kwargs)
+    t0 = time.perf_counter()
+    data = dataset.load()
+    splits = {name: {"positives": s.num_positives, "negatives": s.num_negatives} for name, s in data.splits.items()}
+    return {"kwargs": kwargs, "prepare_s": time.perf_counter() - t0, "num_nodes": data.num_nodes, "num_edges": data.num_edges,
+            "num_features": data.num_features, "feature_GB": data.x.numel() * data.x.element_size() / 1e9, "splits": splits}  # fmt: skip
+
+
+def _child_main(args: argparse.Namespace) -> None:
+    with open(args._spec, "rb") as f:
+        spec = pickle.load(f)
+    if args._run == "prepare":
+        out: Any = _prepare(spec["args"])
+    else:
+        from benchmarks.link.train import run_row
+
+        out = run_row(ROWS[args._run], spec["args"], spec["kwargs"])
+    with open(args._result, "w") as f:
+        json.dump(out, f)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Prepare the graph, run every selected row in its own process, write the JSON, the report and the plot."""
+    rows = select_rows(args.configs)
+    if args.pyg_site:  # the precheck here and every row's process import from it first
+        site = os.path.abspath(args.pyg_site)
+        sys.path.insert(0, site)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
+    out = os.path.abspath(args.out or os.path.join("results", f"link-{args.preset}"))
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    public = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    results: dict[str, Any] = {"meta": machine_info(REPO_ROOT, args.cache_dir, args.commit), "args": public,
+                               "command": " ".join(["python", "-m", "benchmarks.link", *sys.argv[1:]]),
+                               "rows": {r.name: r.doc for r in rows}, "runs": []}  # fmt: skip
+    start = time.monotonic()
+    if args.gen_device == "auto":
+        import torch
+
+        args.gen_device = "cuda" if torch.version.cuda and torch.cuda.device_count() > 0 else "cpu"
+    print(f"link: preparing the graph ({args.num_nodes:,} nodes, avg degree {args.avg_degree}) on {args.gen_device}", flush=True)
+    if args.gen_device == "cpu":
+        graph, why = _prepare(args), None
+    else:  # a CUDA context of its own, gone before any row starts (MPS rows must find no other context)
+        graph, why = run_script(__file__, ["--_run=prepare"], {"args": args}, os.path.join(out, "logs", "prepare.log"),
+                                max(args.row_timeout_s, 3600), REPO_ROOT)  # fmt: skip
+    if graph is None:
+        raise SystemExit(f"link: preparing the graph failed: {why}")
+    results["graph"] = graph
+    print(f"link: {graph['num_nodes']:,} nodes, {graph['num_edges']:,} message-passing edges, splits {graph['splits']}", flush=True)
+    if args.append:
+        _keep_previous(results, out, [r.name for r in rows])
+    for row in rows:
+        why = _precheck(row)
+        if why is not None and row.kind == "pyg":  # the same sampler backend serves PyG's link loader
+            why = why.replace("NeighborLoader", "LinkNeighborLoader")
+        if why is not None:
+            result = {"row": row.name, "kind": row.kind, "status": "skipped", "reason": why}
+        else:
+            t0 = time.monotonic()
+            result, why = run_script(__file__, [f"--_run={row.name}"], {"args": args, "kwargs": graph["kwargs"]},
+                                     os.path.join(out, "logs", f"{row.name}.log"), args.row_timeout_s, REPO_ROOT,
+                                     mps_prefix(args, row) if row.mps else None)  # fmt: skip
+            if result is None:
+                result = {"row": row.name, "kind": row.kind, "status": "error", "reason": why}
+            result["process_s"] = time.monotonic() - t0
+        result.setdefault("doc", row.doc)
+        results["runs"].append(result)
+        print("link: " + link_report.one_line(result), flush=True)
+        write_json(os.path.join(out, "results.json"), results, default=str)
+    results["total_s"] = time.monotonic() - start
+    write_json(os.path.join(out, "results.json"), results, default=str)
+    files = link_report.render(out)
+    print(f"link: wrote {', '.join(os.path.basename(f) for f in files)} in {out}", flush=True)
+    return results
+
+
+def _keep_previous(results: dict[str, Any], out: str, planned: list[str]) -> None:
+    """``--append``: the earlier runs in ``out`` (same graph) that this command does not repeat."""
+    path = os.path.join(out, "results.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        previous = json.load(f)
+    if previous.get("graph", {}).get("kwargs") != results["graph"]["kwargs"]:
+        raise SystemExit(f"--append: {path} holds runs on another graph; use another --out or the same graph flags")
+    results["runs"] = [r for r in previous.get("runs", []) if r["row"] not in planned]
+    results["rows"] = {**previous.get("rows", {}), **results["rows"]}
+    results["command"] = f"{previous.get('command')}; then {results['command']}"
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    args = parse_args(argv)
+    if args._spec:
+        _child_main(args)
+    elif args.list:
+        for row in ROWS.values():
+            print(f"{row.name:<17}{row.doc}")
+    elif args.report_only:
+        files = link_report.render(args.report_only)
+        print(f"link: wrote {', '.join(os.path.basename(f) for f in files)} in {args.report_only}")
+    else:
+        forward_stop_signals()
+        run(args)
+
+
+if __name__ == "__main__":
+    main()

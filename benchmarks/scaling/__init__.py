@@ -1,0 +1,1 @@
+"""GPUs x cache policy x budget through ``ZeroCopyDDPStrategy``: ``python -m benchmarks.scaling`` (``__main__.py``)."""

@@ -1,0 +1,387 @@
+"""Multi-GPU scaling of ZeroCopyDDPStrategy: GPUs x cache policy x cache budget, features in host memory.
+
+For every combination of ``--gpus`` (rank counts), ``--policies`` (``replicate``, ``clique``, ``auto``),
+``--budgets`` (share of the feature rows one GPU's budget holds, e.g. 0.1 and 0.3; ``0`` = no cache) and
+``--pipelines`` (``worker``: the pipeline worker under MPS on every rank, as ``recipes/multi_gpu.yaml`` runs;
+``off``: batches built in the trainer), one Lightning ``fit`` runs in a fresh process (Lightning's DDP launcher
+starts the other ranks): ``--model heavy`` (3-layer GraphSAGE hidden 256, fanouts [15, 10, 5]) or ``light``
+(2-layer, hidden 128, [10, 5]), trimmed per hop, batch 1024 per rank,
+``SyntheticGraph`` features in shared pinned host memory, GPU sampler, zero-copy gather through the strategy's
+cache, ``--precision`` as the recipe. Every rank runs ``--limit-batches`` steps per epoch, so more GPUs do more work
+in an epoch: scaling is measured as throughput. Reported per run (steady state: the first epoch is dropped):
+
+* seeds per second over all ranks (ranks x batch size x steps / epoch time) and the speed-up, the ratio of that
+  to the 1-GPU run with the same policy, budget and pipeline; each rank's steps per second; the stall share;
+* per rank: the cache's hit rate, rows from the local shard / peers' shards / host memory, host-read GB/s
+  (``DataTelemetry``'s ``cache/*`` figures of the last epoch), the policy the strategy chose and why;
+* per rank the PSS and RSS of its mappings of the shared host copy (graph, features, labels), and their sum over
+  the ranks against the copy's size (``host_pss_over_data``: about 1 when the machine holds one copy for all);
+
+plus ``nvidia-smi topo -m`` and the GPU names, all in the JSON (``--out``) and a table.
+
+Example::
+
+    python -m benchmarks.scaling --gpus 1,2 --policies replicate,clique --budgets 0.1 --out results/scaling.json
+    python -m benchmarks.scaling --gpus 1,2,4,8 --policies replicate,clique,auto --pipelines worker,off
+    python -m benchmarks.scaling --device cpu --gpus 1,2 --num-nodes 20000 --epochs 2 --limit-batches 3 \
+        --pipelines off --out /tmp/scaling_cpu.json   # plumbing check on a CPU machine (gloo ranks, CPU paths)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Optional
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.common.results import write_json  # noqa: E402
+from benchmarks.common.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
+
+#: the two models of the end-to-end benchmark: (fanouts, hidden channels, layers)
+MODELS = {"heavy": ([15, 10, 5], 256, 3), "light": ([10, 5], 128, 2)}
+
+
+def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
+    """One fit (this process is Lightning's rank 0; the launcher re-runs the script for the other ranks)."""
+    cuda = args.device == "cuda"
+    pyg = config["loader"] == "pyg"
+    worker = config["pipeline"] == "worker" and cuda and not pyg
+    if pyg and args.pyg_site:
+        sys.path.insert(0, os.path.abspath(args.pyg_site))
+    if worker:  # before anything initializes CUDA (PyG does): the ranks are MPS clients, as the recipe's are
+        from lightning_zerocopy.pipeline.mps_launcher import start_for_trainer
+
+        start_for_trainer(args.worker_sm_percent)
+
+    import pytorch_lightning as pl
+    import torch
+
+    from lightning_zerocopy import ZeroCopyDataModule
+    from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
+    from lightning_zerocopy.datasets import SyntheticGraph
+    from lightning_zerocopy.graph import mapped_footprint
+    from lightning_zerocopy.models import GraphSAGE
+    from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
+
+    class EpochTimer(pl.Callback):
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+            self._t = 0.0
+
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            if cuda:
+                torch.cuda.synchronize()
+            self._t = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            if cuda:
+                torch.cuda.synchronize()
+            self.seconds.append(time.perf_counter() - self._t)
+
+    class HostFootprint(pl.Callback):
+        """PSS and RSS of this rank's mappings of the shared host copy (graph, features, labels), at the end."""
+
+        def __init__(self) -> None:
+            self.paths: list[str] = []
+            self.data_bytes = 0
+            self.footprint: Optional[tuple[int, int]] = None
+
+        def setup(self, trainer, pl_module, stage) -> None:  # after the DataModule's setup: the segments exist
+            if pyg:
+                return  # PyG's graph is not in our shared segments
+            h = trainer.datamodule.handles
+            parts = [h.graph.indptr, h.graph.indices, h.features.data, h.labels]
+            self.paths = [p.path for p in parts]
+            self.data_bytes = sum(p.nbytes for p in parts)
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            if self.paths:
+                self.footprint = mapped_footprint(self.paths)
+
+    fanouts, hidden, layers = MODELS[args.model]
+    dataset = SyntheticGraph(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
+                             num_classes=32, cache_dir=args.cache_dir, device=args.device)  # fmt: skip
+    row_bytes = args.features * 4
+    budget = int(config["budget"] * args.num_nodes) * row_bytes
+    if pyg:  # PyG's NeighborLoader as its users run it under DDP: Lightning's DDP, a share of the seeds per rank
+        from pytorch_lightning.strategies import DDPStrategy
+
+        dm: Any = _pyg_data(dataset, args, fanouts)
+        strategy: Any = DDPStrategy()
+    else:
+        dm = ZeroCopyDataModule(dataset, fanouts=fanouts, batch_size=args.batch_size,
+                                sampler_placement="gpu" if cuda else "cpu", gather="zerocopy" if cuda else "cpu",
+                                drop_last=True, seed=args.seed)  # fmt: skip
+        strategy = ZeroCopyDDPStrategy(cache_budget=budget, cache_ranking=args.ranking, cache_policy=config["policy"],
+                                       presample_batches=args.presample_batches)  # fmt: skip
+    timer, telemetry, host = EpochTimer(), DataTelemetry(prog_bar=False), HostFootprint()
+    callbacks: list[Any] = [timer, telemetry, host]
+    if worker:
+        callbacks.append(PipelineCallback(mode="worker", depth=2, mps=True, worker_sm_percent=args.worker_sm_percent))
+    trainer = pl.Trainer(accelerator="gpu" if cuda else "cpu", devices=config["gpus"], strategy=strategy, max_epochs=args.epochs,
+                         limit_train_batches=args.limit_batches or None, limit_val_batches=0, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         precision=args.precision if cuda else "32-true", use_distributed_sampler=not pyg,
+                         callbacks=callbacks)  # fmt: skip
+    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=hidden, num_layers=layers, dropout=0.5)
+    trainer.fit(model, datamodule=dm)
+    decision = getattr(strategy, "cache_decision", None)
+    report = {
+        "rank": trainer.global_rank,
+        "epoch_s": timer.seconds,
+        "cache": telemetry.cache_history[-1] if telemetry.cache_history else None,
+        "policy": None if decision is None else decision.layout.policy,
+        "note": None if decision is None else decision.layout.note,
+        "cached_rows": None if decision is None else decision.plan.num_cached,
+        "expected_hit_rate": None if decision is None else decision.expected_hit_rate,
+        "steps_per_epoch": trainer.num_training_batches,
+        "stall_frac": _mean([h.get("data/stall_frac") for h in telemetry.history[len(telemetry.history) // 2 :]]),
+        "host_data_bytes": host.data_bytes,
+        "host_pss_bytes": None if host.footprint is None else host.footprint[0],
+        "host_rss_bytes": None if host.footprint is None else host.footprint[1],
+    }
+    write_json(os.path.join(config["out_dir"], f"rank{trainer.global_rank}.json"), report)
+
+
+def _pyg_data(dataset: Any, args: argparse.Namespace, fanouts: list[int]) -> Any:
+    """A LightningDataModule of PyG ``NeighborLoader``s over ``dataset``: each rank samples its own share of the
+    training seeds (PyG's multi-GPU examples split them so), ``--pyg-workers`` loader processes per rank, pinned
+    batches, per-hop counts added where torch-sparse leaves them out (the model trims per hop as on ours)."""
+    import functools
+
+    import pytorch_lightning as pl
+    import torch
+
+    from benchmarks.common.pyg import pyg_sampling_backends
+    from benchmarks.e2e.pyg_hops import add_hop_counts
+
+    pyg_sampling_backends("NeighborLoader")
+    data = dataset.load()
+
+    class PyGData(pl.LightningDataModule):
+        num_features, num_classes = data.num_features, dataset.num_classes
+
+        def train_dataloader(self) -> Any:
+            from torch_geometric.data import Data
+            from torch_geometric.loader import NeighborLoader
+
+            rank, world = self.trainer.global_rank, self.trainer.world_size
+            graph = Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes)
+            seeds = data.train_idx[torch.randperm(data.train_idx.numel(), generator=torch.Generator().manual_seed(args.seed))]
+            share = seeds[rank :: world]
+            return NeighborLoader(graph, num_neighbors=fanouts, input_nodes=share, batch_size=args.batch_size,
+                                  shuffle=True, drop_last=True, num_workers=args.pyg_workers, pin_memory=True,
+                                  persistent_workers=args.pyg_workers > 0,
+                                  transform_sampler_output=functools.partial(add_hop_counts, num_hops=len(fanouts)))  # fmt: skip
+
+    return PyGData()
+
+
+def _mean(values: list[Any]) -> Optional[float]:
+    kept = [float(v) for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+def topology() -> dict[str, Any]:
+    """``nvidia-smi topo -m`` and the GPU list (or why they are missing)."""
+    out: dict[str, Any] = {}
+    for key, cmd in (("topo_m", ["nvidia-smi", "topo", "-m"]), ("gpus", ["nvidia-smi", "-L"])):
+        try:
+            out[key] = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            out[key] = f"unavailable: {exc!r}"
+    return out
+
+
+def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipeline: str,
+           loader: str = "ours") -> dict[str, Any]:  # fmt: skip
+    out_dir = tempfile.mkdtemp(prefix="lzc-scaling-")
+    config = {"gpus": gpus, "policy": policy, "budget": budget, "pipeline": pipeline, "loader": loader,
+              "out_dir": out_dir}  # fmt: skip
+    cmd = [sys.executable, os.path.abspath(__file__), *args.argv, "--child", json.dumps(config)]
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):
+        env.pop(key, None)
+    started = time.perf_counter()
+    # A session of its own, so that a timeout stops the run with the ranks Lightning's launcher started from it
+    # (killing only this child would leave them holding the GPUs); a signal to this process stops it too.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    timed_out = False
+    with tracked(proc):
+        try:
+            stdout, stderr = proc.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            stop_session(proc)
+            try:
+                stdout, stderr = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # a descendant outside the session still holds the pipes
+                stdout, stderr = "", ""
+        except BaseException:  # a stop signal (benchmarks.common.sessions): nothing of this run to keep
+            shutil.rmtree(out_dir, ignore_errors=True)
+            raise
+    result: dict[str, Any] = {"gpus": gpus, "policy": policy, "budget_fraction": budget, "pipeline": pipeline,
+                              "loader": loader, "returncode": proc.returncode, "wall_s": time.perf_counter() - started}  # fmt: skip
+    try:
+        ranks = [json.load(open(os.path.join(out_dir, f"rank{r}.json"), encoding="utf-8")) for r in range(gpus)]
+    except OSError:
+        note = f"timed out after {args.timeout:.0f} s (--timeout)\n" if timed_out else ""
+        result["error"] = note + ((stdout or "")[-3000:] + (stderr or "")[-5000:]).strip()
+        return result
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    steady = ranks[0]["epoch_s"][1:] or ranks[0]["epoch_s"]
+    epoch_s = sum(steady) / len(steady)
+    steps = ranks[0]["steps_per_epoch"]
+    result.update(
+        epoch_s=epoch_s,
+        steps_per_epoch=steps,
+        rank_steps_per_s=steps / epoch_s,
+        seeds_per_s=gpus * args.batch_size * steps / epoch_s,  # every rank trains `steps` batches of its own seeds
+        stall_frac=[r.get("stall_frac") for r in ranks],
+        chosen_policy=ranks[0]["policy"],
+        note=ranks[0]["note"],
+        cached_rows=ranks[0]["cached_rows"],
+        expected_hit_rate=ranks[0]["expected_hit_rate"],
+        per_rank=[{"rank": r["rank"], **(r["cache"] or {}), "host_pss_bytes": r.get("host_pss_bytes"),
+                   "host_rss_bytes": r.get("host_rss_bytes")} for r in ranks],  # fmt: skip
+    )
+    # One host copy per machine: the ranks' PSS of it adds up to about one copy (RSS counts it in every rank).
+    pss = [r.get("host_pss_bytes") for r in ranks]
+    data = ranks[0].get("host_data_bytes") or 0
+    if data and all(p is not None for p in pss):
+        result.update(host_data_GB=data / 1e9, host_pss_total_GB=sum(pss) / 1e9, host_pss_over_data=sum(pss) / data)
+    return result
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n")[0])
+    parser.add_argument("--gpus", default="1", help="comma-separated rank counts, e.g. 1,2,4,8")
+    parser.add_argument("--policies", default="replicate,clique,auto")
+    parser.add_argument("--budgets", default="0.1,0.3", help="share of the rows one GPU's budget holds (0 = none)")
+    parser.add_argument("--pipelines", default="worker", help="comma-separated of worker (the worker under MPS on "
+                        "every rank, as recipes/multi_gpu.yaml) and off (batches built in the trainer)")
+    parser.add_argument("--worker-sm-percent", type=int, default=10, help="the pipeline worker's MPS share")
+    parser.add_argument("--pyg-gpus", default="", help="comma-separated rank counts to run PyG's NeighborLoader under "
+                        "Lightning's DDP on, as the baseline (needs pyg-lib or torch-sparse: --pyg-site)")
+    parser.add_argument("--pyg-workers", type=int, default=8, help="NeighborLoader worker processes per rank")
+    parser.add_argument("--pyg-site", default=None, help="a folder with torch-sparse/pyg-lib, put first on the path")
+    parser.add_argument("--precision", default="bf16-mixed", help="the trainer's precision on a GPU (the recipe's)")
+    parser.add_argument("--model", default="heavy", choices=sorted(MODELS),
+                        help="heavy: 3-layer SAGE h256 [15, 10, 5]; light: 2-layer SAGE h128 [10, 5]")
+    parser.add_argument("--ranking", default="presample", choices=("degree", "presample"))
+    parser.add_argument("--presample-batches", type=int, default=64)
+    parser.add_argument("--num-nodes", type=int, default=16_000_000)
+    parser.add_argument("--avg-degree", type=int, default=16)
+    parser.add_argument("--features", type=int, default=128, help="fp32 features per node (128 -> 512-byte rows)")
+    parser.add_argument("--batch-size", type=int, default=1024, help="seeds per batch per rank")
+    parser.add_argument("--epochs", type=int, default=3, help="the first is dropped (warm-up)")
+    parser.add_argument("--limit-batches", type=int, default=0, help="batches per epoch (0 = the whole split)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", default=None, help="dataset cache root (default: the datasets' default)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
+    parser.add_argument("--out", default="results/scaling.json")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                        help="cpu: a plumbing check (gloo ranks, CPU sampler and gather); it measures nothing")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if "--child" in raw:
+        raw = raw[: raw.index("--child")]
+    args.argv = raw
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
+    args = parse_args(argv)
+    if args.child is not None:
+        run_one(args, json.loads(args.child))
+        return None
+    import torch
+
+    available = torch.cuda.device_count() if args.device == "cuda" else os.cpu_count() or 1
+    if args.device == "cpu" and args.pipelines != "off":
+        print("--device cpu: batches are built in the trainer (--pipelines off)", flush=True)
+        args.pipelines = "off"
+    previous = forward_stop_signals()
+    runs: list[dict[str, Any]] = []
+    try:
+        for gpus in (int(g) for g in args.gpus.split(",")):
+            if gpus > available:
+                print(f"skipping {gpus} GPUs: this machine has {available}", flush=True)
+                continue
+            for pipeline in args.pipelines.split(","):
+                for budget in (float(b) for b in args.budgets.split(",")):
+                    for policy in args.policies.split(","):
+                        if gpus == 1 and policy != args.policies.split(",")[0]:
+                            continue  # one GPU: every policy is replicate, one run is the baseline of all
+                        r = launch(args, gpus, policy, budget, pipeline)
+                        runs.append(r)
+                        what = f"{gpus} GPU(s) {policy} {budget:.0%} pipeline {pipeline}"
+                        if "error" in r:
+                            print(f"{what}: failed (rc {r['returncode']})\n{r['error']}", flush=True)
+                            continue
+                        hit = [p.get("cache/hit_rate") for p in r["per_rank"]]
+                        print(f"{what}: {r['seeds_per_s']:.0f} seeds/s, {r['rank_steps_per_s']:.1f} steps/s a rank, "
+                              f"chose {r['chosen_policy']} ({r['note']}), hit rate {hit}", flush=True)  # fmt: skip
+        for gpus in (int(g) for g in args.pyg_gpus.split(",") if g.strip()):
+            if gpus > available:
+                continue
+            r = launch(args, gpus, "-", 0.0, "off", loader="pyg")
+            runs.append(r)
+            if "error" in r:
+                print(f"PyG {gpus} GPU(s): failed (rc {r['returncode']})\n{r['error']}", flush=True)
+            else:
+                print(f"PyG NeighborLoader {gpus} GPU(s): {r['seeds_per_s']:.0f} seeds/s, "
+                      f"{r['rank_steps_per_s']:.1f} steps/s a rank", flush=True)  # fmt: skip
+    finally:  # also when a signal stopped the sweep: the runs finished so far are written
+        restore_signals(previous)
+        report = _report(args, runs, available, torch.__version__)
+    return report
+
+
+def _report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int, torch_version: str) -> dict[str, Any]:
+    """Speed-ups, the table and the JSON (``--out``) of the runs so far."""
+    for r in runs:  # speed-up: throughput over the 1-GPU run's with the same loader, budget and pipeline
+        base = next((b for b in runs if b["gpus"] == 1 and b["budget_fraction"] == r["budget_fraction"]
+                     and b.get("pipeline") == r.get("pipeline") and b.get("loader") == r.get("loader")
+                     and "seeds_per_s" in b), None)  # fmt: skip
+        if base is not None and "seeds_per_s" in r:
+            r["speedup_vs_1gpu"] = r["seeds_per_s"] / base["seeds_per_s"]
+        pyg = next((b for b in runs if b.get("loader") == "pyg" and b["gpus"] == r["gpus"] and "seeds_per_s" in b), None)
+        if pyg is not None and r.get("loader") != "pyg" and "seeds_per_s" in r:
+            r["vs_pyg_same_gpus"] = r["seeds_per_s"] / pyg["seeds_per_s"]
+    print(f"\n{'GPUs':>4} {'loader':>6} {'policy':>9} {'budget':>6} {'pipeline':>8} {'chosen':>9} {'seeds/s':>9} "
+          f"{'steps/s':>7} {'speed-up':>8} {'x PyG':>6} {'stall':>6} {'hit rate':>8} {'local':>11} {'peer':>11} "
+          f"{'host':>11} {'host GB/s':>9} {'PSS/data':>8}")  # fmt: skip
+    for r in runs:
+        if "seeds_per_s" not in r:
+            continue
+        p = r["per_rank"][0]
+        stall = _mean(r.get("stall_frac") or [])
+        print(f"{r['gpus']:>4} {r.get('loader', 'ours'):>6} {r['policy']:>9} {r['budget_fraction']:>6.0%} "
+              f"{r.get('pipeline', '-'):>8} {r['chosen_policy'] or '-':>9} {r['seeds_per_s']:>9.0f} "
+              f"{r['rank_steps_per_s']:>7.1f} {r.get('speedup_vs_1gpu', float('nan')):>8.2f} "
+              f"{r.get('vs_pyg_same_gpus', float('nan')):>6.2f} {stall if stall is not None else float('nan'):>6.1%} "
+              f"{p.get('cache/hit_rate', float('nan')):>8.1%} {p.get('cache/local_rows', 0):>11.0f} "
+              f"{p.get('cache/peer_rows', 0):>11.0f} {p.get('cache/host_rows', 0):>11.0f} "
+              f"{p.get('cache/host_read_GBps', float('nan')):>9.2f} {r.get('host_pss_over_data', float('nan')):>8.2f}")  # fmt: skip
+    report = {"benchmark": "scaling", "config": {k: v for k, v in vars(args).items() if k != "argv"},
+              "gpu_count": available, "topology": topology(), "torch": torch_version, "runs": runs}  # fmt: skip
+    write_json(args.out, report)
+    print(f"wrote {args.out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Starting a machine's other local ranks (Lightning's subprocess launcher) so that a rank's death ends the job cleanly.
+
+Lightning's launcher re-runs the command once per other local rank and, from then on, polls them every 5 s: when one
+fails it SIGKILLs every rank, itself included. A rank killed that way cannot close what it holds (its pipeline
+worker, GPU mappings, host registrations), and the job's exit status is 137. :class:`ZeroCopyScriptLauncher` starts
+the ranks the same way but leaves the watching to the strategy's liveness watch
+(:mod:`~lightning_zerocopy.strategies.liveness`), which names the rank that died and lets the others end through
+their exception path (or ends a stuck one after a grace period). It also tells the ranks it starts who launched them
+(:data:`~lightning_zerocopy.strategies.liveness.LAUNCHER_ENV`), so that they stop if it dies, during the rendezvous
+too.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional
+
+from lightning_fabric.utilities.distributed import _set_num_threads_if_needed
+from pytorch_lightning.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+from typing_extensions import override
+
+from lightning_zerocopy.strategies.liveness import LAUNCHER_ENV
+
+__all__ = ["ZeroCopyScriptLauncher"]
+
+
+class ZeroCopyScriptLauncher(_SubprocessScriptLauncher):
+    """Lightning's ``popen`` launcher without its SIGKILL observer; see the module docstring.
+
+    After :meth:`launch` started them, :meth:`launched` gives the ``(global rank, pid)`` of the ranks it started.
+    """
+
+    @override
+    def launch(self, function: Callable, *args: Any, trainer: Optional[Any] = None, **kwargs: Any) -> Any:
+        self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
+        if not self.cluster_environment.creates_processes_externally:
+            os.environ[LAUNCHER_ENV] = str(os.getpid())  # the ranks started next inherit it
+            self._call_children_scripts()
+        _set_num_threads_if_needed(num_processes=self.num_processes)
+        return function(*args, **kwargs)
+
+    def launched(self) -> list[tuple[int, int]]:
+        """``(global rank, pid)`` of each rank this process started (empty in a rank it started)."""
+        base = self.cluster_environment.node_rank() * self.num_processes
+        return [(base + local_rank, proc.pid) for local_rank, proc in enumerate(getattr(self, "procs", []), start=1)]

@@ -1,0 +1,41 @@
+"""A callback that CLI fault tests add to a recipe (``--trainer.callbacks+=cli_markers.MarkTraining``): each rank
+writes ``pid<rank>`` at setup (``{"pid", "worker_pid", "mps_daemon_pid"}`` as JSON once its pipeline worker runs) and
+``training<rank>`` at its second training batch into ``$LZC_TEST_MARKERS``, then sleeps a little per batch, so that a
+test can interrupt training mid-epoch."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from pytorch_lightning.callbacks import Callback
+
+
+class MarkTraining(Callback):
+    def __init__(self, dawdle: float = 0.05) -> None:
+        self.dawdle = dawdle
+        self.out = Path(os.environ["LZC_TEST_MARKERS"])
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        (self.out / f"pid{trainer.global_rank}").write_text(str(os.getpid()))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch_idx == 1:
+            (self.out / f"processes{trainer.global_rank}.json").write_text(json.dumps(_processes(trainer)))
+            (self.out / f"training{trainer.global_rank}").touch()
+        time.sleep(self.dawdle)
+
+
+def _processes(trainer) -> dict:
+    from lightning_zerocopy.callbacks import PipelineCallback
+
+    found = {"pid": os.getpid(), "worker_pid": None, "mps_daemon_pid": None, "mps_root": None}
+    pipeline = next((cb for cb in trainer.callbacks if isinstance(cb, PipelineCallback)), None)
+    if pipeline is not None and pipeline.client is not None:
+        found["worker_pid"] = getattr(pipeline.client.transport, "pid", None)
+    daemon = getattr(pipeline, "mps_daemon", None)
+    if daemon is not None:
+        found["mps_daemon_pid"], found["mps_root"] = daemon.daemon_pid, daemon.root
+    return found

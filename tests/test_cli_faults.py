@@ -1,0 +1,125 @@
+"""How the command ends when a run is interrupted or a rank dies (CPU ranks, gloo): Ctrl-C exits with status 130; a
+rank killed mid-epoch is named in one line by the others, which exit with status 1; a launcher (rank 0) killed
+while the rank it started is still starting stops that rank too, with Lightning's plain ``ddp`` as with
+``zerocopy_ddp``. Each within 10 s on an idle machine; the bounds below are looser for loaded CI machines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import FAULT_BOUND_S as SLACK_S
+from helpers import free_port, launched_ranks
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+
+
+def _start(tmp_path: Path, *overrides: str) -> subprocess.Popen:
+    markers = tmp_path / "markers"
+    markers.mkdir(exist_ok=True)
+    env = dict(os.environ, LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1",
+               LZC_TEST_MARKERS=str(markers), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LZC_LAUNCHER_PID"):
+        env.pop(key, None)
+    args = [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(ROOT / "recipes" / "quickstart.yaml"),
+            "--data.init_args.dataset.init_args.num_nodes=3000", "--trainer.max_epochs=200",
+            "--trainer.logger=false", "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
+            "--trainer.callbacks+=cli_markers.MarkTraining", *overrides]  # fmt: skip
+    return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True,  # signals reach the job only when the test sends them
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"the command ended before {path.name}: {proc.communicate()[0][-4000:]}")
+        assert time.monotonic() < deadline, f"no {path.name} within {timeout} s"
+        time.sleep(0.05)
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    try:
+        return proc.communicate(timeout=SLACK_S)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_the_command_with_status_130(tmp_path: Path) -> None:
+    proc = _start(tmp_path)
+    _wait_for(tmp_path / "markers" / "training0", proc)
+    start = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    output = _finish(proc)
+    assert proc.returncode == 130, output[-3000:]
+    assert time.monotonic() - start < SLACK_S
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_epoch_is_named_in_one_line(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "--trainer.devices=2", "--trainer.strategy=zerocopy_ddp")
+    markers = tmp_path / "markers"
+    for rank in (0, 1):
+        _wait_for(markers / f"training{rank}", proc)
+    victim = int((markers / "pid1").read_text())
+    start = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    output = _finish(proc)
+    assert proc.returncode == 1, output[-4000:]
+    assert time.monotonic() - start < SLACK_S
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"rank 1 (pid {victim}" in errors[0] and "stopping rank 0" in errors[0], output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "zerocopy_ddp"])
+def test_a_launcher_killed_while_its_rank_starts_stops_that_rank(tmp_path: Path, strategy: str) -> None:
+    """Rank 0 (Lightning's launcher) is killed right after it started rank 1: rank 1 would otherwise wait for the
+    rendezvous until its timeout (more than 240 s were seen)."""
+    proc = _start(tmp_path, "--trainer.devices=2", f"--trainer.strategy={strategy}")
+    deadline = time.monotonic() + 300
+    while not launched_ranks(proc.pid, "lightning_zerocopy"):
+        assert proc.poll() is None, proc.communicate()[0][-4000:]
+        assert time.monotonic() < deadline, "rank 0 started no rank"
+        time.sleep(0.02)
+    rank1 = launched_ranks(proc.pid, "lightning_zerocopy")[0]
+    os.kill(proc.pid, signal.SIGKILL)
+    try:
+        assert _gone_within(rank1, SLACK_S), f"rank 1 (pid {rank1}) still runs {SLACK_S} s after rank 0 was killed"
+    finally:
+        output = _finish(proc)
+        try:
+            os.kill(rank1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert f"(pid {proc.pid} on" in output and "exited while rank 1 was starting" in output, output[-4000:]

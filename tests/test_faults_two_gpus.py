@@ -1,0 +1,130 @@
+"""How a two-GPU run of ``recipes/multi_gpu.yaml`` ends (the command, both ranks, each rank's pipeline worker under
+MPS, the clique or replicated cache): after a normal exit, SIGKILL of rank 0, of rank 1 or of rank 1's pipeline
+worker, and Ctrl-C, every process of the job ends within 10 s, nothing is left in /dev/shm (torch's and the
+driver's IPC files, our segments), the MPS daemon is gone, torch prints no CUDA IPC line, and the rank or worker
+that died is named."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+BOUND_S = 10.0
+SHM = Path("/dev/shm")
+
+
+def _shm() -> set[str]:
+    return set(os.listdir(SHM)) if SHM.is_dir() else set()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+    except OSError:
+        return False
+
+
+def _start(tmp_path: Path, *overrides: str) -> subprocess.Popen:
+    markers = tmp_path / "markers"
+    markers.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_") and not k.startswith("LZC_MPS")}
+    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LZC_LAUNCHER_PID"):
+        env.pop(key, None)
+    env.update(LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1", LZC_TEST_MARKERS=str(markers),
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+    args = [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(ROOT / "recipes" / "multi_gpu.yaml"),
+            "--trainer.devices=2", "--data.init_args.dataset.init_args.num_nodes=400000",
+            "--trainer.strategy.init_args.cache_budget=16MiB", "--trainer.strategy.init_args.presample_batches=8",
+            "--trainer.max_epochs=50", "--trainer.limit_val_batches=0", "--trainer.logger=false",
+            "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
+            "--trainer.callbacks+=cli_markers.MarkTraining", *overrides]  # fmt: skip
+    return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+
+
+def _job_processes(markers: Path) -> dict[str, int]:
+    """Every process of the job by role: the two ranks, their workers, the MPS daemon and its supervisor."""
+    found: dict[str, int] = {}
+    for rank in (0, 1):
+        info = json.loads((markers / f"processes{rank}.json").read_text())
+        found[f"rank{rank}"] = info["pid"]
+        if info["worker_pid"]:
+            found[f"worker{rank}"] = info["worker_pid"]
+        if info["mps_daemon_pid"]:
+            found["mps_daemon"] = info["mps_daemon_pid"]
+            state = Path(info["mps_root"]) / "state.json"
+            if state.exists():
+                supervisor = json.loads(state.read_text()).get("supervisor_pid")
+                if supervisor:
+                    found["mps_supervisor"] = supervisor
+    return found
+
+
+@pytest.mark.two_gpus
+@pytest.mark.parametrize("fault", ["none", "kill_rank0", "kill_rank1", "kill_worker1", "ctrl_c"])
+def test_a_two_gpu_run_ends_cleanly(tmp_path: Path, fault: str) -> None:
+    before = _shm()
+    proc = _start(tmp_path, *(["--trainer.max_steps=40"] if fault == "none" else []))
+    markers = tmp_path / "markers"
+    deadline = time.monotonic() + 400
+    while not all((markers / f"training{r}").exists() for r in (0, 1)):
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before training: {proc.communicate()[0][-5000:]}")
+        assert time.monotonic() < deadline, "no training within 400 s"
+        time.sleep(0.1)
+    processes = _job_processes(markers)
+    assert "worker0" in processes and "worker1" in processes and "mps_daemon" in processes, processes
+    start = time.monotonic()
+    if fault == "kill_rank0":
+        os.kill(processes["rank0"], signal.SIGKILL)
+    elif fault == "kill_rank1":
+        os.kill(processes["rank1"], signal.SIGKILL)
+    elif fault == "kill_worker1":
+        os.kill(processes["worker1"], signal.SIGKILL)
+    elif fault == "ctrl_c":
+        os.killpg(proc.pid, signal.SIGINT)
+    limit = 300 if fault == "none" else BOUND_S  # a normal run first trains its 40 steps
+    while any(_alive(pid) for pid in processes.values()) and time.monotonic() - start < limit:
+        time.sleep(0.05)
+    took = time.monotonic() - start
+    left = {role: pid for role, pid in processes.items() if _alive(pid)}
+    try:
+        output = proc.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output = proc.communicate()[0]
+    for pid in left.values():
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running {took:.1f} s after {fault}: {left}\n{output[-5000:]}"
+    leftovers = {n for n in _shm() - before if n.startswith(("cuda.shm.", "torch_", "lzc-"))}
+    assert not leftovers, leftovers
+    assert "CudaIPCTypes" not in output and "shared CUDA tensors released" not in output, output[-5000:]
+    assert "Traceback" not in output, output[-5000:]
+    assert "illegal memory access" not in output, output[-5000:]
+    print(f"{fault}: every process ended {took:.2f} s after it; exit status {proc.returncode}")
+    if fault == "none":
+        assert proc.returncode == 0, output[-5000:]
+    elif fault == "ctrl_c":
+        assert proc.returncode == 130, output[-5000:]
+    elif fault == "kill_rank1":
+        assert proc.returncode == 1 and f"rank 1 (pid {processes['rank1']}" in output, output[-5000:]
+    elif fault == "kill_rank0":
+        assert f"rank 0 (pid {processes['rank0']}" in output, output[-5000:]
+    elif fault == "kill_worker1":
+        assert proc.returncode == 1 and f"(pid {processes['worker1']}) was killed by SIGKILL" in output, output[-5000:]
