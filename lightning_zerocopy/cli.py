@@ -93,7 +93,9 @@ class ZeroCopyCLI(LightningCLI):
         )
 
     def before_instantiate_classes(self) -> None:
-        """Refuses ``validate``/``test``/``predict`` without ``--ckpt_path`` (before any data is built)."""
+        """Refuses ``validate``/``test``/``predict`` without ``--ckpt_path`` (before any data is built); with
+        ``trainer.enable_checkpointing: false`` drops the recipe's checkpoint callbacks."""
+        self._drop_checkpoints_when_checkpointing_is_off()
         if self.subcommand in ("validate", "test", "predict"):
             config = self.config[self.subcommand]
             if config.get("ckpt_path") is None and not config.get("allow_untrained"):
@@ -107,6 +109,21 @@ class ZeroCopyCLI(LightningCLI):
             special = path is None or path in ("last", "best", "hpc") or str(path).startswith("registry") or "://" in str(path)
             if not special and not os.path.isfile(path):
                 raise CommandError(f"--ckpt_path {path}: no such checkpoint file (relative paths start at {os.getcwd()})")
+
+    def _drop_checkpoints_when_checkpointing_is_off(self) -> None:
+        """Every shipped recipe lists a ``ModelCheckpoint`` (for ``last.ckpt``), and Lightning refuses one beside
+        ``enable_checkpointing=False``: an override that turns checkpointing off wins over the recipe's callbacks."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        trainer = config.get("trainer")
+        callbacks = trainer.get("callbacks") if trainer is not None else None
+        if trainer is None or trainer.get("enable_checkpointing") is not False or not isinstance(callbacks, list):
+            return
+
+        def is_checkpoint(callback: Any) -> bool:
+            cls = resolve_class_path(str(getattr(callback, "class_path", "")))
+            return isinstance(callback, ModelCheckpoint) or (isinstance(cls, type) and issubclass(cls, ModelCheckpoint))
+
+        trainer["callbacks"] = [c for c in callbacks if not is_checkpoint(c)]
 
     def _parse_ckpt_path(self) -> None:
         """As LightningCLI's (the checkpoint's saved hyperparameters become the model's config), but a checkpoint that

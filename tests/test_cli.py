@@ -550,3 +550,11 @@ def test_a_bad_field_of_a_pyg_graph_is_one_line_naming_it(fault: str, message: s
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines[0] == f"error: {path}: {message}", lines
     assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines
+
+
+def test_checkpointing_turned_off_drops_the_recipes_checkpoint_callback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every recipe lists a ModelCheckpoint (for last.ckpt); Lightning refuses one with enable_checkpointing=False."""
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    cli = build_cli(["fit", "--config", str(QUICKSTART), *_SMALL, "--trainer.max_steps=1", "--trainer.limit_val_batches=1",
+                     "--trainer.enable_checkpointing=false", *_QUIET(tmp_path)])  # fmt: skip
+    assert cli.trainer.global_step == 1 and not cli.trainer.checkpoint_callbacks and not list(tmp_path.rglob("*.ckpt"))
