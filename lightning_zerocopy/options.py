@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal, Optional, Sequence, get_args
 
 __all__ = [
+    "FeatureDtype",
     "FeatureStorage",
     "GatherBackend",
     "GatherChoice",
@@ -52,6 +53,8 @@ GatherMode = Literal["auto", "direct", "sorted"]
 NodeOrderKind = Literal["none", "bfs", "degree"]
 #: Where the feature table lives on the host: a shared-memory copy, or a map of the dataset's ``.npy`` file.
 FeatureStorage = Literal["shared_memory", "mmap"]
+#: The dtype of a feature table in host memory (``bfloat16``/``float16``: half the bytes over PCIe), or of a batch's ``x``.
+FeatureDtype = Literal["float32", "bfloat16", "float16"]
 
 
 def choices(option: Any) -> tuple[str, ...]:

@@ -206,7 +206,7 @@ if want scaling; then
   echo "== scaling benchmark (GPUs x cache policy x budget)"
   # shellcheck disable=SC2086
   timeout "${GPU_CHECK_SCALING_TIMEOUT:-560}" python3 -m benchmarks.scaling --out "$OUT/scaling.json" \
-    ${GPU_CHECK_SCALING_ARGS:---gpus 1,2,4,8 --policies replicate,clique,auto --budgets 0.1,0.3 --num-nodes 8000000 --epochs 3 --limit-batches 50 --timeout 60} \
+    ${GPU_CHECK_SCALING_ARGS:---gpus 1,2,4,8 --policies replicate,clique,auto --budgets 0.1 --pipelines worker --num-nodes 8000000 --epochs 2 --limit-batches 60 --presample-batches 16 --timeout 120 ${pyg_site:+--pyg-gpus 2 --pyg-site $pyg_site}} \
     >"$OUT/scaling.log" 2>&1
   rc=$?
   record scaling $rc $((SECONDS - start))

@@ -13,6 +13,10 @@
 # .wheels/ holds ../shared/wheels plus pytest-xdist and execnet (`python3 -m pip download --no-deps --only-binary=:all:
 # --python-version 3.12 -d .wheels pytest-xdist execnet`); without xdist the parallel stage runs in one process.
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,e2e,link bash scripts/gpu_session.sh          # .wheels/, .pyg/
+# On two GPUs (nvidia-h100-x2 / nvidia-h200-x2; measured on 2 x H200, 2026-11-26: the two-GPU tests ~5 min, the fault
+# cases ~1 min each; scaling 1 and 2 GPUs x replicate/clique + PyG ~5 min):
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,two_gpus bash scripts/gpu_session.sh           # .wheels/
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling bash scripts/gpu_session.sh            # .wheels/, .pyg/
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -123,3 +123,24 @@ def test_a_launcher_killed_while_its_rank_starts_stops_that_rank(tmp_path: Path,
         except ProcessLookupError:
             pass
     assert f"(pid {proc.pid} on" in output and "exited while rank 1 was starting" in output, output[-4000:]
+
+
+@pytest.mark.slow
+def test_four_ranks_end_when_one_dies_and_leave_nothing(tmp_path: Path) -> None:
+    """Four CPU ranks (gloo): rank 2 killed mid-epoch ends every other rank, rank 0 naming it in one line, and no
+    segment of the job is left in /dev/shm."""
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    proc = _start(tmp_path, "--trainer.devices=4", "--trainer.strategy=zerocopy_ddp")
+    markers = tmp_path / "markers"
+    for rank in range(4):
+        _wait_for(markers / f"training{rank}", proc, timeout=600)
+    pids = {rank: int((markers / f"pid{rank}").read_text()) for rank in range(4)}
+    os.kill(pids[2], signal.SIGKILL)
+    start = time.monotonic()
+    output = _finish(proc)
+    assert all(_gone_within(pid, max(1.0, SLACK_S - (time.monotonic() - start))) for pid in pids.values())
+    assert proc.returncode == 1, output[-4000:]
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert any(f"rank 2 (pid {pids[2]}" in line and "stopping rank 0" in line for line in errors), output[-4000:]
+    left = {n for n in (set(os.listdir("/dev/shm")) - before) if n.startswith("lzc-")}
+    assert not left, left

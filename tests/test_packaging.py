@@ -18,7 +18,7 @@ def test_pyproject_holds_the_metadata_and_reads_the_version_from_the_package() -
     assert meta["project"]["dynamic"] == ["version"]
     assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "lightning_zerocopy.__version__"}
     assert "torch" in " ".join(meta["build-system"]["requires"])
-    assert {m.split(":")[0] for m in meta["tool"]["pytest"]["ini_options"]["markers"]} == {"cuda", "slow"}
+    assert {m.split(":")[0] for m in meta["tool"]["pytest"]["ini_options"]["markers"]} == {"cuda", "slow", "two_gpus"}
     assert "version=" not in (ROOT / "setup.py").read_text(), "the version lives in lightning_zerocopy/__init__.py"
 
 

@@ -16,7 +16,11 @@ from typing import Any, Callable, Optional
 import torch
 from pytorch_lightning.callbacks import Callback
 
-__all__ = ["BatchCheck", "TrainClock", "summarize"]
+__all__ = ["BUILD_STAGES", "BatchCheck", "TrainClock", "summarize"]
+
+#: the stages of the pipeline producer's build, as ``DataTelemetry`` names them (``data/build_<stage>_ms``); spelled
+#: out here: importing the pipeline would import PyG, which initializes CUDA before an MPS row joins its daemon
+BUILD_STAGES = ("sample", "gather", "assemble", "handover")
 
 
 class TrainClock(Callback):
@@ -90,12 +94,15 @@ class TrainClock(Callback):
 
 class BatchCheck(Callback):
     """Compares the first ``count`` training batches with the dataset: seeds in plan order, ``x``, ``y`` and
-    ``edge_index`` bounds, per-hop counts that add up to the batch; keeps a fingerprint of the first batch's sample
+    ``edge_index`` bounds, per-hop counts that add up to the batch (``x``: the dataset's rows cast to ``stored_dtype``
+    when the host table stores another dtype, then to the batch's); keeps a fingerprint of the first batch's sample
     (``n_id``, ``edge_index``), its per-hop counts and whether the module trimmed it (``trimmed``: the module's
     ``trim`` is on and the batch has the counts). Speed must not come from wrong batches."""
 
-    def __init__(self, expected_seeds: Callable[[int], torch.Tensor], x: torch.Tensor, y: torch.Tensor, count: int) -> None:
+    def __init__(self, expected_seeds: Callable[[int], torch.Tensor], x: torch.Tensor, y: torch.Tensor, count: int,
+                 stored_dtype: Optional[torch.dtype] = None) -> None:  # fmt: skip
         self.expected_seeds, self.x, self.y, self.count = expected_seeds, x, y, count
+        self.stored_dtype = stored_dtype  # the host table's dtype (feature_dtype): x is the dataset's rows cast to it
         self.result: dict[str, Any] = {"checked": 0, "ok": True, "problems": []}
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -107,7 +114,8 @@ class BatchCheck(Callback):
         n_id = batch.n_id.cpu()
         if not torch.equal(n_id[:bs], self.expected_seeds(step)):
             problems.append(f"step {step}: seeds differ from the plan")
-        if not torch.equal(batch.x.cpu(), self.x[n_id].to(batch.x.dtype)):
+        want_x = self.x[n_id] if self.stored_dtype is None else self.x[n_id].to(self.stored_dtype)
+        if not torch.equal(batch.x.cpu(), want_x.to(batch.x.dtype)):
             problems.append(f"step {step}: x differs from the dataset's rows at n_id")
         if not torch.equal(batch.y[:bs].cpu(), self.y[n_id[:bs]].to(batch.y.dtype)):
             problems.append(f"step {step}: y differs from the dataset's labels")
@@ -131,7 +139,8 @@ class BatchCheck(Callback):
 
 def summarize(clock: TrainClock, telemetry: Any, warmup: int) -> dict[str, Any]:
     """Steady-state figures of a row: steps/s, stall share, feature GB/s, per-batch latency (after ``warmup``
-    steps), validation accuracy over training time; ``telemetry`` is the row's ``DataTelemetry``."""
+    steps), validation accuracy over training time, the producer's build split (``build_stages_ms``, each ``None``
+    without a pipeline); ``telemetry`` is the row's ``DataTelemetry``."""
     hist = telemetry.history[warmup:] or telemetry.history
     mean = lambda key: (sum(h[key] for h in hist if key in h) / n) if (n := sum(key in h for h in hist)) else None  # noqa: E731
     step_ms = [h["data/step_ms"] for h in hist]
@@ -149,6 +158,10 @@ def summarize(clock: TrainClock, telemetry: Any, warmup: int) -> dict[str, Any]:
         "gather_GBps": mean("data/gather_GBps"),
         "seps": mean("data/seps"),
         "build_ms": mean("data/build_ms"),
+        # the producer's build split (a pipeline row): ms per stage, the gather's rate and its PCIe bound
+        "build_stages_ms": {stage: mean(f"data/build_{stage}_ms") for stage in BUILD_STAGES},
+        "gather_build_GBps": mean("data/gather_build_GBps"),
+        "gather_bound_ms": mean("data/gather_bound_ms"),
         "step_ms": step_ms[:: max(1, len(step_ms) // 2000)],
         # every DataTelemetry key's mean, including those of features added later (hybrid shares, cache hits)
         "telemetry": {key[len("data/") :]: mean(key) for key in dict.fromkeys(k for h in hist for k in h)},

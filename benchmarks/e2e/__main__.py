@@ -22,6 +22,8 @@ Examples::
     python -m benchmarks.e2e --preset issue20 --no-trim --precision 32-true ...   # the module as it was before
     python -m benchmarks.e2e --preset issue20 --models heavy --configs zc_gpu_mps,zc_gpu_mps_20,zc_gpu_mps_30,zc_gpu_mps_auto \
         --append --out DIR                                    # the worker's MPS share: 10, 20, 30 % and the calibrated one
+    python -m benchmarks.e2e --preset issue20 --configs zc_gpu_mps,sample_alone --feature-dtype bfloat16 --out DIR
+                                                  # the build's stage split with bf16 host features, and the sampler alone
 
 On the GPU box PyG's sampling backend comes from ``.pyg/*.tgz`` (``mkdir -p /tmp/pygsite && tar xzf .pyg/*.tgz -C
 /tmp/pygsite``, then ``--pyg-site /tmp/pygsite``); ``--prepare-only`` builds the graph cache once (``headline``:
@@ -106,6 +108,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    "(zc_gpu_mps_20, _30, _auto have one): the pipeline worker's share of SMs, 1-99 or auto")  # fmt: skip
     t.add_argument("--cache-fraction", type=float, default=0.2, help="zc_gpu_hot rows: share of feature rows cached on the GPU")
     t.add_argument("--cache-budget", default="20%", help="zerocopy_ddp rows: the Strategy's cache_budget")
+    t.add_argument("--feature-dtype", choices=("float32", "bfloat16", "float16"), help="our rows: the host feature "
+                   "table's dtype (ZeroCopyDataModule(feature_dtype=...): half the bytes over PCIe; batch.x stays "
+                   "float32); default: the graph's fp32. PyG and model-only keep fp32")  # fmt: skip
     p.add_argument("--_prepare", help=argparse.SUPPRESS)
     p.add_argument("--_run", help=argparse.SUPPRESS)
     p.add_argument("--_spec", help=argparse.SUPPRESS)

@@ -10,6 +10,7 @@ import os
 from typing import Any, Optional
 
 from benchmarks.e2e.results import PLOTS, finished, models_in, runs_by_row, share_label, target_acc, time_to_target
+from benchmarks.e2e.rows import ROWS
 from benchmarks.common.results import read_results
 
 __all__ = ["PLOTS", "aims", "one_line", "render", "target_acc", "time_to_target"]
@@ -42,6 +43,9 @@ def one_line(run: dict[str, Any]) -> str:
         head += share_label(run) + "  "
     if run.get("kind") == "stages" and run.get("status") == "ok":
         return head + "ms per batch: " + ", ".join(f"{p} {t['total_ms']:.1f}" for p, t in run["stages"].items())
+    if run.get("kind") == "sample_alone" and run.get("status") == "ok":
+        return head + "sampling alone, ms per batch: " + ", ".join(
+            f"{p} {_fmt(ms, '.2f')}" for p, ms in run["sample_alone_ms"].items())  # fmt: skip
     if not finished(run):
         return f"{head}{run.get('status', '?')}: {str(run.get('reason', ''))[:300]}"
     check = run.get("batch_check", {})
@@ -86,8 +90,65 @@ def aims(results: dict[str, Any], model: str) -> list[str]:
             lines.append(f"  - what limits `{best['row']}`: stall {_fmt(best.get('stall_frac'), '.1%')} of the step, host wait "
                          f"{_fmt(best.get('wait_ms'), '.2f')} ms, step p50 {_fmt(p50, '.2f')} ms vs model-only "
                          f"{_fmt(_pct(bound.get('step_ms', []), 0.5), '.2f')} ms, producer build "
-                         f"{_fmt(best.get('build_ms'), '.2f')} ms per batch.")  # fmt: skip
+                         f"{_fmt(best.get('build_ms'), '.2f')} ms per batch{_stage_words(best, results)}.")  # fmt: skip
     return lines
+
+
+def _stage_words(run: dict[str, Any], results: dict[str, Any]) -> str:
+    """``: sample X (alone Y), gather X (bound Y), assemble X, hand-over X ms`` where the row has a build split."""
+    stages = run.get("build_stages_ms") or {}
+    if not any(v is not None for v in stages.values()):
+        return ""
+    alone = _sample_alone_ms(results, run)
+    return (f": sample {_fmt(stages.get('sample'), '.2f')} (alone {_fmt(alone, '.2f')}), gather "
+            f"{_fmt(stages.get('gather'), '.2f')} (PCIe bound {_fmt(run.get('gather_bound_ms'), '.2f')}), assemble "
+            f"{_fmt(stages.get('assemble'), '.2f')}, hand-over {_fmt(stages.get('handover'), '.2f')} ms")  # fmt: skip
+
+
+def _sample_alone_ms(results: dict[str, Any], run: dict[str, Any]) -> Optional[float]:
+    """The ``sample_alone`` row's ms per batch (same model) for ``run``'s sampler placement, or None."""
+    placement = run.get("sampler_placement")
+    if placement is None:
+        placement = getattr(ROWS.get(run.get("row", "")), "data", {}).get("sampler_placement")
+    for r in results.get("runs", []):
+        if r.get("kind") == "sample_alone" and r.get("status") == "ok" and r.get("model") == run.get("model"):
+            return (r.get("sample_alone_ms") or {}).get(placement)
+    return None
+
+
+def _build_stage_table(results: dict[str, Any], model: str) -> list[str]:
+    """Where each pipeline row's build time went: the producer's stages (means after warm-up) beside their bounds."""
+    rows = [r for r in runs_by_row(results, model).values()
+            if finished(r) and any(v is not None for v in (r.get("build_stages_ms") or {}).values())]  # fmt: skip
+    if not rows:
+        return []
+    out = [f"### {model} model", "",
+           "| row | feature dtype | build ms | sample ms | sample alone ms | gather ms | gather GB/s | gather PCIe bound ms "
+           "| assemble ms | hand-over ms |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        stages = r["build_stages_ms"]
+        out.append("| " + " | ".join([
+            _named(r), str(r.get("feature_dtype") or "float32"), _fmt(r.get("build_ms"), ".2f"),
+            _fmt(stages.get("sample"), ".2f"), _fmt(_sample_alone_ms(results, r), ".2f"), _fmt(stages.get("gather"), ".2f"),
+            _fmt(r.get("gather_build_GBps"), ".3g"), _fmt(r.get("gather_bound_ms"), ".2f"),
+            _fmt(stages.get("assemble"), ".2f"), _fmt(stages.get("handover"), ".2f")]) + " |")  # fmt: skip
+    return out + [""]
+
+
+def _sample_alone_lines(results: dict[str, Any]) -> list[str]:
+    """The ``sample_alone`` row: ms per batch of the sampler alone, per model and placement."""
+    out = []
+    for r in results.get("runs", []):
+        if r.get("kind") != "sample_alone":
+            continue
+        if r.get("status") != "ok":
+            out.append(f"- {r['model']}: {r.get('status')}: {r.get('reason', '')}")
+            continue
+        errors = r.get("sample_alone_errors") or {}
+        out.append(f"- {r['model']} ({r.get('batches')} batches on {r.get('device')}): " + ", ".join(
+            f"`{p}` {_fmt(ms, '.2f')} ms" + (f" ({errors[p]})" if p in errors else "")
+            for p, ms in r["sample_alone_ms"].items()))  # fmt: skip
+    return out
 
 
 def _table(results: dict[str, Any], model: str) -> list[str]:
@@ -102,7 +163,7 @@ def _table(results: dict[str, Any], model: str) -> list[str]:
            "| best val acc | time to target s | setup s | batches checked |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, r in rows.items():
-        if r.get("kind") == "stages":
+        if r.get("kind") in ("stages", "sample_alone"):
             continue
         if not finished(r):
             out.append(f"| `{name}` | {r.get('status')}: {str(r.get('reason', '')).splitlines()[0][:160] if r.get('reason') else ''} ||||||||||||")
@@ -120,7 +181,8 @@ def _table(results: dict[str, Any], model: str) -> list[str]:
     return out + [""]
 
 
-_TABLE_KEYS = {"stall_ms", "stall_frac", "step_ms", "wait_ms", "seps", "gather_GBps", "build_ms"}
+_TABLE_KEYS = {"stall_ms", "stall_frac", "step_ms", "wait_ms", "seps", "gather_GBps", "build_ms", "build_sample_ms",
+               "build_gather_ms", "build_assemble_ms", "build_handover_ms", "gather_build_GBps", "gather_bound_ms"}
 
 
 def _other_telemetry(results: dict[str, Any]) -> list[str]:
@@ -190,7 +252,9 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
              f"validation every {args.get('val_every')} steps on {args.get('val_batches')} batches, Adam lr {args.get('lr')}, "
              f"seed {args.get('seed')}; row budget {args.get('row_budget_s')} s of training",
              f"- Model, the same in every row (PyG's and model-only's too): precision {args.get('precision', '32 (not recorded)')}, "
-             f"per-hop trimming {({True: 'on', False: 'off'}).get(args.get('trim'), 'off (not recorded)')}",
+             f"per-hop trimming {({True: 'on', False: 'off'}).get(args.get('trim'), 'off (not recorded)')}"
+             + (f"; our rows store the host features as {args['feature_dtype']} (`x` delivered as float32)"
+                if args.get("feature_dtype") else ""),
              "", "Steps/s: steady state after warm-up, training time only (host timer between device syncs, validation "
              "excluded). Stall, host wait, feature GB/s, build ms and the step interval come from `DataTelemetry`. "
              "Feature GB/s: bytes of `x` delivered per second of step interval (read from host memory by the zero-copy rows, "
@@ -203,6 +267,19 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
     lines += ["## Results", ""]
     for model in models_in(results):
         lines += _table(results, model)
+    split = [line for model in models_in(results) for line in _build_stage_table(results, model)]
+    alone = _sample_alone_lines(results)
+    if split or alone:
+        lines += ["## Where a build's time goes (the pipeline producer, beside each stage's bound)", "",
+                  "Means after warm-up, from `DataTelemetry`: GPU times from CUDA events on the streams that do the work "
+                  "(host times on the CPU). Sample: the sampler, unique/relabel included; its bound, sample alone: the "
+                  "same sampler timed back to back on an idle GPU (the `sample_alone` row). Gather: the feature rows, "
+                  "GB/s of their bytes in the host table's dtype; its bound: those bytes over the PCIe bandwidth of a "
+                  "contiguous pinned copy measured by the producer (rows a GPU cache serves included, so with a cache the "
+                  "bound is an upper bound). Assemble: labels, id maps, the cast of `x`, copies into the slot. Hand-over: "
+                  "host time from the producer's stream sync to its `ready` message.", ""] + split  # fmt: skip
+        if alone:
+            lines += ["Sampling alone (`sample_alone`), ms per batch:", ""] + alone + [""]
     stages = _stage_tables(results)
     if stages:
         lines += ["## Per-stage build times (no training running)", ""] + stages

@@ -28,8 +28,8 @@ class Row:
     Attributes:
         name: the ``--configs`` name.
         kind: ``"ours"`` (ZeroCopyDataModule through the Trainer), ``"pyg"`` (PyG's NeighborLoader through the
-            Trainer), ``"model_only"`` (the same batches pre-staged on the device) or ``"stages"`` (no training:
-            per-stage batch build times).
+            Trainer), ``"model_only"`` (the same batches pre-staged on the device), ``"stages"`` (no training:
+            per-stage batch build times) or ``"sample_alone"`` (no training: the sampler alone on an idle GPU).
         doc: one line for the report.
         data: ZeroCopyDataModule keyword arguments (``hot_fraction`` is turned into ``hot_rows``).
         pipeline: PipelineCallback keyword arguments, or None for no pipeline. A ``worker_sm_percent`` here is the
@@ -115,6 +115,9 @@ _ROW_LIST: list[Row] = [
         {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": 1.0}),  # fmt: skip
     Row("stages", "stages", "not a training row: median ms per batch of sampling, gather and the copy to the device, "
         "per sampler placement and gather, with nothing else running", needs_cuda=False),  # fmt: skip
+    Row("sample_alone", "sample_alone", "not a training row: ms per batch of sample_batch alone, back to back on an "
+        "otherwise idle GPU (lightning_zerocopy.data.stage_bounds.time_sampling), per sampler placement: the bound of the "
+        "producer's sample stage", needs_cuda=False),  # fmt: skip
     Row("model_only", "model_only", "the same batches pre-staged in device memory: the compute bound", needs_cuda=False),
 ]
 
@@ -168,7 +171,7 @@ _GPU_SMALL = "model_only,pyg,zc_gpu_mps,all_in_gpu,stages,cpu,zc_gpu,zc_gpu_inpr
 PRESETS: dict[str, Preset] = {
     # the CI run: CPU-only rows on a few thousand nodes; one thread per row process (a shared CI box: two
     # spinning threads on a loaded two-core machine ran the light model 5-8x slower than one)
-    "ci": Preset(4_000, 10.0, 32, 8, 128, 24, 4, 8, 2, 30.0, 0.0, 300.0, "pyg,cpu,cpu_inproc,model_only,stages,zc_gpu", "light", "0", 1),
+    "ci": Preset(4_000, 10.0, 32, 8, 128, 24, 4, 8, 2, 30.0, 0.0, 300.0, "pyg,cpu,cpu_inproc,model_only,stages,sample_alone,zc_gpu", "light", "0", 1),
     # 1M nodes, 20M edges, 0.5 GB of features; 40-60 s per row for both models on an H200 (2026-11-23), and
     # --total-budget-s stops before the tail rows
     "small": Preset(1_000_000, 20.0, 128, 16, 1024, 300, 30, 30, 2, 20.0, 420.0, 150.0, _GPU_SMALL, "light,heavy", "4,8,12", 0),

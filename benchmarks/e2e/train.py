@@ -16,7 +16,7 @@ import inspect
 import os
 import time
 import traceback
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from pytorch_lightning.callbacks import Callback
@@ -80,9 +80,13 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
 
     if row.kind == "stages":
         return _stages(dataset, spec, args, device)
+    if row.kind == "sample_alone":
+        return _sample_alone(dataset, spec, args, device)
+    feature_dtype = getattr(args, "feature_dtype", None) if row.kind == "ours" else None
     clock = TrainClock(args.warmup, args.row_budget_s, sync, stop_at=args.target_acc if args.stop_at_target else None)
     telemetry = DataTelemetry(prog_bar=False)
-    check = BatchCheck(expected_seeds, data.x, data.y, count=min(3, max(1, args.warmup)))
+    stored = None if feature_dtype is None else getattr(torch, feature_dtype)
+    check = BatchCheck(expected_seeds, data.x, data.y, count=min(3, max(1, args.warmup)), stored_dtype=stored)
     callbacks: list[Callback] = [clock, telemetry, check]
     if pipeline is not None:
         callbacks.append(pipeline)
@@ -118,6 +122,9 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     common = dict(fanouts=list(spec.fanouts), batch_size=args.batch_size, drop_last=True, seed=args.seed)
     if row.kind == "ours":
         kwargs = dict(row.data)
+        if feature_dtype is not None:
+            kwargs["feature_dtype"] = feature_dtype
+        extra.update(sampler_placement=kwargs.get("sampler_placement"), feature_dtype=feature_dtype or "float32")
         fraction = kwargs.pop("hot_fraction", None)
         if fraction is not None:
             fraction = getattr(args, fraction) if isinstance(fraction, str) else fraction
@@ -263,6 +270,35 @@ def _fit_model_only(trainer: Any, model: Any, dataset: Any, common: dict, args: 
 
 
 _STAGE_PATHS = (("cpu", "cpu"), ("cpu", "zerocopy"), ("uva", "zerocopy"), ("gpu", "zerocopy"))
+_SAMPLE_PLACEMENTS = ("cpu", "uva", "gpu", "hybrid")
+
+
+def _sample_alone(dataset: Any, spec: ModelSpec, args: Any, device: torch.device) -> dict[str, Any]:
+    """Ms per batch of ``sample_batch`` alone per sampler placement, back to back on an otherwise idle GPU
+    (``time_sampling``: CUDA events around ``--stage-steps`` batches after 5 untimed; the CPU placement's host time):
+    the bound of the producer's sample stage. The CPU placement only, without a GPU. ``gather='cpu'``: sampling needs
+    no feature table on the GPU, so none is pinned."""
+    from lightning_zerocopy import ZeroCopyDataModule
+    from lightning_zerocopy.data.stage_bounds import time_sampling
+
+    timed: dict[str, Optional[float]] = {}
+    reasons: dict[str, str] = {}
+    for placement in _SAMPLE_PLACEMENTS:
+        if device.type != "cuda" and placement != "cpu":
+            continue
+        dm = ZeroCopyDataModule(dataset, fanouts=list(spec.fanouts), batch_size=args.batch_size, drop_last=True,
+                                seed=args.seed, sampler_placement=placement, gather="cpu")  # fmt: skip
+        try:
+            dm.prepare_data()
+            dm.setup("fit")
+            builder = dm.train_dataloader().builder
+            timed[placement] = time_sampling(builder, dm.plan("train"), batches=args.stage_steps, warmup=5)
+        except Exception as exc:  # noqa: BLE001 - a placement this build or machine lacks: the others still count
+            timed[placement], reasons[placement] = None, f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            dm.teardown("fit")
+    return {"sample_alone_ms": timed, "sample_alone_errors": reasons, "batches": args.stage_steps,
+            "device": _device_name(device.type == "cuda"), "threads": torch.get_num_threads()}  # fmt: skip
 
 
 def _stages(dataset: Any, spec: ModelSpec, args: Any, device: torch.device) -> dict[str, Any]:

@@ -30,7 +30,10 @@ class StepSums:
     edges_s: float = 0.0  # the step time of the steps whose batch had an edge_index
     x_bytes: float = 0.0
     x_s: float = 0.0  # the step time of the steps whose batch had features
-    #: per-step values averaged as they come (build and sampling times, device shares): key -> (sum, count)
+    build_gather_bytes: float = 0.0  # the producer's gathered feature bytes (steps whose batch had a stage split)
+    build_gather_s: float = 0.0  # ... and the time its gather stage took for them
+    #: per-step values averaged as they come (build and stage times, the gather's bound, sampling times, device
+    #: shares): key -> (sum, count)
     means: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
@@ -53,8 +56,11 @@ class StepSums:
         if step["x_bytes"] >= 0:
             self.x_bytes += step["x_bytes"]
             self.x_s += interval
+        if "stage_gather_s" in step:
+            self.build_gather_bytes += step["stage_gather_bytes"]
+            self.build_gather_s += step["stage_gather_s"]
         for key, value in step.items():
-            if key == "build_ms" or key.startswith(("sample_", "share_")):
+            if key.startswith(("build_", "sample_", "share_")) or key == "gather_bound_ms":
                 acc = self.means.setdefault(key, [0.0, 0])
                 acc[0] += value
                 acc[1] += 1
@@ -73,6 +79,8 @@ class StepSums:
             out["data/seps"] = Ratio(self.edges, self.edges_s)
         if self.x_s > 0:
             out["data/gather_GBps"] = Ratio(self.x_bytes, self.x_s, 1e-9)
+        if self.build_gather_s > 0:
+            out["data/gather_build_GBps"] = Ratio(self.build_gather_bytes, self.build_gather_s, 1e-9)
         for key, (total, count) in sorted(self.means.items()):
             out[f"data/{key}"] = Ratio(total, count)
         return out

@@ -21,7 +21,14 @@ millions of sampled edges per second, refreshed at each hand-over) reads without
 * ``data/seps``: sampled edges per second delivered to training (``edge_index`` columns / step interval);
 * ``data/gather_GBps``: feature bytes delivered per second (``x`` bytes / step interval);
 * with :class:`~lightning_zerocopy.callbacks.PipelineCallback`: ``data/build_ms``, the producer's time to
-  sample and gather the batch (off the trainer's critical path);
+  sample and gather the batch (off the trainer's critical path), and where it went
+  (:mod:`lightning_zerocopy.pipeline.stage_times`; GPU times from CUDA events where the work runs on a GPU, read by
+  the producer after the stream synchronization it does anyway, so nothing waits for them here):
+  ``data/build_sample_ms`` (the sampler, unique/relabel included), ``data/build_gather_ms`` (the feature rows),
+  ``data/build_assemble_ms`` (labels, id maps, the cast of ``x``, copies into the slot), ``data/build_handover_ms``
+  (host time from the producer's stream synchronization to its ``ready`` message), ``data/gather_build_GBps`` (the
+  feature bytes the gather stage moved, in the host table's dtype, over its time) and ``data/gather_bound_ms`` (those
+  bytes over the PCIe bandwidth the producer measured at start: the gather's bound);
 * with hybrid sampling (``sampler_placement: hybrid | auto``; from the pipeline's stats, or the DataModule's
   ``sampling_stats("train")`` without a pipeline): ``data/sample_ms`` and ``data/sample_pred_ms``, the measured
   and the cost model's predicted sampling time of the latest batch, and ``data/share_<device>``, the share of
@@ -216,8 +223,22 @@ def _host_figures(trainer: "pl.Trainer", batch: Any, interval_s: float, wait_s: 
     stats = _pipeline_stats(trainer)
     if stats is not None:
         host["build_ms"] = 1e3 * stats.last_build_s
+        stages = getattr(stats, "last_stages", None)
+        if stages is not None:
+            host.update(_stage_figures(stages))
     host.update(_sampling_metrics(trainer, stats))
     return host
+
+
+def _stage_figures(stages: Any) -> dict[str, float]:
+    """The step record of the producer's stage split (a ``BuildStages``): ms per stage, the gather's bytes and
+    seconds (summed into ``data/gather_build_GBps``) and its bound."""
+    out = {f"build_{stage}_ms": 1e3 * seconds for stage, seconds in stages.seconds().items()}
+    out["stage_gather_bytes"] = float(stages.gather_bytes)
+    out["stage_gather_s"] = float(stages.gather_s)
+    if stages.gather_bound_s is not None:
+        out["gather_bound_ms"] = 1e3 * stages.gather_bound_s
+    return out
 
 
 def _record(device: torch.device) -> Any:

@@ -4,12 +4,20 @@ The second stage of :meth:`~lightning_zerocopy.data.batch.BatchBuilder.build_bat
 (CPU threads, host memory) and :func:`assemble_on_gpu` (on the GPU, from what the builder's
 :class:`~lightning_zerocopy.data.resources.DeviceResources` placed), writing into preallocated ``out`` buffers
 where they fit.
+
+``x`` leaves in the builder's ``x_dtype``: the rows are gathered in the host table's dtype (half the bytes over PCIe
+for a ``bfloat16``/``float16`` table) and cast where the batch is built, on the GPU for a GPU builder (into the slot
+when ``out["x"]`` is given), on the host for a host batch.
+
+A caller that wants the stage split (the pipeline producer) passes ``marks`` (:class:`StageMarks`): the assembler
+calls ``marks.mark("gather", nbytes)`` right after the feature rows are gathered, before labels, id maps, edge
+features and the cast of ``x``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Protocol, Sequence
 
 import torch
 from torch_geometric.data import Data
@@ -19,7 +27,24 @@ from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import HostData, row_width
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch
 
-__all__ = ["GpuSide", "SampledItem", "assemble_on_gpu", "assemble_on_host", "host_gather_to", "to_device_packed"]
+__all__ = [
+    "GpuSide",
+    "SampledItem",
+    "StageMarks",
+    "assemble_on_gpu",
+    "assemble_on_host",
+    "host_gather_to",
+    "to_device_packed",
+]
+
+
+class StageMarks(Protocol):
+    """Where a caller learns the boundaries of a batch's assembly (e.g. the pipeline's stage clock)."""
+
+    def mark(self, stage: str, nbytes: int = 0) -> None:
+        """Stage ``stage`` ended now (on the current CUDA stream for a GPU builder); ``"gather"``: the feature rows
+        are gathered, ``nbytes`` bytes of them in the host table's dtype."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -50,12 +75,25 @@ class GpuSide:
     order: Optional[torch.Tensor]
 
 
-def assemble_on_host(host: HostData, sampled: SampledItem, out: Mapping[str, torch.Tensor]) -> Data:
-    """The batch of a CPU sample, gathered by CPU threads into host memory (``out`` buffers where they fit)."""
+def assemble_on_host(
+    host: HostData,
+    sampled: SampledItem,
+    out: Mapping[str, torch.Tensor],
+    x_dtype: Optional[torch.dtype] = None,
+    marks: Optional[StageMarks] = None,
+) -> Data:
+    """The batch of a CPU sample, gathered by CPU threads into host memory (``out`` buffers where they fit); ``x``
+    cast to ``x_dtype`` on the host (``None``: the table's dtype)."""
     cpu = torch.device("cpu")
     sample = sampled.sample
     n_id = sample.n_id  # internal ids: rows of the host feature table and labels
-    x = host.features.gather(n_id, out=_rows(out, "x", n_id.numel(), cpu))
+    x_out = _rows(out, "x", n_id.numel(), cpu)
+    cast = x_dtype is not None and x_dtype != host.features.dtype
+    x = host.features.gather(n_id, out=None if cast else x_out)
+    if marks is not None:
+        marks.mark("gather", n_id.numel() * host.features.row_bytes)
+    if cast:
+        x = _cast_into(x, x_out, x_dtype)
     y = None
     if host.labels is not None:
         y_out = _rows(out, "y", n_id.numel(), cpu)
@@ -72,19 +110,33 @@ def assemble_on_host(host: HostData, sampled: SampledItem, out: Mapping[str, tor
             data.edge_attr = host.edge_attr[sample.e_id]
     return data
 
-def assemble_on_gpu(host: HostData, state: GpuSide, sampled: SampledItem, out: Mapping[str, torch.Tensor]) -> Data:
+def assemble_on_gpu(
+    host: HostData,
+    state: GpuSide,
+    sampled: SampledItem,
+    out: Mapping[str, torch.Tensor],
+    x_dtype: Optional[torch.dtype] = None,
+    marks: Optional[StageMarks] = None,
+) -> Data:
     """The batch of a sample on the GPU: features through the resources' gather path (or a CPU gather of the
-    ids, sent over pinned memory), labels from their compact copy, ``n_id`` mapped back to original ids."""
+    ids, sent over pinned memory) in the host table's dtype, then cast to ``x_dtype`` on the GPU (``None``: kept),
+    labels from their compact copy, ``n_id`` mapped back to original ids."""
     device = state.device
     sample = sampled.sample
     n_id, edge_index, e_id = sample.n_id, sample.edge_index, sample.e_id
     with torch.cuda.device(device):
         rows = n_id.numel()
         x_out = _rows(out, "x", rows, device)
+        cast = x_dtype is not None and x_dtype != host.features.dtype
+        raw_out = None if cast else x_out  # a cast gathers the table's dtype first (the caching allocator's memory)
         if state.features is not None:
-            x = state.features.gather(n_id, out=x_out)
+            x = state.features.gather(n_id, out=raw_out)
         else:  # CPU gather of GPU-sampled ids: the ids come back, the rows go over pinned
-            x = host_gather_to(host.features.data, n_id, x_out, device)
+            x = host_gather_to(host.features.data, n_id, raw_out, device)
+        if marks is not None:
+            marks.mark("gather", rows * host.features.row_bytes)
+        if cast:
+            x = _cast_into(x, x_out, x_dtype)
         y = None
         if state.labels is not None:
             y_out = _rows(out, "y", rows, device)
@@ -102,6 +154,15 @@ def assemble_on_gpu(host: HostData, state: GpuSide, sampled: SampledItem, out: M
             else:
                 data.edge_attr = host_gather_to(host.edge_attr, e_id, attr_out, device)
     return data
+
+
+def _cast_into(x: torch.Tensor, out: Optional[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """``x`` cast to ``dtype``, written into ``out`` when given (a buffer of that dtype)."""
+    if out is not None:
+        if out.dtype != dtype:
+            raise ValueError(f"out['x'] has dtype {out.dtype} but the batch's x is {dtype} (the builder's x_dtype)")
+        return out.copy_(x)
+    return x.to(dtype)
 
 
 def to_device_packed(tensors: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:

@@ -10,7 +10,8 @@ The batch has PyG ``NeighborLoader``'s fields and conventions:
 
 * ``n_id``: global ids of the sampled nodes, the ``batch_size`` seeds first;
 * ``edge_index``: local ids, messages flow ``edge_index[0] -> edge_index[1]`` (neighbor -> target);
-* ``x = features[n_id]``, ``y = labels[n_id]`` (every sampled node, as ``NeighborLoader`` slices ``y``);
+* ``x = features[n_id]`` (in the builder's ``x_dtype``, float32 by default, whatever dtype the host table stores),
+  ``y = labels[n_id]`` (every sampled node, as ``NeighborLoader`` slices ``y``);
 * ``e_id``: ids of the sampled edges in the dataset's ``edge_index``, ``edge_attr = edge_attr[e_id]``;
 * ``batch_size``, ``input_id`` (positions of the seeds in the split), ``num_sampled_nodes``/``_edges``.
 
@@ -55,13 +56,22 @@ from typing import Any, Mapping, Optional, Sequence
 import torch
 from torch_geometric.data import Data
 
-from lightning_zerocopy.data.assemble import GpuSide, SampledItem, assemble_on_gpu, assemble_on_host, to_device_packed
+from lightning_zerocopy.data.assemble import (
+    GpuSide,
+    SampledItem,
+    StageMarks,
+    assemble_on_gpu,
+    assemble_on_host,
+    to_device_packed,
+)
 from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
 from lightning_zerocopy.data.hybrid_sampling import HybridSampling, cuda_usable, gpu_lane_placement
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import DeviceResources, HostData, resolve_cuda_device
+from lightning_zerocopy.gather.host_table import feature_dtype_of
 from lightning_zerocopy.options import (
+    FeatureDtype,
     GatherBackend,
     GatherMode,
     NodeOrderKind,
@@ -129,6 +139,9 @@ class BatchBuilder:
         node_keyed: evaluation sampling (:class:`~lightning_zerocopy.sampling.NeighborSampler`): every batch is
             sampled with one seed (``item.batch_seed`` of a plan with ``sampler_seed="split"``), picks keyed by node
             id and nodes deduplicated per hop, so a seed's prediction does not depend on its batch.
+        x_dtype: the dtype of the batch's ``x``: ``"float32"`` (default), ``"bfloat16"``, ``"float16"``, or ``None``
+            for the host table's own dtype. Rows are read in the table's dtype (a ``bfloat16`` table moves half the
+            bytes of a ``float32`` one) and cast where the batch is built (on the GPU for a GPU builder).
 
     Raises:
         ValueError / TypeError: an option is invalid (the message names it).
@@ -148,8 +161,11 @@ class BatchBuilder:
         cache: Optional[FeatureCacheSpec] = None,
         device: Optional[int] = None,
         node_keyed: bool = False,
+        x_dtype: Optional[FeatureDtype] = "float32",
     ) -> None:
         check_choice(sampler_placement, SamplerPlacement, "sampler_placement")
+        if x_dtype is not None:
+            check_choice(x_dtype, FeatureDtype, "x_dtype")
         check_choice(gather, GatherBackend, "gather")
         check_choice(gather_mode, GatherMode, "gather_mode")
         check_count(hot_rows, "hot_rows")
@@ -173,6 +189,8 @@ class BatchBuilder:
         self.gather_mode: GatherMode = gather_mode
         self.cache: Optional[FeatureCacheSpec] = cache
         self.device_index = device
+        #: the dtype of the batches' ``x`` (``None``: the host table's)
+        self.x_dtype: Optional[FeatureDtype] = x_dtype
         cuda, why = cuda_usable() if sampler_placement in ("hybrid", "auto") else (True, "")
         #: placement of the CUDA sampler (``"cpu"``: none): the fixed one, or a hybrid builder's GPU side here
         self.gpu_sampler_placement = gpu_lane_placement(sampler_placement, cuda)
@@ -318,8 +336,8 @@ class BatchBuilder:
 
         Args:
             item: the plan item (seed ids, their positions in the split, the batch's sampler seed).
-            out: optional preallocated buffers, by field: ``"x"`` (``[rows, num_features]`` of the feature
-                dtype), ``"y"`` (``[rows]`` int64), ``"edge_attr"`` (``[rows, ...]``). Each buffer must have
+            out: optional preallocated buffers, by field: ``"x"`` (``[rows, num_features]`` of the dtype
+                ``x_dtype`` gives), ``"y"`` (``[rows]`` int64), ``"edge_attr"`` (``[rows, ...]``). Each buffer must have
                 at least as many rows as the batch needs; the batch's tensor is then the view ``buf[:n]``.
                 Buffers on the device the batch is built on (:attr:`device`; a CUDA buffer for a GPU builder)
                 are written in place; a buffer on another device is left alone and that field is returned
@@ -402,21 +420,31 @@ class BatchBuilder:
         """Where this builder's own cost model placed the batches it sampled (hybrid builders used directly)."""
         return None if self._hybrid is None else self._hybrid.stats
 
-    def gather_batch(self, sampled: SampledItem, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
+    def gather_batch(
+        self,
+        sampled: SampledItem,
+        out: Optional[Mapping[str, torch.Tensor]] = None,
+        *,
+        marks: Optional[StageMarks] = None,
+    ) -> Data:
         """Second stage of :meth:`build_batch`: gather the features, labels (and edge features) of a sample.
 
         Args:
             sampled: what :meth:`sample_batch` returned (in this process, for this builder).
-            out: preallocated buffers, as in :meth:`build_batch`.
+            out: preallocated buffers, as in :meth:`build_batch` (``out["x"]`` of the dtype ``x_dtype`` gives).
+            marks: told when the feature rows are gathered (``marks.mark("gather", nbytes)``, on the current
+                stream), for a caller that splits the build's time into stages (the pipeline producer).
         """
         if not self.is_open:
             self.open()
         assert self._host is not None
+        x_dtype = None if self.x_dtype is None else feature_dtype_of(self.x_dtype)
         if self.on_gpu:
             assert self._gpu is not None
             with torch.cuda.device(self._gpu.device):
-                return sampled.item.complete(assemble_on_gpu(self._host, self._gpu, sampled, out or {}))
-        return sampled.item.complete(assemble_on_host(self._host, sampled, out or {}))
+                data = assemble_on_gpu(self._host, self._gpu, sampled, out or {}, x_dtype, marks)
+                return sampled.item.complete(data)
+        return sampled.item.complete(assemble_on_host(self._host, sampled, out or {}, x_dtype, marks))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -433,7 +461,7 @@ class BatchBuilder:
             f"BatchBuilder(num_nodes={self.num_nodes}, fanouts={self.fanouts}, replace={self.replace}, "
             f"node_keyed={self.node_keyed}, "
             f"sampler_placement={self.sampler_placement!r}, gather={self.gather!r}, gather_mode={self.gather_mode!r}, "
-            f"cache={self.cache!r}, node_order={self.node_order!r}, device={self.device_index}, "
+            f"cache={self.cache!r}, node_order={self.node_order!r}, x_dtype={self.x_dtype!r}, device={self.device_index}, "
             f"open={self.is_open})"
         )
 

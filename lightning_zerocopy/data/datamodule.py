@@ -19,7 +19,9 @@ Lifecycle (every hook is wiring; the work is in :mod:`~lightning_zerocopy.data.h
 GPU data path (``sampler_placement``, ``gather``, ``gather_mode``, ``hot_rows``): node features stay in host
 memory and the GPU reads exactly the rows a mini-batch needs (see :mod:`lightning_zerocopy.data.batch`).
 ``node_order`` stores graph, features and labels in a locality-preserving internal order, which the batches
-never show (see :mod:`lightning_zerocopy.data.host`); ``prepare_data`` builds its disk cache.
+never show (see :mod:`lightning_zerocopy.data.host`); ``prepare_data`` builds its disk cache. ``feature_dtype``
+stores the feature table in ``bfloat16``/``float16`` (half the bytes over PCIe), ``x_dtype`` says what ``batch.x``
+is (``float32`` by default: the rows are cast where the batch is built, so a float32 model runs unchanged).
 
 For other execution paths (a pipeline worker, a custom loop), :meth:`ZeroCopyDataModule.plan` and
 :meth:`ZeroCopyDataModule.builder` give the same plan and a picklable, unopened builder; every builder carries
@@ -43,7 +45,13 @@ from lightning_zerocopy.data.cache import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX, ResolvedGpuOptions, check_gpu_options, resolve_gpu_options
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory, attach_consumers
-from lightning_zerocopy.data.host import build_node_order_cache, exchange_handles, node_order_cache_dir
+from lightning_zerocopy.data.host import (
+    build_node_order_cache,
+    exchange_handles,
+    feature_cache_dir,
+    feature_file,
+    node_order_cache_dir,
+)
 from lightning_zerocopy.data.host_copy import HostCopyBuilder
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import BatchPlan
@@ -52,7 +60,10 @@ from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
 from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
 from lightning_zerocopy.datasets.splits import check_trainable
+from lightning_zerocopy.gather.host_table import feature_dtype_of
+from lightning_zerocopy.graph.shared_memory import NpyTensorHandle
 from lightning_zerocopy.options import (
+    FeatureDtype,
     FeatureStorage,
     GatherChoice,
     GatherMode,
@@ -118,6 +129,18 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             by position in the renumbered adjacency).
         check_features: scan the features once at setup for NaN/inf (an error naming node and column; a memory-mapped
             table is read once from disk); ``false`` skips it.
+        feature_dtype: the dtype of the feature table in host memory: ``"float32"``, ``"bfloat16"`` or ``"float16"``
+            (half the host memory, and half the bytes every gather moves over PCIe); default: the dataset's own
+            (float32 unless the dataset converts its features, e.g. ``SyntheticGraph(feature_dtype='float16')``).
+            The cast happens once, when the host copy is built (a progress bar shows a long one): ``shared_memory``
+            casts into the shared segment, ``mmap`` maps a converted copy of the feature file built once per machine
+            next to the dataset's cache (its directory names the dtype). Every cache of rows on the GPU (``hot_rows``,
+            the Strategy's shards) holds this dtype too. A finite value the dtype cannot hold (above 65504 in
+            ``float16``) fails the setup, naming the node and column.
+        x_dtype: the dtype of ``batch.x``: ``"float32"`` (default: the rows are cast where the batch is built, on the
+            GPU for a GPU batch, so a float32 model runs unchanged whatever ``feature_dtype`` is), ``"bfloat16"``,
+            ``"float16"``, or ``null`` to keep ``feature_dtype`` (no cast: for a model that runs in that dtype, e.g.
+            ``precision: bf16-true``, which does not cast a PyG batch's ``x`` itself).
         allow_split_overlap: train on a dataset whose val or test split holds training nodes (their labels leak
             into the scores), with a warning; by default ``setup`` refuses it, naming how many and the first.
     """
@@ -142,6 +165,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         hot_rows: int = 0,
         node_order: NodeOrderKind = "none",
         check_features: bool = True,
+        feature_dtype: Optional[FeatureDtype] = None,
+        x_dtype: Optional[FeatureDtype] = "float32",
         allow_split_overlap: bool = False,
     ) -> None:
         super().__init__()
@@ -149,6 +174,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         check_loader_options(batch_size, eval_batch_size, num_threads, fanouts, eval_fanouts, _KEY)
         check_choice(feature_storage, FeatureStorage, _KEY + "feature_storage")
         check_choice(node_order, NodeOrderKind, _KEY + "node_order")
+        for key, value in (("feature_dtype", feature_dtype), ("x_dtype", x_dtype)):
+            if value is not None:
+                check_choice(value, FeatureDtype, _KEY + key)
         check_gpu_options(sampler_placement, gather, gather_mode, hot_rows)
         self.dataset = dataset
         self.fanouts = list(fanouts)
@@ -168,6 +196,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self.gather_mode: GatherMode = gather_mode
         self.hot_rows = int(hot_rows)
         self.node_order: NodeOrderKind = node_order
+        self.feature_dtype: Optional[FeatureDtype] = feature_dtype
+        self.x_dtype: Optional[FeatureDtype] = x_dtype
         self._gpu: Optional[ResolvedGpuOptions] = None  # decided in setup, from the trainer
         self._feature_cache: Optional[FeatureCacheSpec] = HotRowsCache(self.hot_rows) if self.hot_rows > 0 else None
 
@@ -180,7 +210,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         opt_out = _KEY + "check_features: false"
         self.allow_split_overlap = bool(allow_split_overlap)
         self._host_copy = HostCopyBuilder(dataset, feature_storage, node_order, _KEY + "dataset", check_features, opt_out,
-                                          self.allow_split_overlap, _KEY + "allow_split_overlap: true")  # fmt: skip
+                                          feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
+                                          allow_split_overlap=self.allow_split_overlap,
+                                          overlap_opt_out=_KEY + "allow_split_overlap: true")  # fmt: skip
         self._loader_factory: Optional[LoaderFactory] = None
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
@@ -203,6 +235,23 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         cache_dir = node_order_cache_dir(self.dataset, self.node_order)
         if cache_dir is not None and not ArrayCache(cache_dir).exists():  # once per machine, like the dataset
             build_node_order_cache(self.dataset.load(), self.node_order, cache_dir)
+        self._prepare_feature_file()
+
+    def _prepare_feature_file(self) -> None:
+        """With ``mmap`` storage and a ``feature_dtype`` other than the dataset's, build the converted feature file
+        (once per machine, like the node-order cache; setup would otherwise build it on local rank 0)."""
+        dtype = None if self.feature_dtype is None else feature_dtype_of(self.feature_dtype, _KEY + "feature_dtype")
+        feature_dir = feature_cache_dir(self.dataset, self.node_order, dtype)
+        if self.feature_storage != "mmap" or feature_dir is None or ArrayCache(feature_dir).exists():
+            return
+        data = self.dataset.load()
+        if data.x_file is None or data.x.dtype == dtype:
+            return  # setup says what is wrong, or there is nothing to convert
+        if cache_dir := node_order_cache_dir(self.dataset, self.node_order):
+            source = NpyTensorHandle(str(ArrayCache(cache_dir).file("x")))  # the relabeled file, the dataset's dtype
+        else:
+            source = NpyTensorHandle(data.x_file)
+        feature_file(source, data.x.dtype, dtype, feature_dir, _KEY + "feature_dtype")
 
     @override
     def setup(self, stage: Optional[str] = None) -> None:
@@ -339,6 +388,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             cache=self._feature_cache,
             device=gpu.device_index,
             node_keyed=split != "train" and self._eval_node_keyed,
+            x_dtype=self.x_dtype,
         )
 
     @property

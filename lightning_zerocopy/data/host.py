@@ -17,6 +17,15 @@ take more than a second). For datasets with an on-disk cache (``dataset.cache``,
 built once per machine; the ``mmap`` feature storage then maps the relabeled feature file. Without a disk
 cache the order is computed in memory; a caller that shares the same data again (the DataModule's ``setup``
 for ``fit`` then ``test``) passes the order it got the first time (:func:`shared_node_order`) back in.
+
+Feature dtype
+-------------
+``feature_dtype`` (``bfloat16`` / ``float16``) stores the feature table in host memory in that dtype: half the RAM
+and half the bytes every gather moves over PCIe. The cast happens once, while the host copy is built (a progress bar
+shows casts that take more than a second); a finite value the dtype cannot hold (above 65504 in ``float16``) is an
+error naming its node and column. ``shared_memory`` casts into the shared segment; ``mmap`` maps a converted copy of
+the feature file, built once per machine in ``<dataset cache>[-order-<kind>-v1]-x-<dtype>-v1`` (the dtype is part of
+its name; the node-order cache keeps the dataset's dtype, so one relabeling serves every dtype).
 """
 
 from __future__ import annotations
@@ -36,7 +45,13 @@ from lightning_zerocopy import ops
 from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
 from lightning_zerocopy.datasets.base import ArrayCache, NodeData
 from lightning_zerocopy.datasets.links import LinkData
-from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable
+from lightning_zerocopy.gather.host_table import (
+    FeatureTableHandle,
+    HostFeatureTable,
+    cast_chunk_into,
+    cast_rows_into,
+    feature_dtype_name,
+)
 from lightning_zerocopy.graph.csc import CSCGraph
 from lightning_zerocopy.graph.reorder import NodeOrder, bfs_order, degree_order
 from lightning_zerocopy.graph.shared_memory import (
@@ -53,6 +68,8 @@ __all__ = [
     "NODE_ORDERS",
     "build_node_order_cache",
     "exchange_handles",
+    "feature_cache_dir",
+    "feature_file",
     "node_order_cache_dir",
     "share_node_data",
     "shared_node_order",
@@ -75,6 +92,9 @@ def share_node_data(
     cache_dir: Optional[os.PathLike] = None,
     order: Optional[NodeOrder] = None,
     splits: Optional[Mapping[str, torch.Tensor]] = None,
+    feature_dtype: Optional[torch.dtype] = None,
+    feature_dir: Optional[os.PathLike] = None,
+    dtype_key: str = "feature_dtype",
 ) -> HostGraphHandles:
     """Build the CSC graph of ``data`` and copy graph, labels, splits (and features) into shared memory.
 
@@ -96,6 +116,10 @@ def share_node_data(
         order: the ``node_order`` of ``data`` computed before (:func:`shared_node_order` of earlier handles), to
             relabel in memory without computing it again; ignored with ``cache_dir``.
         splits: the split tensors to share, by name (never renumbered); default: the node splits of ``data``.
+        feature_dtype: the dtype the feature table is stored in (``None``: the dataset's); see the module docstring.
+        feature_dir: where ``mmap`` storage keeps the features cast to ``feature_dtype`` (:func:`feature_cache_dir`);
+            needed for ``mmap`` when ``feature_dtype`` differs from the dataset's.
+        dtype_key: how errors name ``feature_dtype`` (e.g. its YAML key).
 
     Returns:
         The handles. The caller owns the segments and must call ``handles.unlink()`` once every local
@@ -119,6 +143,13 @@ def share_node_data(
         )
     if order is not None and order.num_nodes != data.num_nodes:
         raise ValueError(f"`order` covers {order.num_nodes} nodes but the data has {data.num_nodes}")
+    dtype = data.x.dtype if feature_dtype is None else feature_dtype
+    if feature_storage == "mmap" and dtype != data.x.dtype and feature_dir is None:
+        raise ValueError(
+            f"{_label(dtype_key)}={feature_dtype_name(dtype)!r} with `feature_storage`='mmap' needs a dataset with an"
+            f" on-disk cache (e.g. SyntheticGraph, OGBNodeDataset) to hold the converted feature file (the dataset"
+            f" stores {feature_dtype_name(data.x.dtype)}); use feature_storage='shared_memory'"
+        )
     with ExitStack() as undo:
 
         def share(tensor: torch.Tensor, name: str) -> TensorHandle:
@@ -131,9 +162,10 @@ def share_node_data(
             graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes).share()
             undo.callback(graph.unlink)
             if feature_storage == "mmap":
-                features = FeatureTableHandle(NpyTensorHandle(data.x_file))  # type: ignore[arg-type]
+                source = NpyTensorHandle(data.x_file)  # type: ignore[arg-type]
+                features = feature_file(source, data.x.dtype, dtype, feature_dir, dtype_key)
             else:
-                features = HostFeatureTable.share(data.x.contiguous(), name="features").handle()
+                features = HostFeatureTable.share(data.x.contiguous(), name="features", dtype=dtype, key=dtype_key).handle()
                 undo.callback(features.unlink)
             labels = None if _labels(data) is None else share(_labels(data).to(torch.int64), "labels")
         elif cache_dir is not None:
@@ -143,11 +175,11 @@ def share_node_data(
                 cache.tensor("indptr"), cache.tensor("indices"), cache.tensor("edge_perm"), data.num_nodes
             ).share()
             undo.callback(graph.unlink)
-            x_handle = _feature_file_handle(cache, data.x.dtype)
+            x_handle = _feature_file_handle(cache, data.x.dtype)  # the node-order cache keeps the dataset's dtype
             if feature_storage == "mmap":
-                features = FeatureTableHandle(x_handle)
+                features = feature_file(x_handle, data.x.dtype, dtype, feature_dir, dtype_key)
             else:
-                features = HostFeatureTable.share(x_handle.open(), name="features").handle()
+                features = HostFeatureTable.share(x_handle.open(), name="features", dtype=dtype, key=dtype_key).handle()
                 undo.callback(features.unlink)
             labels = share(cache.tensor("y"), "labels") if cache.has("y") else None
             order_handles = NodeOrderHandles(
@@ -163,10 +195,10 @@ def share_node_data(
                 graph = order.relabel_graph(graph).share()
                 undo.callback(graph.unlink)
                 steps.next()
-                shared_x, x_handle = create_shared_tensor(data.x.shape, data.x.dtype, name="features")
+                shared_x, x_handle = create_shared_tensor(data.x.shape, dtype, name="features")
                 undo.callback(x_handle.unlink)
                 features = HostFeatureTable(shared_x, handle=FeatureTableHandle(x_handle)).handle()  # checks x
-                _relabel_rows_into(data.x, order.order, shared_x, steps.bar)
+                _relabel_rows_into(data.x, order.order, shared_x, steps.bar, dtype_key)
                 y = _labels(data)
                 labels = None if y is None else share(order.relabel_rows(y.to(torch.int64)), "labels")
                 order_handles = NodeOrderHandles(
@@ -234,6 +266,69 @@ def node_order_cache_dir(dataset: Any, node_order: NodeOrderKind) -> Optional[Pa
     if node_order == "none" or not isinstance(cache, ArrayCache):
         return None
     return cache.path.parent / f"{cache.path.name}-order-{node_order}-v{_CACHE_VERSION}"
+
+
+def feature_cache_dir(dataset: Any, node_order: NodeOrderKind, feature_dtype: Optional[torch.dtype]) -> Optional[Path]:
+    """Where ``mmap`` storage keeps the features of ``dataset`` cast to ``feature_dtype`` (in ``node_order``), or
+    ``None`` (no dtype asked for, or a dataset without an on-disk cache).
+
+    The directory sits next to the cache it converts (the dataset's, or its node-order cache) and is named after it
+    and the dtype: ``<that cache>-x-<dtype>-v1``. It is only built when the dtype differs from the dataset's.
+    """
+    base = node_order_cache_dir(dataset, node_order) if node_order != "none" else getattr(dataset, "cache", None)
+    if isinstance(base, ArrayCache):
+        base = base.path
+    if feature_dtype is None or not isinstance(base, Path):
+        return None
+    return base.parent / f"{base.name}-x-{feature_dtype_name(feature_dtype)}-v{_CACHE_VERSION}"
+
+
+def feature_file(
+    source: NpyTensorHandle,
+    source_dtype: torch.dtype,
+    dtype: torch.dtype,
+    feature_dir: Optional[os.PathLike],
+    dtype_key: str = "feature_dtype",
+) -> FeatureTableHandle:
+    """The ``mmap`` feature table of ``source`` (a ``.npy`` feature file) in ``dtype``: the file itself when it
+    holds that dtype, else a copy cast to ``dtype`` in ``feature_dir``, built once (safe to race) with a progress bar.
+
+    Raises:
+        ValueError: a cast is needed and ``feature_dir`` is ``None``.
+        FeatureOverflowError: a value does not fit ``dtype`` (naming ``dtype_key``).
+    """
+    if dtype == source_dtype:
+        return FeatureTableHandle(source)
+    if feature_dir is None:
+        raise ValueError(f"{_label(dtype_key)}: casting the mmap feature file {source.path} needs a cache directory")
+    cache = ArrayCache(Path(feature_dir))
+
+    def write(out: Path) -> dict[str, Any]:
+        x = source.open()
+        storage = _NUMPY_STORAGE.get(dtype, dtype)
+        np_dtype = torch.empty((), dtype=storage).numpy().dtype
+        x_out = np.lib.format.open_memmap(out / "x.npy", mode="w+", dtype=np_dtype, shape=tuple(x.shape))
+        cast_rows_into(x, torch.from_numpy(x_out).view(dtype), what=f"features of {source.path}", key=dtype_key)
+        x_out.flush()
+        del x_out
+        return {
+            "source": str(source.path),
+            "num_nodes": int(x.shape[0]),
+            "num_features": int(x.shape[1]) if x.dim() > 1 else 1,
+            "source_dtype": feature_dtype_name(source_dtype),
+            "feature_dtype": feature_dtype_name(dtype),
+            "version": _CACHE_VERSION,
+        }
+
+    cache.build(write)
+    meta, shape = cache.meta(), tuple(np.load(source.path, mmap_mode="r").shape)
+    if (meta.get("num_nodes"), meta.get("feature_dtype")) != (shape[0], feature_dtype_name(dtype)):
+        raise RuntimeError(
+            f"the converted feature cache {cache.path} holds {meta.get('num_nodes')} {meta.get('feature_dtype')} rows"
+            f" but {source.path} has {shape[0]} to store as {feature_dtype_name(dtype)}: delete that directory to"
+            " rebuild it"
+        )
+    return FeatureTableHandle(_feature_file_handle(cache, dtype))
 
 
 def build_node_order_cache(data: "NodeData | LinkData", node_order: NodeOrderKind, cache_dir: os.PathLike) -> ArrayCache:
@@ -307,8 +402,11 @@ def _compute_order(graph: CSCGraph, node_order: str) -> NodeOrder:
     raise ValueError(f"`node_order` must be 'bfs' or 'degree' here, got {node_order!r}")
 
 
-def _relabel_rows_into(x: torch.Tensor, order: torch.Tensor, out: torch.Tensor, bar: Optional[tqdm]) -> None:
-    """``out[i] = x[order[i]]`` in chunks of rows (parallel row copies; ``x`` may be memory-mapped)."""
+def _relabel_rows_into(
+    x: torch.Tensor, order: torch.Tensor, out: torch.Tensor, bar: Optional[tqdm], dtype_key: str = "feature_dtype"
+) -> None:
+    """``out[i] = x[order[i]]`` in chunks of rows (parallel row copies; ``x`` may be memory-mapped), cast to
+    ``out``'s dtype when it differs (a value it cannot hold raises, naming ``dtype_key``)."""
     if x.shape != out.shape:
         raise ValueError(f"cannot relabel features of shape {tuple(x.shape)} into {tuple(out.shape)}")
     row_bytes = max(1, x[0].numel() * x.element_size()) if x.shape[0] > 0 else 1
@@ -317,11 +415,21 @@ def _relabel_rows_into(x: torch.Tensor, order: torch.Tensor, out: torch.Tensor, 
     flat_out = out.reshape(out.shape[0], -1) if out.dim() != 2 else out
     if not flat_x.is_contiguous():
         flat_x = flat_x.contiguous()
+    cast = flat_x.dtype != flat_out.dtype
     for start in range(0, x.shape[0], rows):
         stop = min(start + rows, x.shape[0])
-        ops.gather_rows(flat_x, order[start:stop], flat_out[start:stop])
+        if cast:  # gather in the source dtype, then cast the chunk
+            rows_x = ops.gather_rows(flat_x, order[start:stop])
+            cast_chunk_into(rows_x, flat_out[start:stop], start, "features", dtype_key)
+        else:
+            ops.gather_rows(flat_x, order[start:stop], flat_out[start:stop])
         if bar is not None:
             bar.set_postfix_str(f"{stop:,}/{x.shape[0]:,} rows", refresh=False)
+
+
+def _label(key: str) -> str:
+    """A plain argument in backticks; a YAML key (dotted) as it is."""
+    return key if "." in key else f"`{key}`"
 
 
 def _feature_file_handle(cache: ArrayCache, dtype: torch.dtype) -> NpyTensorHandle:

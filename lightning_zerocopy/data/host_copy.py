@@ -14,13 +14,14 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.host import node_order_cache_dir, share_node_data, shared_node_order
+from lightning_zerocopy.data.host import feature_cache_dir, node_order_cache_dir, share_node_data, shared_node_order
 from lightning_zerocopy.datasets.base import InputDataError, out_of_range_edge
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
+from lightning_zerocopy.gather.host_table import FeatureOverflowError, feature_dtype_of
 from lightning_zerocopy.graph.reorder import NodeOrder
 from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
-from lightning_zerocopy.options import FeatureStorage, NodeOrderKind
+from lightning_zerocopy.options import FeatureDtype, FeatureStorage, NodeOrderKind
 
 __all__ = ["HostCopyBuilder"]
 
@@ -36,6 +37,8 @@ class HostCopyBuilder:
         key: how errors name the dataset (its YAML key).
         check_features: scan the features for NaN and infinity (:func:`check_finite_features`).
         opt_out: the key that turns the feature scan off, for its error message.
+        feature_dtype: the dtype the feature table is stored in (``None``: the dataset's), cast once here.
+        dtype_key: how errors name ``feature_dtype`` (its YAML key).
         allow_split_overlap: training nodes in the val/test split are a warning instead of an error.
         overlap_opt_out: the key that allows them, for the error message.
     """
@@ -48,10 +51,14 @@ class HostCopyBuilder:
         key: str,
         check_features: bool = True,
         opt_out: str = "check_features: false",
+        feature_dtype: Optional[FeatureDtype] = None,
+        dtype_key: str = "feature_dtype",
         allow_split_overlap: bool = False,
         overlap_opt_out: str = "allow_split_overlap: true",
     ):
         self.dataset = dataset
+        self.feature_dtype: Optional[FeatureDtype] = feature_dtype
+        self.dtype_key = dtype_key
         self.allow_split_overlap = allow_split_overlap
         self.overlap_opt_out = overlap_opt_out
         self.check_features = check_features
@@ -68,18 +75,23 @@ class HostCopyBuilder:
 
         Raises:
             InputDataError: a split holds an out-of-range or repeated id, or a label is out of range (naming the
-                split and its source), or a val/test split holds training nodes (unless allowed); a feature is NaN or infinite (naming the node and column); ``edge_index`` holds
-                a node id outside the feature rows (naming the first).
+                split and its source), or a val/test split holds training nodes (unless allowed); a feature is NaN or
+                infinite (naming the node and column), or does not fit ``feature_dtype``; ``edge_index`` holds a node
+                id outside the feature rows (naming the first).
         """
         cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
         data = self.dataset.load()
         self._check_splits(data)
         cache_dir = node_order_cache_dir(self.dataset, self.node_order)
+        dtype = None if self.feature_dtype is None else feature_dtype_of(self.feature_dtype, self.dtype_key)
         try:
             handles = share_node_data(
                 data, self.feature_storage, node_order=self.node_order, cache_dir=cache_dir, order=self._order,
-                splits=self._split_tensors(data),
+                splits=self._split_tensors(data), feature_dtype=dtype,
+                feature_dir=feature_cache_dir(self.dataset, self.node_order, dtype), dtype_key=self.dtype_key,
             )  # fmt: skip
+        except FeatureOverflowError as exc:
+            raise InputDataError(f"{self.key} ({type(self.dataset).__name__}) {exc}") from exc
         except IndexError as exc:  # the graph's build refuses an edge to no node: name the dataset's field
             problem = out_of_range_edge(data.edge_index, data.num_nodes)
             if problem is None:

@@ -3,6 +3,10 @@
 The table lives in a shared-memory segment (see :mod:`lightning_zerocopy.graph.shared_memory`) or in a
 ``.npy`` file mapped from disk for features larger than RAM. :meth:`HostFeatureTable.gather` copies rows with
 the parallel CPU kernel into an optional preallocated (e.g. pinned) buffer.
+
+The table may store ``bfloat16`` or ``float16`` rows of a ``float32`` dataset (``HostFeatureTable.share(x,
+dtype=...)``, :func:`cast_rows_into`): half the host memory and half the bytes every gather moves over PCIe. The
+cast happens once, when the table is built.
 """
 
 from __future__ import annotations
@@ -12,19 +16,107 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 import torch
+from tqdm.auto import tqdm
 
 from lightning_zerocopy import ops
 from lightning_zerocopy.graph.shared_memory import (
     NpyTensorHandle,
     SharedTensorHandle,
     TensorHandle,
+    create_shared_tensor,
     share_tensor,
 )
+from lightning_zerocopy.options import FeatureDtype, check_choice
 
-__all__ = ["FEATURE_DTYPES", "FeatureTableHandle", "HostFeatureTable"]
+__all__ = [
+    "FEATURE_DTYPES",
+    "FeatureOverflowError",
+    "FeatureTableHandle",
+    "HostFeatureTable",
+    "cast_chunk_into",
+    "cast_rows_into",
+    "feature_dtype_name",
+    "feature_dtype_of",
+]
 
 #: Feature dtypes a table may hold.
 FEATURE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_CAST_CHUNK_BYTES = 64 * 1024 * 1024  # source bytes cast per step (bounds the temporary check, drives the bar)
+
+
+def feature_dtype_of(name: "FeatureDtype | torch.dtype", key: str = "feature_dtype") -> torch.dtype:
+    """The torch dtype of a feature dtype name (``"float32"``, ``"bfloat16"``, ``"float16"``); a torch dtype of
+    :data:`FEATURE_DTYPES` passes as it is.
+
+    Raises:
+        ValueError: any other value (naming ``key``: the argument or the YAML key).
+    """
+    if isinstance(name, torch.dtype) and name in FEATURE_DTYPES:
+        return name
+    return _BY_NAME[check_choice(name, FeatureDtype, key)]
+
+
+def feature_dtype_name(dtype: torch.dtype) -> str:
+    """``"float32"``, ``"bfloat16"`` or ``"float16"``: the name :func:`feature_dtype_of` maps back to ``dtype``."""
+    return str(dtype).removeprefix("torch.")
+
+
+class FeatureOverflowError(ValueError):
+    """A finite feature value does not fit the dtype the table is cast to (e.g. above 65504 for ``float16``).
+
+    Attributes:
+        node: the first row with such a value.
+        column: its first such column.
+        value: the value.
+    """
+
+    def __init__(self, what: str, node: int, column: int, value: float, dtype: torch.dtype, key: str) -> None:
+        self.node, self.column, self.value = node, column, value
+        super().__init__(
+            f"{what}: the value {value} at node {node}, column {column} does not fit {feature_dtype_name(dtype)} "
+            f"(it becomes infinite); set {key} to bfloat16 (float32's range) or float32"
+        )
+
+
+def cast_rows_into(
+    src: torch.Tensor, out: torch.Tensor, what: str = "features", key: str = "feature_dtype"
+) -> torch.Tensor:
+    """``out[:] = src`` cast to ``out``'s dtype, in chunks of rows (``src`` may be memory-mapped), with a progress bar
+    when it takes more than a second. Returns ``out``.
+
+    Raises:
+        ValueError: the shapes differ.
+        FeatureOverflowError: a finite value of ``src`` becomes infinite in ``out``'s dtype (named by node and
+            column, and ``key``, the setting that chose the dtype). NaN or infinity already in ``src`` is copied.
+    """
+    if src.shape != out.shape:
+        raise ValueError(f"cannot cast {what} of shape {tuple(src.shape)} into {tuple(out.shape)}")
+    if src.numel() == 0:
+        return out
+    rows = max(1, _CAST_CHUNK_BYTES // max(1, src[0].numel() * src.element_size()))
+    desc = f"casting {what} to {feature_dtype_name(out.dtype)}"
+    with tqdm(total=src.shape[0], desc=desc, unit="rows", unit_scale=True, delay=1.0, leave=False) as bar:
+        for start in range(0, src.shape[0], rows):
+            stop = min(start + rows, src.shape[0])
+            cast_chunk_into(src[start:stop], out[start:stop], start, what, key)
+            bar.update(stop - start)
+    return out
+
+
+def cast_chunk_into(src: torch.Tensor, out: torch.Tensor, first_row: int, what: str, key: str) -> None:
+    """One chunk of :func:`cast_rows_into`: rows ``first_row, ...`` of the table (for the error's node id)."""
+    out.copy_(src)
+    if out.dtype == torch.float32 or not src.is_floating_point() or src.dtype == out.dtype:
+        return  # nothing overflows float32 (or a copy)
+    bad = ~torch.isfinite(out)
+    if not bool(bad.any()):
+        return
+    bad &= torch.isfinite(src)  # a NaN or infinity already in the source is not an overflow
+    if bool(bad.any()):
+        row, column = (int(v) for v in bad.reshape(bad.shape[0], -1).nonzero()[0])
+        value = float(src[row].reshape(-1)[column])
+        raise FeatureOverflowError(what, first_row + row, column, value, out.dtype, key)
 
 
 def _check_features(x: torch.Tensor, name: str) -> None:
@@ -69,11 +161,26 @@ class HostFeatureTable:
         self._handle = handle
 
     @classmethod
-    def share(cls, x: torch.Tensor, *, name: str = "features") -> "HostFeatureTable":
-        """Copy ``x`` into a new shared-memory segment. The caller owns it: :meth:`unlink` once every local
-        process has opened the :meth:`handle`."""
+    def share(
+        cls, x: torch.Tensor, *, name: str = "features", dtype: Optional[torch.dtype] = None, key: str = "dtype"
+    ) -> "HostFeatureTable":
+        """Copy ``x`` into a new shared-memory segment, cast to ``dtype`` (``None``: ``x``'s own; see
+        :func:`cast_rows_into`). The caller owns it: :meth:`unlink` once every local process has opened the
+        :meth:`handle`.
+
+        Raises:
+            FeatureOverflowError: a value of ``x`` does not fit ``dtype`` (the message names ``key``).
+        """
         _check_features(x, "x")
-        data, handle = share_tensor(x, name=name)
+        if dtype is None or dtype == x.dtype:
+            data, handle = share_tensor(x, name=name)
+        else:
+            data, handle = create_shared_tensor(x.shape, feature_dtype_of(dtype, key), name=name)
+            try:
+                cast_rows_into(x, data, key=key)
+            except BaseException:
+                handle.unlink()
+                raise
         return cls(data, handle=FeatureTableHandle(handle))
 
     @classmethod

@@ -25,6 +25,7 @@ from torch_geometric.data import Data
 from lightning_zerocopy.options import check_depth
 from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing
 from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
+from lightning_zerocopy.pipeline.stage_times import BuildStages, StageTotals
 from lightning_zerocopy.sampling.hybrid import HybridStats
 
 
@@ -78,6 +79,11 @@ class PipelineStats:
     sampling: HybridStats = field(default_factory=HybridStats)
     #: the worker's feature-cache counters as of its latest report (``None``: no report, or an in-process producer)
     cache: Optional[CacheReport] = None
+    #: where the latest batch's build went: sample, gather (bytes, bound), assemble, hand-over (``None``: a source
+    #: without stages, see :mod:`.stage_times`)
+    last_stages: Optional[BuildStages] = None
+    #: the stages summed over every batch that had them (means in ms: ``stages.mean_ms()``; ``stages.gather_GBps``)
+    stages: StageTotals = field(default_factory=StageTotals)
 
 
 @dataclass
@@ -182,7 +188,8 @@ class PipelineClient:
                 t0 = time.perf_counter()
                 msg = self._wait_ready(stage, st, gen, what)
                 wait_s = time.perf_counter() - t0
-                _, _, _, slot, got_step, sizes, scalars, build_s, dispatch = msg
+                slot, got_step, sizes, scalars, build_s, dispatch = msg[3:9]
+                stages = msg[9] if len(msg) > 9 else None  # a producer without the stage split sends 9 fields
                 if got_step != step:
                     raise PipelineError(f"pipeline protocol error: expected {what}, the producer sent step {got_step}")
                 batch = st.ring.view(slot, sizes, scalars)
@@ -193,6 +200,9 @@ class PipelineClient:
                 self.stats.last_wait_s, self.stats.last_build_s = wait_s, build_s
                 if dispatch is not None:
                     self.stats.sampling.record(dispatch)
+                self.stats.last_stages = stages
+                if stages is not None:
+                    self.stats.stages.add(stages)
                 yield batch
                 del batch
                 self._release(stage, st, gen, held)

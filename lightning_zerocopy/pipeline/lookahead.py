@@ -5,10 +5,12 @@ of PyTorch-Direct: while the trainer trains on batch ``t`` and the producer gath
 slot, this thread samples batch ``t + 2``. Every sample of the producer goes through this one thread (a miss is
 sampled here too, then waited for), so a builder is never sampled from two threads at once.
 
-On CUDA the thread samples on a stream of its own and records an event after each sample; :meth:`take` makes
-the caller's current stream wait for it, so the gather kernels see the finished structure without a host
-sync. The sampled tensors were allocated on the sampling stream and are only read by the gather stream until
-the producer synchronizes that stream (before it announces the slot), so freeing them afterwards is safe.
+On CUDA the thread samples on a stream of its own and records timing events around each sample (a pair reused
+from a small pool, :class:`~.stage_times.EventPairs`); :meth:`take` makes the caller's current stream wait for the
+end event, so the gather kernels see the finished structure without a host sync, and :meth:`take_timed` hands the
+events on, so the producer reads the sample's GPU time once its own stream has synchronized. The sampled tensors
+were allocated on the sampling stream and are only read by the gather stream until the producer synchronizes that
+stream (before it announces the slot), so freeing them afterwards is safe.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Hashable, Optional
 
 import torch
+
+from lightning_zerocopy.pipeline.stage_times import EventPairs, SampleTime
 
 
 class Lookahead:
@@ -34,6 +38,7 @@ class Lookahead:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lzc-pipeline-sampler")
         self._key: Optional[Hashable] = None
         self._future: Optional[Future] = None
+        self._events = EventPairs()
 
     def submit(self, key: Hashable, sample: Callable[[], Any]) -> None:
         """Start ``sample()`` for the batch ``key`` (dropping an earlier, untaken one)."""
@@ -41,31 +46,40 @@ class Lookahead:
         self._key, self._future = key, self._executor.submit(self._run, sample)
 
     def take(self, key: Hashable, sample: Callable[[], Any]) -> tuple[Any, float]:
-        """The sample of batch ``key`` and the seconds it took: the one submitted ahead if it is ``key``'s,
+        """The sample of batch ``key`` and the host seconds it took: the one submitted ahead if it is ``key``'s,
         else ``sample()`` run now (on the sampling thread). Re-raises the sampler's exception.
 
         On CUDA the caller's current stream is made to wait for the sample before this returns.
         """
+        result, timing = self.take_timed(key, sample)
+        host_s = timing.host_s
+        timing.release()
+        return result, host_s
+
+    def take_timed(self, key: Hashable, sample: Callable[[], Any]) -> tuple[Any, SampleTime]:
+        """:meth:`take`, with the sample's :class:`~.stage_times.SampleTime`: on CUDA its events, whose GPU time
+        ``SampleTime.seconds()`` reads once the caller's stream (which waits for them) has synchronized."""
         if self._future is None or self._key != key:
             self.submit(key, sample)
         future, self._future, self._key = self._future, None, None
         assert future is not None
-        result, event, seconds = future.result()
-        if event is not None:
-            event.wait()  # the caller's current stream waits; no host sync
-        return result, seconds
+        result, events, seconds = future.result()
+        if events is not None:
+            events[1].wait()  # the caller's current stream waits; no host sync
+        return result, SampleTime(seconds, events, self._events if events is not None else None)
 
-    def _run(self, sample: Callable[[], Any]) -> tuple[Any, Optional[torch.cuda.Event], float]:
+    def _run(self, sample: Callable[[], Any]) -> tuple[Any, Optional[tuple[Any, Any]], float]:
         t0 = time.perf_counter()
         if self._make_stream is None:
             return sample(), None, time.perf_counter() - t0
         if self._stream is None:
             self._stream = self._make_stream()
         with torch.cuda.device(self._stream.device), torch.cuda.stream(self._stream):
+            events = self._events.take()
+            events[0].record(self._stream)
             result = sample()
-            event = torch.cuda.Event()
-            event.record(self._stream)
-        return result, event, time.perf_counter() - t0
+            events[1].record(self._stream)
+        return result, events, time.perf_counter() - t0
 
     def _drop(self) -> None:
         if self._future is not None:

@@ -19,9 +19,12 @@ Producer → trainer::
     ("opened", stage)                              the source is registered and opened
     ("layout", stage, gen, layout, sizes)          first batch built: please allocate the ring
     ("grow", stage, gen, slot, sizes)              batch does not fit slot: please grow it
-    ("ready", stage, gen, slot, step, sizes, scalars, build_s, dispatch)
+    ("ready", stage, gen, slot, step, sizes, scalars, build_s, dispatch, stages)
                                                    dispatch: where a hybrid source sampled the batch
-                                                   (a :class:`~lightning_zerocopy.sampling.Dispatch`), else None
+                                                   (a :class:`~lightning_zerocopy.sampling.Dispatch`), else None;
+                                                   stages: where the build's time went (a
+                                                   :class:`~.stage_times.BuildStages`), None for a source
+                                                   that only has ``build_batch``
     ("cache", stage, (local, peer, host, row_bytes))
                                                    worker process only: its feature caches' cumulative row counts
     ("error", stage, gen, traceback_text)
@@ -29,6 +32,12 @@ Producer → trainer::
 Three stages: with a two-stage source (``sample_batch`` / ``gather_batch``, see :func:`.source.two_stage`) the
 producer samples batch ``t + 2`` on a thread of its own (:class:`.lookahead.Lookahead`) while it gathers batch
 ``t + 1`` into a slot and the trainer trains on batch ``t``.
+
+Stage split (:mod:`.stage_times`): the producer times each batch's sample, gather, assemble and hand-over (GPU
+times from CUDA events on the streams that do the work, read after the stream synchronization that precedes
+``ready``; host times on the CPU) and sends them with ``ready``, with the gather's bytes and its bound: those bytes
+over the PCIe bandwidth it measured once at start (:func:`~lightning_zerocopy.data.stage_bounds.h2d_bandwidth`). The
+bookkeeping reuses its events from batch to batch (a handful per loader and a small pool on the sampling thread).
 
 Hybrid sampling: a two-stage source whose ``hybrid_policy()`` returns a policy (a builder with
 ``sampler_placement='hybrid'`` or ``'auto'``) is sampled through a :class:`~lightning_zerocopy.sampling.HybridDispatcher`
@@ -70,7 +79,8 @@ import torch
 from lightning_zerocopy.pipeline.lookahead import Lookahead
 from lightning_zerocopy.sampling.hybrid import Dispatch, HybridDispatcher
 from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch
-from lightning_zerocopy.pipeline.source import two_stage
+from lightning_zerocopy.pipeline.source import takes_marks, two_stage
+from lightning_zerocopy.pipeline.stage_times import SampleTime, StageClock
 
 #: a reporting producer reads its feature caches' counters at most once per this many batches of a stage (and at
 #: the last batch of each iteration)
@@ -106,6 +116,8 @@ class _Stage:
     pending: Optional[tuple] = None  # (gen, step, data, sizes, build_s)
     hybrid: Optional[bool] = None  # whether the source is sampled through the hybrid dispatcher (decided once)
     dispatch: Optional[Dispatch] = None  # where the batch being produced was sampled (hybrid only)
+    clock: Optional[StageClock] = None  # the stage boundaries of the batch being produced (events reused)
+    marks: Optional[bool] = None  # whether the source's gather_batch takes the clock as `marks` (decided once)
 
     def has_work(self) -> bool:
         if self.gen is None or self.waiting or self.next_step >= self.stop:
@@ -125,7 +137,8 @@ class Producer:
         device: ``None`` for CPU slots, or the CUDA device the slots live on (the producer then writes on a
             side stream of its own).
         lookahead: sample the next batch on a thread of its own while gathering the current one (two-stage
-            sources only; others build each batch in one call).
+            sources only; without it a two-stage source samples, then gathers, each batch on the producer's
+            thread; other sources build each batch in one call).
         sm_share: a :class:`~.sm_share.GreenShare` whose streams the producer gathers and samples on, confining
             its kernels to a share of the SMs; ``None``: ordinary side streams.
         hybrid_depth: batches a hybrid source keeps sampled ahead of the one being gathered (split between the
@@ -159,6 +172,8 @@ class Producer:
         self._sm_share = sm_share
         self._stream = None
         self._sampler: Optional[Lookahead] = None
+        self._h2d_GBps: Optional[float] = None  # the PCIe bandwidth the gather's bound divides by (CUDA only)
+        self._last_send_s = 0.0  # how long the previous `ready` took to send (counted in the next hand-over)
         from lightning_zerocopy.data.resources import ResourceScope
 
         #: the data path's GPU resources this producer's sources open with (one per host memory and device)
@@ -173,6 +188,7 @@ class Producer:
             share, device = self._sm_share, self.device
             make_stream = share.stream if share is not None else (lambda: torch.cuda.Stream(device))
             self._stream = make_stream()
+            self._h2d_GBps = _h2d_bandwidth(self.device)
         self._make_stream = make_stream
         self._sampler = Lookahead(make_stream)
         closed = False
@@ -246,7 +262,7 @@ class Producer:
         if kind == "source":
             try:
                 stage.source = pickle.loads(msg[2]) if isinstance(msg[2], bytes) else msg[2]
-                stage.hybrid = None  # decided again for the new source
+                stage.hybrid = stage.marks = None  # decided again for the new source
                 if hasattr(stage.source, "open"):
                     stage.source.open(self._scope)  # map the shared host memory now, while its names still exist
             except Exception:  # noqa: BLE001 - reported to the trainer, which raises it
@@ -303,6 +319,9 @@ class Producer:
             self._send(("error", name, gen, traceback.format_exc()))
 
     def _produce_on_stream(self, name: str, st: _Stage) -> None:
+        if st.clock is None:
+            st.clock = StageClock(self._stream)
+        clock = st.clock
         if st.pending is not None:
             _, step, data, sizes, build_s = st.pending
             st.pending = None
@@ -311,7 +330,7 @@ class Producer:
             step = st.next_step
             slot = st.free[0] if st.free else None
             out = None if slot is None else st.buffers[slot]
-            data, build_s = self._build(name, st, step, out)
+            data, build_s = self._build(name, st, step, out, clock)
             if st.layout is None:
                 st.layout = SlotLayout.from_batch(data)
                 sizes = st.layout.sizes(data)
@@ -327,40 +346,71 @@ class Producer:
             self._send(("grow", name, st.gen, slot, sizes))
             return
         t0 = time.perf_counter()
+        clock.record("write_start")
         write_batch(st.layout, buffers, data, sizes)
+        clock.record("written")
         if self._stream is not None:
             self._stream.synchronize()  # the slot is complete before it is announced (and build_s is real)
-        build_s += time.perf_counter() - t0
+        synced = time.perf_counter()
+        build_s += synced - t0
         scalars = st.layout.scalars(data)
+        x_bytes = _x_bytes(data) if clock.split and not clock.marked else 0
         del data
         st.free.popleft()
         st.next_step = step + 1
         dispatch, st.dispatch = st.dispatch, None
         if st.next_step == st.stop or st.next_step % CACHE_REPORT_EVERY == 0:
             self._report_cache(name)  # right after the stream synchronized: the counters are complete
-        self._send(("ready", name, st.gen, slot, step, sizes, scalars, build_s, dispatch))
+        stages = None
+        if clock.split:  # read now: every event of the batch has completed (the stream synchronized above)
+            stages = clock.stages(time.perf_counter() - synced + self._last_send_s, self._h2d_GBps, x_bytes)
+        sent = time.perf_counter()
+        self._send(("ready", name, st.gen, slot, step, sizes, scalars, build_s, dispatch, stages))
+        self._last_send_s = time.perf_counter() - sent
 
-    def _build(self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]]) -> tuple[Any, float]:
+    def _build(
+        self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]], clock: StageClock
+    ) -> tuple[Any, float]:
         """Build batch ``step`` of a stage into ``out``; returns it and the seconds its sampling and gather took.
 
         A two-stage source is sampled on the lookahead thread (batch ``step`` was usually sampled there while
-        the previous batch was gathered) and the sample of ``step + 1`` is started before this gather.
+        the previous batch was gathered) and the sample of ``step + 1`` is started before this gather; without
+        lookahead it is sampled, then gathered, on this thread. ``clock`` gets the stage boundaries.
         """
         source = st.source
-        if not (self.lookahead and two_stage(source)):
+        clock.begin()
+        if not two_stage(source):
             t0 = time.perf_counter()
             data = source.build_batch(source.plan(st.epoch, step), out=out)
             return data, time.perf_counter() - t0
+        if not self.lookahead:
+            t0 = time.perf_counter()
+            clock.record("sample_start")
+            sampled = source.sample_batch(source.plan(st.epoch, step))
+            data = self._gather(st, sampled, out, clock)
+            return data, time.perf_counter() - t0
         if self._uses_hybrid(st):
-            return self._build_hybrid(name, st, step, out)
+            return self._build_hybrid(name, st, step, out, clock)
         assert self._sampler is not None
         epoch = st.epoch
-        sampled, sample_s = self._sampler.take((name, st.gen, step), lambda: source.sample_batch(source.plan(epoch, step)))
+        sampled, timing = self._sampler.take_timed((name, st.gen, step), lambda: source.sample_batch(source.plan(epoch, step)))
+        clock.sample = timing
         if step + 1 < st.stop:
             self._sampler.submit((name, st.gen, step + 1), lambda: source.sample_batch(source.plan(epoch, step + 1)))
         t0 = time.perf_counter()
-        data = source.gather_batch(sampled, out=out)
-        return data, sample_s + time.perf_counter() - t0
+        data = self._gather(st, sampled, out, clock)
+        return data, timing.host_s + time.perf_counter() - t0
+
+    def _gather(self, st: _Stage, sampled: Any, out: Optional[dict[str, torch.Tensor]], clock: StageClock) -> Any:
+        """``source.gather_batch(sampled, out)`` between the clock's ``start`` and ``built`` boundaries, handing the
+        clock to a source that marks the end of its feature gather."""
+        source = st.source
+        if st.marks is None:
+            st.marks = takes_marks(source.gather_batch)
+        clock.record("start")
+        data = source.gather_batch(sampled, out=out, marks=clock) if st.marks else source.gather_batch(sampled, out=out)
+        clock.record("built")
+        return data
 
     # ---- hybrid sampling -------------------------------------------------------------------------------------
     def _uses_hybrid(self, st: _Stage) -> bool:
@@ -373,7 +423,9 @@ class Producer:
                 self._hybrid = HybridDispatcher(policy, make_stream=None if make_stream is None else (lambda lane: make_stream()))
         return bool(st.hybrid)
 
-    def _build_hybrid(self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]]) -> tuple[Any, float]:
+    def _build_hybrid(
+        self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]], clock: StageClock
+    ) -> tuple[Any, float]:
         dispatcher, source, epoch, gen = self._hybrid, st.source, st.epoch, st.gen
         assert dispatcher is not None
         interval = self._take_interval
@@ -389,9 +441,10 @@ class Producer:
             gap = now - self._last_take
             self._take_interval = gap if interval is None else 0.8 * interval + 0.2 * gap
         self._last_take = now
-        t0 = time.perf_counter()
-        data = source.gather_batch(sampled, out=out)
         sample_s = st.dispatch.measured_s if st.dispatch is not None else 0.0
+        clock.sample = SampleTime(sample_s)  # the dispatcher's measured (host) time
+        t0 = time.perf_counter()
+        data = self._gather(st, sampled, out, clock)
         return data, sample_s + time.perf_counter() - t0
 
     def _drop_hybrid(self, name: str, keep_gen: Optional[int] = None) -> None:
@@ -426,6 +479,23 @@ class Producer:
             self.channel.send(msg)
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
             raise ChannelClosed() from exc
+
+
+def _x_bytes(data: Any) -> int:
+    """Bytes of a batch's ``x`` (0 without one): the gather's bytes for a source that does not mark its gather."""
+    x = getattr(data, "x", None)
+    return int(x.numel() * x.element_size()) if isinstance(x, torch.Tensor) else 0
+
+
+def _h2d_bandwidth(device: torch.device) -> Optional[float]:
+    """The PCIe bandwidth for the gather's bound (measured once per process; ``None`` if it cannot be: telemetry
+    never stops the producer)."""
+    from lightning_zerocopy.data.stage_bounds import h2d_bandwidth
+
+    try:
+        return h2d_bandwidth(device)
+    except Exception:  # noqa: BLE001 - no bound rather than no batches
+        return None
 
 
 def _process_cache_counts() -> Optional[tuple[int, int, int, int]]:

@@ -8,6 +8,7 @@ what it contains.
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, runtime_checkable
 
 import torch
@@ -45,6 +46,16 @@ def two_stage(source: Any) -> bool:
     trains on ``t``); ``build_batch(item, out)`` must equal ``gather_batch(sample_batch(item), out)``.
     """
     return callable(getattr(source, "sample_batch", None)) and callable(getattr(source, "gather_batch", None))
+
+
+def takes_marks(gather_batch: Any) -> bool:
+    """Whether a ``gather_batch`` callable takes ``marks=`` (the stage clock a producer hands a builder, see
+    :class:`~lightning_zerocopy.data.assemble.StageMarks`): a parameter of that name, or ``**kwargs``."""
+    try:
+        parameters = inspect.signature(gather_batch).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "marks" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def capacity_hint(source: Any) -> Optional[dict[str, int]]:
@@ -121,8 +132,10 @@ class PlanSource:
         """The expected sampled-subgraph size of ``item`` (hybrid builders), the cost models' input."""
         return float(self.builder.expected_size(item))
 
-    def gather_batch(self, sampled: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
+    def gather_batch(self, sampled: Any, out: Optional[Mapping[str, torch.Tensor]] = None, marks: Any = None) -> Data:
         """``builder.gather_batch(sampled, out)`` with the slot's buffers where the builder can write them.
+
+        ``marks`` (the producer's stage clock) goes to a builder that takes it (:func:`takes_marks`).
 
         A builder that builds on the GPU (``builder.on_gpu``: GPU/UVA sampling or the zero-copy gather) writes
         features and labels straight into CUDA slots, on the producer's stream. A host builder gathers on the
@@ -131,8 +144,9 @@ class PlanSource:
         asynchronously. ``out`` is only handed over when every batch is guaranteed to fit, so the builder never
         fails on a small buffer (the slot grows instead).
         """
+        extra = {"marks": marks} if marks is not None and self._builder_takes_marks() else {}
         if out is None:
-            return self.builder.gather_batch(sampled)
+            return self.builder.gather_batch(sampled, **extra)
         rows = int(self.builder.max_nodes(sampled.item.batch_size))
         on_gpu = bool(getattr(self.builder, "on_gpu", False))
         targets = {}
@@ -141,7 +155,13 @@ class PlanSource:
             if buf is None or buf.size(0) < rows:
                 continue
             targets[key] = self._staging_like(key, buf) if buf.is_cuda and not on_gpu else buf
-        return self.builder.gather_batch(sampled, out=targets or None)
+        return self.builder.gather_batch(sampled, out=targets or None, **extra)
+
+    def _builder_takes_marks(self) -> bool:
+        known = self.__dict__.get("_takes_marks")
+        if known is None:
+            known = self.__dict__["_takes_marks"] = takes_marks(self.builder.gather_batch)
+        return known
 
     def _staging_like(self, key: str, buf: torch.Tensor) -> torch.Tensor:
         staging = self.__dict__.setdefault("_staging", {})
@@ -153,4 +173,5 @@ class PlanSource:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_staging", None)  # per-process page-locked buffers
+        state.pop("_takes_marks", None)
         return state
