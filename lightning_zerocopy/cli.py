@@ -9,6 +9,9 @@ your own package. The data's ``num_features``/``num_classes`` are linked into th
     python -m lightning_zerocopy test --config recipes/quickstart.yaml --ckpt_path last.ckpt
     lightning-zerocopy predict --config recipes/quickstart.yaml --ckpt_path last.ckpt   # writes predictions.npz
 
+A recipe may name classes of modules in the current folder (``model.class_path: mymod.MyGNN``): the command puts
+it first on ``sys.path``, as ``python -m lightning_zerocopy`` does.
+
 ``--ckpt_path last`` resumes from the newest ``last.ckpt`` under the run's root (the logger's root, e.g.
 ``lightning_logs/``, holding every version folder; without a logger ``default_root_dir``), not only in this run's
 own new version folder, where Lightning alone finds none and starts from step 0; with none anywhere the command
@@ -17,7 +20,8 @@ used silently) unless ``--allow_untrained true`` is given. ``predict`` writes th
 :class:`~lightning_zerocopy.callbacks.predictions.PredictionWriter` unless the recipe lists a prediction writer.
 User errors (a bad key, type or value in the recipe) print one message naming the YAML key and exit with status
 2, and so do bad data found during the run (a damaged dataset file, a bad split, label or feature value: an
-:class:`~lightning_zerocopy.datasets.base.InputDataError`); ``LZC_TRACEBACK=1`` shows the full traceback instead.
+:class:`~lightning_zerocopy.datasets.base.InputDataError`) and settings found not to fit together when the run starts
+(a :class:`~lightning_zerocopy.options.RecipeError`); ``LZC_TRACEBACK=1`` shows the full traceback instead.
 
 MPS: when a recipe lists ``PipelineCallback`` with ``mps: true``, the command starts the private MPS daemon
 before it imports anything that initializes CUDA (``import torch_geometric`` does), so that the trainer becomes
@@ -45,6 +49,7 @@ from lightning_zerocopy._cli_errors import (
     CommandError,
     ZeroCopyArgumentParser,
     describe_build_error,
+    resolve_class_path,
     traceback_requested,
 )
 
@@ -88,7 +93,9 @@ class ZeroCopyCLI(LightningCLI):
         )
 
     def before_instantiate_classes(self) -> None:
-        """Refuses ``validate``/``test``/``predict`` without ``--ckpt_path`` (before any data is built)."""
+        """Refuses ``validate``/``test``/``predict`` without ``--ckpt_path`` (before any data is built); with
+        ``trainer.enable_checkpointing: false`` drops the recipe's checkpoint callbacks."""
+        self._drop_checkpoints_when_checkpointing_is_off()
         if self.subcommand in ("validate", "test", "predict"):
             config = self.config[self.subcommand]
             if config.get("ckpt_path") is None and not config.get("allow_untrained"):
@@ -102,6 +109,36 @@ class ZeroCopyCLI(LightningCLI):
             special = path is None or path in ("last", "best", "hpc") or str(path).startswith("registry") or "://" in str(path)
             if not special and not os.path.isfile(path):
                 raise CommandError(f"--ckpt_path {path}: no such checkpoint file (relative paths start at {os.getcwd()})")
+
+    def _drop_checkpoints_when_checkpointing_is_off(self) -> None:
+        """Every shipped recipe lists a ``ModelCheckpoint`` (for ``last.ckpt``), and Lightning refuses one beside
+        ``enable_checkpointing=False``: an override that turns checkpointing off wins over the recipe's callbacks."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        trainer = config.get("trainer")
+        callbacks = trainer.get("callbacks") if trainer is not None else None
+        if trainer is None or trainer.get("enable_checkpointing") is not False or not isinstance(callbacks, list):
+            return
+
+        def is_checkpoint(callback: Any) -> bool:
+            cls = resolve_class_path(str(getattr(callback, "class_path", "")))
+            return isinstance(callback, ModelCheckpoint) or (isinstance(cls, type) and issubclass(cls, ModelCheckpoint))
+
+        trainer["callbacks"] = [c for c in callbacks if not is_checkpoint(c)]
+
+    def _parse_ckpt_path(self) -> None:
+        """As LightningCLI's (the checkpoint's saved hyperparameters become the model's config), but a checkpoint that
+        another module class wrote is refused, naming both classes: LightningCLI would switch to the checkpoint's
+        class without a word, and the recipe's data would then reach a model written for other batches."""
+        subcommand = self.config.get("subcommand")
+        recipe = self.config.get(f"{subcommand}.model.class_path") if subcommand else None
+        super()._parse_ckpt_path()
+        saved = self.config.get(f"{subcommand}.model.class_path") if subcommand else None
+        if recipe and saved and recipe != saved and resolve_class_path(recipe) is not resolve_class_path(saved):
+            path = self.config[subcommand].get("ckpt_path")
+            raise CommandError(
+                f"--ckpt_path {path} is a checkpoint of {saved}, but the recipe's model.class_path is {recipe}: pass "
+                "a checkpoint that model wrote, or the recipe the checkpoint was trained with"
+            )
 
     def instantiate_classes(self) -> None:
         """As LightningCLI's, but an exception becomes a :class:`CommandError` naming the recipe key."""
@@ -277,6 +314,15 @@ def _config_paths(args: Sequence[str]) -> list[str]:
     return paths
 
 
+def _import_from_the_current_folder() -> None:
+    """Put the current folder first on ``sys.path``, as ``python -m lightning_zerocopy`` does, so that a recipe's
+    ``class_path`` may name a module there (``mymod.MyGNN``) under the ``lightning-zerocopy`` console script too,
+    whose ``sys.path`` starts with the script's own folder instead."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):  # "" is the current folder too
+        sys.path.insert(0, cwd)
+
+
 def main(args: ArgsType = None) -> None:
     """Entry point of the ``lightning-zerocopy`` console script and of ``python -m lightning_zerocopy``.
 
@@ -285,6 +331,7 @@ def main(args: ArgsType = None) -> None:
     printed as one line (exit status 2); so is another rank's or the pipeline worker's death (exit status 1); a run
     stopped by Ctrl-C exits with status 130. ``LZC_TRACEBACK=1`` raises the error instead.
     """
+    _import_from_the_current_folder()
     if args is None:
         argv: Optional[list[str]] = sys.argv[1:]
     elif isinstance(args, (list, tuple)):
@@ -365,7 +412,10 @@ def release_the_run(cli: object) -> None:
 
 
 def _is_input_data_error(exc: BaseException) -> bool:
+    """Bad data (``InputDataError``), or settings that do not fit together (``RecipeError``), found while the run
+    started: the user's to fix, so one line, not a traceback."""
     # imported here: the module must not load the datasets (and torch) before MPS is started in main
     from lightning_zerocopy.datasets.base import InputDataError
+    from lightning_zerocopy.options import RecipeError
 
-    return isinstance(exc, InputDataError)
+    return isinstance(exc, (InputDataError, RecipeError))

@@ -19,6 +19,7 @@ __all__ = [
     "GatherChoice",
     "GatherMode",
     "NodeOrderKind",
+    "RecipeError",
     "SamplerDevice",
     "SamplerPlacement",
     "check_choice",
@@ -28,6 +29,12 @@ __all__ = [
     "check_loader_options",
     "choices",
 ]
+
+class RecipeError(ValueError):
+    """Settings that cannot work together, found when the run starts rather than when the recipe is read (e.g. a
+    model's loss that does not fit the batches the data module makes). The message names the recipe keys to change;
+    the ``lightning-zerocopy`` command prints it as one line and exits with status 2."""
+
 
 #: Where one sampler runs and reads the topology: compiled CPU kernel (``cpu``), CUDA kernel over host topology
 #: (``uva``), CUDA kernel over a GPU copy of the topology (``gpu``).

@@ -70,6 +70,37 @@ def test_misspelled_key_in_a_recipe_fails_naming_it(tmp_path: Path, capsys: pyte
     assert "hiden_channels" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (("trainer", "max_epochs", "max_epoch"), "`trainer.max_epoch` is not an option: did you mean `trainer.max_epochs`?"),
+        (("model", "init_args", "hidden_channels", "hiden_channels"),
+         "`model.init_args.hiden_channels` is not an option of lightning_zerocopy.models.GraphSAGE: did you mean "
+         "`hidden_channels`?"),
+        (("model", "init_args", "optimizer", "init_args", "lr", "lrr"),
+         "`model.init_args.optimizer.init_args.lrr` is not an option of torch.optim.Adam: did you mean `lr`?"),
+    ],
+)
+def test_a_misspelled_key_in_a_recipe_is_named_first_with_the_closest_valid_one(
+    edit: tuple[str, ...], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    recipe = yaml.safe_load(QUICKSTART.read_text())
+    *parents, old, new = edit
+    node = recipe
+    for key in parents:
+        node = node[key]
+    node[new] = node.pop(old)
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(path)])
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[0] == f"error: {expected}", lines
+    assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines
+
+
 def test_wrong_type_fails_naming_the_key(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_cli(["--config", str(QUICKSTART), "--data.init_args.batch_size=many"], run=False)
@@ -177,6 +208,28 @@ def test_every_recipe_parses_through_the_command(tmp_path: Path, recipe: str) ->
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = yaml.safe_load(proc.stdout)
     assert printed["data"]["class_path"] and printed["model"]["class_path"]
+
+
+def _checkpoint_callbacks(recipe: Path) -> list[dict]:
+    callbacks = yaml.safe_load(recipe.read_text())["trainer"].get("callbacks") or []
+    return [c.get("init_args") or {} for c in callbacks if c["class_path"].endswith(".ModelCheckpoint")]
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")))
+def test_every_recipe_writes_the_last_epochs_weights_to_last_ckpt(recipe: str) -> None:
+    """Lightning (2.6) writes ``last.ckpt`` only when the same ModelCheckpoint saves a checkpoint: one that monitors a
+    metric leaves it at the last epoch that improved the metric. The checkpoint that writes it monitors nothing."""
+    writers = [c for c in _checkpoint_callbacks(ROOT / "recipes" / recipe) if c.get("save_last")]
+    assert len(writers) == 1 and writers[0].get("monitor") is None, writers
+
+
+def test_last_ckpt_holds_the_last_epoch_after_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    build_cli(["fit", "--config", str(QUICKSTART), *_SMALL, "--trainer.max_epochs=2", "--trainer.limit_train_batches=3",
+               "--trainer.limit_val_batches=1", "--trainer.enable_progress_bar=false",
+               f"--trainer.default_root_dir={tmp_path}"])  # fmt: skip
+    saved = torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=False)
+    assert (saved["epoch"], saved["global_step"]) == (1, 6)
 
 
 # ---- evaluation needs a checkpoint (issue 10, item 1) ----
@@ -386,8 +439,8 @@ def test_a_bad_dataset_file_found_during_the_run_prints_one_line(capsys: pytest.
 def test_ckpt_path_last_resumes_from_the_previous_runs_version_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A new run gets a new version folder, where Lightning alone finds no last.ckpt and trains from step 0."""
     monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
-    common = ["--config", str(QUICKSTART), *_SMALL, "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path}",
-              "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.save_last=true"]  # fmt: skip
+    # the recipe's ModelCheckpoint writes last.ckpt
+    common = ["--config", str(QUICKSTART), *_SMALL, "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path}"]
     first = build_cli(["fit", *common, "--trainer.max_steps=3"])
     saved = Path(first.trainer.checkpoint_callback.last_model_path)
     assert first.trainer.global_step == 3 and saved.name == "last.ckpt" and "version_0" in str(saved)
@@ -424,3 +477,84 @@ def test_main_frees_the_finished_run_before_the_process_exits(monkeypatch: pytes
           *_QUIET(tmp_path)])  # fmt: skip
     left = [type(o).__name__ for o in gc.get_objects() if isinstance(o, (Trainer, ZeroCopyDataModule))]
     assert len(left) == before, f"still alive after main returned: {left}"
+
+
+_MODULE_HERE = """
+import pytorch_lightning as pl
+from torch_geometric.nn import SAGEConv
+
+class HereGNN(pl.LightningModule):
+    def __init__(self, in_channels: int, out_channels: int, width: int = 7):
+        super().__init__()
+        self.conv = SAGEConv(in_channels, out_channels)
+"""
+
+
+def test_a_module_in_the_current_folder_is_found_by_the_console_script_as_by_python_m(tmp_path: Path) -> None:
+    """``python -m`` puts the current folder on sys.path; the console script puts its own folder there."""
+    script = Path(sys.executable).with_name("lightning-zerocopy")
+    if not script.exists():
+        pytest.skip(f"the console script is not installed next to {sys.executable}")
+    (tmp_path / "here_module.py").write_text(_MODULE_HERE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    outputs = []
+    for command in ([str(script)], [sys.executable, "-m", "lightning_zerocopy"]):
+        proc = subprocess.run([*command, "fit", "--config", str(QUICKSTART), "--model=here_module.HereGNN",
+                               "--print_config"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 0, (command, proc.stderr[-3000:])
+        outputs.append(yaml.safe_load(proc.stdout)["model"])
+    assert outputs[0] == outputs[1] and outputs[0]["class_path"] == "here_module.HereGNN"
+
+
+def _bad_pyg_graph(path: Path, fault: str) -> None:
+    """A 200-node PyG graph with train/val/test masks, with one fault."""
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(0)
+    n = 200
+    edge_index, x, y = torch.randint(0, n, (2, 1000), generator=gen), torch.randn(n, 8, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+    split = torch.randperm(n, generator=gen)
+    masks = {name: torch.isin(torch.arange(n), split[a:b]) for name, a, b in (("train", 0, 120), ("val", 120, 160), ("test", 160, n))}
+    if fault == "float":
+        edge_index = edge_index.float()
+        edge_index[1, 17] = 2.5
+    elif fault in ("big", "negative"):
+        edge_index[0 if fault == "big" else 1, 33] = 205 if fault == "big" else -1
+    elif fault == "rows":
+        x = x[:190]
+    data = Data(edge_index=edge_index, x=x, y=y, **{f"{k}_mask": v for k, v in masks.items()})
+    if fault == "rows":  # index splits: the edges were blamed
+        for name in masks:
+            data[f"{name}_idx"] = data.pop(f"{name}_mask").nonzero().view(-1)
+    torch.save(data, path)
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("float", "data.edge_index holds 2.5, which is not a node id (at edge_index[1, 17]): store integers"),
+    ("big", "data.edge_index holds node id 205 at edge_index[0, 33] (a source), but data.x has 200 rows (node ids 0 to 199)"),
+    ("negative", "data.edge_index holds node id -1 at edge_index[1, 33] (a destination), but data.x has 200 rows "
+                 "(node ids 0 to 199)"),
+    ("rows", "data.x has 190 rows but data.y has 200 entries: one row of features and one label per node"),
+])  # fmt: skip
+def test_a_bad_field_of_a_pyg_graph_is_one_line_naming_it(fault: str, message: str, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Each of these ended the command with a 50-line traceback and exit status 1."""
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    path = tmp_path / f"{fault}.pt"
+    _bad_pyg_graph(path, fault)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(QUICKSTART), "--data.init_args.dataset=lightning_zerocopy.datasets.PyGNodeDataset",
+              f"--data.init_args.dataset.data={path}", *_QUIET(tmp_path)])  # fmt: skip
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[0] == f"error: {path}: {message}", lines
+    assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines
+
+
+def test_checkpointing_turned_off_drops_the_recipes_checkpoint_callback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every recipe lists a ModelCheckpoint (for last.ckpt); Lightning refuses one with enable_checkpointing=False."""
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    cli = build_cli(["fit", "--config", str(QUICKSTART), *_SMALL, "--trainer.max_steps=1", "--trainer.limit_val_batches=1",
+                     "--trainer.enable_checkpointing=false", *_QUIET(tmp_path)])  # fmt: skip
+    assert cli.trainer.global_step == 1 and not cli.trainer.checkpoint_callbacks and not list(tmp_path.rglob("*.ckpt"))

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "link_prediction.yaml"
 
@@ -35,3 +37,13 @@ def test_link_recipe_learns_and_tests(tmp_path: Path) -> None:
     out = _run("test", [f"--ckpt_path={last}"], tmp_path)
     for metric in ("test_auroc", "test_mrr", "test_hits@1", "test_hits@3"):
         assert metric in out.stdout, out.stdout[-3000:]
+
+
+def test_last_ckpt_holds_the_last_epoch_even_when_validation_does_not_improve(tmp_path: Path) -> None:
+    """With lr 0 the validation AUROC never improves, so a ModelCheckpoint monitoring it saves epoch 0 only; the
+    recipe's last.ckpt must still be the last epoch's (Lightning writes it only when its callback saves)."""
+    _run("fit", ["--trainer.max_epochs=2", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2",
+                 "--model.init_args.optimizer.init_args.lr=0"], tmp_path)  # fmt: skip
+    saved = torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=False)
+    assert (saved["epoch"], saved["global_step"]) == (1, 6)
+    assert len(list(tmp_path.rglob("best-*.ckpt"))) == 1  # the best epoch is kept beside it

@@ -51,3 +51,30 @@ def test_setup_is_skipped_while_the_venv_is_current(tmp_path: Path) -> None:
         rerun = _setup(venv, **env)
         assert rerun.returncode == 0, rerun.stderr
         assert _pip_calls(log) == before + 3 and "is current" not in rerun.stdout, env
+
+
+def _in_a_background_job(command: str) -> subprocess.CompletedProcess:
+    """``bash -c 'COMMAND & wait $!'``: a non-interactive shell starts a background job with SIGINT ignored, as
+    ``bash scripts/test.sh &`` in a script does, and an ignored signal stays ignored in every child."""
+    return subprocess.run(["bash", "-c", f"{command} & wait $!"], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)  # fmt: skip
+
+
+def test_a_child_a_test_interrupts_starts_with_sigint_at_its_default_in_a_background_job() -> None:
+    probe = (
+        "import signal, subprocess, sys; sys.path.insert(0, 'tests'); from helpers import sigint_at_default; "
+        "child = 'import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)'; "
+        "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN); "
+        "sys.exit(subprocess.call([sys.executable, '-c', child], preexec_fn=sigint_at_default))"
+    )
+    proc = _in_a_background_job(f"{sys.executable!s} -c \"{probe}\"")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True"], proc.stdout  # the job ignores SIGINT; the child takes Ctrl-C
+
+
+def test_a_ctrl_c_test_passes_when_the_suite_runs_as_a_background_job() -> None:
+    """One of the tests that interrupt a child with SIGINT, run by pytest in a background job: its result must not
+    depend on how the suite was launched."""
+    test = "tests/pipeline/test_mps.py::test_supervisor_stops_the_daemon_after_the_owner_dies[SIGINT]"
+    proc = _in_a_background_job(f"{sys.executable} -m pytest -q -p no:cacheprovider '{test}'")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -16,10 +16,14 @@ On a GPU each batch's rows are copied to pinned host memory without waiting (``n
 queue ahead of the GPU; a copy is moved to ordinary memory once it has landed, and the epoch's end waits for the last.
 
 Link batches (those with ``edge_label_index``: :class:`~lightning_zerocopy.ZeroCopyLinkDataModule`) give one row per
-scored edge: ``src``, ``dst`` (global ids), ``score`` (what ``predict_step`` returned for ``edge_label_index``: a
-``[E]`` or ``[E, C]`` tensor, or a dict with ``"score"``, ``"scores"`` or ``"logits"``), and where the batch has
-them ``label`` (``edge_label``) and ``query`` (``edge_label_query``). Rows are sorted by ``(src, dst)``, each
-``(src, dst, query)`` once (DDP padding repeats none).
+scored edge: ``src``, ``dst`` (global ids), ``score`` (float32: what ``predict_step`` returned for ``edge_label_index``,
+a ``[E]`` or ``[E, C]`` tensor, or a dict's ``"score"``, ``"scores"`` or ``"logits"``, the first present; for
+:class:`~lightning_zerocopy.models.LinkPredictor` the probability), ``logit`` (float32, when the dict also has
+``"logits"``: LinkPredictor's logits), and where the batch has them ``label`` (``edge_label``: int64 when its values
+are whole numbers, as they are for our link batches) and ``query`` (``edge_label_query``). Rows are sorted by
+``(src, dst)``, each ``(src, dst, query)`` once (DDP padding repeats none).
+
+The line that names the file is printed when the run is torn down, after the progress bar has closed its line.
 
 Under DDP every rank writes its share to ``predictions.rank<R>.npz``; after a barrier, global rank 0 merges the
 shares it can read (same file system) into ``predictions.npz`` and deletes them. Rows are sorted by node id and
@@ -82,12 +86,13 @@ def seed_predictions(prediction: Any, batch: Any) -> tuple[torch.Tensor, torch.T
 
 
 def edge_predictions(prediction: Any, batch: Any) -> dict[str, torch.Tensor]:
-    """The scored edges of a link batch: ``src``, ``dst`` (global ids), ``score`` and, where the batch has them,
-    ``label`` and ``query``.
+    """The scored edges of a link batch: ``src``, ``dst`` (global ids), ``score``, ``logit`` when the prediction
+    gives logits beside another score and, where the batch has them, ``label`` and ``query``.
 
     Args:
         prediction: scores of ``batch.edge_label_index`` (a ``[E]`` / ``[E, C]`` tensor) or a dict with ``"score"``,
-            ``"scores"`` or ``"logits"`` (the first present, in that order).
+            ``"scores"`` or ``"logits"`` (the first present, in that order, is ``score``; ``"logits"`` after another
+            is ``logit``).
         batch: the link batch ``predict_step`` received.
 
     Raises:
@@ -110,6 +115,11 @@ def edge_predictions(prediction: Any, batch: Any) -> dict[str, torch.Tensor]:
             f"{tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__}"
         )
     columns = {"src": edges[0], "dst": edges[1], "score": scores}
+    if isinstance(prediction, dict) and key != "logits" and isinstance(prediction.get("logits"), torch.Tensor):
+        logits = prediction["logits"]
+        if logits.shape[:1] != scores.shape[:1]:
+            raise TypeError(f"predict_step returned {logits.shape[0]} logits for {scores.shape[0]} scores")
+        columns["logit"] = logits
     for name, field in (("label", "edge_label"), ("query", "edge_label_query")):
         value = getattr(batch, field, None)
         if isinstance(value, torch.Tensor):
@@ -133,6 +143,7 @@ class PredictionWriter(BasePredictionWriter):
         self.output_dir = output_dir
         self.filename = filename
         self.path: Optional[Path] = None  # the merged file, once written
+        self._report: Optional[str] = None  # the line naming it, printed at teardown (after the progress bar's)
         self._ids: list[torch.Tensor] = []
         self._logits: list[torch.Tensor] = []
         self._landing: deque[tuple[torch.Tensor, torch.Tensor, Any]] = deque()  # GPU copies not yet waited for
@@ -153,7 +164,7 @@ class PredictionWriter(BasePredictionWriter):
     ) -> None:
         if getattr(batch, "edge_label_index", None) is not None:
             columns = edge_predictions(prediction, batch)
-            self._edges.append({k: v.detach().to("cpu", torch.float32 if k == "score" else v.dtype)
+            self._edges.append({k: v.detach().to("cpu", torch.float32 if k in ("score", "logit") else v.dtype)
                                 for k, v in columns.items()})  # fmt: skip
             return
         n_id, logits = seed_predictions(prediction, batch)
@@ -191,7 +202,7 @@ class PredictionWriter(BasePredictionWriter):
         world = trainer.world_size
         if world == 1:
             self.path, what = _save_columns(folder / self.filename, [columns])
-            print(f"predictions: {what} written to {self.path}", flush=True)
+            self._report = f"predictions: {what} written to {self.path}"
             return
         # a rank's log_dir may differ (loggers resolve it on rank 0): everyone writes where rank 0 does
         folder = Path(trainer.strategy.broadcast(str(folder), src=0))
@@ -211,7 +222,15 @@ class PredictionWriter(BasePredictionWriter):
         self.path, what = _save_columns(folder / self.filename, loaded)
         for p in parts:
             p.unlink()
-        print(f"predictions: {what} of {world} ranks written to {self.path}", flush=True)
+        self._report = f"predictions: {what} of {world} ranks written to {self.path}"
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Prints the line naming the file: the progress bar has ended its line by now (it does in
+        ``on_predict_end``, which may run after this callback's ``on_predict_epoch_end``, depending on the order of
+        the callbacks), so the line is not glued to the bar's."""
+        report, self._report = self._report, None
+        if report is not None:
+            print(report, flush=True)
 
 
 def _save_columns(path: Path, shares: list[dict[str, np.ndarray]]) -> tuple[Path, str]:
@@ -220,6 +239,9 @@ def _save_columns(path: Path, shares: list[dict[str, np.ndarray]]) -> tuple[Path
         saved = _save(path, [s["node_id"] for s in shares], [s["logits"] for s in shares])
         return saved, f"{len(shares[0]['node_id'])} nodes" if len(shares) == 1 else "nodes"
     columns = {k: np.concatenate([s[k] for s in shares]) for k in shares[0]}
+    label = columns.get("label")
+    if label is not None and label.dtype.kind == "f" and np.array_equal(label, np.round(label)):
+        columns["label"] = label.astype(np.int64)  # 0/1 (binary labels as link batches carry them, in float)
     key = np.stack([columns["src"], columns["dst"]] + ([columns["query"]] if "query" in columns else []), axis=1)
     _, first = np.unique(key, axis=0, return_index=True)  # sorted by (src, dst[, query]); padding repeats dropped
     columns = {k: v[first] for k, v in columns.items()}

@@ -95,7 +95,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         drop_last: drop the training seeds that do not fill a whole batch (and equal rank shares).
         num_threads: threads of the sampling kernel; default: ``torch.get_num_threads()``.
         seed: base seed of the shuffles and of every batch's sampler seed.
-        predict_split: the nodes ``predict`` runs on: ``"train"``, ``"val"``, ``"test"`` or ``"all"``.
+        predict_split: the nodes ``predict`` runs on: ``"train"``, ``"val"``, ``"test"`` or ``"all"``. A split is
+            sampled as its evaluation samples it (same seed), so ``predict`` outputs equal ``test``'s for test nodes.
         feature_storage: ``"shared_memory"`` (features copied into RAM shared by all local processes) or
             ``"mmap"`` (map the dataset's ``.npy`` feature file; for features larger than RAM).
         sampler_placement: where neighbors are sampled: ``"cpu"`` (C++ threads, default), ``"uva"`` (CUDA
@@ -139,6 +140,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             GPU for a GPU batch, so a float32 model runs unchanged whatever ``feature_dtype`` is), ``"bfloat16"``,
             ``"float16"``, or ``null`` to keep ``feature_dtype`` (no cast: for a model that runs in that dtype, e.g.
             ``precision: bf16-true``, which does not cast a PyG batch's ``x`` itself).
+        allow_split_overlap: train on a dataset whose val or test split holds training nodes (their labels leak
+            into the scores), with a warning; by default ``setup`` refuses it, naming how many and the first.
     """
 
     def __init__(
@@ -163,6 +166,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         check_features: bool = True,
         feature_dtype: Optional[FeatureDtype] = None,
         x_dtype: Optional[FeatureDtype] = "float32",
+        allow_split_overlap: bool = False,
     ) -> None:
         super().__init__()
         # a bad recipe fails here, before any data is built
@@ -203,8 +207,11 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._splits: dict[str, torch.Tensor] = {}
         # keeps the split check and an in-memory node order across setups (fit, then test, in one process)
         opt_out = _KEY + "check_features: false"
+        self.allow_split_overlap = bool(allow_split_overlap)
         self._host_copy = HostCopyBuilder(dataset, feature_storage, node_order, _KEY + "dataset", check_features, opt_out,
-                                          feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype")  # fmt: skip
+                                          feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
+                                          allow_split_overlap=self.allow_split_overlap,
+                                          overlap_opt_out=_KEY + "allow_split_overlap: true")  # fmt: skip
         self._loader_factory: Optional[LoaderFactory] = None
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
@@ -327,6 +334,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     def plan(self, split: Split, rank: Optional[int] = None, world_size: Optional[int] = None) -> BatchPlan:
         """The batch plan of ``split`` for ``rank`` of ``world_size`` (default: this process's rank).
 
+        ``predict`` over ``predict_split`` ``"val"`` or ``"test"`` samples with that split's seed, so a node gets the
+        same sample, and the same output, from ``predict`` as from ``validate``/``test``.
+
         Raises:
             RuntimeError: before :meth:`setup`.
         """
@@ -341,9 +351,17 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             seed=self.seed,
             rank=rank,
             world_size=world_size,
-            stream=SPLIT_STREAMS[split],
+            stream=self._stream(split),
             sampler_seed=self._sampler_seed(split),
         )
+
+    def _stream(self, split: Split) -> int:
+        """The random stream of ``split``'s plan: ``predict`` takes the stream of the split it predicts (``all`` has
+        one of its own), so an evaluated item's sample depends on the item and its split's seed only, not on the
+        command that asks for it."""
+        if split == "predict" and self.predict_split in SPLIT_STREAMS:
+            return SPLIT_STREAMS[self.predict_split]
+        return SPLIT_STREAMS[split]
 
     def _sampler_seed(self, split: Split) -> Literal["batch", "split"]:
         """``"split"`` (one sampler seed per split, node-keyed sampling) for val/test/predict, else ``"batch"``."""

@@ -65,7 +65,8 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         drop_last: drop the training edges that do not fill a whole batch (and equal rank shares).
         num_threads: threads of the sampling kernel; default: ``torch.get_num_threads()``.
         seed: base seed of the shuffles, of every batch's sampler seed and of its negatives.
-        predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives).
+        predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives), sampled
+            with that split's seed: an edge's scores from ``predict`` and ``test`` are the same.
         feature_storage, sampler_placement, gather, gather_mode, hot_rows, node_order, check_features: the data path
             and the NaN/inf feature scan, exactly as
             :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them.
@@ -180,7 +181,7 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
             seed=self.seed,
             rank=rank,
             world_size=world_size,
-            stream=SPLIT_STREAMS[split],
+            stream=self._stream(split),  # predict samples its split as test/validate do
             sampler_seed=self._sampler_seed(split),
             split=name,
         )

@@ -39,6 +39,24 @@ class InputDataError(ValueError):
     message names where, and what to change. The ``lightning-zerocopy`` command prints it as one line (exit 2)."""
 
 
+def out_of_range_edge(edge_index: torch.Tensor, num_nodes: int) -> Optional[str]:
+    """What is wrong with the first node id of ``edge_index`` (edge after edge) outside ``[0, num_nodes)``, or
+    ``None`` when every id is in range. Reads ``edge_index`` once (a memory-mapped one in chunks of columns)."""
+    chunk = 1 << 24
+    for start in range(0, int(edge_index.shape[1]), chunk):
+        part = edge_index[:, start : start + chunk]
+        bad = (part < 0) | (part >= num_nodes)
+        if bool(bad.any()):
+            column = int(bad.any(0).nonzero()[0])
+            row = 0 if bool(bad[0, column]) else 1
+            return (
+                f"edge_index holds node id {int(part[row, column])} at edge_index[{row}, {start + column}] (a "
+                f"{('source', 'destination')[row]}), but the features have {num_nodes:,} rows (node ids 0 to "
+                f"{num_nodes - 1:,})"
+            )
+    return None
+
+
 class DatasetFileError(InputDataError):
     """An input file of a dataset cannot be used; the message names the file (and the line, where known).
 
@@ -112,22 +130,23 @@ class NodeData(GraphSizes):
     x_file: Optional[str] = None
 
     def __post_init__(self) -> None:
+        """Shapes and dtypes; a mismatch is the dataset's content, so an :class:`InputDataError`."""
         if self.edge_index.dim() != 2 or self.edge_index.shape[0] != 2:
-            raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(self.edge_index.shape)}")
+            raise InputDataError(f"edge_index must have shape [2, num_edges], got {tuple(self.edge_index.shape)}")
         if self.edge_index.dtype != torch.int64:  # a float id would be truncated (2.5 -> node 2) further on
-            raise ValueError(f"edge_index must be an int64 tensor of node ids, got {self.edge_index.dtype}")
+            raise InputDataError(f"edge_index must be an int64 tensor of node ids, got {self.edge_index.dtype}")
         if self.x.dim() != 2:
-            raise ValueError(f"x must have shape [num_nodes, num_features], got {tuple(self.x.shape)}")
+            raise InputDataError(f"x must have shape [num_nodes, num_features], got {tuple(self.x.shape)}")
         if self.y.shape != (self.x.shape[0],):
-            raise ValueError(f"y must have shape [num_nodes] = [{self.x.shape[0]}], got {tuple(self.y.shape)}")
+            raise InputDataError(f"y must have shape [num_nodes] = [{self.x.shape[0]}], got {tuple(self.y.shape)}")
         if self.edge_attr is not None and self.edge_attr.shape[0] != self.edge_index.shape[1]:
-            raise ValueError(
+            raise InputDataError(
                 f"edge_attr has {self.edge_attr.shape[0]} rows but edge_index has {self.edge_index.shape[1]} edges"
             )
         for name in ("train_idx", "val_idx", "test_idx"):
             idx = getattr(self, name)
             if idx.dim() != 1 or idx.dtype != torch.int64:
-                raise ValueError(f"{name} must be a 1-D int64 tensor of node ids, got {idx.dtype} {tuple(idx.shape)}")
+                raise InputDataError(f"{name} must be a 1-D int64 tensor of node ids, got {idx.dtype} {tuple(idx.shape)}")
 
     def split(self, name: str) -> torch.Tensor:
         """Node ids of split ``name``: ``"train"``, ``"val"`` or ``"test"``."""

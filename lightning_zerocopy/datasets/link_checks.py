@@ -7,8 +7,9 @@ the rest. So a 100M+-edge graph is streamed (memory-mapped, with a progress bar)
 loaded CPU cores: 20M edges against 1M pairs in 0.6 s (8.4 s with binary search alone).
 
 :func:`check_link_splits` raises :class:`~lightning_zerocopy.datasets.splits.SplitError` for an empty split, a node id
-out of range, or a positive edge among the fixed negatives of its split, and warns when a val/test positive is still
-in the message-passing graph (it leaks the answer into the edge's own neighborhood).
+out of range, an ``edge_label`` other than 0 or 1, or a positive edge among the fixed negatives of its split, and
+warns when a val/test positive is still in the message-passing graph (it leaks the answer into the edge's own
+neighborhood) and when a split repeats a supervision edge or holds self-loops (counts and an example of each).
 """
 
 from __future__ import annotations
@@ -129,6 +130,57 @@ def _check_range(name: str, source: str, what: str, edge_index: torch.Tensor, nu
         )
 
 
+def _check_labels(name: str, source: str, split) -> None:  # noqa: ANN001  (a LinkSplit)
+    """Link labels are 1 (an edge) or 0 (none): -1 trained as a negative, 2 and 0.5 as targets of the BCE."""
+    label = split.edge_label
+    if label is None or label.numel() == 0:
+        return
+    bad = ~((label == 0) | (label == 1))  # NaN too
+    if bool(bad.any()):
+        where = bad.nonzero().view(-1)
+        first = int(where[0])
+        pair = f"({int(split.pos_edge_index[0, first])}, {int(split.pos_edge_index[1, first])})"
+        raise SplitError(
+            name,
+            source,
+            f"holds edge_label {float(label[first]):g} for its positive {first:,} {pair}, but a link label is 1 (an "
+            f"edge) or 0 (none); {_count(where.numel(), 'label')} of this split {'is' if where.numel() == 1 else 'are'}"
+            " neither",
+        )
+
+
+def _repeats(keys: torch.Tensor, group: Optional[int] = None) -> torch.Tensor:
+    """Positions of the ``keys`` that repeat an earlier key (with ``group``: an earlier key of their own group, the
+    groups being ``group`` consecutive keys each)."""
+    grouped = keys.view(-1, group or keys.numel())
+    ordered, order = grouped.sort(dim=1, stable=True)
+    again = (ordered[:, 1:] == ordered[:, :-1]).nonzero()  # (group, position in the sorted group - 1)
+    return (again[:, 0] * grouped.shape[1] + order[again[:, 0], again[:, 1] + 1]).sort().values
+
+
+def _repeats_and_loops(name: str, source: str, split, num_nodes: int, undirected: bool) -> Optional[str]:  # noqa: ANN001
+    """A warning counting the split's repeated supervision edges and self-loops (``None``: there are none)."""
+    found = []
+    groups = {"positive": (split.pos_edge_index, None)}
+    if split.neg_edge_index is not None and split.num_negatives:
+        # K per positive: the same negative for two positives is no repeat; a shared pool: one group
+        groups["negative"] = (split.neg_edge_index, split.neg_per_positive)
+    for what, (edges, k) in groups.items():
+        repeated = _repeats(pair_keys(edges[0], edges[1], num_nodes, undirected), k)
+        if repeated.numel():
+            scope = " (for the same positive)" if k else ""
+            found.append(f"{_count(repeated.numel(), f'repeated {what} edge')}{scope} (e.g. {_pairs(edges, repeated)})")
+        loops = (edges[0] == edges[1]).nonzero().view(-1)
+        if loops.numel():
+            found.append(f"{_count(loops.numel(), f'{what} self-loop')} (e.g. {_pairs(edges, loops)})")
+    if not found:
+        return None
+    return (
+        f"the {name} split ({source}) holds {'; '.join(found)}: a repeated edge is trained or scored once per copy, "
+        "and a self-loop asks whether a node links to itself; remove them unless that is meant"
+    )
+
+
 def check_link_splits(
     data: LinkData,
     sources: Optional[Mapping[str, str]] = None,
@@ -143,11 +195,12 @@ def check_link_splits(
             reverse is in the message-passing graph, and a negative equal to a positive's reverse is a positive).
 
     Returns:
-        One warning per val/test split with positives still in the message-passing graph.
+        One warning per val/test split with positives still in the message-passing graph, and one per split that
+        repeats a supervision edge (a negative: for the same positive) or holds self-loops, with counts.
 
     Raises:
-        SplitError: a split present is empty, holds a node id outside ``[0, num_nodes)``, or lists one of its
-            positive edges among its negatives.
+        SplitError: a split present is empty, holds a node id outside ``[0, num_nodes)``, an ``edge_label`` other than
+            0 or 1, or lists one of its positive edges among its negatives.
     """
     sources = dict(sources or {})
     num_nodes = data.num_nodes
@@ -159,6 +212,10 @@ def check_link_splits(
         _check_range(name, source, "pos_edge_index", split.pos_edge_index, num_nodes)
         if split.neg_edge_index is not None:
             _check_range(name, source, "neg_edge_index", split.neg_edge_index, num_nodes)
+        _check_labels(name, source, split)
+        repeats = _repeats_and_loops(name, source, split, num_nodes, undirected)
+        if repeats is not None:
+            warnings.append(repeats)
         has_negatives = split.neg_edge_index is not None and split.num_negatives > 0
         if name == "train" and not has_negatives:
             continue  # train positives are message-passing edges by design; nothing to compare them with

@@ -3,7 +3,8 @@
 A bad split otherwise fails late and far from its cause: a repeated node id only when both copies fall into
 one batch (possibly after many epochs), an out-of-range id only at its batch, with a message about the
 sampler's seeds. :func:`check_splits` finds both up front, naming the split and where it came from (a file,
-a ``Data`` attribute, a generator), and reports nodes shared between splits as warnings.
+a ``Data`` attribute, a generator). A training node that is also a validation or test node leaks its label into
+the scores: that is an error unless the caller allows it; nodes shared by val and test are a warning.
 
 Cost: one ``uint8`` mark per node (``num_nodes`` bytes); per split, one gather and one scatter of its ids into
 the marks and one sequential count over them (no Python loop, no sort). Measured on 100M nodes with
@@ -77,8 +78,11 @@ def check_splits(
     data: NodeData,
     sources: Optional[Mapping[str, str]] = None,
     num_classes: Optional[int] = None,
+    allow_train_overlap: bool = False,
+    opt_out: str = "allow_train_overlap=True",
 ) -> list[str]:
-    """Check that every split's ids are in range and unique (and labeled within ``num_classes``).
+    """Check that every split's ids are in range and unique (and labeled within ``num_classes``), and that no
+    training node is scored in validation or test.
 
     Args:
         data: the dataset's arrays.
@@ -86,13 +90,16 @@ def check_splits(
         num_classes: if given, labels of split nodes must be in ``[-1, num_classes)`` (``-1`` marks an unlabeled
             node): another label makes the loss fail inside a training step (on a GPU, with a device-side assert
             that ends the process), naming no node.
+        allow_train_overlap: a training node in the val or test split is a warning instead of an error.
+        opt_out: how the error names the setting that allows it (the caller's key, e.g. a recipe's).
 
     Returns:
         Warnings, one per pair of splits that share nodes (empty when the splits are disjoint).
 
     Raises:
         SplitError: a split holds an id outside ``[0, num_nodes)``, lists an id twice, or labels a node with
-            ``num_classes`` or more, or below ``-1``.
+            ``num_classes`` or more, or below ``-1``; or (unless allowed) shares nodes with the train split, naming
+            how many and the first.
     """
     sources = dict(sources or {})
     num_nodes = data.num_nodes
@@ -139,6 +146,17 @@ def check_splits(
                     f"classes (labels 0 to {num_classes - 1}); {_count(too_large.numel(), 'node')} of this split "
                     f"{'has' if too_large.numel() == 1 else 'have'} such labels: raise `num_classes` or fix the labels",
                 )
+    leaks = [(first, second) for first, second in shared if first == "train"]
+    if leaks and not allow_train_overlap:
+        first, second = leaks[0]
+        nodes = shared[(first, second)]
+        raise SplitError(
+            second,
+            sources.get(second, f"{second}_idx"),
+            f"shares {_count(nodes.numel(), 'node')} with the train split ({sources.get(first, f'{first}_idx')}), the "
+            f"first being node {int(nodes[0])}: their training labels leak into the {second} scores. Make the splits "
+            f"disjoint, or set {opt_out} to train anyway",
+        )
     warnings = []
     for (first, second), nodes in shared.items():
         effect = (

@@ -8,10 +8,10 @@ holding the message-passing graph without the held-out edges and the supervision
   ``test_fraction`` the test positives;
 * every copy of a held-out pair is removed from the message-passing graph, both directions where the graph is
   undirected, so nothing leaks;
-* the train positives are the remaining generated edges (one direction per undirected edge), or a seeded
-  ``train_fraction`` share of them;
-* each val/test positive gets ``neg_per_positive`` fixed negatives: same source, a uniformly drawn destination that is
-  neither the source nor joined to it by any edge of the generated graph (so never a positive of any split).
+* the train positives are the remaining distinct edges (one direction per undirected edge, a pair drawn twice once),
+  or a seeded ``train_fraction`` share of them;
+* each val/test positive gets ``neg_per_positive`` distinct fixed negatives: same source, uniformly drawn destinations
+  that are neither the source nor joined to it by any edge of the generated graph (so never a positive of any split).
 
 Link prediction on it is learnable: planted classes make same-class pairs likelier (``homophily``) and the features
 carry the class, so neighbourhood-averaged features score true edges well above random pairs.
@@ -75,7 +75,7 @@ class SyntheticLinkGraph(CachedLinkDataset):
             neg_per_positive=neg_per_positive,
             train_fraction=train_fraction,
             seed=seed,
-            version=1,
+            version=2,  # 2: a positive's negatives are distinct, the train positives too
         )
         root = cache_dir if cache_dir is not None else self.graph.cache.path.parent
         self.cache = keyed_cache(root, "synthetic-links", self.config)
@@ -126,6 +126,7 @@ class SyntheticLinkGraph(CachedLinkDataset):
         save_npy(edge_index[:, ~removed].contiguous(), out / "edge_index.npy")
 
         train = drawn[:, ~removed[: drawn.shape[1]]]
+        train = train[:, _first_copies(pair_keys(train[0], train[1], n, undirected))]  # a pair drawn twice is one edge
         if cfg["train_fraction"] < 1:
             keep = max(1, round(train.shape[1] * cfg["train_fraction"]))
             train = train[:, torch.randperm(train.shape[1], generator=_stream(seed, 102))[:keep].sort().values]
@@ -150,16 +151,37 @@ class SyntheticLinkGraph(CachedLinkDataset):
     def _negatives(
         self, src: torch.Tensor, edges: PairSet, n: int, undirected: bool, gen: torch.Generator
     ) -> torch.Tensor:
-        """``K`` negatives per source: uniform destinations that are not the source and not joined to it."""
+        """``K`` distinct negatives per source: uniform destinations that are not the source, not joined to it, and not
+        drawn for the same positive before."""
         k = self.config["neg_per_positive"]
         src = src.repeat_interleave(k)
         dst = torch.randint(n, (src.numel(),), generator=gen)
         for _ in range(_REDRAWS):
-            bad = ((dst == src) | edges.contains(pair_keys(src, dst, n, undirected))).nonzero().view(-1)
+            bad = (dst == src) | edges.contains(pair_keys(src, dst, n, undirected)) | _repeated_in_group(dst, k, n)
+            bad = bad.nonzero().view(-1)
             if bad.numel() == 0:
                 return torch.stack([src, dst])
             dst[bad] = torch.randint(n, (bad.numel(),), generator=gen)
         raise ValueError(
-            f"could not draw {k} negatives per positive that are not edges after {_REDRAWS} rounds: the graph is "
-            "nearly complete around some sources; lower neg_per_positive or avg_degree"
+            f"could not draw {k} distinct negatives per positive that are not edges after {_REDRAWS} rounds: the "
+            "graph is nearly complete around some sources; lower neg_per_positive or avg_degree"
         )
+
+
+def _first_copies(keys: torch.Tensor) -> torch.Tensor:
+    """Positions of the first copy of every distinct key, in their order."""
+    order = torch.argsort(keys, stable=True)
+    ordered = keys[order]
+    first = torch.ones(keys.numel(), dtype=torch.bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    return order[first].sort().values
+
+
+def _repeated_in_group(dst: torch.Tensor, k: int, n: int) -> torch.Tensor:
+    """Which entries of ``dst`` (groups of ``k``, one per positive) repeat an earlier entry of their group."""
+    keys = torch.arange(dst.numel()) // k * n + dst
+    order = torch.argsort(keys, stable=True)  # a group's first copy of a value comes first
+    ordered = keys[order]
+    repeated = torch.zeros(dst.numel(), dtype=torch.bool)
+    repeated[order[1:]] = ordered[1:] == ordered[:-1]
+    return repeated

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import RecordBatches, process_gone, read_ready_line
+from helpers import RecordBatches, process_gone, read_ready_line, sigint_at_default
 from pytorch_lightning.callbacks import Callback
 
 from lightning_zerocopy import ZeroCopyDataModule
@@ -253,6 +253,7 @@ def test_ctrl_c_in_the_trainer_stops_the_worker_and_leaks_nothing(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=sigint_at_default,
     )
     worker_pid = None
     try:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import matmul_tflops, process_gone, read_ready_line, wait_process_gone
+from helpers import matmul_tflops, process_gone, read_ready_line, sigint_at_default, wait_process_gone
 
 from lightning_zerocopy.pipeline import mps
 
@@ -62,6 +62,7 @@ def _start_fit(tmp_path: Path, use_mps: bool) -> tuple[subprocess.Popen, dict]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(config)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        preexec_fn=sigint_at_default,
     )  # fmt: skip
     line = read_ready_line(proc, timeout=240)
     if line is None:

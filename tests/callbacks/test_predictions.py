@@ -52,6 +52,7 @@ def _predict(writer: PredictionWriter, trainer: SimpleNamespace, batches: list[t
     for i, (ids, logits) in enumerate(batches):
         writer.write_on_batch_end(trainer, None, logits, None, _batch(ids, len(ids)), i, 0)
     writer.on_predict_epoch_end(trainer, None)
+    writer.teardown(trainer, None, "predict")
 
 
 def test_writes_ids_logits_class_and_probability(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,3 +130,28 @@ def test_edge_predictions_map_the_label_edges_to_global_ids() -> None:
     # a LinkPredictor-style dict: the probability "score" wins over the raw "logits"
     both = edge_predictions({"score": torch.tensor([0.7, 0.2]), "logits": torch.tensor([3.0, -2.0])}, batch)
     assert both["score"].tolist() == pytest.approx([0.7, 0.2])
+
+
+
+def test_link_rows_keep_the_logits_beside_the_score_and_whole_labels_as_integers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LinkPredictor returns the probability ("scores") and the logits: ``score`` is the first, ``logit`` the second;
+    the batch's 0/1 ``edge_label`` (float, as PyG's) is written as int64."""
+    from torch_geometric.data import Data
+
+    batch = Data(n_id=torch.tensor([10, 20, 30]), edge_label_index=torch.tensor([[0, 2, 1], [1, 0, 2]]),
+                 edge_label=torch.tensor([1.0, 0.0, 0.0]), edge_label_query=torch.tensor([4, 4, 4]))  # fmt: skip
+    logits = torch.tensor([2.0, -1.0, 0.5])
+    writer, trainer = PredictionWriter(), _trainer(tmp_path)
+    writer.on_predict_epoch_start(trainer, None)
+    writer.write_on_batch_end(trainer, None, {"scores": logits.sigmoid(), "logits": logits}, None, batch, 0, 0)
+    writer.on_predict_epoch_end(trainer, None)
+    assert capsys.readouterr().out == ""  # the line waits for teardown, after the progress bar's last line
+    writer.teardown(trainer, None, "predict")
+    assert capsys.readouterr().out == f"predictions: 3 scored edges written to {tmp_path / 'predictions.npz'}\n"
+    saved = dict(np.load(tmp_path / "predictions.npz"))
+    assert saved["src"].tolist() == [10, 20, 30] and saved["dst"].tolist() == [20, 30, 10]  # sorted by (src, dst)
+    np.testing.assert_array_equal(saved["logit"], np.array([2.0, 0.5, -1.0], np.float32))
+    np.testing.assert_array_equal(saved["score"], torch.tensor([2.0, 0.5, -1.0]).sigmoid().numpy())
+    assert saved["label"].dtype == np.int64 and saved["label"].tolist() == [1, 0, 0]

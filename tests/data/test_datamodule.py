@@ -266,6 +266,41 @@ def test_setup_warns_once_about_splits_that_share_nodes() -> None:
     dm.teardown("test")
 
 
+def test_setup_names_an_edge_to_no_node_of_any_dataset() -> None:
+    """A dataset that does not check its edges itself: the graph's build refused the id naming no dataset field."""
+    from helpers import random_node_data
+
+    from lightning_zerocopy.datasets.base import InputDataError, NodeDataset
+
+    class Edges(NodeDataset):
+        num_features, num_classes = 8, 5
+
+        def load(self):
+            data = random_node_data(50, 200, 8, seed=0, train=30, val=10)
+            data.edge_index[1, 77] = 50
+            return data
+
+    dm = ZeroCopyDataModule(Edges(), fanouts=[3], batch_size=4)
+    with pytest.raises(InputDataError, match=r"^data\.init_args\.dataset \(Edges\): edge_index holds node id 50 at "
+                                             r"edge_index\[1, 77\] \(a destination\), but the features have 50 rows"):
+        dm.setup("fit")
+    assert dm._handles is None and not _lzc_segments()
+
+
+def test_setup_refuses_training_nodes_in_the_test_split_unless_allowed(tmp_path: Path) -> None:
+    """Overlapping train and test masks gave a warning, then training went on: label leakage."""
+    dm = _pyg_datamodule(list(range(30)), [30, 31], [5, 32, 7, 33])
+    with pytest.raises(ValueError, match=r"^data\.init_args\.dataset \(PyGNodeDataset\): the test split \(data\.test_mask\) "
+                                          r"shares 2 nodes with the train split \(data\.train_idx\), the first being node 5: .* "
+                                          r"set data\.init_args\.allow_split_overlap: true to train anyway$"):
+        dm.setup("fit")
+    assert dm._handles is None and not _lzc_segments()
+    allowed = ZeroCopyDataModule(dm.dataset, fanouts=[3], batch_size=4, allow_split_overlap=True)
+    with pytest.warns(UserWarning, match=r"the train split \(data\.train_idx\) and the test split \(data\.test_mask\) "
+                                         r"share 2 nodes"):
+        _trainer(tmp_path, max_epochs=1).fit(PyGStyleSAGE(4, 3), datamodule=allowed)
+
+
 def test_setup_rejects_a_nan_feature_naming_node_and_column_unless_told_not_to_check() -> None:
     dm = _pyg_datamodule(list(range(30)), [30, 31], [32, 33])
     dm.dataset.data.x[17, 2] = float("nan")  # the loss would be NaN from the first step that samples node 17

@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+import pytorch_lightning as pl
+
 from lightning_zerocopy import ZeroCopyDataModule
+from lightning_zerocopy.callbacks.predictions import PredictionWriter
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.models import GraphSAGE
 
@@ -77,6 +80,42 @@ def test_training_batches_keep_their_per_batch_sample(dataset: SyntheticGraph) -
         dm.teardown()
     full = ZeroCopyDataModule(dataset, fanouts=[10, 5], eval_fanouts=[-1, -1])
     assert not full._eval_node_keyed  # all neighbors: a batch's sample is already exact
+
+
+class _RecordedTest(GraphSAGE):
+    """GraphSAGE that keeps the seed logits of every test batch, by node id."""
+
+    def on_test_start(self) -> None:
+        self.tested: dict[int, torch.Tensor] = {}
+
+    def test_step(self, batch, batch_idx):
+        logits, _ = self._seed_logits(batch)
+        for node, row in zip(batch.n_id[: batch.batch_size].tolist(), logits):
+            self.tested[node] = row.clone()
+        return super().test_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("predict_split", ["test", "val"])
+def test_predict_gives_a_node_the_logits_its_evaluation_gave_bitwise(dataset: SyntheticGraph, tmp_path: Path,
+                                                                      predict_split: str) -> None:  # fmt: skip
+    """``predict`` samples its split with that split's seed: a test node's predicted logits are its test-step logits."""
+    torch.manual_seed(0)
+    model = _RecordedTest(16, 5, hidden_channels=32, num_layers=2)
+    dm = ZeroCopyDataModule(dataset, fanouts=[10, 5], batch_size=64, eval_batch_size=256, predict_split=predict_split)
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         callbacks=[PredictionWriter(str(tmp_path))])  # fmt: skip
+    if predict_split == "test":
+        trainer.test(model, datamodule=dm)
+    else:  # validate: the same node-keyed sampling with the val split's seed
+        model.on_test_start()
+        model.validation_step = model.test_step  # type: ignore[method-assign]
+        trainer.validate(model, datamodule=dm)
+    trainer.predict(model, datamodule=dm, return_predictions=False)
+    saved = np.load(tmp_path / "predictions.npz")
+    predicted = dict(zip(saved["node_id"].tolist(), saved["logits"]))
+    assert len(model.tested) == len(predicted) > 256  # the whole split, in several batches
+    for node, logits in model.tested.items():
+        assert np.array_equal(predicted[node], logits.numpy()), node
 
 
 def _predict(tmp_path: Path, devices: int, eval_batch_size: int) -> dict[str, np.ndarray]:

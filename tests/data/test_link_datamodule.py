@@ -10,6 +10,7 @@ import torch
 from helpers.link import PyGLinkModule, TinyLinkGraph, auroc
 
 from lightning_zerocopy import ZeroCopyLinkDataModule
+from lightning_zerocopy.models import LinkPredictor
 from lightning_zerocopy.data.link_plan import LinkBatchPlan
 from lightning_zerocopy.data.loader import PlanLoader
 
@@ -77,6 +78,11 @@ class _Broken(TinyLinkGraph):
             train.pos_edge_index[1, 5] = data.num_nodes + 3
         elif self.fault == "nan_feature":
             data.x[7, 2] = float("nan")
+        elif self.fault.startswith("label"):  # "label<value>": the train split's labels, one of them <value>
+            train.edge_label = torch.ones(train.num_positives)
+            train.edge_label[11] = float(self.fault[len("label"):])
+        elif self.fault == "repeats":
+            train.pos_edge_index = torch.cat([train.pos_edge_index, train.pos_edge_index[:, :4], torch.tensor([[9], [9]])], 1)
         elif self.fault == "empty":
             data.splits["val"].pos_edge_index = torch.empty(2, 0, dtype=torch.int64)
             data.splits["val"].neg_edge_index = torch.empty(2, 0, dtype=torch.int64)
@@ -90,6 +96,10 @@ class _Broken(TinyLinkGraph):
         (_Broken("empty"), {}, r"data\.init_args\.dataset \(_Broken\).*val.*no positive edge"),
         (TinyLinkGraph(with_labels=True), {"neg_sampling": "triplet"}, "edge_label is given, but triplet"),
         (_Broken("nan_feature"), {}, r"nan at node 7, column 2.*data\.init_args\.check_features: false"),
+        (_Broken("label2"), {}, r"data\.init_args\.dataset \(_Broken\): the train split .* holds edge_label 2 for its "
+                                r"positive 11 .* a link label is 1 \(an edge\) or 0 \(none\)"),
+        (_Broken("label-1"), {}, r"the train split .* holds edge_label -1 for its positive 11"),
+        (_Broken("label0.5"), {}, r"the train split .* holds edge_label 0\.5 for its positive 11"),
     ],
 )
 def test_setup_rejects_bad_splits_naming_them_and_keeps_nothing(dataset, kwargs, match) -> None:
@@ -253,3 +263,48 @@ def test_val_scores_do_not_depend_on_the_eval_batch_size(eval_num_neighbors: lis
         assert dm.plan("val").sampler_seed == "split" and dm.plan("train").sampler_seed == "batch"
     finally:
         dm.teardown("fit")
+
+
+class _RecordedLinkPredictor(LinkPredictor):
+    """LinkPredictor that keeps the logit of every edge it scores in ``test`` and in ``predict``, by (src, dst, query)."""
+
+    def on_test_start(self) -> None:
+        self.tested: dict[tuple[int, int, int], float] = {}
+
+    def on_predict_start(self) -> None:
+        self.predicted: dict[tuple[int, int, int], float] = {}
+
+    def _keep(self, into: dict, batch, logits: torch.Tensor) -> None:
+        edges = batch.n_id[batch.edge_label_index]
+        for src, dst, query, logit in zip(*edges.tolist(), batch.edge_label_query.tolist(), logits.tolist()):
+            into[(src, dst, query)] = logit
+
+    def test_step(self, batch, batch_idx):
+        self._keep(self.tested, batch, self._binary_scores(batch)[0])
+        return super().test_step(batch, batch_idx)
+
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        out = super().predict_step(batch, batch_idx, dataloader_idx)
+        self._keep(self.predicted, batch, out["logits"])
+        return out
+
+
+def test_predict_scores_an_edge_as_test_does_bitwise(tmp_path: Path) -> None:
+    """``predict`` samples ``predict_split`` with that split's seed, as ``test`` does: same batches, same logits."""
+    torch.manual_seed(0)
+    dm = _datamodule(eval_batch_size=16)
+    model = _RecordedLinkPredictor(dm.num_features, hidden_channels=16, hits_k=[1])
+    trainer = _trainer(tmp_path)
+    trainer.test(model, datamodule=dm)
+    trainer.predict(model, datamodule=dm, return_predictions=False)
+    assert len(model.tested) == 4 * dm.dataset.load().split("test").num_positives  # K = 3 negatives per positive
+    assert model.predicted == model.tested  # every edge, every bit
+
+
+
+def test_setup_warns_about_repeated_and_self_loop_supervision_edges_with_counts() -> None:
+    dm = _datamodule(dataset=_Broken("repeats"))
+    with pytest.warns(UserWarning, match=r"data\.init_args\.dataset \(_Broken\): the train split .* holds 4 repeated "
+                                         r"positive edges .*; 1 positive self-loop \(e\.g\. \(9, 9\)\)"):
+        dm.setup("fit")
+    dm.teardown("fit")

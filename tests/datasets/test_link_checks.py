@@ -1,6 +1,9 @@
-"""check_link_splits: errors for broken link splits, warnings for leaked val/test edges; chunked pair lookups."""
+"""check_link_splits: errors for broken link splits and labels, warnings for leaked val/test edges and repeated or
+self-loop supervision edges; chunked pair lookups."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -18,8 +21,13 @@ def _data(seed: int = 0, **splits: LinkSplit) -> LinkData:
     # val/test positives: pairs (a, a + 1) and (a, a + 2) that the graph joins in neither direction
     graph = set(map(tuple, edge_index.T.tolist()))
     free = torch.tensor([(a, b) for a in range(N) for b in range(a + 1, a + 3) if b < N and (a, b) not in graph and (b, a) not in graph]).T
+    first: dict[tuple[int, int], int] = {}
+    for i, (a, b) in enumerate(edge_index[:, :500].T.tolist()):
+        if a != b:
+            first.setdefault((a, b), i)
+    train = edge_index[:, sorted(first.values())]  # distinct pairs, no self-loops: a clean split
     default = dict(
-        train=LinkSplit(pos_edge_index=edge_index[:, :500]),
+        train=LinkSplit(pos_edge_index=train),
         val=LinkSplit(pos_edge_index=free[:, :40], neg_edge_index=_negatives(free[:, :40], gen), neg_per_positive=2),
         test=LinkSplit(pos_edge_index=free[:, 40:90], neg_edge_index=_negatives(free[:, 40:90], gen)),
     )
@@ -29,7 +37,7 @@ def _data(seed: int = 0, **splits: LinkSplit) -> LinkData:
 
 def _negatives(pos: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     src = pos[0].repeat_interleave(2)
-    dst = (src + 100 + torch.randint(50, (src.numel(),), generator=gen)) % N  # far from the positives' src + 1 or 2
+    dst = (src + 100 + torch.arange(src.numel()) % 100) % N  # far from the positives' src + 1 or 2, all distinct
     return torch.stack([src, dst])
 
 
@@ -111,3 +119,47 @@ def test_pairs_in_matches_a_set_lookup_across_chunks(monkeypatch: pytest.MonkeyP
     assert torch.equal(pairs_in(edges, pairs, num_nodes, undirected), expected)
     with pytest.raises(ValueError, match="num_nodes"):
         pair_keys(query[0], query[1], 2**32)
+
+
+
+@pytest.mark.parametrize("value", [2.0, -1.0, 0.5, float("nan")])
+def test_a_label_other_than_0_or_1_names_the_split_and_the_value(value: float) -> None:
+    """-1 trained as a negative, 2 and 0.5 as targets of the BCE, without a word."""
+    data = _data()
+    train = data.split("train")
+    label = torch.ones(train.num_positives)
+    label[[4, 9]] = 0.0
+    data.splits["train"] = LinkSplit(train.pos_edge_index, edge_label=label)
+    assert check_link_splits(data) == []  # 0 and 1
+    label[[7, 12]] = value
+    pair = f"({int(train.pos_edge_index[0, 7])}, {int(train.pos_edge_index[1, 7])})"
+    with pytest.raises(SplitError, match=re.escape(f"the train split (train.pt) holds edge_label {value:g} for its "
+                                                   f"positive 7 {pair}, but a link label is 1 (an edge) or 0 (none); "
+                                                   "2 labels of this split are neither")):  # fmt: skip
+        check_link_splits(data, {"train": "train.pt"})
+
+
+def test_repeated_and_self_loop_supervision_edges_are_a_warning_with_counts() -> None:
+    data = _data()
+    train, val, test = data.split("train"), data.split("val"), data.split("test")
+    pos = torch.cat([train.pos_edge_index, train.pos_edge_index[:, [3, 3, 8]], torch.tensor([[5, 6], [5, 6]])], 1)
+    neg = val.neg_edge_index.clone()
+    neg[:, 1] = neg[:, 0]  # positive 0's two negatives are one
+    neg[:, 3] = neg[:, 0]  # the same negative for another positive: no repeat
+    pool = test.neg_edge_index.clone()
+    pool[:, 50] = pool[:, 2]  # a shared pool: any repeat counts
+    data.splits.update(train=LinkSplit(pos), val=LinkSplit(val.pos_edge_index, neg_edge_index=neg, neg_per_positive=2),
+                       test=LinkSplit(test.pos_edge_index, neg_edge_index=pool))  # fmt: skip
+    warnings = check_link_splits(data, {"train": "train.pt"})
+    t = train.pos_edge_index
+    assert warnings[0] == (
+        f"the train split (train.pt) holds 3 repeated positive edges (e.g. ({int(t[0, 3])}, {int(t[1, 3])}), "
+        f"({int(t[0, 3])}, {int(t[1, 3])}), ({int(t[0, 8])}, {int(t[1, 8])})); 2 positive self-loops (e.g. (5, 5), "
+        "(6, 6)): a repeated edge is trained or scored once per copy, and a self-loop asks whether a node links to "
+        "itself; remove them unless that is meant"
+    )
+    assert warnings[1].startswith("the val split (the val link split) holds 1 repeated negative edge (for the same "
+                                  f"positive) (e.g. ({int(neg[0, 1])}, {int(neg[1, 1])})):")  # fmt: skip
+    assert warnings[2].startswith(f"the test split (the test link split) holds 1 repeated negative edge (e.g. "
+                                  f"({int(pool[0, 50])}, {int(pool[1, 50])})):")  # fmt: skip
+    assert len(warnings) == 3

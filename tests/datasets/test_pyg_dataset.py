@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from lightning_zerocopy.datasets import PyGNodeDataset
+from lightning_zerocopy.datasets import InputDataError, PyGNodeDataset
 
 
 def _data() -> Data:
@@ -67,7 +67,7 @@ def test_split_sources_name_the_attribute() -> None:
 def test_a_mask_of_another_length_than_the_nodes_is_an_error() -> None:
     data = _data()
     data.train_mask = torch.cat([data.train_mask, torch.ones(5, dtype=torch.bool)])
-    with pytest.raises(ValueError, match=r"data\.train_mask has 35 entries but data\.x has 30 nodes"):
+    with pytest.raises(InputDataError, match=r"data\.train_mask has 35 entries but data\.x has 30 rows"):
         PyGNodeDataset(data).load()
 
 
@@ -109,3 +109,38 @@ def test_a_float_label_must_be_an_integer() -> None:
     data.y[4] = 1.5
     with pytest.raises(ValueError, match=re.escape("data.y holds 1.5, which is not a class")):
         PyGNodeDataset(data).load()
+
+
+
+@pytest.mark.parametrize("row, column, node", [(0, 33, 30), (1, 44, -1), (1, 5, 1000)])
+def test_an_edge_to_no_node_names_edge_index_and_the_first_bad_id(row: int, column: int, node: int) -> None:
+    """It failed in the graph's build (``IndexError: build_csc: src holds the id 2005``), naming no dataset field."""
+    data = _data()
+    data.edge_index[row, column] = node
+    data.edge_index[row, 60] = node + 1 if node >= 0 else -5  # a later one is not the first
+    where = f"edge_index[{row}, {column}] (a {('source', 'destination')[row]})"
+    with pytest.raises(InputDataError, match=re.escape(f"data.edge_index holds node id {node} at {where}, but data.x "
+                                                       "has 30 rows (node ids 0 to 29)")):  # fmt: skip
+        PyGNodeDataset(data).load()
+
+
+def test_features_for_fewer_nodes_than_the_labels_name_x() -> None:
+    """With ``*_idx`` splits this blamed the edges (``build_csc ... num_nodes=25``)."""
+    data = _data()
+    data.x = data.x[:25]
+    for split in ("train", "val", "test"):
+        data[f"{split}_idx"] = data.pop(f"{split}_mask").nonzero().view(-1)
+    with pytest.raises(InputDataError, match=re.escape("data.x has 25 rows but data.y has 30 entries")):
+        PyGNodeDataset(data).load()
+    data.y, data.num_nodes = data.y[:25], 30
+    with pytest.raises(InputDataError, match=re.escape("data.x has 25 rows but data.num_nodes is 30")):
+        PyGNodeDataset(data).load()
+
+
+def test_a_field_error_of_a_saved_graph_names_the_file(tmp_path: Path) -> None:
+    data = _data()
+    data.edge_index = data.edge_index.float()
+    data.edge_index[0, 3] = 2.5
+    torch.save(data, tmp_path / "graph.pt")
+    with pytest.raises(InputDataError, match=re.escape(f"{tmp_path / 'graph.pt'}: data.edge_index holds 2.5")):
+        PyGNodeDataset(str(tmp_path / "graph.pt")).load()

@@ -49,8 +49,19 @@ def test_repeated_ids_are_errors() -> None:
         check_splits(_data([3, 7, 1, 9, 7, 3], [2], [4]), SOURCES)
 
 
-def test_overlaps_are_warnings() -> None:
-    warnings = check_splits(_data([0, 1, 2], [2, 3], [3, 4, 0]), SOURCES)
+def test_training_nodes_in_val_or_test_are_an_error_naming_the_count_and_the_first() -> None:
+    """Overlapping train and test masks trained with a warning: the training labels leak into the test scores."""
+    with pytest.raises(SplitError, match=re.escape(
+        "the test split (te.csv) shares 2 nodes with the train split (tr.csv), the first being node 0: their training "
+        "labels leak into the test scores. Make the splits disjoint, or set data.init_args.allow_split_overlap: true "
+        "to train anyway"
+    )):  # fmt: skip
+        check_splits(_data([0, 1, 2], [3], [0, 4, 2]), SOURCES, opt_out="data.init_args.allow_split_overlap: true")
+    assert len(check_splits(_data([0, 1], [2, 3], [3, 4]), SOURCES)) == 1  # val and test: a warning
+
+
+def test_overlaps_are_warnings_when_allowed() -> None:
+    warnings = check_splits(_data([0, 1, 2], [2, 3], [3, 4, 0]), SOURCES, allow_train_overlap=True)
     assert warnings == [
         "the train split (tr.csv) and the val split (va.csv) share 1 node (e.g. 2): training nodes are scored again,"
         " so the scores overstate accuracy",

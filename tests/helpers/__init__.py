@@ -6,6 +6,7 @@ import importlib.util
 import mmap
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import time
@@ -35,6 +36,14 @@ def wait_process_gone(pid: int, timeout: float) -> bool:
             return True
         time.sleep(0.05)
     return process_gone(pid)
+
+
+def sigint_at_default() -> None:
+    """``preexec_fn`` of a child process a test interrupts with SIGINT (Ctrl-C): the child starts with SIGINT at its
+    default disposition, whatever the test process inherited. A shell starts a background job (``cmd &`` in a
+    script) with SIGINT ignored, an ignored signal stays ignored across ``exec``, and Python then installs no
+    KeyboardInterrupt handler: the signal would do nothing and the test would measure how the suite was launched."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def read_ready_line(proc: subprocess.Popen, timeout: float) -> Optional[str]:

@@ -15,7 +15,7 @@ from torch_geometric.nn import SAGEConv
 
 from lightning_zerocopy import ZeroCopyLinkDataModule
 from lightning_zerocopy.models import LinkMetrics, LinkPredictor, PoolHitsAtK
-from lightning_zerocopy.models.link_predictor import batch_mode, num_positives
+from lightning_zerocopy.models.link_predictor import batch_mode, num_positives, sigmoid_by_value
 from helpers.link_batches import eval_batches, link_batch, planted_graph, random_negatives, train_batches
 
 
@@ -208,3 +208,47 @@ def test_trim_needs_an_encoder_that_takes_hop_counts() -> None:
     g = planted_graph()
     batch = train_batches(g, 1, 8, "binary")[0]
     assert model._binary_scores(batch)[0].shape == (16,)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_sigmoid_by_value_gives_an_element_the_same_bits_at_every_position(dtype: torch.dtype) -> None:
+    """torch.sigmoid computes the tail of a CPU tensor with scalar code: an element's last bit depended on where it
+    stood (30 of these slices differed from the whole tensor's result)."""
+    x = (torch.randn(5000, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    whole = sigmoid_by_value(x)
+    assert torch.allclose(whole.double(), torch.sigmoid(x.double()), rtol=1e-2)
+    for start, count in [(0, 1), (3, 7), (5, 1500), (11, 3000), (0, 4999)]:
+        assert torch.equal(sigmoid_by_value(x[start : start + count]), whole[start : start + count]), (start, count)
+    singles = torch.stack([sigmoid_by_value(x[i : i + 1])[0] for i in range(300)])
+    assert torch.equal(singles, whole[:300])
+    assert sigmoid_by_value(x.view(50, 100)).shape == (50, 100)
+
+
+def test_an_edge_gets_the_same_predicted_score_on_any_rank_count_or_batch_size() -> None:
+    """The scores predict writes (probabilities) for the same edges, the ranks simulated one after the other."""
+    torch.manual_seed(0)
+    dm = ZeroCopyLinkDataModule(TinyLinkGraph(num_nodes=600, num_edges=6000), num_neighbors=[5, 5], batch_size=64,
+                                predict_split="test")  # fmt: skip
+    model = LinkPredictor(dm.num_features, hidden_channels=16).eval()
+    dm.setup()
+    runs = []
+    try:
+        builder = dm.builder("predict").open(dm.resources)
+        for eval_batch_size, world_size in [(64, 1), (64, 2), (29, 3)]:
+            dm.eval_batch_size = eval_batch_size
+            scores: dict[tuple[int, int, int], float] = {}
+            with torch.no_grad():
+                for rank in range(world_size):
+                    plan = dm.plan("predict", rank=rank, world_size=world_size)
+                    for step in range(len(plan)):
+                        item = plan.item(0, step)
+                        batch = builder.build_batch(item)
+                        out = model.predict_step(batch, step)
+                        keys = zip(*out["edge_index"].tolist(), batch.edge_label_query.tolist())
+                        scores.update(zip(keys, out["scores"].tolist()))
+            runs.append(scores)
+        builder.close()
+    finally:
+        dm.teardown()
+    assert len(runs[0]) > 2000  # the test split's scored edges
+    assert runs[1] == runs[0] and runs[2] == runs[0]  # every bit

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import sigint_at_default
 from lightning_zerocopy.pipeline import mps
 
 FAKE = textwrap.dedent(
@@ -236,7 +237,8 @@ _OWNER = textwrap.dedent(
 def test_supervisor_stops_the_daemon_after_the_owner_dies(fake_mps, sig):
     root_dir = str(Path(__file__).resolve().parents[2])
     owner = subprocess.Popen(
-        [sys.executable, "-c", _OWNER.format(root=root_dir)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+        [sys.executable, "-c", _OWNER.format(root=root_dir)], stdout=subprocess.PIPE, text=True, env=dict(os.environ),
+        preexec_fn=sigint_at_default,
     )
     try:
         line = owner.stdout.readline().split()

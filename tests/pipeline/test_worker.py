@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import process_gone, read_ready_line, wait_process_gone
+from helpers import process_gone, read_ready_line, sigint_at_default, wait_process_gone
 from helpers.pipeline_fakes import FakeSource, TwoStageSource
 from torch_geometric.data import Data
 
@@ -202,7 +202,8 @@ def _start_trainer(tmp_path: Path) -> tuple[subprocess.Popen, int]:
     script.write_text(_TRAINER_SCRIPT.format(here=str(HERE), tests=str(HERE.parent)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=sigint_at_default,
     )
     line = read_ready_line(proc, timeout=60)
     if line is None:

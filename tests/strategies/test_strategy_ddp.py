@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import free_port
+from helpers import free_port, sigint_at_default
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "strategy_ddp_script.py"
 
@@ -34,7 +34,7 @@ def _launch(tmp_path: Path, config: dict[str, Any], node_rank: int = 0, port: in
         env.pop(key, None)
     return subprocess.Popen(
         [sys.executable, str(SCRIPT), str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=new_session,
+        stderr=subprocess.STDOUT, text=True, start_new_session=new_session, preexec_fn=sigint_at_default,
     )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.host.share import feature_cache_dir, node_order_cache_dir, share_node_data, shared_node_order
-from lightning_zerocopy.datasets.base import InputDataError
+from lightning_zerocopy.datasets.base import InputDataError, out_of_range_edge
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.gather.host_table import FeatureOverflowError, feature_dtype_of
@@ -39,6 +39,8 @@ class HostCopyBuilder:
         opt_out: the key that turns the feature scan off, for its error message.
         feature_dtype: the dtype the feature table is stored in (``None``: the dataset's), cast once here.
         dtype_key: how errors name ``feature_dtype`` (its YAML key).
+        allow_split_overlap: training nodes in the val/test split are a warning instead of an error.
+        overlap_opt_out: the key that allows them, for the error message.
     """
 
     def __init__(
@@ -51,10 +53,14 @@ class HostCopyBuilder:
         opt_out: str = "check_features: false",
         feature_dtype: Optional[FeatureDtype] = None,
         dtype_key: str = "feature_dtype",
+        allow_split_overlap: bool = False,
+        overlap_opt_out: str = "allow_split_overlap: true",
     ):
         self.dataset = dataset
         self.feature_dtype: Optional[FeatureDtype] = feature_dtype
         self.dtype_key = dtype_key
+        self.allow_split_overlap = allow_split_overlap
+        self.overlap_opt_out = overlap_opt_out
         self.check_features = check_features
         self.opt_out = opt_out
         self.feature_storage: FeatureStorage = feature_storage
@@ -69,8 +75,9 @@ class HostCopyBuilder:
 
         Raises:
             InputDataError: a split holds an out-of-range or repeated id, or a label is out of range (naming the
-                split and its source); a feature is NaN or infinite (naming the node and column), or does not fit
-                ``feature_dtype``.
+                split and its source), or a val/test split holds training nodes (unless allowed); a feature is NaN or
+                infinite (naming the node and column), or does not fit ``feature_dtype``; ``edge_index`` holds a node
+                id outside the feature rows (naming the first).
         """
         cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
         data = self.dataset.load()
@@ -85,6 +92,11 @@ class HostCopyBuilder:
             )  # fmt: skip
         except FeatureOverflowError as exc:
             raise InputDataError(f"{self.key} ({type(self.dataset).__name__}) {exc}") from exc
+        except IndexError as exc:  # the graph's build refuses an edge to no node: name the dataset's field
+            problem = out_of_range_edge(data.edge_index, data.num_nodes)
+            if problem is None:
+                raise
+            raise InputDataError(f"{self.key} ({type(self.dataset).__name__}): {problem}") from exc
         if cache_dir is None and self._order is None:
             self._order = shared_node_order(handles)
         return handles
@@ -111,7 +123,8 @@ class HostCopyBuilder:
 
     def _find_split_problems(self, data: Any, sources: dict[str, str]) -> list[str]:
         """Raise :class:`SplitError` for a split no batch can be built from; return warnings."""
-        return check_splits(data, sources, num_classes=self.dataset.num_classes)
+        return check_splits(data, sources, num_classes=self.dataset.num_classes,
+                            allow_train_overlap=self.allow_split_overlap, opt_out=self.overlap_opt_out)  # fmt: skip
 
     def _check_splits(self, data: Any) -> None:
         """Ids in range and no repeats, labels in [-1, num_classes), finite features (errors), nodes shared between
