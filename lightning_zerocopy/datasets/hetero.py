@@ -160,6 +160,10 @@ class HeteroNodeDataset(ABC):
     cache on disk; idempotent) and :meth:`load`.
     """
 
+    def metadata(self) -> tuple[list[str], list[EdgeType]]:
+        """``(node types, edge types)``, as PyG's ``HeteroData.metadata()`` gives them."""
+        return list(self.node_types), list(self.edge_types)
+
     @property
     @abstractmethod
     def node_types(self) -> list[str]:
@@ -169,6 +173,11 @@ class HeteroNodeDataset(ABC):
     @abstractmethod
     def edge_types(self) -> list[EdgeType]:
         """Every edge type ``(src, rel, dst)``."""
+
+    @property
+    @abstractmethod
+    def num_nodes(self) -> dict[str, int]:
+        """Nodes of every node type (cheap: a model sizes its embeddings of featureless types from it)."""
 
     @property
     @abstractmethod
