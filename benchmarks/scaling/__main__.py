@@ -45,6 +45,7 @@ if REPO_ROOT not in sys.path:
 
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
+from lightning_zerocopy.cache.nvidia_topo import GpuTopology, TopologyParseError  # noqa: E402
 
 #: the two models of the end-to-end benchmark: (fanouts, hidden channels, layers)
 MODELS = {"heavy": ([15, 10, 5], 256, 3), "light": ([10, 5], 128, 2)}
@@ -192,13 +193,19 @@ def _mean(values: list[Any]) -> Optional[float]:
 
 
 def topology() -> dict[str, Any]:
-    """``nvidia-smi topo -m`` and the GPU list (or why they are missing)."""
+    """``nvidia-smi topo -m``, the GPU list and the NVLink cliques read from the matrix (or why they are missing)."""
     out: dict[str, Any] = {}
     for key, cmd in (("topo_m", ["nvidia-smi", "topo", "-m"]), ("gpus", ["nvidia-smi", "-L"])):
         try:
             out[key] = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
         except (OSError, subprocess.SubprocessError) as exc:
             out[key] = f"unavailable: {exc!r}"
+    try:  # the groups clique would form if peer access ran exactly over the NVLinks, beside the runs' measured ones
+        links = GpuTopology.parse(out["topo_m"])
+        out["nvlink_cliques"] = links.nvlink_cliques()
+        out["links"] = [list(row) for row in links.links]
+    except TopologyParseError as exc:
+        out["nvlink_cliques"] = f"unavailable: {exc}"
     return out
 
 
