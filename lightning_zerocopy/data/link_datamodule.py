@@ -23,6 +23,7 @@ from lightning_zerocopy.data.plan import SPLIT_STREAMS
 from lightning_zerocopy.data.negatives import NegativeDraws, NegativeSampling, parse_neg_sampling
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkDataset, LinkSplit
 from lightning_zerocopy.options import (
+    FeatureDtype,
     FeatureStorage,
     GatherChoice,
     GatherMode,
@@ -67,8 +68,8 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         seed: base seed of the shuffles, of every batch's sampler seed and of its negatives.
         predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives), sampled
             with that split's seed: an edge's scores from ``predict`` and ``test`` are the same.
-        feature_storage, sampler_placement, gather, gather_mode, hot_rows, node_order, check_features: the data path
-            and the NaN/inf feature scan, exactly as
+        feature_storage, sampler_placement, gather, gather_mode, hot_rows, node_order, check_features, feature_dtype,
+            x_dtype: the data path, the NaN/inf feature scan and the feature dtypes, exactly as
             :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them.
 
     Raises:
@@ -99,6 +100,8 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         hot_rows: int = 0,
         node_order: NodeOrderKind = "none",
         check_features: bool = True,
+        feature_dtype: Optional[FeatureDtype] = None,
+        x_dtype: Optional[FeatureDtype] = "float32",
     ) -> None:
         if not isinstance(dataset, LinkDataset):
             raise TypeError(
@@ -117,7 +120,7 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
             eval_batch_size=eval_batch_size, replace=replace, shuffle=shuffle, drop_last=drop_last,
             num_threads=num_threads, seed=seed, predict_split=predict_split, feature_storage=feature_storage,
             sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, hot_rows=hot_rows,
-            node_order=node_order, check_features=check_features,
+            node_order=node_order, check_features=check_features, feature_dtype=feature_dtype, x_dtype=x_dtype,
         )  # fmt: skip
         self.num_neighbors = list(num_neighbors)
         self.eval_num_neighbors = list(eval_num_neighbors) if eval_num_neighbors is not None else self.num_neighbors
@@ -125,8 +128,9 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         self.neg_sampling_ratio = float(neg_sampling_ratio)
         self.subgraph_type, self.disjoint = subgraph_type, disjoint
         self._host_copy = LinkHostCopyBuilder(
-            dataset, feature_storage, node_order, _KEY + "dataset", check_features, _KEY + "check_features: false"
-        )
+            dataset, feature_storage, node_order, _KEY + "dataset", check_features, _KEY + "check_features: false",
+            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
+        )  # fmt: skip
         self._link_splits: dict[str, LinkSplit] = {}
         self._negatives: Optional[NegativeDraws] = None
 

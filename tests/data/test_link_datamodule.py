@@ -308,3 +308,23 @@ def test_setup_warns_about_repeated_and_self_loop_supervision_edges_with_counts(
                                          r"positive edges .*; 1 positive self-loop \(e\.g\. \(9, 9\)\)"):
         dm.setup("fit")
     dm.teardown("fit")
+
+
+@pytest.mark.parametrize("x_dtype", ["float32", None])
+def test_feature_dtype_halves_the_host_table_and_x_is_delivered_as_x_dtype(x_dtype) -> None:
+    dm = _datamodule(feature_dtype="bfloat16", x_dtype=x_dtype)
+    dm.setup("fit")
+    try:
+        x = dm.dataset.load().x
+        assert dm.resources.host.features.data.dtype == torch.bfloat16
+        batch = dm.builder("train").open(dm.resources).build_batch(dm.plan("train").item(0, 0))
+        expected = x[batch.n_id].to(torch.bfloat16)
+        assert batch.x.dtype == (torch.float32 if x_dtype == "float32" else torch.bfloat16)
+        assert torch.equal(batch.x, expected.to(batch.x.dtype))  # the rounded rows, cast once where the batch is built
+    finally:
+        dm.teardown("fit")
+
+
+def test_a_bad_feature_dtype_names_the_link_key() -> None:
+    with pytest.raises(ValueError, match=r"data\.init_args\.feature_dtype"):
+        _datamodule(feature_dtype="int8")

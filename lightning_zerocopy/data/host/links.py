@@ -10,13 +10,13 @@ the opened tensors back into :class:`LinkSplit` objects in every process.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
 from lightning_zerocopy.data.host.builder import HostCopyBuilder
+from lightning_zerocopy.datasets.link_checks import check_link_splits
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkData, LinkSplit
-from lightning_zerocopy.datasets.splits import SplitError
 
 __all__ = ["LinkHostCopyBuilder", "link_split_tensors", "link_splits"]
 
@@ -61,27 +61,4 @@ class LinkHostCopyBuilder(HostCopyBuilder):
         return link_split_tensors(data)
 
     def _find_split_problems(self, data: Any, sources: dict[str, str]) -> list[str]:
-        try:  # the full check (positives among negatives, leaks into the graph) where the datasets provide it
-            from lightning_zerocopy.datasets.link_checks import check_link_splits
-        except ImportError:  # pragma: no cover - before datasets/link_checks.py is merged
-            return _check_link_ranges(data, sources)
         return check_link_splits(data, sources)
-
-
-def _check_link_ranges(data: LinkData, sources: Mapping[str, str]) -> list[str]:
-    """The checks no batch can be built without: every split non-empty, every id in range."""
-    for name, split in data.splits.items():
-        source = sources.get(name, f"the {name} link split")
-        if split.num_positives == 0:
-            raise SplitError(name, source, "holds no positive edge: a split to train or score needs at least one")
-        for field in ("pos_edge_index", "neg_edge_index"):
-            edges = getattr(split, field)
-            if edges is None or edges.numel() == 0:
-                continue
-            lo, hi = int(edges.min()), int(edges.max())
-            if lo < 0 or hi >= data.num_nodes:
-                raise SplitError(
-                    name, source, f"holds node id {lo if lo < 0 else hi} in {field}, out of range for a graph of "
-                    f"{data.num_nodes} nodes",
-                )  # fmt: skip
-    return []
