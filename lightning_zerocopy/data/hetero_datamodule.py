@@ -7,9 +7,10 @@ edge type, features per featured type), whose resources are
 :class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`. The plan is the homogeneous one over the input
 type's split.
 
-Not yet for heterogeneous graphs (each refused in one line): ``sampler_placement`` ``hybrid``/``auto``, a
+Not yet for heterogeneous graphs: ``sampler_placement`` ``hybrid``/``auto``, a
 :class:`~lightning_zerocopy.callbacks.PipelineCallback` or other host-memory consumer (the pipeline worker, the
-``ZeroCopyDDPStrategy`` cache), GPU feature caches (``hot_rows``), node orders and ``feature_dtype``.
+``ZeroCopyDDPStrategy`` cache), GPU feature caches (:meth:`set_feature_cache`), each refused in one line; node orders,
+``hot_rows`` and ``feature_dtype`` are not arguments. Per-type telemetry and the predictions writer are the next seams.
 """
 
 from __future__ import annotations
@@ -212,6 +213,16 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
             node_keyed=split != "train" and self._eval_node_keyed,
             x_dtype=self.x_dtype,
         )
+
+    def set_feature_cache(self, spec: Optional[Any]) -> None:
+        """GPU feature caches are not yet placed per node type: only ``None`` (no cache) is accepted.
+
+        Raises:
+            ValueError: a cache spec.
+        """
+        if spec is not None:
+            raise ValueError("GPU feature caches are not yet supported for heterogeneous graphs (ZeroCopyHeteroDataModule)")
+        super().set_feature_cache(None)
 
     @property
     def resources(self) -> Optional[HeteroDeviceResources]:  # type: ignore[override]
