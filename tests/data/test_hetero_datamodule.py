@@ -251,3 +251,21 @@ def test_cpu_sampler_with_zerocopy_gather_builds_on_the_gpu() -> None:
         assert torch.equal(batch["institution"].x.cpu(), cpu["institution"].x)
     finally:
         module.teardown("fit")
+
+
+@pytest.mark.parametrize("per_edge_type", [True, False])
+def test_the_cli_builds_it_from_a_recipe_and_links_the_shapes(tmp_path, per_edge_type: bool) -> None:
+    from lightning_zerocopy.cli import build_cli
+
+    config = {
+        "data": {"class_path": "lightning_zerocopy.ZeroCopyHeteroDataModule", "init_args": {
+            "dataset": {"class_path": "helpers.hetero.TinyHeteroDataset"},
+            "num_neighbors": {edge_type_str(et): [2, 1] for et in EDGE_TYPES} if per_edge_type else [2, 1],
+            "batch_size": 4}},
+        "model": {"class_path": "helpers.hetero.HeteroShapeProbe"},
+        "trainer": {"logger": False, "default_root_dir": str(tmp_path)},
+    }  # fmt: skip
+    cli = build_cli(config, run=False)
+    assert isinstance(cli.datamodule, ZeroCopyHeteroDataModule)
+    assert cli.datamodule.fanouts[CITES] == [2, 1]
+    assert cli.model.hparams.in_channels == {"paper": 8, "institution": 4} and cli.model.hparams.out_channels == 3

@@ -106,3 +106,11 @@ def reference_hetero_sample(
         for t in data.num_nodes:
             frontier[t] = (frontier[t][1], len(n_id[t]))
     return n_id, edges
+
+
+class HeteroShapeProbe(__import__("pytorch_lightning").LightningModule):
+    """A model that only records the shapes the CLI links into it (``in_channels`` per featured type)."""
+
+    def __init__(self, in_channels: dict[str, int], out_channels: int) -> None:
+        super().__init__()
+        self.save_hyperparameters()
