@@ -1,10 +1,12 @@
 """A tiny heterogeneous dataset built inline (papers with features and labels, authors without features, institutions
-with features), and a pure-Python reference of PyG's hetero neighbor sampling semantics for comparison."""
+with features), a pure-Python reference of PyG's hetero neighbor sampling semantics for comparison, and a model that
+records the shapes the CLI links into it."""
 
 from __future__ import annotations
 
 from typing import Optional
 
+import pytorch_lightning as pl
 import torch
 
 from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeData, HeteroNodeDataset
@@ -108,7 +110,7 @@ def reference_hetero_sample(
     return n_id, edges
 
 
-class HeteroShapeProbe(__import__("pytorch_lightning").LightningModule):
+class HeteroShapeProbe(pl.LightningModule):
     """A model that only records the shapes the CLI links into it (``in_channels`` per featured type)."""
 
     def __init__(self, in_channels: dict[str, int], out_channels: int) -> None:
