@@ -154,3 +154,16 @@ def test_bad_fanouts_are_refused() -> None:
         _sampler(data, {**{et: [2, 2] for et in EDGE_TYPES}, CITES: [2]})
     with pytest.raises(ValueError, match="input_type"):
         _sampler(data).sample(data.train_idx[:2], seed=0, input_type="venue")
+
+
+def test_with_replacement_every_target_with_neighbors_draws_exactly_its_fanout() -> None:
+    data = make_hetero_data()
+    sample = _sampler(data, replace=True).sample(data.train_idx[:8], seed=2, input_type="paper")
+    for et in EDGE_TYPES:
+        dst = et[2]
+        degree = torch.bincount(data.edge_index[et][1], minlength=data.num_nodes[dst])
+        for hop, (_, col, _) in enumerate(_per_hop(sample, et)):
+            counts = torch.bincount(col, minlength=sample.n_id[dst].numel())
+            targets = counts.nonzero().flatten()
+            assert bool((counts[targets] == FANOUTS[et][hop]).all())
+            assert bool((degree[sample.n_id[dst][targets]] > 0).all())
