@@ -12,7 +12,7 @@ from torch_geometric.data import HeteroData
 from torch_geometric.nn import HeteroConv, SAGEConv
 from torch_geometric.utils import trim_to_layer
 
-from helpers.hetero import CITES, EDGE_TYPES, EMPLOYS, WRITES, TinyHeteroDataset
+from helpers.hetero import CITES, EDGE_TYPES, EMPLOYS, TinyHeteroDataset
 from lightning_zerocopy import ZeroCopyHeteroDataModule
 from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
 from lightning_zerocopy.data.hetero_datamodule import resolve_num_neighbors
