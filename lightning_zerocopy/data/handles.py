@@ -13,7 +13,7 @@ from lightning_zerocopy.gather.host_table import FeatureTableHandle
 from lightning_zerocopy.graph.csc import CSCGraphHandle
 from lightning_zerocopy.graph.shared_memory import SharedTensorHandle, TensorHandle
 
-__all__ = ["HostGraphHandles", "NodeOrderHandles"]
+__all__ = ["HeteroHostGraphHandles", "HostGraphHandles", "NodeOrderHandles"]
 
 
 @dataclass(frozen=True)
@@ -67,5 +67,50 @@ class HostGraphHandles:
         if self.node_order is not None:
             self.node_order.unlink()
         for handle in (self.labels, self.edge_attr, *self.splits.values()):
+            if isinstance(handle, SharedTensorHandle):
+                handle.unlink()
+
+
+@dataclass(frozen=True)
+class HeteroHostGraphHandles:
+    """Picklable names of a heterogeneous dataset's shared host memory (no data); built by
+    :func:`~lightning_zerocopy.data.host.hetero.share_hetero_data`, mapped by
+    :class:`~lightning_zerocopy.data.hetero_resources.HeteroHostData`.
+
+    Pairs rather than dicts, so the handles hash (their order is the dataset's order of node and edge types, which
+    is the sampler's order of edge types).
+
+    Attributes:
+        input_type: the node type with labels and splits.
+        num_nodes: ``(node type, count)`` of every node type.
+        graphs: ``(edge type, CSC)`` of every edge type: the incoming ``src``-type neighbors of each ``dst``-type
+            node, over ``max(num_nodes[src], num_nodes[dst])`` ids (see :mod:`lightning_zerocopy.data.host.hetero`).
+        features: ``(node type, feature table)`` of the types that have features.
+        labels: int64 labels of the input type.
+        splits: int64 input-type ids of each split (``"train"``, ``"val"``, ``"test"``).
+    """
+
+    input_type: str
+    num_nodes: tuple[tuple[str, int], ...]
+    graphs: tuple[tuple[tuple[str, str, str], CSCGraphHandle], ...]
+    features: tuple[tuple[str, FeatureTableHandle], ...]
+    labels: TensorHandle
+    splits: Mapping[str, TensorHandle]
+
+    @property
+    def node_types(self) -> list[str]:
+        return [t for t, _ in self.num_nodes]
+
+    @property
+    def edge_types(self) -> list[tuple[str, str, str]]:
+        return [et for et, _ in self.graphs]
+
+    def unlink(self) -> None:
+        """Remove the names of every shared segment (files on disk are kept); mappings stay valid."""
+        for _, graph in self.graphs:
+            graph.unlink()
+        for _, table in self.features:
+            table.unlink()
+        for handle in (self.labels, *self.splits.values()):
             if isinstance(handle, SharedTensorHandle):
                 handle.unlink()

@@ -1,7 +1,9 @@
-"""Neighbor samplers: multi-hop uniform sampling over a CSC graph with PyG ``NeighborLoader`` output, and the
+"""Neighbor samplers: multi-hop uniform sampling over a CSC graph with PyG ``NeighborLoader`` output (and its
+heterogeneous form over one CSC per edge type), and the
 hybrid CPU/GPU placement of each batch's sampling (cost model + dispatcher)."""
 
 from lightning_zerocopy.sampling.cost_model import LinearCostModel, SampleSizeEstimator, expected_sample_edges
+from lightning_zerocopy.sampling.hetero import HeteroNeighborSampler, HeteroSampledBatch
 from lightning_zerocopy.sampling.hybrid.policy import Dispatch, HybridDispatcher, HybridPolicy, HybridStats
 from lightning_zerocopy.sampling.neighbor_sampler import (
     CSCLike,
@@ -15,6 +17,8 @@ from lightning_zerocopy.sampling.neighbor_sampler import (
 __all__ = [
     "CSCLike",
     "Dispatch",
+    "HeteroNeighborSampler",
+    "HeteroSampledBatch",
     "HybridDispatcher",
     "HybridPolicy",
     "HybridStats",

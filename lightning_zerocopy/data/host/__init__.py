@@ -4,7 +4,9 @@
   to every rank;
 * :mod:`.builder` — :class:`HostCopyBuilder`: what the DataModule's local rank 0 runs (split checks, segments, node
   order);
-* :mod:`.links` — the same for a link dataset (:class:`LinkHostCopyBuilder`: its supervision splits as tensors).
+* :mod:`.links` — the same for a link dataset (:class:`LinkHostCopyBuilder`: its supervision splits as tensors);
+* :mod:`.hetero` — a heterogeneous dataset (:func:`share_hetero_data`: one CSC per edge type, features per featured
+  type; :class:`HeteroHostCopyBuilder`).
 
 Pinning and mapping those pages for the GPU is :mod:`lightning_zerocopy.graph.host_registration` (below ``data/``:
 the samplers and gathers register host memory too). Names are imported on first access.
@@ -26,6 +28,8 @@ _LAZY = {
     "LinkHostCopyBuilder": "lightning_zerocopy.data.host.links",
     "link_split_tensors": "lightning_zerocopy.data.host.links",
     "link_splits": "lightning_zerocopy.data.host.links",
+    "HeteroHostCopyBuilder": "lightning_zerocopy.data.host.hetero",
+    "share_hetero_data": "lightning_zerocopy.data.host.hetero",
 }
 
 __all__ = sorted(_LAZY)

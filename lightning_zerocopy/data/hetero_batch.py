@@ -1,0 +1,305 @@
+"""``HeteroBatchBuilder``: one plan item -> one PyG ``HeteroData`` batch, as PyG's hetero ``NeighborLoader`` yields it.
+
+The heterogeneous builder on the node spine: the plan is the homogeneous :class:`~lightning_zerocopy.data.plan.BatchPlan`
+over the input type's split (a plan item's seeds are input-type ids), the builder has
+:class:`~lightning_zerocopy.data.batch.BatchBuilder`'s interface (``open``/``close``, ``build_batch`` =
+``gather_batch(sample_batch(item))``, picklable: handles and options only), so :class:`~lightning_zerocopy.data.loader.PlanLoader`
+and the DataModule's split builders drive it unchanged; types are data (the handles' node and edge types, the
+fanouts per edge type). Sampling is :class:`~lightning_zerocopy.sampling.hetero.HeteroNeighborSampler` (the
+homogeneous kernel per hop and edge type), assembly :mod:`lightning_zerocopy.data.hetero_assemble` (the same gathers).
+
+Placements: ``sampler_placement`` ``cpu`` | ``uva`` | ``gpu`` (every edge type's CSC placed by the resources, one
+sampler per edge type and hop over it); ``gather`` ``cpu`` | ``zerocopy`` (one zero-copy table per featured type).
+With ``gather="cpu"`` and the CPU sampler the batch is built in host memory, otherwise on the GPU (a CPU sample's
+ids go over in one pinned copy). ``hybrid``/``auto`` are not supported for heterogeneous graphs yet.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping, Optional, Sequence
+
+import torch
+from torch_geometric.data import HeteroData
+
+from lightning_zerocopy.data.assemble import StageMarks, to_device_packed
+from lightning_zerocopy.data.handles import HeteroHostGraphHandles
+from lightning_zerocopy.data.hetero_assemble import (
+    HeteroGpuSide,
+    HeteroSampledItem,
+    assemble_hetero_on_gpu,
+    assemble_hetero_on_host,
+)
+from lightning_zerocopy.data.hetero_resources import HeteroDeviceResources, HeteroHostData
+from lightning_zerocopy.data.plan import PlanItem
+from lightning_zerocopy.data.resources import resolve_cuda_device
+from lightning_zerocopy.gather.host_table import feature_dtype_of
+from lightning_zerocopy.options import (
+    FeatureDtype,
+    GatherBackend,
+    GatherMode,
+    SamplerPlacement,
+    check_choice,
+    check_count,
+    check_fanouts,
+)
+from lightning_zerocopy.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSampledBatch
+
+__all__ = ["HeteroBatchBuilder", "HYBRID_UNSUPPORTED"]
+
+#: Why ``hybrid``/``auto`` placements are refused for heterogeneous graphs.
+HYBRID_UNSUPPORTED = (
+    "sampler_placement={placement!r} is not yet supported for heterogeneous graphs (its cost model is per "
+    "homogeneous batch); use 'cpu', 'uva' or 'gpu'"
+)
+
+
+class HeteroBatchBuilder:
+    """Builds PyG ``HeteroData`` mini-batches from plan items; picklable, opened in each process that builds.
+
+    Args:
+        handles: the heterogeneous host memory.
+        fanouts: per edge type, neighbors per hop (every edge type of the handles, lists of one length).
+        replace: sample with replacement.
+        num_threads: threads of the CPU sampling kernel (``None``: ``torch.get_num_threads()``).
+        sampler_placement: ``"cpu"``, ``"uva"`` or ``"gpu"`` (every placement gives the CPU placement's batch).
+        gather: ``"cpu"`` or ``"zerocopy"`` (the GPU reads each featured type's rows from registered host memory).
+        gather_mode: read order of the zero-copy gather (``auto``/``direct``/``sorted``).
+        device: CUDA device index (``None``: the resources').
+        node_keyed: evaluation sampling (:mod:`lightning_zerocopy.sampling.hetero`).
+        x_dtype: the dtype of every type's ``x`` (``None``: the host table's).
+
+    Raises:
+        ValueError: a bad option (naming it); ``hybrid``/``auto`` placements.
+    """
+
+    def __init__(
+        self,
+        handles: HeteroHostGraphHandles,
+        fanouts: Mapping[EdgeType, Sequence[int]],
+        replace: bool = False,
+        num_threads: Optional[int] = None,
+        *,
+        sampler_placement: SamplerPlacement = "cpu",
+        gather: GatherBackend = "cpu",
+        gather_mode: GatherMode = "auto",
+        device: Optional[int] = None,
+        node_keyed: bool = False,
+        x_dtype: Optional[FeatureDtype] = "float32",
+    ) -> None:
+        check_choice(sampler_placement, SamplerPlacement, "sampler_placement")
+        if sampler_placement in ("hybrid", "auto"):
+            raise ValueError(HYBRID_UNSUPPORTED.format(placement=sampler_placement))
+        check_choice(gather, GatherBackend, "gather")
+        check_choice(gather_mode, GatherMode, "gather_mode")
+        if x_dtype is not None:
+            check_choice(x_dtype, FeatureDtype, "x_dtype")
+        check_count(num_threads, "num_threads", minimum=1, allow_none=True)
+        if set(map(tuple, fanouts)) != set(handles.edge_types):
+            raise ValueError(f"`fanouts` must name every edge type {handles.edge_types}, got {list(fanouts)}")
+        self.handles = handles
+        self.fanouts = {et: check_fanouts(list(fanouts[et]), "fanouts") for et in handles.edge_types}
+        self.replace = bool(replace)
+        self.num_threads = num_threads
+        self.sampler_placement: SamplerPlacement = sampler_placement
+        self.gpu_sampler_placement = sampler_placement  # the CUDA sampler's placement (``"cpu"``: none)
+        self.gather: GatherBackend = gather
+        self.gather_mode: GatherMode = gather_mode
+        self.device_index = device
+        self.node_keyed = bool(node_keyed)
+        self.x_dtype: Optional[FeatureDtype] = x_dtype
+        self.hybrid_lanes: Optional[tuple[str, ...]] = None  # the BatchBuilder interface: one device
+        self._reset()
+
+    def _reset(self) -> None:
+        self._resources: Optional[HeteroDeviceResources] = None
+        self._owns_resources = False
+        self._host: Optional[HeteroHostData] = None
+        self._cpu_sampler: Optional[HeteroNeighborSampler] = None
+        self._gpu: Optional[HeteroGpuSide] = None
+        self._lock = threading.Lock()
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+
+    @property
+    def input_type(self) -> str:
+        return self.handles.input_type
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether batches are built on a CUDA device (a GPU sampler or the zero-copy gather)."""
+        return self.gather == "zerocopy" or self.sampler_placement != "cpu"
+
+    @property
+    def device(self) -> torch.device:
+        """``cpu``, or the CUDA device resolved by :meth:`open` (``RuntimeError`` for a GPU builder not open yet)."""
+        if not self.on_gpu:
+            return torch.device("cpu")
+        if self._gpu is None:
+            raise RuntimeError("the CUDA device of a GPU HeteroBatchBuilder is decided by open(); call open() first")
+        return self._gpu.device
+
+    @property
+    def resources(self) -> Optional[HeteroDeviceResources]:
+        return self._resources
+
+    @property
+    def is_open(self) -> bool:
+        return self._resources is not None and (self._gpu is not None or not self.on_gpu)
+
+    @property
+    def sampling_stats(self) -> None:
+        """Hybrid placement statistics: none (hybrid is not supported for heterogeneous graphs)."""
+        return None
+
+    def hybrid_policy(self) -> None:
+        return None
+
+    def open(self, resources: Optional[HeteroDeviceResources] = None, *, place: bool = True) -> "HeteroBatchBuilder":
+        """Bind to ``resources`` (``None``: private ones, closed by :meth:`close`) and, for a GPU builder, place its
+        GPU side now or (``place=False``) at the first batch. Idempotent.
+
+        Raises:
+            ValueError: ``resources`` over other host memory, or the builder is open with other resources.
+        """
+        if self._resources is None:
+            owns = resources is None
+            if resources is None:
+                resources = HeteroDeviceResources(self.handles, self.device_index)
+            elif resources.handles != self.handles:
+                raise ValueError("`resources` map other host memory than this builder's handles")
+            self._resources, self._owns_resources, self._host = resources, owns, resources.host
+            self._cpu_sampler = HeteroNeighborSampler(
+                self._host.graphs, list(self._host.num_nodes), self.fanouts, replace=self.replace,
+                num_threads=self.num_threads, node_keyed=self.node_keyed,
+            )  # fmt: skip
+        elif resources is not None and resources is not self._resources:
+            raise ValueError("this HeteroBatchBuilder is already open with other resources; close() it first")
+        if place and self.on_gpu and self._gpu is None:
+            self._place()
+        return self
+
+    def _place(self) -> None:
+        with self._lock:
+            if self._gpu is not None:
+                return
+            r = self._resources
+            assert r is not None and self._host is not None
+            what = f"HeteroBatchBuilder(sampler_placement={self.sampler_placement!r}, gather={self.gather!r})"
+            device = resolve_cuda_device(r.device_index, what)
+            sampler = None
+            if self.sampler_placement != "cpu":
+                placement = self.sampler_placement
+                graphs = {et: r.topology(et, placement) for et in self._host.graphs}  # type: ignore[arg-type]
+                sampler = HeteroNeighborSampler(
+                    graphs, list(self._host.num_nodes), self.fanouts, replace=self.replace,
+                    placement=placement, device=device, node_keyed=self.node_keyed,  # type: ignore[arg-type]
+                )  # fmt: skip
+            features = None
+            if self.gather == "zerocopy":
+                features = {t: r.feature_table(t, self.gather_mode) for t in self._host.features}
+            self._gpu = HeteroGpuSide(device=device, sampler=sampler, features=features, labels=r.labels())
+
+    def close(self) -> None:
+        """Unbind from the resources (closing them if the builder created them). Idempotent."""
+        resources, owns = self._resources, self._owns_resources
+        self._reset()
+        if resources is not None and owns:
+            resources.close()
+
+    # ---- building ----------------------------------------------------------------------------------------
+
+    def build_batch(self, item: PlanItem, out: Optional[Mapping[str, torch.Tensor]] = None) -> HeteroData:
+        """Sample the neighborhood of ``item.seed_ids`` (input-type ids) and gather features and labels.
+
+        ``gather_batch(sample_batch(item))``. ``out`` (preallocated buffers, a pipeline's slots) is not supported
+        for heterogeneous batches yet and must be empty.
+
+        Returns:
+            A ``HeteroData`` with PyG's hetero ``NeighborLoader`` fields (:mod:`lightning_zerocopy.data.hetero_assemble`).
+        """
+        return self.gather_batch(self.sample_batch(item), out)
+
+    def sample_batch(self, item: PlanItem, lane: Optional[str] = None) -> HeteroSampledItem:
+        """First stage of :meth:`build_batch`: sample (on the current CUDA stream for a GPU builder).
+
+        Raises:
+            ValueError: a ``lane`` (hybrid builders only).
+            IndexError / ValueError: a seed id out of range or repeated (the kernel's checks).
+        """
+        if lane is not None:
+            raise ValueError(f"`lane` is for hybrid builders; {HYBRID_UNSUPPORTED.format(placement='hybrid')}")
+        if not self.is_open:
+            self.open()
+        sampler = self._cpu_sampler
+        assert sampler is not None
+        input_type = self.input_type
+        if not self.on_gpu:
+            return HeteroSampledItem(item, sampler.sample(item.seed_ids, item.batch_seed, input_type), item.input_id)
+        gpu = self._gpu
+        assert gpu is not None
+        with torch.cuda.device(gpu.device):
+            if gpu.sampler is None:  # CPU sampler, then every id goes over in one pinned copy
+                sample = _to_device(sampler.sample(item.seed_ids, item.batch_seed, input_type), item.input_id, gpu.device)
+                return HeteroSampledItem(item, sample[0], sample[1])
+            seeds, input_id = to_device_packed([item.seed_ids, item.input_id], gpu.device)
+            return HeteroSampledItem(item, gpu.sampler.sample(seeds, item.batch_seed, input_type), input_id)
+
+    def gather_batch(
+        self,
+        sampled: HeteroSampledItem,
+        out: Optional[Mapping[str, torch.Tensor]] = None,
+        *,
+        marks: Optional[StageMarks] = None,
+    ) -> HeteroData:
+        """Second stage of :meth:`build_batch`: gather every featured type's rows and the input type's labels."""
+        if out:
+            raise ValueError("preallocated `out` buffers are not supported for heterogeneous batches yet")
+        if not self.is_open:
+            self.open()
+        assert self._host is not None
+        x_dtype = None if self.x_dtype is None else feature_dtype_of(self.x_dtype)
+        if self.on_gpu:
+            assert self._gpu is not None
+            with torch.cuda.device(self._gpu.device):
+                return assemble_hetero_on_gpu(self._host, self._gpu, sampled, x_dtype, marks)
+        return assemble_hetero_on_host(self._host, sampled, x_dtype, marks)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for key in ("_resources", "_owns_resources", "_host", "_cpu_sampler", "_gpu", "_lock"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def __repr__(self) -> str:
+        return (
+            f"HeteroBatchBuilder(edge_types={len(self.fanouts)}, fanouts={self.fanouts}, replace={self.replace}, "
+            f"node_keyed={self.node_keyed}, sampler_placement={self.sampler_placement!r}, gather={self.gather!r}, "
+            f"x_dtype={self.x_dtype!r}, device={self.device_index}, open={self.is_open})"
+        )
+
+
+def _to_device(
+    sample: HeteroSampledBatch, input_id: torch.Tensor, device: torch.device
+) -> tuple[HeteroSampledBatch, torch.Tensor]:
+    """A CPU sample and its ``input_id`` on ``device``: every int64 tensor in one pinned, non-blocking copy."""
+    node_types, edge_types = list(sample.n_id), list(sample.edge_index)
+    tensors = [sample.n_id[t] for t in node_types] + [sample.edge_index[et] for et in edge_types]
+    tensors += [sample.e_id[et] for et in edge_types] + [input_id]
+    moved = to_device_packed(tensors, device)
+    nodes, rest = moved[: len(node_types)], moved[len(node_types) :]
+    edges, e_ids = rest[: len(edge_types)], rest[len(edge_types) : 2 * len(edge_types)]
+    placed = HeteroSampledBatch(
+        n_id=dict(zip(node_types, nodes)),
+        edge_index=dict(zip(edge_types, edges)),
+        e_id=dict(zip(edge_types, e_ids)),
+        num_sampled_nodes=sample.num_sampled_nodes,
+        num_sampled_edges=sample.num_sampled_edges,
+        batch_size=sample.batch_size,
+        input_type=sample.input_type,
+    )
+    return placed, moved[-1]

@@ -1,0 +1,243 @@
+"""``ZeroCopyHeteroDataModule``: heterogeneous node-classification batches like PyG's hetero ``NeighborLoader``.
+
+It *is* a :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` (same setup and handle exchange, plans,
+loaders, split builders, teardown) whose host copy is typed (:mod:`lightning_zerocopy.data.host.hetero`: one CSC per
+edge type, features per featured type), whose resources are
+:class:`~lightning_zerocopy.data.hetero_resources.HeteroDeviceResources` and whose builders are
+:class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`. The plan is the homogeneous one over the input
+type's split.
+
+Not yet for heterogeneous graphs: ``sampler_placement`` ``hybrid``/``auto``, a
+:class:`~lightning_zerocopy.callbacks.PipelineCallback` or other host-memory consumer (the pipeline worker, the
+``ZeroCopyDDPStrategy`` cache), GPU feature caches (:meth:`set_feature_cache`), each refused in one line; node orders,
+``hot_rows`` and ``feature_dtype`` are not arguments. Per-type telemetry and the predictions writer are the next seams.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping, Optional, Sequence, Union
+
+import torch
+from torch_geometric.data import HeteroData
+from typing_extensions import override
+
+from lightning_zerocopy.data.assemble import move_batch
+from lightning_zerocopy.data.datamodule import Split, ZeroCopyDataModule
+from lightning_zerocopy.data.gpu_options import KEY_PREFIX
+from lightning_zerocopy.data.handles import HeteroHostGraphHandles
+from lightning_zerocopy.data.hetero_batch import HYBRID_UNSUPPORTED, HeteroBatchBuilder
+from lightning_zerocopy.data.hetero_resources import HeteroDeviceResources
+from lightning_zerocopy.data.hooks import HostMemoryConsumer
+from lightning_zerocopy.data.host.hetero import HeteroHostCopyBuilder
+from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeDataset, edge_type_str
+from lightning_zerocopy.options import FeatureDtype, FeatureStorage, GatherChoice, GatherMode, SamplerPlacement, check_fanouts
+
+__all__ = ["NumNeighbors", "ZeroCopyHeteroDataModule", "resolve_num_neighbors"]
+
+_KEY = KEY_PREFIX
+
+#: ``num_neighbors`` as a recipe gives it: one list for every edge type, or a list per edge type keyed by PyG's
+#: edge-type string (``paper__cites__paper``).
+NumNeighbors = Union[Sequence[int], Mapping[str, Sequence[int]]]
+
+
+def resolve_num_neighbors(value: NumNeighbors, edge_types: Sequence[EdgeType], key: str) -> dict[EdgeType, list[int]]:
+    """``num_neighbors`` per edge type: a list for all, or a dict by edge-type string covering every edge type.
+
+    Raises:
+        ValueError: an unknown edge type (naming it and the valid ones), a missing one, lists of different
+            lengths, or a bad fanout (naming ``key``).
+    """
+    names = {edge_type_str(et): tuple(et) for et in edge_types}
+    if isinstance(value, Mapping):
+        unknown = [k for k in value if k not in names]
+        if unknown:
+            raise ValueError(f"{key} names the unknown edge type {unknown[0]!r}; the edge types are: "
+                             f"{', '.join(names)}")  # fmt: skip
+        missing = [k for k in names if k not in value]
+        if missing:
+            raise ValueError(f"{key} gives no fanouts for the edge type {missing[0]!r}: give every edge type "
+                             f"({', '.join(names)}) or one list for all")  # fmt: skip
+        resolved = {names[k]: check_fanouts(list(value[k]), f"{key}.{k}") for k in names}
+    else:
+        fanouts = check_fanouts(list(value), key)
+        resolved = {et: list(fanouts) for et in names.values()}
+    lengths = {name: len(resolved[et]) for name, et in names.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{key}: every edge type needs the same number of hops, got "
+                         f"{', '.join(f'{n}: {c}' for n, c in lengths.items())}")  # fmt: skip
+    return resolved
+
+
+class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
+    """Heterogeneous mini-batches (PyG ``HeteroData``, as the hetero ``NeighborLoader`` yields them) from host
+    memory shared by all ranks.
+
+    Args:
+        dataset: the :class:`~lightning_zerocopy.datasets.hetero.HeteroNodeDataset` (``class_path``/``init_args``).
+        num_neighbors: neighbors sampled per hop for training: one list for every edge type (``[10, 5]``) or a
+            dict keyed by PyG's edge-type string (``{paper__cites__paper: [10, 5], author__writes__paper: [5, 5],
+            ...}``, every edge type, lists of one length); ``-1`` takes all.
+        batch_size: input-type seed nodes per training batch (per rank).
+        eval_num_neighbors: the same for validation/test/predict (default: ``num_neighbors``); unless every fanout
+            is ``-1``, evaluation samples node-keyed (:mod:`lightning_zerocopy.sampling.hetero`).
+        eval_batch_size: seeds per evaluation batch (default: ``batch_size``).
+        replace, shuffle, drop_last, num_threads, seed, predict_split, feature_storage, gather, gather_mode,
+        check_features, x_dtype, allow_split_overlap: as :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule`
+            takes them (``predict_split: all`` predicts every input-type node).
+        sampler_placement: ``"cpu"``, ``"uva"`` or ``"gpu"`` (``hybrid``/``auto`` are not supported for heterogeneous
+            graphs yet).
+
+    Raises:
+        ValueError / TypeError: a bad argument (naming its recipe key), before any data is built.
+    """
+
+    def __init__(
+        self,
+        dataset: HeteroNodeDataset,
+        num_neighbors: NumNeighbors = (10, 10),
+        batch_size: int = 512,
+        eval_num_neighbors: Optional[NumNeighbors] = None,
+        eval_batch_size: Optional[int] = None,
+        replace: bool = False,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        num_threads: Optional[int] = None,
+        seed: int = 0,
+        predict_split: Literal["train", "val", "test", "all"] = "test",
+        feature_storage: FeatureStorage = "shared_memory",
+        sampler_placement: SamplerPlacement = "cpu",
+        gather: GatherChoice = "auto",
+        gather_mode: GatherMode = "auto",
+        check_features: bool = True,
+        x_dtype: Optional[FeatureDtype] = "float32",
+        allow_split_overlap: bool = False,
+    ) -> None:
+        if not isinstance(dataset, HeteroNodeDataset):
+            raise TypeError(f"{_KEY}dataset must be a HeteroNodeDataset, got {type(dataset).__name__}; homogeneous "
+                            "node datasets go to ZeroCopyDataModule")  # fmt: skip
+        if sampler_placement in ("hybrid", "auto"):
+            raise ValueError(_KEY + HYBRID_UNSUPPORTED.format(placement=sampler_placement))
+        edge_types = list(dataset.edge_types)
+        train = resolve_num_neighbors(num_neighbors, edge_types, _KEY + "num_neighbors")
+        evaluation = train if eval_num_neighbors is None else resolve_num_neighbors(
+            eval_num_neighbors, edge_types, _KEY + "eval_num_neighbors")  # fmt: skip
+        first = next(iter(train.values()), [])
+        super().__init__(
+            dataset, fanouts=first, batch_size=batch_size, eval_fanouts=next(iter(evaluation.values()), first),  # type: ignore[arg-type]
+            eval_batch_size=eval_batch_size, replace=replace, shuffle=shuffle, drop_last=drop_last,
+            num_threads=num_threads, seed=seed, predict_split=predict_split, feature_storage=feature_storage,
+            sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, check_features=check_features,
+            x_dtype=x_dtype, allow_split_overlap=allow_split_overlap,
+        )  # fmt: skip
+        self.num_neighbors = num_neighbors
+        self.eval_num_neighbors = eval_num_neighbors
+        self.fanouts = train  # type: ignore[assignment]  # per edge type here
+        self.eval_fanouts = evaluation  # type: ignore[assignment]
+        self._eval_node_keyed = any(f >= 0 for fanouts in evaluation.values() for f in fanouts)
+        self._host_copy = HeteroHostCopyBuilder(  # type: ignore[assignment]
+            dataset, feature_storage, _KEY + "dataset", check_features, _KEY + "check_features: false",
+            allow_split_overlap=self.allow_split_overlap, overlap_opt_out=_KEY + "allow_split_overlap: true",
+        )  # fmt: skip
+
+    # ---- shapes the model needs (cheap: from the dataset, nothing loaded) ----------------------------------
+
+    @property
+    def metadata(self) -> tuple[list[str], list[EdgeType]]:
+        """``(node types, edge types)`` as PyG's ``HeteroData.metadata()`` (what ``to_hetero``/``HeteroConv`` take)."""
+        return self.dataset.metadata()
+
+    @property
+    def num_features(self) -> dict[str, int]:  # type: ignore[override]
+        """Feature width of each node type that has features (featureless types are absent)."""
+        return dict(self.dataset.num_features)
+
+    @property
+    def num_nodes(self) -> dict[str, int]:
+        """Nodes of every node type (a model sizes the embeddings of featureless types from it)."""
+        return dict(self.dataset.num_nodes)
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes of the input type's labels."""
+        return self.dataset.num_classes
+
+    @property
+    def input_type(self) -> str:
+        """The node type with labels and splits (the seeds' type)."""
+        return self.dataset.input_type
+
+    # ---- Lightning hooks -----------------------------------------------------------------------------------
+
+    @override
+    def prepare_data(self) -> None:
+        self.dataset.prepare()
+
+    @override
+    def setup(self, stage: Optional[str] = None) -> None:
+        trainer = self._trainer_or_none()
+        if trainer is not None and self._handles is None:
+            for consumer in (trainer.strategy, *trainer.callbacks):
+                if isinstance(consumer, HostMemoryConsumer):
+                    raise ValueError(
+                        f"{type(consumer).__name__} is not yet supported with ZeroCopyHeteroDataModule (heterogeneous "
+                        "batches are built in the training process); remove it from the trainer"
+                    )
+        super().setup(stage)
+
+    @override
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        if isinstance(batch, HeteroData):
+            return move_batch(batch, device)  # type: ignore[arg-type]
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    # ---- the data contract -------------------------------------------------------------------------------
+
+    def builder(self, split: Split) -> HeteroBatchBuilder:  # type: ignore[override]
+        """A new, unopened (picklable) heterogeneous builder for ``split``.
+
+        Raises:
+            RuntimeError: before :meth:`setup`.
+        """
+        handles = self._require_setup()
+        gpu = self._gpu_options()
+        return HeteroBatchBuilder(
+            handles,  # type: ignore[arg-type]
+            self.fanouts if split == "train" else self.eval_fanouts,  # type: ignore[arg-type]
+            replace=self.replace,
+            num_threads=self.num_threads,
+            sampler_placement=gpu.placement,  # type: ignore[arg-type]
+            gather=gpu.gather,  # type: ignore[arg-type]
+            gather_mode=self.gather_mode,
+            device=gpu.device_index,
+            node_keyed=split != "train" and self._eval_node_keyed,
+            x_dtype=self.x_dtype,
+        )
+
+    def set_feature_cache(self, spec: Optional[Any]) -> None:
+        """GPU feature caches are not yet placed per node type: only ``None`` (no cache) is accepted.
+
+        Raises:
+            ValueError: a cache spec.
+        """
+        if spec is not None:
+            raise ValueError("GPU feature caches are not yet supported for heterogeneous graphs (ZeroCopyHeteroDataModule)")
+        super().set_feature_cache(None)
+
+    @property
+    def resources(self) -> Optional[HeteroDeviceResources]:  # type: ignore[override]
+        return self._resources  # type: ignore[return-value]
+
+    # ---- internals -----------------------------------------------------------------------------------------
+
+    def _open(self, handles: HeteroHostGraphHandles) -> None:  # type: ignore[override]
+        self._handles = handles  # type: ignore[assignment]
+        self._splits = {name: handle.open() for name, handle in handles.splits.items()}
+        self._resources = HeteroDeviceResources(handles, self._gpu_options().device_index)  # type: ignore[assignment]
+        self._bind_builders()
+
+    def _input_nodes(self, split: Split) -> torch.Tensor:
+        handles = self._require_setup()
+        if split == "predict" and self.predict_split == "all":
+            return torch.arange(dict(handles.num_nodes)[handles.input_type])  # type: ignore[attr-defined]
+        return super()._input_nodes(split)

@@ -1,0 +1,187 @@
+"""The host copy of a heterogeneous dataset: one CSC per edge type, features per featured type, input-type labels.
+
+Built once per machine by local rank 0 into job-unique shared segments (like the homogeneous copy,
+:mod:`lightning_zerocopy.data.host.share`), handed to every rank as picklable
+:class:`~lightning_zerocopy.data.handles.HeteroHostGraphHandles`.
+
+One CSC per edge type
+---------------------
+Every edge type ``(s, r, d)`` gets its own CSC (built by the same ``build_csc`` op): targets are ``d``-type ids,
+``indices`` hold ``s``-type ids, ``edge_perm`` maps back to that type's own edge list (so a batch's ``e_id`` is the
+position in ``edge_index[(s, r, d)]``, as PyG's). The two id spaces may differ in size; the CSC is built over
+``max(num_nodes[s], num_nodes[d])`` ids (``build_csc`` range-checks both endpoints against one count), so
+``indptr`` has a flat tail past the last ``d`` id that no seed ever reads, and the sampler kernel's bounds, which
+cap a hop's new nodes at the graph's node count, hold for the ``s`` side too. The cost is 8 bytes per id of the
+larger type per edge type.
+
+Why not one CSC with edge-type offsets (GraphBolt's layout, one ``indptr`` over all typed node ids and each
+target's neighbors grouped by edge type): per-edge-type CSCs reuse the homogeneous sampler kernel unchanged, one
+call per (hop, edge type), on every placement; the single CSC would sample all edge types of a hop in one launch
+(fewer launches and host syncs per batch on a GPU, where many small edge types cost launch latency) but needs a
+typed kernel. Which one is faster is to be measured on a GPU (``uva``/``gpu`` placements, a graph with many edge
+types) before the kernel is written.
+
+Features: ``shared_memory`` copies each featured type's ``x`` into a segment of its own; ``mmap`` maps the type's
+``.npy`` file (``HeteroNodeData.x_files``). Labels and the three splits are the input type's.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from types import SimpleNamespace
+from typing import Optional
+
+import torch
+from pytorch_lightning.utilities import rank_zero_warn
+
+from lightning_zerocopy.data.handles import HeteroHostGraphHandles
+from lightning_zerocopy.datasets.base import InputDataError
+from lightning_zerocopy.datasets.features import check_finite_features
+from lightning_zerocopy.datasets.hetero import HeteroNodeData, HeteroNodeDataset
+from lightning_zerocopy.datasets.splits import SplitError, check_splits
+from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable
+from lightning_zerocopy.graph.csc import CSCGraph
+from lightning_zerocopy.graph.shared_memory import NpyTensorHandle, cleanup_stale_segments, share_tensor
+from lightning_zerocopy.options import FeatureStorage, check_choice
+
+__all__ = ["HeteroHostCopyBuilder", "share_hetero_data"]
+
+
+def share_hetero_data(data: HeteroNodeData, feature_storage: FeatureStorage = "shared_memory") -> HeteroHostGraphHandles:
+    """Build one CSC per edge type and copy graphs, features, labels and splits into shared memory.
+
+    Returns:
+        The handles. The caller owns the segments and calls ``handles.unlink()`` once every local process has
+        opened them; if this function fails, it unlinks what it had created.
+
+    Raises:
+        ValueError: a bad ``feature_storage``, or ``mmap`` for a featured type without an ``.npy`` file.
+    """
+    check_choice(feature_storage, FeatureStorage, "feature_storage")
+    if feature_storage == "mmap":
+        missing = [t for t in data.x if t not in data.x_files]
+        if missing:
+            raise ValueError(f"`feature_storage`='mmap' needs an .npy feature file for every featured node type; "
+                             f"{missing} have none (use 'shared_memory')")  # fmt: skip
+    with ExitStack() as undo:
+        graphs = []
+        for edge_type, edge_index in data.edge_index.items():
+            src, _, dst = edge_type
+            ids = max(data.num_nodes[src], data.num_nodes[dst])  # one id space covering both endpoints
+            graph = CSCGraph.from_edge_index(edge_index, ids).share()
+            undo.callback(graph.unlink)
+            graphs.append((tuple(edge_type), graph.handle()))
+        features = []
+        for node_type, x in data.x.items():
+            name = f"x_{node_type}"
+            if feature_storage == "mmap":
+                table = FeatureTableHandle(NpyTensorHandle(data.x_files[node_type]))
+            else:
+                table = HostFeatureTable.share(x.contiguous(), name=name).handle()
+                undo.callback(table.unlink)
+            features.append((node_type, table))
+
+        def share(tensor: torch.Tensor, name: str):
+            _, handle = share_tensor(tensor.to(torch.int64).contiguous(), name=name)
+            undo.callback(handle.unlink)
+            return handle
+
+        handles = HeteroHostGraphHandles(
+            input_type=data.input_type,
+            num_nodes=tuple((t, int(n)) for t, n in data.num_nodes.items()),
+            graphs=tuple(graphs),  # type: ignore[arg-type]
+            features=tuple(features),
+            labels=share(data.y, "labels"),
+            splits={name: share(data.split(name), f"{name}_idx") for name in ("train", "val", "test")},
+        )
+        undo.pop_all()  # success: the caller owns the segments now
+    return handles
+
+
+class HeteroHostCopyBuilder:
+    """What local rank 0 of a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` runs in
+    ``setup``: load, check (ids per edge type, splits and labels of the input type, finite features), share.
+
+    The same interface as :class:`~lightning_zerocopy.data.host.builder.HostCopyBuilder` (``share`` /
+    ``unlink_names``), so the DataModule's ``setup`` is the homogeneous one.
+
+    Args:
+        dataset: the :class:`~lightning_zerocopy.datasets.hetero.HeteroNodeDataset`.
+        feature_storage: ``"shared_memory"`` or ``"mmap"``.
+        key: how errors name the dataset (its YAML key).
+        check_features: scan every featured type for NaN and infinity.
+        opt_out: the key that turns the scan off, for its message.
+        allow_split_overlap: training nodes in val/test are a warning instead of an error.
+        overlap_opt_out: the key that allows them, for the message.
+    """
+
+    def __init__(
+        self,
+        dataset: HeteroNodeDataset,
+        feature_storage: FeatureStorage,
+        key: str,
+        check_features: bool = True,
+        opt_out: str = "check_features: false",
+        allow_split_overlap: bool = False,
+        overlap_opt_out: str = "allow_split_overlap: true",
+    ) -> None:
+        self.dataset = dataset
+        self.feature_storage: FeatureStorage = feature_storage
+        self.key = key
+        self.check_features = check_features
+        self.opt_out = opt_out
+        self.allow_split_overlap = allow_split_overlap
+        self.overlap_opt_out = overlap_opt_out
+        self._checked = False
+        self._named: Optional[HeteroHostGraphHandles] = None
+
+    def build(self) -> HeteroHostGraphHandles:
+        """Load the dataset, check it (once), and copy it into shared segments.
+
+        Raises:
+            InputDataError: an id out of range for its type (naming the edge type), a bad split or label, a NaN or
+                infinite feature (naming the node type).
+        """
+        cleanup_stale_segments()
+        data = self.dataset.load()
+        self._check(data)
+        return share_hetero_data(data, self.feature_storage)
+
+    def share(self) -> "HeteroHostGraphHandles | Exception":
+        """:meth:`build` on local rank 0, keeping the names until :meth:`unlink_names`; an error is returned so it
+        reaches every rank through the handle exchange."""
+        try:
+            self._named = self.build()
+        except Exception as exc:  # reported to every rank, then raised
+            return exc
+        return self._named
+
+    def unlink_names(self) -> None:
+        """Unlink the names of the segments :meth:`share` made (every local process has mapped them)."""
+        named, self._named = self._named, None
+        if named is not None:
+            named.unlink()
+
+    def _check(self, data: HeteroNodeData) -> None:
+        if self._checked:
+            return
+        dataset = f"{self.key} ({type(self.dataset).__name__})"
+        try:
+            data.check_ids()
+        except InputDataError as exc:
+            raise InputDataError(f"{dataset}: {exc}") from exc
+        # the input type's splits and labels, through the homogeneous checks
+        view = SimpleNamespace(num_nodes=data.num_nodes[data.input_type], y=data.y, split=data.split)
+        sources = {name: self.dataset.split_source(name) for name in ("train", "val", "test")}
+        try:
+            warnings = check_splits(view, sources, num_classes=self.dataset.num_classes,  # type: ignore[arg-type]
+                                    allow_train_overlap=self.allow_split_overlap, opt_out=self.overlap_opt_out)  # fmt: skip
+        except SplitError as exc:
+            raise InputDataError(f"{dataset}: {exc}") from exc
+        for warning in warnings:
+            rank_zero_warn(f"{dataset}: {warning}")
+        if self.check_features:
+            for node_type, x in data.x.items():
+                check_finite_features(x, f"{dataset} features of {node_type!r}", self.opt_out)
+        self._checked = True
+

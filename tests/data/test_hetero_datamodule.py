@@ -1,0 +1,271 @@
+"""ZeroCopyHeteroDataModule and HeteroBatchBuilder: HeteroData batches as PyG's hetero NeighborLoader yields them."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import HeteroData
+from torch_geometric.nn import HeteroConv, SAGEConv
+from torch_geometric.utils import trim_to_layer
+
+from helpers.hetero import CITES, EDGE_TYPES, EMPLOYS, TinyHeteroDataset
+from lightning_zerocopy import ZeroCopyHeteroDataModule
+from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
+from lightning_zerocopy.data.hetero_datamodule import resolve_num_neighbors
+from lightning_zerocopy.datasets.hetero import edge_type_str
+
+
+def _datamodule(**kwargs) -> ZeroCopyHeteroDataModule:
+    options = dict(num_neighbors=[3, 2], batch_size=8, num_threads=1)
+    options.update(kwargs)
+    return ZeroCopyHeteroDataModule(TinyHeteroDataset(), **options)
+
+
+@pytest.fixture
+def dm():
+    module = _datamodule()
+    module.setup("fit")
+    yield module
+    module.teardown("fit")
+
+
+def test_shape_properties_come_from_the_dataset_without_loading() -> None:
+    dataset = TinyHeteroDataset()
+    module = ZeroCopyHeteroDataModule(dataset, num_neighbors=[2])
+    assert module.metadata == (["paper", "author", "institution"], EDGE_TYPES)
+    assert module.num_features == {"paper": 8, "institution": 4}
+    assert module.num_nodes == {"paper": 40, "author": 60, "institution": 7}
+    assert module.num_classes == 3 and module.input_type == "paper"
+    assert dataset._data is None  # nothing loaded
+
+
+def test_batch_fields_dtypes_and_values(dm) -> None:
+    data = dm.dataset.load()
+    batch = next(iter(dm.train_dataloader()))
+    assert isinstance(batch, HeteroData)
+    assert set(batch.node_types) == set(data.num_nodes) and set(batch.edge_types) == set(EDGE_TYPES)
+    paper = batch["paper"]
+    assert paper.batch_size == 8 and paper.input_id.dtype == torch.int64
+    assert torch.equal(paper.n_id[:8], data.train_idx[paper.input_id])  # seeds first, input_id into the split
+    assert torch.equal(paper.y, data.y[paper.n_id])  # every sampled input-type node, as PyG slices y
+    for node_type in data.num_nodes:
+        store = batch[node_type]
+        assert store.n_id.dtype == torch.int64 and isinstance(store.num_sampled_nodes, list)
+        if node_type in data.x:
+            assert store.x.dtype == torch.float32 and torch.equal(store.x, data.x[node_type][store.n_id])
+        else:
+            assert "x" not in store and store.num_nodes == store.n_id.numel()
+    assert batch["institution"].n_id.numel() > 0  # reached through (institution, employs, author) at hop 2
+    for et in EDGE_TYPES:
+        store = batch[et]
+        src, _, dst = et
+        assert store.edge_index.dtype == torch.int64 and store.e_id.dtype == torch.int64
+        original = data.edge_index[et][:, store.e_id]
+        assert torch.equal(batch[src].n_id[store.edge_index[0]], original[0])
+        assert torch.equal(batch[dst].n_id[store.edge_index[1]], original[1])
+        assert isinstance(store.num_sampled_edges, list) and len(store.num_sampled_edges) == 2
+
+
+def test_trim_to_layer_from_pyg_works_on_the_batch(dm) -> None:
+    batch = next(iter(dm.train_dataloader()))
+    xs = {t: batch[t].n_id.float().unsqueeze(1) for t in batch.node_types}
+    x, edge_index, _ = trim_to_layer(1, batch.num_sampled_nodes_dict, batch.num_sampled_edges_dict, xs,
+                                     batch.edge_index_dict)  # fmt: skip
+    for node_type in batch.node_types:
+        assert x[node_type].shape[0] == sum(batch[node_type].num_sampled_nodes[:-1])
+    for et, index in edge_index.items():
+        assert index.shape[1] == sum(batch[et].num_sampled_edges[:-1])
+        if index.numel():
+            assert int(index[0].max()) < x[et[0]].shape[0] and int(index[1].max()) < x[et[2]].shape[0]
+
+
+def test_same_seed_same_batches_and_the_builder_pickles(dm) -> None:
+    again = _datamodule()
+    again.setup("fit")
+    try:
+        for a, b in zip(dm.train_dataloader(), again.train_dataloader()):
+            for key in ("n_id", "x", "y"):
+                assert torch.equal(a["paper"][key], b["paper"][key])
+            for et in EDGE_TYPES:
+                assert torch.equal(a[et].edge_index, b[et].edge_index) and torch.equal(a[et].e_id, b[et].e_id)
+        builder = pickle.loads(pickle.dumps(dm.builder("train")))
+        assert isinstance(builder, HeteroBatchBuilder) and not builder.is_open
+        item = dm.plan("train").item(0, 1)
+        first = dm.builder("train").open(dm.resources).build_batch(item)
+        second = builder.open(dm.resources).build_batch(item)
+        for et in EDGE_TYPES:
+            assert torch.equal(first[et].e_id, second[et].e_id)
+        builder.close()
+    finally:
+        again.teardown("fit")
+
+
+def test_eval_is_node_keyed_and_x_dtype_casts() -> None:
+    module = _datamodule(x_dtype="float16", eval_num_neighbors={edge_type_str(et): [2, 2] for et in EDGE_TYPES})
+    module.setup("fit")
+    try:
+        assert module.builder("val").node_keyed and not module.builder("train").node_keyed
+        batch = next(iter(module.val_dataloader()))
+        assert batch["paper"].x.dtype == torch.float16 and batch["institution"].x.dtype == torch.float16
+        assert batch["paper"].batch_size == 8
+    finally:
+        module.teardown("fit")
+
+
+def test_predict_all_covers_every_input_node() -> None:
+    module = _datamodule(predict_split="all", eval_batch_size=16)
+    module.setup("predict")
+    try:
+        seeds = torch.cat([b["paper"].n_id[: b["paper"].batch_size] for b in module.predict_dataloader()])
+        assert sorted(seeds.tolist()) == list(range(40))
+    finally:
+        module.teardown("predict")
+
+
+def test_num_neighbors_per_edge_type_and_its_errors() -> None:
+    resolved = resolve_num_neighbors({"paper__cites__paper": [5, 1], "author__writes__paper": [2, 2],
+                                      "paper__rev_writes__author": [1, 1], "institution__employs__author": [-1, 3]},
+                                     EDGE_TYPES, "k")  # fmt: skip
+    assert resolved[CITES] == [5, 1] and resolved[EMPLOYS] == [-1, 3]
+    assert resolve_num_neighbors([4], EDGE_TYPES, "k") == {et: [4] for et in EDGE_TYPES}
+    with pytest.raises(ValueError, match=r"unknown edge type 'paper__writes__author'.*paper__cites__paper"):
+        _datamodule(num_neighbors={"paper__writes__author": [2]})
+    with pytest.raises(ValueError, match="same number of hops"):
+        _datamodule(num_neighbors={"paper__cites__paper": [2, 2], "author__writes__paper": [2],
+                                   "paper__rev_writes__author": [2], "institution__employs__author": [2]})  # fmt: skip
+    with pytest.raises(ValueError, match="no fanouts for the edge type 'author__writes__paper'"):
+        _datamodule(num_neighbors={"paper__cites__paper": [2]})
+    with pytest.raises(ValueError, match=r"eval_num_neighbors"):
+        _datamodule(eval_num_neighbors={"nope__x__paper": [1]})
+
+
+def test_hybrid_and_homogeneous_datasets_are_refused() -> None:
+    with pytest.raises(ValueError, match="not yet supported for heterogeneous graphs"):
+        _datamodule(sampler_placement="hybrid")
+    with pytest.raises(TypeError, match="HeteroNodeDataset"):
+        ZeroCopyHeteroDataModule(object(), num_neighbors=[2])  # type: ignore[arg-type]
+
+
+class TinyHeteroSAGE(pl.LightningModule):
+    """A HeteroConv of SAGEConvs (no to_hetero): featureless types embedded from n_id."""
+
+    def __init__(self, metadata, num_features, num_nodes, num_classes, hidden: int = 16) -> None:
+        super().__init__()
+        node_types, edge_types = metadata
+        self.inputs = torch.nn.ModuleDict({t: torch.nn.Linear(num_features[t], hidden) for t in num_features})
+        self.embeddings = torch.nn.ModuleDict(
+            {t: torch.nn.Embedding(num_nodes[t], hidden) for t in node_types if t not in num_features}
+        )
+        self.convs = torch.nn.ModuleList(
+            HeteroConv({et: SAGEConv((hidden, hidden), hidden) for et in edge_types}, aggr="sum") for _ in range(2)
+        )
+        self.head = torch.nn.Linear(hidden, num_classes)
+
+    def forward(self, batch):
+        x = {t: self.inputs[t](batch[t].x) if t in self.inputs else self.embeddings[t](batch[t].n_id)
+             for t in batch.node_types}  # fmt: skip
+        for conv in self.convs:
+            out = conv(x, batch.edge_index_dict)
+            x = {t: out[t].relu() if t in out else x[t] for t in x}
+        return self.head(x["paper"])
+
+    def training_step(self, batch, batch_idx):
+        size = batch["paper"].batch_size
+        loss = F.cross_entropy(self(batch)[:size], batch["paper"].y[:size])
+        self.log("train_loss", loss, batch_size=size)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        size = batch["paper"].batch_size
+        self.log("val_loss", F.cross_entropy(self(batch)[:size], batch["paper"].y[:size]), batch_size=size)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=0.01)
+
+
+def test_fit_a_hetero_sage_for_a_few_steps(tmp_path) -> None:
+    module = _datamodule()
+    model = TinyHeteroSAGE(module.metadata, module.num_features, module.num_nodes, module.num_classes)
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, limit_train_batches=3, limit_val_batches=1,
+                         default_root_dir=str(tmp_path), logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(model, datamodule=module)
+    assert trainer.global_step == 3
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert module.resources is None  # released at teardown
+
+
+def _cpu_batch(module, split="train", step=0):
+    builder = module.builder(split)
+    builder.sampler_placement = builder.gpu_sampler_placement = "cpu"
+    builder.gather = "cpu"
+    try:
+        return builder.open(module.resources).build_batch(module.plan(split).item(0, step))
+    finally:
+        builder.close()
+
+
+def _assert_same_batch(gpu: HeteroData, cpu: HeteroData) -> None:
+    for node_type in cpu.node_types:
+        for key, value in cpu[node_type].items():
+            other = gpu[node_type][key]
+            if isinstance(value, torch.Tensor):
+                assert other.is_cuda and torch.equal(other.cpu(), value), (node_type, key)
+            else:
+                assert other == value, (node_type, key)
+    for et in cpu.edge_types:
+        for key in ("edge_index", "e_id"):
+            assert torch.equal(gpu[et][key].cpu(), cpu[et][key]), (et, key)
+        assert gpu[et].num_sampled_edges == cpu[et].num_sampled_edges
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["uva", "gpu"])
+@pytest.mark.parametrize("gather", ["cpu", "zerocopy"])
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_gpu_placements_and_zerocopy_gather_equal_the_cpu_batch(placement: str, gather: str, split: str) -> None:
+    module = _datamodule(sampler_placement=placement, gather=gather)
+    module.setup("fit")
+    try:
+        for step in range(2):
+            gpu = module.builder(split).open(module.resources).build_batch(module.plan(split).item(0, step))
+            _assert_same_batch(gpu, _cpu_batch(module, split, step))
+    finally:
+        module.teardown("fit")
+
+
+@pytest.mark.cuda
+def test_cpu_sampler_with_zerocopy_gather_builds_on_the_gpu() -> None:
+    module = _datamodule(sampler_placement="cpu", gather="zerocopy", x_dtype="bfloat16")
+    module.setup("fit")
+    try:
+        batch = module.builder("train").open(module.resources).build_batch(module.plan("train").item(0, 0))
+        cpu = _cpu_batch(module)
+        assert batch["paper"].x.dtype == torch.bfloat16 and batch["paper"].x.is_cuda
+        assert torch.equal(batch["paper"].n_id.cpu(), cpu["paper"].n_id)
+        assert torch.equal(batch["institution"].x.cpu(), cpu["institution"].x)
+    finally:
+        module.teardown("fit")
+
+
+@pytest.mark.parametrize("per_edge_type", [True, False])
+def test_the_cli_builds_it_from_a_recipe_and_links_the_shapes(tmp_path, per_edge_type: bool) -> None:
+    from lightning_zerocopy.cli import build_cli
+
+    config = {
+        "data": {"class_path": "lightning_zerocopy.ZeroCopyHeteroDataModule", "init_args": {
+            "dataset": {"class_path": "helpers.hetero.TinyHeteroDataset"},
+            "num_neighbors": {edge_type_str(et): [2, 1] for et in EDGE_TYPES} if per_edge_type else [2, 1],
+            "batch_size": 4}},
+        "model": {"class_path": "helpers.hetero.HeteroShapeProbe"},
+        "trainer": {"logger": False, "default_root_dir": str(tmp_path)},
+    }  # fmt: skip
+    cli = build_cli(config, run=False)
+    assert isinstance(cli.datamodule, ZeroCopyHeteroDataModule)
+    assert cli.datamodule.fanouts[CITES] == [2, 1]
+    assert cli.model.hparams.in_channels == {"paper": 8, "institution": 4} and cli.model.hparams.out_channels == 3
