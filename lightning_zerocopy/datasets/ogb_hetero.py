@@ -20,7 +20,8 @@ counts, each edge file's row count against its ``num-edge-list.csv.gz``, each fe
 :class:`~lightning_zerocopy.datasets.OGBNodeDataset`, so a changed file is converted again.
 
 With ``add_reverse_edges`` the edge types get the reverse types PyG's ``ToUndirected`` adds (``paper__cites__paper``
-made undirected, ``paper__rev_writes__author`` etc.; :func:`~lightning_zerocopy.datasets.hetero_cache.to_undirected_types`).
+made undirected, ``paper__rev_writes__author`` etc.; see
+:func:`~lightning_zerocopy.datasets.hetero_cache.to_undirected_types`).
 """
 
 from __future__ import annotations
@@ -229,7 +230,9 @@ class OGBHeteroNodeDataset(CachedHeteroNodeDataset):
     def _find_input_type(self, input_type: Optional[str]) -> str:
         labels = self.raw / "node-label"
         if input_type is None:
-            found = sorted(p.name for p in labels.iterdir() if (p / "node-label.csv.gz").is_file()) if labels.is_dir() else []
+            found = []
+            if labels.is_dir():
+                found = sorted(p.name for p in labels.iterdir() if (p / "node-label.csv.gz").is_file())
             if len(found) != 1:
                 if not found:
                     raise _missing(labels / "<type>" / "node-label.csv.gz", "the labels of the input type")
@@ -319,9 +322,11 @@ class OGBHeteroNodeDataset(CachedHeteroNodeDataset):
         y = self._read_labels()
         label_file = self._label_file()
         if y.shape[0] != counts[self._input_type]:
-            raise DatasetFileError(label_file, f"has {y.shape[0]:,} rows, but {NODE_DICT_FILE} says "
-                                               f"{counts[self._input_type]:,} {self._input_type!r} nodes (one label per "
-                                               "node)")  # fmt: skip
+            raise DatasetFileError(
+                label_file,
+                f"has {y.shape[0]:,} rows, but {NODE_DICT_FILE} says {counts[self._input_type]:,} "
+                f"{self._input_type!r} nodes (one label per node)",
+            )
         num_edges = {}
         for edge_type in self._edge_types:
             index = torch.from_numpy(np.ascontiguousarray(self._read_edges(edge_type).T))

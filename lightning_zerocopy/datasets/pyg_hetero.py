@@ -112,8 +112,10 @@ class PyGHeteroDataset(HeteroNodeDataset):
                 raise InputDataError(f"{origin}{_node(node_type)}.x has shape {tuple(x.shape)}: node features are "
                                      "[num_nodes, num_features]")  # fmt: skip
             if stored is not None and int(stored) != int(x.shape[0]):
-                raise InputDataError(f"{origin}{_node(node_type)}.x has {int(x.shape[0]):,} rows but "
-                                     f"{_node(node_type)}.num_nodes is {int(stored):,}: one row of features per node")  # fmt: skip
+                raise InputDataError(
+                    f"{origin}{_node(node_type)}.x has {int(x.shape[0]):,} rows but {_node(node_type)}.num_nodes is "
+                    f"{int(stored):,}: one row of features per node"
+                )
             return int(x.shape[0])
         if stored is None:
             raise InputDataError(f"{origin}{_node(node_type)} has neither x nor num_nodes: set "
