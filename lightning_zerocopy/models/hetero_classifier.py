@@ -137,6 +137,7 @@ class HeteroGNN(nn.Module):
         if not any(e[2] == self.input_type for e in self.edge_types):
             raise ValueError(f"no edge type ends at the input type {self.input_type!r}: it would receive no messages")
         self.input_types = wanted  # the types layer 0 reads
+        self._used_edge_types = [e for e in self.edge_types if any(e in layer for layer in relations)]
         self.layer_outputs = outputs
         self.layer_relations = relations
 
@@ -206,7 +207,8 @@ class HeteroGNN(nn.Module):
                 need, fewer rows come back, and the seeds' rows (the first) equal the untrimmed ones.
         """
         x = self.inputs(x_dict, n_id_dict or {})
-        edges = {e: edge_index_dict[e] for e in self.edge_types if e in edge_index_dict}
+        # the relations some layer runs (their endpoint types are all among the inputs); others are not even trimmed
+        edges = {e: edge_index_dict[e] for e in self._used_edge_types if e in edge_index_dict}
         trim = num_sampled_nodes_dict is not None and num_sampled_edges_dict is not None
         if trim:
             cut = hetero_counts_for_layers(x, edges, num_sampled_nodes_dict, num_sampled_edges_dict, self.num_layers)

@@ -11,9 +11,10 @@ at hop ``k - 1``); on the input type ``batch_size``, ``input_id`` and ``y`` of e
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Iterator, Mapping, Sequence, Union
+from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import torch
+from pytorch_lightning import LightningDataModule
 from torch_geometric.data import HeteroData
 
 EdgeType = tuple[str, str, str]
@@ -152,3 +153,59 @@ def batches(graph: SimpleNamespace, ids: torch.Tensor, batch_size: int, num_neig
     """``ids`` in order, ``batch_size`` seeds a batch, each sampled with :func:`sample_batch`."""
     return BatchList([sample_batch(graph, ids[i : i + batch_size], num_neighbors, seed=seed + i)
                       for i in range(0, ids.numel(), batch_size)])  # fmt: skip
+
+
+class HandBuiltHeteroDataModule(LightningDataModule):
+    """A heterogeneous DataModule over :func:`mag_like_graph` with hand-sampled batches, exposing what
+    ``ZeroCopyHeteroDataModule`` exposes (``metadata``, ``num_features``, ``num_nodes``, ``num_classes``,
+    ``input_type``): for the CLI and model tests, before the real one exists in this checkout.
+
+    Args:
+        papers: papers of the graph (60 % train, 20 % val, 20 % test).
+        batch_size: seed papers per batch.
+        num_neighbors: fanouts per hop (every edge type).
+    """
+
+    def __init__(self, papers: int = 300, batch_size: int = 20, num_neighbors: Optional[list[int]] = None) -> None:
+        super().__init__()
+        self.graph = mag_like_graph(papers=papers, authors=papers // 2)
+        self.batch_size = batch_size
+        self.num_neighbors = list(num_neighbors or [4, 3])
+        perm = torch.randperm(papers, generator=torch.Generator().manual_seed(0))
+        cut = (papers * 6 // 10, papers * 8 // 10)
+        self.ids = {"train": perm[: cut[0]], "val": perm[cut[0] : cut[1]], "test": perm[cut[1] :]}
+
+    @property
+    def metadata(self) -> tuple[list[str], list[EdgeType]]:
+        return metadata(self.graph)
+
+    @property
+    def num_features(self) -> dict[str, int]:
+        return dict(self.graph.num_features)
+
+    @property
+    def num_nodes(self) -> dict[str, int]:
+        return dict(self.graph.num_nodes)
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.graph.num_classes)
+
+    @property
+    def input_type(self) -> str:
+        return self.graph.input_type
+
+    def _loader(self, split: str) -> BatchList:
+        return batches(self.graph, self.ids[split], self.batch_size, self.num_neighbors, seed=len(split))
+
+    def train_dataloader(self) -> BatchList:
+        return self._loader("train")
+
+    def val_dataloader(self) -> BatchList:
+        return self._loader("val")
+
+    def test_dataloader(self) -> BatchList:
+        return self._loader("test")
+
+    def predict_dataloader(self) -> BatchList:
+        return self._loader("test")

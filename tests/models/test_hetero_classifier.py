@@ -209,3 +209,28 @@ def test_a_datamodule_of_another_graph_is_refused(graph: Any, tmp_path: Path) ->
     dm = _HeteroShapeDataModule(other, BatchList([sample_batch(graph, torch.arange(4), [2, 2])]), BatchList([]))
     with pytest.raises(ValueError, match="edge_types"):
         _trainer(tmp_path, max_steps=1, limit_val_batches=0).fit(model, datamodule=dm)
+
+
+def test_types_and_relations_that_never_reach_the_seeds_are_ignored(graph: Any) -> None:
+    """A node type no relation connects to the input type gets no embedding, and its relation is not run."""
+    node_types, edge_types = metadata(graph)
+    model = HeteroNodeClassifier(graph.num_features, graph.num_classes, hidden_channels=16, node_types=node_types + ["venue"],
+                                 edge_types=edge_types + [("venue", "hosts", "venue")],
+                                 num_nodes={**graph.num_nodes, "venue": 5}, input_type="paper").eval()  # fmt: skip
+    assert "venue" not in model.net.embeddings and "venue" not in model.net.input_types
+    batch = sample_batch(graph, torch.arange(SEEDS), [4, 3])
+    batch["venue"].n_id = torch.arange(2)
+    batch["venue"].num_sampled_nodes = [0, 2, 0]
+    batch["venue", "hosts", "venue"].edge_index = torch.tensor([[0], [1]])
+    batch["venue", "hosts", "venue"].num_sampled_edges = [1, 0]
+    with torch.no_grad():
+        trimmed = model(batch)[:SEEDS]
+        model.trim = False
+        torch.testing.assert_close(model(batch)[:SEEDS], trimmed)
+
+
+def test_no_shape_and_no_datamodule_says_what_is_missing(graph: Any, tmp_path: Path) -> None:
+    model = HeteroNodeClassifier(graph.num_features, graph.num_classes)
+    loader = BatchList([sample_batch(graph, torch.arange(4), [2, 2])])
+    with pytest.raises(RuntimeError, match="no layers yet"):
+        _trainer(tmp_path, max_steps=1).fit(model, loader)
