@@ -38,10 +38,13 @@ def _trainer(tmp_path: Path, **kwargs: Any) -> pl.Trainer:
 
 
 @pytest.mark.parametrize("conv", ["sage", "gat"])
-@pytest.mark.parametrize("fanouts", [[4, 3], [5], [3, 3, 2]], ids=["hops=layers", "fewer-hops", "more-hops"])
-def test_trimmed_logits_equal_untrimmed_on_the_seeds(graph: Any, conv: str, fanouts: list[int]) -> None:
+@pytest.mark.parametrize("fanouts", [[4, 3], [5], [3, 3, 2], "per-edge-type"],
+                         ids=["hops=layers", "fewer-hops", "more-hops", "per-edge-type"])  # fmt: skip
+def test_trimmed_logits_equal_untrimmed_on_the_seeds(graph: Any, conv: str, fanouts: Any) -> None:
     torch.manual_seed(0)
     model = _model(graph, conv=conv, num_layers=2).eval()
+    if fanouts == "per-edge-type":  # num_neighbors as a dict, one relation not sampled at all
+        fanouts = {e: ([6, 2] if e[1] == "cites" else [0, 0] if e[1] == "rev_has_topic" else [2, 2]) for e in graph.edge_types}
     batch = sample_batch(graph, torch.arange(SEEDS), fanouts)
     with torch.no_grad():
         model.trim = False
