@@ -1,6 +1,6 @@
 """The ``lightning-zerocopy`` command with ``HeteroNodeClassifier``: ``recipes/hetero_mag.yaml``'s trainer and model
 sections over a stand-in heterogeneous DataModule of hand-built batches (``helpers.hetero_batches``; the recipe's own
-``ZeroCopyHeteroDataModule`` runs in ``test_hetero_recipe_fits`` once it exists here): the dict of feature widths is
+``ZeroCopyHeteroDataModule`` runs in ``test_hetero_recipe_fits``): the dict of feature widths is
 linked into ``in_channels``, the model reads the graph's shape from the DataModule, and ``test``/``predict`` with
 ``--ckpt_path`` rebuild the layers from the checkpoint's hyperparameters."""
 
@@ -18,13 +18,6 @@ from lightning_zerocopy.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "hetero_mag.yaml"
 
-try:
-    from lightning_zerocopy import ZeroCopyHeteroDataModule  # noqa: F401
-    from lightning_zerocopy.datasets import SyntheticHeteroGraph  # noqa: F401
-
-    MISSING = None
-except ImportError as exc:
-    MISSING = f"waits for ZeroCopyHeteroDataModule and SyntheticHeteroGraph ({exc})"
 
 
 def _recipe(tmp_path: Path, stand_in: bool) -> Path:
@@ -61,7 +54,6 @@ def test_hetero_recipe_model_fits_tests_and_predicts_through_the_command(tmp_pat
         assert predictions["logits"].shape == (60, 4)
 
 
-@pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 def test_hetero_recipe_fits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LZC_TRACEBACK", "1")
     monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))

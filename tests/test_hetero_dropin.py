@@ -5,16 +5,15 @@ write one trains unchanged on batches in the layout of PyG's hetero ``NeighborLo
 The module below knows nothing about lightning-zerocopy: a homogeneous GraphSAGE-like ``nn.Module`` turned into a
 heterogeneous one by ``torch_geometric.nn.to_hetero(..., aggr="sum")``, ``forward(x_dict, edge_index_dict)``,
 ``nn.Embedding`` tables for the node types without features (looked up with ``batch[type].n_id``), cross-entropy on
-``batch["paper"].y[:batch_size]``. It runs here on hand-built batches in PyG's layout (``helpers.hetero_batches``);
-the tests on ``ZeroCopyHeteroDataModule`` over ``SyntheticHeteroGraph`` skip until those classes exist in this
-checkout, and the comparison with PyG's own hetero ``NeighborLoader`` also needs pyg-lib or torch-sparse (as in
-``tests/test_link_dropin.py``).
+``batch["paper"].y[:batch_size]``. It runs on hand-built batches in PyG's layout (``helpers.hetero_batches``) and on
+``ZeroCopyHeteroDataModule`` over ``SyntheticHeteroGraph``; the comparison with PyG's own hetero ``NeighborLoader``
+needs pyg-lib or torch-sparse (as in ``tests/test_link_dropin.py``).
 """
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import pytorch_lightning as pl
@@ -25,18 +24,12 @@ from torch import nn
 from torch_geometric.nn import SAGEConv, to_hetero
 from torchmetrics.classification import MulticlassAccuracy
 
-try:  # written beside this test on other branches; the tests that need them skip until they are merged
-    from lightning_zerocopy import ZeroCopyHeteroDataModule
-    from lightning_zerocopy.datasets import SyntheticHeteroGraph
-
-    HETERO_DATA_MISSING: Optional[str] = None
-except (ImportError, AttributeError) as exc:  # the package's lazy exports raise AttributeError for unknown names
-    ZeroCopyHeteroDataModule = SyntheticHeteroGraph = None  # type: ignore[assignment,misc]
-    HETERO_DATA_MISSING = f"waits for ZeroCopyHeteroDataModule and SyntheticHeteroGraph ({exc})"
+from lightning_zerocopy import ZeroCopyHeteroDataModule
+from lightning_zerocopy.datasets import SyntheticHeteroGraph
 
 PYG_CANNOT_SAMPLE = not any(importlib.util.find_spec(m) for m in ("pyg_lib", "torch_sparse"))
 FANOUTS, BATCH, STEPS, VAL_BATCHES = [5, 3], 32, 60, 4
-#: SyntheticHeteroGraph's size for these tests (small: CPU seconds); check the names when hetero-data merges
+#: SyntheticHeteroGraph's size for these tests (small: CPU seconds)
 SMALL_GRAPH = {"num_papers": 3_000, "num_features": 16, "num_classes": 4, "seed": 0}
 
 
@@ -124,8 +117,6 @@ def test_pyg_example_module_trains_unchanged_on_pyg_layout_batches() -> None:
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    if HETERO_DATA_MISSING:
-        pytest.skip(HETERO_DATA_MISSING)
     return SyntheticHeteroGraph(**SMALL_GRAPH, cache_dir=str(tmp_path_factory.mktemp("hetero")))
 
 
@@ -138,7 +129,6 @@ def _example_for(dataset: Any) -> PyGExampleHeteroNet:
     return PyGExampleHeteroNet(dataset.metadata(), dataset.num_nodes, width, dataset.num_classes)
 
 
-@pytest.mark.skipif(HETERO_DATA_MISSING is not None, reason=HETERO_DATA_MISSING or "")
 def test_pyg_example_module_trains_unchanged_on_zero_copy_hetero_datamodule(dataset: Any) -> None:
     torch.manual_seed(0)
     model = _example_for(dataset)
@@ -148,7 +138,6 @@ def test_pyg_example_module_trains_unchanged_on_zero_copy_hetero_datamodule(data
     assert after > before + 0.1, (before, after)
 
 
-@pytest.mark.skipif(HETERO_DATA_MISSING is not None, reason=HETERO_DATA_MISSING or "")
 def test_hetero_node_classifier_takes_its_shape_from_zero_copy_hetero_datamodule(dataset: Any) -> None:
     from lightning_zerocopy.models import HeteroNodeClassifier
 
@@ -160,7 +149,6 @@ def test_hetero_node_classifier_takes_its_shape_from_zero_copy_hetero_datamodule
     assert after > before + 0.1, (before, after)
 
 
-@pytest.mark.skipif(HETERO_DATA_MISSING is not None, reason=HETERO_DATA_MISSING or "")
 @pytest.mark.skipif(PYG_CANNOT_SAMPLE, reason="PyG's hetero NeighborLoader cannot sample without pyg-lib or torch-sparse "
                     "(not installed here; the GPU box has them in .pyg/*.tgz)")  # fmt: skip
 def test_same_module_same_accuracy_as_on_pyg_hetero_neighbor_loader(dataset: Any) -> None:

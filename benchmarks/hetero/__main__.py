@@ -163,8 +163,9 @@ def select_rows(configs: str) -> list[Row]:
 
 def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """``SyntheticHeteroGraph`` arguments (the same in every row, so all load one cache)."""
-    return dict(num_papers=args.papers, num_authors=args.authors, num_institutions=args.institutions,
-                num_fields=args.fields, num_features=args.features, num_classes=args.classes, seed=args.seed,
+    return dict(num_papers=args.papers, author_ratio=args.authors / args.papers,
+                institution_ratio=args.institutions / args.papers, field_ratio=args.fields / args.papers,
+                num_features=args.features, num_classes=args.classes, seed=args.seed,
                 cache_dir=args.cache_dir)  # fmt: skip
 
 

@@ -1,6 +1,5 @@
-"""The heterogeneous benchmark (``benchmarks/hetero/``): its command line, the parts that run without the hetero
-DataModule (the batch check on PyG-layout batches, PyG's ``HeteroData`` of a dataset, the model, the report), and the
-``ci`` preset end to end once ``ZeroCopyHeteroDataModule`` and ``SyntheticHeteroGraph`` are in this checkout."""
+"""The heterogeneous benchmark (``benchmarks/hetero/``): its command line, its parts (the batch check on PyG-layout
+batches, PyG's ``HeteroData`` of a dataset, the model, the report), and the ``ci`` preset end to end."""
 
 from __future__ import annotations
 
@@ -22,13 +21,6 @@ from lightning_zerocopy.datasets.hetero import HeteroNodeData
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-try:
-    from lightning_zerocopy import ZeroCopyHeteroDataModule  # noqa: F401
-    from lightning_zerocopy.datasets import SyntheticHeteroGraph  # noqa: F401
-
-    MISSING = None
-except ImportError as exc:
-    MISSING = f"waits for ZeroCopyHeteroDataModule and SyntheticHeteroGraph ({exc})"
 
 
 def _node_data() -> tuple[SimpleNamespace, HeteroNodeData]:
@@ -87,7 +79,6 @@ def test_report_renders_from_results(tmp_path: Path) -> None:
     assert "| `cpu` | 10.00 |" in text and "61.5" in text and "skipped: no pyg-lib" in text
 
 
-@pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 def test_ci_preset_end_to_end(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-m", "benchmarks.hetero", "--preset", "ci", "--out", str(tmp_path / "out"),
