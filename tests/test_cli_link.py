@@ -91,7 +91,7 @@ def test_a_checkpoint_of_another_module_class_is_one_line_naming_both(
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines[0] == (
         f"error: --ckpt_path {node_ckpt} is a checkpoint of lightning_zerocopy.models.GraphSAGE, but the recipe's "
-        "model.class_path is link_helpers.PyGLinkModule: pass a checkpoint that model wrote, or the recipe the "
+        "model.class_path is helpers.link.PyGLinkModule: pass a checkpoint that model wrote, or the recipe the "
         "checkpoint was trained with"
     ), lines
     assert len(lines) == 2 and TRACEBACK_ENV in lines[1], lines
@@ -120,7 +120,7 @@ def test_a_loss_that_does_not_fit_the_negatives_is_one_line_at_setup(
         ("--data.init_args.neg_sampling_ration=1.0", "`data.init_args.neg_sampling_ration` is not an option of "
          "lightning_zerocopy.ZeroCopyLinkDataModule: did you mean `neg_sampling_ratio`?"),
         ("--data.init_args.dataset.init_args.num_node=300", "`data.init_args.dataset.init_args.num_node` is not an "
-         "option of link_helpers.TinyLinkGraph: did you mean `num_nodes`?"),
+         "option of helpers.link.TinyLinkGraph: did you mean `num_nodes`?"),
     ],
 )
 def test_a_misspelled_link_key_is_named_first_with_the_closest_valid_one(
