@@ -9,8 +9,15 @@ type's split.
 
 Not yet for heterogeneous graphs: ``sampler_placement`` ``hybrid``/``auto``, a
 :class:`~lightning_zerocopy.callbacks.PipelineCallback` or other host-memory consumer (the pipeline worker, the
-``ZeroCopyDDPStrategy`` cache), GPU feature caches (:meth:`set_feature_cache`), each refused in one line; node orders,
-``hot_rows`` and ``feature_dtype`` are not arguments. Per-type telemetry and the predictions writer are the next seams.
+``ZeroCopyDDPStrategy`` cache), GPU feature caches (:meth:`set_feature_cache`) and ``node_order`` other than
+``none``, each refused in one line; ``hot_rows`` is not an argument.
+
+``node_order`` is refused rather than applied per type: the homogeneous order renumbers one id space (graph,
+features, labels in internal ids; the sampler and assembly map seeds in and ``n_id`` back through one
+:class:`~lightning_zerocopy.data.handles.NodeOrderHandles`). Per type it needs an order of every node type computed
+over the typed graph (a BFS crosses edge types), every edge type's CSC relabeled on both of its endpoints' orders, and
+the per-type maps carried through the typed sampler and assembly: new typed code in the host copy, the handles, the
+sampler and the assembly, not the homogeneous path's data.
 """
 
 from __future__ import annotations
@@ -30,7 +37,16 @@ from lightning_zerocopy.data.hetero_resources import HeteroDeviceResources
 from lightning_zerocopy.data.hooks import HostMemoryConsumer
 from lightning_zerocopy.data.host.hetero import HeteroHostCopyBuilder
 from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeDataset, edge_type_str
-from lightning_zerocopy.options import FeatureDtype, FeatureStorage, GatherChoice, GatherMode, SamplerPlacement, check_fanouts
+from lightning_zerocopy.options import (
+    FeatureDtype,
+    FeatureStorage,
+    GatherChoice,
+    GatherMode,
+    NodeOrderKind,
+    SamplerPlacement,
+    check_choice,
+    check_fanouts,
+)
 
 __all__ = ["NumNeighbors", "ZeroCopyHeteroDataModule", "resolve_num_neighbors"]
 
@@ -87,6 +103,10 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
             takes them (``predict_split: all`` predicts every input-type node).
         sampler_placement: ``"cpu"``, ``"uva"`` or ``"gpu"`` (``hybrid``/``auto`` are not supported for heterogeneous
             graphs yet).
+        feature_dtype: the dtype of every featured type's table in host memory (``"float32"``, ``"bfloat16"``,
+            ``"float16"``; default: each type's own), cast once when the host copy is built
+            (:mod:`lightning_zerocopy.data.host.hetero`); ``x_dtype`` says what each ``x`` of a batch is.
+        node_order: only ``"none"`` (the dataset's ids) for heterogeneous graphs (see the module docstring).
 
     Raises:
         ValueError / TypeError: a bad argument (naming its recipe key), before any data is built.
@@ -112,7 +132,13 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
         check_features: bool = True,
         x_dtype: Optional[FeatureDtype] = "float32",
         allow_split_overlap: bool = False,
+        feature_dtype: Optional[FeatureDtype] = None,
+        node_order: NodeOrderKind = "none",
     ) -> None:
+        check_choice(node_order, NodeOrderKind, _KEY + "node_order")
+        if node_order != "none":
+            raise ValueError(f"{_KEY}node_order={node_order!r} is not yet supported for heterogeneous graphs (no "
+                             "per-type node order is built); use 'none'")  # fmt: skip
         if not isinstance(dataset, HeteroNodeDataset):
             raise TypeError(f"{_KEY}dataset must be a HeteroNodeDataset, got {type(dataset).__name__}; homogeneous "
                             "node datasets go to ZeroCopyDataModule")  # fmt: skip
@@ -128,7 +154,7 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
             eval_batch_size=eval_batch_size, replace=replace, shuffle=shuffle, drop_last=drop_last,
             num_threads=num_threads, seed=seed, predict_split=predict_split, feature_storage=feature_storage,
             sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, check_features=check_features,
-            x_dtype=x_dtype, allow_split_overlap=allow_split_overlap,
+            x_dtype=x_dtype, allow_split_overlap=allow_split_overlap, feature_dtype=feature_dtype,
         )  # fmt: skip
         self.num_neighbors = num_neighbors
         self.eval_num_neighbors = eval_num_neighbors
@@ -138,6 +164,7 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
         self._host_copy = HeteroHostCopyBuilder(  # type: ignore[assignment]
             dataset, feature_storage, _KEY + "dataset", check_features, _KEY + "check_features: false",
             allow_split_overlap=self.allow_split_overlap, overlap_opt_out=_KEY + "allow_split_overlap: true",
+            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
         )  # fmt: skip
 
     # ---- shapes the model needs (cheap: from the dataset, nothing loaded) ----------------------------------
