@@ -48,7 +48,7 @@ from lightning_zerocopy.options import (
     check_fanouts,
 )
 
-__all__ = ["NumNeighbors", "ZeroCopyHeteroDataModule", "resolve_num_neighbors"]
+__all__ = ["NumNeighbors", "ZeroCopyHeteroDataModule", "check_metadata", "resolve_num_neighbors"]
 
 _KEY = KEY_PREFIX
 
@@ -83,6 +83,25 @@ def resolve_num_neighbors(value: NumNeighbors, edge_types: Sequence[EdgeType], k
         raise ValueError(f"{key}: every edge type needs the same number of hops, got "
                          f"{', '.join(f'{n}: {c}' for n, c in lengths.items())}")  # fmt: skip
     return resolved
+
+
+def check_metadata(dataset: HeteroNodeDataset, key: str) -> None:
+    """The dataset's node and edge types fit together (cheap: its shape properties, nothing loaded).
+
+    Raises:
+        ValueError: an edge type naming a node type the dataset does not have, or an input type that is no node type
+            (naming ``key``, the dataset's class and the type).
+    """
+    node_types = list(dataset.node_types)
+    where = f"{key} ({type(dataset).__name__})"
+    if dataset.input_type not in node_types:
+        raise ValueError(f"{where}: the input type {dataset.input_type!r} is not one of its node types "
+                         f"({', '.join(node_types)})")  # fmt: skip
+    for edge_type in dataset.edge_types:
+        for node_type in (edge_type[0], edge_type[2]):
+            if node_type not in node_types:
+                raise ValueError(f"{where}: the edge type {edge_type_str(edge_type)} names the node type "
+                                 f"{node_type!r}, which is not one of its node types ({', '.join(node_types)})")  # fmt: skip
 
 
 class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
@@ -144,6 +163,7 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
                             "node datasets go to ZeroCopyDataModule")  # fmt: skip
         if sampler_placement in ("hybrid", "auto"):
             raise ValueError(_KEY + HYBRID_UNSUPPORTED.format(placement=sampler_placement))
+        check_metadata(dataset, _KEY + "dataset")
         edge_types = list(dataset.edge_types)
         train = resolve_num_neighbors(num_neighbors, edge_types, _KEY + "num_neighbors")
         evaluation = train if eval_num_neighbors is None else resolve_num_neighbors(

@@ -169,3 +169,50 @@ class TinyHeteroSAGE(pl.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=0.01)
+
+
+class HeteroLinear(pl.LightningModule):
+    """The smallest trainable model the command builds with a heterogeneous DataModule: a linear classifier of the
+    input type's features (``in_channels`` per featured type and ``out_channels`` are linked from the DataModule)."""
+
+    def __init__(self, in_channels: dict[str, int], out_channels: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(in_channels[PAPER], out_channels)
+
+    def training_step(self, batch, batch_idx):
+        size = batch[PAPER].batch_size
+        return F.cross_entropy(self.lin(batch[PAPER].x[:size]), batch[PAPER].y[:size])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class FaultyHeteroDataset(TinyHeteroDataset):
+    """The tiny graph with one fault (for the command's one-line errors):
+
+    * ``"none"``: no fault;
+    * ``"missing_type"``: an edge type ``venue__hosts__paper`` whose source type ``venue`` is no node type;
+    * ``"bad_id"``: ``author__writes__paper`` holds the author id 60 (``author`` has 60 nodes);
+    * ``"rows"``: ``paper`` has 39 feature rows for its 40 nodes.
+    """
+
+    def __init__(self, fault: str = "none") -> None:
+        super().__init__()
+        self.fault = fault
+
+    @property
+    def edge_types(self) -> list[EdgeType]:
+        extra = [("venue", "hosts", PAPER)] if self.fault == "missing_type" else []
+        return list(EDGE_TYPES) + extra
+
+    def load(self) -> HeteroNodeData:
+        data = make_hetero_data()
+        fields = {name: getattr(data, name) for name in ("num_nodes", "edge_index", "x", "input_type", "y",
+                                                         "train_idx", "val_idx", "test_idx")}  # fmt: skip
+        if self.fault == "missing_type":
+            fields["edge_index"][("venue", "hosts", PAPER)] = torch.zeros(2, 1, dtype=torch.int64)
+        elif self.fault == "bad_id":
+            fields["edge_index"][WRITES][0, 5] = 60
+        elif self.fault == "rows":
+            fields["x"][PAPER] = fields["x"][PAPER][:39]
+        return HeteroNodeData(**fields)

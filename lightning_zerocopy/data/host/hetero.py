@@ -42,7 +42,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HeteroHostGraphHandles
-from lightning_zerocopy.datasets.base import InputDataError
+from lightning_zerocopy.datasets.base import DatasetFileError, InputDataError
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.hetero import HeteroNodeData, HeteroNodeDataset
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
@@ -191,11 +191,18 @@ class HeteroHostCopyBuilder:
         """Load the dataset, check it (once), and copy it into shared segments.
 
         Raises:
-            InputDataError: an id out of range for its type (naming the edge type), a bad split or label, a NaN or
-                infinite feature, or one that does not fit ``feature_dtype`` (naming the node type).
+            InputDataError: arrays that do not fit together (feature rows per type, an edge type naming a missing
+                node type: the dataset's own checks, prefixed with ``key``), an id out of range for its type (naming
+                the edge type), a bad split or label, a NaN or infinite feature, or one that does not fit
+                ``feature_dtype`` (naming the node type).
         """
         cleanup_stale_segments()
-        data = self.dataset.load()
+        try:
+            data = self.dataset.load()
+        except DatasetFileError:
+            raise  # names its file
+        except InputDataError as exc:  # the arrays do not fit together (HeteroNodeData's checks): name the dataset
+            raise InputDataError(f"{self.key} ({type(self.dataset).__name__}): {exc}") from exc
         self._check(data)
         dtype = None if self.feature_dtype is None else feature_dtype_of(self.feature_dtype, self.dtype_key)
         base = feature_cache_dir(self.dataset, "none", dtype)
