@@ -38,6 +38,7 @@ each node appears once (a distributed plan pads the ranks' shares by repeating n
 from __future__ import annotations
 
 import os
+import sys
 from collections import deque
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -47,7 +48,6 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from pytorch_lightning.utilities import rank_zero_info
-from torch_geometric.data import HeteroData
 
 __all__ = ["PredictionWriter", "edge_predictions", "seed_node_type", "seed_predictions"]
 
@@ -59,7 +59,8 @@ def seed_node_type(batch: Any) -> Optional[str]:
     Raises:
         TypeError: a ``HeteroData`` batch without a node store that holds ``batch_size``.
     """
-    if not isinstance(batch, HeteroData):
+    pyg_data = sys.modules.get("torch_geometric.data")  # a HeteroData batch means PyG is imported; this module does not
+    if pyg_data is None or not isinstance(batch, pyg_data.HeteroData):
         return None
     for store in batch.node_stores:
         if "batch_size" in store:

@@ -57,6 +57,7 @@ the epoch ends are waited for then, so the epoch figures count every step interv
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -65,7 +66,6 @@ from typing import Any, NamedTuple, Optional
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
-from torch_geometric.data import HeteroData
 from typing_extensions import override
 
 from lightning_zerocopy.callbacks.step_figures import Ratio, StepSums, log_epoch_figures
@@ -221,7 +221,7 @@ def _host_figures(trainer: "pl.Trainer", batch: Any, interval_s: float, wait_s: 
     """What the host knows of a step interval: its times, the batch's sizes (shapes, not values) and the
     producer's and sampler's latest figures."""
     host = {"interval_s": interval_s, "wait_s": wait_s}
-    if isinstance(batch, HeteroData):
+    if _is_hetero(batch):
         host.update(_hetero_sizes(batch))
     else:
         edge_index, x = getattr(batch, "edge_index", None), getattr(batch, "x", None)
@@ -237,7 +237,14 @@ def _host_figures(trainer: "pl.Trainer", batch: Any, interval_s: float, wait_s: 
     return host
 
 
-def _hetero_sizes(batch: HeteroData) -> dict[str, float]:
+def _is_hetero(batch: Any) -> bool:
+    """Whether ``batch`` is a PyG ``HeteroData`` (without importing PyG: this module must not, see the package's
+    docstring; a batch can only be one once PyG is imported)."""
+    pyg_data = sys.modules.get("torch_geometric.data")
+    return pyg_data is not None and isinstance(batch, pyg_data.HeteroData)
+
+
+def _hetero_sizes(batch: Any) -> dict[str, float]:
     """A heterogeneous batch's sizes: ``edges`` over every edge type, ``x_bytes`` over every featured node type
     (``-1``: none has them, as for a homogeneous batch without the field) and ``rows_<type>``, the sampled nodes of
     each node type (``n_id``, else the store's ``num_nodes``)."""

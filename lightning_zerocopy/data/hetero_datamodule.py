@@ -7,9 +7,10 @@ edge type, features per featured type), whose resources are
 :class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`. The plan is the homogeneous one over the input
 type's split.
 
-Not yet for heterogeneous graphs: ``sampler_placement`` ``hybrid``/``auto``, a
-:class:`~lightning_zerocopy.callbacks.PipelineCallback` or other host-memory consumer (the pipeline worker, the
-``ZeroCopyDDPStrategy`` cache), GPU feature caches (:meth:`set_feature_cache`) and ``node_order`` other than
+A :class:`~lightning_zerocopy.callbacks.PipelineCallback` (``worker`` or ``in_process``) builds the batches with these
+builders (it says so with ``takes_hetero_builders``; the batches cross its slots flattened,
+:mod:`lightning_zerocopy.pipeline.hetero_slots`). Not yet for heterogeneous graphs: ``sampler_placement``
+``hybrid``/``auto``, other host-memory consumers (the ``ZeroCopyDDPStrategy`` cache), GPU feature caches (:meth:`set_feature_cache`) and ``node_order`` other than
 ``none``, each refused in one line; ``hot_rows`` is not an argument.
 
 ``node_order`` is refused rather than applied per type: the homogeneous order renumbers one id space (graph,
@@ -225,7 +226,7 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
         trainer = self._trainer_or_none()
         if trainer is not None and self._handles is None:
             for consumer in (trainer.strategy, *trainer.callbacks):
-                if isinstance(consumer, HostMemoryConsumer):
+                if isinstance(consumer, HostMemoryConsumer) and not getattr(consumer, "takes_hetero_builders", False):
                     raise ValueError(
                         f"{type(consumer).__name__} is not yet supported with ZeroCopyHeteroDataModule (heterogeneous "
                         "batches are built in the training process); remove it from the trainer"
