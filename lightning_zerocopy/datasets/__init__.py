@@ -1,4 +1,10 @@
-"""Datasets: node classification (generated, OGB folders, PyG ``Data`` objects) and link prediction."""
+"""Datasets: node classification (generated, OGB folders, PyG ``Data`` objects) and link prediction.
+
+The heterogeneous datasets (:class:`SyntheticHeteroGraph`, :class:`PyGHeteroDataset`, :class:`OGBHeteroNodeDataset`)
+are imported on first use.
+"""
+
+from typing import Any
 
 from lightning_zerocopy.datasets.base import CachedNodeDataset, DatasetFileError, InputDataError, NodeData, NodeDataset
 from lightning_zerocopy.datasets.features import NonFiniteFeatureError, check_finite_features
@@ -11,6 +17,24 @@ from lightning_zerocopy.datasets.pyg_links import PyGLinkDataset
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.datasets.synthetic import SyntheticGraph
 from lightning_zerocopy.datasets.synthetic_links import SyntheticLinkGraph
+
+_LAZY = {
+    "OGBHeteroNodeDataset": "lightning_zerocopy.datasets.ogb_hetero",
+    "PyGHeteroDataset": "lightning_zerocopy.datasets.pyg_hetero",
+    "SyntheticHeteroGraph": "lightning_zerocopy.datasets.synthetic_hetero",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The heterogeneous dataset classes, imported on first access."""
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CachedLinkDataset",
@@ -25,11 +49,14 @@ __all__ = [
     "NodeDataset",
     "OGBLinkDataset",
     "NonFiniteFeatureError",
+    "OGBHeteroNodeDataset",
     "OGBNodeDataset",
+    "PyGHeteroDataset",
     "PyGLinkDataset",
     "PyGNodeDataset",
     "SplitError",
     "SyntheticGraph",
+    "SyntheticHeteroGraph",
     "SyntheticLinkGraph",
     "check_finite_features",
     "check_link_splits",

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 import torch
 from torch import nn
 
-__all__ = ["HopCounts", "batch_hop_counts", "can_trim", "counts_for_layers"]
+__all__ = ["HeteroHopCounts", "HopCounts", "batch_hop_counts", "can_trim", "counts_for_layers", "hetero_counts_for_layers"]
 
 
 class HopCounts(NamedTuple):
@@ -112,3 +112,82 @@ def can_trim(net: nn.Module) -> bool:
     params = inspect.signature(net.forward).parameters
     layers = getattr(net, "num_layers", None)
     return isinstance(layers, int) and all(p in params for p in ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop"))
+
+
+class HeteroHopCounts(NamedTuple):
+    """A heterogeneous batch cut to what ``num_layers`` layers reach, with per-type counts of ``num_layers`` hops.
+
+    Attributes:
+        x_dict: per node type, the rows of the hops kept.
+        edge_index_dict: per edge type, the edges of the hops kept.
+        nodes_per_hop: per node type, ``num_layers + 1`` node counts (the seeds first; ``0`` for a type without
+            seeds), for :func:`torch_geometric.utils.trim_to_layer`.
+        edges_per_hop: per edge type, ``num_layers`` edge counts.
+    """
+
+    x_dict: dict[str, torch.Tensor]
+    edge_index_dict: dict[tuple[str, str, str], torch.Tensor]
+    nodes_per_hop: dict[str, list[int]]
+    edges_per_hop: dict[tuple[str, str, str], list[int]]
+
+
+def hetero_counts_for_layers(
+    x_dict: dict[str, torch.Tensor],
+    edge_index_dict: dict[tuple[str, str, str], torch.Tensor],
+    num_sampled_nodes_dict: dict[str, Sequence[int]],
+    num_sampled_edges_dict: dict[tuple[str, str, str], Sequence[int]],
+    num_layers: int,
+) -> HeteroHopCounts:
+    """:func:`counts_for_layers` for a ``HeteroData`` batch (PyG's hetero ``NeighborLoader`` layout): every node
+    type's rows and every edge type's edges are cut to the hops ``num_layers`` layers reach, and the counts are cut
+    or padded with empty hops to exactly ``num_layers`` hops. Reads Python ints and shapes only.
+
+    Args:
+        x_dict: per node type, ``sum(num_sampled_nodes_dict[type])`` rows ordered by hop (features, or embeddings
+            of the type's ``n_id``).
+        edge_index_dict: per edge type ``(src, rel, dst)``, local edges ordered by hop.
+        num_sampled_nodes_dict: per node type, nodes per hop (``hops + 1`` entries, the seeds first).
+        num_sampled_edges_dict: per edge type, edges per hop (``hops`` entries).
+        num_layers: message-passing layers of the model.
+
+    Raises:
+        ValueError: a type without counts, counts of different hop depths, or counts that do not describe the
+            rows / edges (the message names the type).
+    """
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    nodes: dict[str, list[int]] = {}
+    for node_type in x_dict:
+        if node_type not in num_sampled_nodes_dict:
+            raise ValueError(f"node type {node_type!r} has no num_sampled_nodes: turn trimming off (trim: false)")
+        nodes[node_type] = _as_ints(num_sampled_nodes_dict[node_type], f"{node_type}.num_sampled_nodes")
+    edges: dict[tuple[str, str, str], list[int]] = {}
+    for edge_type in edge_index_dict:
+        if edge_type not in num_sampled_edges_dict:
+            raise ValueError(f"edge type {'__'.join(edge_type)} has no num_sampled_edges: turn trimming off (trim: false)")
+        edges[edge_type] = _as_ints(num_sampled_edges_dict[edge_type], f"{'__'.join(edge_type)}.num_sampled_edges")
+    depths = {len(c) - 1 for c in nodes.values()} | {len(c) for c in edges.values()}
+    if len(depths) > 1:
+        raise ValueError(f"the batch's per-type counts describe different numbers of hops ({sorted(depths)}): expected "
+                         "one node count per hop plus the seeds for every node type, one edge count per hop for every "
+                         "edge type")  # fmt: skip
+    hops = depths.pop() if depths else num_layers
+    out_x: dict[str, torch.Tensor] = {}
+    for node_type, x in x_dict.items():
+        if sum(nodes[node_type]) != x.size(0):
+            raise ValueError(f"{node_type}.num_sampled_nodes sums to {sum(nodes[node_type])} but the batch has "
+                             f"{x.size(0)} {node_type!r} rows: fix the counts, delete them, or set trim: false")  # fmt: skip
+        out_x[node_type] = x.narrow(0, 0, sum(nodes[node_type][: num_layers + 1])) if hops > num_layers else x
+    out_edges: dict[tuple[str, str, str], torch.Tensor] = {}
+    for edge_type, index in edge_index_dict.items():
+        if sum(edges[edge_type]) != index.size(1):
+            raise ValueError(f"{'__'.join(edge_type)}.num_sampled_edges sums to {sum(edges[edge_type])} but the batch "
+                             f"has {index.size(1)} such edges: fix the counts, delete them, or set trim: false")  # fmt: skip
+        out_edges[edge_type] = index.narrow(1, 0, sum(edges[edge_type][:num_layers])) if hops > num_layers else index
+    if hops > num_layers:
+        nodes = {k: v[: num_layers + 1] for k, v in nodes.items()}
+        edges = {k: v[:num_layers] for k, v in edges.items()}
+    elif hops < num_layers:
+        nodes = {k: v + [0] * (num_layers - hops) for k, v in nodes.items()}
+        edges = {k: v + [0] * (num_layers - hops) for k, v in edges.items()}
+    return HeteroHopCounts(out_x, out_edges, nodes, edges)

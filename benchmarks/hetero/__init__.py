@@ -1,0 +1,1 @@
+"""Heterogeneous node classification end to end: ``ZeroCopyHeteroDataModule`` against PyG's hetero ``NeighborLoader``."""

@@ -1,0 +1,264 @@
+"""Heterogeneous node classification end to end against PyG's hetero NeighborLoader: steps/s, time to accuracy, stall.
+
+Every row (a data path, picked by name with ``--configs``; ``--list`` shows them) trains the same
+``HeteroNodeClassifier`` (a SAGEConv per relation, or R-GAT with ``--conv gat``; same seed, so the same initial
+weights) through Lightning's ``Trainer`` on the same ``SyntheticHeteroGraph`` (ogbn-mag's shape: papers with features
+and labels, authors, institutions and fields of study embedded from their ids; cached on disk), with the same fanouts
+for every edge type and the same seeds per step count, in a process of its own (MPS rows start through the MPS
+launcher). PyG's row runs ``NeighborLoader`` over a ``HeteroData`` with its best worker count of a short sweep and
+``pin_memory``; ``model_only`` trains on batches our CPU builder made before training, moved to the device: the
+compute bound. Each row also gives the time of an ogbn-mag-sized epoch (629,571 training papers, batch 1024: 615
+steps) at its steady rate. Rows whose feature is missing from this build or machine are reported as skipped.
+
+Output folder (``--out``): ``results.json`` (rewritten after every row), ``report.md`` and ``logs/<row>.log``;
+``--report-only DIR`` re-renders the report from the JSON.
+
+Examples::
+
+    python -m benchmarks.hetero --list
+    python -m benchmarks.hetero --preset ci --out /tmp/hetero-ci             # tiny graph, CPU rows (CI)
+    python -m benchmarks.hetero --prepare-only                               # draw and cache the 10x-MAG graph
+    python -m benchmarks.hetero --pyg-site /tmp/pygsite --out results/hetero-mag10x   # one GPU, default rows
+    python -m benchmarks.hetero --report-only results/hetero-mag10x
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.common.meta import machine_info  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
+from benchmarks.common.rows import pick_rows  # noqa: E402
+from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
+from benchmarks.e2e.rows import Row, _precheck, mps_prefix, parse_share  # noqa: E402
+from benchmarks.hetero import report as hetero_report  # noqa: E402
+
+_CPU = {"sampler_placement": "cpu", "gather": "cpu"}
+_ZC_GPU = {"sampler_placement": "gpu", "gather": "zerocopy"}
+_MPS = {"mode": "worker", "mps": True}
+
+#: Every row by name, in the report's order.
+ROWS: dict[str, Row] = {row.name: row for row in [
+    Row("pyg", "pyg", "PyG NeighborLoader over a HeteroData: worker processes (best of --pyg-workers), pin_memory, "
+        ".to(device, non_blocking=True)", needs_cuda=False),
+    Row("cpu", "ours", "CPU sampler threads + CPU gather, batch copied to the device", _CPU, needs_cuda=False),
+    Row("zc_gpu", "ours", "GPU sampler, zero-copy gather from host memory, no pipeline", _ZC_GPU),
+    Row("zc_gpu_mps", "ours", "GPU sampler, zero-copy gather, PipelineCallback worker + MPS", _ZC_GPU, pipeline=_MPS),
+    Row("model_only", "model_only", "the same kind of batches pre-staged in device memory: the compute bound",
+        needs_cuda=False),
+]}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Graph size, model, step counts and budgets of a named run; every field is also a command-line flag."""
+
+    papers: int
+    authors: int
+    institutions: int
+    fields: int
+    features: int
+    batch_size: int
+    num_neighbors: str
+    hidden: int
+    steps: int
+    warmup: int
+    val_every: int
+    val_batches: int
+    row_budget_s: float
+    row_timeout_s: float
+    configs: str
+    pyg_workers: str
+    threads: int
+
+
+PRESETS: dict[str, Preset] = {
+    # about 10x ogbn-mag (736k papers, 1.13M authors, 8.7k institutions, 60k fields): 19.4M nodes, 3.8 GB of fp32
+    # paper features; one GPU, features in host memory; fanouts and width of PyG's ogbn-mag example
+    "mag10x": Preset(7_363_890, 11_346_490, 87_400, 599_650, 128, 1024, "10,10", 64, 700, 60, 100, 8, 120.0, 900.0,
+                     "model_only,pyg,zc_gpu_mps,zc_gpu", "4,8,12", 0),  # fmt: skip
+    # CI: a tiny graph, CPU rows, one thread per row process (a shared two-core box)
+    "ci": Preset(3_000, 4_000, 60, 200, 16, 64, "5,5", 32, 16, 4, 8, 2, 30.0, 300.0, "pyg,cpu,model_only,zc_gpu", "0", 1),
+}
+_PRESET_FIELDS = list(Preset.__dataclass_fields__)
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.hetero", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+    p.add_argument("--preset", choices=sorted(PRESETS), default="mag10x", help="graph size, steps and budgets (below override it)")
+    p.add_argument("--configs", help="comma-separated rows, or 'all' (default: the preset's)")
+    p.add_argument("--out", help="output folder (default: results/hetero-<preset>)")
+    p.add_argument("--report-only", metavar="DIR", help="re-render report.md from DIR/results.json")
+    p.add_argument("--prepare-only", action="store_true", help="draw and cache the graph, then stop")
+    p.add_argument("--list", action="store_true", help="list the rows and exit")
+    p.add_argument("--pyg-site", metavar="DIR", help="a folder with pyg-lib or torch-sparse, put first on every row's "
+                   "import path (the GPU box: where .pyg/*.tgz is unpacked)")  # fmt: skip
+    p.add_argument("--commit", default=os.environ.get("GPU_CHECK_COMMIT"), help="the tree's commit for the report")
+    g = p.add_argument_group("graph (SyntheticHeteroGraph, MAG-shaped, cached under --cache-dir)")
+    g.add_argument("--papers", type=int, help="papers (features, labels, splits)")
+    g.add_argument("--authors", type=int)
+    g.add_argument("--institutions", type=int)
+    g.add_argument("--fields", type=int, help="fields of study")
+    g.add_argument("--features", type=int, help="fp32 paper feature width")
+    g.add_argument("--classes", type=int, default=32, help="planted paper classes")
+    g.add_argument("--cache-dir", help="dataset cache root (default $LIGHTNING_ZEROCOPY_CACHE or ~/.cache/lightning_zerocopy)")
+    t = p.add_argument_group("training and measuring")
+    t.add_argument("--batch-size", type=int, help="seed papers per step")
+    t.add_argument("--num-neighbors", help="fanouts per hop, comma-separated, the same for every edge type")
+    t.add_argument("--conv", choices=("sage", "gat"), default="sage", help="HeteroNodeClassifier's conv (gat: R-GAT)")
+    t.add_argument("--hidden", type=int, help="HeteroNodeClassifier width (layers: one per fanout)")
+    t.add_argument("--steps", type=int)
+    t.add_argument("--warmup", type=int)
+    t.add_argument("--val-every", type=int)
+    t.add_argument("--val-batches", type=int)
+    t.add_argument("--target-acc", type=float, help="time-to-accuracy target (default: 95%% of the lowest best "
+                   "validation accuracy among the rows, decided when the report is written)")  # fmt: skip
+    t.add_argument("--threads", type=int, help="torch threads per row process (0: torch's default)")
+    t.add_argument("--lr", type=float, default=3e-3)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--row-budget-s", type=float, help="stop a row's training after this many seconds (0: none)")
+    t.add_argument("--row-timeout-s", type=float, help="kill a row's process after this many seconds")
+    t.add_argument("--pyg-workers", help="NeighborLoader worker counts to sweep; the best trains")
+    t.add_argument("--sweep-batches", type=int, default=30, help="batches timed per worker count of the sweep")
+    t.add_argument("--stage-batches", type=int, default=64, help="model_only: distinct batches pre-staged on the device")
+    t.add_argument("--worker-sm-percent", type=parse_share, default=10, help="MPS rows: the pipeline worker's share of "
+                   "SMs, 1-99 or auto")  # fmt: skip
+    p.add_argument("--_run", help=argparse.SUPPRESS)
+    p.add_argument("--_spec", help=argparse.SUPPRESS)
+    p.add_argument("--_result", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for name in _PRESET_FIELDS:
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(PRESETS[args.preset], name))
+    for name in ("papers", "authors", "institutions", "fields", "features", "batch_size", "hidden", "steps", "val_every",
+                 "val_batches", "classes"):  # fmt: skip
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0 <= args.warmup < args.steps:
+        p.error(f"--warmup must be in [0, --steps), got {args.warmup} with --steps {args.steps}")
+    try:
+        args.fanouts = [int(f) for f in str(args.num_neighbors).split(",")]
+        select_rows(args.configs)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
+
+
+def select_rows(configs: str) -> list[Row]:
+    """The rows named in a comma-separated list (``all``: every row), in the order given."""
+    return pick_rows(configs, ROWS, "--configs")
+
+
+def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``SyntheticHeteroGraph`` arguments (the same in every row, so all load one cache)."""
+    return dict(num_papers=args.papers, author_ratio=args.authors / args.papers,
+                institution_ratio=args.institutions / args.papers, field_ratio=args.fields / args.papers,
+                num_features=args.features, num_classes=args.classes, seed=args.seed,
+                cache_dir=args.cache_dir)  # fmt: skip
+
+
+def _prepare(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.hetero.train import build_dataset
+
+    kwargs = dataset_kwargs(args)
+    dataset = build_dataset(kwargs)
+    t0 = time.perf_counter()
+    data = dataset.load()
+    feature_bytes = sum(x.numel() * x.element_size() for x in data.x.values())
+    return {"kwargs": kwargs, "prepare_s": time.perf_counter() - t0, "num_nodes": dict(data.num_nodes),
+            "num_edges": {"__".join(e): int(i.size(1)) for e, i in data.edge_index.items()},
+            "num_features": {t: int(x.size(1)) for t, x in data.x.items()}, "feature_GB": feature_bytes / 1e9,
+            "input_type": data.input_type, "splits": {s: int(data.split(s).numel()) for s in ("train", "val", "test")}}  # fmt: skip
+
+
+def _child_main(args: argparse.Namespace) -> None:
+    with open(args._spec, "rb") as f:
+        spec = pickle.load(f)
+    if args._run == "prepare":
+        out: Any = _prepare(spec["args"])
+    else:
+        from benchmarks.hetero.train import run_row
+
+        out = run_row(ROWS[args._run], spec["args"], spec["kwargs"])
+    with open(args._result, "w") as f:
+        json.dump(out, f)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Prepare the graph, run every selected row in its own process, write the JSON and the report."""
+    rows = select_rows(args.configs)
+    if args.pyg_site:  # the precheck here and every row's process import from it first
+        site = os.path.abspath(args.pyg_site)
+        sys.path.insert(0, site)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
+    out = os.path.abspath(args.out or os.path.join("results", f"hetero-{args.preset}"))
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    public = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    results: dict[str, Any] = {"meta": machine_info(REPO_ROOT, args.cache_dir, args.commit), "args": public,
+                               "command": " ".join(["python", "-m", "benchmarks.hetero", *sys.argv[1:]]),
+                               "rows": {r.name: r.doc for r in rows}, "mag_epoch_steps": hetero_report.mag_epoch_steps(), "runs": []}  # fmt: skip
+    start = time.monotonic()
+    total = args.papers + args.authors + args.institutions + args.fields
+    print(f"hetero: preparing the graph ({total:,} nodes, {args.papers:,} papers)", flush=True)
+    # in a process of its own: no CUDA context may outlive it before an MPS row starts
+    graph, why = run_script(__file__, ["--_run=prepare"], {"args": args}, os.path.join(out, "logs", "prepare.log"),
+                            max(args.row_timeout_s, 3600), REPO_ROOT)  # fmt: skip
+    if graph is None:
+        raise SystemExit(f"hetero: preparing the graph failed: {why}")
+    results["graph"] = graph
+    print(f"hetero: {graph['num_nodes']} nodes, {sum(graph['num_edges'].values()):,} edges, splits {graph['splits']}", flush=True)
+    if args.prepare_only:
+        write_json(os.path.join(out, "results.json"), results, default=str)
+        return results
+    for row in rows:
+        why = _precheck(row)
+        if why is not None:
+            result = {"row": row.name, "kind": row.kind, "status": "skipped", "reason": why}
+        else:
+            t0 = time.monotonic()
+            result, why = run_script(__file__, [f"--_run={row.name}"], {"args": args, "kwargs": graph["kwargs"]},
+                                     os.path.join(out, "logs", f"{row.name}.log"), args.row_timeout_s, REPO_ROOT,
+                                     mps_prefix(args, row) if row.mps else None)  # fmt: skip
+            if result is None:
+                result = {"row": row.name, "kind": row.kind, "status": "error", "reason": why}
+            result["process_s"] = time.monotonic() - t0
+        result.setdefault("doc", row.doc)
+        results["runs"].append(result)
+        print("hetero: " + hetero_report.one_line(result), flush=True)
+        write_json(os.path.join(out, "results.json"), results, default=str)
+    results["total_s"] = time.monotonic() - start
+    write_json(os.path.join(out, "results.json"), results, default=str)
+    path = hetero_report.render(out)
+    print(f"hetero: wrote {os.path.basename(path)} in {out}", flush=True)
+    return results
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    args = parse_args(argv)
+    if args._spec:
+        _child_main(args)
+    elif args.list:
+        for row in ROWS.values():
+            print(f"{row.name:<12}{row.doc}")
+    elif args.report_only:
+        path = hetero_report.render(args.report_only)
+        print(f"hetero: wrote {os.path.basename(path)} in {args.report_only}")
+    else:
+        forward_stop_signals()
+        run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Any PyG ``HeteroData`` with labels and splits on one node type as a :class:`HeteroNodeDataset`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+from torch_geometric.data import Dataset, HeteroData
+
+from lightning_zerocopy.datasets.base import DatasetFileError, InputDataError
+from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeData, HeteroNodeDataset, first_out_of_range
+
+__all__ = ["PyGHeteroDataset"]
+
+_SPLIT_NAMES = {"train": ("train_mask", "train_idx"), "val": ("val_mask", "val_idx"), "test": ("test_mask", "test_idx")}
+
+
+def _node(node_type: str) -> str:
+    """How messages name a node store: ``data['paper']``."""
+    return f"data[{node_type!r}]"
+
+
+def _edge(edge_type: EdgeType) -> str:
+    """How messages name an edge store: ``data['author', 'writes', 'paper']``."""
+    return "data[" + ", ".join(repr(part) for part in edge_type) + "]"
+
+
+def _as_ids(values: torch.Tensor, field: str, what: str, origin: str) -> torch.Tensor:
+    """``values`` as int64, refusing a floating value that is not an integer (``2.5`` would become id 2).
+
+    Args:
+        field: how the message names the tensor, e.g. ``data['paper'].train_idx``.
+    """
+    if values.is_floating_point():
+        fractional = values != values.round()  # NaN too
+        if bool(fractional.any()):
+            if values.dim() == 2 and values.shape[0] == 2:  # edge after edge
+                column = int(fractional.any(0).nonzero()[0])
+                where: tuple[int, ...] = (0 if bool(fractional[0, column]) else 1, column)
+            else:
+                where = tuple(fractional.nonzero()[0].tolist())
+            raise InputDataError(f"{origin}{field} holds {float(values[where]):g} at {list(where)}, which is not a "
+                                 f"{what}: store integers")  # fmt: skip
+    return values.to(torch.int64)
+
+
+def _load_file(path: Path) -> Any:
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: `data` must be a PyG HeteroData object or the path of one saved with torch.save"
+        )
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as exc:  # a damaged or foreign file: unpickling raises many kinds of errors
+        raise DatasetFileError(path, f"cannot be loaded with torch.load ({type(exc).__name__}: {exc})") from exc
+
+
+class PyGHeteroDataset(HeteroNodeDataset):
+    """Wraps a PyG ``HeteroData`` (or graph 0 of a PyG ``Dataset`` of them, or a ``torch.save``d ``HeteroData``).
+
+    Each node type needs ``x`` or ``num_nodes`` (both: they must agree); the types with ``x`` have features (float64
+    or integer features are converted to float32). Each edge type needs ``edge_index`` of ids local to its source and
+    destination types. The input type needs ``y`` and, per split, a boolean ``<split>_mask`` or an index tensor
+    ``<split>_idx`` (``train``, ``val``, ``test``). The graph is held in memory as given (no cache).
+
+    Args:
+        data: the ``HeteroData``, a PyG ``Dataset`` (its graph 0 is used) or the path of a ``.pt`` file.
+        input_type: the node type with labels and splits; default: the only node type with ``y``.
+        num_classes: number of classes; default: the largest label + 1.
+    """
+
+    def __init__(
+        self,
+        data: Union[HeteroData, Dataset, str],
+        input_type: Optional[str] = None,
+        num_classes: Optional[int] = None,
+    ) -> None:
+        self._origin = f"{data}: " if isinstance(data, (str, Path)) else ""  # errors name the file
+        if isinstance(data, (str, Path)):
+            data = _load_file(Path(data))
+        if isinstance(data, Dataset):
+            data = data[0]
+        if not isinstance(data, HeteroData):
+            raise TypeError(
+                f"data must be a torch_geometric HeteroData, a Dataset of them or a path to a saved HeteroData, "
+                f"got {type(data)} (for a homogeneous Data use PyGNodeDataset)"
+            )
+        self.data = data
+        labeled = [t for t in data.node_types if data[t].get("y") is not None]
+        if input_type is None:
+            if len(labeled) != 1:
+                found = f"{len(labeled)} ({', '.join(labeled)})" if labeled else "none"
+                raise ValueError(f"set `input_type`: the node type with labels and splits (node types with y: {found})")
+            input_type = labeled[0]
+        if input_type not in data.node_types:
+            raise ValueError(f"input_type {input_type!r} is not a node type of the HeteroData (node types: "
+                             f"{', '.join(data.node_types)})")  # fmt: skip
+        if data[input_type].get("y") is None:
+            raise ValueError(f"the input type {input_type!r} has no `y`: set {_node(input_type)}.y to its labels")
+        self._input_type = input_type
+        self._num_nodes = {t: self._count(t) for t in data.node_types}
+        y = data[input_type].y
+        self._num_classes = int(num_classes) if num_classes is not None else int(y.max()) + 1 if y.numel() else 0
+
+    def _count(self, node_type: str) -> int:
+        """Nodes of ``node_type``: ``x``'s rows, checked against ``num_nodes`` where both are set."""
+        store, origin = self.data[node_type], self._origin
+        x, stored = store.get("x"), store.get("num_nodes")
+        if x is not None:
+            if x.dim() != 2:
+                raise InputDataError(f"{origin}{_node(node_type)}.x has shape {tuple(x.shape)}: node features are "
+                                     "[num_nodes, num_features]")  # fmt: skip
+            if stored is not None and int(stored) != int(x.shape[0]):
+                raise InputDataError(
+                    f"{origin}{_node(node_type)}.x has {int(x.shape[0]):,} rows but {_node(node_type)}.num_nodes is "
+                    f"{int(stored):,}: one row of features per node"
+                )
+            return int(x.shape[0])
+        if stored is None:
+            raise InputDataError(f"{origin}{_node(node_type)} has neither x nor num_nodes: set "
+                                 f"{_node(node_type)}.num_nodes to the type's node count")  # fmt: skip
+        return int(stored)
+
+    @property
+    def node_types(self) -> list[str]:
+        return list(self.data.node_types)
+
+    @property
+    def edge_types(self) -> list[EdgeType]:
+        return [tuple(t) for t in self.data.edge_types]  # type: ignore[misc]
+
+    @property
+    def num_nodes(self) -> dict[str, int]:
+        return dict(self._num_nodes)
+
+    @property
+    def input_type(self) -> str:
+        return self._input_type
+
+    @property
+    def num_features(self) -> dict[str, int]:
+        return {t: int(self.data[t].x.shape[1]) for t in self.data.node_types if self.data[t].get("x") is not None}
+
+    @property
+    def num_classes(self) -> int:
+        return self._num_classes
+
+    def split_source(self, split: str) -> str:
+        """The attribute that defines the split, e.g. ``data['paper'].train_mask``."""
+        mask_name, idx_name = _SPLIT_NAMES[split]
+        store = self.data[self._input_type]
+        return f"{_node(self._input_type)}.{mask_name if mask_name in store else idx_name}"
+
+    def load(self) -> HeteroNodeData:
+        """The graph's arrays, checked.
+
+        Raises:
+            InputDataError: a field that cannot be trained on, naming the node or edge type, the field and its first
+                bad value: a non-integer or out-of-range id in an ``edge_index`` (ranges are per type), an edge type
+                naming a node type without ``x`` or ``num_nodes``, a ``y`` or mask with another length than the input
+                type's node count, a non-integer label or split id.
+        """
+        d, origin = self.data, self._origin
+        edge_index = {}
+        for edge_type in self.edge_types:
+            edge_index[edge_type] = self._edge_index(edge_type)
+        x = {}
+        for node_type in d.node_types:
+            feats = d[node_type].get("x")
+            if feats is not None:
+                x[node_type] = feats if feats.dtype in (torch.float32, torch.float16, torch.bfloat16) else feats.float()
+        t = self._input_type
+        count = self._num_nodes[t]
+        y = d[t].y
+        if y.numel() != count:
+            raise InputDataError(f"{origin}{_node(t)}.y has {y.numel():,} entries but {t!r} has {count:,} nodes: one "
+                                 "label per node (-1 for unlabeled)")  # fmt: skip
+        return HeteroNodeData(
+            num_nodes=dict(self._num_nodes),
+            edge_index=edge_index,
+            x=x,
+            input_type=t,
+            y=_as_ids(y.reshape(-1), f"{_node(t)}.y", "class (an integer label, -1 for unlabeled)", origin),
+            train_idx=self._split_ids("train"),
+            val_idx=self._split_ids("val"),
+            test_idx=self._split_ids("test"),
+        )
+
+    def _edge_index(self, edge_type: EdgeType) -> torch.Tensor:
+        store, origin, field = self.data[edge_type], self._origin, f"{_edge(edge_type)}.edge_index"
+        if store.get("edge_index") is None:
+            raise InputDataError(f"{origin}{_edge(edge_type)} has no edge_index: set it to the type's [2, num_edges] "
+                                 "node ids, or delete the edge type")  # fmt: skip
+        for node_type in (edge_type[0], edge_type[2]):
+            if node_type not in self._num_nodes:
+                raise InputDataError(f"{origin}{field} names the node type {node_type!r}, which has no node store: "
+                                     f"set {_node(node_type)}.num_nodes (or .x)")  # fmt: skip
+        index = store.edge_index
+        if index.dim() != 2 or index.shape[0] != 2:
+            raise InputDataError(f"{origin}{field} has shape {tuple(index.shape)}: it must be [2, num_edges]")
+        index = _as_ids(index, field, "node id", origin)
+        for row, node_type in ((0, edge_type[0]), (1, edge_type[2])):
+            count = self._num_nodes[node_type]
+            bad = first_out_of_range(index[row], count)
+            if bad is not None:
+                position, value = bad
+                raise InputDataError(
+                    f"{origin}{field} holds the {node_type!r} id {value} at [{row}, {position}] (a "
+                    f"{('source', 'destination')[row]}), but {node_type!r} has {count:,} nodes (ids 0 to {count - 1:,})"
+                )
+        return index
+
+    def _split_ids(self, split: str) -> torch.Tensor:
+        t, origin = self._input_type, self._origin
+        store = self.data[t]
+        mask_name, idx_name = _SPLIT_NAMES[split]
+        count = self._num_nodes[t]
+        if mask_name in store:
+            mask = store[mask_name]
+            if mask.dim() != 1:
+                raise InputDataError(f"{origin}{_node(t)}.{mask_name} has shape {tuple(mask.shape)}; pick one column, "
+                                     f"e.g. {_node(t)}.{mask_name}[:, 0]")  # fmt: skip
+            if mask.numel() != count:
+                raise InputDataError(f"{origin}{_node(t)}.{mask_name} has {mask.numel():,} entries but {t!r} has "
+                                     f"{count:,} nodes: a mask holds one entry per node")  # fmt: skip
+            return mask.nonzero().view(-1)
+        if idx_name in store:
+            idx = torch.as_tensor(store[idx_name]).view(-1)
+            if idx.dtype == torch.bool:
+                raise InputDataError(f"{origin}{_node(t)}.{idx_name} is a boolean tensor: store it as "
+                                     f"{_node(t)}.{mask_name}, or store node ids")  # fmt: skip
+            return _as_ids(idx, f"{_node(t)}.{idx_name}", f"{t!r} id", origin)
+        raise ValueError(f"the input type {t!r} has neither `{mask_name}` nor `{idx_name}`: add one to "
+                         f"{_node(t)} to define the {split} split")  # fmt: skip
