@@ -227,9 +227,11 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
         if trainer is not None and self._handles is None:
             for consumer in (trainer.strategy, *trainer.callbacks):
                 if isinstance(consumer, HostMemoryConsumer) and not getattr(consumer, "takes_hetero_builders", False):
+                    fix = ("set trainer.strategy to ddp" if consumer is trainer.strategy
+                           else "remove it from trainer.callbacks")  # fmt: skip
                     raise ValueError(
-                        f"{type(consumer).__name__} is not yet supported with ZeroCopyHeteroDataModule (heterogeneous "
-                        "batches are built in the training process); remove it from the trainer"
+                        f"{type(consumer).__name__} is not yet supported with ZeroCopyHeteroDataModule (it reads the "
+                        f"host memory of one homogeneous graph and feature table, e.g. to cache rows on the GPU); {fix}"
                     )
         super().setup(stage)
 

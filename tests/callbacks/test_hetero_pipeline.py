@@ -14,7 +14,7 @@ from torch_geometric.data import HeteroData
 
 from helpers.hetero import EDGE_TYPES, PAPER, TinyHeteroDataset, TinyHeteroSAGE
 from lightning_zerocopy import ZeroCopyHeteroDataModule
-from lightning_zerocopy.callbacks import PipelineCallback
+from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
 from lightning_zerocopy.callbacks.predictions import PredictionWriter
 from lightning_zerocopy.pipeline.hetero_slots import HETERO_TYPES, flatten_hetero, unflatten_hetero
 from lightning_zerocopy.pipeline.slots import SlotLayout, view_batch
@@ -83,9 +83,14 @@ def baseline(tmp_path_factory):
 
 @pytest.mark.parametrize("mode", ["in_process", "worker"])
 def test_the_pipeline_builds_the_same_batches_and_trains_the_same(tmp_path: Path, baseline, mode: str) -> None:
-    record, model = _fit(tmp_path, PipelineCallback(mode=mode))
+    telemetry = DataTelemetry(prog_bar=False)
+    record, model = _fit(tmp_path, PipelineCallback(mode=mode), telemetry)
     want, want_model = baseline
     assert record.loader == "PipelineLoader" and want.loader == "PlanLoader"
+    steps = telemetry.history  # the slot views' sizes, counted per type; the producer's build time beside them
+    assert len(steps) == 2 * 4 - 2 and all(s["data/build_ms"] > 0 and s["data/seps"] > 0 for s in steps)
+    counted = [f for (epoch, step), f in sorted(record.train.items()) if step > 0]  # an epoch's first has no interval
+    assert [s["data/rows_author"] for s in steps] == [float(f[("author", "n_id")].numel()) for f in counted]
     _assert_same(record.train, want.train)
     _assert_same(record.val, want.val)
     assert set(k[0] for k in record.train) == {0, 1} and any(("author", "x") not in f for f in record.train.values())
@@ -137,7 +142,7 @@ def test_a_flattened_batch_round_trips_through_a_slot_layout() -> None:
     _assert_same({0: _fields(rebuilt)}, {0: _fields(second)})
 
 
-def test_the_strategys_cache_is_still_refused(tmp_path: Path) -> None:
+def test_other_host_memory_consumers_are_still_refused(tmp_path: Path) -> None:
     class _Consumer(Callback):
         def attach_host_memory(self, trainer, datamodule) -> None:  # a host-memory consumer that is not the pipeline
             pass
@@ -146,8 +151,19 @@ def test_the_strategys_cache_is_still_refused(tmp_path: Path) -> None:
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=1, logger=False, enable_progress_bar=False,
                          enable_model_summary=False, enable_checkpointing=False, callbacks=[_Consumer()],
                          default_root_dir=str(tmp_path))  # fmt: skip
-    with pytest.raises(ValueError, match="_Consumer is not yet supported with ZeroCopyHeteroDataModule"):
+    with pytest.raises(ValueError, match="_Consumer is not yet supported with ZeroCopyHeteroDataModule.*remove it "
+                                         "from trainer.callbacks"):  # fmt: skip
         trainer.fit(TinyHeteroSAGE(dm.metadata, dm.num_features, dm.num_nodes, dm.num_classes), datamodule=dm)
+
+    class _CachingStrategy:  # stands in for ZeroCopyDDPStrategy (a host-memory consumer as a strategy)
+        def attach_host_memory(self, trainer, datamodule) -> None:
+            pass
+
+    from types import SimpleNamespace
+
+    dm.trainer = SimpleNamespace(strategy=_CachingStrategy(), callbacks=[PipelineCallback(mode="in_process")])
+    with pytest.raises(ValueError, match="_CachingStrategy is not yet supported.*set trainer.strategy to ddp"):
+        dm.setup("fit")
 
 
 @pytest.mark.cuda
