@@ -179,9 +179,13 @@ class HeteroLinear(pl.LightningModule):
         super().__init__()
         self.lin = torch.nn.Linear(in_channels[PAPER], out_channels)
 
+    def forward(self, batch):
+        """Logits of every sampled paper (Lightning's default ``predict_step`` returns them)."""
+        return self.lin(batch[PAPER].x)
+
     def training_step(self, batch, batch_idx):
         size = batch[PAPER].batch_size
-        return F.cross_entropy(self.lin(batch[PAPER].x[:size]), batch[PAPER].y[:size])
+        return F.cross_entropy(self(batch)[:size], batch[PAPER].y[:size])
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
