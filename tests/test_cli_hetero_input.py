@@ -54,7 +54,8 @@ FAULTS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("fault, num_neighbors, message", FAULTS, ids=["unknown_edge_type", "missing_type", "bad_id", "rows"])
+@pytest.mark.parametrize("fault, num_neighbors, message", FAULTS,
+                         ids=["unknown_edge_type", "missing_type", "bad_id", "rows"])  # fmt: skip
 def test_bad_hetero_input_is_one_line_naming_the_type(fault: str, num_neighbors: Any, message: str, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
@@ -76,8 +77,8 @@ def test_the_console_command_exits_2_with_one_line(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
     env.pop(TRACEBACK_ENV, None)
-    proc = subprocess.run([sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(_recipe(tmp_path, "bad_id"))],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    command = [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(_recipe(tmp_path, "bad_id"))]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     errors = [i for i, line in enumerate(lines) if line.startswith("error:")]  # Lightning's own notices come first

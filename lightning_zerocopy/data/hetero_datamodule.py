@@ -10,8 +10,9 @@ type's split.
 A :class:`~lightning_zerocopy.callbacks.PipelineCallback` (``worker`` or ``in_process``) builds the batches with these
 builders (it says so with ``takes_hetero_builders``; the batches cross its slots flattened,
 :mod:`lightning_zerocopy.pipeline.hetero_slots`). Not yet for heterogeneous graphs: ``sampler_placement``
-``hybrid``/``auto``, other host-memory consumers (the ``ZeroCopyDDPStrategy`` cache), GPU feature caches (:meth:`set_feature_cache`) and ``node_order`` other than
-``none``, each refused in one line; ``hot_rows`` is not an argument.
+``hybrid``/``auto``, other host-memory consumers (the ``ZeroCopyDDPStrategy`` cache), GPU feature caches
+(:meth:`set_feature_cache`) and ``node_order`` other than ``none``, each refused in one line; ``hot_rows`` is not an
+argument.
 
 ``node_order`` is refused rather than applied per type: the homogeneous order renumbers one id space (graph,
 features, labels in internal ids; the sampler and assembly map seeds in and ``n_id`` back through one
@@ -102,7 +103,8 @@ def check_metadata(dataset: HeteroNodeDataset, key: str) -> None:
         for node_type in (edge_type[0], edge_type[2]):
             if node_type not in node_types:
                 raise ValueError(f"{where}: the edge type {edge_type_str(edge_type)} names the node type "
-                                 f"{node_type!r}, which is not one of its node types ({', '.join(node_types)})")  # fmt: skip
+                                 f"{node_type!r}, which is not one of its node types "
+                                 f"({', '.join(node_types)})")  # fmt: skip
 
 
 class ZeroCopyHeteroDataModule(ZeroCopyDataModule):

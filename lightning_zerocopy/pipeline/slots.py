@@ -101,8 +101,8 @@ class SlotLayout:
         ``edge_label_index`` (along its second dimension), ``edge_label`` and ``edge_label_query`` the supervision
         edges); other tensors follow whichever count their first dimension
         matches, else their own length. A flattened heterogeneous batch's fields
-        (:mod:`~lightning_zerocopy.pipeline.hetero_slots`) each follow their own length. Scalars and lists (``batch_size``, list-valued counters) are not
-        stored in slots: they travel with each batch's sizes.
+        (:mod:`~lightning_zerocopy.pipeline.hetero_slots`) each follow their own length. Scalars and lists
+        (``batch_size``, list-valued counters) are not stored in slots: they travel with each batch's sizes.
         """
         axes = batch_axes(data)
         fields: list[FieldSpec] = []

@@ -169,7 +169,8 @@ def test_other_host_memory_consumers_are_still_refused(tmp_path: Path) -> None:
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["in_process", "worker"])
 @pytest.mark.parametrize("placement, gather", [("cpu", "cpu"), ("uva", "zerocopy"), ("gpu", "cpu")])
-def test_on_a_gpu_the_pipeline_yields_the_loaders_batches(tmp_path: Path, mode: str, placement: str, gather: str) -> None:
+def test_on_a_gpu_the_pipeline_yields_the_loaders_batches(tmp_path: Path, mode: str, placement: str,
+                                                         gather: str) -> None:  # fmt: skip
     """Batches built on the GPU (or on the CPU into CUDA slots) cross the slots flattened and equal the DataModule's
     own loader's, field by field."""
     records = []

@@ -42,11 +42,11 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HeteroHostGraphHandles
+from lightning_zerocopy.data.host.share import feature_cache_dir, feature_file
 from lightning_zerocopy.datasets.base import DatasetFileError, InputDataError
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.hetero import HeteroNodeData, HeteroNodeDataset
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
-from lightning_zerocopy.data.host.share import feature_cache_dir, feature_file
 from lightning_zerocopy.gather.host_table import (
     FeatureOverflowError,
     FeatureTableHandle,
