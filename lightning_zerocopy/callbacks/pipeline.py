@@ -87,6 +87,10 @@ class PipelineCallback(Callback):
     {mode: worker, mps: true}}]``, run by the ``lightning-zerocopy`` command (it starts MPS before PyG loads).
     """
 
+    #: A heterogeneous DataModule's builders are built here as the homogeneous ones are (their batches cross the
+    #: slots flattened: :mod:`lightning_zerocopy.pipeline.hetero_slots`).
+    takes_hetero_builders = True
+
     def __init__(
         self,
         mode: Mode = "auto",

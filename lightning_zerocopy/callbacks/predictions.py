@@ -12,6 +12,11 @@ The ``lightning-zerocopy predict`` command adds :class:`PredictionWriter` unless
 A module's ``predict_step`` may return the logits (a tensor; rows beyond the batch's seed nodes are dropped and
 the node ids are taken from ``batch.n_id``) or a dict with ``"logits"`` and optionally ``"n_id"``.
 
+Heterogeneous batches (``HeteroData``: :class:`~lightning_zerocopy.ZeroCopyHeteroDataModule`) give one row per seed of
+the input type: the seeds' type is the node type whose store holds ``batch_size`` (as PyG's hetero ``NeighborLoader``
+marks it), ``node_id`` are ids of that type (``batch[type].n_id``, or the dict's ``"n_id"``), and the file records the
+type as ``node_type`` (a 0-d string array: ``str(p["node_type"])``). A homogeneous file has no ``node_type``.
+
 On a GPU each batch's rows are copied to pinned host memory without waiting (``non_blocking``), so ``predict`` steps
 queue ahead of the GPU; a copy is moved to ordinary memory once it has landed, and the epoch's end waits for the last.
 
@@ -33,6 +38,7 @@ each node appears once (a distributed plan pads the ranks' shares by repeating n
 from __future__ import annotations
 
 import os
+import sys
 from collections import deque
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -43,7 +49,24 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from pytorch_lightning.utilities import rank_zero_info
 
-__all__ = ["PredictionWriter", "edge_predictions", "seed_predictions"]
+__all__ = ["PredictionWriter", "edge_predictions", "seed_node_type", "seed_predictions"]
+
+
+def seed_node_type(batch: Any) -> Optional[str]:
+    """The node type of a heterogeneous batch's seeds (the node store holding ``batch_size``), or ``None`` for a
+    homogeneous batch.
+
+    Raises:
+        TypeError: a ``HeteroData`` batch without a node store that holds ``batch_size``.
+    """
+    pyg_data = sys.modules.get("torch_geometric.data")  # a HeteroData batch means PyG is imported; this module does not
+    if pyg_data is None or not isinstance(batch, pyg_data.HeteroData):
+        return None
+    for store in batch.node_stores:
+        if "batch_size" in store:
+            return store._key
+    raise TypeError("the heterogeneous batch has no node type with batch_size: the prediction writer cannot tell the "
+                    "seeds' type (ZeroCopyHeteroDataModule's batches set it on the input type)")  # fmt: skip
 
 
 def seed_predictions(prediction: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,7 +76,8 @@ def seed_predictions(prediction: Any, batch: Any) -> tuple[torch.Tensor, torch.T
         prediction: a logits tensor (``[num_nodes or batch_size, num_classes]``) or a dict with ``"logits"``
             and optionally ``"n_id"`` (global ids of the rows).
         batch: the batch ``predict_step`` received; its ``n_id`` and ``batch_size`` are used where
-            ``prediction`` does not give the ids.
+            ``prediction`` does not give the ids (those of the seeds' type for a ``HeteroData`` batch:
+            :func:`seed_node_type`).
 
     Raises:
         TypeError: ``prediction`` is neither, or the node ids cannot be found.
@@ -73,9 +97,11 @@ def seed_predictions(prediction: Any, batch: Any) -> tuple[torch.Tensor, torch.T
             "predict_step must return the logits (a [nodes, classes] tensor) or a dict with 'logits' and 'n_id'; "
             f"got {type(logits).__name__}"
         )
-    batch_size = getattr(batch, "batch_size", None)
+    node_type = seed_node_type(batch)
+    seeds = batch if node_type is None else batch[node_type]
+    batch_size = getattr(seeds, "batch_size", None)
     if n_id is None:
-        batch_n_id = getattr(batch, "n_id", None)
+        batch_n_id = getattr(seeds, "n_id", None)
         if batch_n_id is None or batch_size is None:
             raise TypeError("predict_step returned no 'n_id' and the batch has no n_id/batch_size to take them from")
         n_id = batch_n_id[:batch_size]
@@ -148,9 +174,12 @@ class PredictionWriter(BasePredictionWriter):
         self._logits: list[torch.Tensor] = []
         self._landing: deque[tuple[torch.Tensor, torch.Tensor, Any]] = deque()  # GPU copies not yet waited for
         self._edges: list[dict[str, torch.Tensor]] = []  # link batches: one dict of columns per batch
+        self._node_type: Optional[str] = None  # the seeds' node type of heterogeneous batches
+        self._node_batches = 0  # node batches of this epoch
 
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._ids, self._logits, self._landing, self._edges = [], [], deque(), []
+        self._node_type, self._node_batches = None, 0
 
     def write_on_batch_end(
         self,
@@ -168,6 +197,11 @@ class PredictionWriter(BasePredictionWriter):
                                 for k, v in columns.items()})  # fmt: skip
             return
         n_id, logits = seed_predictions(prediction, batch)
+        node_type = seed_node_type(batch)
+        if self._node_batches and node_type != self._node_type:
+            raise ValueError(f"predict batches of different node types ({self._node_type!r}, then {node_type!r}): one "
+                             "predictions file holds the nodes of one type")  # fmt: skip
+        self._node_type, self._node_batches = node_type, self._node_batches + 1
         if not (n_id.is_cuda or logits.is_cuda):
             self._ids.append(n_id.detach().to("cpu", torch.int64))
             self._logits.append(logits.detach().to("cpu", torch.float32))
@@ -198,6 +232,8 @@ class PredictionWriter(BasePredictionWriter):
             ids = torch.cat(self._ids) if self._ids else torch.empty(0, dtype=torch.int64)
             logits = torch.cat(self._logits) if self._logits else torch.empty(0, 0)
             columns = {"node_id": ids.numpy(), "logits": logits.numpy()}
+            if self._node_type is not None:
+                columns["node_type"] = np.asarray(self._node_type)
         self._ids, self._logits, self._edges = [], [], []
         world = trainer.world_size
         if world == 1:
@@ -236,8 +272,10 @@ class PredictionWriter(BasePredictionWriter):
 def _save_columns(path: Path, shares: list[dict[str, np.ndarray]]) -> tuple[Path, str]:
     """Merge the ranks' shares of node rows (``node_id``/``logits``) or edge rows (``src``/``dst``/``score``...)."""
     if "node_id" in shares[0]:
-        saved = _save(path, [s["node_id"] for s in shares], [s["logits"] for s in shares])
-        return saved, f"{len(shares[0]['node_id'])} nodes" if len(shares) == 1 else "nodes"
+        node_type = str(shares[0]["node_type"]) if "node_type" in shares[0] else None
+        saved = _save(path, [s["node_id"] for s in shares], [s["logits"] for s in shares], node_type)
+        nodes = "nodes" if node_type is None else f"{node_type!r} nodes"
+        return saved, f"{len(shares[0]['node_id'])} {nodes}" if len(shares) == 1 else nodes
     columns = {k: np.concatenate([s[k] for s in shares]) for k in shares[0]}
     label = columns.get("label")
     if label is not None and label.dtype.kind == "f" and np.array_equal(label, np.round(label)):
@@ -264,8 +302,9 @@ def _tmp(path: Path) -> Path:
     return path.with_name(path.name + ".tmp.npz")
 
 
-def _save(path: Path, ids: list[np.ndarray], logits: list[np.ndarray]) -> Path:
-    """Writes node ids (sorted, each once), logits, argmax class and its softmax probability; returns ``path``."""
+def _save(path: Path, ids: list[np.ndarray], logits: list[np.ndarray], node_type: Optional[str] = None) -> Path:
+    """Writes node ids (sorted, each once), logits, argmax class and its softmax probability, and the ids' node type
+    where there is one; returns ``path``."""
     all_ids = np.concatenate(ids) if ids else np.empty(0, np.int64)
     widths = {a.shape[1] for a in logits if a.ndim == 2 and a.shape[0]}
     if len(widths) > 1:
@@ -283,6 +322,7 @@ def _save(path: Path, ids: list[np.ndarray], logits: list[np.ndarray]) -> Path:
     else:
         pred, prob = np.empty(0, np.int64), np.empty(0, np.float32)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(_tmp(path), node_id=all_ids, logits=all_logits, pred=pred.astype(np.int64), prob=prob)
+    typed = {} if node_type is None else {"node_type": np.asarray(node_type)}
+    np.savez(_tmp(path), node_id=all_ids, logits=all_logits, pred=pred.astype(np.int64), prob=prob, **typed)
     os.replace(_tmp(path), path)
     return path

@@ -20,6 +20,9 @@ millions of sampled edges per second, refreshed at each hand-over) reads without
   frees when the step that used it has run);
 * ``data/seps``: sampled edges per second delivered to training (``edge_index`` columns / step interval);
 * ``data/gather_GBps``: feature bytes delivered per second (``x`` bytes / step interval);
+* heterogeneous batches (``HeteroData``): edges and ``x`` bytes are summed over every edge and featured node type,
+  and ``data/rows_<node type>`` is the mean number of sampled nodes of that type per step (every node type, with
+  or without features);
 * with :class:`~lightning_zerocopy.callbacks.PipelineCallback`: ``data/build_ms``, the producer's time to
   sample and gather the batch (off the trainer's critical path), and where it went
   (:mod:`lightning_zerocopy.pipeline.stage_times`; GPU times from CUDA events where the work runs on a GPU, read by
@@ -54,6 +57,7 @@ the epoch ends are waited for then, so the epoch figures count every step interv
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -217,9 +221,12 @@ def _host_figures(trainer: "pl.Trainer", batch: Any, interval_s: float, wait_s: 
     """What the host knows of a step interval: its times, the batch's sizes (shapes, not values) and the
     producer's and sampler's latest figures."""
     host = {"interval_s": interval_s, "wait_s": wait_s}
-    edge_index, x = getattr(batch, "edge_index", None), getattr(batch, "x", None)
-    host["edges"] = float(edge_index.size(1)) if isinstance(edge_index, torch.Tensor) else -1.0
-    host["x_bytes"] = float(x.numel() * x.element_size()) if isinstance(x, torch.Tensor) else -1.0
+    if _is_hetero(batch):
+        host.update(_hetero_sizes(batch))
+    else:
+        edge_index, x = getattr(batch, "edge_index", None), getattr(batch, "x", None)
+        host["edges"] = float(edge_index.size(1)) if isinstance(edge_index, torch.Tensor) else -1.0
+        host["x_bytes"] = float(x.numel() * x.element_size()) if isinstance(x, torch.Tensor) else -1.0
     stats = _pipeline_stats(trainer)
     if stats is not None:
         host["build_ms"] = 1e3 * stats.last_build_s
@@ -228,6 +235,31 @@ def _host_figures(trainer: "pl.Trainer", batch: Any, interval_s: float, wait_s: 
             host.update(_stage_figures(stages))
     host.update(_sampling_metrics(trainer, stats))
     return host
+
+
+def _is_hetero(batch: Any) -> bool:
+    """Whether ``batch`` is a PyG ``HeteroData`` (without importing PyG: this module must not, see the package's
+    docstring; a batch can only be one once PyG is imported)."""
+    pyg_data = sys.modules.get("torch_geometric.data")
+    return pyg_data is not None and isinstance(batch, pyg_data.HeteroData)
+
+
+def _hetero_sizes(batch: Any) -> dict[str, float]:
+    """A heterogeneous batch's sizes: ``edges`` over every edge type, ``x_bytes`` over every featured node type
+    (``-1``: none has them, as for a homogeneous batch without the field) and ``rows_<type>``, the sampled nodes of
+    each node type (``n_id``, else the store's ``num_nodes``)."""
+    edges = [store.edge_index for store in batch.edge_stores if isinstance(store.get("edge_index"), torch.Tensor)]
+    xs = [store.x for store in batch.node_stores if isinstance(store.get("x"), torch.Tensor)]
+    out = {
+        "edges": float(sum(index.size(1) for index in edges)) if edges else -1.0,
+        "x_bytes": float(sum(x.numel() * x.element_size() for x in xs)) if xs else -1.0,
+    }
+    for store in batch.node_stores:
+        n_id = store.get("n_id")
+        rows = n_id.numel() if isinstance(n_id, torch.Tensor) else store.num_nodes
+        if rows is not None:
+            out[f"rows_{store._key}"] = float(rows)
+    return out
 
 
 def _stage_figures(stages: Any) -> dict[str, float]:

@@ -60,6 +60,10 @@ class HostGraphHandles:
     edge_attr: Optional[TensorHandle] = None
     node_order: Optional[NodeOrderHandles] = None
 
+    def key(self) -> tuple:
+        """What identifies this host memory (hashable: ``splits`` is a dict), e.g. to share one placement of it."""
+        return (self.graph, self.features, self.labels, self.edge_attr, self.node_order)
+
     def unlink(self) -> None:
         """Remove the names of every shared segment (files on disk are kept); mappings stay valid."""
         self.graph.unlink()
@@ -104,6 +108,10 @@ class HeteroHostGraphHandles:
     @property
     def edge_types(self) -> list[tuple[str, str, str]]:
         return [et for et, _ in self.graphs]
+
+    def key(self) -> tuple:
+        """What identifies this host memory (hashable: ``splits`` is a dict), e.g. to share one placement of it."""
+        return (self.input_type, self.graphs, self.features, self.labels)
 
     def unlink(self) -> None:
         """Remove the names of every shared segment (files on disk are kept); mappings stay valid."""

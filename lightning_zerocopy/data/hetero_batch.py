@@ -57,6 +57,8 @@ HYBRID_UNSUPPORTED = (
 class HeteroBatchBuilder:
     """Builds PyG ``HeteroData`` mini-batches from plan items; picklable, opened in each process that builds.
 
+    ``resources_factory``: what a pipeline producer's resource scope makes for these handles.
+
     Args:
         handles: the heterogeneous host memory.
         fanouts: per edge type, neighbors per hop (every edge type of the handles, lists of one length).
@@ -72,6 +74,8 @@ class HeteroBatchBuilder:
     Raises:
         ValueError: a bad option (naming it); ``hybrid``/``auto`` placements.
     """
+
+    resources_factory = HeteroDeviceResources
 
     def __init__(
         self,
@@ -109,6 +113,9 @@ class HeteroBatchBuilder:
         self.node_keyed = bool(node_keyed)
         self.x_dtype: Optional[FeatureDtype] = x_dtype
         self.hybrid_lanes: Optional[tuple[str, ...]] = None  # the BatchBuilder interface: one device
+        #: the fields a pipeline's slot hands to ``gather_batch`` as ``out``: none (the producer copies the batch
+        #: into its slot, :mod:`lightning_zerocopy.pipeline.hetero_slots`)
+        self.slot_fields: tuple[str, ...] = ()
         self._reset()
 
     def _reset(self) -> None:
@@ -153,6 +160,11 @@ class HeteroBatchBuilder:
         return None
 
     def hybrid_policy(self) -> None:
+        return None
+
+    def capacity_bound(self, seeds: int) -> None:
+        """A pipeline slot's capacity bound per field: none known (per-type bounds are not derived), so the slots
+        are sized from the first batch and grow as a batch needs."""
         return None
 
     def open(self, resources: Optional[HeteroDeviceResources] = None, *, place: bool = True) -> "HeteroBatchBuilder":

@@ -7,10 +7,19 @@ edge type, features per featured type), whose resources are
 :class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`. The plan is the homogeneous one over the input
 type's split.
 
-Not yet for heterogeneous graphs: ``sampler_placement`` ``hybrid``/``auto``, a
-:class:`~lightning_zerocopy.callbacks.PipelineCallback` or other host-memory consumer (the pipeline worker, the
-``ZeroCopyDDPStrategy`` cache), GPU feature caches (:meth:`set_feature_cache`), each refused in one line; node orders,
-``hot_rows`` and ``feature_dtype`` are not arguments. Per-type telemetry and the predictions writer are the next seams.
+A :class:`~lightning_zerocopy.callbacks.PipelineCallback` (``worker`` or ``in_process``) builds the batches with these
+builders (it says so with ``takes_hetero_builders``; the batches cross its slots flattened,
+:mod:`lightning_zerocopy.pipeline.hetero_slots`). Not yet for heterogeneous graphs: ``sampler_placement``
+``hybrid``/``auto``, other host-memory consumers (the ``ZeroCopyDDPStrategy`` cache), GPU feature caches
+(:meth:`set_feature_cache`) and ``node_order`` other than ``none``, each refused in one line; ``hot_rows`` is not an
+argument.
+
+``node_order`` is refused rather than applied per type: the homogeneous order renumbers one id space (graph,
+features, labels in internal ids; the sampler and assembly map seeds in and ``n_id`` back through one
+:class:`~lightning_zerocopy.data.handles.NodeOrderHandles`). Per type it needs an order of every node type computed
+over the typed graph (a BFS crosses edge types), every edge type's CSC relabeled on both of its endpoints' orders, and
+the per-type maps carried through the typed sampler and assembly: new typed code in the host copy, the handles, the
+sampler and the assembly, not the homogeneous path's data.
 """
 
 from __future__ import annotations
@@ -30,9 +39,18 @@ from lightning_zerocopy.data.hetero_resources import HeteroDeviceResources
 from lightning_zerocopy.data.hooks import HostMemoryConsumer
 from lightning_zerocopy.data.host.hetero import HeteroHostCopyBuilder
 from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeDataset, edge_type_str
-from lightning_zerocopy.options import FeatureDtype, FeatureStorage, GatherChoice, GatherMode, SamplerPlacement, check_fanouts
+from lightning_zerocopy.options import (
+    FeatureDtype,
+    FeatureStorage,
+    GatherChoice,
+    GatherMode,
+    NodeOrderKind,
+    SamplerPlacement,
+    check_choice,
+    check_fanouts,
+)
 
-__all__ = ["NumNeighbors", "ZeroCopyHeteroDataModule", "resolve_num_neighbors"]
+__all__ = ["NumNeighbors", "ZeroCopyHeteroDataModule", "check_metadata", "resolve_num_neighbors"]
 
 _KEY = KEY_PREFIX
 
@@ -69,6 +87,26 @@ def resolve_num_neighbors(value: NumNeighbors, edge_types: Sequence[EdgeType], k
     return resolved
 
 
+def check_metadata(dataset: HeteroNodeDataset, key: str) -> None:
+    """The dataset's node and edge types fit together (cheap: its shape properties, nothing loaded).
+
+    Raises:
+        ValueError: an edge type naming a node type the dataset does not have, or an input type that is no node type
+            (naming ``key``, the dataset's class and the type).
+    """
+    node_types = list(dataset.node_types)
+    where = f"{key} ({type(dataset).__name__})"
+    if dataset.input_type not in node_types:
+        raise ValueError(f"{where}: the input type {dataset.input_type!r} is not one of its node types "
+                         f"({', '.join(node_types)})")  # fmt: skip
+    for edge_type in dataset.edge_types:
+        for node_type in (edge_type[0], edge_type[2]):
+            if node_type not in node_types:
+                raise ValueError(f"{where}: the edge type {edge_type_str(edge_type)} names the node type "
+                                 f"{node_type!r}, which is not one of its node types "
+                                 f"({', '.join(node_types)})")  # fmt: skip
+
+
 class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
     """Heterogeneous mini-batches (PyG ``HeteroData``, as the hetero ``NeighborLoader`` yields them) from host
     memory shared by all ranks.
@@ -87,6 +125,10 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
             takes them (``predict_split: all`` predicts every input-type node).
         sampler_placement: ``"cpu"``, ``"uva"`` or ``"gpu"`` (``hybrid``/``auto`` are not supported for heterogeneous
             graphs yet).
+        feature_dtype: the dtype of every featured type's table in host memory (``"float32"``, ``"bfloat16"``,
+            ``"float16"``; default: each type's own), cast once when the host copy is built
+            (:mod:`lightning_zerocopy.data.host.hetero`); ``x_dtype`` says what each ``x`` of a batch is.
+        node_order: only ``"none"`` (the dataset's ids) for heterogeneous graphs (see the module docstring).
 
     Raises:
         ValueError / TypeError: a bad argument (naming its recipe key), before any data is built.
@@ -112,12 +154,19 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
         check_features: bool = True,
         x_dtype: Optional[FeatureDtype] = "float32",
         allow_split_overlap: bool = False,
+        feature_dtype: Optional[FeatureDtype] = None,
+        node_order: NodeOrderKind = "none",
     ) -> None:
+        check_choice(node_order, NodeOrderKind, _KEY + "node_order")
+        if node_order != "none":
+            raise ValueError(f"{_KEY}node_order={node_order!r} is not yet supported for heterogeneous graphs (no "
+                             "per-type node order is built); use 'none'")  # fmt: skip
         if not isinstance(dataset, HeteroNodeDataset):
             raise TypeError(f"{_KEY}dataset must be a HeteroNodeDataset, got {type(dataset).__name__}; homogeneous "
                             "node datasets go to ZeroCopyDataModule")  # fmt: skip
         if sampler_placement in ("hybrid", "auto"):
             raise ValueError(_KEY + HYBRID_UNSUPPORTED.format(placement=sampler_placement))
+        check_metadata(dataset, _KEY + "dataset")
         edge_types = list(dataset.edge_types)
         train = resolve_num_neighbors(num_neighbors, edge_types, _KEY + "num_neighbors")
         evaluation = train if eval_num_neighbors is None else resolve_num_neighbors(
@@ -128,7 +177,7 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
             eval_batch_size=eval_batch_size, replace=replace, shuffle=shuffle, drop_last=drop_last,
             num_threads=num_threads, seed=seed, predict_split=predict_split, feature_storage=feature_storage,
             sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, check_features=check_features,
-            x_dtype=x_dtype, allow_split_overlap=allow_split_overlap,
+            x_dtype=x_dtype, allow_split_overlap=allow_split_overlap, feature_dtype=feature_dtype,
         )  # fmt: skip
         self.num_neighbors = num_neighbors
         self.eval_num_neighbors = eval_num_neighbors
@@ -138,6 +187,7 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
         self._host_copy = HeteroHostCopyBuilder(  # type: ignore[assignment]
             dataset, feature_storage, _KEY + "dataset", check_features, _KEY + "check_features: false",
             allow_split_overlap=self.allow_split_overlap, overlap_opt_out=_KEY + "allow_split_overlap: true",
+            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
         )  # fmt: skip
 
     # ---- shapes the model needs (cheap: from the dataset, nothing loaded) ----------------------------------
@@ -178,10 +228,12 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
         trainer = self._trainer_or_none()
         if trainer is not None and self._handles is None:
             for consumer in (trainer.strategy, *trainer.callbacks):
-                if isinstance(consumer, HostMemoryConsumer):
+                if isinstance(consumer, HostMemoryConsumer) and not getattr(consumer, "takes_hetero_builders", False):
+                    fix = ("set trainer.strategy to ddp" if consumer is trainer.strategy
+                           else "remove it from trainer.callbacks")  # fmt: skip
                     raise ValueError(
-                        f"{type(consumer).__name__} is not yet supported with ZeroCopyHeteroDataModule (heterogeneous "
-                        "batches are built in the training process); remove it from the trainer"
+                        f"{type(consumer).__name__} is not yet supported with ZeroCopyHeteroDataModule (it reads the "
+                        f"host memory of one homogeneous graph and feature table, e.g. to cache rows on the GPU); {fix}"
                     )
         super().setup(stage)
 

@@ -339,13 +339,21 @@ class ResourceScope:
         self._resources: dict[tuple, DeviceResources] = {}
         self._lock = threading.Lock()
 
-    def get(self, handles: HostGraphHandles, device: Union[torch.device, int, None] = None) -> DeviceResources:
-        """The resources of ``handles`` on ``device`` (created, i.e. mapped, on first request)."""
-        key = (handles.graph, handles.features, handles.labels, handles.edge_attr, handles.node_order, device)
+    def get(
+        self,
+        handles: HostGraphHandles,
+        device: Union[torch.device, int, None] = None,
+        factory: Optional[Callable[..., Any]] = None,
+    ) -> DeviceResources:
+        """The resources of ``handles`` on ``device`` (created, i.e. mapped, on first request) by ``factory(handles,
+        device)``: :class:`DeviceResources` by default; a builder names its own (``resources_factory``: the
+        heterogeneous builder's typed resources)."""
+        factory = DeviceResources if factory is None else factory
+        key = (factory, handles.key(), device)
         with self._lock:
             resources = self._resources.get(key)
             if resources is None:
-                resources = self._resources[key] = DeviceResources(handles, device)
+                resources = self._resources[key] = factory(handles, device)
             return resources
 
     def close(self) -> None:

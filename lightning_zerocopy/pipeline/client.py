@@ -23,6 +23,7 @@ import torch
 from torch_geometric.data import Data
 
 from lightning_zerocopy.options import check_depth
+from lightning_zerocopy.pipeline.hetero_slots import HETERO_TYPES, unflatten_hetero
 from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing
 from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
 from lightning_zerocopy.pipeline.stage_times import BuildStages, StageTotals
@@ -193,6 +194,8 @@ class PipelineClient:
                 if got_step != step:
                     raise PipelineError(f"pipeline protocol error: expected {what}, the producer sent step {got_step}")
                 batch = st.ring.view(slot, sizes, scalars)
+                if HETERO_TYPES in scalars:
+                    batch = unflatten_hetero(batch)
                 held = slot
                 self.stats.batches += 1
                 self.stats.wait_s += wait_s

@@ -22,6 +22,7 @@ import torch
 from torch_geometric.data import Data
 
 from lightning_zerocopy.options import check_depth
+from lightning_zerocopy.pipeline.hetero_slots import HETERO_TYPES, is_typed_field, typed_var_dim
 from lightning_zerocopy.sampling.neighbor_sampler import node_keyed_bound, sample_bound
 
 #: Axis names used by :class:`SlotLayout`; any other tensor field gets an axis named after itself.
@@ -72,6 +73,8 @@ def _tensor_items(data: Data) -> Iterable[tuple[str, Any]]:
 def batch_axes(data: Data) -> dict[str, int]:
     """The node, edge and seed counts of a batch (the lengths most fields follow)."""
     axes: dict[str, int] = {}
+    if HETERO_TYPES in data:  # a flattened heterogeneous batch: every field has an axis of its own
+        return axes
     if data.num_nodes is not None:
         axes[NODES] = int(data.num_nodes)
     edge_index = getattr(data, "edge_index", None)
@@ -97,8 +100,9 @@ class SlotLayout:
         the edges, ``input_id`` and a triplet batch's ``src_index``/``dst_*_index`` the seeds, a link batch's
         ``edge_label_index`` (along its second dimension), ``edge_label`` and ``edge_label_query`` the supervision
         edges); other tensors follow whichever count their first dimension
-        matches, else their own length. Scalars and lists (``batch_size``, list-valued counters) are not
-        stored in slots: they travel with each batch's sizes.
+        matches, else their own length. A flattened heterogeneous batch's fields
+        (:mod:`~lightning_zerocopy.pipeline.hetero_slots`) each follow their own length. Scalars and lists
+        (``batch_size``, list-valued counters) are not stored in slots: they travel with each batch's sizes.
         """
         axes = batch_axes(data)
         fields: list[FieldSpec] = []
@@ -109,7 +113,9 @@ class SlotLayout:
                 fields.append(FieldSpec(name, value.dtype, (0,), 0, name, scalar=True))
                 continue
             var_dim, axis = 0, None
-            if name == "edge_index":
+            if is_typed_field(name):  # a heterogeneous batch's field (hetero_slots): its length is its own
+                var_dim, axis = typed_var_dim(name), name
+            elif name == "edge_index":
                 var_dim, axis = 1, EDGES
             elif name == "edge_label_index":
                 var_dim, axis = 1, LABELS

@@ -12,7 +12,9 @@ import inspect
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, runtime_checkable
 
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
+
+from lightning_zerocopy.pipeline.hetero_slots import flatten_hetero
 
 if TYPE_CHECKING:
     from lightning_zerocopy.data.resources import ResourceScope
@@ -75,23 +77,26 @@ class PlanSource:
             ``ZeroCopyDataModule.plan("train")``.
         builder: the unopened builder (``build_batch(item, out=None)``, ``fanouts``, ``num_nodes``,
             ``max_nodes(batch_size)``), e.g. ``ZeroCopyDataModule.builder("train")``.
-        out_fields: the batch fields the builder writes into ``out`` itself (the rest are copied into the slot).
+        out_fields: the batch fields the builder writes into ``out`` itself (the rest are copied into the slot);
+            default: the builder's ``slot_fields`` if it has them (none for a heterogeneous builder), else
+            ``("x", "y")``.
         place_on_open: place the builder's GPU side when the source is opened; ``False`` maps the host memory only
             and places the rest at the first batch (a standby producer that may never build).
     """
 
     def __init__(
-        self, plan: Any, builder: Any, out_fields: tuple[str, ...] = ("x", "y"), place_on_open: bool = True
+        self, plan: Any, builder: Any, out_fields: Optional[tuple[str, ...]] = None, place_on_open: bool = True
     ) -> None:
         self._plan = plan
         self.builder = builder
-        self.out_fields = tuple(out_fields)
+        self.out_fields = tuple(getattr(builder, "slot_fields", ("x", "y")) if out_fields is None else out_fields)
         self.place_on_open = bool(place_on_open)
 
     def open(self, scope: Optional["ResourceScope"] = None) -> None:
         """Open the builder in this process with the resources ``scope`` owns for its host memory and device
         (shared with the other sources of the same producer); without a scope the builder owns private ones."""
-        resources = None if scope is None else scope.get(self.builder.handles, self.builder.device_index)
+        factory = getattr(self.builder, "resources_factory", None)  # typed resources for a heterogeneous builder
+        resources = None if scope is None else scope.get(self.builder.handles, self.builder.device_index, factory)
         self.builder.open(resources, place=getattr(self, "place_on_open", True))
 
     def close(self) -> None:
@@ -105,10 +110,15 @@ class PlanSource:
         return self._plan.item(epoch, step)
 
     def capacity_hint(self) -> Optional[dict[str, int]]:
-        """Slot capacity no batch exceeds: the fanouts bound (:func:`~.slots.capacity_bound`), capped by the graph."""
+        """Slot capacity no batch exceeds: the fanouts bound (:func:`~.slots.capacity_bound`), capped by the graph;
+        a builder with a ``capacity_bound(seeds)`` of its own gives it (``None``: none known, the slots are sized
+        from the first batch and grow)."""
         from lightning_zerocopy.pipeline.slots import capacity_bound
 
         seeds = getattr(self._plan, "max_seed_nodes", self._plan.batch_size)  # a link plan's seeds are endpoints
+        own = getattr(self.builder, "capacity_bound", None)
+        if callable(own):
+            return own(seeds)
         return capacity_bound(seeds, self.builder.fanouts, num_nodes=self.builder.num_nodes,
                               node_keyed=bool(getattr(self.builder, "node_keyed", False)))  # fmt: skip
 
@@ -143,10 +153,14 @@ class PlanSource:
         of the same capacity (kept by this process), which the pipeline then copies into the slot
         asynchronously. ``out`` is only handed over when every batch is guaranteed to fit, so the builder never
         fails on a small buffer (the slot grows instead).
+
+        A heterogeneous batch is returned flattened (:func:`~lightning_zerocopy.pipeline.hetero_slots.flatten_hetero`)
+        for the slots; the trainer's side rebuilds it.
         """
         extra = {"marks": marks} if marks is not None and self._builder_takes_marks() else {}
-        if out is None:
-            return self.builder.gather_batch(sampled, **extra)
+        if out is None or not self.out_fields:
+            data = self.builder.gather_batch(sampled, **extra)
+            return flatten_hetero(data) if isinstance(data, HeteroData) else data
         rows = int(self.builder.max_nodes(sampled.item.batch_size))
         on_gpu = bool(getattr(self.builder, "on_gpu", False))
         targets = {}

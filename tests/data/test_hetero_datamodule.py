@@ -7,12 +7,10 @@ import pickle
 import pytest
 import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 from torch_geometric.data import HeteroData
-from torch_geometric.nn import HeteroConv, SAGEConv
 from torch_geometric.utils import trim_to_layer
 
-from helpers.hetero import CITES, EDGE_TYPES, EMPLOYS, TinyHeteroDataset
+from helpers.hetero import CITES, EDGE_TYPES, EMPLOYS, TinyHeteroDataset, TinyHeteroSAGE
 from lightning_zerocopy import ZeroCopyHeteroDataModule
 from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
 from lightning_zerocopy.data.hetero_datamodule import resolve_num_neighbors
@@ -148,43 +146,6 @@ def test_hybrid_and_homogeneous_datasets_are_refused() -> None:
         _datamodule(sampler_placement="hybrid")
     with pytest.raises(TypeError, match="HeteroNodeDataset"):
         ZeroCopyHeteroDataModule(object(), num_neighbors=[2])  # type: ignore[arg-type]
-
-
-class TinyHeteroSAGE(pl.LightningModule):
-    """A HeteroConv of SAGEConvs (no to_hetero): featureless types embedded from n_id."""
-
-    def __init__(self, metadata, num_features, num_nodes, num_classes, hidden: int = 16) -> None:
-        super().__init__()
-        node_types, edge_types = metadata
-        self.inputs = torch.nn.ModuleDict({t: torch.nn.Linear(num_features[t], hidden) for t in num_features})
-        self.embeddings = torch.nn.ModuleDict(
-            {t: torch.nn.Embedding(num_nodes[t], hidden) for t in node_types if t not in num_features}
-        )
-        self.convs = torch.nn.ModuleList(
-            HeteroConv({et: SAGEConv((hidden, hidden), hidden) for et in edge_types}, aggr="sum") for _ in range(2)
-        )
-        self.head = torch.nn.Linear(hidden, num_classes)
-
-    def forward(self, batch):
-        x = {t: self.inputs[t](batch[t].x) if t in self.inputs else self.embeddings[t](batch[t].n_id)
-             for t in batch.node_types}  # fmt: skip
-        for conv in self.convs:
-            out = conv(x, batch.edge_index_dict)
-            x = {t: out[t].relu() if t in out else x[t] for t in x}
-        return self.head(x["paper"])
-
-    def training_step(self, batch, batch_idx):
-        size = batch["paper"].batch_size
-        loss = F.cross_entropy(self(batch)[:size], batch["paper"].y[:size])
-        self.log("train_loss", loss, batch_size=size)
-        return loss
-
-    def validation_step(self, batch, batch_idx):
-        size = batch["paper"].batch_size
-        self.log("val_loss", F.cross_entropy(self(batch)[:size], batch["paper"].y[:size]), batch_size=size)
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=0.01)
 
 
 def test_fit_a_hetero_sage_for_a_few_steps(tmp_path) -> None:

@@ -1,6 +1,7 @@
 """A tiny heterogeneous dataset built inline (papers with features and labels, authors without features, institutions
-with features), a pure-Python reference of PyG's hetero neighbor sampling semantics for comparison, and a model that
-records the shapes the CLI links into it."""
+with features), a pure-Python reference of PyG's hetero neighbor sampling semantics for comparison, a model that
+records the shapes the CLI links into it, a small HeteroConv model that trains, tests and predicts, and a dataset with
+one fault of its content (for the command's one-line errors)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Optional
 
 import pytorch_lightning as pl
 import torch
+import torch.nn.functional as F
+from torch_geometric.nn import HeteroConv, SAGEConv
 
 from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeData, HeteroNodeDataset
 
@@ -116,3 +119,104 @@ class HeteroShapeProbe(pl.LightningModule):
     def __init__(self, in_channels: dict[str, int], out_channels: int) -> None:
         super().__init__()
         self.save_hyperparameters()
+
+
+class TinyHeteroSAGE(pl.LightningModule):
+    """A HeteroConv of SAGEConvs (no to_hetero): featureless types embedded from n_id. ``test_step`` keeps each
+    seed's logits by node id (``tested``); ``predict_step`` returns the logits of every sampled input-type node (the
+    prediction writer keeps the seeds' rows)."""
+
+    def __init__(self, metadata, num_features, num_nodes, num_classes, hidden: int = 16) -> None:
+        super().__init__()
+        node_types, edge_types = metadata
+        self.inputs = torch.nn.ModuleDict({t: torch.nn.Linear(num_features[t], hidden) for t in num_features})
+        self.embeddings = torch.nn.ModuleDict(
+            {t: torch.nn.Embedding(num_nodes[t], hidden) for t in node_types if t not in num_features}
+        )
+        self.convs = torch.nn.ModuleList(
+            HeteroConv({tuple(et): SAGEConv((hidden, hidden), hidden) for et in edge_types}, aggr="sum")
+            for _ in range(2)
+        )
+        self.head = torch.nn.Linear(hidden, num_classes)
+        self.tested: dict[int, torch.Tensor] = {}
+
+    def forward(self, batch):
+        x = {t: self.inputs[t](batch[t].x) if t in self.inputs else self.embeddings[t](batch[t].n_id)
+             for t in batch.node_types}  # fmt: skip
+        for conv in self.convs:
+            out = conv(x, batch.edge_index_dict)
+            x = {t: out[t].relu() if t in out else x[t] for t in x}
+        return self.head(x[PAPER])
+
+    def training_step(self, batch, batch_idx):
+        size = batch[PAPER].batch_size
+        loss = F.cross_entropy(self(batch)[:size], batch[PAPER].y[:size])
+        self.log("train_loss", loss, batch_size=size)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        size = batch[PAPER].batch_size
+        self.log("val_loss", F.cross_entropy(self(batch)[:size], batch[PAPER].y[:size]), batch_size=size)
+
+    def test_step(self, batch, batch_idx):
+        size = batch[PAPER].batch_size
+        logits = self(batch)[:size]
+        for node, row in zip(batch[PAPER].n_id[:size].tolist(), logits):
+            self.tested[node] = row.detach().clone()
+
+    def predict_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        return self(batch)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=0.01)
+
+
+class HeteroLinear(pl.LightningModule):
+    """The smallest trainable model the command builds with a heterogeneous DataModule: a linear classifier of the
+    input type's features (``in_channels`` per featured type and ``out_channels`` are linked from the DataModule)."""
+
+    def __init__(self, in_channels: dict[str, int], out_channels: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(in_channels[PAPER], out_channels)
+
+    def forward(self, batch):
+        """Logits of every sampled paper (Lightning's default ``predict_step`` returns them)."""
+        return self.lin(batch[PAPER].x)
+
+    def training_step(self, batch, batch_idx):
+        size = batch[PAPER].batch_size
+        return F.cross_entropy(self(batch)[:size], batch[PAPER].y[:size])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class FaultyHeteroDataset(TinyHeteroDataset):
+    """The tiny graph with one fault (for the command's one-line errors):
+
+    * ``"none"``: no fault;
+    * ``"missing_type"``: an edge type ``venue__hosts__paper`` whose source type ``venue`` is no node type;
+    * ``"bad_id"``: ``author__writes__paper`` holds the author id 60 (``author`` has 60 nodes);
+    * ``"rows"``: ``paper`` has 39 feature rows for its 40 nodes.
+    """
+
+    def __init__(self, fault: str = "none") -> None:
+        super().__init__()
+        self.fault = fault
+
+    @property
+    def edge_types(self) -> list[EdgeType]:
+        extra = [("venue", "hosts", PAPER)] if self.fault == "missing_type" else []
+        return list(EDGE_TYPES) + extra
+
+    def load(self) -> HeteroNodeData:
+        data = make_hetero_data()
+        fields = {name: getattr(data, name) for name in ("num_nodes", "edge_index", "x", "input_type", "y",
+                                                         "train_idx", "val_idx", "test_idx")}  # fmt: skip
+        if self.fault == "missing_type":
+            fields["edge_index"][("venue", "hosts", PAPER)] = torch.zeros(2, 1, dtype=torch.int64)
+        elif self.fault == "bad_id":
+            fields["edge_index"][WRITES][0, 5] = 60
+        elif self.fault == "rows":
+            fields["x"][PAPER] = fields["x"][PAPER][:39]
+        return HeteroNodeData(**fields)

@@ -23,39 +23,71 @@ types) before the kernel is written.
 
 Features: ``shared_memory`` copies each featured type's ``x`` into a segment of its own; ``mmap`` maps the type's
 ``.npy`` file (``HeteroNodeData.x_files``). Labels and the three splits are the input type's.
+
+``feature_dtype`` (``bfloat16``/``float16``) stores every featured type's table in that dtype, cast once here as the
+homogeneous copy casts its one table (:mod:`lightning_zerocopy.data.host.share`): ``shared_memory`` casts into the
+type's segment; ``mmap`` maps a converted copy of the type's ``.npy`` file, built once per machine in
+``<dataset cache>-x-<dtype>-v1-<node type>`` (a dataset with an on-disk ``cache``; otherwise the cast needs
+``shared_memory``). A finite value the dtype cannot hold fails the build, naming the node type, node and column.
 """
 
 from __future__ import annotations
 
 from contextlib import ExitStack
+from pathlib import Path
 from types import SimpleNamespace
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HeteroHostGraphHandles
-from lightning_zerocopy.datasets.base import InputDataError
+from lightning_zerocopy.data.host.share import feature_cache_dir, feature_file
+from lightning_zerocopy.datasets.base import DatasetFileError, InputDataError
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.hetero import HeteroNodeData, HeteroNodeDataset
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
-from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable
+from lightning_zerocopy.gather.host_table import (
+    FeatureOverflowError,
+    FeatureTableHandle,
+    HostFeatureTable,
+    feature_dtype_name,
+    feature_dtype_of,
+)
 from lightning_zerocopy.graph.csc import CSCGraph
 from lightning_zerocopy.graph.shared_memory import NpyTensorHandle, cleanup_stale_segments, share_tensor
-from lightning_zerocopy.options import FeatureStorage, check_choice
+from lightning_zerocopy.options import FeatureDtype, FeatureStorage, check_choice
 
 __all__ = ["HeteroHostCopyBuilder", "share_hetero_data"]
 
 
-def share_hetero_data(data: HeteroNodeData, feature_storage: FeatureStorage = "shared_memory") -> HeteroHostGraphHandles:
+def share_hetero_data(
+    data: HeteroNodeData,
+    feature_storage: FeatureStorage = "shared_memory",
+    *,
+    feature_dtype: Optional[torch.dtype] = None,
+    feature_dir: Optional[Callable[[str], Optional[Path]]] = None,
+    dtype_key: str = "feature_dtype",
+) -> HeteroHostGraphHandles:
     """Build one CSC per edge type and copy graphs, features, labels and splits into shared memory.
+
+    Args:
+        data: the dataset's arrays.
+        feature_storage: ``"shared_memory"`` or ``"mmap"``.
+        feature_dtype: the dtype every featured type's table is stored in (``None``: each type's own); see the
+            module docstring.
+        feature_dir: where ``mmap`` storage keeps a type's features cast to ``feature_dtype`` (``None``, or a
+            ``None`` for the type: nowhere, so an ``mmap`` cast is refused).
+        dtype_key: how errors name ``feature_dtype`` (its YAML key).
 
     Returns:
         The handles. The caller owns the segments and calls ``handles.unlink()`` once every local process has
         opened them; if this function fails, it unlinks what it had created.
 
     Raises:
-        ValueError: a bad ``feature_storage``, or ``mmap`` for a featured type without an ``.npy`` file.
+        ValueError: a bad ``feature_storage``, ``mmap`` for a featured type without an ``.npy`` file, or an ``mmap``
+            cast without a directory for the converted file.
+        FeatureOverflowError: a value does not fit ``feature_dtype`` (naming the node type and ``dtype_key``).
     """
     check_choice(feature_storage, FeatureStorage, "feature_storage")
     if feature_storage == "mmap":
@@ -63,6 +95,15 @@ def share_hetero_data(data: HeteroNodeData, feature_storage: FeatureStorage = "s
         if missing:
             raise ValueError(f"`feature_storage`='mmap' needs an .npy feature file for every featured node type; "
                              f"{missing} have none (use 'shared_memory')")  # fmt: skip
+    dirs = {t: feature_dir(t) if feature_dir is not None else None for t in data.x}
+    if feature_storage == "mmap" and feature_dtype is not None:
+        homeless = [t for t, x in data.x.items() if x.dtype != feature_dtype and dirs[t] is None]
+        if homeless:
+            raise ValueError(
+                f"`{dtype_key}`={feature_dtype_name(feature_dtype)!r} with `feature_storage`='mmap' needs a dataset "
+                f"with an on-disk cache to hold the converted feature file of {homeless[0]!r}; use "
+                "feature_storage='shared_memory'"
+            )
     with ExitStack() as undo:
         graphs = []
         for edge_type, edge_index in data.edge_index.items():
@@ -73,12 +114,17 @@ def share_hetero_data(data: HeteroNodeData, feature_storage: FeatureStorage = "s
             graphs.append((tuple(edge_type), graph.handle()))
         features = []
         for node_type, x in data.x.items():
-            name = f"x_{node_type}"
-            if feature_storage == "mmap":
-                table = FeatureTableHandle(NpyTensorHandle(data.x_files[node_type]))
-            else:
-                table = HostFeatureTable.share(x.contiguous(), name=name).handle()
-                undo.callback(table.unlink)
+            name, dtype = f"x_{node_type}", x.dtype if feature_dtype is None else feature_dtype
+            try:
+                if feature_storage == "mmap":
+                    source = NpyTensorHandle(data.x_files[node_type])
+                    table = feature_file(source, x.dtype, dtype, dirs[node_type], dtype_key)
+                else:
+                    table = HostFeatureTable.share(x.contiguous(), name=name, dtype=dtype, key=dtype_key).handle()
+                    undo.callback(table.unlink)
+            except FeatureOverflowError as exc:  # name the type: node ids are per type
+                raise FeatureOverflowError(f"features of {node_type!r}", exc.node, exc.column, exc.value, dtype,
+                                           dtype_key) from exc  # fmt: skip
             features.append((node_type, table))
 
         def share(tensor: torch.Tensor, name: str):
@@ -113,6 +159,8 @@ class HeteroHostCopyBuilder:
         opt_out: the key that turns the scan off, for its message.
         allow_split_overlap: training nodes in val/test are a warning instead of an error.
         overlap_opt_out: the key that allows them, for the message.
+        feature_dtype: the dtype of every featured type's table (``None``: each type's own), cast once here.
+        dtype_key: how errors name ``feature_dtype`` (its YAML key).
     """
 
     def __init__(
@@ -124,8 +172,12 @@ class HeteroHostCopyBuilder:
         opt_out: str = "check_features: false",
         allow_split_overlap: bool = False,
         overlap_opt_out: str = "allow_split_overlap: true",
+        feature_dtype: Optional[FeatureDtype] = None,
+        dtype_key: str = "feature_dtype",
     ) -> None:
         self.dataset = dataset
+        self.feature_dtype: Optional[FeatureDtype] = feature_dtype
+        self.dtype_key = dtype_key
         self.feature_storage: FeatureStorage = feature_storage
         self.key = key
         self.check_features = check_features
@@ -139,13 +191,30 @@ class HeteroHostCopyBuilder:
         """Load the dataset, check it (once), and copy it into shared segments.
 
         Raises:
-            InputDataError: an id out of range for its type (naming the edge type), a bad split or label, a NaN or
-                infinite feature (naming the node type).
+            InputDataError: arrays that do not fit together (feature rows per type, an edge type naming a missing
+                node type: the dataset's own checks, prefixed with ``key``), an id out of range for its type (naming
+                the edge type), a bad split or label, a NaN or infinite feature, or one that does not fit
+                ``feature_dtype`` (naming the node type).
         """
         cleanup_stale_segments()
-        data = self.dataset.load()
+        try:
+            data = self.dataset.load()
+        except DatasetFileError:
+            raise  # names its file
+        except InputDataError as exc:  # the arrays do not fit together (HeteroNodeData's checks): name the dataset
+            raise InputDataError(f"{self.key} ({type(self.dataset).__name__}): {exc}") from exc
         self._check(data)
-        return share_hetero_data(data, self.feature_storage)
+        dtype = None if self.feature_dtype is None else feature_dtype_of(self.feature_dtype, self.dtype_key)
+        base = feature_cache_dir(self.dataset, "none", dtype)
+
+        def feature_dir(node_type: str) -> Optional[Path]:
+            return None if base is None else base.parent / f"{base.name}-{node_type}"
+
+        try:
+            return share_hetero_data(data, self.feature_storage, feature_dtype=dtype, feature_dir=feature_dir,
+                                     dtype_key=self.dtype_key)  # fmt: skip
+        except FeatureOverflowError as exc:
+            raise InputDataError(f"{self.key} ({type(self.dataset).__name__}) {exc}") from exc
 
     def share(self) -> "HeteroHostGraphHandles | Exception":
         """:meth:`build` on local rank 0, keeping the names until :meth:`unlink_names`; an error is returned so it
