@@ -34,6 +34,7 @@ __all__ = [
     "assemble_on_gpu",
     "assemble_on_host",
     "complete_batch",
+    "fields_to_device",
     "host_gather_to",
     "to_device_packed",
 ]
@@ -170,20 +171,26 @@ def complete_batch(data: Data, item: PlanItem) -> Data:
     """``data`` (built from ``item``'s seeds) finished for its task: the item's own fields (:attr:`PlanItem.task_fields`,
     e.g. a link batch's supervision edges; CPU tensors) on the batch's device, the int64 ones in one pinned transfer,
     and ``batch_size`` set to the item's (:attr:`PlanItem.task_batch_size`)."""
-    fields = dict(item.task_fields)
+    fields = item.task_fields
     if not fields:
         return data
-    device = data.n_id.device
+    for key, value in fields_to_device(fields, data.n_id.device).items():
+        data[key] = value
+    data.batch_size = item.task_batch_size
+    return data
+
+
+def fields_to_device(fields: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """A plan item's CPU fields on ``device``: on a GPU the int64 ones in one pinned transfer, the others pinned and
+    non-blocking; on the CPU as they are."""
+    fields = dict(fields)
     if device.type == "cuda":
         ints = [k for k, v in fields.items() if v.dtype == torch.int64]
         for key, moved in zip(ints, to_device_packed([fields[k] for k in ints], device)):
             fields[key] = moved
         for key in set(fields) - set(ints):
             fields[key] = fields[key].pin_memory().to(device, non_blocking=True)
-    for key, value in fields.items():
-        data[key] = value
-    data.batch_size = item.task_batch_size
-    return data
+    return fields
 
 
 def to_device_packed(tensors: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:

@@ -90,16 +90,19 @@ class HeteroHostGraphHandles:
         graphs: ``(edge type, CSC)`` of every edge type: the incoming ``src``-type neighbors of each ``dst``-type
             node, over ``max(num_nodes[src], num_nodes[dst])`` ids (see :mod:`lightning_zerocopy.data.host.hetero`).
         features: ``(node type, feature table)`` of the types that have features.
-        labels: int64 labels of the input type.
-        splits: int64 input-type ids of each split (``"train"``, ``"val"``, ``"test"``).
+        labels: int64 labels of the input type, or ``None`` for a task without node labels (link prediction).
+        splits: int64 input-type ids of each split (``"train"``, ``"val"``, ``"test"``), or the supervision edges of
+            each link split (``"train.pos_edge_index"``..., :mod:`lightning_zerocopy.data.host.links`).
+        link_edge_type: the supervised edge type of a link dataset (its source type is ``input_type``), else ``None``.
     """
 
     input_type: str
     num_nodes: tuple[tuple[str, int], ...]
     graphs: tuple[tuple[tuple[str, str, str], CSCGraphHandle], ...]
     features: tuple[tuple[str, FeatureTableHandle], ...]
-    labels: TensorHandle
+    labels: Optional[TensorHandle]
     splits: Mapping[str, TensorHandle]
+    link_edge_type: Optional[tuple[str, str, str]] = None
 
     @property
     def node_types(self) -> list[str]:

@@ -18,6 +18,9 @@ Fields (PyG's hetero ``NeighborLoader``, ``filter_hetero_data``):
   ``num_sampled_edges`` (a list per hop).
 
 So ``batch.num_sampled_nodes_dict`` / ``batch.num_sampled_edges_dict`` feed ``torch_geometric.utils.trim_to_layer``.
+
+A link batch (seeds of both endpoint types, no input type, no labels) has none of the input type's fields; its
+plan item's link fields are put where PyG's hetero ``LinkNeighborLoader`` puts them (:func:`complete_hetero_batch`).
 """
 
 from __future__ import annotations
@@ -29,12 +32,18 @@ import torch
 from torch_geometric.data import HeteroData
 
 from lightning_zerocopy.cache.provider import FeatureGather
-from lightning_zerocopy.data.assemble import StageMarks, host_gather_to
+from lightning_zerocopy.data.assemble import StageMarks, fields_to_device, host_gather_to
 from lightning_zerocopy.data.hetero_resources import HeteroHostData
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.sampling.hetero import HeteroNeighborSampler, HeteroSampledBatch
 
-__all__ = ["HeteroGpuSide", "HeteroSampledItem", "assemble_hetero_on_gpu", "assemble_hetero_on_host"]
+__all__ = [
+    "HeteroGpuSide",
+    "HeteroSampledItem",
+    "assemble_hetero_on_gpu",
+    "assemble_hetero_on_host",
+    "complete_hetero_batch",
+]
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,7 @@ class HeteroGpuSide:
     device: torch.device
     sampler: Optional[HeteroNeighborSampler]  # None: the CPU sampler, ids copied over
     features: Optional[Mapping[str, FeatureGather]]  # None: CPU gather of the ids
-    labels: torch.Tensor
+    labels: Optional[torch.Tensor]  # None: no node labels (link prediction)
 
 
 def assemble_hetero_on_host(
@@ -78,7 +87,9 @@ def assemble_hetero_on_host(
         nbytes += n_id.numel() * table.row_bytes
     if marks is not None:
         marks.mark("gather", nbytes)
-    y = host.labels[sample.n_id[host.input_type]]
+    y = None
+    if host.labels is not None and sample.input_type is not None:
+        y = host.labels[sample.n_id[sample.input_type]]
     return _hetero_data(sample, _cast(xs, x_dtype), y, sampled.input_id)
 
 
@@ -104,7 +115,9 @@ def assemble_hetero_on_gpu(
             nbytes += n_id.numel() * table.row_bytes
         if marks is not None:
             marks.mark("gather", nbytes)
-        y = torch.index_select(state.labels, 0, sample.n_id[host.input_type]).to(torch.int64)
+        y = None
+        if state.labels is not None and sample.input_type is not None:
+            y = torch.index_select(state.labels, 0, sample.n_id[sample.input_type]).to(torch.int64)
         return _hetero_data(sample, _cast(xs, x_dtype), y, sampled.input_id)
 
 
@@ -113,7 +126,7 @@ def _cast(xs: dict[str, torch.Tensor], dtype: Optional[torch.dtype]) -> dict[str
 
 
 def _hetero_data(
-    sample: HeteroSampledBatch, xs: dict[str, torch.Tensor], y: torch.Tensor, input_id: torch.Tensor
+    sample: HeteroSampledBatch, xs: dict[str, torch.Tensor], y: Optional[torch.Tensor], input_id: torch.Tensor
 ) -> HeteroData:
     data = HeteroData()
     for node_type, n_id in sample.n_id.items():
@@ -124,13 +137,32 @@ def _hetero_data(
             store.num_nodes = int(n_id.numel())
         store.n_id = n_id
         store.num_sampled_nodes = sample.num_sampled_nodes[node_type]
-    seeds = data[sample.input_type]
-    seeds.y = y
-    seeds.input_id = input_id
-    seeds.batch_size = sample.batch_size
+    if sample.input_type is not None:
+        seeds = data[sample.input_type]
+        if y is not None:
+            seeds.y = y
+        seeds.input_id = input_id
+        seeds.batch_size = sample.batch_size
     for edge_type, edge_index in sample.edge_index.items():
         store = data[edge_type]
         store.edge_index = edge_index
         store.e_id = sample.e_id[edge_type]
         store.num_sampled_edges = sample.num_sampled_edges[edge_type]
+    return data
+
+
+def complete_hetero_batch(data: HeteroData, item: PlanItem, input_id: torch.Tensor) -> HeteroData:
+    """``data`` finished for its plan item's task: nothing for a node item; a link item's fields (CPU tensors, moved
+    to the batch's device as :func:`~lightning_zerocopy.data.assemble.complete_batch` moves them) on the stores PyG's
+    hetero ``LinkNeighborLoader`` uses: ``edge_label_index`` / ``edge_label`` / ``edge_label_query``, ``input_id``
+    (``input_id`` given here, already on the device) and ``batch_size`` (the positives) on the supervised edge type,
+    ``src_index`` on its source type, ``dst_pos_index`` / ``dst_neg_index`` on its destination type."""
+    fields = item.task_fields
+    if not fields:
+        return data
+    for key, value in fields_to_device(fields, input_id.device).items():
+        data[item.task_store(key)][key] = value  # type: ignore[attr-defined]
+    edges = data[item.edge_type]  # type: ignore[attr-defined]
+    edges.input_id = input_id
+    edges.batch_size = item.task_batch_size
     return data

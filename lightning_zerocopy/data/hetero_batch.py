@@ -12,6 +12,10 @@ Placements: ``sampler_placement`` ``cpu`` | ``uva`` | ``gpu`` (every edge type's
 sampler per edge type and hop over it); ``gather`` ``cpu`` | ``zerocopy`` (one zero-copy table per featured type).
 With ``gather="cpu"`` and the CPU sampler the batch is built in host memory, otherwise on the GPU (a CPU sample's
 ids go over in one pinned copy). ``hybrid``/``auto`` are not supported for heterogeneous graphs yet.
+
+Link batches go through the same builder: a :class:`~lightning_zerocopy.data.link_plan.LinkPlanItem` over a typed edge
+type carries its seeds per node type (``item.typed_seeds``: both endpoint types start the sample, as PyG's
+``seed_dict``), and its link fields are attached after the gather (:func:`~lightning_zerocopy.data.hetero_assemble.complete_hetero_batch`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from lightning_zerocopy.data.hetero_assemble import (
     HeteroSampledItem,
     assemble_hetero_on_gpu,
     assemble_hetero_on_host,
+    complete_hetero_batch,
 )
 from lightning_zerocopy.data.hetero_resources import HeteroDeviceResources, HeteroHostData
 from lightning_zerocopy.data.plan import PlanItem
@@ -245,16 +250,22 @@ class HeteroBatchBuilder:
             self.open()
         sampler = self._cpu_sampler
         assert sampler is not None
-        input_type = self.input_type
+        typed = item.typed_seeds  # a link batch's seeds per endpoint type; None: input-type seeds
+        input_type = self.input_type if typed is None else None
+        seeds = item.seed_ids if typed is None else typed
         if not self.on_gpu:
-            return HeteroSampledItem(item, sampler.sample(item.seed_ids, item.batch_seed, input_type), item.input_id)
+            return HeteroSampledItem(item, sampler.sample(seeds, item.batch_seed, input_type), item.input_id)
         gpu = self._gpu
         assert gpu is not None
         with torch.cuda.device(gpu.device):
             if gpu.sampler is None:  # CPU sampler, then every id goes over in one pinned copy
-                sample = _to_device(sampler.sample(item.seed_ids, item.batch_seed, input_type), item.input_id, gpu.device)
+                sample = _to_device(sampler.sample(seeds, item.batch_seed, input_type), item.input_id, gpu.device)
                 return HeteroSampledItem(item, sample[0], sample[1])
-            seeds, input_id = to_device_packed([item.seed_ids, item.input_id], gpu.device)
+            if typed is None:
+                seeds, input_id = to_device_packed([item.seed_ids, item.input_id], gpu.device)
+            else:
+                *moved, input_id = to_device_packed([*typed.values(), item.input_id], gpu.device)
+                seeds = dict(zip(typed, moved))
             return HeteroSampledItem(item, gpu.sampler.sample(seeds, item.batch_seed, input_type), input_id)
 
     def gather_batch(
@@ -274,8 +285,10 @@ class HeteroBatchBuilder:
         if self.on_gpu:
             assert self._gpu is not None
             with torch.cuda.device(self._gpu.device):
-                return assemble_hetero_on_gpu(self._host, self._gpu, sampled, x_dtype, marks)
-        return assemble_hetero_on_host(self._host, sampled, x_dtype, marks)
+                data = assemble_hetero_on_gpu(self._host, self._gpu, sampled, x_dtype, marks)
+                return complete_hetero_batch(data, sampled.item, sampled.input_id)
+        data = assemble_hetero_on_host(self._host, sampled, x_dtype, marks)
+        return complete_hetero_batch(data, sampled.item, sampled.input_id)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

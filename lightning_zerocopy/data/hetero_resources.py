@@ -45,14 +45,14 @@ class HeteroHostData:
     Attributes:
         graphs: per edge type, its CSC (in the handles' order: the sampler's order of edge types).
         features: per featured node type, its feature table.
-        labels: int64 labels of the input type.
+        labels: int64 labels of the input type (``None``: a link dataset's, no node labels).
         num_nodes: nodes per type (every type, in order).
         input_type: the node type of the seeds.
     """
 
     graphs: dict[EdgeType, CSCGraph]
     features: dict[str, HostFeatureTable]
-    labels: torch.Tensor
+    labels: Optional[torch.Tensor]
     num_nodes: dict[str, int]
     input_type: str
 
@@ -62,7 +62,7 @@ class HeteroHostData:
         return cls(
             graphs={et: graph.open() for et, graph in handles.graphs},
             features={t: table.open() for t, table in handles.features},
-            labels=handles.labels.open(),
+            labels=None if handles.labels is None else handles.labels.open(),
             num_nodes=dict(handles.num_nodes),
             input_type=handles.input_type,
         )
@@ -117,10 +117,11 @@ class HeteroDeviceResources:
                 self._topology[key] = placed  # type: ignore[index]
             return placed
 
-    def labels(self) -> torch.Tensor:
-        """The input type's labels on the GPU, in the smallest integer dtype that holds them (widen after gathering)."""
+    def labels(self) -> Optional[torch.Tensor]:
+        """The input type's labels on the GPU, in the smallest integer dtype that holds them (widen after gathering);
+        ``None`` for a dataset without node labels."""
         with self._lock:
-            if self._labels is None:
+            if self._labels is None and self.host.labels is not None:
                 self._check_open()
                 labels = self.host.labels
                 self._labels = labels.to(_compact_int_dtype(labels)).to(self.device)

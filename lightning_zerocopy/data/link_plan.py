@@ -17,19 +17,30 @@ batch builder samples and gathers exactly as for nodes, then attaches the item's
   their positive and ``edge_label_query`` ``[B + B*K]`` (the ``input_id`` each label edge belongs to); a shared pool
   is spread over the split's batches in order (batch ``step`` of ``rank`` takes chunk ``rank * steps + step``);
 * always ``batch_size = B`` (the positives) and ``input_id`` (their positions in the split).
+
+Typed endpoints (a heterogeneous graph's supervised edge type ``(src, rel, dst)``, ``edge_type=``): source ids are
+``src``-type ids, destination ids ``dst``-type ids (``num_nodes`` / ``num_dst_nodes``), random negatives are drawn from
+each endpoint's type, and the item's seeds are split per node type as PyG's hetero ``LinkNeighborLoader`` splits them
+(:attr:`LinkPlanItem.seed_dict`): two distinct types get the unique sources and the unique destinations, and the
+local ids index their own type (``edge_label_index[0]`` into the ``src`` seeds, ``[1]`` into the ``dst`` seeds;
+``src_index`` / ``dst_pos_index`` / ``dst_neg_index`` likewise); one type (``paper__cites__paper``) merges both
+endpoints, exactly as the homogeneous item does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import torch
 
 from lightning_zerocopy.data.negatives import NegativeDraws
 from lightning_zerocopy.data.plan import BatchPlan, PlanItem, derive_seed
 
-__all__ = ["LinkBatchPlan", "LinkPlanItem"]
+__all__ = ["EdgeType", "LinkBatchPlan", "LinkPlanItem"]
+
+#: ``(source node type, relation, destination node type)``, PyG's key of an edge type.
+EdgeType = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
@@ -38,11 +49,37 @@ class LinkPlanItem(PlanItem):
 
     Attributes:
         num_positives: ``B``, the positive supervision edges of the batch (its ``batch_size``).
-        link_fields: the link fields of the batch (``edge_label_index``...), local ids into ``seed_ids``, CPU.
+        link_fields: the link fields of the batch (``edge_label_index``...), local ids into ``seed_ids``, CPU (typed
+            endpoints: into their type's seeds of ``seed_dict``).
+        edge_type: the supervised edge type of a heterogeneous graph (``None``: homogeneous).
+        seed_dict: with ``edge_type``, the seeds per node type (``seed_ids`` is their concatenation).
     """
 
     num_positives: int = 0
     link_fields: dict[str, torch.Tensor] = field(default_factory=dict)
+    edge_type: Optional[EdgeType] = None
+    seed_dict: Optional[dict[str, torch.Tensor]] = None
+
+    @property
+    def typed_seeds(self) -> Optional[dict[str, torch.Tensor]]:
+        """The seeds per node type of a heterogeneous link batch (``None``: one id space)."""
+        return self.seed_dict
+
+    def task_store(self, name: str) -> Union[str, EdgeType]:
+        """Where field ``name`` goes in a ``HeteroData`` batch (PyG's hetero ``LinkNeighborLoader``): ``src_index``
+        on the source type, ``dst_pos_index`` / ``dst_neg_index`` on the destination type, the rest on the
+        supervised edge type.
+
+        Raises:
+            ValueError: a homogeneous item (no ``edge_type``).
+        """
+        if self.edge_type is None:
+            raise ValueError("a homogeneous link item has no typed stores")
+        if name == "src_index":
+            return self.edge_type[0]
+        if name in ("dst_pos_index", "dst_neg_index"):
+            return self.edge_type[2]
+        return self.edge_type
 
     @property
     def task_fields(self) -> dict[str, torch.Tensor]:
@@ -61,7 +98,7 @@ class LinkBatchPlan:
     Args:
         pos_edge_index: int64 ``[2, P]`` global ids of the split's positive edges.
         batch_size: positive edges per batch.
-        num_nodes: nodes of the graph (the range of every id).
+        num_nodes: nodes of the graph (the range of every id); with ``edge_type``: of the source type.
         negatives: the random negatives (``None``: none, or the fixed ones).
         edge_label: ``[P]`` labels of the positives (binary layout only), or ``None`` (all 1).
         neg_edge_index: int64 ``[2, N]`` fixed negatives of the split (they replace random ones).
@@ -71,9 +108,13 @@ class LinkBatchPlan:
             node-keyed (evaluation) sampling; random negatives are still drawn per batch (from the seed ``"batch"``
             would give), so batches do not repeat each other's negatives.
         split: the split's name, for error messages.
+        edge_type: the supervised edge type ``(src, rel, dst)`` of a heterogeneous graph: typed endpoints (see the
+            module docstring); ``None``: one id space.
+        num_dst_nodes: with ``edge_type``, the nodes of the destination type (the range of row 1).
 
     Raises:
-        ValueError: an empty split, an id out of range, ``edge_label`` with triplet negatives, inconsistent shapes.
+        ValueError: an empty split, an id out of range (naming the endpoint's type), ``edge_label`` with triplet
+            negatives, inconsistent shapes, ``num_dst_nodes`` without ``edge_type``.
     """
 
     def __init__(
@@ -94,14 +135,22 @@ class LinkBatchPlan:
         stream: int = 0,
         sampler_seed: Literal["batch", "split"] = "batch",
         split: str = "train",
+        edge_type: Optional[EdgeType] = None,
+        num_dst_nodes: Optional[int] = None,
     ) -> None:
         what = f"the {split} split's"
-        _check_edges(pos_edge_index, num_nodes, f"{what} pos_edge_index")
+        if num_dst_nodes is not None and edge_type is None:
+            raise ValueError("num_dst_nodes is for typed endpoints: give the supervised edge_type too")
+        self.edge_type: Optional[EdgeType] = None if edge_type is None else (edge_type[0], edge_type[1], edge_type[2])
+        self.num_dst_nodes = int(num_nodes if num_dst_nodes is None else num_dst_nodes)
+        counts = (int(num_nodes), self.num_dst_nodes)
+        types = None if edge_type is None else (edge_type[0], edge_type[2])
+        _check_edges(pos_edge_index, counts, f"{what} pos_edge_index", types)
         if pos_edge_index.shape[1] == 0:
             raise ValueError(f"{what} pos_edge_index is empty: the {split} split needs at least one positive edge")
         self.num_edges = int(pos_edge_index.shape[1])
         if neg_edge_index is not None:
-            _check_edges(neg_edge_index, num_nodes, f"{what} neg_edge_index")
+            _check_edges(neg_edge_index, counts, f"{what} neg_edge_index", types)
             if neg_per_positive is not None and neg_edge_index.shape[1] != self.num_edges * neg_per_positive:
                 raise ValueError(
                     f"{what} neg_edge_index has {neg_edge_index.shape[1]} columns but neg_per_positive="
@@ -157,14 +206,15 @@ class LinkBatchPlan:
     def max_seed_nodes(self) -> int:
         """An upper bound on ``len(seed_ids)`` of an item: two endpoints per positive and per negative edge."""
         b = self.batch_size
+        nodes = self.num_nodes if self.edge_type is None else self.num_nodes + self.num_dst_nodes
         if self.neg_edge_index is not None:
             per_batch = b * self.neg_per_positive if self.neg_per_positive else self._pool_chunk_bound()
-            return min(2 * (b + per_batch), self.num_nodes)
+            return min(2 * (b + per_batch), nodes)
         if self.negatives is None:
-            return min(2 * b, self.num_nodes)
+            return min(2 * b, nodes)
         config = self.negatives.config
         extra = 2 * config.num_negatives(b) if config.is_binary() else b * int(config.amount)
-        return min(2 * b + extra, self.num_nodes)
+        return min(2 * b + extra, nodes)
 
     def __len__(self) -> int:
         """Steps per epoch on each rank."""
@@ -180,8 +230,14 @@ class LinkBatchPlan:
         if self.sampler_seed == "split":  # the sampler's seed is the split's; negatives stay per batch
             negatives_seed = derive_seed(self.seed, self.stream, epoch, self.world_size, self.rank, step)
         fields: dict[str, torch.Tensor] = {}
+        seed_dict = None
         if self.negatives is not None and self.negatives.config.is_triplet():
             dst_neg = self.negatives.draw(b * int(self.negatives.config.amount), negatives_seed, endpoint=1)
+            if self._two_types:
+                seed_dict, (src_index, dst_index) = self._typed_seeds(src, torch.cat([dst, dst_neg]))
+                fields["src_index"], fields["dst_pos_index"] = src_index, dst_index[:b]
+                fields["dst_neg_index"] = dst_index[b:].view(b, -1).squeeze(-1)
+                return self._item(edges, seed_dict, b, fields)
             seeds, inverse = torch.cat([src, dst, dst_neg]).unique(return_inverse=True)
             fields["src_index"] = inverse[:b]
             fields["dst_pos_index"] = inverse[b : 2 * b]
@@ -194,18 +250,47 @@ class LinkBatchPlan:
                     label = torch.ones(b)
                 label = torch.cat([label, label.new_zeros((neg_src.numel(), *label.shape[1:]))])
                 src, dst = torch.cat([src, neg_src]), torch.cat([dst, neg_dst])
-            seeds, inverse = torch.cat([src, dst]).unique(return_inverse=True)
-            fields["edge_label_index"] = inverse.view(2, -1)
+            if self._two_types:
+                seed_dict, (src_index, dst_index) = self._typed_seeds(src, dst)
+                fields["edge_label_index"] = torch.stack([src_index, dst_index])
+            else:
+                seeds, inverse = torch.cat([src, dst]).unique(return_inverse=True)
+                fields["edge_label_index"] = inverse.view(2, -1)
             if label is not None:
                 fields["edge_label"] = label
             if query is not None:
                 fields["edge_label_query"] = query
+            if seed_dict is not None:
+                return self._item(edges, seed_dict, b, fields)
+        if self.edge_type is not None:  # one node type: both endpoints seed it
+            seed_dict = {self.edge_type[0]: seeds}
         return LinkPlanItem(
             seed_ids=seeds, input_id=positions, batch_seed=edges.batch_seed, epoch=epoch, step=step,
-            rank=edges.rank, num_positives=b, link_fields=fields,
+            rank=edges.rank, num_positives=b, link_fields=fields, edge_type=self.edge_type, seed_dict=seed_dict,
         )  # fmt: skip
 
     # ---- internals ---------------------------------------------------------------------------------------
+
+    @property
+    def _two_types(self) -> bool:
+        """Typed endpoints of two distinct node types (their seeds are kept apart)."""
+        return self.edge_type is not None and self.edge_type[0] != self.edge_type[2]
+
+    def _typed_seeds(
+        self, src: torch.Tensor, dst: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """The seeds of each endpoint type (unique, sorted, as PyG's) and every endpoint's local id among them."""
+        assert self.edge_type is not None
+        src_seeds, src_index = src.unique(return_inverse=True)
+        dst_seeds, dst_index = dst.unique(return_inverse=True)
+        return {self.edge_type[0]: src_seeds, self.edge_type[2]: dst_seeds}, (src_index, dst_index)
+
+    def _item(self, edges: Any, seed_dict: dict[str, torch.Tensor], b: int, fields: dict[str, torch.Tensor]) -> LinkPlanItem:
+        return LinkPlanItem(
+            seed_ids=torch.cat(list(seed_dict.values())), input_id=edges.input_id, batch_seed=edges.batch_seed,
+            epoch=edges.epoch, step=edges.step, rank=edges.rank, num_positives=b, link_fields=fields,
+            edge_type=self.edge_type, seed_dict=seed_dict,
+        )  # fmt: skip
 
     def _negatives(self, positions: torch.Tensor, batch_seed: int, step: int):
         """(source, destination, edge_label_query) of the batch's negatives (``None`` where there are none)."""
@@ -246,18 +331,28 @@ class LinkBatchPlan:
         )
 
 
-def _check_edges(edge_index: torch.Tensor, num_nodes: int, name: str) -> None:
+def _check_edges(
+    edge_index: torch.Tensor, counts: tuple[int, int], name: str, types: Optional[tuple[str, str]] = None
+) -> None:
+    """Shape, dtype and range of ``edge_index``: row 0 in ``[0, counts[0])``, row 1 in ``[0, counts[1])`` (``types``:
+    the endpoints' node types, named by the error)."""
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"{name} must have shape [2, num_edges], got {tuple(edge_index.shape)}")
     if edge_index.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"{name} must hold integer node ids, got {edge_index.dtype}")
     if edge_index.numel() == 0:
         return
-    lo, hi = int(edge_index.min()), int(edge_index.max())
-    if lo < 0 or hi >= num_nodes:
-        bad = lo if lo < 0 else hi
-        column = int((edge_index == bad).any(0).nonzero()[0])
-        raise ValueError(
-            f"{name} holds node id {bad} (column {column}), out of range for a graph of {num_nodes} nodes "
-            f"(ids 0 to {num_nodes - 1})"
-        )
+    for row in (0, 1) if types is not None else (None,):
+        ids, num_nodes = (edge_index, counts[0]) if row is None else (edge_index[row], counts[row])
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= num_nodes:
+            bad = lo if lo < 0 else hi
+            hit = ids == bad
+            column = int((hit.any(0) if row is None else hit).nonzero()[0])
+            where = (
+                f"a graph of {num_nodes} nodes" if types is None or row is None
+                else f"the {('source', 'destination')[row]} type {types[row]!r} of {num_nodes} nodes"
+            )
+            raise ValueError(
+                f"{name} holds node id {bad} (column {column}), out of range for {where} (ids 0 to {num_nodes - 1})"
+            )

@@ -142,14 +142,17 @@ def _check_weight(weight: Weight, name: str) -> None:
 
 
 class NegativeDraws:
-    """The resolved negative sampler of one plan: ``num_nodes`` and the cumulative weights of each endpoint.
+    """The resolved negative sampler of one plan: the node count and the cumulative weights of each endpoint.
 
     Args:
         config: the negative sampling configuration.
-        num_nodes: nodes of the graph (negatives are drawn from ``[0, num_nodes)``).
+        num_nodes: nodes of the graph (negatives are drawn from ``[0, num_nodes)``); with ``num_dst_nodes``, the
+            nodes of the source endpoint's type.
         degree: ``degree(endpoint)`` gives every node's out-degree (``0``) or in-degree (``1``) in the message-passing
             graph, in the dataset's ids (called only for ``"degree"`` weights).
         key: how errors name the configuration (``data.init_args.``).
+        num_dst_nodes: nodes of the destination endpoint's type, where the endpoints are typed (a heterogeneous
+            graph's supervised edge type); ``None``: ``num_nodes``, one id space.
 
     Raises:
         ValueError: a weight tensor of the wrong length, with a negative or non-finite entry, or summing to zero.
@@ -161,16 +164,19 @@ class NegativeDraws:
         num_nodes: int,
         degree: Optional[Callable[[int], torch.Tensor]] = None,
         key: str = "",
+        num_dst_nodes: Optional[int] = None,
     ) -> None:
         self.config = config
         self.num_nodes = int(num_nodes)
-        self.cum_src = _cumulative(config.src_weight, num_nodes, degree, 0, f"{key}neg_sampling.src_weight")
-        self.cum_dst = _cumulative(config.dst_weight, num_nodes, degree, 1, f"{key}neg_sampling.dst_weight")
+        self.num_dst_nodes = self.num_nodes if num_dst_nodes is None else int(num_dst_nodes)
+        self.cum_src = _cumulative(config.src_weight, self.num_nodes, degree, 0, f"{key}neg_sampling.src_weight")
+        self.cum_dst = _cumulative(config.dst_weight, self.num_dst_nodes, degree, 1, f"{key}neg_sampling.dst_weight")
 
     def draw(self, count: int, seed: int, endpoint: int) -> torch.Tensor:
-        """``count`` negative node ids for ``endpoint`` (0 source, 1 destination) of the batch with ``seed``."""
-        cum = self.cum_src if endpoint == 0 else self.cum_dst
-        return ops.negative_nodes(torch.arange(count, dtype=torch.int64), self.num_nodes, seed, endpoint, cum)
+        """``count`` negative node ids for ``endpoint`` (0 source, 1 destination) of the batch with ``seed``, from
+        that endpoint's ids."""
+        cum, nodes = (self.cum_src, self.num_nodes) if endpoint == 0 else (self.cum_dst, self.num_dst_nodes)
+        return ops.negative_nodes(torch.arange(count, dtype=torch.int64), nodes, seed, endpoint, cum)
 
 
 def _cumulative(

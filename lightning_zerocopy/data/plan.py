@@ -74,6 +74,12 @@ class PlanItem:
         return {}
 
     @property
+    def typed_seeds(self) -> Optional[dict[str, torch.Tensor]]:
+        """The seeds per node type where a heterogeneous batch starts from several types (a link item over a typed
+        edge type); ``None``: ``seed_ids`` are of one type (the builder's input type)."""
+        return None
+
+    @property
     def task_batch_size(self) -> int:
         """The built batch's ``batch_size``: its seed nodes (a link item: its positive edges)."""
         return self.batch_size

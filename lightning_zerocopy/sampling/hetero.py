@@ -95,8 +95,9 @@ class HeteroSampledBatch:
         e_id: per edge type, positions of the sampled edges in that type's original edge list.
         num_sampled_nodes: per node type, nodes added per hop (``num_hops + 1`` entries, the seeds first).
         num_sampled_edges: per edge type, edges per hop (``num_hops`` entries).
-        batch_size: number of seeds.
-        input_type: the node type of the seeds.
+        batch_size: number of seeds (of ``input_type``; of every type when the seeds came as a dict without one).
+        input_type: the node type of the seeds, or ``None`` when they were given per node type (link prediction's
+            two endpoint types).
     """
 
     n_id: dict[str, torch.Tensor]
@@ -105,7 +106,7 @@ class HeteroSampledBatch:
     num_sampled_nodes: dict[str, list[int]]
     num_sampled_edges: dict[EdgeType, list[int]]
     batch_size: int
-    input_type: str
+    input_type: Optional[str]
 
 
 class HeteroNeighborSampler:
@@ -167,21 +168,41 @@ class HeteroNeighborSampler:
             for et in self.edge_types
         }
 
-    def sample(self, seeds: torch.Tensor, seed: int, input_type: str) -> HeteroSampledBatch:
-        """Sample the multi-hop neighborhood of the ``input_type`` nodes ``seeds``.
+    def sample(
+        self,
+        seeds: Union[torch.Tensor, Mapping[str, torch.Tensor]],
+        seed: int,
+        input_type: Optional[str] = None,
+    ) -> HeteroSampledBatch:
+        """Sample the multi-hop neighborhood of the seed nodes.
 
         Args:
-            seeds: unique int64 ids of ``input_type`` nodes (on the device the sample is built on).
+            seeds: unique int64 ids of ``input_type`` nodes, or a dict of them per node type (PyG's ``seed_dict``:
+                a link batch seeds both endpoint types; every type's seeds are hop 0 of its ``n_id``), on the device
+                the sample is built on.
             seed: the batch's random seed (the plan's ``batch_seed``).
-            input_type: the seeds' node type.
+            input_type: the seeds' node type (needed for a tensor); with a dict, the type whose seeds count as
+                ``batch_size`` (``None``: the batch has no input type, ``batch_size`` counts every seed).
 
         Raises:
-            ValueError: ``input_type`` is not a node type; the kernel's errors (out-of-range or repeated seeds).
+            ValueError: an unknown node type (``input_type`` or a key of ``seeds``), a tensor without
+                ``input_type``; the kernel's errors (out-of-range or repeated seeds).
         """
-        if input_type not in self.node_types:
+        if input_type is not None and input_type not in self.node_types:
             raise ValueError(f"`input_type` {input_type!r} is not one of the node types {self.node_types}")
-        seeds = seeds.to(torch.int64)
-        n_id = {t: seeds if t == input_type else seeds.new_empty(0) for t in self.node_types}
+        if isinstance(seeds, torch.Tensor):
+            if input_type is None:
+                raise ValueError("`input_type` names the node type of `seeds`; pass a dict to seed several types")
+            by_type = {input_type: seeds}
+        else:
+            unknown = [t for t in seeds if t not in self.node_types]
+            if unknown:
+                raise ValueError(f"`seeds` names {unknown[0]!r}, not one of the node types {self.node_types}")
+            by_type = dict(seeds)
+        first = next(iter(by_type.values()))
+        n_id = {t: by_type[t].to(torch.int64) if t in by_type else first.new_empty(0, dtype=torch.int64)
+                for t in self.node_types}  # fmt: skip
+        seeds = n_id[input_type] if input_type is not None else first
         counts = {t: [int(n_id[t].numel())] for t in self.node_types}
         frontier = {t: (0, int(n_id[t].numel())) for t in self.node_types}  # [begin, end) of the last hop's nodes
         rows: dict[EdgeType, list[torch.Tensor]] = {et: [] for et in self.edge_types}
@@ -223,7 +244,8 @@ class HeteroNeighborSampler:
             for et in self.edge_types
         }
         e_id = {et: torch.cat(e_ids[et]) if e_ids[et] else empty for et in self.edge_types}
-        return HeteroSampledBatch(n_id, edge_index, e_id, counts, edge_counts, int(seeds.numel()), input_type)
+        size = counts[input_type][0] if input_type is not None else sum(c[0] for c in counts.values())
+        return HeteroSampledBatch(n_id, edge_index, e_id, counts, edge_counts, size, input_type)
 
     def close(self) -> None:
         """Release what the GPU placements placed themselves (nothing for topologies placed by their owner)."""
