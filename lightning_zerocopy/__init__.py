@@ -16,6 +16,7 @@ _LAZY = {
     "ZeroCopyDataModule": "lightning_zerocopy.data.datamodule",
     "ZeroCopyLinkDataModule": "lightning_zerocopy.data.link_datamodule",
     "ZeroCopyHeteroDataModule": "lightning_zerocopy.data.hetero_datamodule",
+    "ZeroCopyHeteroLinkDataModule": "lightning_zerocopy.data.hetero_link_datamodule",
     "BatchBuilder": "lightning_zerocopy.data.batch",
     "BatchPlan": "lightning_zerocopy.data.plan",
     "PlanItem": "lightning_zerocopy.data.plan",

@@ -33,7 +33,7 @@ from lightning_zerocopy.options import (
     check_subgraph_options,
 )
 
-__all__ = ["ZeroCopyLinkDataModule"]
+__all__ = ["ZeroCopyLinkDataModule", "split_link_plan"]
 
 _KEY = KEY_PREFIX  # how errors name this class's arguments: the recipe's YAML keys
 
@@ -160,35 +160,9 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
             RuntimeError: before :meth:`setup`.
             ValueError: the dataset has no such split, or the split cannot make batches (the message names why).
         """
-        self._require_setup()
-        if rank is None or world_size is None:
-            rank, _, world_size = self._ranks()
-        name = self.predict_split if split == "predict" else split
-        if name not in self._link_splits:
-            raise ValueError(
-                f"{_KEY}dataset ({type(self.dataset).__name__}) has no {name!r} link split; it has "
-                f"{sorted(self._link_splits)}" + (" (set data.init_args.predict_split)" if split == "predict" else "")
-            )
-        link = self._link_splits[name]
-        is_train = split == "train"
-        fixed = None if is_train else link.neg_edge_index
-        return LinkBatchPlan(
-            link.pos_edge_index,
-            self.batch_size if is_train else self.eval_batch_size,
-            num_nodes=self._require_setup().graph.num_nodes,
-            negatives=None if split == "predict" else self._negatives,
-            edge_label=link.edge_label,
-            neg_edge_index=fixed,
-            neg_per_positive=None if fixed is None else link.neg_per_positive,
-            shuffle=self.shuffle if is_train else False,
-            drop_last=self.drop_last if is_train else False,
-            seed=self.seed,
-            rank=rank,
-            world_size=world_size,
-            stream=self._stream(split),  # predict samples its split as test/validate do
-            sampler_seed=self._sampler_seed(split),
-            split=name,
-        )
+        handles = self._require_setup()
+        return split_link_plan(self, split, rank, world_size, self._link_splits, self._negatives,
+                               num_nodes=handles.graph.num_nodes)  # fmt: skip
 
     # ---- internals ---------------------------------------------------------------------------------------
 
@@ -224,3 +198,52 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         original = torch.empty_like(degree)
         original[host.order] = degree  # order[internal] = original id
         return original
+
+
+def split_link_plan(
+    dm: ZeroCopyDataModule,
+    split: Split,
+    rank: Optional[int],
+    world_size: Optional[int],
+    splits: Mapping[str, LinkSplit],
+    negatives: Optional[NegativeDraws],
+    **endpoints: Any,
+) -> LinkBatchPlan:
+    """The :class:`LinkBatchPlan` of ``split`` for a link DataModule ``dm`` (homogeneous or heterogeneous: the
+    ``endpoints`` say the id ranges, ``num_nodes`` and, for a typed edge type, ``edge_type`` / ``num_dst_nodes``).
+
+    ``train`` draws its negatives per batch; ``val``/``test`` score the split's fixed negatives (random ones from
+    the batch seed when the split stores none); ``predict`` scores ``dm.predict_split``'s positives and fixed
+    negatives only, with that split's seed.
+
+    Raises:
+        ValueError: the dataset has no such split, or the split cannot make batches (the message names why).
+    """
+    if rank is None or world_size is None:
+        rank, _, world_size = dm._ranks()
+    name = dm.predict_split if split == "predict" else split
+    if name not in splits:
+        raise ValueError(
+            f"{_KEY}dataset ({type(dm.dataset).__name__}) has no {name!r} link split; it has "
+            f"{sorted(splits)}" + (" (set data.init_args.predict_split)" if split == "predict" else "")
+        )
+    link = splits[name]
+    is_train = split == "train"
+    fixed = None if is_train else link.neg_edge_index
+    return LinkBatchPlan(
+        link.pos_edge_index,
+        dm.batch_size if is_train else dm.eval_batch_size,
+        negatives=None if split == "predict" else negatives,
+        edge_label=link.edge_label,
+        neg_edge_index=fixed,
+        neg_per_positive=None if fixed is None else link.neg_per_positive,
+        shuffle=dm.shuffle if is_train else False,
+        drop_last=dm.drop_last if is_train else False,
+        seed=dm.seed,
+        rank=rank,
+        world_size=world_size,
+        stream=dm._stream(split),  # predict samples its split as test/validate do
+        sampler_seed=dm._sampler_seed(split),
+        split=name,
+        **endpoints,
+    )

@@ -1,7 +1,7 @@
 """Datasets: node classification (generated, OGB folders, PyG ``Data`` objects) and link prediction.
 
-The heterogeneous datasets (:class:`SyntheticHeteroGraph`, :class:`PyGHeteroDataset`, :class:`OGBHeteroNodeDataset`)
-are imported on first use.
+The heterogeneous datasets (:class:`SyntheticHeteroGraph`, :class:`PyGHeteroDataset`, :class:`OGBHeteroNodeDataset`,
+and for link prediction :class:`HeteroLinkDataset`, :class:`SyntheticHeteroLinkGraph`) are imported on first use.
 """
 
 from typing import Any
@@ -22,6 +22,9 @@ _LAZY = {
     "OGBHeteroNodeDataset": "lightning_zerocopy.datasets.ogb_hetero",
     "PyGHeteroDataset": "lightning_zerocopy.datasets.pyg_hetero",
     "SyntheticHeteroGraph": "lightning_zerocopy.datasets.synthetic_hetero",
+    "HeteroLinkData": "lightning_zerocopy.datasets.hetero_links",
+    "HeteroLinkDataset": "lightning_zerocopy.datasets.hetero_links",
+    "SyntheticHeteroLinkGraph": "lightning_zerocopy.datasets.synthetic_hetero_links",
 }
 
 
@@ -40,6 +43,8 @@ __all__ = [
     "CachedLinkDataset",
     "CachedNodeDataset",
     "DatasetFileError",
+    "HeteroLinkData",
+    "HeteroLinkDataset",
     "InputDataError",
     "LINK_SPLITS",
     "LinkData",
@@ -57,6 +62,7 @@ __all__ = [
     "SplitError",
     "SyntheticGraph",
     "SyntheticHeteroGraph",
+    "SyntheticHeteroLinkGraph",
     "SyntheticLinkGraph",
     "check_finite_features",
     "check_link_splits",

@@ -20,7 +20,16 @@ import torch
 
 from lightning_zerocopy.datasets.base import InputDataError
 
-__all__ = ["EdgeType", "HeteroNodeData", "HeteroNodeDataset", "edge_type_str", "first_out_of_range", "parse_edge_type"]
+__all__ = [
+    "EdgeType",
+    "HeteroNodeData",
+    "HeteroNodeDataset",
+    "check_typed_graph",
+    "check_typed_ids",
+    "edge_type_str",
+    "first_out_of_range",
+    "parse_edge_type",
+]
 
 #: ``(source node type, relation, destination node type)``, PyG's key of an edge type.
 EdgeType = tuple[str, str, str]
@@ -77,22 +86,7 @@ class HeteroNodeData:
         if self.input_type not in self.num_nodes:
             raise InputDataError(f"input type {self.input_type!r} is not a node type (node types: "
                                  f"{', '.join(sorted(self.num_nodes))})")  # fmt: skip
-        for edge_type, index in self.edge_index.items():
-            name = edge_type_str(edge_type)
-            for node_type in (edge_type[0], edge_type[2]):
-                if node_type not in self.num_nodes:
-                    raise InputDataError(f"edge type {name} names the node type {node_type!r}, which has no node "
-                                         f"count (node types: {', '.join(sorted(self.num_nodes))})")  # fmt: skip
-            if index.dim() != 2 or index.shape[0] != 2:
-                raise InputDataError(f"edge_index of {name} must have shape [2, num_edges], got {tuple(index.shape)}")
-            if index.dtype != torch.int64:
-                raise InputDataError(f"edge_index of {name} must be an int64 tensor of node ids, got {index.dtype}")
-        for node_type, x in self.x.items():
-            if node_type not in self.num_nodes:
-                raise InputDataError(f"features are given for {node_type!r}, which is not a node type")
-            if x.dim() != 2 or x.shape[0] != self.num_nodes[node_type]:
-                raise InputDataError(f"x of node type {node_type!r} has shape {tuple(x.shape)}, but the type has "
-                                     f"{self.num_nodes[node_type]:,} nodes: one feature row per node is needed")  # fmt: skip
+        check_typed_graph(self.num_nodes, self.edge_index, self.x)
         count = self.num_nodes[self.input_type]
         if self.y.shape != (count,):
             raise InputDataError(f"y of the input type {self.input_type!r} must have shape [{count}], "
@@ -128,16 +122,52 @@ class HeteroNodeData:
         Raises:
             InputDataError: naming the edge type, the endpoint, the first bad id and the type's count.
         """
-        for (src, rel, dst), index in self.edge_index.items():
-            name = edge_type_str((src, rel, dst))
-            for row, node_type in ((0, src), (1, dst)):
-                bad = first_out_of_range(index[row], self.num_nodes[node_type])
-                if bad is not None:
-                    position, value = bad
-                    count = self.num_nodes[node_type]
-                    raise InputDataError(f"edge_index of {name} holds the {node_type!r} id {value} at "
-                                         f"[{row}, {position}], but {node_type!r} has {count:,} nodes (ids 0 to "
-                                         f"{count - 1:,})")  # fmt: skip
+        check_typed_ids(self.num_nodes, self.edge_index)
+
+
+def check_typed_graph(
+    num_nodes: dict[str, int], edge_index: dict[EdgeType, torch.Tensor], x: dict[str, torch.Tensor]
+) -> None:
+    """Types, shapes and dtypes of a typed graph (every edge type's node types counted, ``[2, E]`` int64 edges, one
+    feature row per node); cheap (no edge is read).
+
+    Raises:
+        InputDataError: naming the type and what is wrong.
+    """
+    for edge_type, index in edge_index.items():
+        name = edge_type_str(edge_type)
+        for node_type in (edge_type[0], edge_type[2]):
+            if node_type not in num_nodes:
+                raise InputDataError(f"edge type {name} names the node type {node_type!r}, which has no node "
+                                     f"count (node types: {', '.join(sorted(num_nodes))})")  # fmt: skip
+        if index.dim() != 2 or index.shape[0] != 2:
+            raise InputDataError(f"edge_index of {name} must have shape [2, num_edges], got {tuple(index.shape)}")
+        if index.dtype != torch.int64:
+            raise InputDataError(f"edge_index of {name} must be an int64 tensor of node ids, got {index.dtype}")
+    for node_type, features in x.items():
+        if node_type not in num_nodes:
+            raise InputDataError(f"features are given for {node_type!r}, which is not a node type")
+        if features.dim() != 2 or features.shape[0] != num_nodes[node_type]:
+            raise InputDataError(f"x of node type {node_type!r} has shape {tuple(features.shape)}, but the type has "
+                                 f"{num_nodes[node_type]:,} nodes: one feature row per node is needed")  # fmt: skip
+
+
+def check_typed_ids(num_nodes: dict[str, int], edge_index: dict[EdgeType, torch.Tensor]) -> None:
+    """Every edge's ids in range for their types (reads every edge once).
+
+    Raises:
+        InputDataError: naming the edge type, the endpoint, the first bad id and the type's count.
+    """
+    for (src, rel, dst), index in edge_index.items():
+        name = edge_type_str((src, rel, dst))
+        for row, node_type in ((0, src), (1, dst)):
+            bad = first_out_of_range(index[row], num_nodes[node_type])
+            if bad is not None:
+                position, value = bad
+                count = num_nodes[node_type]
+                raise InputDataError(f"edge_index of {name} holds the {node_type!r} id {value} at "
+                                     f"[{row}, {position}], but {node_type!r} has {count:,} nodes (ids 0 to "
+                                     f"{count - 1:,})")  # fmt: skip
 
 
 def first_out_of_range(ids: torch.Tensor, count: int) -> Optional[tuple[int, int]]:

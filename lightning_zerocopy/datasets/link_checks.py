@@ -158,8 +158,11 @@ def _repeats(keys: torch.Tensor, group: Optional[int] = None) -> torch.Tensor:
     return (again[:, 0] * grouped.shape[1] + order[again[:, 0], again[:, 1] + 1]).sort().values
 
 
-def _repeats_and_loops(name: str, source: str, split, num_nodes: int, undirected: bool) -> Optional[str]:  # noqa: ANN001
-    """A warning counting the split's repeated supervision edges and self-loops (``None``: there are none)."""
+def _repeats_and_loops(
+    name: str, source: str, split, num_nodes: int, undirected: bool, self_loops: bool = True  # noqa: ANN001
+) -> Optional[str]:
+    """A warning counting the split's repeated supervision edges and self-loops (``self_loops``: looked for; ``None``:
+    there are none)."""
     found = []
     groups = {"positive": (split.pos_edge_index, None)}
     if split.neg_edge_index is not None and split.num_negatives:
@@ -170,7 +173,7 @@ def _repeats_and_loops(name: str, source: str, split, num_nodes: int, undirected
         if repeated.numel():
             scope = " (for the same positive)" if k else ""
             found.append(f"{_count(repeated.numel(), f'repeated {what} edge')}{scope} (e.g. {_pairs(edges, repeated)})")
-        loops = (edges[0] == edges[1]).nonzero().view(-1)
+        loops = (edges[0] == edges[1]).nonzero().view(-1) if self_loops else edges.new_empty(0)
         if loops.numel():
             found.append(f"{_count(loops.numel(), f'{what} self-loop')} (e.g. {_pairs(edges, loops)})")
     if not found:
@@ -185,6 +188,7 @@ def check_link_splits(
     data: LinkData,
     sources: Optional[Mapping[str, str]] = None,
     undirected: bool = False,
+    self_loops: bool = True,
 ) -> list[str]:
     """Check every split of ``data`` before training; return warnings about leaks.
 
@@ -193,6 +197,8 @@ def check_link_splits(
         sources: where each split came from, by split name (``LinkDataset.split_source``), for the messages.
         undirected: treat ``(u, v)`` and ``(v, u)`` as the same edge (a val/test positive then also leaks when its
             reverse is in the message-passing graph, and a negative equal to a positive's reverse is a positive).
+        self_loops: warn about self-loops (``False`` where the endpoints are of two node types, so equal ids are no
+            loop).
 
     Returns:
         One warning per val/test split with positives still in the message-passing graph, and one per split that
@@ -213,7 +219,7 @@ def check_link_splits(
         if split.neg_edge_index is not None:
             _check_range(name, source, "neg_edge_index", split.neg_edge_index, num_nodes)
         _check_labels(name, source, split)
-        repeats = _repeats_and_loops(name, source, split, num_nodes, undirected)
+        repeats = _repeats_and_loops(name, source, split, num_nodes, undirected, self_loops)
         if repeats is not None:
             warnings.append(repeats)
         has_negatives = split.neg_edge_index is not None and split.num_negatives > 0

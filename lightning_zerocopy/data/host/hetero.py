@@ -22,7 +22,10 @@ typed kernel. Which one is faster is to be measured on a GPU (``uva``/``gpu`` pl
 types) before the kernel is written.
 
 Features: ``shared_memory`` copies each featured type's ``x`` into a segment of its own; ``mmap`` maps the type's
-``.npy`` file (``HeteroNodeData.x_files``). Labels and the three splits are the input type's.
+``.npy`` file (``HeteroNodeData.x_files``). Labels and the three splits are the input type's; a link dataset
+(:class:`~lightning_zerocopy.datasets.hetero_links.HeteroLinkData`) has no labels, and its splits are the supervision
+edges flattened into named tensors as the homogeneous link copy flattens them
+(:func:`~lightning_zerocopy.data.host.links.link_split_tensors`), with the supervised edge type in the handles.
 
 ``feature_dtype`` (``bfloat16``/``float16``) stores every featured type's table in that dtype, cast once here as the
 homogeneous copy casts its one table (:mod:`lightning_zerocopy.data.host.share`): ``shared_memory`` casts into the
@@ -42,10 +45,12 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HeteroHostGraphHandles
+from lightning_zerocopy.data.host.links import link_split_tensors
 from lightning_zerocopy.data.host.share import feature_cache_dir, feature_file
 from lightning_zerocopy.datasets.base import DatasetFileError, InputDataError
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.hetero import HeteroNodeData, HeteroNodeDataset
+from lightning_zerocopy.datasets.hetero_links import HeteroLinkData
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.gather.host_table import (
     FeatureOverflowError,
@@ -62,7 +67,7 @@ __all__ = ["HeteroHostCopyBuilder", "share_hetero_data"]
 
 
 def share_hetero_data(
-    data: HeteroNodeData,
+    data: "HeteroNodeData | HeteroLinkData",
     feature_storage: FeatureStorage = "shared_memory",
     *,
     feature_dtype: Optional[torch.dtype] = None,
@@ -72,7 +77,7 @@ def share_hetero_data(
     """Build one CSC per edge type and copy graphs, features, labels and splits into shared memory.
 
     Args:
-        data: the dataset's arrays.
+        data: the dataset's arrays (a link dataset's: no labels, its link splits as split tensors).
         feature_storage: ``"shared_memory"`` or ``"mmap"``.
         feature_dtype: the dtype every featured type's table is stored in (``None``: each type's own); see the
             module docstring.
@@ -128,17 +133,25 @@ def share_hetero_data(
             features.append((node_type, table))
 
         def share(tensor: torch.Tensor, name: str):
-            _, handle = share_tensor(tensor.to(torch.int64).contiguous(), name=name)
+            _, handle = share_tensor(tensor.contiguous(), name=name)
             undo.callback(handle.unlink)
             return handle
 
+        if isinstance(data, HeteroLinkData):  # supervision edges (their labels may be float), no node labels
+            input_type, labels, link_edge_type = data.edge_type[0], None, data.edge_type
+            splits = {name: share(t, name.replace(".", "_")) for name, t in link_split_tensors(data).items()}
+        else:
+            input_type, link_edge_type = data.input_type, None
+            labels = share(data.y.to(torch.int64), "labels")
+            splits = {name: share(data.split(name).to(torch.int64), f"{name}_idx") for name in ("train", "val", "test")}
         handles = HeteroHostGraphHandles(
-            input_type=data.input_type,
+            input_type=input_type,
             num_nodes=tuple((t, int(n)) for t, n in data.num_nodes.items()),
             graphs=tuple(graphs),  # type: ignore[arg-type]
             features=tuple(features),
-            labels=share(data.y, "labels"),
-            splits={name: share(data.split(name), f"{name}_idx") for name in ("train", "val", "test")},
+            labels=labels,
+            splits=splits,
+            link_edge_type=link_edge_type,
         )
         undo.pop_all()  # success: the caller owns the segments now
     return handles

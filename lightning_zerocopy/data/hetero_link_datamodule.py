@@ -1,0 +1,242 @@
+"""``ZeroCopyHeteroLinkDataModule``: link prediction on one edge type of a heterogeneous graph, like PyG's hetero
+``LinkNeighborLoader(data, num_neighbors, edge_label_index=(edge_type, pairs), ...)``.
+
+The link DataModule's plan over typed endpoints, on the heterogeneous spine: it *is* a
+:class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (typed host copy, resources,
+:class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`, loaders, ``HeteroData`` transfer) whose plans are
+:class:`~lightning_zerocopy.data.link_plan.LinkBatchPlan` s over the supervised edge type (``edge_type=``): negatives
+are drawn by :class:`~lightning_zerocopy.data.negatives.NegativeDraws` from the source type's ids (binary sources)
+and the destination type's ids, and each item's seeds are split per endpoint type, which the builder hands to the
+heterogeneous sampler as a ``seed_dict``. Only the host copy's checks
+(:mod:`~lightning_zerocopy.data.host.hetero_links`) and the plan differ from the node DataModule.
+
+Batch fields (PyG's hetero ``LinkNeighborLoader``): per node type ``n_id``, ``x`` (featured types) or ``num_nodes``,
+``num_sampled_nodes``; per edge type ``edge_index``, ``e_id``, ``num_sampled_edges``; on the supervised edge type
+``edge_label_index`` (row 0 indexes ``n_id`` of its source type, row 1 of its destination type), ``edge_label``,
+``edge_label_query`` (fixed negatives grouped per positive), ``input_id`` and ``batch_size`` (the positives; PyG's
+batch has no ``batch_size``); triplet mode puts ``src_index`` on the source type and ``dst_pos_index`` /
+``dst_neg_index`` on the destination type instead. There is no ``y``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping, Optional, Union
+
+import torch
+
+from lightning_zerocopy.data.datamodule import Split, ZeroCopyDataModule
+from lightning_zerocopy.data.gpu_options import KEY_PREFIX
+from lightning_zerocopy.data.handles import HeteroHostGraphHandles
+from lightning_zerocopy.data.hetero_batch import HYBRID_UNSUPPORTED
+from lightning_zerocopy.data.hetero_datamodule import NumNeighbors, ZeroCopyHeteroDataModule, resolve_num_neighbors
+from lightning_zerocopy.data.host.hetero_links import HeteroLinkHostCopyBuilder
+from lightning_zerocopy.data.host.links import link_splits
+from lightning_zerocopy.data.link_datamodule import split_link_plan
+from lightning_zerocopy.data.link_plan import LinkBatchPlan
+from lightning_zerocopy.data.negatives import NegativeDraws, NegativeSampling, parse_neg_sampling
+from lightning_zerocopy.datasets.hetero import EdgeType, edge_type_str
+from lightning_zerocopy.datasets.hetero_links import HeteroLinkDataset, unknown_edge_type
+from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkSplit
+from lightning_zerocopy.options import (
+    FeatureDtype,
+    FeatureStorage,
+    GatherChoice,
+    GatherMode,
+    NodeOrderKind,
+    SamplerPlacement,
+    check_choice,
+    check_fanouts,
+    check_subgraph_options,
+)
+
+__all__ = ["ZeroCopyHeteroLinkDataModule", "check_link_metadata"]
+
+_KEY = KEY_PREFIX
+
+
+def check_link_metadata(dataset: HeteroLinkDataset, key: str) -> EdgeType:
+    """The dataset's types fit together and its supervised edge type is one of its edge types (cheap: its shape
+    properties, nothing loaded); returns the supervised edge type.
+
+    Raises:
+        ValueError: an edge type naming an unknown node type, or an unknown supervised edge type (one line naming
+            ``key``, the dataset's class and the valid edge types).
+    """
+    where = f"{key} ({type(dataset).__name__})"
+    node_types, edge_types = list(dataset.node_types), [tuple(et) for et in dataset.edge_types]
+    for edge_type in edge_types:
+        for node_type in (edge_type[0], edge_type[2]):
+            if node_type not in node_types:
+                raise ValueError(f"{where}: the edge type {edge_type_str(edge_type)} names the node type "  # type: ignore[arg-type]
+                                 f"{node_type!r}, which is not one of its node types ({', '.join(node_types)})")  # fmt: skip
+    supervised = dataset.edge_type
+    if isinstance(supervised, list):
+        supervised = tuple(supervised)  # type: ignore[assignment]
+    if supervised not in edge_types:
+        raise ValueError(f"{where}: {unknown_edge_type(supervised, edge_types)}")  # type: ignore[arg-type]
+    return supervised[0], supervised[1], supervised[2]
+
+
+class ZeroCopyHeteroLinkDataModule(ZeroCopyHeteroDataModule):
+    """Link-prediction mini-batches on one edge type of a heterogeneous graph (``HeteroData``, PyG's hetero
+    ``LinkNeighborLoader`` fields; see the module docstring), sampled from host memory shared by all ranks.
+
+    Args:
+        dataset: the :class:`~lightning_zerocopy.datasets.hetero_links.HeteroLinkDataset` (its ``edge_type`` is the
+            supervised edge type).
+        num_neighbors: neighbors per hop for training: one list for every edge type or a dict keyed by PyG's
+            edge-type string (as :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule`).
+        batch_size: positive supervision edges per training batch (per rank).
+        neg_sampling, neg_sampling_ratio: negatives of the training batches (and of val/test splits that store
+            none), as :class:`~lightning_zerocopy.data.link_datamodule.ZeroCopyLinkDataModule` takes them; random
+            sources are ids of the edge type's source type, destinations of its destination type; ``"degree"``
+            weights are the out-degree (sources) and in-degree (destinations) in the supervised edge type.
+        eval_num_neighbors, eval_batch_size: the same for validation/test/predict (default: the training ones);
+            evaluation samples node-keyed unless every fanout is ``-1``.
+        replace, shuffle, drop_last, num_threads, seed: as the node DataModules take them.
+        subgraph_type, disjoint: PyG's loader arguments, accepted only at the values these batches have.
+        predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives).
+        feature_storage, sampler_placement, gather, gather_mode, check_features, feature_dtype, x_dtype, node_order:
+            as :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` takes them
+            (``sampler_placement`` ``cpu``/``uva``/``gpu``, ``node_order`` ``none``).
+
+    Raises:
+        ValueError / TypeError: a bad argument (naming its recipe key), an unknown supervised edge type, before any
+            data is built.
+    """
+
+    def __init__(
+        self,
+        dataset: HeteroLinkDataset,
+        num_neighbors: NumNeighbors = (10, 10),
+        batch_size: int = 512,
+        neg_sampling: Union[None, str, dict[str, Any]] = "binary",
+        neg_sampling_ratio: float = 1.0,
+        eval_num_neighbors: Optional[NumNeighbors] = None,
+        eval_batch_size: Optional[int] = None,
+        replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        num_threads: Optional[int] = None,
+        seed: int = 0,
+        predict_split: Literal["train", "val", "test"] = "test",
+        feature_storage: FeatureStorage = "shared_memory",
+        sampler_placement: SamplerPlacement = "cpu",
+        gather: GatherChoice = "auto",
+        gather_mode: GatherMode = "auto",
+        check_features: bool = True,
+        feature_dtype: Optional[FeatureDtype] = None,
+        x_dtype: Optional[FeatureDtype] = "float32",
+        node_order: NodeOrderKind = "none",
+    ) -> None:
+        if not isinstance(dataset, HeteroLinkDataset):
+            raise TypeError(f"{_KEY}dataset must be a HeteroLinkDataset (a typed graph with a supervised edge type), "
+                            f"got {type(dataset).__name__}; homogeneous link datasets go to ZeroCopyLinkDataModule")  # fmt: skip
+        check_choice(node_order, NodeOrderKind, _KEY + "node_order")
+        if node_order != "none":
+            raise ValueError(f"{_KEY}node_order={node_order!r} is not yet supported for heterogeneous graphs (no "
+                             "per-type node order is built); use 'none'")  # fmt: skip
+        if sampler_placement in ("hybrid", "auto"):
+            raise ValueError(_KEY + HYBRID_UNSUPPORTED.format(placement=sampler_placement))
+        self.edge_type: EdgeType = check_link_metadata(dataset, _KEY + "dataset")
+        check_subgraph_options(subgraph_type, disjoint, _KEY)
+        if predict_split not in LINK_SPLITS:
+            raise ValueError(f"{_KEY}predict_split must be one of {LINK_SPLITS}, got {predict_split!r}")
+        edge_types = [tuple(et) for et in dataset.edge_types]
+        train = resolve_num_neighbors(num_neighbors, edge_types, _KEY + "num_neighbors")  # type: ignore[arg-type]
+        evaluation = train if eval_num_neighbors is None else resolve_num_neighbors(
+            eval_num_neighbors, edge_types, _KEY + "eval_num_neighbors")  # type: ignore[arg-type]  # fmt: skip
+        self.negative_sampling: Optional[NegativeSampling] = parse_neg_sampling(neg_sampling, neg_sampling_ratio, _KEY)
+        first = next(iter(train.values()), [])
+        # the node DataModule's state; the heterogeneous node DataModule's __init__ is skipped (its dataset checks
+        # are for labelled node types), its typed fields are set below as it sets them
+        ZeroCopyDataModule.__init__(
+            self, dataset, fanouts=check_fanouts(first, _KEY + "num_neighbors"), batch_size=batch_size,  # type: ignore[arg-type]
+            eval_fanouts=next(iter(evaluation.values()), first), eval_batch_size=eval_batch_size, replace=replace,
+            shuffle=shuffle, drop_last=drop_last, num_threads=num_threads, seed=seed, predict_split=predict_split,
+            feature_storage=feature_storage, sampler_placement=sampler_placement, gather=gather,
+            gather_mode=gather_mode, check_features=check_features, x_dtype=x_dtype, feature_dtype=feature_dtype,
+        )  # fmt: skip
+        self.num_neighbors = num_neighbors
+        self.eval_num_neighbors = eval_num_neighbors
+        self.fanouts = train  # type: ignore[assignment]  # per edge type here
+        self.eval_fanouts = evaluation  # type: ignore[assignment]
+        self._eval_node_keyed = any(f >= 0 for fanouts in evaluation.values() for f in fanouts)
+        self.neg_sampling = neg_sampling
+        self.neg_sampling_ratio = float(neg_sampling_ratio)
+        self.subgraph_type, self.disjoint = subgraph_type, disjoint
+        self._host_copy = HeteroLinkHostCopyBuilder(  # type: ignore[assignment]
+            dataset, feature_storage, _KEY + "dataset", check_features, _KEY + "check_features: false",  # type: ignore[arg-type]
+            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
+        )  # fmt: skip
+        self._link_splits: dict[str, LinkSplit] = {}
+        self._negatives: Optional[NegativeDraws] = None
+
+    # ---- shapes ------------------------------------------------------------------------------------------
+
+    @property
+    def num_classes(self) -> int:
+        """Link prediction has no node classes."""
+        raise AttributeError("ZeroCopyHeteroLinkDataModule has no num_classes: link batches carry edge labels")
+
+    @property
+    def input_type(self) -> str:
+        """A link batch has no input node type: it seeds both endpoint types of :attr:`edge_type`."""
+        raise AttributeError("ZeroCopyHeteroLinkDataModule has no input_type: see edge_type (the supervised edge type)")
+
+    @property
+    def link_splits(self) -> Mapping[str, LinkSplit]:
+        """The supervision edges of each split (after ``setup``; fixed negatives included)."""
+        self._require_setup()
+        return self._link_splits
+
+    # ---- the data contract -------------------------------------------------------------------------------
+
+    def plan(  # type: ignore[override]
+        self, split: Split, rank: Optional[int] = None, world_size: Optional[int] = None
+    ) -> LinkBatchPlan:
+        """The link batch plan of ``split`` over the supervised edge type, for ``rank`` of ``world_size``.
+
+        Raises:
+            RuntimeError: before :meth:`setup`.
+            ValueError: the dataset has no such split, or the split cannot make batches (the message names why).
+        """
+        counts = dict(self._require_setup().num_nodes)  # type: ignore[attr-defined]
+        src, _, dst = self.edge_type
+        return split_link_plan(self, split, rank, world_size, self._link_splits, self._negatives,
+                               num_nodes=counts[src], num_dst_nodes=counts[dst], edge_type=self.edge_type)  # fmt: skip
+
+    # ---- internals ---------------------------------------------------------------------------------------
+
+    def _open(self, handles: HeteroHostGraphHandles) -> None:  # type: ignore[override]
+        super()._open(handles)
+        try:
+            self._link_splits = link_splits(self._splits)
+            counts = dict(handles.num_nodes)
+            src, _, dst = self.edge_type
+            config = self.negative_sampling
+            self._negatives = None if config is None else NegativeDraws(
+                config, counts[src], self._degree, _KEY, num_dst_nodes=counts[dst])  # fmt: skip
+            for split in self._link_splits:  # a split no batch can be made of fails here, in setup
+                self.plan(split)  # type: ignore[arg-type]
+        except Exception:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        super()._release()
+        self._link_splits = {}
+        self._negatives = None
+
+    def _degree(self, endpoint: int) -> torch.Tensor:
+        """Out-degree of every source-type node (``endpoint=0``) or in-degree of every destination-type node (``1``)
+        in the supervised edge type."""
+        assert self._resources is not None
+        host = self._resources.host
+        graph = host.graphs[self.edge_type]  # type: ignore[attr-defined]  # CSC by destination, over max(counts) ids
+        src, _, dst = self.edge_type
+        if endpoint == 1:
+            return (graph.indptr[1:] - graph.indptr[:-1])[: host.num_nodes[dst]]  # type: ignore[attr-defined]
+        return torch.bincount(graph.indices.to(torch.int64), minlength=host.num_nodes[src])  # type: ignore[attr-defined]

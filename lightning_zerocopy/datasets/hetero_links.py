@@ -1,0 +1,273 @@
+"""The heterogeneous link-prediction dataset interface: a typed graph and supervision-edge splits on one edge type.
+
+A :class:`HeteroLinkData` is a :class:`~lightning_zerocopy.datasets.hetero.HeteroNodeData`-like graph (node types,
+edge types ``(src, rel, dst)``, features on some types; no labels, no node splits) plus the *supervised edge type*
+and its :class:`~lightning_zerocopy.datasets.links.LinkSplit` s, whose row 0 holds ``src``-type ids and row 1
+``dst``-type ids (PyG's hetero ``LinkNeighborLoader(edge_label_index=(edge_type, pairs))``). The supervised edge type
+is one of the graph's edge types; the val/test positives must not be in it (nor, for a reverse type, in that).
+
+A :class:`HeteroLinkDataset` knows its shape cheaply (types, feature widths, node counts, the supervised edge type),
+builds once in ``prepare`` and returns a :class:`HeteroLinkData` from ``load``. :class:`CachedHeteroLinkDataset`
+stores one in an :class:`~lightning_zerocopy.datasets.base.ArrayCache` with the heterogeneous layout
+(:mod:`~lightning_zerocopy.datasets.hetero_cache`: ``x.<type>``, ``edge_index.<src>__<rel>__<dst>``) and the link
+splits' files (:func:`~lightning_zerocopy.datasets.links.save_link_split`).
+
+:func:`check_hetero_link_splits` checks the splits: ids in range for their endpoint's type (one line naming the
+type), then the homogeneous link checks (:func:`~lightning_zerocopy.datasets.link_checks.check_link_splits`: empty
+splits, labels, positives among negatives; warnings for leaks, repeats, self-loops) over the supervised edge type.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Mapping, Optional
+
+import torch
+
+from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, DatasetFileError, InputDataError
+from lightning_zerocopy.datasets.hetero import (
+    EdgeType,
+    check_typed_graph,
+    check_typed_ids,
+    edge_type_str,
+    parse_edge_type,
+)
+from lightning_zerocopy.datasets.hetero_cache import edge_index_name, x_name
+from lightning_zerocopy.datasets.link_checks import check_link_splits
+from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkSplit
+from lightning_zerocopy.datasets.splits import SplitError
+
+__all__ = [
+    "CachedHeteroLinkDataset",
+    "HeteroLinkData",
+    "HeteroLinkDataset",
+    "check_hetero_link_splits",
+    "hetero_link_data_from_cache",
+    "hetero_link_meta",
+]
+
+
+def unknown_edge_type(edge_type: Any, edge_types: list[EdgeType]) -> str:
+    """The one-line message of a supervised edge type that is not one of the graph's ``edge_types``."""
+    name = edge_type_str(edge_type) if isinstance(edge_type, tuple) else repr(edge_type)
+    return (f"the supervised edge type {name} is not one of the graph's edge types "
+            f"({', '.join(edge_type_str(et) for et in edge_types)})")  # fmt: skip
+
+
+@dataclass
+class HeteroLinkData:
+    """A heterogeneous graph for link prediction on one edge type, held on the host.
+
+    Attributes:
+        num_nodes: nodes of every node type.
+        edge_index: per edge type ``(src, rel, dst)``, int64 ``[2, E]`` message-passing edges (row 0 ``src`` ids).
+        x: floating ``[num_nodes[type], F_type]`` features of the types that have them (may be memory-mapped).
+        edge_type: the supervised edge type (one of ``edge_index``'s).
+        splits: the supervision edges of each split present (a subset of ``train``/``val``/``test``): row 0 holds
+            ``edge_type[0]`` ids, row 1 ``edge_type[2]`` ids.
+        x_files: the ``.npy`` file each type's ``x`` is mapped from, where there is one.
+    """
+
+    num_nodes: dict[str, int]
+    edge_index: dict[EdgeType, torch.Tensor]
+    x: dict[str, torch.Tensor]
+    edge_type: EdgeType
+    splits: dict[str, LinkSplit] = field(default_factory=dict)
+    x_files: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Types, shapes and dtypes (an :class:`InputDataError` naming the type); ids are checked by
+        :meth:`check_ids` and :func:`check_hetero_link_splits` (they read every edge)."""
+        self.edge_type = tuple(self.edge_type)  # type: ignore[assignment]
+        check_typed_graph(self.num_nodes, self.edge_index, self.x)
+        if self.edge_type not in self.edge_index:
+            raise InputDataError(unknown_edge_type(self.edge_type, list(self.edge_index)))
+        unknown = sorted(set(self.splits) - set(LINK_SPLITS))
+        if unknown:
+            raise InputDataError(f"unknown link split(s) {unknown}; expected names among {LINK_SPLITS}")
+
+    @property
+    def node_types(self) -> list[str]:
+        return list(self.num_nodes)
+
+    @property
+    def edge_types(self) -> list[EdgeType]:
+        return list(self.edge_index)
+
+    def num_features(self, node_type: str) -> Optional[int]:
+        """Feature width of ``node_type``, or ``None`` for a type without features."""
+        x = self.x.get(node_type)
+        return None if x is None else int(x.shape[1])
+
+    def split(self, name: str) -> LinkSplit:
+        """The supervision edges of split ``name``."""
+        if name not in self.splits:
+            raise KeyError(f"this link dataset has no {name!r} split; it has {sorted(self.splits)}")
+        return self.splits[name]
+
+    def check_ids(self) -> None:
+        """Every message-passing edge's ids in range for their types (reads every edge once).
+
+        Raises:
+            InputDataError: naming the edge type, the endpoint, the first bad id and the type's count.
+        """
+        check_typed_ids(self.num_nodes, self.edge_index)
+
+
+def check_hetero_link_splits(data: HeteroLinkData, sources: Optional[Mapping[str, str]] = None) -> list[str]:
+    """Check every split of ``data`` before training; return the warnings of the homogeneous link checks.
+
+    Raises:
+        SplitError: an id out of range for its endpoint's type (naming the type), or what
+            :func:`~lightning_zerocopy.datasets.link_checks.check_link_splits` refuses.
+    """
+    sources = dict(sources or {})
+    src, _, dst = data.edge_type
+    for name, split in data.splits.items():
+        source = sources.get(name, f"the {name} link split")
+        for what, edges in (("pos_edge_index", split.pos_edge_index), ("neg_edge_index", split.neg_edge_index)):
+            if edges is None:
+                continue
+            for row, node_type in ((0, src), (1, dst)):
+                count = data.num_nodes[node_type]
+                bad = (edges[row] < 0) | (edges[row] >= count)
+                if bool(bad.any()):
+                    column = int(bad.nonzero()[0])
+                    raise SplitError(
+                        name, source,
+                        f"holds the {node_type!r} id {int(edges[row, column])} as the "
+                        f"{('source', 'destination')[row]} of {what} column {column:,}, but {node_type!r} has "
+                        f"{count:,} nodes (ids 0 to {count - 1:,})",
+                    )  # fmt: skip
+    # one id space covering both endpoint types: the pair keys of the homogeneous checks hold for typed pairs
+    view = SimpleNamespace(
+        num_nodes=max(data.num_nodes[src], data.num_nodes[dst]), splits=data.splits,
+        edge_index=data.edge_index[data.edge_type],
+    )  # fmt: skip
+    return check_link_splits(view, sources, self_loops=src == dst)  # type: ignore[arg-type]
+
+
+class HeteroLinkDataset(ABC):
+    """A heterogeneous link-prediction dataset that LightningCLI can build from ``class_path``/``init_args``.
+
+    Subclasses implement the cheap shape properties (no array is loaded), :meth:`prepare` (build once, idempotent)
+    and :meth:`load`.
+    """
+
+    def metadata(self) -> tuple[list[str], list[EdgeType]]:
+        """``(node types, edge types)``, as PyG's ``HeteroData.metadata()`` gives them."""
+        return list(self.node_types), list(self.edge_types)
+
+    @property
+    @abstractmethod
+    def node_types(self) -> list[str]:
+        """Every node type."""
+
+    @property
+    @abstractmethod
+    def edge_types(self) -> list[EdgeType]:
+        """Every edge type ``(src, rel, dst)``."""
+
+    @property
+    @abstractmethod
+    def num_nodes(self) -> dict[str, int]:
+        """Nodes of every node type."""
+
+    @property
+    @abstractmethod
+    def num_features(self) -> dict[str, int]:
+        """Feature width of each node type that has features."""
+
+    @property
+    @abstractmethod
+    def edge_type(self) -> EdgeType:
+        """The supervised edge type (one of :attr:`edge_types`)."""
+
+    def prepare(self) -> None:
+        """Build or convert the dataset into its cache. Idempotent; the default does nothing."""
+
+    def split_source(self, split: str) -> str:
+        """Where the supervision edges of ``split`` come from, for error messages."""
+        return f"the {split} link split of {type(self).__name__}"
+
+    @abstractmethod
+    def load(self) -> HeteroLinkData:
+        """Return the dataset's arrays (memory-mapped where large), preparing them first if needed."""
+
+
+def hetero_link_meta(
+    num_nodes: Mapping[str, int],
+    edge_types: list[EdgeType],
+    edge_type: EdgeType,
+    num_features: Mapping[str, int],
+    splits: Mapping[str, Any],
+    **extra: Any,
+) -> dict[str, Any]:
+    """The ``meta.json`` of a heterogeneous link cache: the type lists in order, the shapes, the supervised edge type
+    and each split's :func:`~lightning_zerocopy.datasets.links.save_link_split` entry, plus ``extra``."""
+    return dict(
+        node_types=list(num_nodes), edge_types=[edge_type_str(t) for t in edge_types],
+        num_nodes={t: int(n) for t, n in num_nodes.items()}, num_features=dict(num_features),
+        edge_type=edge_type_str(edge_type), splits=dict(splits), **extra,
+    )  # fmt: skip
+
+
+def hetero_link_data_from_cache(cache: ArrayCache) -> HeteroLinkData:
+    """Open a heterogeneous link cache (:func:`hetero_link_meta`'s layout) as a :class:`HeteroLinkData`, every array
+    memory-mapped.
+
+    Raises:
+        DatasetFileError: ``meta.json`` lacks a key (the message says to delete the cache directory).
+    """
+    meta = cache.meta()
+    try:
+        node_types = list(meta["node_types"])
+        edge_types = [parse_edge_type(t) for t in meta["edge_types"]]
+        counts = {t: int(meta["num_nodes"][t]) for t in node_types}
+        featured = list(meta["num_features"])
+        supervised = parse_edge_type(meta["edge_type"])
+        entries = dict(meta["splits"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DatasetFileError(
+            cache.path / ArrayCache.META,
+            f"is not a heterogeneous link dataset's metadata ({type(exc).__name__}: {exc}): the cache {cache.path} is "
+            "damaged or of another kind; delete that directory and it is built again",
+        ) from exc
+    splits = {}
+    for name in (n for n in LINK_SPLITS if n in entries):
+        entry = entries[name]
+        splits[name] = LinkSplit(
+            pos_edge_index=cache.tensor(f"{name}_pos"),
+            edge_label=cache.tensor(f"{name}_label") if cache.has(f"{name}_label") else None,
+            neg_edge_index=cache.tensor(f"{name}_neg") if entry.get("has_negatives") else None,
+            neg_per_positive=entry.get("neg_per_positive"),
+        )
+    return HeteroLinkData(
+        num_nodes=counts,
+        edge_index={t: cache.tensor(edge_index_name(t)) for t in edge_types},
+        x={t: cache.tensor(x_name(t)) for t in featured},
+        edge_type=supervised,
+        splits=splits,
+        x_files={t: str(cache.file(x_name(t))) for t in featured},
+    )
+
+
+class CachedHeteroLinkDataset(BuiltIntoCache, HeteroLinkDataset):
+    """A :class:`HeteroLinkDataset` built once into an :class:`ArrayCache` (``self.cache``) by ``_write`` and
+    memory-mapped from it afterwards (:func:`hetero_link_data_from_cache`).
+
+    ``_write(out)`` writes ``x.<type>.npy``, ``edge_index.<edge type>.npy`` and every split
+    (:func:`~lightning_zerocopy.datasets.links.save_link_split`) into ``out`` and returns :func:`hetero_link_meta`'s
+    dictionary.
+    """
+
+    @abstractmethod
+    def _write(self, out: Path) -> dict[str, Any]:
+        """Write the arrays into ``out``; return :func:`hetero_link_meta`'s dictionary."""
+
+    def load(self) -> HeteroLinkData:
+        self.prepare()
+        return hetero_link_data_from_cache(self.cache)
