@@ -30,6 +30,10 @@ are whole numbers, as they are for our link batches) and ``query`` (``edge_label
 
 The line that names the file is printed when the run is torn down, after the progress bar has closed its line.
 
+Heterogeneous link batches (:class:`~lightning_zerocopy.ZeroCopyHeteroLinkDataModule`: the edge store holding
+``edge_label_index``) give the same rows, ``src`` ids of the edge type's source type and ``dst`` ids of its
+destination type, and the file records the type as ``edge_type`` (a 0-d string array, PyG's ``src__rel__dst``).
+
 Under DDP every rank writes its share to ``predictions.rank<R>.npz``; after a barrier, global rank 0 merges the
 shares it can read (same file system) into ``predictions.npz`` and deletes them. Rows are sorted by node id and
 each node appears once (a distributed plan pads the ranks' shares by repeating nodes).
@@ -49,7 +53,7 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from pytorch_lightning.utilities import rank_zero_info
 
-__all__ = ["PredictionWriter", "edge_predictions", "seed_node_type", "seed_predictions"]
+__all__ = ["PredictionWriter", "edge_predictions", "link_edge_type", "seed_node_type", "seed_predictions"]
 
 
 def seed_node_type(batch: Any) -> Optional[str]:
@@ -67,6 +71,17 @@ def seed_node_type(batch: Any) -> Optional[str]:
             return store._key
     raise TypeError("the heterogeneous batch has no node type with batch_size: the prediction writer cannot tell the "
                     "seeds' type (ZeroCopyHeteroDataModule's batches set it on the input type)")  # fmt: skip
+
+
+def link_edge_type(batch: Any) -> Optional[tuple[str, str, str]]:
+    """The edge type of a heterogeneous link batch (the edge store holding ``edge_label_index``), or ``None``."""
+    pyg_data = sys.modules.get("torch_geometric.data")
+    if pyg_data is None or not isinstance(batch, pyg_data.HeteroData):
+        return None
+    for store in batch.edge_stores:
+        if "edge_label_index" in store:
+            return store._key
+    return None
 
 
 def seed_predictions(prediction: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,7 +148,13 @@ def edge_predictions(prediction: Any, batch: Any) -> dict[str, torch.Tensor]:
                 "'scores' / 'logits')"
             )
         scores = prediction[key]
-    edges = batch.n_id[batch.edge_label_index]
+    edge_type = link_edge_type(batch)
+    if edge_type is None:
+        edges, store = batch.n_id[batch.edge_label_index], batch
+    else:  # each row indexes its endpoint type's n_id
+        store = batch[edge_type]
+        index = store.edge_label_index
+        edges = torch.stack([batch[edge_type[0]].n_id[index[0]], batch[edge_type[-1]].n_id[index[1]]])
     if not isinstance(scores, torch.Tensor) or scores.dim() not in (1, 2) or scores.shape[0] != edges.shape[1]:
         raise TypeError(
             f"predict_step must return one score per edge of batch.edge_label_index ({edges.shape[1]} rows; a tensor "
@@ -147,7 +168,7 @@ def edge_predictions(prediction: Any, batch: Any) -> dict[str, torch.Tensor]:
             raise TypeError(f"predict_step returned {logits.shape[0]} logits for {scores.shape[0]} scores")
         columns["logit"] = logits
     for name, field in (("label", "edge_label"), ("query", "edge_label_query")):
-        value = getattr(batch, field, None)
+        value = getattr(store, field, None)
         if isinstance(value, torch.Tensor):
             columns[name] = value
     return columns
@@ -175,11 +196,12 @@ class PredictionWriter(BasePredictionWriter):
         self._landing: deque[tuple[torch.Tensor, torch.Tensor, Any]] = deque()  # GPU copies not yet waited for
         self._edges: list[dict[str, torch.Tensor]] = []  # link batches: one dict of columns per batch
         self._node_type: Optional[str] = None  # the seeds' node type of heterogeneous batches
+        self._edge_type: Optional[str] = None  # the supervised edge type of heterogeneous link batches
         self._node_batches = 0  # node batches of this epoch
 
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._ids, self._logits, self._landing, self._edges = [], [], deque(), []
-        self._node_type, self._node_batches = None, 0
+        self._node_type, self._node_batches, self._edge_type = None, 0, None
 
     def write_on_batch_end(
         self,
@@ -191,8 +213,10 @@ class PredictionWriter(BasePredictionWriter):
         batch_idx: int,
         dataloader_idx: int,
     ) -> None:
-        if getattr(batch, "edge_label_index", None) is not None:
+        edge_type = link_edge_type(batch)
+        if edge_type is not None or getattr(batch, "edge_label_index", None) is not None:
             columns = edge_predictions(prediction, batch)
+            self._edge_type = None if edge_type is None else "__".join(edge_type)
             self._edges.append({k: v.detach().to("cpu", torch.float32 if k in ("score", "logit") else v.dtype)
                                 for k, v in columns.items()})  # fmt: skip
             return
@@ -228,6 +252,8 @@ class PredictionWriter(BasePredictionWriter):
         folder = Path(self.output_dir or trainer.log_dir or trainer.default_root_dir)
         if self._edges:
             columns = {k: torch.cat([b[k] for b in self._edges]).numpy() for k in self._edges[0]}
+            if self._edge_type is not None:
+                columns["edge_type"] = np.asarray(self._edge_type)
         else:
             ids = torch.cat(self._ids) if self._ids else torch.empty(0, dtype=torch.int64)
             logits = torch.cat(self._logits) if self._logits else torch.empty(0, 0)
@@ -276,13 +302,16 @@ def _save_columns(path: Path, shares: list[dict[str, np.ndarray]]) -> tuple[Path
         saved = _save(path, [s["node_id"] for s in shares], [s["logits"] for s in shares], node_type)
         nodes = "nodes" if node_type is None else f"{node_type!r} nodes"
         return saved, f"{len(shares[0]['node_id'])} {nodes}" if len(shares) == 1 else nodes
-    columns = {k: np.concatenate([s[k] for s in shares]) for k in shares[0]}
+    edge_type = str(shares[0]["edge_type"]) if "edge_type" in shares[0] else None
+    columns = {k: np.concatenate([s[k] for s in shares]) for k in shares[0] if k != "edge_type"}
     label = columns.get("label")
     if label is not None and label.dtype.kind == "f" and np.array_equal(label, np.round(label)):
         columns["label"] = label.astype(np.int64)  # 0/1 (binary labels as link batches carry them, in float)
     key = np.stack([columns["src"], columns["dst"]] + ([columns["query"]] if "query" in columns else []), axis=1)
     _, first = np.unique(key, axis=0, return_index=True)  # sorted by (src, dst[, query]); padding repeats dropped
     columns = {k: v[first] for k, v in columns.items()}
+    if edge_type is not None:
+        columns["edge_type"] = np.asarray(edge_type)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(_tmp(path), **columns)
     os.replace(_tmp(path), path)

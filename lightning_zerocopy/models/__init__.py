@@ -12,6 +12,7 @@ __all__ = [
     "GAT",
     "GraphSAGE",
     "HeteroGNN",
+    "HeteroLinkPredictor",
     "HeteroNodeClassifier",
     "HopCounts",
     "LinkMetrics",
@@ -26,6 +27,7 @@ __all__ = [
 _LAZY = {
     "HeteroGNN": "lightning_zerocopy.models.hetero_classifier",
     "HeteroNodeClassifier": "lightning_zerocopy.models.hetero_classifier",
+    "HeteroLinkPredictor": "lightning_zerocopy.models.hetero_link_predictor",
 }
 
 __getattr__ = lazy_exports(__name__, _LAZY)
