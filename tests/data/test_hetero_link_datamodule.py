@@ -251,3 +251,12 @@ def test_the_plan_checks_each_endpoint_against_its_own_type() -> None:
     assert list(same.typed_seeds) == ["paper"] and torch.equal(same.typed_seeds["paper"], homogeneous.seed_ids)
     assert torch.equal(same.link_fields["edge_label_index"], homogeneous.link_fields["edge_label_index"])
     assert homogeneous.typed_seeds is None
+
+
+def test_the_reference_model_trains_on_triplet_batches(cache: str, tmp_path: Path) -> None:
+    pl.seed_everything(0)
+    dm = _dm(cache, neg_sampling={"mode": "triplet", "amount": 2}, batch_size=64)
+    model = HeteroLinkPredictor(dm.metadata, dm.num_features, dm.num_nodes, dm.edge_type, hidden_channels=8)
+    trainer = _trainer(tmp_path, max_epochs=1, limit_train_batches=3, limit_val_batches=2, num_sanity_val_steps=0)
+    trainer.fit(model, datamodule=dm)
+    assert torch.isfinite(trainer.callback_metrics["train_loss"]) and "val_auroc" in trainer.callback_metrics
