@@ -6,7 +6,8 @@ The pipeline's slots, their growth, the producer's writes and the trainer's view
 field becomes ``n<i>/<field>`` (node type ``i``) or ``e<i>/<field>`` (edge type ``i``), and the types themselves ride
 along as the scalar :data:`HETERO_TYPES` (with the other scalars: ``batch_size``, the per-hop counts). Every flat
 field has an axis of its own (:func:`is_typed_field`: the slot layout does not match its length against other
-fields', which belong to other types), ``edge_index`` fields vary along their second dimension. The trainer's side
+fields', which belong to other types), ``edge_index`` and ``edge_label_index`` fields vary along their second
+dimension. The trainer's side
 rebuilds the ``HeteroData`` of slot views (:func:`unflatten_hetero`), with the stores in the batch's type order.
 """
 
@@ -30,8 +31,9 @@ def is_typed_field(name: str) -> bool:
 
 
 def typed_var_dim(name: str) -> int:
-    """The dimension along which a flattened field's length varies: 1 for ``edge_index``, else 0."""
-    return 1 if name.rsplit(_SEP, 1)[-1] == "edge_index" else 0
+    """The dimension along which a flattened field's length varies: 1 for ``edge_index`` and a link batch's
+    ``edge_label_index`` (``[2, E]``), else 0."""
+    return 1 if name.rsplit(_SEP, 1)[-1] in ("edge_index", "edge_label_index") else 0
 
 
 def flatten_hetero(batch: HeteroData) -> Data:
