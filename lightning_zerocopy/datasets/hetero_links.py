@@ -47,6 +47,7 @@ __all__ = [
     "check_hetero_link_splits",
     "hetero_link_data_from_cache",
     "hetero_link_meta",
+    "unknown_edge_type",
 ]
 
 

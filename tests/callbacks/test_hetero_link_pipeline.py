@@ -13,7 +13,7 @@ from pytorch_lightning.callbacks import Callback
 from torch_geometric.data import HeteroData
 
 from lightning_zerocopy import ZeroCopyHeteroLinkDataModule
-from lightning_zerocopy.callbacks import PipelineCallback
+from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
 from lightning_zerocopy.models import HeteroLinkPredictor
 
 
@@ -55,7 +55,10 @@ def _fit(tmp_path: Path, neg_sampling, *callbacks: Callback) -> _Record:
 def test_the_pipeline_yields_the_loaders_link_batches(tmp_path: Path, neg_sampling) -> None:
     """Every val batch (the last one smaller: edge_label_index varies along its second dimension in the slot)."""
     want = _fit(tmp_path / "plain", neg_sampling)
-    got = _fit(tmp_path / "pipeline", neg_sampling, PipelineCallback(mode="in_process"))
+    telemetry = DataTelemetry(prog_bar=False)
+    got = _fit(tmp_path / "pipeline", neg_sampling, PipelineCallback(mode="in_process"), telemetry)
+    steps = telemetry.history  # per step: the producer's build time, the rows of each endpoint type
+    assert steps and all(s["data/build_ms"] > 0 and s["data/rows_user"] > 0 and s["data/rows_item"] > 0 for s in steps)
     for mine, theirs in ((got.train, want.train), (got.val, want.val)):
         assert mine.keys() == theirs.keys() and len(theirs) > 0
         for key, fields in theirs.items():
