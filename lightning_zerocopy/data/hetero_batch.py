@@ -15,7 +15,8 @@ ids go over in one pinned copy). ``hybrid``/``auto`` are not supported for heter
 
 Link batches go through the same builder: a :class:`~lightning_zerocopy.data.link_plan.LinkPlanItem` over a typed edge
 type carries its seeds per node type (``item.typed_seeds``: both endpoint types start the sample, as PyG's
-``seed_dict``), and its link fields are attached after the gather (:func:`~lightning_zerocopy.data.hetero_assemble.complete_hetero_batch`).
+``seed_dict``), and its link fields are attached after the gather
+(:func:`~lightning_zerocopy.data.hetero_assemble.complete_hetero_batch`).
 """
 
 from __future__ import annotations

@@ -45,7 +45,6 @@ from lightning_zerocopy.options import (
     NodeOrderKind,
     SamplerPlacement,
     check_choice,
-    check_fanouts,
     check_subgraph_options,
 )
 
@@ -67,8 +66,9 @@ def check_link_metadata(dataset: HeteroLinkDataset, key: str) -> EdgeType:
     for edge_type in edge_types:
         for node_type in (edge_type[0], edge_type[2]):
             if node_type not in node_types:
-                raise ValueError(f"{where}: the edge type {edge_type_str(edge_type)} names the node type "  # type: ignore[arg-type]
-                                 f"{node_type!r}, which is not one of its node types ({', '.join(node_types)})")  # fmt: skip
+                name = edge_type_str(edge_type)  # type: ignore[arg-type]
+                raise ValueError(f"{where}: the edge type {name} names the node type {node_type!r}, which is not "
+                                 f"one of its node types ({', '.join(node_types)})")  # fmt: skip
     supervised = dataset.edge_type
     if isinstance(supervised, list):
         supervised = tuple(supervised)  # type: ignore[assignment]
@@ -133,7 +133,8 @@ class ZeroCopyHeteroLinkDataModule(ZeroCopyHeteroDataModule):
     ) -> None:
         if not isinstance(dataset, HeteroLinkDataset):
             raise TypeError(f"{_KEY}dataset must be a HeteroLinkDataset (a typed graph with a supervised edge type), "
-                            f"got {type(dataset).__name__}; homogeneous link datasets go to ZeroCopyLinkDataModule")  # fmt: skip
+                            f"got {type(dataset).__name__}; homogeneous link datasets go to "
+                            "ZeroCopyLinkDataModule")  # fmt: skip
         check_choice(node_order, NodeOrderKind, _KEY + "node_order")
         if node_order != "none":
             raise ValueError(f"{_KEY}node_order={node_order!r} is not yet supported for heterogeneous graphs (no "
@@ -153,7 +154,7 @@ class ZeroCopyHeteroLinkDataModule(ZeroCopyHeteroDataModule):
         # the node DataModule's state; the heterogeneous node DataModule's __init__ is skipped (its dataset checks
         # are for labelled node types), its typed fields are set below as it sets them
         ZeroCopyDataModule.__init__(
-            self, dataset, fanouts=check_fanouts(first, _KEY + "num_neighbors"), batch_size=batch_size,  # type: ignore[arg-type]
+            self, dataset, fanouts=first, batch_size=batch_size,  # type: ignore[arg-type]
             eval_fanouts=next(iter(evaluation.values()), first), eval_batch_size=eval_batch_size, replace=replace,
             shuffle=shuffle, drop_last=drop_last, num_threads=num_threads, seed=seed, predict_split=predict_split,
             feature_storage=feature_storage, sampler_placement=sampler_placement, gather=gather,
@@ -168,8 +169,8 @@ class ZeroCopyHeteroLinkDataModule(ZeroCopyHeteroDataModule):
         self.neg_sampling_ratio = float(neg_sampling_ratio)
         self.subgraph_type, self.disjoint = subgraph_type, disjoint
         self._host_copy = HeteroLinkHostCopyBuilder(  # type: ignore[assignment]
-            dataset, feature_storage, _KEY + "dataset", check_features, _KEY + "check_features: false",  # type: ignore[arg-type]
-            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
+            dataset, feature_storage, _KEY + "dataset", check_features,  # type: ignore[arg-type]
+            _KEY + "check_features: false", feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
         )  # fmt: skip
         self._link_splits: dict[str, LinkSplit] = {}
         self._negatives: Optional[NegativeDraws] = None
@@ -239,4 +240,5 @@ class ZeroCopyHeteroLinkDataModule(ZeroCopyHeteroDataModule):
         src, _, dst = self.edge_type
         if endpoint == 1:
             return (graph.indptr[1:] - graph.indptr[:-1])[: host.num_nodes[dst]]  # type: ignore[attr-defined]
-        return torch.bincount(graph.indices.to(torch.int64), minlength=host.num_nodes[src])  # type: ignore[attr-defined]
+        count = host.num_nodes[src]  # type: ignore[attr-defined]
+        return torch.bincount(graph.indices.to(torch.int64), minlength=count)

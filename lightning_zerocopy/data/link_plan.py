@@ -285,7 +285,9 @@ class LinkBatchPlan:
         dst_seeds, dst_index = dst.unique(return_inverse=True)
         return {self.edge_type[0]: src_seeds, self.edge_type[2]: dst_seeds}, (src_index, dst_index)
 
-    def _item(self, edges: Any, seed_dict: dict[str, torch.Tensor], b: int, fields: dict[str, torch.Tensor]) -> LinkPlanItem:
+    def _item(
+        self, edges: Any, seed_dict: dict[str, torch.Tensor], b: int, fields: dict[str, torch.Tensor]
+    ) -> LinkPlanItem:
         return LinkPlanItem(
             seed_ids=torch.cat(list(seed_dict.values())), input_id=edges.input_id, batch_seed=edges.batch_seed,
             epoch=edges.epoch, step=edges.step, rank=edges.rank, num_positives=b, link_fields=fields,

@@ -101,8 +101,8 @@ def test_triplet_batches_put_the_indices_on_the_endpoint_types(cache: str) -> No
         assert torch.equal(users.n_id[users.src_index], train[0, store.input_id])
         assert torch.equal(items.n_id[items.dst_pos_index], train[1, store.input_id])
         assert int(items.dst_neg_index.max()) < items.num_sampled_nodes[0]  # negatives are seeds of the item type
-        assert torch.equal(items.n_id[: items.num_sampled_nodes[0]],
-                           torch.cat([items.n_id[items.dst_pos_index], items.n_id[items.dst_neg_index].view(-1)]).unique())  # fmt: skip
+        endpoints = torch.cat([items.n_id[items.dst_pos_index], items.n_id[items.dst_neg_index].view(-1)])
+        assert torch.equal(items.n_id[: items.num_sampled_nodes[0]], endpoints.unique())
         _check_subgraph(batch, data)
     finally:
         dm.teardown("fit")
@@ -244,7 +244,8 @@ def test_the_plan_checks_each_endpoint_against_its_own_type() -> None:
     plan = LinkBatchPlan(pairs, 2, num_nodes=3, num_dst_nodes=10, edge_type=RATES)  # 9 is a valid item
     item = plan.item(0, 0)
     assert set(item.typed_seeds) == {USER, ITEM}
-    assert torch.equal(item.typed_seeds[USER], torch.tensor([0, 1])) and torch.equal(item.typed_seeds[ITEM], torch.tensor([2, 9]))
+    assert torch.equal(item.typed_seeds[USER], torch.tensor([0, 1]))
+    assert torch.equal(item.typed_seeds[ITEM], torch.tensor([2, 9]))
     # one node type on both ends: the endpoints merge into one seed set, as the homogeneous item does
     same = LinkBatchPlan(pairs, 2, num_nodes=10, num_dst_nodes=10, edge_type=("paper", "cites", "paper")).item(0, 0)
     homogeneous = LinkBatchPlan(pairs, 2, num_nodes=10).item(0, 0)

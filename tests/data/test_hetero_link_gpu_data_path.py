@@ -31,8 +31,10 @@ def test_gpu_link_batches_equal_the_cpu_builders(tmp_path: Path, neg_sampling, p
     try:
         for split in ("train", "val"):
             cpu = dm.builder(split).open(dm.resources)  # no trainer: the CPU builder
-            gpu = HeteroBatchBuilder(dm.handles, cpu.fanouts, num_threads=1, sampler_placement=placement,  # type: ignore[arg-type]
-                                     gather=gather, device=0, node_keyed=cpu.node_keyed).open(dm.resources)  # fmt: skip
+            gpu = HeteroBatchBuilder(
+                dm.handles, cpu.fanouts, num_threads=1, sampler_placement=placement,  # type: ignore[arg-type]
+                gather=gather, device=0, node_keyed=cpu.node_keyed,  # type: ignore[arg-type]
+            ).open(dm.resources)
             plan = dm.plan(split)
             for step in range(min(3, len(plan))):
                 item = plan.item(0, step)

@@ -16,7 +16,8 @@ __all__ = ["ITEM", "RATES", "REV_RATES", "USER", "FaultyHeteroLinks", "small_gra
 
 
 def small_graph(cache_dir: str, **kwargs) -> SyntheticHeteroLinkGraph:
-    """300 users and 150 items (the id spaces differ in size), 8 features per type, 5 negatives per val/test positive."""
+    """300 users and 150 items (the id spaces differ in size), 8 features per type, 5 negatives per val/test
+    positive."""
     kwargs.setdefault("num_users", 300)
     kwargs.setdefault("num_items", 150)
     kwargs.setdefault("num_features", 8)
