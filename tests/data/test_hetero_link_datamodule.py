@@ -261,3 +261,26 @@ def test_the_reference_model_trains_on_triplet_batches(cache: str, tmp_path: Pat
     trainer = _trainer(tmp_path, max_epochs=1, limit_train_batches=3, limit_val_batches=2, num_sanity_val_steps=0)
     trainer.fit(model, datamodule=dm)
     assert torch.isfinite(trainer.callback_metrics["train_loss"]) and "val_auroc" in trainer.callback_metrics
+
+
+@pytest.mark.filterwarnings("ignore:.*repeated positive edge")
+def test_one_node_type_on_both_ends_seeds_that_type_once() -> None:
+    from helpers.hetero_link import CitesLinks
+
+    cites = ("paper", "cites", "paper")
+    dm = ZeroCopyHeteroLinkDataModule(CitesLinks(), num_neighbors=[3, 2], batch_size=16, num_threads=1)
+    dm.setup("fit")
+    try:
+        data = dm.dataset.load()
+        for split in ("train", "val"):
+            positives = data.splits[split].pos_edge_index
+            for batch in (dm.train_dataloader() if split == "train" else dm.val_dataloader()):
+                store, papers = batch[cites], batch["paper"]
+                b = store.batch_size
+                pairs = global_pairs(batch, cites)
+                assert torch.equal(pairs[:, :b], positives[:, store.input_id]) and pairs.shape[1] == 2 * b
+                seeds = papers.n_id[: papers.num_sampled_nodes[0]]
+                assert torch.equal(seeds, pairs.reshape(-1).unique())  # both endpoints seed the one type, once
+                assert batch["author"].num_sampled_nodes[0] == 0 and batch["institution"].num_sampled_nodes[0] == 0
+    finally:
+        dm.teardown("fit")

@@ -63,3 +63,32 @@ def global_pairs(batch, edge_type: EdgeType = RATES) -> torch.Tensor:
     """The batch's ``edge_label_index`` as global ``(src, dst)`` ids, through each endpoint type's ``n_id``."""
     index = batch[edge_type].edge_label_index
     return torch.stack([batch[edge_type[0]].n_id[index[0]], batch[edge_type[2]].n_id[index[1]]])
+
+
+class CitesLinks(HeteroLinkDataset):
+    """Link prediction on ``paper__cites__paper`` of the tiny heterogeneous graph (``helpers.hetero``): one node type on
+    both ends. The last 30 citations are the val positives (out of the graph, no fixed negatives), the rest train."""
+
+    def __init__(self) -> None:
+        from helpers.hetero import CITES, EDGE_TYPES, make_hetero_data
+
+        self._edge_type, self._edge_types, self._make = CITES, list(EDGE_TYPES), make_hetero_data
+
+    node_types = property(lambda self: ["paper", "author", "institution"])
+    edge_types = property(lambda self: list(self._edge_types))
+    num_nodes = property(lambda self: {"paper": 40, "author": 60, "institution": 7})
+    num_features = property(lambda self: {"paper": 8, "institution": 4})
+    edge_type = property(lambda self: self._edge_type)
+
+    def load(self) -> HeteroLinkData:
+        from lightning_zerocopy.datasets.links import LinkSplit
+
+        data = self._make()
+        cites = data.edge_index[self._edge_type]
+        keep = cites[0] != cites[1]
+        cites = cites[:, keep]
+        train, val = cites[:, :-30], cites[:, -30:]
+        edges = dict(data.edge_index)
+        edges[self._edge_type] = train.contiguous()
+        return HeteroLinkData(num_nodes=data.num_nodes, edge_index=edges, x=data.x, edge_type=self._edge_type,
+                              splits={"train": LinkSplit(train.contiguous()), "val": LinkSplit(val.contiguous())})
