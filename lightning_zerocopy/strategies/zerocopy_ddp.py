@@ -122,7 +122,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         super()._configure_launcher()
         if self.liveness_interval > 0:
             env, processes, nodes = self.cluster_environment, self.num_processes, self.num_nodes
-            self._launcher = with_rank_watch(self._launcher, env, processes, nodes)
+            self._launcher = with_rank_watch(self._launcher, env, processes, nodes, self._preflight)
 
     @override
     def setup_environment(self) -> None:
@@ -174,6 +174,32 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             stop_watch(liveness, exception)
         self._cache.retire()
         super().on_exception(exception)
+
+    # ---- heterogeneous DataModules ---------------------------------------------------------------------------
+
+    @property
+    def takes_hetero_builders(self) -> bool:
+        """Whether a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` may run under this
+        strategy: only without a cache (``cache_budget: 0``). The cache is planned over one feature table's rows;
+        typed rows (a table per featured node type) are not cached yet. Without a cache everything else holds for
+        typed data as it is: one host copy per machine, the seed shares of the plan, the rank watch."""
+        return self.cache_budget.is_zero
+
+    @property
+    def hetero_fix(self) -> str:
+        """What to change when :attr:`takes_hetero_builders` is false (the DataModule's one-line refusal)."""
+        return (f"its cache_budget={self.cache_budget.text!r} caches the rows of one feature table on the GPU, which "
+                "heterogeneous graphs do not have yet: set trainer.strategy.init_args.cache_budget to 0 (or "
+                "trainer.strategy to ddp)")  # fmt: skip
+
+    def _preflight(self, trainer: Optional["pl.Trainer"], datamodule: Optional[Any]) -> None:
+        """The DataModule's refusals of the trainer's components, before the launcher starts any other rank (so a
+        refusal is one error of one process, not one per rank racing the rank watch). A DataModule that refuses some
+        (:class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule`) has ``check_consumers``; it
+        checks them again in its ``setup`` (launchers that start no rank here, e.g. ``torchrun``)."""
+        check = getattr(datamodule, "check_consumers", None)
+        if trainer is not None and callable(check):
+            check(trainer)
 
     # ---- the cache, as telemetry and tests read it -------------------------------------------------------------
 
