@@ -13,12 +13,12 @@ the exchanged handles, and each rank's plan deals it a disjoint, equal share of 
 
 A host-memory consumer (the strategy, then the callbacks) takes part only if it says so with
 ``takes_hetero_builders``: a :class:`~lightning_zerocopy.callbacks.PipelineCallback` (``worker`` or ``in_process``)
-builds the batches with these builders (they cross its slots flattened, :mod:`lightning_zerocopy.pipeline.hetero_slots`);
-``ZeroCopyDDPStrategy`` takes them without a cache. Not yet for heterogeneous graphs: ``sampler_placement``
-``hybrid``/``auto``, other host-memory consumers (``ZeroCopyDDPStrategy`` with a ``cache_budget``: refused by
-:meth:`ZeroCopyHeteroDataModule.check_consumers` before its launcher starts a rank, and again in ``setup``), GPU
-feature caches (:meth:`set_feature_cache`) and ``node_order`` other than ``none``, each refused in one line;
-``hot_rows`` is not an argument.
+builds the batches with these builders (they cross its slots flattened,
+:mod:`lightning_zerocopy.pipeline.hetero_slots`); ``ZeroCopyDDPStrategy`` takes them without a cache. Not yet for
+heterogeneous graphs: ``sampler_placement`` ``hybrid``/``auto``, other host-memory consumers
+(``ZeroCopyDDPStrategy`` with a ``cache_budget``: refused by :meth:`ZeroCopyHeteroDataModule.check_consumers` before
+its launcher starts a rank, and again in ``setup``), GPU feature caches (:meth:`set_feature_cache`) and
+``node_order`` other than ``none``, each refused in one line; ``hot_rows`` is not an argument.
 
 ``node_order`` is refused rather than applied per type: the homogeneous order renumbers one id space (graph,
 features, labels in internal ids; the sampler and assembly map seeds in and ``n_id`` back through one

@@ -39,8 +39,9 @@ def _run(tmp_path: Path, name: str, **config: Any) -> Path:
     out.mkdir()
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(dict(config, out=str(out), cache=str(tmp_path / "cache"))))
+    path_entries = [str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path_entries))  # fmt: skip
     for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GLOBAL_RANK", "RANK"):
         env.pop(key, None)
     proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], cwd=tmp_path, env=env, capture_output=True,

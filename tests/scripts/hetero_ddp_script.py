@@ -71,8 +71,8 @@ class Report(pl.Callback):
 def main(config: dict) -> None:
     pl.seed_everything(0)
     out, devices = config["out"], config.get("devices", 2)
-    dataset = SyntheticHeteroGraph(num_papers=300, num_features=8, num_classes=4, featured_types=("paper", "institution"),
-                                   cache_dir=config["cache"])  # fmt: skip
+    dataset = SyntheticHeteroGraph(num_papers=300, num_features=8, num_classes=4,
+                                   featured_types=("paper", "institution"), cache_dir=config["cache"])  # fmt: skip
     dm = ZeroCopyHeteroDataModule(dataset, num_neighbors=[4, 3], batch_size=16, drop_last=config.get("drop_last", True),
                                   eval_batch_size=config.get("eval_batch_size", 32), num_threads=1, seed=1)  # fmt: skip
     strategy = config.get("strategy", "ddp" if devices > 1 else "auto")
