@@ -51,6 +51,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             bytes), a share of the GPU memory free once the model is placed (``"40%"``), or ``0`` (no cache). The
             smallest budget of all ranks applies everywhere. A size above 90 % of the free memory is clamped with a
             warning. When the budget holds the whole feature table, the table is placed on the GPU(s) entirely.
+            A :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (a table per featured node
+            type) runs only with ``0``: another budget is refused in one line before any rank starts.
         cache_ranking: which rows are hot: ``"degree"`` (how often a node is some node's in-neighbor) or
             ``"presample"`` (run the DataModule's sampler over the training seeds for ``presample_batches``
             batches, count each node's appearances and blend the counts with the degree prior, its weight chosen
