@@ -18,6 +18,11 @@ memory can still be opened by name and before any pipeline worker opens a builde
 A filled shard may be read by peers and pipeline workers until their own teardown, so :meth:`RankCache.retire` only
 sets it aside; it is freed at the next :meth:`RankCache.attach` (after a barrier every rank reaches only past its
 teardown) or at process exit.
+
+The cache holds rows of one feature table. A heterogeneous DataModule (a table per featured node type) runs under the
+strategy only with ``cache_budget: 0``; what a cache over typed rows takes (one budget over every type's rows ranked
+by reads per byte, per-type plans and shards, a cached gather per type) is sketched in ``docs/ARCHITECTURE.md``, in
+the heterogeneous paragraph.
 """
 
 from __future__ import annotations

@@ -7,12 +7,18 @@ edge type, features per featured type), whose resources are
 :class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`. The plan is the homogeneous one over the input
 type's split.
 
-A :class:`~lightning_zerocopy.callbacks.PipelineCallback` (``worker`` or ``in_process``) builds the batches with these
-builders (it says so with ``takes_hetero_builders``; the batches cross its slots flattened,
-:mod:`lightning_zerocopy.pipeline.hetero_slots`). Not yet for heterogeneous graphs: ``sampler_placement``
-``hybrid``/``auto``, other host-memory consumers (the ``ZeroCopyDDPStrategy`` cache), GPU feature caches
-(:meth:`set_feature_cache`) and ``node_order`` other than ``none``, each refused in one line; ``hot_rows`` is not an
-argument.
+Under several ranks (Lightning's ``ddp``, or ``ZeroCopyDDPStrategy`` with ``cache_budget: 0``) it is the homogeneous
+DataModule's setup unchanged: each machine's local rank 0 builds the typed host copy, the other ranks map it through
+the exchanged handles, and each rank's plan deals it a disjoint, equal share of the input type's seeds.
+
+A host-memory consumer (the strategy, then the callbacks) takes part only if it says so with
+``takes_hetero_builders``: a :class:`~lightning_zerocopy.callbacks.PipelineCallback` (``worker`` or ``in_process``)
+builds the batches with these builders (they cross its slots flattened,
+:mod:`lightning_zerocopy.pipeline.hetero_slots`); ``ZeroCopyDDPStrategy`` takes them without a cache. Not yet for
+heterogeneous graphs: ``sampler_placement`` ``hybrid``/``auto``, other host-memory consumers
+(``ZeroCopyDDPStrategy`` with a ``cache_budget``: refused by :meth:`ZeroCopyHeteroDataModule.check_consumers` before
+its launcher starts a rank, and again in ``setup``), GPU feature caches (:meth:`set_feature_cache`) and
+``node_order`` other than ``none``, each refused in one line; ``hot_rows`` is not an argument.
 
 ``node_order`` is refused rather than applied per type: the homogeneous order renumbers one id space (graph,
 features, labels in internal ids; the sampler and assembly map seeds in and ``n_id`` back through one
@@ -45,12 +51,13 @@ from lightning_zerocopy.options import (
     GatherChoice,
     GatherMode,
     NodeOrderKind,
+    RecipeError,
     SamplerPlacement,
     check_choice,
     check_fanouts,
 )
 
-__all__ = ["NumNeighbors", "ZeroCopyHeteroDataModule", "check_metadata", "resolve_num_neighbors"]
+__all__ = ["NumNeighbors", "ZeroCopyHeteroDataModule", "check_consumers", "check_metadata", "resolve_num_neighbors"]
 
 _KEY = KEY_PREFIX
 
@@ -105,6 +112,26 @@ def check_metadata(dataset: HeteroNodeDataset, key: str) -> None:
                 raise ValueError(f"{where}: the edge type {edge_type_str(edge_type)} names the node type "
                                  f"{node_type!r}, which is not one of its node types "
                                  f"({', '.join(node_types)})")  # fmt: skip
+
+
+def check_consumers(trainer: Any) -> None:
+    """Every host-memory consumer of ``trainer`` (its strategy, then its callbacks) takes heterogeneous builders.
+
+    A consumer says so with ``takes_hetero_builders`` (an attribute or property, false if absent); one that does not
+    may say what to change in ``hetero_fix``. Runs before any data is built.
+
+    Raises:
+        RecipeError: one line naming the first consumer that does not, and what to change (the command prints it
+            as one line).
+    """
+    for consumer in (trainer.strategy, *trainer.callbacks):
+        if isinstance(consumer, HostMemoryConsumer) and not getattr(consumer, "takes_hetero_builders", False):
+            fix = getattr(consumer, "hetero_fix", None)
+            if fix is None:
+                fix = ("it reads the host memory of one homogeneous graph and feature table, e.g. to cache rows on "
+                       "the GPU; " + ("set trainer.strategy to ddp" if consumer is trainer.strategy
+                                      else "remove it from trainer.callbacks"))  # fmt: skip
+            raise RecipeError(f"{type(consumer).__name__} is not yet supported with ZeroCopyHeteroDataModule ({fix})")
 
 
 class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
@@ -227,15 +254,17 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
     def setup(self, stage: Optional[str] = None) -> None:
         trainer = self._trainer_or_none()
         if trainer is not None and self._handles is None:
-            for consumer in (trainer.strategy, *trainer.callbacks):
-                if isinstance(consumer, HostMemoryConsumer) and not getattr(consumer, "takes_hetero_builders", False):
-                    fix = ("set trainer.strategy to ddp" if consumer is trainer.strategy
-                           else "remove it from trainer.callbacks")  # fmt: skip
-                    raise ValueError(
-                        f"{type(consumer).__name__} is not yet supported with ZeroCopyHeteroDataModule (it reads the "
-                        f"host memory of one homogeneous graph and feature table, e.g. to cache rows on the GPU); {fix}"
-                    )
+            self.check_consumers(trainer)
         super().setup(stage)
+
+    def check_consumers(self, trainer: Any) -> None:
+        """Refuse a host-memory consumer of ``trainer`` that does not take heterogeneous builders (see
+        :func:`check_consumers`); ``setup`` calls it, and ``ZeroCopyDDPStrategy``'s launcher before it starts a rank.
+
+        Raises:
+            RecipeError: one line naming the consumer and what to change.
+        """
+        check_consumers(trainer)
 
     @override
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:

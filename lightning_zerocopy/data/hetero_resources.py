@@ -14,7 +14,8 @@ and what is placed from it on one CUDA device, each on first use and kept until 
 =================================  ======================================================================
 
 GPU feature caches (``hot_rows``, the Strategy's shards) are not placed per type yet: the seam is
-``feature_table``, which would take a cache spec per node type.
+``feature_table``, which would take a cache spec per node type (the design: ``docs/ARCHITECTURE.md``, the
+heterogeneous paragraph).
 """
 
 from __future__ import annotations

@@ -28,10 +28,28 @@ class ZeroCopyScriptLauncher(_SubprocessScriptLauncher):
     """Lightning's ``popen`` launcher without its SIGKILL observer; see the module docstring.
 
     After :meth:`launch` started them, :meth:`launched` gives the ``(global rank, pid)`` of the ranks it started.
+
+    Args:
+        cluster_environment, num_processes, num_nodes: as Lightning's launcher takes them.
+        preflight: ``preflight(trainer, datamodule)``, called before any rank is started (``datamodule``: the
+            ``LightningDataModule`` handed to the trainer's entry point, or ``None``): a refusal raised there is one
+            error of one process, before any rank starts or any data is built.
     """
+
+    def __init__(
+        self,
+        cluster_environment: Any,
+        num_processes: int,
+        num_nodes: int,
+        preflight: Optional[Callable[[Any, Any], None]] = None,
+    ) -> None:
+        super().__init__(cluster_environment, num_processes, num_nodes)
+        self.preflight = preflight
 
     @override
     def launch(self, function: Callable, *args: Any, trainer: Optional[Any] = None, **kwargs: Any) -> Any:
+        if self.preflight is not None:
+            self.preflight(trainer, _datamodule_of(args, kwargs))
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if not self.cluster_environment.creates_processes_externally:
             os.environ[LAUNCHER_ENV] = str(os.getpid())  # the ranks started next inherit it
@@ -45,11 +63,26 @@ class ZeroCopyScriptLauncher(_SubprocessScriptLauncher):
         return [(base + local_rank, proc.pid) for local_rank, proc in enumerate(getattr(self, "procs", []), start=1)]
 
 
-def with_rank_watch(launcher: Any, cluster_environment: Any, num_processes: int, num_nodes: int) -> Any:
+def _datamodule_of(args: tuple, kwargs: dict) -> Optional[Any]:
+    """The ``LightningDataModule`` among the arguments of the trainer's entry point (``_fit_impl``, ``_test_impl``,
+    ...: where it sits differs between them), or ``None``."""
+    from pytorch_lightning import LightningDataModule
+
+    return next((a for a in (*args, *kwargs.values()) if isinstance(a, LightningDataModule)), None)
+
+
+def with_rank_watch(
+    launcher: Any,
+    cluster_environment: Any,
+    num_processes: int,
+    num_nodes: int,
+    preflight: Optional[Callable[[Any, Any], None]] = None,
+) -> Any:
     """``launcher`` as the strategy uses it with a liveness watch: Lightning's ``popen`` launcher replaced by a
-    :class:`ZeroCopyScriptLauncher` (any other launcher as it is)."""
+    :class:`ZeroCopyScriptLauncher` (any other launcher as it is), which calls ``preflight`` before it starts a
+    rank."""
     if isinstance(launcher, _SubprocessScriptLauncher) and not isinstance(launcher, ZeroCopyScriptLauncher):
-        return ZeroCopyScriptLauncher(cluster_environment, num_processes, num_nodes)
+        return ZeroCopyScriptLauncher(cluster_environment, num_processes, num_nodes, preflight)
     return launcher
 
 

@@ -51,6 +51,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             bytes), a share of the GPU memory free once the model is placed (``"40%"``), or ``0`` (no cache). The
             smallest budget of all ranks applies everywhere. A size above 90 % of the free memory is clamped with a
             warning. When the budget holds the whole feature table, the table is placed on the GPU(s) entirely.
+            A :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (a table per featured node
+            type) runs only with ``0``: another budget is refused in one line before any rank starts.
         cache_ranking: which rows are hot: ``"degree"`` (how often a node is some node's in-neighbor) or
             ``"presample"`` (run the DataModule's sampler over the training seeds for ``presample_batches``
             batches, count each node's appearances and blend the counts with the degree prior, its weight chosen
@@ -122,7 +124,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         super()._configure_launcher()
         if self.liveness_interval > 0:
             env, processes, nodes = self.cluster_environment, self.num_processes, self.num_nodes
-            self._launcher = with_rank_watch(self._launcher, env, processes, nodes)
+            self._launcher = with_rank_watch(self._launcher, env, processes, nodes, self._preflight)
 
     @override
     def setup_environment(self) -> None:
@@ -174,6 +176,32 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             stop_watch(liveness, exception)
         self._cache.retire()
         super().on_exception(exception)
+
+    # ---- heterogeneous DataModules ---------------------------------------------------------------------------
+
+    @property
+    def takes_hetero_builders(self) -> bool:
+        """Whether a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` may run under this
+        strategy: only without a cache (``cache_budget: 0``). The cache is planned over one feature table's rows;
+        typed rows (a table per featured node type) are not cached yet. Without a cache everything else holds for
+        typed data as it is: one host copy per machine, the seed shares of the plan, the rank watch."""
+        return self.cache_budget.is_zero
+
+    @property
+    def hetero_fix(self) -> str:
+        """What to change when :attr:`takes_hetero_builders` is false (the DataModule's one-line refusal)."""
+        return (f"its cache_budget={self.cache_budget.text!r} caches the rows of one feature table on the GPU, which "
+                "heterogeneous graphs do not have yet: set trainer.strategy.init_args.cache_budget to 0 (or "
+                "trainer.strategy to ddp)")  # fmt: skip
+
+    def _preflight(self, trainer: Optional["pl.Trainer"], datamodule: Optional[Any]) -> None:
+        """The DataModule's refusals of the trainer's components, before the launcher starts any other rank (so a
+        refusal is one error of one process, not one per rank racing the rank watch). A DataModule that refuses some
+        (:class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule`) has ``check_consumers``; it
+        checks them again in its ``setup`` (launchers that start no rank here, e.g. ``torchrun``)."""
+        check = getattr(datamodule, "check_consumers", None)
+        if trainer is not None and callable(check):
+            check(trainer)
 
     # ---- the cache, as telemetry and tests read it -------------------------------------------------------------
 

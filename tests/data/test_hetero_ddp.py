@@ -1,0 +1,163 @@
+"""A heterogeneous DataModule under several CPU ranks (gloo, jobs launched by ``scripts/hetero_ddp_script.py``): one
+host copy per machine built by local rank 0 and mapped by the others, disjoint equal shares of the input type's
+training seeds, predictions bitwise equal to one rank's, a resume on another world size; ``ZeroCopyDDPStrategy``
+without a cache runs it, with a cache refuses it in one line before any rank starts or any data is built."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from helpers import free_port
+from helpers.hetero import TinyHeteroDataset
+from lightning_zerocopy import ZeroCopyHeteroDataModule
+from lightning_zerocopy.options import RecipeError
+from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "scripts" / "hetero_ddp_script.py"
+BATCH_SIZE = 16  # the script's
+
+
+def _shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _run(tmp_path: Path, name: str, **config: Any) -> Path:
+    """Run the script with ``config`` (its ``out`` is ``tmp_path/name``, the dataset cache shared by the runs of a
+    test); the output folder."""
+    out = tmp_path / name
+    out.mkdir()
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(dict(config, out=str(out), cache=str(tmp_path / "cache"))))
+    path_entries = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path_entries))  # fmt: skip
+    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GLOBAL_RANK", "RANK"):
+        env.pop(key, None)
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "batch plan changed" not in proc.stderr
+    return out
+
+
+def _reports(out: Path, world_size: int) -> list[dict[str, Any]]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world_size)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "zerocopy_ddp"])
+def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_seed_shares(tmp_path: Path, strategy: str) -> None:
+    before = _shm()
+    reports = _reports(_run(tmp_path, "fit", devices=2, strategy=strategy, cache_budget=0), 2)
+    assert [r["world_size"] for r in reports] == [2, 2] and reports[0]["pid"] != reports[1]["pid"]
+
+    # one set of segments: every rank maps all of them (each edge type's CSC, each featured type's table, labels,
+    # splits), and every one was created by rank 0 (the creator's pid is in the name), so rank 1 opened rank 0's
+    paths = reports[0]["paths"]
+    assert len(paths) == 2 * 7 + 2 + 1 + 3  # 7 edge types (the MAG shape), paper and institution features
+    for report in reports:
+        assert report["paths"] == paths and report["mapped"] == paths
+    assert all(os.path.basename(p).startswith(f"lzc-{reports[0]['pid']}-") for p in paths), paths
+
+    # disjoint, equal shares of the input type's training split (drop_last: less than a batch per rank left out)
+    shares = [[s for _, _, _, seeds in r["batches"] for s in seeds] for r in reports]
+    assert len(reports[0]["batches"]) == len(reports[1]["batches"]) == reports[0]["steps_per_epoch"] > 1
+    assert len(shares[0]) == len(shares[1]) and not set(shares[0]) & set(shares[1])
+    train = set(reports[0]["train_idx"])
+    assert reports[1]["train_idx"] == reports[0]["train_idx"]
+    assert set(shares[0]) | set(shares[1]) <= train
+    assert len(train) - len(shares[0]) - len(shares[1]) < 2 * BATCH_SIZE
+
+    pids = {str(r["pid"]) for r in reports}
+    left = {n for n in _shm() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids)}
+    assert not left, left
+
+
+@pytest.mark.slow
+def test_predictions_on_two_ranks_are_one_ranks_bitwise(tmp_path: Path) -> None:
+    """``predictions.npz`` merged by rank 0 of two ranks is bitwise the file of one rank (node-keyed evaluation per
+    type: a paper's sample does not depend on its batch or rank), with the seeds' ``node_type``."""
+    one = dict(np.load(_run(tmp_path, "one", devices=1, stage="predict", eval_batch_size=32) / "predictions.npz"))
+    assert str(one["node_type"]) == "paper"
+    assert one["node_id"].shape[0] == 60 and np.array_equal(one["node_id"], np.sort(one["node_id"]))  # 20 % test
+    for devices, strategy, eval_batch_size in [(2, "ddp", 32), (2, "zerocopy_ddp", 7)]:
+        out = _run(tmp_path, f"{strategy}-{eval_batch_size}", devices=devices, strategy=strategy, stage="predict",
+                   eval_batch_size=eval_batch_size)  # fmt: skip
+        two = dict(np.load(out / "predictions.npz"))
+        assert sorted(two) == sorted(one)
+        for key in one:
+            assert np.array_equal(two[key], one[key]), (strategy, eval_batch_size, key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("before", "after", "epoch_step"), [(1, 2, 6), (2, 1, 3)])
+def test_resume_on_another_world_size_trains_each_seed_of_the_epoch_once(tmp_path: Path, before: int, after: int,
+                                                                         epoch_step: int) -> None:  # fmt: skip
+    first = _reports(_run(tmp_path, "first", devices=before, max_epochs=2, drop_last=False, every_n_steps=3), before)
+    step = first[0]["steps_per_epoch"] + epoch_step  # epoch 1, after `epoch_step` batches
+    ckpt = tmp_path / "first" / "ckpt" / f"step={step}.ckpt"
+    assert ckpt.exists(), sorted(os.listdir(ckpt.parent))
+    resumed = _reports(_run(tmp_path, "resumed", devices=after, max_epochs=3, drop_last=False, ckpt=str(ckpt)), after)
+
+    epoch_seeds = {s for r in first for e, _, _, seeds in r["batches"] if e == 1 for s in seeds}
+    trained_before = [s for r in first for e, i, _, seeds in r["batches"] if e == 1 and i < epoch_step for s in seeds]
+    trained_after = [s for r in resumed for e, _, _, seeds in r["batches"] if e == 1 for s in seeds]
+    counts = Counter(trained_before + trained_after)
+    assert set(counts) == epoch_seeds and max(counts.values()) == 1  # nothing skipped, nothing twice
+    epoch1 = [b for b in resumed[0]["batches"] if b[0] == 1]
+    assert epoch1[0][2] == step and epoch1[-1][1] == resumed[0]["steps_per_epoch"] - 1
+    epoch2 = {s for r in resumed for e, _, _, seeds in r["batches"] if e == 2 for s in seeds}
+    assert epoch2 == set(resumed[0]["train_idx"])  # the new world's own epoch
+
+
+def test_a_cache_budget_is_refused_in_one_line_naming_what_to_change_before_any_data_is_built() -> None:
+    strategy = ZeroCopyDDPStrategy(cache_budget="1KiB")
+    assert not strategy.takes_hetero_builders and ZeroCopyDDPStrategy(cache_budget=0).takes_hetero_builders
+    dm = ZeroCopyHeteroDataModule(TinyHeteroDataset(), num_neighbors=[2, 2], batch_size=4, num_threads=1)
+    trainer = SimpleNamespace(strategy=strategy, callbacks=[])
+    before = _shm()
+    with pytest.raises(RecipeError) as refused:  # what the launcher asks before it starts a rank
+        strategy._preflight(trainer, dm)
+    message = str(refused.value)
+    assert "\n" not in message and "ZeroCopyDDPStrategy" in message and "cache_budget='1KiB'" in message
+    assert "set trainer.strategy.init_args.cache_budget to 0" in message and "trainer.strategy to ddp" in message
+    dm.trainer = trainer  # the DataModule's setup refuses it too (launchers that start no rank, e.g. torchrun)
+    with pytest.raises(RecipeError, match="set trainer.strategy.init_args.cache_budget to 0"):
+        dm.setup("fit")
+    assert dm._handles is None and dm.resources is None and not {n for n in _shm() - before if n.startswith("lzc-")}
+    strategy._preflight(SimpleNamespace(strategy=ZeroCopyDDPStrategy(cache_budget=0), callbacks=[]), dm)  # no error
+    strategy._preflight(trainer, None)  # no DataModule: nothing to check
+
+
+@pytest.mark.slow
+def test_the_command_refuses_a_cache_budget_on_two_ranks_in_one_line_before_any_rank_starts(tmp_path: Path) -> None:
+    before = _shm()
+    env = dict(os.environ, LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), PYTHONPATH=os.pathsep.join(
+                   [str(ROOT), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LZC_TRACEBACK"):
+        env.pop(key, None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(ROOT / "recipes" / "hetero_mag.yaml"),
+         "--data.init_args.dataset.init_args.num_papers=300", "--trainer.devices=2", "--trainer.logger=false",
+         "--trainer.strategy=lightning_zerocopy.strategies.ZeroCopyDDPStrategy",
+         "--trainer.strategy.init_args.cache_budget=1KiB"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output[-4000:]
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "set trainer.strategy.init_args.cache_budget to 0" in errors[0], output[-4000:]
+    assert "Traceback" not in output and "Initializing distributed" not in output, output[-4000:]  # no rank started
+    assert not {n for n in _shm() - before if n.startswith("lzc-")}

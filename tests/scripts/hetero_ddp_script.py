@@ -1,0 +1,102 @@
+"""CPU job (gloo DDP when more than one device) of a ``ZeroCopyHeteroDataModule``, used by
+``tests/data/test_hetero_ddp.py``. ``python hetero_ddp_script.py CONFIG_JSON``; Lightning's launcher re-runs it once
+per extra rank.
+
+The config: ``out`` (folder), ``cache`` (the dataset's cache), ``devices``, ``strategy`` (``"ddp"``,
+``"zerocopy_ddp"``, or ``"auto"`` for one device), ``cache_budget`` (``zerocopy_ddp``'s), ``stage`` (``"fit"`` or
+``"predict"``), ``max_epochs``, ``eval_batch_size``, ``ckpt`` (a checkpoint to resume from) and ``every_n_steps``
+(save ``step=N.ckpt`` into ``out/ckpt``).
+
+``fit``: every rank writes ``rank<N>.json``: its pid, the paths of the shared segments it maps (read from
+``/proc/self/maps`` at setup), ``[epoch, batch_idx, global_step, seed papers]`` of every training batch, the steps per
+epoch and the training split. ``predict``: the PredictionWriter writes ``out/predictions.npz``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from lightning_zerocopy import ZeroCopyHeteroDataModule
+from lightning_zerocopy.callbacks.predictions import PredictionWriter
+from lightning_zerocopy.datasets import SyntheticHeteroGraph
+from lightning_zerocopy.models import HeteroNodeClassifier
+from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
+
+INPUT = "paper"
+
+
+def segment_paths(handles) -> list[str]:
+    """The shared segments of a heterogeneous host copy: every edge type's CSC, every featured type's table, the
+    labels and the splits."""
+    paths = []
+    for _, graph in handles.graphs:
+        paths += [graph.indptr.path, graph.indices.path]
+    paths += [table.data.path for _, table in handles.features]
+    paths += [handles.labels.path, *(split.path for split in handles.splits.values())]
+    return paths
+
+
+class Report(pl.Callback):
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.batches: list = []
+        self.mapped: list[str] = []
+        self.paths: list[str] = []
+
+    def setup(self, trainer, pl_module, stage) -> None:  # after the DataModule's setup: the handles still name them
+        self.paths = segment_paths(trainer.datamodule.handles)
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            maps = f.read()
+        self.mapped = [p for p in self.paths if p in maps]
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        seeds = batch[INPUT].n_id[: batch[INPUT].batch_size].tolist()
+        self.batches.append([trainer.current_epoch, batch_idx, trainer.global_step, seeds])
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        report = {"rank": trainer.global_rank, "world_size": trainer.world_size, "pid": os.getpid(),
+                  "paths": self.paths, "mapped": self.mapped, "batches": self.batches,
+                  "steps_per_epoch": trainer.num_training_batches,
+                  "train_idx": trainer.datamodule.plan("train").input_nodes.tolist()}  # fmt: skip
+        with open(os.path.join(self.out, f"rank{trainer.global_rank}.json"), "w", encoding="utf-8") as f:
+            json.dump(report, f)
+
+
+def main(config: dict) -> None:
+    pl.seed_everything(0)
+    out, devices = config["out"], config.get("devices", 2)
+    dataset = SyntheticHeteroGraph(num_papers=300, num_features=8, num_classes=4,
+                                   featured_types=("paper", "institution"), cache_dir=config["cache"])  # fmt: skip
+    dm = ZeroCopyHeteroDataModule(dataset, num_neighbors=[4, 3], batch_size=16, drop_last=config.get("drop_last", True),
+                                  eval_batch_size=config.get("eval_batch_size", 32), num_threads=1, seed=1)  # fmt: skip
+    strategy = config.get("strategy", "ddp" if devices > 1 else "auto")
+    if strategy == "zerocopy_ddp":
+        strategy = ZeroCopyDDPStrategy(cache_budget=config.get("cache_budget", 0), process_group_backend="gloo")
+    stage = config.get("stage", "fit")
+    callbacks: list = [PredictionWriter(output_dir=out)] if stage == "predict" else [Report(out)]
+    if config.get("every_n_steps"):
+        callbacks.append(ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), every_n_train_steps=config["every_n_steps"],
+                                         save_top_k=-1, filename="{step}"))  # fmt: skip
+    trainer = pl.Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_epochs=config.get("max_epochs", 1),
+                         limit_val_batches=0, logger=False, default_root_dir=out, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=bool(config.get("every_n_steps")),
+                         callbacks=callbacks)  # fmt: skip
+    torch.manual_seed(0)
+    # the library's model: every parameter gets a gradient from the seeds' loss, as DDP requires
+    model = HeteroNodeClassifier(dm.num_features, dm.num_classes, hidden_channels=16, num_layers=2, dropout=0.0,
+                                 optimizer=lambda params: torch.optim.SGD(params, lr=0.05))  # fmt: skip
+    if stage == "predict":
+        trainer.predict(model.eval(), datamodule=dm, return_predictions=False)
+    else:
+        trainer.fit(model, datamodule=dm, ckpt_path=config.get("ckpt"))
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1], encoding="utf-8") as f:
+        main(json.load(f))
