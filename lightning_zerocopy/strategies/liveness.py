@@ -205,9 +205,16 @@ class RankLiveness:
         self._mapped = frozenset(int(r) for r in ranks if r != self.me.rank)
 
     def check(self) -> Optional[RankInfo]:
-        """The first watched rank that is gone or has left an exit note, or ``None``."""
+        """The first watched rank that is gone, else the first that has left an exit note, else ``None``.
+
+        A gone rank comes first: when one rank dies, every survivor's next collective fails at once, and a survivor
+        that leaves its note ("failed: Connection reset by peer") before the others look must not be blamed for the
+        death it only reports."""
         for peer in self.peers:
-            if not self._alive(peer.pid) or self.note_of(peer) is not None:
+            if not self._alive(peer.pid):
+                return peer
+        for peer in self.peers:
+            if self.note_of(peer) is not None:
                 return peer
         return None
 

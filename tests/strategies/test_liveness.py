@@ -55,6 +55,24 @@ def test_a_collective_error_is_explained_with_the_gone_rank() -> None:
     assert healthy.explain(other, wait=0) is None and str(other) == "boom"
 
 
+
+def test_the_dead_rank_is_blamed_not_a_survivor_that_reported_first() -> None:
+    """One rank of four killed: every survivor's next collective fails at once, and a survivor may leave its note
+    ("failed: Connection reset by peer") before this one looks. The dead rank is named, not the reporter."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    ranks = [RankInfo(r, "host", 100 + r) for r in range(4)]
+    alive = lambda pid: pid != 102  # noqa: E731 - rank 2 was killed
+    rank0, rank1 = (RankLiveness(ranks[r], ranks, store=store, alive=alive, interval=0.05) for r in (0, 1))
+    rank1.announce(RuntimeError("[gloo] Read error: Connection reset by peer"))  # the survivor reports first
+    assert rank0.note_of(ranks[1]) is not None  # its note is there to read
+    error = RuntimeError("[gloo] Read error: Connection reset by peer")
+    assert rank0.explain(error, wait=0) == "rank 2 (pid 102 on host) exited while rank 0 was running; stopping rank 0"
+    # with nobody dead, the reporter's note is what there is to say
+    calm = RankLiveness(ranks[3], ranks, store=store, alive=lambda pid: True)
+    assert calm.check() == ranks[1]
+
 # ---- exit notes: why a rank stopped (issue 22, Faults) ----
 
 
