@@ -301,7 +301,8 @@ def _save_columns(path: Path, shares: list[dict[str, np.ndarray]]) -> tuple[Path
         node_type = str(shares[0]["node_type"]) if "node_type" in shares[0] else None
         saved = _save(path, [s["node_id"] for s in shares], [s["logits"] for s in shares], node_type)
         nodes = "nodes" if node_type is None else f"{node_type!r} nodes"
-        return saved, f"{len(shares[0]['node_id'])} {nodes}" if len(shares) == 1 else nodes
+        count = int(np.unique(np.concatenate([s["node_id"] for s in shares])).size)  # each node once, as saved
+        return saved, f"{count} {nodes}"
     edge_type = str(shares[0]["edge_type"]) if "edge_type" in shares[0] else None
     columns = {k: np.concatenate([s[k] for s in shares]) for k in shares[0] if k != "edge_type"}
     label = columns.get("label")

@@ -155,3 +155,16 @@ def test_link_rows_keep_the_logits_beside_the_score_and_whole_labels_as_integers
     np.testing.assert_array_equal(saved["logit"], np.array([2.0, 0.5, -1.0], np.float32))
     np.testing.assert_array_equal(saved["score"], torch.tensor([2.0, 0.5, -1.0]).sigmoid().numpy())
     assert saved["label"].dtype == np.int64 and saved["label"].tolist() == [1, 0, 0]
+
+
+def test_the_merged_file_counts_each_node_once_for_any_number_of_shares(tmp_path: Path) -> None:
+    """The line a merge prints names how many nodes the file holds (each once, as saved), for one rank's share and
+    for several ranks' (whose evaluation padding may repeat a node)."""
+    from lightning_zerocopy.callbacks.predictions import _save_columns
+
+    share = lambda ids: {"node_id": np.array(ids), "logits": np.ones((len(ids), 3), np.float32),  # noqa: E731
+                         "node_type": np.asarray("paper")}  # fmt: skip
+    _, two = _save_columns(tmp_path / "a.npz", [share([4, 1, 7]), share([2, 7])])
+    _, one = _save_columns(tmp_path / "b.npz", [share([3, 5, 9, 11])])
+    assert two == "4 'paper' nodes" and one == "4 'paper' nodes"
+    assert dict(np.load(tmp_path / "a.npz"))["node_id"].tolist() == [1, 2, 4, 7]
