@@ -1,4 +1,4 @@
-"""The heterogeneous benchmark (``benchmarks/hetero/``): its command line, its parts (the batch check on PyG-layout
+"""The heterogeneous benchmark (``benchmarks/e2e/hetero/``): its command line, its parts (the batch check on PyG-layout
 batches, PyG's ``HeteroData`` of a dataset, the model, the report), and the ``ci`` preset end to end."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 import torch
 from helpers.hetero_batches import mag_like_graph, sample_batch
 
-from benchmarks.hetero.__main__ import PRESETS, ROWS, dataset_kwargs, parse_args
-from benchmarks.hetero.report import mag_epoch_steps, render
-from benchmarks.hetero.train import HeteroBatchCheck, _hetero_data, _model
+from benchmarks.e2e.hetero.__main__ import PRESETS, ROWS, dataset_kwargs, parse_args
+from benchmarks.e2e.hetero.report import mag_epoch_steps, render
+from benchmarks.e2e.hetero.train import HeteroBatchCheck, _hetero_data, _model
 from lightning_zerocopy.datasets.hetero import HeteroNodeData
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +81,7 @@ def test_report_renders_from_results(tmp_path: Path) -> None:
 
 def test_ci_preset_end_to_end(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.hetero", "--preset", "ci", "--out", str(tmp_path / "out"),
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.e2e.hetero", "--preset", "ci", "--out", str(tmp_path / "out"),
                            "--cache-dir", str(tmp_path / "cache")], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                           timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""One row of the heterogeneous benchmark, run in a process of its own (see ``benchmarks/hetero/``).
+"""One row of the heterogeneous benchmark, run in a process of its own (see ``benchmarks/e2e/hetero/``).
 
 Every row trains the same ``HeteroNodeClassifier`` (same seed, so the same initial weights) through Lightning's
 ``Trainer``: our rows through ``ZeroCopyHeteroDataModule`` (the fanouts for every edge type), PyG's row through
@@ -24,7 +24,7 @@ from benchmarks.common.pyg import fit_on_best_pyg_loader, pyg_sampling_backends
 from benchmarks.common.rows import RowUnavailable
 from benchmarks.e2e.rows import Row
 from benchmarks.e2e.train import pipeline_options, share_figures
-from benchmarks.hetero.report import mag_epoch_steps
+from benchmarks.e2e.hetero.report import mag_epoch_steps
 
 __all__ = ["HeteroBatchCheck", "build_dataset", "run_row"]
 
@@ -81,7 +81,7 @@ def run_row(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_dataset(kwargs: dict[str, Any]) -> Any:
-    """The ``SyntheticHeteroGraph`` of ``benchmarks.hetero.dataset_kwargs`` (the same in every row: one cache).
+    """The ``SyntheticHeteroGraph`` of ``benchmarks.e2e.hetero.dataset_kwargs`` (the same in every row: one cache).
 
     Raises:
         RowUnavailable: this build has no ``SyntheticHeteroGraph``.

@@ -15,11 +15,11 @@ Output folder (``--out``): ``results.json`` (rewritten after every row), ``repor
 
 Examples::
 
-    python -m benchmarks.hetero --list
-    python -m benchmarks.hetero --preset ci --out /tmp/hetero-ci             # tiny graph, CPU rows (CI)
-    python -m benchmarks.hetero --prepare-only                               # draw and cache the 10x-MAG graph
-    python -m benchmarks.hetero --pyg-site /tmp/pygsite --out results/hetero-mag10x   # one GPU, default rows
-    python -m benchmarks.hetero --report-only results/hetero-mag10x
+    python -m benchmarks.e2e.hetero --list
+    python -m benchmarks.e2e.hetero --preset ci --out /tmp/hetero-ci             # tiny graph, CPU rows (CI)
+    python -m benchmarks.e2e.hetero --prepare-only                               # draw and cache the 10x-MAG graph
+    python -m benchmarks.e2e.hetero --pyg-site /tmp/pygsite --out results/hetero-mag10x   # one GPU, default rows
+    python -m benchmarks.e2e.hetero --report-only results/hetero-mag10x
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
@@ -42,7 +42,7 @@ from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.rows import pick_rows  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
 from benchmarks.e2e.rows import Row, _precheck, mps_prefix, parse_share  # noqa: E402
-from benchmarks.hetero import report as hetero_report  # noqa: E402
+from benchmarks.e2e.hetero import report as hetero_report  # noqa: E402
 
 _CPU = {"sampler_placement": "cpu", "gather": "cpu"}
 _ZC_GPU = {"sampler_placement": "gpu", "gather": "zerocopy"}
@@ -95,7 +95,7 @@ _PRESET_FIELDS = list(Preset.__dataclass_fields__)
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.hetero", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m benchmarks.e2e.hetero", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
     p.add_argument("--preset", choices=sorted(PRESETS), default="mag10x", help="graph size, steps and budgets (below override it)")
     p.add_argument("--configs", help="comma-separated rows, or 'all' (default: the preset's)")
@@ -170,7 +170,7 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _prepare(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.hetero.train import build_dataset
+    from benchmarks.e2e.hetero.train import build_dataset
 
     kwargs = dataset_kwargs(args)
     dataset = build_dataset(kwargs)
@@ -189,7 +189,7 @@ def _child_main(args: argparse.Namespace) -> None:
     if args._run == "prepare":
         out: Any = _prepare(spec["args"])
     else:
-        from benchmarks.hetero.train import run_row
+        from benchmarks.e2e.hetero.train import run_row
 
         out = run_row(ROWS[args._run], spec["args"], spec["kwargs"])
     with open(args._result, "w") as f:
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     public = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     results: dict[str, Any] = {"meta": machine_info(REPO_ROOT, args.cache_dir, args.commit), "args": public,
-                               "command": " ".join(["python", "-m", "benchmarks.hetero", *sys.argv[1:]]),
+                               "command": " ".join(["python", "-m", "benchmarks.e2e.hetero", *sys.argv[1:]]),
                                "rows": {r.name: r.doc for r in rows}, "mag_epoch_steps": hetero_report.mag_epoch_steps(), "runs": []}  # fmt: skip
     start = time.monotonic()
     total = args.papers + args.authors + args.institutions + args.fields
