@@ -21,10 +21,11 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 OUT="${OUT:-$root/results/gpu_session}"
-parallel_tests="tests/sampling/test_sample_neighbors_node_keyed_cuda.py tests/sampling/test_sample_neighbors_cuda.py
-  tests/sampling/test_sample_neighbors_cuda_graph.py tests/sampling/test_negative_nodes.py tests/data/test_link_gpu_data_path.py
-  tests/gather/test_feature_cache_cuda.py tests/models/test_link_predictor_cuda.py tests/models/test_trim.py
-  tests/callbacks/test_step_sync_cuda.py tests/strategies/test_zerocopy_ddp_cuda.py tests/benchmarks/test_step_benchmark.py"
+# The parallel stage: every test file with a `cuda` marker except the MPS files below and the two-GPU-only ones, found
+# by grep so a new CUDA test file cannot be left out of the session
+mps_files="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
+  tests/pipeline/test_share_auto_cuda.py tests/test_console.py tests/benchmarks/test_e2e_rows.py"
+parallel_tests="$(grep -rlE 'mark\.cuda' tests --include='test_*.py' | sort | grep -vxF -f <(echo $mps_files | tr ' ' '\n'))"
 mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
   tests/callbacks/test_share_auto_cuda.py tests/benchmarks/test_e2e_rows.py::test_share_rows_train_under_mps
   tests/test_console.py"
@@ -36,12 +37,16 @@ two_gpu_tests="tests/graph/test_cuda_ipc.py tests/gather/test_feature_cache_cuda
 export GPU_CHECK_EXTRA_STAGE_TWO_GPUS="python3 scripts/diagnostics/torch_ipc_peer_read.py; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_TIMEOUT:-480} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=240 -m 'two_gpus or cuda' $(echo $two_gpu_tests)"
 export GPU_CHECK_STAGES="${GPU_CHECK_STAGES:-build,tests,mps_tests,e2e,link}"
 export GPU_CHECK_TEST_PATHS="$(echo $parallel_tests)" GPU_CHECK_TEST_WORKERS="${GPU_CHECK_TEST_WORKERS:-10}"
-export GPU_CHECK_TEST_VERBOSITY=-v
+export GPU_CHECK_TEST_VERBOSITY=-v GPU_CHECK_PYTEST_ARGS="${GPU_CHECK_PYTEST_ARGS:--m cuda --timeout=200}"
 export GPU_CHECK_TEST_TIMEOUT="${GPU_CHECK_TEST_TIMEOUT:-240}"
 # --timeout (pytest-timeout, on the GPU image): a test that hangs fails alone and the run still prints its summary
 export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_TEST_TIMEOUT:-520} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 $(echo $mps_tests)"
 # stage pyg_parity (with .pyg/ carried): the link drop-in test against PyG's real LinkNeighborLoader (torch-sparse)
 export GPU_CHECK_EXTRA_STAGE_PYG_PARITY="PYTHONPATH=/tmp/pygsite:\$PYTHONPATH REQUIRE_CUDA=1 timeout 120 python3 -m pytest -v -rfEs -p no:cacheprovider tests/test_link_dropin.py"
+# stage hetero_prep / hetero: draw and cache the 10x-ogbn-mag graph; heterogeneous rows against PyG's hetero
+# NeighborLoader (2- and 3-layer), in GPU_CHECK_HETERO_ARGS' budget
+export GPU_CHECK_EXTRA_STAGE_HETERO_PREP="timeout ${GPU_CHECK_HETERO_PREP_TIMEOUT:-300} python3 -m benchmarks.e2e.hetero --prepare-only --cache-dir /tmp/lzc"
+export GPU_CHECK_EXTRA_STAGE_HETERO="for layers in \${GPU_CHECK_HETERO_FANOUTS:-10,10 10,10,10}; do timeout ${GPU_CHECK_HETERO_TIMEOUT:-280} python3 -m benchmarks.e2e.hetero --cache-dir /tmp/lzc --pyg-site /tmp/pygsite --num-neighbors \$layers --out /tmp/gpu_check_bench/hetero/layers-\${layers//,/-} ${GPU_CHECK_HETERO_ARGS:---configs model_only,pyg,zc_gpu_mps --row-budget-s 40 --pyg-workers 8,12}; done; tar czf \$OUT/hetero.tgz -C /tmp/gpu_check_bench hetero"
 export GPU_CHECK_E2E_TIMEOUT="${GPU_CHECK_E2E_TIMEOUT:-330}"
 export GPU_CHECK_E2E_ARGS="${GPU_CHECK_E2E_ARGS:---preset issue20 --configs model_only,zc_gpu_mps,pyg --steps 300 --warmup 30 --row-budget-s 15 --total-budget-s 300 --cache-dir /tmp/lzc}"
 export GPU_CHECK_LINK_TIMEOUT="${GPU_CHECK_LINK_TIMEOUT:-220}"

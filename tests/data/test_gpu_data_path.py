@@ -279,7 +279,8 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 COMBOS = [("cpu", "zerocopy"), ("uva", "cpu"), ("uva", "zerocopy"), ("gpu", "cpu"), ("gpu", "zerocopy")]
 
 
-def _assert_same_batch(gpu_batch: Data, ref: Data, data: NodeData, device: torch.device) -> None:
+def _assert_same_batch(gpu_batch: Data, ref: Data, data: NodeData, device: torch.device,
+                       x_dtype: torch.dtype) -> None:
     for key in ("x", "y", "edge_index", "n_id", "e_id", "input_id", "edge_attr"):
         assert gpu_batch[key].device == device, key
     assert torch.equal(gpu_batch.n_id.cpu(), ref.n_id)
@@ -291,25 +292,31 @@ def _assert_same_batch(gpu_batch: Data, ref: Data, data: NodeData, device: torch
     assert gpu_batch.num_sampled_edges == ref.num_sampled_edges
     n_id = gpu_batch.n_id.cpu()
     x = gpu_batch.x.cpu()
-    assert x.dtype == data.x.dtype and torch.equal(_bits(x), _bits(data.x[n_id])), "x must be bitwise features[n_id]"
+    expected = data.x[n_id].to(x_dtype)  # bf16 -> fp32 is exact: the cast may run on either side of the copy
+    assert x.dtype == x_dtype and torch.equal(_bits(x), _bits(expected)), "x must be bitwise features[n_id] in x_dtype"
+    assert ref.x.dtype == x_dtype and torch.equal(_bits(ref.x), _bits(expected)), "the CPU builder's x, likewise"
     assert gpu_batch.y.dtype == torch.int64 and torch.equal(gpu_batch.y.cpu(), data.y[n_id])
     assert torch.equal(gpu_batch.edge_attr.cpu(), data.edge_attr[gpu_batch.e_id.cpu()])
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement, gather", COMBOS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_batch_equals_the_cpu_batch(placement, gather, dtype) -> None:
+@pytest.mark.parametrize("dtype, x_dtype", [(torch.float32, "float32"), (torch.bfloat16, "float32"),
+                                            (torch.bfloat16, None)])  # fmt: skip
+def test_gpu_batch_equals_the_cpu_batch(placement, gather, dtype, x_dtype) -> None:
+    """The batch on the GPU equals the CPU builder's, and ``x`` comes in the builder's ``x_dtype`` (float32 by
+    default, whatever the table stores; ``None``: the table's dtype)."""
     data = _graph(dtype, num_classes=300)  # labels need int16 on the GPU
     handles = share_node_data(data)
+    want_dtype = dtype if x_dtype is None else getattr(torch, x_dtype)
     try:
-        ref_builder = BatchBuilder(handles, [10, 5, 3])
-        builder = BatchBuilder(handles, [10, 5, 3], sampler_placement=placement, gather=gather).open()
+        ref_builder = BatchBuilder(handles, [10, 5, 3], x_dtype=x_dtype)
+        builder = BatchBuilder(handles, [10, 5, 3], sampler_placement=placement, gather=gather, x_dtype=x_dtype).open()
         device = torch.device("cuda", torch.cuda.current_device())
         assert builder.device == device
         for step in range(3):
             item = _item(data, step=step)
-            _assert_same_batch(builder.build_batch(item), ref_builder.build_batch(item), data, device)
+            _assert_same_batch(builder.build_batch(item), ref_builder.build_batch(item), data, device, want_dtype)
         resources = builder.resources
         builder.close()
         builder.close()  # idempotent
