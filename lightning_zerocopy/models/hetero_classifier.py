@@ -230,6 +230,10 @@ class HeteroGNN(nn.Module):
         return self.head(x[self.input_type])
 
 
+def _has_shape(datamodule: Any) -> bool:
+    return all(hasattr(datamodule, n) for n in ("metadata", "num_nodes", "input_type"))
+
+
 def _datamodule_shape(datamodule: Any) -> dict[str, Any]:
     """``node_types``, ``edge_types``, ``num_nodes``, ``input_type`` of a hetero DataModule (``metadata`` a
     property or a method, as PyG's ``HeteroData.metadata()``)."""
@@ -339,17 +343,21 @@ class HeteroNodeClassifier(pl.LightningModule):
 
     def configure_model(self) -> None:
         """Builds the layers from the trainer's DataModule (``metadata``, ``num_nodes``, ``input_type``) unless the
-        shape was given; with both, checks that they agree.
+        shape was given; with both, checks that they agree. A given shape needs nothing of the DataModule (PyG's
+        ``LightningNodeData`` and other DataModules without these attributes train it).
 
         Without a DataModule and without a shape nothing is built here: a checkpoint being restored builds the layers
         (:meth:`on_load_checkpoint`), else the first forward or ``configure_optimizers`` says what is missing.
 
         Raises:
-            ValueError: a DataModule without ``metadata``/``num_nodes``/``input_type``, or of another graph.
+            ValueError: no shape given and a DataModule without ``metadata``/``num_nodes``/``input_type``, or a
+                DataModule of another graph.
         """
         trainer = self._trainer
         datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         if datamodule is None:  # a checkpoint may still bring the shape (on_load_checkpoint, which comes next)
+            return
+        if self.net is not None and not _has_shape(datamodule):  # e.g. PyG's LightningNodeData: nothing to check
             return
         shape = _datamodule_shape(datamodule)
         if self.net is None:

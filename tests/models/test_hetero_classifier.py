@@ -237,3 +237,26 @@ def test_no_shape_and_no_datamodule_says_what_is_missing(graph: Any, tmp_path: P
     loader = BatchList([sample_batch(graph, torch.arange(4), [2, 2])])
     with pytest.raises(RuntimeError, match="no layers yet"):
         _trainer(tmp_path, max_steps=1).fit(model, loader)
+
+
+class _PlainDataModule(pl.LightningDataModule):
+    """A DataModule with batches and nothing about the graph's shape, as PyG's ``LightningNodeData`` is."""
+
+    def __init__(self, train: BatchList) -> None:
+        super().__init__()
+        self.train = train
+
+    def train_dataloader(self) -> BatchList:
+        return self.train
+
+
+def test_a_model_given_its_shape_trains_with_a_datamodule_that_has_none(graph: Any, tmp_path: Path) -> None:
+    """The shape given to the model is enough: a DataModule without ``metadata``/``num_nodes``/``input_type`` (PyG's
+    ``LightningNodeData``, the benchmark's PyG row) trains it; without a shape, that DataModule is named."""
+    train_ids, _ = _split(graph)
+    dm = _PlainDataModule(batches(graph, train_ids[:40], 20, [4, 3]))
+    model = _model(graph)
+    _trainer(tmp_path, max_steps=2).fit(model, datamodule=dm)
+    assert model.net is not None and model.global_step == 2
+    with pytest.raises(ValueError, match="_PlainDataModule has no metadata, num_nodes, input_type"):
+        _trainer(tmp_path, max_steps=1).fit(HeteroNodeClassifier(graph.num_features, graph.num_classes), datamodule=dm)
