@@ -5,13 +5,16 @@
 # Everything goes through scripts/gpu_check.sh, so gpu_results.json holds the stages, the test counts and both
 # benchmarks. Measured on an H100 (2026-11-25): build ~35 s, the parallel tests ~220 s with 10 processes, the MPS
 # tests ~400 s one at a time (the auto-share recipe test alone 91 s, the GPU recipe 46-66 s, the console tests with
-# the worker 40-60 s each), so they take a call each, and the benchmarks a third:
+# the worker 40-60 s each), so they take a call each, and the benchmarks a third. On an H100 (2026-11-27): build 29 s,
+# the parallel stage (every CUDA test file but the MPS ones) 469 tests in ~330 s with 12 processes; the e2e benchmark's
+# GPU-rows test (13 rows, a process each) did not end within 200 s alone, so it has a stage of its own (bench_tests):
 #
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,tests bash scripts/gpu_session.sh             # .wheels/ carried
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,mps_tests bash scripts/gpu_session.sh
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,bench_tests bash scripts/gpu_session.sh
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero bash scripts/gpu_session.sh           # .wheels/, .pyg/ (~500 s)
 #
-# .wheels/ holds ../shared/wheels plus pytest-xdist and execnet (`python3 -m pip download --no-deps --only-binary=:all:
-# --python-version 3.12 -d .wheels pytest-xdist execnet`); without xdist the parallel stage runs in one process.
+# .wheels/ holds ../shared/wheels (the GPU image has pytest-xdist and pytest-timeout).
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,e2e,link bash scripts/gpu_session.sh          # .wheels/, .pyg/
 # On two GPUs (nvidia-h100-x2 / nvidia-h200-x2; measured on 2 x H200, 2026-11-26: the two-GPU tests ~5 min, the fault
 # cases ~1 min each; scaling 1 and 2 GPUs x replicate/clique + PyG ~5 min):
@@ -24,7 +27,8 @@ OUT="${OUT:-$root/results/gpu_session}"
 # The parallel stage: every test file with a `cuda` marker except the MPS files below and the two-GPU-only ones, found
 # by grep so a new CUDA test file cannot be left out of the session
 mps_files="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
-  tests/pipeline/test_share_auto_cuda.py tests/test_console.py tests/benchmarks/test_e2e_rows.py"
+  tests/pipeline/test_share_auto_cuda.py tests/test_console.py tests/benchmarks/test_e2e_rows.py
+  tests/benchmarks/test_e2e_benchmark.py"
 parallel_tests="$(grep -rlE 'mark\.cuda' tests --include='test_*.py' | sort | grep -vxF -f <(echo $mps_files | tr ' ' '\n'))"
 mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
   tests/callbacks/test_share_auto_cuda.py tests/benchmarks/test_e2e_rows.py::test_share_rows_train_under_mps
@@ -41,6 +45,8 @@ export GPU_CHECK_TEST_VERBOSITY=-v GPU_CHECK_PYTEST_ARGS="${GPU_CHECK_PYTEST_ARG
 export GPU_CHECK_TEST_TIMEOUT="${GPU_CHECK_TEST_TIMEOUT:-240}"
 # --timeout (pytest-timeout, on the GPU image): a test that hangs fails alone and the run still prints its summary
 export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_TEST_TIMEOUT:-520} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 $(echo $mps_tests)"
+# stage bench_tests: the e2e benchmark's CUDA tests (every GPU row on the ci graph, one process a row)
+export GPU_CHECK_EXTRA_STAGE_BENCH_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_BENCH_TEST_TIMEOUT:-540} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=520 -m cuda tests/benchmarks/test_e2e_benchmark.py"
 # stage pyg_parity (with .pyg/ carried): the link drop-in test against PyG's real LinkNeighborLoader (torch-sparse)
 export GPU_CHECK_EXTRA_STAGE_PYG_PARITY="PYTHONPATH=/tmp/pygsite:\$PYTHONPATH REQUIRE_CUDA=1 timeout 120 python3 -m pytest -v -rfEs -p no:cacheprovider tests/test_link_dropin.py"
 # stage hetero_prep / hetero: draw and cache the 10x-ogbn-mag graph; heterogeneous rows against PyG's hetero
