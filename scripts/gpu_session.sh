@@ -47,8 +47,8 @@ export GPU_CHECK_TEST_TIMEOUT="${GPU_CHECK_TEST_TIMEOUT:-240}"
 export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_TEST_TIMEOUT:-520} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 $(echo $mps_tests)"
 # stage bench_tests: the e2e benchmark's CUDA tests (every GPU row on the ci graph, one process a row)
 export GPU_CHECK_EXTRA_STAGE_BENCH_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_BENCH_TEST_TIMEOUT:-540} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=520 -m cuda tests/benchmarks/test_e2e_benchmark.py"
-# stage pyg_parity (with .pyg/ carried): the link drop-in test against PyG's real LinkNeighborLoader (torch-sparse)
-export GPU_CHECK_EXTRA_STAGE_PYG_PARITY="PYTHONPATH=/tmp/pygsite:\$PYTHONPATH REQUIRE_CUDA=1 timeout 120 python3 -m pytest -v -rfEs -p no:cacheprovider tests/test_link_dropin.py"
+# stage pyg_parity (with .pyg/ carried): the link and heterogeneous drop-in tests against PyG's real loaders (torch-sparse)
+export GPU_CHECK_EXTRA_STAGE_PYG_PARITY="PYTHONPATH=/tmp/pygsite:\$PYTHONPATH REQUIRE_CUDA=1 timeout 240 python3 -m pytest -v -rfEs -p no:cacheprovider tests/test_link_dropin.py tests/test_hetero_dropin.py"
 # stage hetero_prep / hetero: draw and cache the 10x-ogbn-mag graph; heterogeneous rows against PyG's hetero
 # NeighborLoader (2- and 3-layer), in GPU_CHECK_HETERO_ARGS' budget
 export GPU_CHECK_EXTRA_STAGE_HETERO_PREP="timeout ${GPU_CHECK_HETERO_PREP_TIMEOUT:-300} python3 -m benchmarks.e2e.hetero --prepare-only --cache-dir /tmp/lzc"
