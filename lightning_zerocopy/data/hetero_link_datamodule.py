@@ -10,6 +10,12 @@ and the destination type's ids, and each item's seeds are split per endpoint typ
 heterogeneous sampler as a ``seed_dict``. Only the host copy's checks
 (:mod:`~lightning_zerocopy.data.host.hetero_links`) and the plan differ from the node DataModule.
 
+Under several ranks (Lightning's ``ddp``, or ``ZeroCopyDDPStrategy`` with ``cache_budget: 0``) nothing differs either:
+each machine's local rank 0 builds the typed link host copy and the others map it, each rank's plan deals it a
+disjoint, equal share of the split's positive edges, node-keyed evaluation makes predictions of any rank count bitwise
+one rank's, and a resume on another world size deals the positive edges the epoch had left
+(:mod:`~lightning_zerocopy.data.resume`).
+
 Batch fields (PyG's hetero ``LinkNeighborLoader``): per node type ``n_id``, ``x`` (featured types) or ``num_nodes``,
 ``num_sampled_nodes``; per edge type ``edge_index``, ``e_id``, ``num_sampled_edges``; on the supervised edge type
 ``edge_label_index`` (row 0 indexes ``n_id`` of its source type, row 1 of its destination type), ``edge_label``,

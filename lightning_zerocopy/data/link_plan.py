@@ -222,7 +222,17 @@ class LinkBatchPlan:
 
     def item(self, epoch: int, step: int) -> LinkPlanItem:
         """The mini-batch ``step`` of ``epoch`` on this rank."""
-        edges = self._edges.item(epoch, step)
+        return self.expand(self._edges.item(epoch, step))
+
+    @property
+    def positions_plan(self) -> BatchPlan:
+        """The plan over the positions of the split's positive edges (what a resume on another world size deals)."""
+        return self._edges
+
+    def expand(self, edges: PlanItem) -> LinkPlanItem:
+        """The link batch of an item of :attr:`positions_plan` (its ``input_id``: positive edge positions): the
+        edges' endpoints as seeds, their negatives and link fields."""
+        epoch, step = edges.epoch, edges.step
         positions = edges.input_id
         b = positions.numel()
         src, dst = self.pos_edge_index[0, positions], self.pos_edge_index[1, positions]

@@ -186,6 +186,16 @@ class BatchPlan:
             rank=self.rank,
         )
 
+    @property
+    def positions_plan(self) -> "BatchPlan":
+        """The plan whose input positions batches deal (itself; a link plan deals its edges' positions): a resume on
+        another world size (:mod:`~lightning_zerocopy.data.resume`) deals what is left of it."""
+        return self
+
+    def expand(self, item: PlanItem) -> PlanItem:
+        """The batch of a :attr:`positions_plan` item (itself; a link plan adds the edges' endpoints and negatives)."""
+        return item
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_cached"] = None

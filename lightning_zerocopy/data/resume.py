@@ -108,10 +108,12 @@ def _unique_in_order(positions: torch.Tensor) -> torch.Tensor:
 class ResumedPlan:
     """``plan`` whose epoch ``epoch`` deals only the seeds ``segments`` left, over ``plan``'s ranks, in its last steps.
 
-    Every other epoch is ``plan``'s own. Steps before :attr:`start_step` of the resumed epoch are not part of it.
+    Every other epoch is ``plan``'s own. Steps before :attr:`start_step` of the resumed epoch are not part of it. What
+    is dealt are the positions of ``plan.positions_plan`` (a node plan's seeds, a link plan's positive edges), and
+    ``plan.expand`` makes each dealt batch the plan's item (a link plan's: endpoints, negatives, link fields).
 
     Args:
-        plan: this rank's plan under the new world size and batch size.
+        plan: this rank's plan under the new world size and batch size (a ``BatchPlan`` or ``LinkBatchPlan``).
         epoch: the interrupted epoch.
         segments: how the epoch ran so far (see :func:`remaining_positions`).
     """
@@ -120,8 +122,9 @@ class ResumedPlan:
         self.base = plan
         self.epoch = int(epoch)
         self.segments = tuple(segments)
-        remaining = remaining_positions(plan, epoch, self.segments)
-        steps = _remainder_steps(remaining.numel(), plan.world_size, plan.batch_size, len(plan))
+        positions_plan = plan.positions_plan
+        remaining = remaining_positions(positions_plan, epoch, self.segments)
+        steps = _remainder_steps(remaining.numel(), plan.world_size, plan.batch_size, len(positions_plan))
         self._batches = [step[plan.rank] for step in _deal(remaining, plan.world_size, steps)] if steps else []
         #: first step of the resumed epoch (its batches are steps start_step .. len(plan) - 1)
         self.start_step = len(plan) - steps
@@ -141,8 +144,8 @@ class ResumedPlan:
         if not self.start_step <= step < len(self.base):
             raise IndexError(f"step {step} of resumed epoch {epoch} is outside its steps [{self.start_step}, {len(self)})")
         positions = self._batches[step - self.start_step]
-        p = self.base
-        return PlanItem(
+        p = self.base.positions_plan
+        item = PlanItem(
             seed_ids=p.input_nodes[positions],
             input_id=positions,
             batch_seed=derive_seed(p.seed, p.stream, epoch, p.world_size, p.rank, step, len(self.segments)),
@@ -150,6 +153,7 @@ class ResumedPlan:
             step=step,
             rank=p.rank,
         )
+        return self.base.expand(item)
 
     def __repr__(self) -> str:
         return f"ResumedPlan({self.base!r}, epoch={self.epoch}, start_step={self.start_step}, segments={self.segments})"

@@ -1,5 +1,5 @@
 """PipelineCallback with ZeroCopyHeteroLinkDataModule on the CPU: the producer builds the DataModule's own link batches
-(supervision fields on the typed stores, through flattened slots)."""
+(supervision fields on the typed stores, through flattened slots), an epoch resumed on another world size included."""
 
 from __future__ import annotations
 
@@ -67,3 +67,45 @@ def test_the_pipeline_yields_the_loaders_link_batches(tmp_path: Path, neg_sampli
                 other = mine[key][name]
                 same = torch.equal(other, value) if isinstance(value, torch.Tensor) else other == value
                 assert same, (key, name)
+
+
+def test_the_pipeline_loader_deals_an_epoch_resumed_on_another_world_size_like_the_plan_loader(tmp_path: Path,
+                                                                                              monkeypatch) -> None:  # fmt: skip
+    """A 2-rank checkpoint resumed on 1 rank: the producer builds the remainder link batches the PlanLoader would
+    (the resumed link plan is registered with it), and they train the edges the 2 ranks had left."""
+    from lightning_zerocopy.data.handles import HeteroHostGraphHandles
+    from lightning_zerocopy.pipeline import start_pipeline
+    from lightning_zerocopy.pipeline.loader import PipelineLoader
+    from lightning_zerocopy.pipeline.source import PlanSource
+
+    dm = ZeroCopyHeteroLinkDataModule(small_graph(str(tmp_path / "graph")), num_neighbors=[3, 2], batch_size=64,
+                                      num_threads=1)  # fmt: skip
+    unlink = HeteroHostGraphHandles.unlink
+    monkeypatch.setattr(HeteroHostGraphHandles, "unlink", lambda self: None)  # the producer opens them by name
+    dm.setup("fit")
+    handles = dm.handles
+    client = start_pipeline("in_process", depth=2, timeout=30)
+    try:
+        client.register("train", PlanSource(dm.plan("train"), dm.builder("train")))
+        state = dm.train_dataloader().state_dict()
+        state.update(epoch=1, step=2, segments=[[2, 64, 2]])
+        state["plan"] = dict(state["plan"], world_size=2)
+        piped = PipelineLoader(client, "train", dm.train_dataloader())
+        piped.load_state_dict(state)
+        fresh = dm.train_dataloader()
+        fresh.load_state_dict(state)
+        start = fresh.start_step
+        assert piped.start_step == start > 0
+        later = []
+        for a, b in zip(piped, fresh):
+            assert torch.equal(a["user", "rates", "item"].edge_label_index, b["user", "rates", "item"].edge_label_index)
+            assert torch.equal(a["user"].n_id, b["user"].n_id) and torch.equal(a["item"].x, b["item"].x)
+            later += b["user", "rates", "item"].input_id.tolist()
+        assert len(later) > 0
+        two_ranks = [dm.plan("train", rank=r, world_size=2) for r in range(2)]
+        done = {int(i) for p in two_ranks for step in range(2) for i in p.item(1, step).input_id}
+        assert not done & set(later) and len(done) + len(later) == dm.link_splits["train"].num_positives
+    finally:
+        client.close()
+        unlink(handles)
+        dm.teardown("fit")

@@ -105,3 +105,41 @@ def test_plan_loader_reads_checkpoints_without_segments_and_warns_on_another_ord
     with pytest.warns(UserWarning, match="batch plan changed"):
         loader.load_state_dict(state)
     assert loader.plan is loader.base_plan and loader.start_step == 5
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_a_link_plan_resumed_on_another_world_size_deals_the_positive_edges_left(typed: bool) -> None:
+    """A link plan deals its positive edges' positions (``positions_plan``): the resumed epoch trains each edge it had
+    left once, as link items (endpoints, negatives, labels), homogeneous or on a typed edge type. Before, the
+    remainder was dealt over the split's distinct endpoints as node items, without link fields."""
+    from lightning_zerocopy.data.link_plan import LinkBatchPlan, LinkPlanItem
+    from lightning_zerocopy.data.negatives import NegativeDraws, parse_neg_sampling
+
+    gen = torch.Generator().manual_seed(0)
+    pos = torch.stack([torch.randint(0, 50, (333,), generator=gen), torch.randint(0, 30, (333,), generator=gen)])
+    typed_args = dict(edge_type=("user", "rates", "item"), num_dst_nodes=30) if typed else {}
+
+    def plans(world: int) -> list[LinkBatchPlan]:
+        config = parse_neg_sampling("binary", 1.0, "")
+        negatives = NegativeDraws(config, 50, None, "", num_dst_nodes=30 if typed else None)
+        return [LinkBatchPlan(pos, 20, num_nodes=50, negatives=negatives, shuffle=True, seed=3, rank=r,
+                              world_size=world, **typed_args) for r in range(world)]  # fmt: skip
+
+    epoch, done = 1, 4
+    before = plans(2)
+    first = [int(i) for step in range(done) for p in before for i in p.item(epoch, step).input_id]
+    after = [ResumedPlan(p, epoch, [EpochSegment(2, 20, done)]) for p in plans(3)]
+    rest = []
+    for plan in after:
+        for step in range(plan.start_step, len(plan)):
+            item = plan.item(epoch, step)
+            assert isinstance(item, LinkPlanItem) and item.num_positives == item.input_id.numel() > 0
+            label_index, label = item.link_fields["edge_label_index"], item.link_fields["edge_label"]
+            seeds = item.seed_dict if typed else {"user": item.seed_ids, "item": item.seed_ids}
+            pairs = torch.stack([seeds["user"][label_index[0]], seeds["item"][label_index[1]]])
+            b = item.num_positives
+            assert torch.equal(pairs[:, :b], pos[:, item.input_id])  # the dealt edges' endpoints, then negatives
+            assert torch.equal(label, torch.cat([torch.ones(b), torch.zeros(b)]))
+            rest += item.input_id.tolist()
+    counts = Counter(first + rest)
+    assert set(counts) == set(range(333)) and max(counts.values()) == 1  # every positive edge of the epoch once

@@ -1,0 +1,179 @@
+"""A heterogeneous link DataModule under several CPU ranks (gloo, jobs launched by
+``scripts/hetero_link_ddp_script.py``): one host copy per machine built by local rank 0 and mapped by the others,
+disjoint equal shares of the supervised edge type's training edges, predictions bitwise equal to one rank's, a resume on another world size that trains each
+positive edge of the interrupted epoch once; ``ZeroCopyDDPStrategy`` without a cache runs it, with a cache refuses it
+in one line before any data is built."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from helpers import free_port
+from helpers.hetero_link import small_graph
+from lightning_zerocopy import ZeroCopyHeteroLinkDataModule
+from lightning_zerocopy.datasets import SyntheticHeteroLinkGraph
+from lightning_zerocopy.options import RecipeError
+from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "scripts" / "hetero_link_ddp_script.py"
+BATCH_SIZE = 32  # the script's
+
+
+def _shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _graph(cache: str) -> SyntheticHeteroLinkGraph:
+    """The script's graph: 200 users, 100 items, 4 fixed negatives per val/test positive."""
+    return small_graph(cache, num_users=200, num_items=100, avg_ratings=5.0, neg_per_positive=4)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The dataset cache of every run of this module (the graph generated once)."""
+    path = str(tmp_path_factory.mktemp("hetero-link-ddp-cache"))
+    _graph(path).prepare()
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_rank_predictions(cache: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
+    """``predictions.npz`` of one rank (what two ranks must give, bitwise)."""
+    out = _run(tmp_path_factory.mktemp("one-rank"), "one", cache, devices=1, stage="predict", eval_batch_size=16)
+    return dict(np.load(out / "predictions.npz"))
+
+
+def _run(tmp_path: Path, name: str, cache: str, **config: Any) -> Path:
+    """Run the script with ``config`` (its ``out`` is ``tmp_path/name``, the dataset cache ``cache``); the output
+    folder."""
+    out = tmp_path / name
+    out.mkdir()
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(dict(config, out=str(out), cache=cache)))
+    path_entries = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path_entries))  # fmt: skip
+    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GLOBAL_RANK", "RANK"):
+        env.pop(key, None)
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "batch plan changed" not in proc.stderr
+    return out
+
+
+def _reports(out: Path, world_size: int) -> list[dict[str, Any]]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world_size)]
+
+
+def _edges(report: dict[str, Any], epoch: int, before_step: int = 1 << 30) -> list[int]:
+    """Positions (in the train split) of the positive edges of ``report``'s batches of ``epoch`` before a step."""
+    return [i for e, step, _, input_id, _ in report["batches"] if e == epoch and step < before_step for i in input_id]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "zerocopy_ddp"])
+def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_edge_shares(tmp_path: Path, cache: str,
+                                                                         strategy: str) -> None:  # fmt: skip
+    before = _shm()
+    reports = _reports(_run(tmp_path, "fit", cache, devices=2, strategy=strategy, cache_budget=0), 2)
+    assert [r["world_size"] for r in reports] == [2, 2] and reports[0]["pid"] != reports[1]["pid"]
+
+    # one set of segments: every rank maps all of them (each edge type's CSC, each featured type's table, the link
+    # splits' tensors), and every one was created by rank 0 (the creator's pid is in the name)
+    paths = reports[0]["paths"]
+    assert len(paths) >= 2 * 2 + 2 + 5  # rates and rev_rates, user and item features, train/val/test edges
+    for report in reports:
+        assert report["paths"] == paths and report["mapped"] == paths
+    assert all(os.path.basename(p).startswith(f"lzc-{reports[0]['pid']}-") for p in paths), paths
+
+    # disjoint, equal shares of the train split's positive edges (drop_last: less than a batch per rank left out),
+    # each batch's positives the train edges at its input_id, read through each endpoint type's n_id
+    train = [tuple(p) for p in reports[0]["train_pairs"]]
+    assert reports[1]["train_pairs"] == reports[0]["train_pairs"]
+    for report in reports:
+        assert len(report["batches"]) == report["steps_per_epoch"] > 1
+        for *_, input_id, pairs in report["batches"]:
+            assert len(input_id) == BATCH_SIZE and [train[i] for i in input_id] == [tuple(p) for p in pairs]
+    shares = [_edges(r, 0) for r in reports]
+    assert len(shares[0]) == len(shares[1]) == len(set(shares[0])) and not set(shares[0]) & set(shares[1])
+    assert len(train) - len(shares[0]) - len(shares[1]) < 2 * BATCH_SIZE
+
+    pids = {str(r["pid"]) for r in reports}
+    left = {n for n in _shm() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids)}
+    assert not left, left
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("strategy", "eval_batch_size"), [("ddp", 16), ("zerocopy_ddp", 7)])
+def test_predictions_on_two_ranks_are_one_ranks_bitwise(tmp_path: Path, cache: str, one_rank_predictions: dict,
+                                                         strategy: str, eval_batch_size: int) -> None:  # fmt: skip
+    """``predictions.npz`` merged by rank 0 of two ranks is bitwise the file of one rank (node-keyed evaluation per
+    type: an edge's sampled endpoints do not depend on its batch or rank), with the ``edge_type``."""
+    one = one_rank_predictions
+    assert str(one["edge_type"]) == "user__rates__item"
+    test = _graph(cache).load().splits["test"]
+    assert one["src"].shape == (test.num_positives * 5,)  # each positive and its 4 negatives, once
+    out = _run(tmp_path, "two", cache, devices=2, strategy=strategy, stage="predict", eval_batch_size=eval_batch_size)
+    two = dict(np.load(out / "predictions.npz"))
+    assert sorted(two) == sorted(one)
+    for key in one:
+        assert np.array_equal(two[key], one[key]), (strategy, eval_batch_size, key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("before", "after", "epoch_step"), [(1, 2, 7), (2, 1, 4)])
+def test_resume_on_another_world_size_trains_each_edge_of_the_epoch_once(tmp_path: Path, cache: str, before: int,
+                                                                         after: int, epoch_step: int) -> None:  # fmt: skip
+    """Before the link plan dealt its edge positions on a resume, the remainder was computed over the split's
+    distinct endpoints as if they were the epoch's seeds (node items, no link fields); here that left nothing, and the
+    resumed run trained none of the epoch's remaining edges."""
+    positives = _graph(cache).load().splits["train"].num_positives
+    step = -(-positives // before // BATCH_SIZE) + epoch_step  # epoch 1, after `epoch_step` batches
+    first_out = _run(tmp_path, "first", cache, devices=before, max_epochs=2, drop_last=False, every_n_steps=step)
+    first = _reports(first_out, before)
+    assert step == first[0]["steps_per_epoch"] + epoch_step
+    ckpt = tmp_path / "first" / "ckpt" / f"step={step}.ckpt"
+    assert ckpt.exists(), sorted(os.listdir(ckpt.parent))
+    resumed_out = _run(tmp_path, "resumed", cache, devices=after, max_epochs=3, drop_last=False, ckpt=str(ckpt))
+    resumed = _reports(resumed_out, after)
+
+    epoch_edges = {i for r in first for i in _edges(r, 1)}
+    trained = [i for r in first for i in _edges(r, 1, epoch_step)] + [i for r in resumed for i in _edges(r, 1)]
+    counts = Counter(trained)
+    assert set(counts) == epoch_edges and max(counts.values()) == 1  # nothing skipped, nothing twice
+    train = [tuple(p) for p in resumed[0]["train_pairs"]]
+    for report in resumed:  # the resumed batches are link batches of those edges
+        for *_, input_id, pairs in report["batches"]:
+            assert [train[i] for i in input_id] == [tuple(p) for p in pairs]
+    epoch1 = [b for b in resumed[0]["batches"] if b[0] == 1]
+    assert epoch1[0][2] == step and epoch1[-1][1] == resumed[0]["steps_per_epoch"] - 1
+    assert {i for r in resumed for i in _edges(r, 2)} == set(range(len(train)))  # the new world's own epoch
+
+
+def test_a_cache_budget_is_refused_in_one_line_before_any_data_is_built(tmp_path: Path) -> None:
+    strategy = ZeroCopyDDPStrategy(cache_budget="1KiB")
+    dm = ZeroCopyHeteroLinkDataModule(small_graph(str(tmp_path)), num_neighbors=[2, 2], batch_size=4, num_threads=1)
+    trainer = SimpleNamespace(strategy=strategy, callbacks=[])
+    before = _shm()
+    with pytest.raises(RecipeError) as refused:  # what the launcher asks before it starts a rank
+        strategy._preflight(trainer, dm)
+    message = str(refused.value)
+    assert "\n" not in message and "ZeroCopyDDPStrategy" in message
+    assert "set trainer.strategy.init_args.cache_budget to 0" in message
+    dm.trainer = trainer  # the DataModule's setup refuses it too (launchers that start no rank)
+    with pytest.raises(RecipeError, match="set trainer.strategy.init_args.cache_budget to 0"):
+        dm.setup("fit")
+    assert dm._handles is None and not {n for n in _shm() - before if n.startswith("lzc-")}
+    strategy._preflight(SimpleNamespace(strategy=ZeroCopyDDPStrategy(cache_budget=0), callbacks=[]), dm)  # no error
