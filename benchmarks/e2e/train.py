@@ -27,7 +27,7 @@ from benchmarks.common.rows import RowUnavailable
 from benchmarks.e2e.pyg_hops import add_hop_counts
 from benchmarks.e2e.rows import ModelSpec, Row, resolve_precision, worker_share
 
-__all__ = ["StagedBatches", "pipeline_options", "run_row", "share_figures", "stage_batches"]
+__all__ = ["StagedBatches", "fit_on_staged_batches", "pipeline_options", "run_row", "share_figures", "stage_batches"]
 
 
 # ---------------------------------------------------------------------------------------------- one row
@@ -231,7 +231,8 @@ def stage_batches(dm: Any, count: int, device: torch.device) -> list[Any]:
     loader = dm.train_dataloader()
     staged: list[Any] = []
     for epoch in range(-(-count // len(loader))):
-        loader.set_epoch(epoch)
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
         staged += [batch.to(device) for _, batch in zip(range(count - len(staged)), loader)]
     _sync(device)
     return staged
@@ -250,11 +251,13 @@ class StagedBatches:
         return (self.staged[i % len(self.staged)] for i in range(self.steps))
 
 
-def _fit_model_only(trainer: Any, model: Any, dataset: Any, common: dict, args: Any, device: torch.device) -> dict:
-    """The plan's first ``stage_batches`` batches, built by our CPU builder and moved to the device before training."""
-    from lightning_zerocopy import ZeroCopyDataModule
+def fit_on_staged_batches(trainer: Any, model: Any, dm: Any, args: Any, device: torch.device) -> dict[str, Any]:
+    """Model-only: set up ``dm`` (our CPU builder), stage its first ``args.stage_batches`` training batches on
+    ``device`` (at most ``args.steps``), train ``args.steps`` steps on them, validating with ``dm``'s loader.
 
-    dm = ZeroCopyDataModule(dataset, **common, sampler_placement="cpu", gather="cpu")
+    Returns:
+        ``fit_s``, ``fit_t0`` (the fit's start, ``time.perf_counter()``), ``staged_batches`` and ``stage_s``.
+    """
     dm.prepare_data()
     dm.setup("fit")
     try:
@@ -267,6 +270,14 @@ def _fit_model_only(trainer: Any, model: Any, dataset: Any, common: dict, args: 
         return {"fit_s": time.perf_counter() - t0, "fit_t0": t0, "staged_batches": count, "stage_s": stage_s}
     finally:
         dm.teardown("fit")
+
+
+def _fit_model_only(trainer: Any, model: Any, dataset: Any, common: dict, args: Any, device: torch.device) -> dict:
+    """The plan's first ``stage_batches`` batches, built by our CPU builder and moved to the device before training."""
+    from lightning_zerocopy import ZeroCopyDataModule
+
+    dm = ZeroCopyDataModule(dataset, **common, sampler_placement="cpu", gather="cpu")
+    return fit_on_staged_batches(trainer, model, dm, args, device)
 
 
 _STAGE_PATHS = (("cpu", "cpu"), ("cpu", "zerocopy"), ("uva", "zerocopy"), ("gpu", "zerocopy"))

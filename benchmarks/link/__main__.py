@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import sys
 import time
 from dataclasses import dataclass
@@ -33,8 +32,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.common.meta import machine_info  # noqa: E402
-from benchmarks.common.results import write_json  # noqa: E402
+from benchmarks.common import cli  # noqa: E402
+from benchmarks.common.row_runs import child_main, out_dir, run_rows, start_results, use_pyg_site  # noqa: E402
 from benchmarks.common.rows import pick_rows  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
 from benchmarks.e2e.rows import Row, _precheck, mps_prefix, parse_share  # noqa: E402
@@ -93,20 +92,12 @@ PRESETS: dict[str, Preset] = {
     "gpu": Preset(4_000_000, 16.0, 128, 1024, "10,5", 128, 400, 40, 100, 4, 45.0, 300.0,
                   "model_only,pyg,zc_gpu_mps,zc_gpu", "4,8,12", 0),  # fmt: skip
 }
-_PRESET_FIELDS = list(Preset.__dataclass_fields__)
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.link", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
-    p.add_argument("--preset", choices=sorted(PRESETS), default="ci", help="graph size, steps and budgets (below override it)")
-    p.add_argument("--configs", help="comma-separated rows, or 'all' (default: the preset's)")
-    p.add_argument("--out", help="output folder (default: results/link-<preset>)")
-    p.add_argument("--report-only", metavar="DIR", help="re-render report.md and the plot from DIR/results.json")
-    p.add_argument("--list", action="store_true", help="list the rows and exit")
-    p.add_argument("--pyg-site", metavar="DIR", help="a folder with pyg-lib or torch-sparse, put first on every row's "
-                   "import path (the GPU box: where .pyg/*.tgz is unpacked)")  # fmt: skip
-    p.add_argument("--commit", default=os.environ.get("GPU_CHECK_COMMIT"), help="the tree's commit for the report")
+    cli.add_run_arguments(p, PRESETS, "ci", "link", "re-render report.md and the plot from DIR/results.json")
     p.add_argument("--append", action="store_true", help="keep the runs already in --out/results.json (same graph) and "
                    "add or replace this command's rows: a run split over several commands")  # fmt: skip
     g = p.add_argument_group("graph (SyntheticGraph + SyntheticLinkGraph, cached under --cache-dir)")
@@ -125,41 +116,19 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--neg-ratio", type=float, default=1.0, help="binary negatives per positive (neg_sampling_ratio)")
     t.add_argument("--num-neighbors", help="fanouts, comma-separated")
     t.add_argument("--hidden", type=int, help="GraphSAGE width (layers: one per fanout)")
-    t.add_argument("--steps", type=int)
-    t.add_argument("--warmup", type=int)
-    t.add_argument("--val-every", type=int)
-    t.add_argument("--val-batches", type=int)
+    cli.add_step_arguments(t)
     t.add_argument("--target-auroc", type=float, help="time-to-AUROC target (default: 95%% of the lowest best "
                    "validation AUROC among the rows, decided when the report is written)")  # fmt: skip
-    t.add_argument("--threads", type=int, help="torch threads per row process (0: torch's default)")
-    t.add_argument("--lr", type=float, default=3e-3)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--row-budget-s", type=float, help="stop a row's training after this many seconds (0: none)")
-    t.add_argument("--row-timeout-s", type=float, help="kill a row's process after this many seconds")
-    t.add_argument("--pyg-workers", help="LinkNeighborLoader worker counts to sweep; the best trains")
-    t.add_argument("--sweep-batches", type=int, default=30, help="batches timed per worker count of the sweep")
-    t.add_argument("--stage-batches", type=int, default=128, help="model_only: distinct batches pre-staged on the device")
+    cli.add_measuring_arguments(t, "LinkNeighborLoader", stage_batches=128)
     t.add_argument("--worker-sm-percent", type=parse_share, default=10, help="MPS rows: the pipeline worker's share of "
                    "SMs, 1-99 or auto (PipelineCallback(worker_sm_percent='auto'))")  # fmt: skip
-    p.add_argument("--_run", help=argparse.SUPPRESS)
-    p.add_argument("--_spec", help=argparse.SUPPRESS)
-    p.add_argument("--_result", help=argparse.SUPPRESS)
+    cli.add_child_arguments(p)
     args = p.parse_args(argv)
-    for name in _PRESET_FIELDS:
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(PRESETS[args.preset], name))
-    for name in ("num_nodes", "features", "batch_size", "hidden", "steps", "val_every", "val_batches", "neg_per_positive"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if not 0 <= args.warmup < args.steps:
-        p.error(f"--warmup must be in [0, --steps), got {args.warmup} with --steps {args.steps}")
+    cli.apply_preset(p, args, PRESETS, ("num_nodes", "features", "batch_size", "hidden", "steps", "val_every", "val_batches",
+                                        "neg_per_positive"))  # fmt: skip
     if args.neg_ratio <= 0:
         p.error(f"--neg-ratio must be > 0 (AUROC needs negatives), got {args.neg_ratio}")
-    try:
-        args.fanouts = [int(f) for f in str(args.num_neighbors).split(",")]
-        select_rows(args.configs)
-    except ValueError as exc:
-        p.error(str(exc))
+    cli.parse_fanouts_and_rows(p, args, select_rows)
     return args
 
 
@@ -189,32 +158,12 @@ def _prepare(args: argparse.Namespace) -> dict[str, Any]:
             "num_features": data.num_features, "feature_GB": data.x.numel() * data.x.element_size() / 1e9, "splits": splits}  # fmt: skip
 
 
-def _child_main(args: argparse.Namespace) -> None:
-    with open(args._spec, "rb") as f:
-        spec = pickle.load(f)
-    if args._run == "prepare":
-        out: Any = _prepare(spec["args"])
-    else:
-        from benchmarks.link.train import run_row
-
-        out = run_row(ROWS[args._run], spec["args"], spec["kwargs"])
-    with open(args._result, "w") as f:
-        json.dump(out, f)
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Prepare the graph, run every selected row in its own process, write the JSON, the report and the plot."""
     rows = select_rows(args.configs)
-    if args.pyg_site:  # the precheck here and every row's process import from it first
-        site = os.path.abspath(args.pyg_site)
-        sys.path.insert(0, site)
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
-    out = os.path.abspath(args.out or os.path.join("results", f"link-{args.preset}"))
-    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-    public = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    results: dict[str, Any] = {"meta": machine_info(REPO_ROOT, args.cache_dir, args.commit), "args": public,
-                               "command": " ".join(["python", "-m", "benchmarks.link", *sys.argv[1:]]),
-                               "rows": {r.name: r.doc for r in rows}, "runs": []}  # fmt: skip
+    use_pyg_site(args.pyg_site)  # the precheck here and every row's process import from it first
+    out = out_dir(args, "link")
+    results = start_results(args, rows, REPO_ROOT, "benchmarks.link")
     start = time.monotonic()
     if args.gen_device == "auto":
         import torch
@@ -232,29 +181,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"link: {graph['num_nodes']:,} nodes, {graph['num_edges']:,} message-passing edges, splits {graph['splits']}", flush=True)
     if args.append:
         _keep_previous(results, out, [r.name for r in rows])
-    for row in rows:
-        why = _precheck(row)
-        if why is not None and row.kind == "pyg":  # the same sampler backend serves PyG's link loader
-            why = why.replace("NeighborLoader", "LinkNeighborLoader")
-        if why is not None:
-            result = {"row": row.name, "kind": row.kind, "status": "skipped", "reason": why}
-        else:
-            t0 = time.monotonic()
-            result, why = run_script(__file__, [f"--_run={row.name}"], {"args": args, "kwargs": graph["kwargs"]},
-                                     os.path.join(out, "logs", f"{row.name}.log"), args.row_timeout_s, REPO_ROOT,
-                                     mps_prefix(args, row) if row.mps else None)  # fmt: skip
-            if result is None:
-                result = {"row": row.name, "kind": row.kind, "status": "error", "reason": why}
-            result["process_s"] = time.monotonic() - t0
-        result.setdefault("doc", row.doc)
-        results["runs"].append(result)
-        print("link: " + link_report.one_line(result), flush=True)
-        write_json(os.path.join(out, "results.json"), results, default=str)
-    results["total_s"] = time.monotonic() - start
-    write_json(os.path.join(out, "results.json"), results, default=str)
+    run_rows(rows, args, results, out, start, script=__file__, repo_root=REPO_ROOT, label="link",
+             one_line=link_report.one_line, precheck=_link_precheck, prefix=lambda row: mps_prefix(args, row) if row.mps else None)  # fmt: skip
     files = link_report.render(out)
     print(f"link: wrote {', '.join(os.path.basename(f) for f in files)} in {out}", flush=True)
     return results
+
+
+def _link_precheck(row: Row) -> Optional[str]:
+    """Why ``row`` cannot run here (:func:`_precheck`), naming PyG's link loader for its row."""
+    why = _precheck(row)
+    if why is not None and row.kind == "pyg":  # the same sampler backend serves PyG's link loader
+        why = why.replace("NeighborLoader", "LinkNeighborLoader")
+    return why
 
 
 def _keep_previous(results: dict[str, Any], out: str, planned: list[str]) -> None:
@@ -274,7 +213,7 @@ def _keep_previous(results: dict[str, Any], out: str, planned: list[str]) -> Non
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     if args._spec:
-        _child_main(args)
+        child_main(args, ROWS, _prepare, "benchmarks.link.train")
     elif args.list:
         for row in ROWS.values():
             print(f"{row.name:<17}{row.doc}")

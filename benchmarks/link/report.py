@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+from benchmarks.e2e import one_model_report as parts
 from benchmarks.e2e.report import _fmt, _named, _pct, time_to_target
+from benchmarks.e2e.results import finished as _ok
 from benchmarks.e2e.results import share_label
 from benchmarks.common.results import read_results
 
@@ -18,29 +20,21 @@ __all__ = ["one_line", "render", "target_auroc"]
 _AIM = 3.0  # issue 21: best row vs PyG's LinkNeighborLoader, steps/s on one H200
 
 
-def _ok(run: dict[str, Any]) -> bool:
-    return run.get("status") == "ok" and run.get("steps_per_s") is not None
-
-
 def target_auroc(results: dict[str, Any]) -> Optional[float]:
     """``--target-auroc``, else 95 % of the lowest best validation AUROC among the finished rows."""
-    given = results.get("args", {}).get("target_auroc")
-    if given is not None:
-        return float(given)
-    best = [r["best_val_auroc"] for r in results.get("runs", []) if _ok(r) and r.get("best_val_auroc") is not None]
-    return round(0.95 * min(best), 4) if best else None
+    return parts.target(results, "target_auroc", "best_val_auroc")
 
 
 def one_line(run: dict[str, Any]) -> str:
     """A console line for one row."""
     head = f"{run['row']:<17}"
     if not _ok(run):
-        return f"{head}{run.get('status', '?')}: {str(run.get('reason', ''))[:300]}"
+        return parts.failed_line(run, head)
     check = run.get("batch_check", {})
     head += share_label(run) + "  " if share_label(run) else ""
     return (f"{head}{run['steps_per_s']:8.2f} steps/s  stall {_fmt(run.get('stall_frac'), '.1%')}  best val AUROC "
             f"{_fmt(run.get('best_val_auroc'), '.3f')}  batches checked {check.get('checked', 0)}"
-            f"{'' if check.get('ok', True) else ' WRONG: ' + '; '.join(check.get('problems', []))}")  # fmt: skip
+            f"{parts.check_words(check)}")  # fmt: skip
 
 
 def _table(results: dict[str, Any]) -> list[str]:
@@ -52,12 +46,10 @@ def _table(results: dict[str, Any]) -> list[str]:
            "| time to target s | setup s | batches checked |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, r in runs.items():
         if not _ok(r):
-            reason = str(r.get("reason", "")).splitlines()[0][:160] if r.get("reason") else ""
-            out.append(f"| `{name}` | {r.get('status')}: {reason} ||||||||||")
+            out.append(parts.failed_cells(name, r, 11))
             continue
-        lat, check = r.get("step_ms", []), r.get("batch_check", {})
-        checked = f"{check.get('checked', 0)} ok" if check.get("ok", True) else "**WRONG**: " + "; ".join(check.get("problems", []))
-        ratio = lambda ref: _fmt(r["steps_per_s"] / rate[ref] if ref in rate else None, ".2f", "×")  # noqa: E731
+        lat, checked = r.get("step_ms", []), parts.checked_cell(r.get("batch_check", {}))
+        ratio = lambda ref: parts.rate_ratio(r, rate, ref)  # noqa: E731
         out.append("| " + " | ".join([
             _named(r), f"{r['steps_per_s']:.1f}", ratio("pyg"), ratio("model_only"), _fmt(r.get("stall_frac"), ".1%"),
             _fmt(r.get("wait_ms"), ".2f"), f"{_fmt(_pct(lat, 0.5), '.2f')} / {_fmt(_pct(lat, 0.99), '.2f')}",
@@ -87,15 +79,9 @@ def _aim(results: dict[str, Any]) -> list[str]:
 
 def write_report(results: dict[str, Any], out_dir: str, plot_note: str) -> str:
     """Write ``report.md``; returns its path."""
-    meta, graph, args = results.get("meta", {}), results.get("graph", {}), results.get("args", {})
+    graph, args = results.get("graph", {}), results.get("args", {})
     lines = ["# Link prediction: lightning-zerocopy vs PyG LinkNeighborLoader", "",
-             f"- Command: `{results.get('command', '?')}`",
-             f"- Date: {meta.get('date')}; host {meta.get('host')}; total {_fmt(results.get('total_s'), '.0f')} s",
-             f"- GPU: {meta.get('gpu') or 'none'}; CPU: {meta.get('cpu')} ({meta.get('cpu_count')} logical cores); "
-             f"RAM {_fmt(meta.get('ram_gib'), '.0f')} GiB",
-             f"- Software: torch {meta.get('torch')}, PyG {meta.get('torch_geometric')}, pytorch_lightning "
-             f"{meta.get('pytorch_lightning')}, torch-sparse {meta.get('torch_sparse')}, pyg-lib {meta.get('pyg_lib')}; "
-             f"lightning-zerocopy commit {meta.get('commit')}",
+             *parts.machine_lines(results),
              f"- Graph (SyntheticLinkGraph over SyntheticGraph, preset `{args.get('preset')}`): {graph.get('num_nodes', 0):,} "
              f"nodes, {graph.get('num_edges', 0):,} message-passing edges, {graph.get('num_features')} fp32 features "
              f"({_fmt(graph.get('feature_GB'), '.2f')} GB, host memory); splits {graph.get('splits')}",
@@ -109,13 +95,10 @@ def write_report(results: dict[str, Any], out_dir: str, plot_note: str) -> str:
              "steps). Time to target: training seconds at the first validation at or above the target AUROC. Batches "
              "checked: the first training batches against the dataset (`x` rows, label edges in range, positives are "
              "train edges, negatives ratio).", ""]  # fmt: skip
-    lines += ["## Rows", ""] + [f"- `{name}`: {doc}" for name, doc in results.get("rows", {}).items()] + [""]
+    lines += parts.row_docs(results)
     lines += ["## Results", ""] + _table(results) + ["## Aim", ""] + _aim(results) + ["", "## Plot", ""]
     lines.append(plot_note or "![steps/s, validation AUROC over training time, stall](link.png)")
-    path = os.path.join(out_dir, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return path
+    return parts.write_report_lines(out_dir, lines)
 
 
 def write_plot(results: dict[str, Any], out_dir: str) -> str:

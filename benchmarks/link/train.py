@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import functools
 import time
-import traceback
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from pytorch_lightning.callbacks import Callback
 
-from benchmarks.common.measure import TrainClock, _device_name, _sync, summarize
 from benchmarks.common.pyg import fit_on_best_pyg_loader, pyg_sampling_backends
+from benchmarks.common.row_runs import guarded_row
 from benchmarks.common.rows import RowUnavailable
+from benchmarks.e2e.one_model import fit_one_model
 from benchmarks.e2e.rows import Row
-from benchmarks.e2e.train import pipeline_options, share_figures
 from lightning_zerocopy.models.link_predictor import num_positives
 
 __all__ = ["LinkBatchCheck", "run_row"]
@@ -64,15 +63,7 @@ class LinkBatchCheck(Callback):
 
 def run_row(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Train the row; a result dict (``status`` ok | skipped | error)."""
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    base = {"row": row.name, "kind": row.kind, "doc": row.doc}
-    try:
-        return {**base, "status": "ok", **_run(row, args, kwargs)}
-    except RowUnavailable as exc:
-        return {**base, "status": "skipped", "reason": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - one broken row must not lose the others' results
-        return {**base, "status": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
+    return guarded_row(row, args, kwargs, _run)
 
 
 def build_dataset(kwargs: dict[str, Any]) -> Any:
@@ -82,57 +73,23 @@ def build_dataset(kwargs: dict[str, Any]) -> Any:
     return SyntheticLinkGraph(SyntheticGraph(**kwargs["graph"]), **kwargs["link"])
 
 
-def _run(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-    import pytorch_lightning as pl
-
-    from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
+def _model(args: Any, dataset: Any, data: Any) -> Any:
     from lightning_zerocopy.models import LinkPredictor
 
-    cuda = torch.cuda.device_count() > 0 and torch.version.cuda is not None
-    if row.needs_cuda and not cuda:
-        raise RowUnavailable("needs a CUDA GPU (none here)")
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
-    pipeline = None
-    if row.pipeline is not None:  # first: with mps it joins the launcher's daemon before CUDA is touched
-        pipeline = PipelineCallback(**pipeline_options(row, args))
-        if row.mps and pipeline.join_mps() is None:
-            raise RowUnavailable("MPS is unavailable here (nvidia-cuda-mps-control missing or failed; see the row's log)")
-    dataset = build_dataset(kwargs)
-    data = dataset.load()
-    clock = TrainClock(args.warmup, args.row_budget_s, torch.cuda.synchronize if cuda else (lambda: None), metric="val_auroc")
-    telemetry = DataTelemetry(prog_bar=False)
-    check = LinkBatchCheck(data.x, data.split("train").pos_edge_index, data.num_nodes, args.neg_ratio, count=min(3, max(1, args.warmup)))
-    callbacks: list[Callback] = [clock, telemetry, check] + ([pipeline] if pipeline is not None else [])
-    pl.seed_everything(args.seed, workers=True, verbose=False)
-    model = LinkPredictor(data.num_features, hidden_channels=args.hidden, num_layers=len(args.fanouts),
-                          optimizer=functools.partial(torch.optim.Adam, lr=args.lr))  # fmt: skip
-    trainer = pl.Trainer(
-        accelerator="gpu" if cuda else "cpu", devices=1, max_steps=args.steps, val_check_interval=args.val_every,
-        check_val_every_n_epoch=None, limit_val_batches=args.val_batches, num_sanity_val_steps=0, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
-        log_every_n_steps=50,
-    )  # fmt: skip
-    if row.kind == "ours":
-        dm = _datamodule(dataset, args, **row.data)
-        t0 = time.perf_counter()
-        trainer.fit(model, datamodule=dm)
-        extra: dict[str, Any] = {"fit_s": time.perf_counter() - t0, "fit_t0": t0}
-    elif row.kind == "pyg":
-        extra = _fit_pyg(trainer, model, data, args, device)
-    elif row.kind == "model_only":
-        extra = _fit_model_only(trainer, model, dataset, args, device)
-    else:
-        raise ValueError(f"row {row.name}: unknown kind {row.kind!r}")
-    if trainer.interrupted:
-        raise RuntimeError("training was interrupted (see the row's log)")
-    if clock.train_started is not None:
-        extra["setup_s"] = clock.train_started - extra["fit_t0"]
-    del extra["fit_t0"]
-    if row.mps:
-        extra.update(share_figures(pipeline))
-    figures = summarize(clock, telemetry, args.warmup)
-    figures["final_val_auroc"], figures["best_val_auroc"] = figures.pop("final_val_acc"), figures.pop("best_val_acc")
-    return {**figures, "batch_check": check.result, "device": _device_name(cuda), "threads": torch.get_num_threads(), **extra}
+    return LinkPredictor(data.num_features, hidden_channels=args.hidden, num_layers=len(args.fanouts),
+                         optimizer=functools.partial(torch.optim.Adam, lr=args.lr))  # fmt: skip
+
+
+def _run(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def check(data: Any, count: int) -> LinkBatchCheck:
+        return LinkBatchCheck(data.x, data.split("train").pos_edge_index, data.num_nodes, args.neg_ratio, count=count)
+
+    def figures(found: dict[str, Any]) -> dict[str, Any]:
+        found["final_val_auroc"], found["best_val_auroc"] = found.pop("final_val_acc"), found.pop("best_val_acc")
+        return found
+
+    return fit_one_model(row, args, kwargs, build_dataset=build_dataset, batch_check=check, model=_model,
+                         datamodule=_datamodule, fit_pyg=_fit_pyg, metric="val_auroc", figures=figures)  # fmt: skip
 
 
 def _datamodule(dataset: Any, args: Any, **data: Any) -> Any:
@@ -188,33 +145,3 @@ def _fit_pyg(trainer: Any, model: Any, data: Any, args: Any, device: torch.devic
 
     return fit_on_best_pyg_loader(trainer, model, loader, lambda w: loader(w, evaluate=True), args, device,
                                   backends=backends, pyg_sampler_build_s=sampler_s)  # fmt: skip
-
-
-def _fit_model_only(trainer: Any, model: Any, dataset: Any, args: Any, device: torch.device) -> dict[str, Any]:
-    """The plan's first ``stage_batches`` batches, built by our CPU builder and moved to the device before training."""
-    dm = _datamodule(dataset, args, sampler_placement="cpu", gather="cpu")
-    dm.prepare_data()
-    dm.setup("fit")
-    try:
-        loader = dm.train_dataloader()
-        count = min(args.stage_batches, args.steps)
-        t0 = time.perf_counter()
-        staged: list[Any] = []
-        for epoch in range(-(-count // len(loader))):
-            loader.set_epoch(epoch)
-            staged += [batch.to(device) for _, batch in zip(range(count - len(staged)), loader)]
-        _sync(device)
-        stage_s = time.perf_counter() - t0
-
-        class Staged:
-            def __len__(self) -> int:
-                return args.steps
-
-            def __iter__(self) -> Iterator[Any]:
-                return (staged[i % count] for i in range(args.steps))
-
-        t0 = time.perf_counter()
-        trainer.fit(model, train_dataloaders=Staged(), val_dataloaders=dm.val_dataloader())
-        return {"fit_s": time.perf_counter() - t0, "fit_t0": t0, "staged_batches": count, "stage_s": stage_s}
-    finally:
-        dm.teardown("fit")

@@ -22,8 +22,10 @@ from lightning_zerocopy.datasets.base import InputDataError
 
 __all__ = [
     "EdgeType",
+    "HeteroGraphDataset",
     "HeteroNodeData",
     "HeteroNodeDataset",
+    "TypedGraphViews",
     "check_typed_graph",
     "check_typed_ids",
     "edge_type_str",
@@ -55,8 +57,38 @@ def parse_edge_type(text: str) -> EdgeType:
     return parts[0], parts[1], parts[2]
 
 
+class TypedGraphViews:
+    """What every heterogeneous data class (:class:`HeteroNodeData`, ``HeteroLinkData``) derives from its
+    ``num_nodes``, ``edge_index`` and ``x``: the type lists, a type's feature width and the id check."""
+
+    num_nodes: dict[str, int]
+    edge_index: dict[EdgeType, torch.Tensor]
+    x: dict[str, torch.Tensor]
+
+    @property
+    def node_types(self) -> list[str]:
+        return list(self.num_nodes)
+
+    @property
+    def edge_types(self) -> list[EdgeType]:
+        return list(self.edge_index)
+
+    def num_features(self, node_type: str) -> Optional[int]:
+        """Feature width of ``node_type``, or ``None`` for a type without features."""
+        x = self.x.get(node_type)
+        return None if x is None else int(x.shape[1])
+
+    def check_ids(self) -> None:
+        """Every edge's ids in range for their types (reads every edge once).
+
+        Raises:
+            InputDataError: naming the edge type, the endpoint, the first bad id and the type's count.
+        """
+        check_typed_ids(self.num_nodes, self.edge_index)
+
+
 @dataclass
-class HeteroNodeData:
+class HeteroNodeData(TypedGraphViews):
     """A heterogeneous graph for node classification on one node type, held on the host.
 
     Attributes:
@@ -97,32 +129,12 @@ class HeteroNodeData:
                 raise InputDataError(f"{name} must be a 1-D int64 tensor of {self.input_type!r} ids, "
                                      f"got {idx.dtype} {tuple(idx.shape)}")  # fmt: skip
 
-    @property
-    def node_types(self) -> list[str]:
-        return list(self.num_nodes)
-
-    @property
-    def edge_types(self) -> list[EdgeType]:
-        return list(self.edge_index)
-
-    def num_features(self, node_type: str) -> Optional[int]:
-        """Feature width of ``node_type``, or ``None`` for a type without features."""
-        x = self.x.get(node_type)
-        return None if x is None else int(x.shape[1])
-
     def split(self, name: str) -> torch.Tensor:
         """``input_type`` ids of split ``name``: ``"train"``, ``"val"`` or ``"test"``."""
         if name not in _SPLITS:
             raise ValueError(f"unknown split {name!r}; expected one of {_SPLITS}")
         return getattr(self, f"{name}_idx")
 
-    def check_ids(self) -> None:
-        """Every edge's ids in range for their types (reads every edge once).
-
-        Raises:
-            InputDataError: naming the edge type, the endpoint, the first bad id and the type's count.
-        """
-        check_typed_ids(self.num_nodes, self.edge_index)
 
 
 def check_typed_graph(
@@ -183,12 +195,10 @@ def first_out_of_range(ids: torch.Tensor, count: int) -> Optional[tuple[int, int
     return None
 
 
-class HeteroNodeDataset(ABC):
-    """A heterogeneous node-classification dataset that LightningCLI can build from ``class_path``/``init_args``.
-
-    Subclasses implement the cheap shape properties (no array is loaded), :meth:`prepare` (build or convert once,
-    cache on disk; idempotent) and :meth:`load`.
-    """
+class HeteroGraphDataset(ABC):
+    """What every heterogeneous dataset gives before its arrays are loaded: its node and edge types, node counts and
+    feature widths (cheap shape properties), and :meth:`prepare`. :class:`HeteroNodeDataset` (node classification)
+    and ``HeteroLinkDataset`` (link prediction) add their task's own."""
 
     def metadata(self) -> tuple[list[str], list[EdgeType]]:
         """``(node types, edge types)``, as PyG's ``HeteroData.metadata()`` gives them."""
@@ -211,21 +221,29 @@ class HeteroNodeDataset(ABC):
 
     @property
     @abstractmethod
+    def num_features(self) -> dict[str, int]:
+        """Feature width of each node type that has features (types without features are absent)."""
+
+    def prepare(self) -> None:
+        """Build or convert the dataset into its cache. Safe to call more than once; the default does nothing."""
+
+
+class HeteroNodeDataset(HeteroGraphDataset):
+    """A heterogeneous node-classification dataset that LightningCLI can build from ``class_path``/``init_args``.
+
+    Subclasses implement the cheap shape properties (no array is loaded), :meth:`prepare` (build or convert once,
+    cache on disk; idempotent) and :meth:`load`.
+    """
+
+    @property
+    @abstractmethod
     def input_type(self) -> str:
         """The node type with labels and splits."""
 
     @property
     @abstractmethod
-    def num_features(self) -> dict[str, int]:
-        """Feature width of each node type that has features (types without features are absent)."""
-
-    @property
-    @abstractmethod
     def num_classes(self) -> int:
         """Number of classes of ``y``."""
-
-    def prepare(self) -> None:
-        """Build or convert the dataset into its cache. Safe to call more than once; the default does nothing."""
 
     def split_source(self, split: str) -> str:
         """Where the ids of ``split`` come from, for error messages. The default names the dataset class."""

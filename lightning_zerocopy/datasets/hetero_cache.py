@@ -48,6 +48,7 @@ __all__ = [
     "hetero_meta",
     "reverse_relation",
     "to_undirected_types",
+    "typed_graph_meta",
     "write_edge_index",
     "write_labels_and_splits",
     "write_rows_chunked",
@@ -166,6 +167,19 @@ def hetero_meta(
     )
 
 
+def typed_graph_meta(meta: dict[str, Any]) -> tuple[list[str], list[EdgeType], dict[str, int], list[str]]:
+    """The node types, edge types, node counts and featured types of a heterogeneous cache's ``meta.json``
+    (node or link).
+
+    Raises:
+        KeyError, TypeError, ValueError: ``meta`` lacks one of them or holds it in another form.
+    """
+    node_types = list(meta["node_types"])
+    edge_types = [parse_edge_type(t) for t in meta["edge_types"]]
+    counts = {t: int(meta["num_nodes"][t]) for t in node_types}
+    return node_types, edge_types, counts, list(meta["num_features"])
+
+
 def hetero_data_from_cache(cache: ArrayCache) -> HeteroNodeData:
     """Open a heterogeneous cache (the layout of the module docstring) as a :class:`HeteroNodeData`, every array
     memory-mapped copy-on-write.
@@ -176,10 +190,7 @@ def hetero_data_from_cache(cache: ArrayCache) -> HeteroNodeData:
     """
     meta = cache.meta()
     try:
-        node_types = list(meta["node_types"])
-        edge_types = [parse_edge_type(t) for t in meta["edge_types"]]
-        counts = {t: int(meta["num_nodes"][t]) for t in node_types}
-        featured = list(meta["num_features"])
+        _, edge_types, counts, featured = typed_graph_meta(meta)
         input_type = str(meta["input_type"])
     except (KeyError, TypeError, ValueError) as exc:
         raise DatasetFileError(

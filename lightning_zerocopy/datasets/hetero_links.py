@@ -19,7 +19,7 @@ splits, labels, positives among negatives; warnings for leaks, repeats, self-loo
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,12 +30,13 @@ import torch
 from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, DatasetFileError, InputDataError
 from lightning_zerocopy.datasets.hetero import (
     EdgeType,
+    HeteroGraphDataset,
+    TypedGraphViews,
     check_typed_graph,
-    check_typed_ids,
     edge_type_str,
     parse_edge_type,
 )
-from lightning_zerocopy.datasets.hetero_cache import edge_index_name, x_name
+from lightning_zerocopy.datasets.hetero_cache import edge_index_name, typed_graph_meta, x_name
 from lightning_zerocopy.datasets.link_checks import check_link_splits
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkSplit
 from lightning_zerocopy.datasets.splits import SplitError
@@ -59,7 +60,7 @@ def unknown_edge_type(edge_type: Any, edge_types: list[EdgeType]) -> str:
 
 
 @dataclass
-class HeteroLinkData:
+class HeteroLinkData(TypedGraphViews):
     """A heterogeneous graph for link prediction on one edge type, held on the host.
 
     Attributes:
@@ -90,32 +91,11 @@ class HeteroLinkData:
         if unknown:
             raise InputDataError(f"unknown link split(s) {unknown}; expected names among {LINK_SPLITS}")
 
-    @property
-    def node_types(self) -> list[str]:
-        return list(self.num_nodes)
-
-    @property
-    def edge_types(self) -> list[EdgeType]:
-        return list(self.edge_index)
-
-    def num_features(self, node_type: str) -> Optional[int]:
-        """Feature width of ``node_type``, or ``None`` for a type without features."""
-        x = self.x.get(node_type)
-        return None if x is None else int(x.shape[1])
-
     def split(self, name: str) -> LinkSplit:
         """The supervision edges of split ``name``."""
         if name not in self.splits:
             raise KeyError(f"this link dataset has no {name!r} split; it has {sorted(self.splits)}")
         return self.splits[name]
-
-    def check_ids(self) -> None:
-        """Every message-passing edge's ids in range for their types (reads every edge once).
-
-        Raises:
-            InputDataError: naming the edge type, the endpoint, the first bad id and the type's count.
-        """
-        check_typed_ids(self.num_nodes, self.edge_index)
 
 
 def check_hetero_link_splits(data: HeteroLinkData, sources: Optional[Mapping[str, str]] = None) -> list[str]:
@@ -151,44 +131,17 @@ def check_hetero_link_splits(data: HeteroLinkData, sources: Optional[Mapping[str
     return check_link_splits(view, sources, self_loops=src == dst)  # type: ignore[arg-type]
 
 
-class HeteroLinkDataset(ABC):
+class HeteroLinkDataset(HeteroGraphDataset):
     """A heterogeneous link-prediction dataset that LightningCLI can build from ``class_path``/``init_args``.
 
     Subclasses implement the cheap shape properties (no array is loaded), :meth:`prepare` (build once, idempotent)
     and :meth:`load`.
     """
 
-    def metadata(self) -> tuple[list[str], list[EdgeType]]:
-        """``(node types, edge types)``, as PyG's ``HeteroData.metadata()`` gives them."""
-        return list(self.node_types), list(self.edge_types)
-
-    @property
-    @abstractmethod
-    def node_types(self) -> list[str]:
-        """Every node type."""
-
-    @property
-    @abstractmethod
-    def edge_types(self) -> list[EdgeType]:
-        """Every edge type ``(src, rel, dst)``."""
-
-    @property
-    @abstractmethod
-    def num_nodes(self) -> dict[str, int]:
-        """Nodes of every node type."""
-
-    @property
-    @abstractmethod
-    def num_features(self) -> dict[str, int]:
-        """Feature width of each node type that has features."""
-
     @property
     @abstractmethod
     def edge_type(self) -> EdgeType:
         """The supervised edge type (one of :attr:`edge_types`)."""
-
-    def prepare(self) -> None:
-        """Build or convert the dataset into its cache. Idempotent; the default does nothing."""
 
     def split_source(self, split: str) -> str:
         """Where the supervision edges of ``split`` come from, for error messages."""
@@ -225,10 +178,7 @@ def hetero_link_data_from_cache(cache: ArrayCache) -> HeteroLinkData:
     """
     meta = cache.meta()
     try:
-        node_types = list(meta["node_types"])
-        edge_types = [parse_edge_type(t) for t in meta["edge_types"]]
-        counts = {t: int(meta["num_nodes"][t]) for t in node_types}
-        featured = list(meta["num_features"])
+        _, edge_types, counts, featured = typed_graph_meta(meta)
         supervised = parse_edge_type(meta["edge_type"])
         entries = dict(meta["splits"])
     except (KeyError, TypeError, ValueError) as exc:

@@ -47,6 +47,45 @@ def _chunks(total: int, size: int = _CHUNK) -> Iterator[tuple[int, int, int]]:
         yield i, start, min(total, start + size)
 
 
+def _check_draw_args(homophily: float, skew: float, train_fraction: float, val_fraction: float, feature_dtype: str) -> None:
+    """The checks of the generators' shared arguments (:class:`SyntheticGraph`, ``SyntheticHeteroGraph``).
+
+    Raises:
+        ValueError: ``homophily`` outside ``[0, 1]``, a negative ``skew``, split fractions that are not positive or
+            leave no test split, or an unknown ``feature_dtype``.
+    """
+    if not 0.0 <= homophily <= 1.0:
+        raise ValueError(f"homophily must be in [0, 1], got {homophily}")
+    if skew < 0:
+        raise ValueError(f"skew must be >= 0, got {skew}")
+    if not (0 < train_fraction and 0 <= val_fraction and train_fraction + val_fraction < 1):
+        raise ValueError(
+            f"train_fraction ({train_fraction}) and val_fraction ({val_fraction}) must be positive and sum"
+            " to less than 1 (the rest is the test split)"
+        )
+    if feature_dtype not in _FEATURE_DTYPES:
+        raise ValueError(f"feature_dtype must be one of {sorted(_FEATURE_DTYPES)}, got {feature_dtype!r}")
+
+
+def _split_ids(n: int, train_fraction: float, val_fraction: float, seed: int) -> dict[str, torch.Tensor]:
+    """``train_idx``, ``val_idx`` and ``test_idx`` of ``n`` ids: a seeded random permutation cut by the fractions
+    (at least one training id), each part sorted."""
+    order = torch.randperm(n, generator=_stream(seed, 6))
+    n_train = max(1, int(n * train_fraction))
+    n_val = int(n * val_fraction)
+    parts = {"train_idx": order[:n_train], "val_idx": order[n_train : n_train + n_val], "test_idx": order[n_train + n_val :]}
+    return {name: idx.sort().values for name, idx in parts.items()}
+
+
+def _split_source(call: str, config: dict[str, Any], cache_path: Any) -> str:
+    """A split's ``split_source``: the generator ``call`` (its name and node count, unclosed) with the fractions and
+    seed that drew the splits, and where it is cached."""
+    return (
+        f"{call}, train_fraction={config['train_fraction']}, val_fraction={config['val_fraction']}, "
+        f"seed={config['seed']}), cached in {cache_path}"
+    )
+
+
 class SyntheticGraph(CachedNodeDataset):
     """A generated power-law graph with planted, learnable classes (see the module docstring).
 
@@ -89,17 +128,7 @@ class SyntheticGraph(CachedNodeDataset):
             raise ValueError(f"num_nodes ({num_nodes}) must be >= num_classes ({num_classes}) >= 1")
         if avg_degree <= 0:
             raise ValueError(f"avg_degree must be positive, got {avg_degree}")
-        if not 0.0 <= homophily <= 1.0:
-            raise ValueError(f"homophily must be in [0, 1], got {homophily}")
-        if skew < 0:
-            raise ValueError(f"skew must be >= 0, got {skew}")
-        if not (0 < train_fraction and 0 <= val_fraction and train_fraction + val_fraction < 1):
-            raise ValueError(
-                f"train_fraction ({train_fraction}) and val_fraction ({val_fraction}) must be positive and sum"
-                " to less than 1 (the rest is the test split)"
-            )
-        if feature_dtype not in _FEATURE_DTYPES:
-            raise ValueError(f"feature_dtype must be one of {sorted(_FEATURE_DTYPES)}, got {feature_dtype!r}")
+        _check_draw_args(homophily, skew, train_fraction, val_fraction, feature_dtype)
         self.config: dict[str, Any] = dict(
             num_nodes=num_nodes,
             avg_degree=avg_degree,
@@ -130,11 +159,7 @@ class SyntheticGraph(CachedNodeDataset):
 
     def split_source(self, split: str) -> str:
         """The generator call that drew the split (a random permutation cut by the fractions)."""
-        cfg = self.config
-        return (
-            f"SyntheticGraph(num_nodes={cfg['num_nodes']}, train_fraction={cfg['train_fraction']}, "
-            f"val_fraction={cfg['val_fraction']}, seed={cfg['seed']}), cached in {self.cache.path}"
-        )
+        return _split_source(f"SyntheticGraph(num_nodes={self.config['num_nodes']}", self.config, self.cache.path)
 
     # -----------------------------------------------------------------------------------------------------
 
@@ -223,10 +248,5 @@ class SyntheticGraph(CachedNodeDataset):
 
     def _write_splits(self, out: Path) -> None:
         cfg = self.config
-        n = cfg["num_nodes"]
-        order = torch.randperm(n, generator=_stream(cfg["seed"], 6))
-        n_train = max(1, int(n * cfg["train_fraction"]))
-        n_val = int(n * cfg["val_fraction"])
-        splits = {"train_idx": order[:n_train], "val_idx": order[n_train : n_train + n_val], "test_idx": order[n_train + n_val :]}
-        for name, idx in splits.items():
-            save_npy(idx.sort().values, out / f"{name}.npy")
+        for name, idx in _split_ids(cfg["num_nodes"], cfg["train_fraction"], cfg["val_fraction"], cfg["seed"]).items():
+            save_npy(idx, out / f"{name}.npy")

@@ -55,7 +55,14 @@ from lightning_zerocopy.datasets.hetero_cache import (
     write_rows_chunked,
     x_name,
 )
-from lightning_zerocopy.datasets.synthetic import _FEATURE_DTYPES, _chunks, _stream
+from lightning_zerocopy.datasets.synthetic import (
+    _FEATURE_DTYPES,
+    _check_draw_args,
+    _chunks,
+    _split_ids,
+    _split_source,
+    _stream,
+)
 
 __all__ = ["MAG_EDGE_TYPES", "MAG_NODE_TYPES", "SyntheticHeteroGraph"]
 
@@ -194,17 +201,7 @@ class SyntheticHeteroGraph(CachedHeteroNodeDataset):
         if unknown or not featured_types:
             raise ValueError(f"featured_types must name some of the node types {list(MAG_NODE_TYPES)}, got "
                              f"{list(featured_types)}")  # fmt: skip
-        if not 0.0 <= homophily <= 1.0:
-            raise ValueError(f"homophily must be in [0, 1], got {homophily}")
-        if skew < 0:
-            raise ValueError(f"skew must be >= 0, got {skew}")
-        if not (0 < train_fraction and 0 <= val_fraction and train_fraction + val_fraction < 1):
-            raise ValueError(
-                f"train_fraction ({train_fraction}) and val_fraction ({val_fraction}) must be positive and sum"
-                " to less than 1 (the rest is the test split)"
-            )
-        if feature_dtype not in _FEATURE_DTYPES:
-            raise ValueError(f"feature_dtype must be one of {sorted(_FEATURE_DTYPES)}, got {feature_dtype!r}")
+        _check_draw_args(homophily, skew, train_fraction, val_fraction, feature_dtype)
         counts = {
             "paper": num_papers,
             "author": max(1, round(num_papers * author_ratio)),
@@ -263,11 +260,8 @@ class SyntheticHeteroGraph(CachedHeteroNodeDataset):
 
     def split_source(self, split: str) -> str:
         """The generator call that drew the split (a random permutation of the papers cut by the fractions)."""
-        cfg = self.config
-        return (
-            f"SyntheticHeteroGraph(num_papers={cfg['num_nodes']['paper']}, train_fraction={cfg['train_fraction']}, "
-            f"val_fraction={cfg['val_fraction']}, seed={cfg['seed']}), cached in {self.cache.path}"
-        )
+        call = f"SyntheticHeteroGraph(num_papers={self.config['num_nodes']['paper']}"
+        return _split_source(call, self.config, self.cache.path)
 
     # the build ---------------------------------------------------------------------------------------------
 
@@ -356,11 +350,5 @@ class SyntheticHeteroGraph(CachedHeteroNodeDataset):
 
     def _splits(self) -> dict[str, torch.Tensor]:
         cfg = self.config
-        n = cfg["num_nodes"]["paper"]
-        order = torch.randperm(n, generator=_stream(cfg["seed"], 6))
-        n_train = max(1, int(n * cfg["train_fraction"]))
-        n_val = int(n * cfg["val_fraction"])
-        parts = {"train_idx": order[:n_train], "val_idx": order[n_train : n_train + n_val],
-                 "test_idx": order[n_train + n_val :]}  # fmt: skip
-        return {name: idx.sort().values for name, idx in parts.items()}
+        return _split_ids(cfg["num_nodes"]["paper"], cfg["train_fraction"], cfg["val_fraction"], cfg["seed"])
 

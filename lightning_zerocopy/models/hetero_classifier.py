@@ -28,18 +28,15 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 from torch_geometric.nn import GATConv, SAGEConv
 from torch_geometric.utils import trim_to_layer
-from torchmetrics.classification import MulticlassAccuracy
 
-from lightning_zerocopy.models.seed_accuracy import SeedAccuracy
+from lightning_zerocopy.models.seed_classifier import SeedClassifier
 from lightning_zerocopy.models.trim import hetero_counts_for_layers
-from lightning_zerocopy.step_logging import is_log_step
 
 __all__ = ["HeteroGNN", "HeteroNodeClassifier"]
 
@@ -253,7 +250,7 @@ def _datamodule_shape(datamodule: Any) -> dict[str, Any]:
     }
 
 
-class HeteroNodeClassifier(pl.LightningModule):
+class HeteroNodeClassifier(SeedClassifier):
     """Cross-entropy training of :class:`HeteroGNN` on the input type's seed nodes of each ``HeteroData`` batch.
 
     Args:
@@ -304,15 +301,9 @@ class HeteroNodeClassifier(pl.LightningModule):
         if edge_types is not None:
             edge_types = [_key(as_edge_type(e)) for e in edge_types]  # saved as strings: YAML and checkpoints
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
-        self.optimizer_factory = optimizer
-        self.lr_scheduler_factory = lr_scheduler
-        self.lr_scheduler_monitor = lr_scheduler_monitor
         self.trim = bool(trim)
         self.net: Optional[HeteroGNN] = None
-        self.train_acc = SeedAccuracy(ignore_index=-1)
-        self._handed_over = (0, 0, 0.0)
-        self.val_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
-        self.test_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
+        self._init_seed_classification(out_channels, optimizer, lr_scheduler, lr_scheduler_monitor)
         given = {"node_types": node_types, "edge_types": edge_types, "input_type": input_type}
         if any(v is not None for v in given.values()):
             if any(v is None for v in given.values()):
@@ -396,57 +387,15 @@ class HeteroNodeClassifier(pl.LightningModule):
                 counts = {"num_sampled_nodes_dict": nodes, "num_sampled_edges_dict": edges}
         return net(x, batch.edge_index_dict, n_id, **counts)
 
-    def _seed_logits(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _seed_outputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
         seeds = batch[self.input_type]
         size = int(seeds.batch_size)
         return self(batch)[:size], seeds.y[:size], size
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        out, y, _ = self._seed_logits(batch)
-        loss = F.cross_entropy(out, y, ignore_index=-1)
-        self.train_acc.update(out.detach(), y, loss.detach())  # queued on the device, not read back
-        if is_log_step(self._trainer):
-            self._hand_over_train_figures()
-        return loss
-
-    def on_train_epoch_start(self) -> None:
-        self.train_acc.reset()
-        self._handed_over = (0, 0, 0.0)
-
-    def on_train_epoch_end(self) -> None:
-        self.log("train_acc_epoch", self.train_acc, prog_bar=True)
-
-    def _hand_over_train_figures(self) -> None:
-        """Log the mean loss and accuracy of the steps since the last hand-over (one read of three numbers)."""
-        acc = self.train_acc
-        now = torch.stack([acc.correct.to(torch.float64), acc.labeled.to(torch.float64), acc.loss_sum]).tolist()
-        correct, labeled, loss_sum = (a - b for a, b in zip(now, self._handed_over))
-        self._handed_over = (now[0], now[1], now[2])
-        if labeled <= 0:
-            return
-        self.log("train_loss", torch.tensor(loss_sum / labeled), prog_bar=True, on_step=True, on_epoch=False)
-        self.log("train_acc_step", torch.tensor(correct / labeled), prog_bar=True, on_step=True, on_epoch=False)
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        out, y, size = self._seed_logits(batch)
-        self.val_acc(out, y)
-        self.log("val_loss", F.cross_entropy(out, y, ignore_index=-1), batch_size=size, sync_dist=True)
-        self.log("val_acc", self.val_acc, prog_bar=True, batch_size=size)
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        out, y, size = self._seed_logits(batch)
-        self.test_acc(out, y)
-        self.log("test_acc", self.test_acc, prog_bar=True, batch_size=size)
-
-    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> dict[str, torch.Tensor]:
-        """The input type's seed ids and logits (``n_id``, ``logits``; the class is ``logits.argmax(-1)``)."""
-        logits, _, size = self._seed_logits(batch)
-        return {"n_id": batch[self.input_type].n_id[:size], "logits": logits}
+    def _seed_ids(self, batch: Any, size: Any) -> torch.Tensor:
+        """The input type's seed ids."""
+        return batch[self.input_type].n_id[:size]
 
     def configure_optimizers(self) -> Any:
         self._require_net()  # a clear message rather than "optimizer got an empty parameter list"
-        optimizer = self.optimizer_factory(self.parameters())
-        if self.lr_scheduler_factory is None:
-            return optimizer
-        scheduler = self.lr_scheduler_factory(optimizer)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": self.lr_scheduler_monitor}}
+        return super().configure_optimizers()

@@ -24,6 +24,7 @@ from torch_geometric.nn.models import GraphSAGE as PyGGraphSAGE
 from torchmetrics.classification import BinaryAUROC
 
 from lightning_zerocopy.models.link_metrics import LinkMetrics
+from lightning_zerocopy.models.seed_classifier import configure_from_factories
 from lightning_zerocopy.models.trim import batch_hop_counts, can_trim
 from lightning_zerocopy.options import RecipeError
 
@@ -276,9 +277,6 @@ class LinkPredictor(pl.LightningModule):
             self._check_mode(_configured_mode(datamodule.neg_sampling), "data.neg_sampling's mode")
 
     def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer_factory(self.parameters())
-        if self.lr_scheduler_factory is None:
-            return optimizer
-        scheduler = self.lr_scheduler_factory(optimizer)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": self.lr_scheduler_monitor}}
+        return configure_from_factories(self.parameters(), self.optimizer_factory, self.lr_scheduler_factory,
+                                        self.lr_scheduler_monitor)  # fmt: skip
 

@@ -17,22 +17,18 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy
 
-from lightning_zerocopy.models.seed_accuracy import SeedAccuracy
+from lightning_zerocopy.models.seed_classifier import SeedClassifier
 from lightning_zerocopy.models.trim import batch_hop_counts, can_trim
-from lightning_zerocopy.step_logging import is_log_step
 
 __all__ = ["NodeClassifier"]
 
 
-class NodeClassifier(pl.LightningModule):
+class NodeClassifier(SeedClassifier):
     """Cross-entropy training of ``net(x, edge_index)`` on the seed nodes of each mini-batch.
 
     Subclasses build ``net`` (any module taking ``(x, edge_index)`` and returning per-node logits).
@@ -75,14 +71,7 @@ class NodeClassifier(pl.LightningModule):
         self.trim = bool(trim)
         if compile:  # in place: state_dict keys stay the net's own (no `_orig_mod.`)
             self.net.compile(dynamic=True)
-        self.optimizer_factory = optimizer
-        self.lr_scheduler_factory = lr_scheduler
-        self.lr_scheduler_monitor = lr_scheduler_monitor
-        # unlabeled nodes (y = -1) are ignored by the loss and the metrics; the training one never syncs a step
-        self.train_acc = SeedAccuracy(ignore_index=-1)
-        self._handed_over = (0, 0, 0.0)  # train_acc's (correct, labeled, loss_sum) at the last hand-over
-        self.val_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
-        self.test_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
+        self._init_seed_classification(out_channels, optimizer, lr_scheduler, lr_scheduler_monitor)
         self._warned_hops = False
 
     def forward(
@@ -108,51 +97,12 @@ class NodeClassifier(pl.LightningModule):
             out = self(hops.x, hops.edge_index, hops.nodes_per_hop, hops.edges_per_hop)
         return out[: batch.batch_size], batch.y[: batch.batch_size]
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+    def _seed_outputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
         out, y = self._seed_logits(batch)
-        loss = F.cross_entropy(out, y, ignore_index=-1)
-        self.train_acc.update(out.detach(), y, loss.detach())  # queued on the device, not read back
-        if is_log_step(self._trainer):
-            self._hand_over_train_figures()
-        return loss
+        return out, y, batch.batch_size
 
-    def on_train_epoch_start(self) -> None:
-        self.train_acc.reset()
-        self._handed_over = (0, 0, 0.0)
-
-    def on_train_epoch_end(self) -> None:
-        # the Metric itself: Lightning computes it once at the epoch's end (torchmetrics sums the counts over ranks)
-        self.log("train_acc_epoch", self.train_acc, prog_bar=True)
-
-    def _hand_over_train_figures(self) -> None:
-        """Log the mean loss and accuracy of the steps since the last hand-over (one read of three numbers)."""
-        acc = self.train_acc
-        now = torch.stack([acc.correct.to(torch.float64), acc.labeled.to(torch.float64), acc.loss_sum]).tolist()
-        correct, labeled, loss_sum = (a - b for a, b in zip(now, self._handed_over))
-        self._handed_over = (now[0], now[1], now[2])
-        if labeled <= 0:
-            return
-        # CPU tensors: Lightning turns progress-bar values into numbers after every step, which for a GPU tensor
-        # (or a Python number, which it would copy to the GPU) is a synchronization
-        self.log("train_loss", torch.tensor(loss_sum / labeled), prog_bar=True, on_step=True, on_epoch=False)
-        self.log("train_acc_step", torch.tensor(correct / labeled), prog_bar=True, on_step=True, on_epoch=False)
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        out, y = self._seed_logits(batch)
-        self.val_acc(out, y)
-        self.log("val_loss", F.cross_entropy(out, y, ignore_index=-1), batch_size=batch.batch_size, sync_dist=True)
-        self.log("val_acc", self.val_acc, prog_bar=True, batch_size=batch.batch_size)
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        out, y = self._seed_logits(batch)
-        self.test_acc(out, y)
-        self.log("test_acc", self.test_acc, prog_bar=True, batch_size=batch.batch_size)
-
-    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> dict[str, torch.Tensor]:
-        """The seed nodes' global ids and logits (what :class:`~lightning_zerocopy.callbacks.PredictionWriter`
-        writes; the class is ``logits.argmax(-1)``)."""
-        logits, _ = self._seed_logits(batch)
-        return {"n_id": batch.n_id[: batch.batch_size], "logits": logits}
+    def _seed_ids(self, batch: Any, size: Any) -> torch.Tensor:
+        return batch.n_id[:size]
 
     def setup(self, stage: str) -> None:
         """Warns once when the GNN has more layers than the data module samples hops (``len(fanouts)``)."""
@@ -170,14 +120,3 @@ class NodeClassifier(pl.LightningModule):
                 )
                 self._warned_hops = True
                 return
-
-    def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer_factory(self.parameters())
-        if self.lr_scheduler_factory is None:
-            return optimizer
-        scheduler = self.lr_scheduler_factory(optimizer)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "monitor": self.lr_scheduler_monitor},
-        }
-

@@ -25,9 +25,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import pickle
 import sys
 import time
 from dataclasses import dataclass
@@ -37,8 +35,9 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.p
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.common.meta import machine_info  # noqa: E402
+from benchmarks.common import cli  # noqa: E402
 from benchmarks.common.results import write_json  # noqa: E402
+from benchmarks.common.row_runs import child_main, out_dir, run_rows, start_results, use_pyg_site  # noqa: E402
 from benchmarks.common.rows import pick_rows  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
 from benchmarks.e2e.rows import Row, _precheck, mps_prefix, parse_share  # noqa: E402
@@ -91,21 +90,13 @@ PRESETS: dict[str, Preset] = {
     # CI: a tiny graph, CPU rows, one thread per row process (a shared two-core box)
     "ci": Preset(3_000, 4_000, 60, 200, 16, 64, "5,5", 32, 16, 4, 8, 2, 30.0, 300.0, "pyg,cpu,model_only,zc_gpu", "0", 1),
 }
-_PRESET_FIELDS = list(Preset.__dataclass_fields__)
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.e2e.hetero", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
-    p.add_argument("--preset", choices=sorted(PRESETS), default="mag10x", help="graph size, steps and budgets (below override it)")
-    p.add_argument("--configs", help="comma-separated rows, or 'all' (default: the preset's)")
-    p.add_argument("--out", help="output folder (default: results/hetero-<preset>)")
-    p.add_argument("--report-only", metavar="DIR", help="re-render report.md from DIR/results.json")
+    cli.add_run_arguments(p, PRESETS, "mag10x", "hetero", "re-render report.md from DIR/results.json")
     p.add_argument("--prepare-only", action="store_true", help="draw and cache the graph, then stop")
-    p.add_argument("--list", action="store_true", help="list the rows and exit")
-    p.add_argument("--pyg-site", metavar="DIR", help="a folder with pyg-lib or torch-sparse, put first on every row's "
-                   "import path (the GPU box: where .pyg/*.tgz is unpacked)")  # fmt: skip
-    p.add_argument("--commit", default=os.environ.get("GPU_CHECK_COMMIT"), help="the tree's commit for the report")
     g = p.add_argument_group("graph (SyntheticHeteroGraph, MAG-shaped, cached under --cache-dir)")
     g.add_argument("--papers", type=int, help="papers (features, labels, splits)")
     g.add_argument("--authors", type=int)
@@ -119,40 +110,17 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--num-neighbors", help="fanouts per hop, comma-separated, the same for every edge type")
     t.add_argument("--conv", choices=("sage", "gat"), default="sage", help="HeteroNodeClassifier's conv (gat: R-GAT)")
     t.add_argument("--hidden", type=int, help="HeteroNodeClassifier width (layers: one per fanout)")
-    t.add_argument("--steps", type=int)
-    t.add_argument("--warmup", type=int)
-    t.add_argument("--val-every", type=int)
-    t.add_argument("--val-batches", type=int)
+    cli.add_step_arguments(t)
     t.add_argument("--target-acc", type=float, help="time-to-accuracy target (default: 95%% of the lowest best "
                    "validation accuracy among the rows, decided when the report is written)")  # fmt: skip
-    t.add_argument("--threads", type=int, help="torch threads per row process (0: torch's default)")
-    t.add_argument("--lr", type=float, default=3e-3)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--row-budget-s", type=float, help="stop a row's training after this many seconds (0: none)")
-    t.add_argument("--row-timeout-s", type=float, help="kill a row's process after this many seconds")
-    t.add_argument("--pyg-workers", help="NeighborLoader worker counts to sweep; the best trains")
-    t.add_argument("--sweep-batches", type=int, default=30, help="batches timed per worker count of the sweep")
-    t.add_argument("--stage-batches", type=int, default=64, help="model_only: distinct batches pre-staged on the device")
+    cli.add_measuring_arguments(t, "NeighborLoader", stage_batches=64)
     t.add_argument("--worker-sm-percent", type=parse_share, default=10, help="MPS rows: the pipeline worker's share of "
                    "SMs, 1-99 or auto")  # fmt: skip
-    p.add_argument("--_run", help=argparse.SUPPRESS)
-    p.add_argument("--_spec", help=argparse.SUPPRESS)
-    p.add_argument("--_result", help=argparse.SUPPRESS)
+    cli.add_child_arguments(p)
     args = p.parse_args(argv)
-    for name in _PRESET_FIELDS:
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(PRESETS[args.preset], name))
-    for name in ("papers", "authors", "institutions", "fields", "features", "batch_size", "hidden", "steps", "val_every",
-                 "val_batches", "classes"):  # fmt: skip
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if not 0 <= args.warmup < args.steps:
-        p.error(f"--warmup must be in [0, --steps), got {args.warmup} with --steps {args.steps}")
-    try:
-        args.fanouts = [int(f) for f in str(args.num_neighbors).split(",")]
-        select_rows(args.configs)
-    except ValueError as exc:
-        p.error(str(exc))
+    cli.apply_preset(p, args, PRESETS, ("papers", "authors", "institutions", "fields", "features", "batch_size", "hidden",
+                                        "steps", "val_every", "val_batches", "classes"))  # fmt: skip
+    cli.parse_fanouts_and_rows(p, args, select_rows)
     return args
 
 
@@ -183,32 +151,12 @@ def _prepare(args: argparse.Namespace) -> dict[str, Any]:
             "input_type": data.input_type, "splits": {s: int(data.split(s).numel()) for s in ("train", "val", "test")}}  # fmt: skip
 
 
-def _child_main(args: argparse.Namespace) -> None:
-    with open(args._spec, "rb") as f:
-        spec = pickle.load(f)
-    if args._run == "prepare":
-        out: Any = _prepare(spec["args"])
-    else:
-        from benchmarks.e2e.hetero.train import run_row
-
-        out = run_row(ROWS[args._run], spec["args"], spec["kwargs"])
-    with open(args._result, "w") as f:
-        json.dump(out, f)
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Prepare the graph, run every selected row in its own process, write the JSON and the report."""
     rows = select_rows(args.configs)
-    if args.pyg_site:  # the precheck here and every row's process import from it first
-        site = os.path.abspath(args.pyg_site)
-        sys.path.insert(0, site)
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
-    out = os.path.abspath(args.out or os.path.join("results", f"hetero-{args.preset}"))
-    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-    public = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    results: dict[str, Any] = {"meta": machine_info(REPO_ROOT, args.cache_dir, args.commit), "args": public,
-                               "command": " ".join(["python", "-m", "benchmarks.e2e.hetero", *sys.argv[1:]]),
-                               "rows": {r.name: r.doc for r in rows}, "mag_epoch_steps": hetero_report.mag_epoch_steps(), "runs": []}  # fmt: skip
+    use_pyg_site(args.pyg_site)  # the precheck here and every row's process import from it first
+    out = out_dir(args, "hetero")
+    results = start_results(args, rows, REPO_ROOT, "benchmarks.e2e.hetero", mag_epoch_steps=hetero_report.mag_epoch_steps())
     start = time.monotonic()
     total = args.papers + args.authors + args.institutions + args.fields
     print(f"hetero: preparing the graph ({total:,} nodes, {args.papers:,} papers)", flush=True)
@@ -222,24 +170,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.prepare_only:
         write_json(os.path.join(out, "results.json"), results, default=str)
         return results
-    for row in rows:
-        why = _precheck(row)
-        if why is not None:
-            result = {"row": row.name, "kind": row.kind, "status": "skipped", "reason": why}
-        else:
-            t0 = time.monotonic()
-            result, why = run_script(__file__, [f"--_run={row.name}"], {"args": args, "kwargs": graph["kwargs"]},
-                                     os.path.join(out, "logs", f"{row.name}.log"), args.row_timeout_s, REPO_ROOT,
-                                     mps_prefix(args, row) if row.mps else None)  # fmt: skip
-            if result is None:
-                result = {"row": row.name, "kind": row.kind, "status": "error", "reason": why}
-            result["process_s"] = time.monotonic() - t0
-        result.setdefault("doc", row.doc)
-        results["runs"].append(result)
-        print("hetero: " + hetero_report.one_line(result), flush=True)
-        write_json(os.path.join(out, "results.json"), results, default=str)
-    results["total_s"] = time.monotonic() - start
-    write_json(os.path.join(out, "results.json"), results, default=str)
+    run_rows(rows, args, results, out, start, script=__file__, repo_root=REPO_ROOT, label="hetero",
+             one_line=hetero_report.one_line, precheck=_precheck, prefix=lambda row: mps_prefix(args, row) if row.mps else None)  # fmt: skip
     path = hetero_report.render(out)
     print(f"hetero: wrote {os.path.basename(path)} in {out}", flush=True)
     return results
@@ -248,7 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     if args._spec:
-        _child_main(args)
+        child_main(args, ROWS, _prepare, "benchmarks.e2e.hetero.train")
     elif args.list:
         for row in ROWS.values():
             print(f"{row.name:<12}{row.doc}")

@@ -1,0 +1,75 @@
+"""The parts of a one-model benchmark's ``report.md`` and console lines that the link and heterogeneous benchmarks
+share (``benchmarks.link.report``, ``benchmarks.e2e.hetero.report``): the target, a row's batch check and failure,
+the ratios to PyG and model-only, the run's machine and software lines, the rows' docs, writing the file."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from benchmarks.e2e.report import _fmt
+from benchmarks.e2e.results import finished
+
+__all__ = ["check_words", "checked_cell", "failed_cells", "failed_line", "machine_lines", "rate_ratio", "row_docs",
+           "target", "write_report_lines"]  # fmt: skip
+
+
+def target(results: dict[str, Any], flag: str, metric: str) -> Optional[float]:
+    """The ``flag`` argument (e.g. ``target_acc``), else 95 % of the lowest ``metric`` (e.g. ``best_val_acc``) among
+    the finished rows."""
+    given = results.get("args", {}).get(flag)
+    if given is not None:
+        return float(given)
+    best = [r[metric] for r in results.get("runs", []) if finished(r) and r.get(metric) is not None]
+    return round(0.95 * min(best), 4) if best else None
+
+
+def failed_line(run: dict[str, Any], head: str) -> str:
+    """The console line of a row that did not finish: its status and reason after ``head``."""
+    return f"{head}{run.get('status', '?')}: {str(run.get('reason', ''))[:300]}"
+
+
+def check_words(check: dict[str, Any]) -> str:
+    """A console line's end on the batch check: ``""`` when it passed, else `` WRONG: `` and its problems."""
+    return "" if check.get("ok", True) else " WRONG: " + "; ".join(check.get("problems", []))
+
+
+def failed_cells(name: str, run: dict[str, Any], columns: int) -> str:
+    """The table line of a row that did not finish: its name, status and reason's first line, ``columns`` in all."""
+    reason = str(run.get("reason", "")).splitlines()[0][:160] if run.get("reason") else ""
+    return f"| `{name}` | {run.get('status')}: {reason} |" + "|" * (columns - 2)
+
+
+def checked_cell(check: dict[str, Any]) -> str:
+    """The table's batch-check cell: ``N ok``, or **WRONG** and the problems."""
+    return f"{check.get('checked', 0)} ok" if check.get("ok", True) else "**WRONG**: " + "; ".join(check.get("problems", []))
+
+
+def rate_ratio(run: dict[str, Any], rates: dict[str, float], ref: str) -> str:
+    """``run``'s steps/s over row ``ref``'s (``rates``: the finished rows'), as ``1.23×``; ``–`` without ``ref``."""
+    return _fmt(run["steps_per_s"] / rates[ref] if ref in rates else None, ".2f", "×")
+
+
+def machine_lines(results: dict[str, Any]) -> list[str]:
+    """The report's command, date, GPU/CPU/RAM and software lines."""
+    meta = results.get("meta", {})
+    return [f"- Command: `{results.get('command', '?')}`",
+            f"- Date: {meta.get('date')}; host {meta.get('host')}; total {_fmt(results.get('total_s'), '.0f')} s",
+            f"- GPU: {meta.get('gpu') or 'none'}; CPU: {meta.get('cpu')} ({meta.get('cpu_count')} logical cores); "
+            f"RAM {_fmt(meta.get('ram_gib'), '.0f')} GiB",
+            f"- Software: torch {meta.get('torch')}, PyG {meta.get('torch_geometric')}, pytorch_lightning "
+            f"{meta.get('pytorch_lightning')}, torch-sparse {meta.get('torch_sparse')}, pyg-lib {meta.get('pyg_lib')}; "
+            f"lightning-zerocopy commit {meta.get('commit')}"]  # fmt: skip
+
+
+def row_docs(results: dict[str, Any]) -> list[str]:
+    """The report's ``## Rows`` section: every row's doc."""
+    return ["## Rows", ""] + [f"- `{name}`: {doc}" for name, doc in results.get("rows", {}).items()] + [""]
+
+
+def write_report_lines(out_dir: str, lines: list[str]) -> str:
+    """``lines`` as ``out_dir/report.md``; returns its path."""
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
