@@ -40,6 +40,9 @@ def test_presets_and_rows() -> None:
     ci = parse_args(["--preset", "ci", "--papers", "500"])
     assert ci.papers == 500 and ci.fanouts == [5, 5] and dataset_kwargs(ci)["num_papers"] == 500
     assert mag_epoch_steps() == 615
+    mag = parse_args(["--preset", "mag"])  # ogbn-mag's own counts (1,939,743 nodes)
+    assert mag.papers + mag.authors + mag.institutions + mag.fields == 1_939_743
+    assert all(set(p.configs.split(",")) <= set(ROWS) for p in PRESETS.values())
     with pytest.raises(SystemExit):
         parse_args(["--configs", "nope"])
 
