@@ -110,7 +110,8 @@ def _layout(policy: str, peer: list[list[bool]], scores: Mapping[str, CacheScore
     need = typed_bytes_per_gpu(hot, row_bytes, num_rows, 1)
     if need <= budget:
         replicate = tuple((i,) for i in range(len(peer)))
-        note = f"auto: the hot rows of every type ({format_bytes(need)}) fit one GPU's {format_bytes(budget)} budget, replicate"
+        note = (f"auto: the hot rows of every type ({format_bytes(need)}) fit one GPU's {format_bytes(budget)} "
+                "budget, replicate")  # fmt: skip
         return Layout("replicate", replicate, note=note)
     return choose_layout("auto", peer, hot_rows=1, rows_per_gpu=0, key=key)  # clique where peers exist
 

@@ -60,6 +60,10 @@ class TypedFeatureCache:
                 return ShardedFeatureCache(spec)
         return None
 
+    def __repr__(self) -> str:
+        rows = ", ".join(f"{t}: {s.plan.num_cached}" for t, s in self.specs)
+        return f"TypedFeatureCache(rows={{{rows}}}, digest={self.digest[:8]})"
+
     def open(self, context: Any) -> Any:
         """Not a one-table cache: a heterogeneous DataModule opens it per type (:meth:`provider`).
 

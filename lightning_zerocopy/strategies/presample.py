@@ -13,7 +13,7 @@ it lives here, above ``data/``; the ranking itself is :mod:`lightning_zerocopy.c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import torch
 
@@ -133,13 +133,22 @@ def presample_typed_halves(
 ) -> dict[str, torch.Tensor]:
     """This rank's part of the presampling counts of each type of ``num_nodes`` (the featured types), in halves
     (:func:`presample_typed_counts`): a heterogeneous DataModule's sampler on CPU (its builder's ``sample_batch``)
-    over a seeded one-rank plan of the input type's training seeds."""
+    over a seeded one-rank plan of the input type's training seeds.
+
+    Raises:
+        ValueError: a link DataModule (its seeds are typed endpoints, not input-type nodes: not built yet).
+    """
     from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
 
     train = datamodule.plan("train")
-    plan = BatchPlan(train.input_nodes, train.max_seed_nodes, shuffle=True, seed=datamodule.seed, stream=PRESAMPLE_STREAM)
+    if not isinstance(train, BatchPlan):
+        raise ValueError("cache_ranking='presample' over typed rows is built for node batches only, not for "
+                         f"{type(datamodule).__name__}'s link batches; use cache_ranking='degree'")  # fmt: skip
+    plan = BatchPlan(train.input_nodes, train.max_seed_nodes, shuffle=True, seed=datamodule.seed,
+                     stream=PRESAMPLE_STREAM)  # fmt: skip
+    fanouts: Any = datamodule.fanouts  # per edge type on a heterogeneous DataModule
     builder = HeteroBatchBuilder(
-        datamodule.handles, datamodule.fanouts, replace=datamodule.replace, num_threads=datamodule.num_threads  # type: ignore[arg-type]
+        datamodule.handles, fanouts, replace=datamodule.replace, num_threads=datamodule.num_threads  # type: ignore[arg-type]
     ).open(datamodule.resources, place=False)  # type: ignore[arg-type]
 
     def sample(item: PlanItem) -> Mapping[str, torch.Tensor]:
