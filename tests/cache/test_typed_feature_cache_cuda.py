@@ -61,11 +61,14 @@ def test_a_typed_cache_gathers_every_featured_types_rows_bitwise(placement: str)
             for node_type in tables:
                 assert gpu[node_type].x.is_cuda
                 assert torch.equal(gpu[node_type].x.cpu(), cpu[node_type].x), node_type
+        local = 0
         for node_type in tables:
             cache = module.resources.feature_table(node_type, module.gather_mode, spec)
             assert isinstance(cache, SegmentedFeatureCache) and cache.plan == dict(spec.specs)[node_type].plan
             counts = cache.counts()
-            assert counts.total > 0 and counts.local > 0  # some hot rows were read from this GPU's shard
+            assert counts.total > 0  # every featured type's rows went through its own cache
+            local += counts.local
+        assert local > 0  # some hot rows were read from this GPU's shards
     finally:
         module.teardown("fit")
     del shards
@@ -106,6 +109,19 @@ class _CheckRows(Callback):
 def test_the_strategy_caches_every_featured_type_under_one_budget_on_one_gpu(
     tmp_path: Path, ranking: str, budget: str
 ) -> None:
+    _fit_and_check(tmp_path, ranking, budget)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["worker", "in_process"])
+def test_a_pipeline_producer_gathers_every_type_through_the_same_cache(tmp_path: Path, mode: str) -> None:
+    """A PipelineCallback producer (a worker process opens the trainer's shards over CUDA IPC) builds the same rows."""
+    from lightning_zerocopy.callbacks import PipelineCallback
+
+    _fit_and_check(tmp_path, "degree", "16KiB", PipelineCallback(mode=mode), own_counts=mode == "in_process")
+
+
+def _fit_and_check(tmp_path: Path, ranking: str, budget: str, *callbacks: Callback, own_counts: bool = True) -> None:
     dataset = SyntheticHeteroGraph(num_papers=2000, num_features=16, num_classes=4,
                                    featured_types=("paper", "institution"), cache_dir=str(tmp_path / "data"))  # fmt: skip
     dm = ZeroCopyHeteroDataModule(dataset, num_neighbors=[5, 3], batch_size=64, gather="zerocopy", seed=3)
@@ -114,7 +130,7 @@ def test_the_strategy_caches_every_featured_type_under_one_budget_on_one_gpu(
     check = _CheckRows()
     trainer = pl.Trainer(accelerator="gpu", devices=1, strategy=strategy, max_epochs=1, limit_train_batches=8,
                          limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[check])  # fmt: skip
+                         enable_model_summary=False, callbacks=[check, *callbacks])  # fmt: skip
     model = HeteroNodeClassifier(dm.num_features, dm.num_classes, hidden_channels=16, num_layers=2, dropout=0.0)
     trainer.fit(model, datamodule=dm)
     assert check.checked > 0
@@ -125,6 +141,8 @@ def test_the_strategy_caches_every_featured_type_under_one_budget_on_one_gpu(
     if budget == "1GiB":
         assert decision.whole_table  # every row of every featured type fits
     assert check.per_type is not None and set(check.per_type) == {"paper", "institution"}
+    if not own_counts:  # a worker process gathered: its caches are not this process's
+        return
     assert check.counts is not None and check.counts.local > 0  # hot rows were read from this GPU's shards
     assert check.counts.total == sum(c.total for c in check.per_type.values() if c is not None)
     if budget == "1GiB":
