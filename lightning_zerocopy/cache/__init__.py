@@ -7,8 +7,10 @@
   :mod:`.sharded_provider` — that cache as a provider, and the counters of the caches open in this process;
 * :mod:`.budget`, :mod:`.ranking`, :mod:`.cliques`, :mod:`.read_rates`, :mod:`.probe`, :mod:`.cost`,
   :mod:`.decide` — deciding it: bytes per GPU, hot rows, GPU cliques, measured read rates, replicate against clique,
-  and the same decision on every rank of a group; :mod:`.setup` — one DDP rank's cache set up with the other ranks
-  (:class:`RankCache`, what the Strategy's hooks call).
+  and the same decision on every rank of a group; :mod:`.typed`, :mod:`.typed_decide`, :mod:`.typed_provider` — the
+  same over the rows of every featured node type of a heterogeneous graph (one budget, one plan per type, a spec per
+  type); :mod:`.setup` — one DDP rank's cache set up with the other ranks (:class:`RankCache`, what the Strategy's
+  hooks call).
 
 Importing this package imports none of its modules (names are imported on first access). No module imports PyG;
 only :mod:`.setup` imports Lightning.
@@ -42,6 +44,9 @@ _LAZY = {
     "CacheDecision": "lightning_zerocopy.cache.decide",
     "RankFacts": "lightning_zerocopy.cache.decide",
     "decide_cache": "lightning_zerocopy.cache.decide",
+    "TypedCacheDecision": "lightning_zerocopy.cache.typed_decide",
+    "decide_typed_cache": "lightning_zerocopy.cache.typed_decide",
+    "TypedFeatureCache": "lightning_zerocopy.cache.typed_provider",
     "CacheOptions": "lightning_zerocopy.cache.setup",
     "RankCache": "lightning_zerocopy.cache.setup",
 }

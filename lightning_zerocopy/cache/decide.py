@@ -20,7 +20,7 @@ from lightning_zerocopy.cache.cost import compare_policies
 from lightning_zerocopy.cache.ranking import CacheScores, PriorWeightChoice
 from lightning_zerocopy.cache.cliques import Layout, choose_layout
 
-__all__ = ["CacheDecision", "RankFacts", "decide_cache", "needs_read_rates", "rows_per_gpu_of"]
+__all__ = ["CacheDecision", "RankFacts", "decide_cache", "machine_of", "needs_read_rates", "rows_per_gpu_of"]
 
 
 @dataclass(frozen=True)
@@ -132,16 +132,7 @@ def decide_cache(
     Raises:
         ValueError: an unknown policy, or a machine whose local rank 0 sent no peer-access matrix.
     """
-    by_rank = {f.rank: f for f in facts}
-    mine = by_rank[me]
-    machine = sorted((f for f in facts if f.node_rank == mine.node_rank), key=lambda f: f.local_rank)
-    peer = next((f.peer_access for f in machine if f.local_rank == 0 and f.peer_access is not None), None)
-    if peer is None:
-        raise ValueError(f"node {mine.node_rank}: local rank 0 sent no peer-access matrix")
-    if len(peer) != len(machine):
-        raise ValueError(
-            f"node {mine.node_rank} has {len(machine)} ranks but a {len(peer)}x{len(peer)} peer-access matrix"
-        )
+    mine, machine, peer = machine_of(me, facts)
     if isinstance(scores, torch.Tensor):
         scores = CacheScores(scores)
     rows_per_gpu = rows_per_gpu_of(facts, row_bytes)
@@ -188,6 +179,25 @@ def decide_cache(
         prior_weight=choice,
     )
 
+
+
+def machine_of(me: int, facts: Sequence[RankFacts]) -> tuple[RankFacts, list[RankFacts], list[list[bool]]]:
+    """Rank ``me``'s facts, its machine's ranks (by local rank) and the machine's peer-access matrix.
+
+    Raises:
+        ValueError: a machine whose local rank 0 sent no peer-access matrix, or one of the wrong size.
+    """
+    by_rank = {f.rank: f for f in facts}
+    mine = by_rank[me]
+    machine = sorted((f for f in facts if f.node_rank == mine.node_rank), key=lambda f: f.local_rank)
+    peer = next((f.peer_access for f in machine if f.local_rank == 0 and f.peer_access is not None), None)
+    if peer is None:
+        raise ValueError(f"node {mine.node_rank}: local rank 0 sent no peer-access matrix")
+    if len(peer) != len(machine):
+        raise ValueError(
+            f"node {mine.node_rank} has {len(machine)} ranks but a {len(peer)}x{len(peer)} peer-access matrix"
+        )
+    return mine, machine, peer
 
 
 def rows_per_gpu_of(facts: Sequence[RankFacts], row_bytes: int) -> int:

@@ -19,16 +19,19 @@ A filled shard may be read by peers and pipeline workers until their own teardow
 sets it aside; it is freed at the next :meth:`RankCache.attach` (after a barrier every rank reaches only past its
 teardown) or at process exit.
 
-The cache holds rows of one feature table. A heterogeneous DataModule (a table per featured node type) runs under the
-strategy only with ``cache_budget: 0``; what a cache over typed rows takes (one budget over every type's rows ranked
-by reads per byte, per-type plans and shards, a cached gather per type) is sketched in ``docs/ARCHITECTURE.md``, in
-the heterogeneous paragraph.
+A heterogeneous DataModule's host memory has a table per featured node type (``resources.host.features`` is a
+dict): then the cache covers the rows of every featured type under the one budget (:mod:`~lightning_zerocopy.cache.typed`:
+candidates ranked by expected reads per byte, each type's lookup charged before its first row;
+:mod:`~lightning_zerocopy.cache.typed_decide`: one layout, one plan per type with the same shard count), each rank
+fills one shard per type, and the DataModule gets a
+:class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache` (a spec per type). ``auto`` measures no read
+rates for typed rows (see :mod:`~lightning_zerocopy.cache.typed_decide`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Union
 
 import torch
 import torch.distributed as dist
@@ -41,6 +44,8 @@ from lightning_zerocopy.cache.provider import FeatureCacheSpec
 from lightning_zerocopy.cache.ranking import CacheScores, check_ranking, degree_scores
 from lightning_zerocopy.cache.segmented import CacheCounts, SegmentedCacheSpec
 from lightning_zerocopy.cache.shards import fill_shard
+from lightning_zerocopy.cache.typed import typed_degree_scores
+from lightning_zerocopy.cache.typed_decide import TypedCacheDecision, decide_typed_cache
 
 __all__ = ["CacheOptions", "CachedDataModule", "RankCache", "RankPlace"]
 
@@ -126,8 +131,9 @@ class RankCache:
     def __init__(self, options: CacheOptions) -> None:
         self.options = options
         #: the decided cache of this rank (after :meth:`attach`), for logs and tests
-        self.decision: Optional[CacheDecision] = None
+        self.decision: Optional[Union[CacheDecision, TypedCacheDecision]] = None
         self._shard: Optional[torch.Tensor] = None
+        self._typed_shards: list[torch.Tensor] = []  # one per featured type (typed rows)
         self._retired: list[torch.Tensor] = []
 
     def attach(
@@ -135,9 +141,9 @@ class RankCache:
         datamodule: CachedDataModule,
         place: RankPlace,
         free_gpu_bytes: Callable[[], int],
-        presample: Callable[[int], torch.Tensor],
+        presample: Callable[[Any], Any],
         barrier: Callable[[str], None],
-    ) -> Optional[CacheDecision]:
+    ) -> Optional[Union[CacheDecision, TypedCacheDecision]]:
         """Decide and place this rank's cache and set it on ``datamodule``. A collective: every rank calls it.
 
         Args:
@@ -145,7 +151,8 @@ class RankCache:
             place: where this rank runs.
             free_gpu_bytes: the GPU memory free once the model is placed (called only for a cache on the GPU).
             presample: ``presample(num_nodes)``: this rank's presampled counts in halves (``[2, num_nodes]``;
-                called only for ``cache_ranking: presample``).
+                called only for ``cache_ranking: presample``); for typed rows ``num_nodes`` is a dict of rows per
+                featured type and the answer a dict of such halves.
             barrier: the strategy's barrier (waits for every rank), called before shards of an earlier stage are
                 freed.
 
@@ -175,10 +182,13 @@ class RankCache:
                 "but data.init_args.gather resolves to 'cpu'"
             )
         host = datamodule.resources.host  # this process's mapping of the host memory
+        budget_bytes = lambda: self._budget_bytes(root, on_gpu, free_gpu_bytes)  # noqa: E731
+        if isinstance(host.features, dict):  # a table per featured node type
+            return self._attach_typed(datamodule, host, place, on_gpu, budget_bytes, presample)
         table = host.features.data
         num_nodes, row_bytes = int(table.shape[0]), int(table[0].numel() * table.element_size()) if table.shape[0] else 0
         scores = self._scores(host.graph.indices, num_nodes, place, presample)
-        facts = self._exchange_facts(self._budget_bytes(root, on_gpu, free_gpu_bytes), place)
+        facts = self._exchange_facts(budget_bytes(), place)
         rates = None
         hot_rows = scores.hot_rows
         if on_gpu and place.world_size > 1 and needs_read_rates(options.policy, facts, hot_rows, num_nodes, row_bytes):
@@ -205,19 +215,41 @@ class RankCache:
         if self._shard is not None:
             self._retired.append(self._shard)
             self._shard = None
+        self._retired.extend(self._typed_shards)
+        self._typed_shards = []
 
     def counts(self) -> Optional[CacheCounts]:
         """Rows this process's builders gathered so far from the local shard(s), peers' shards and host memory
         (reading synchronizes the GPU), or ``None`` without a cache. A pipeline worker process counts in its own
         process."""
+        from lightning_zerocopy.cache.segmented import CacheCounts
         from lightning_zerocopy.cache.sharded_provider import open_cache_counts
 
-        return None if self.decision is None else open_cache_counts(self.decision.plan.digest)
+        decision = self.decision
+        if decision is None:
+            return None
+        if isinstance(decision, CacheDecision):
+            return open_cache_counts(decision.plan.digest)
+        per_type = [c for c in self.counts_per_type().values() if c is not None]  # type: ignore[union-attr]
+        if not per_type:
+            return None
+        return CacheCounts(*(sum(getattr(c, f) for c in per_type) for f in ("local", "peer", "host")))
+
+    def counts_per_type(self) -> Optional[dict[str, Optional[CacheCounts]]]:
+        """For a cache over typed rows: :meth:`counts` of each featured type (``None`` for a type whose cache this
+        process has not opened); ``None`` for a cache of one table or without a cache."""
+        from lightning_zerocopy.cache.sharded_provider import open_cache_counts
+
+        decision = self.decision
+        if not isinstance(decision, TypedCacheDecision):
+            return None
+        return {t: open_cache_counts(plan.digest) for t, plan in decision.plans.items()}
 
     @property
     def row_bytes(self) -> int:
-        """Bytes of one feature row (0 before the cache is decided)."""
-        return 0 if self.decision is None else self.decision.row_bytes
+        """Bytes of one feature row (0 before the cache is decided, and for typed rows, whose widths differ: see
+        :meth:`counts_per_type` and the decision's ``row_bytes`` per type)."""
+        return self.decision.row_bytes if isinstance(self.decision, CacheDecision) else 0
 
     # ---- the steps of attach ---------------------------------------------------------------------------------
 
@@ -288,6 +320,61 @@ class RankCache:
             dist.all_gather_object(handles, handle)
         group = [handles[r] for r in decision.group]
         return SegmentedCacheSpec(plan=decision.plan, handles=tuple(group), policy=decision.layout.policy)
+
+    def _attach_typed(
+        self,
+        datamodule: CachedDataModule,
+        host: Any,
+        place: RankPlace,
+        on_gpu: bool,
+        budget_bytes: Callable[[], int],
+        presample: Callable[[Any], Any],
+    ) -> Optional[TypedCacheDecision]:
+        """:meth:`attach` over the rows of every featured type (``host.features`` a dict of tables)."""
+        tables = {t: table.data for t, table in host.features.items()}
+        num_rows = {t: int(x.shape[0]) for t, x in tables.items()}
+        row_bytes = {t: int(x.shape[1]) * x.element_size() if x.dim() == 2 else 0 for t, x in tables.items()}
+        priors = typed_degree_scores(host.graphs, host.num_nodes, list(tables))
+        scores = {t: CacheScores(priors[t]) for t in tables}
+        if self.options.ranking == "presample":
+            halves = presample(num_rows)
+            if place.world_size > 1:  # one all-reduce over every type's halves
+                flat = torch.cat([halves[t].reshape(-1) for t in tables])
+                flat = flat.to(place.device if dist.get_backend() == "nccl" else torch.device("cpu"))
+                dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+                parts = flat.cpu().split([2 * num_rows[t] for t in tables])
+                halves = {t: part.reshape(2, num_rows[t]) for t, part in zip(tables, parts)}
+            scores = {t: CacheScores(priors[t], halves[t]) for t in tables}
+        facts = self._exchange_facts(budget_bytes(), place)
+        decision = decide_typed_cache(place.rank, facts, scores, num_rows, row_bytes, self.options.policy)
+        self.decision = decision
+        rank_zero_info(f"ZeroCopyDDPStrategy: {decision.summary()}")
+        if decision.layout.note and place.local_rank == 0 and place.node_rank > 0:
+            print(f"[node {place.node_rank}] ZeroCopyDDPStrategy: {decision.layout.note}", flush=True)
+        if not on_gpu:
+            return None
+        datamodule.set_feature_cache(self._place_typed(decision, tables, place))
+        return decision
+
+    def _place_typed(self, decision: TypedCacheDecision, tables: dict[str, torch.Tensor], place: RankPlace) -> Any:
+        """Fill this rank's shard of every type, swap the handles within the cache group, return the typed spec."""
+        from lightning_zerocopy.cache.typed_provider import TypedFeatureCache
+
+        mine: dict[str, Any] = {}
+        for node_type, plan in decision.plans.items():
+            shard, handle = fill_shard(plan, decision.shard_index, tables[node_type], place.device)
+            self._typed_shards.append(shard)
+            mine[node_type] = handle
+        handles: list[Any] = [mine]
+        if place.world_size > 1:
+            handles = [None] * place.world_size
+            dist.all_gather_object(handles, mine)
+        group = [handles[r] for r in decision.group]
+        specs = tuple(
+            (t, SegmentedCacheSpec(plan=plan, handles=tuple(h[t] for h in group), policy=decision.layout.policy))
+            for t, plan in decision.plans.items()
+        )
+        return TypedFeatureCache(specs)
 
     def _free_retired(self, place: RankPlace, barrier: Callable[[str], None]) -> None:
         # shards of an earlier stage: every rank has closed its caches since (its teardown) once all pass the barrier

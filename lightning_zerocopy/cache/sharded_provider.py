@@ -69,7 +69,9 @@ def open_cache_counts(plan_digest: str) -> Optional[Any]:
 
 def process_cache_counts() -> Optional[tuple[int, int, int, int]]:
     """``(local, peer, host, row_bytes)``: the rows every cache open in this process served so far, summed, and the
-    bytes of one feature row (the caches of one process serve one feature table), or ``None`` when none is open.
+    bytes of one feature row, or ``None`` when none is open. The caches of a homogeneous process serve one table;
+    a heterogeneous one's serve a table per type, whose widths differ: ``row_bytes`` is then the host rows' mean
+    (their bytes over their count, rounded down), so ``host * row_bytes`` stays about the bytes read from host.
 
     What a pipeline worker reports to its trainer (:mod:`lightning_zerocopy.pipeline.producer`). Reads each cache's
     GPU counters on the current stream (a copy of a few integers that waits for that stream's queued work).
@@ -79,4 +81,8 @@ def process_cache_counts() -> Optional[tuple[int, int, int, int]]:
         return None
     counts = [c.counts() for c in caches]
     local, peer, host = (sum(int(getattr(c, f)) for c in counts) for f in ("local", "peer", "host"))
-    return local, peer, host, int(caches[0].row_bytes)
+    widths = {int(c.row_bytes) for c in caches}
+    if len(widths) == 1 or host == 0:
+        return local, peer, host, int(caches[0].row_bytes)
+    host_bytes = sum(int(n.host) * int(c.row_bytes) for n, c in zip(counts, caches))
+    return local, peer, host, host_bytes // host

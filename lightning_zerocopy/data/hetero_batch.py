@@ -76,6 +76,9 @@ class HeteroBatchBuilder:
         device: CUDA device index (``None``: the resources').
         node_keyed: evaluation sampling (:mod:`lightning_zerocopy.sampling.hetero`).
         x_dtype: the dtype of every type's ``x`` (``None``: the host table's).
+        cache: the GPU feature cache over typed rows (a picklable
+            :class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache`, the Strategy's), or ``None``. Needs
+            ``gather="zerocopy"``.
 
     Raises:
         ValueError: a bad option (naming it); ``hybrid``/``auto`` placements.
@@ -96,6 +99,7 @@ class HeteroBatchBuilder:
         device: Optional[int] = None,
         node_keyed: bool = False,
         x_dtype: Optional[FeatureDtype] = "float32",
+        cache: Optional[Any] = None,
     ) -> None:
         check_choice(sampler_placement, SamplerPlacement, "sampler_placement")
         if sampler_placement in ("hybrid", "auto"):
@@ -107,7 +111,10 @@ class HeteroBatchBuilder:
         check_count(num_threads, "num_threads", minimum=1, allow_none=True)
         if set(map(tuple, fanouts)) != set(handles.edge_types):
             raise ValueError(f"`fanouts` must name every edge type {handles.edge_types}, got {list(fanouts)}")
+        if cache is not None and gather != "zerocopy":
+            raise ValueError(f"`cache`={cache!r} caches rows for the zero-copy gather: set gather='zerocopy'")
         self.handles = handles
+        self.cache = cache
         self.fanouts = {et: check_fanouts(list(fanouts[et]), "fanouts") for et in handles.edge_types}
         self.replace = bool(replace)
         self.num_threads = num_threads
@@ -215,7 +222,7 @@ class HeteroBatchBuilder:
                 )  # fmt: skip
             features = None
             if self.gather == "zerocopy":
-                features = {t: r.feature_table(t, self.gather_mode) for t in self._host.features}
+                features = {t: r.feature_table(t, self.gather_mode, self.cache) for t in self._host.features}
             self._gpu = HeteroGpuSide(device=device, sampler=sampler, features=features, labels=r.labels())
 
     def close(self) -> None:
@@ -305,7 +312,7 @@ class HeteroBatchBuilder:
         return (
             f"HeteroBatchBuilder(edge_types={len(self.fanouts)}, fanouts={self.fanouts}, replace={self.replace}, "
             f"node_keyed={self.node_keyed}, sampler_placement={self.sampler_placement!r}, gather={self.gather!r}, "
-            f"x_dtype={self.x_dtype!r}, device={self.device_index}, open={self.is_open})"
+            f"x_dtype={self.x_dtype!r}, cache={self.cache!r}, device={self.device_index}, open={self.is_open})"
         )
 
 

@@ -7,18 +7,21 @@ edge type, features per featured type), whose resources are
 :class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`. The plan is the homogeneous one over the input
 type's split.
 
-Under several ranks (Lightning's ``ddp``, or ``ZeroCopyDDPStrategy`` with ``cache_budget: 0``) it is the homogeneous
-DataModule's setup unchanged: each machine's local rank 0 builds the typed host copy, the other ranks map it through
-the exchanged handles, and each rank's plan deals it a disjoint, equal share of the input type's seeds.
+Under several ranks (Lightning's ``ddp``, or ``ZeroCopyDDPStrategy``) it is the homogeneous DataModule's setup
+unchanged: each machine's local rank 0 builds the typed host copy, the other ranks map it through the exchanged
+handles, and each rank's plan deals it a disjoint, equal share of the input type's seeds.
 
 A host-memory consumer (the strategy, then the callbacks) takes part only if it says so with
 ``takes_hetero_builders``: a :class:`~lightning_zerocopy.callbacks.PipelineCallback` (``worker`` or ``in_process``)
 builds the batches with these builders (they cross its slots flattened,
-:mod:`lightning_zerocopy.pipeline.hetero_slots`); ``ZeroCopyDDPStrategy`` takes them without a cache. Not yet for
-heterogeneous graphs: ``sampler_placement`` ``hybrid``/``auto``, other host-memory consumers
-(``ZeroCopyDDPStrategy`` with a ``cache_budget``: refused by :meth:`ZeroCopyHeteroDataModule.check_consumers` before
-its launcher starts a rank, and again in ``setup``), GPU feature caches (:meth:`set_feature_cache`) and
-``node_order`` other than ``none``, each refused in one line; ``hot_rows`` is not an argument.
+:mod:`lightning_zerocopy.pipeline.hetero_slots`); ``ZeroCopyDDPStrategy`` takes them with or without a cache: its
+``cache_budget`` covers the rows of every featured type (:mod:`lightning_zerocopy.cache.typed`), handed over as a
+:class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache` through :meth:`set_feature_cache` and opened per
+type by :meth:`~lightning_zerocopy.data.hetero_resources.HeteroDeviceResources.feature_table`. Not yet for
+heterogeneous graphs: ``sampler_placement`` ``hybrid``/``auto``, other host-memory consumers (refused by
+:meth:`ZeroCopyHeteroDataModule.check_consumers` before the strategy's launcher starts a rank, and again in
+``setup``), caches of one table (``hot_rows`` is not an argument) and ``node_order`` other than ``none``, each
+refused in one line.
 
 ``node_order`` is refused rather than applied per type: the homogeneous order renumbers one id space (graph,
 features, labels in internal ids; the sampler and assembly map seeds in and ``n_id`` back through one
@@ -293,17 +296,31 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
             device=gpu.device_index,
             node_keyed=split != "train" and self._eval_node_keyed,
             x_dtype=self.x_dtype,
+            cache=self._feature_cache,
         )
 
-    def set_feature_cache(self, spec: Optional[Any]) -> None:
-        """GPU feature caches are not yet placed per node type: only ``None`` (no cache) is accepted.
+    def set_feature_cache(self, spec: Optional[Any]) -> None:  # type: ignore[override]
+        """Serve each featured type's rows from the GPU cache over typed rows ``spec`` describes (a
+        :class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache`, ``ZeroCopyDDPStrategy``'s), in every
+        process that builds batches, or from host memory only (``None``). When it may be called: as
+        :meth:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule.set_feature_cache`.
 
         Raises:
-            ValueError: a cache spec.
+            ValueError: a cache spec of one table (``hot_rows``, a homogeneous provider): one per node type is needed.
+            RuntimeError: after ``setup`` (builders already carry the previous spec).
         """
-        if spec is not None:
-            raise ValueError("GPU feature caches are not yet supported for heterogeneous graphs (ZeroCopyHeteroDataModule)")
-        super().set_feature_cache(None)
+        from lightning_zerocopy.cache.typed_provider import TypedFeatureCache
+
+        if spec is not None and not isinstance(spec, TypedFeatureCache):
+            raise ValueError("a heterogeneous DataModule takes a GPU feature cache per node type (a "
+                             f"TypedFeatureCache, ZeroCopyDDPStrategy's cache_budget), not {type(spec).__name__}")  # fmt: skip
+        if self._handles is not None and not self._attaching:
+            raise RuntimeError(
+                "set_feature_cache() must be called before ZeroCopyHeteroDataModule.setup() or from attach_host_memory"
+            )
+        self._feature_cache = spec
+        if self._handles is not None:  # during setup: nothing is placed yet, the builders take the new spec
+            self._bind_builders()
 
     @property
     def resources(self) -> Optional[HeteroDeviceResources]:  # type: ignore[override]

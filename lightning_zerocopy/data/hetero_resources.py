@@ -9,12 +9,13 @@ and what is placed from it on one CUDA device, each on first use and kept until 
 ``topology(edge_type, placement)``  that edge type's CSC for the CUDA sampler (``gpu`` copy or ``uva``
                                     registration, :func:`~lightning_zerocopy.sampling.topology.place_topology`)
 ``labels()``                        the input type's labels on the GPU, in the smallest integer dtype
-``feature_table(node_type, mode)``  the zero-copy gather path of one featured type (a ``CudaFeatureTable``
-                                    over the registered host table, as the homogeneous one without a cache)
+``feature_table(node_type, mode,    the zero-copy gather path of one featured type: a ``CudaFeatureTable``
+cache)``                            over the registered host table, or, where ``cache`` (a
+                                    :class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache`) covers
+                                    the type, that type's ``SegmentedFeatureCache`` over it
 =================================  ======================================================================
 
-GPU feature caches (``hot_rows``, the Strategy's shards) are not placed per type yet: the seam is
-``feature_table``, which would take a cache spec per node type (the design: ``docs/ARCHITECTURE.md``, the
+``hot_rows`` is not placed per type; the Strategy's cache over typed rows is (``docs/ARCHITECTURE.md``, the
 heterogeneous paragraph).
 """
 
@@ -87,7 +88,7 @@ class HeteroDeviceResources:
         self._device: Optional[torch.device] = None
         self._lock = threading.RLock()
         self._topology: dict[tuple[EdgeType, str], PlacedTopology] = {}
-        self._tables: dict[tuple[str, str], FeatureGather] = {}
+        self._tables: dict[tuple[str, str, Any], FeatureGather] = {}
         self._labels: Optional[torch.Tensor] = None
         self._registrations: dict[str, Any] = {}
         self._closed = False
@@ -128,18 +129,29 @@ class HeteroDeviceResources:
                 self._labels = labels.to(_compact_int_dtype(labels)).to(self.device)
             return self._labels
 
-    def feature_table(self, node_type: str, mode: GatherMode = "auto") -> FeatureGather:
-        """The zero-copy gather path of ``node_type``'s features (its host table registered once)."""
+    def feature_table(self, node_type: str, mode: GatherMode = "auto", cache: Optional[Any] = None) -> FeatureGather:
+        """The zero-copy gather path of ``node_type``'s features (its host table registered once).
+
+        One table per ``(node_type, mode, cache)``, shared by every caller.
+
+        Args:
+            node_type: a featured node type.
+            mode: the read order (``auto``/``direct``/``sorted``).
+            cache: a :class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache` (the Strategy's cache over
+                typed rows), or ``None``: where it covers ``node_type``, that type's cache is opened over the
+                registered table (hot rows from GPU shards, the rest from host memory, one launch per gather).
+        """
         check_choice(mode, GatherMode, "mode")
-        key = (node_type, mode)
+        key = (node_type, mode, cache)
         with self._lock:
             table = self._tables.get(key)
             if table is None:
                 self._check_open()
                 data = self._register(self.host.features[node_type].data, f"features[{node_type}]")
                 context = CacheContext(data, self.device, mode, int(data.shape[0]), lambda: data.new_empty(0))
+                provider = None if cache is None else cache.provider(node_type)
                 with torch.cuda.device(self.device):
-                    table = plain_feature_table(context)
+                    table = plain_feature_table(context) if provider is None else provider.open(context)
                 self._tables[key] = table
             return table
 

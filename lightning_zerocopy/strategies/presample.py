@@ -13,7 +13,7 @@ it lives here, above ``data/``; the ranking itself is :mod:`lightning_zerocopy.c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import torch
 
@@ -23,7 +23,14 @@ from lightning_zerocopy.data.plan import BatchPlan, PlanItem
 if TYPE_CHECKING:
     from lightning_zerocopy.data.datamodule import ZeroCopyDataModule
 
-__all__ = ["PRESAMPLE_STREAM", "presample_counts", "presample_halves", "presample_items"]
+__all__ = [
+    "PRESAMPLE_STREAM",
+    "presample_counts",
+    "presample_halves",
+    "presample_items",
+    "presample_typed_counts",
+    "presample_typed_halves",
+]
 
 #: Random stream of the presampling plan (the splits' plans use :data:`~lightning_zerocopy.data.plan.SPLIT_STREAMS`,
 #: so presampling estimates the access distribution without replaying the exact training batches).
@@ -91,5 +98,63 @@ def presample_halves(
 
     try:
         return presample_counts(sample, plan, num_batches, num_nodes, rank, world_size, progress=rank == 0)
+    finally:
+        builder.close()
+
+
+def presample_typed_counts(
+    sample: Callable[[PlanItem], Mapping[str, torch.Tensor]],
+    plan: BatchPlan,
+    num_batches: int,
+    num_nodes: Mapping[str, int],
+    rank: int = 0,
+    world_size: int = 1,
+    progress: bool = False,
+) -> dict[str, torch.Tensor]:
+    """:func:`presample_counts` per node type: ``sample(item)`` returns a batch's ``n_id`` per type, and each type of
+    ``num_nodes`` gets its int64 ``[2, num_nodes[type]]`` halves (a type absent from a batch counts nothing there)."""
+    counts = {t: torch.zeros(2, int(n), dtype=torch.int64) for t, n in num_nodes.items()}
+    ks = range(rank, num_batches, world_size)
+    pairs: Iterable[tuple[int, PlanItem]] = zip(ks, presample_items(plan, num_batches, rank, world_size))
+    if progress:
+        from tqdm.auto import tqdm
+
+        pairs = tqdm(pairs, total=len(ks), desc="presampling hot rows", unit="batch", leave=False)
+    for k, item in pairs:
+        for node_type, n_id in sample(item).items():
+            if node_type in counts:
+                ids = n_id.to(device="cpu", dtype=torch.int64)
+                counts[node_type][k % 2] += torch.bincount(ids, minlength=counts[node_type].shape[1])
+    return counts
+
+
+def presample_typed_halves(
+    datamodule: "ZeroCopyDataModule", num_batches: int, rank: int, world_size: int, num_nodes: Mapping[str, int]
+) -> dict[str, torch.Tensor]:
+    """This rank's part of the presampling counts of each type of ``num_nodes`` (the featured types), in halves
+    (:func:`presample_typed_counts`): a heterogeneous DataModule's sampler on CPU (its builder's ``sample_batch``)
+    over a seeded one-rank plan of the input type's training seeds.
+
+    Raises:
+        ValueError: a link DataModule (its seeds are typed endpoints, not input-type nodes: not built yet).
+    """
+    from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
+
+    train = datamodule.plan("train")
+    if not isinstance(train, BatchPlan):
+        raise ValueError("cache_ranking='presample' over typed rows is built for node batches only, not for "
+                         f"{type(datamodule).__name__}'s link batches; use cache_ranking='degree'")  # fmt: skip
+    plan = BatchPlan(train.input_nodes, train.max_seed_nodes, shuffle=True, seed=datamodule.seed,
+                     stream=PRESAMPLE_STREAM)  # fmt: skip
+    fanouts: Any = datamodule.fanouts  # per edge type on a heterogeneous DataModule
+    builder = HeteroBatchBuilder(
+        datamodule.handles, fanouts, replace=datamodule.replace, num_threads=datamodule.num_threads  # type: ignore[arg-type]
+    ).open(datamodule.resources, place=False)  # type: ignore[arg-type]
+
+    def sample(item: PlanItem) -> Mapping[str, torch.Tensor]:
+        return builder.sample_batch(item).sample.n_id
+
+    try:
+        return presample_typed_counts(sample, plan, num_batches, num_nodes, rank, world_size, progress=rank == 0)
     finally:
         builder.close()

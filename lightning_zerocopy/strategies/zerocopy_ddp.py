@@ -20,7 +20,7 @@ released in ``teardown`` and ``on_exception``. The constructor only stores and c
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import pytorch_lightning as pl
 import torch
@@ -37,6 +37,7 @@ from lightning_zerocopy.strategies.liveness import RankLiveness, stop_watch, tra
 
 if TYPE_CHECKING:
     from lightning_zerocopy.cache.decide import CacheDecision
+    from lightning_zerocopy.cache.typed_decide import TypedCacheDecision
     from lightning_zerocopy.cache.segmented import CacheCounts
     from lightning_zerocopy.data.datamodule import ZeroCopyDataModule
 
@@ -51,8 +52,10 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             bytes), a share of the GPU memory free once the model is placed (``"40%"``), or ``0`` (no cache). The
             smallest budget of all ranks applies everywhere. A size above 90 % of the free memory is clamped with a
             warning. When the budget holds the whole feature table, the table is placed on the GPU(s) entirely.
-            A :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (a table per featured node
-            type) runs only with ``0``: another budget is refused in one line before any rank starts.
+            Under a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (a table per
+            featured node type) the budget covers the rows of every featured type: one ranking of ``(type, row)``
+            by expected reads per byte, each type's lookup charged first, one shard per type and GPU
+            (:mod:`~lightning_zerocopy.cache.typed`); ``auto`` then measures no read rates.
         cache_ranking: which rows are hot: ``"degree"`` (how often a node is some node's in-neighbor) or
             ``"presample"`` (run the DataModule's sampler over the training seeds for ``presample_batches``
             batches, count each node's appearances and blend the counts with the degree prior, its weight chosen
@@ -182,17 +185,10 @@ class ZeroCopyDDPStrategy(DDPStrategy):
     @property
     def takes_hetero_builders(self) -> bool:
         """Whether a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` may run under this
-        strategy: only without a cache (``cache_budget: 0``). The cache is planned over one feature table's rows;
-        typed rows (a table per featured node type) are not cached yet. Without a cache everything else holds for
-        typed data as it is: one host copy per machine, the seed shares of the plan, the rank watch."""
-        return self.cache_budget.is_zero
-
-    @property
-    def hetero_fix(self) -> str:
-        """What to change when :attr:`takes_hetero_builders` is false (the DataModule's one-line refusal)."""
-        return (f"its cache_budget={self.cache_budget.text!r} caches the rows of one feature table on the GPU, which "
-                "heterogeneous graphs do not have yet: set trainer.strategy.init_args.cache_budget to 0 (or "
-                "trainer.strategy to ddp)")  # fmt: skip
+        strategy: always. One host copy per machine, the seed shares of the plan and the rank watch hold for typed
+        data as they are; a ``cache_budget`` covers the rows of every featured type
+        (:class:`~lightning_zerocopy.cache.setup.RankCache` reads the host's tables as a dict)."""
+        return True
 
     def _preflight(self, trainer: Optional["pl.Trainer"], datamodule: Optional[Any]) -> None:
         """The DataModule's refusals of the trainer's components, before the launcher starts any other rank (so a
@@ -206,7 +202,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
     # ---- the cache, as telemetry and tests read it -------------------------------------------------------------
 
     @property
-    def cache_decision(self) -> Optional["CacheDecision"]:
+    def cache_decision(self) -> Optional[Union["CacheDecision", "TypedCacheDecision"]]:
         """The decided cache of this rank (after the DataModule's setup), for logs and tests."""
         return self._cache.decision
 
@@ -216,9 +212,14 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         process."""
         return self._cache.counts()
 
+    def cache_counts_per_type(self) -> Optional[dict[str, Optional["CacheCounts"]]]:
+        """For a cache over typed rows: :meth:`cache_counts` per featured type (``None`` for one table or no
+        cache)."""
+        return self._cache.counts_per_type()
+
     @property
     def cache_row_bytes(self) -> int:
-        """Bytes of one feature row (0 before the cache is decided)."""
+        """Bytes of one feature row (0 before the cache is decided, and for typed rows, whose widths differ)."""
         return self._cache.row_bytes
 
     # ---- what the cache asks of the strategy -------------------------------------------------------------------
@@ -228,9 +229,13 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             self.model_to_device()  # "free memory" means free once the model is there (DDP's setup does it again)
         return int(torch.cuda.mem_get_info(self.root_device)[0])
 
-    def _presample(self, datamodule: "ZeroCopyDataModule", num_nodes: int) -> torch.Tensor:
-        from lightning_zerocopy.strategies.presample import presample_halves  # imports the DataModule's builder
+    def _presample(self, datamodule: "ZeroCopyDataModule", num_nodes: Any) -> Any:
+        # imports the DataModule's builder; a dict of rows per featured type: the heterogeneous builder's counts
+        from lightning_zerocopy.strategies.presample import presample_halves, presample_typed_halves
 
+        if isinstance(num_nodes, dict):
+            return presample_typed_halves(datamodule, self.presample_batches, self.global_rank, self.world_size,
+                                          num_nodes)  # fmt: skip
         return presample_halves(datamodule, self.presample_batches, self.global_rank, self.world_size, num_nodes)
 
 

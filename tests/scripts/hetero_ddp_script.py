@@ -3,13 +3,14 @@
 per extra rank.
 
 The config: ``out`` (folder), ``cache`` (the dataset's cache), ``devices``, ``strategy`` (``"ddp"``,
-``"zerocopy_ddp"``, or ``"auto"`` for one device), ``cache_budget`` (``zerocopy_ddp``'s), ``stage`` (``"fit"`` or
+``"zerocopy_ddp"``, or ``"auto"`` for one device), ``cache_budget`` and ``cache_ranking`` (``zerocopy_ddp``'s), ``stage`` (``"fit"`` or
 ``"predict"``), ``max_epochs``, ``eval_batch_size``, ``ckpt`` (a checkpoint to resume from) and ``every_n_steps``
 (save ``step=N.ckpt`` into ``out/ckpt``).
 
 ``fit``: every rank writes ``rank<N>.json``: its pid, the paths of the shared segments it maps (read from
 ``/proc/self/maps`` at setup), ``[epoch, batch_idx, global_step, seed papers]`` of every training batch, the steps per
-epoch and the training split. ``predict``: the PredictionWriter writes ``out/predictions.npz``.
+epoch, the training split and, under a ``cache_budget``, the decided cache (its plans' digest and rows per type;
+CPU ranks decide it and place nothing). ``predict``: the PredictionWriter writes ``out/predictions.npz``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class Report(pl.Callback):
                   "paths": self.paths, "mapped": self.mapped, "batches": self.batches,
                   "steps_per_epoch": trainer.num_training_batches,
                   "train_idx": trainer.datamodule.plan("train").input_nodes.tolist()}  # fmt: skip
+        decision = getattr(trainer.strategy, "cache_decision", None)
+        if decision is not None:
+            report["cache"] = {"digest": decision.digest, "rows": decision.rows_per_type,
+                               "bytes_per_gpu": decision.bytes_per_gpu}  # fmt: skip
         with open(os.path.join(self.out, f"rank{trainer.global_rank}.json"), "w", encoding="utf-8") as f:
             json.dump(report, f)
 
@@ -77,7 +82,9 @@ def main(config: dict) -> None:
                                   eval_batch_size=config.get("eval_batch_size", 32), num_threads=1, seed=1)  # fmt: skip
     strategy = config.get("strategy", "ddp" if devices > 1 else "auto")
     if strategy == "zerocopy_ddp":
-        strategy = ZeroCopyDDPStrategy(cache_budget=config.get("cache_budget", 0), process_group_backend="gloo")
+        strategy = ZeroCopyDDPStrategy(cache_budget=config.get("cache_budget", 0),
+                                       cache_ranking=config.get("cache_ranking", "degree"), presample_batches=8,
+                                       process_group_backend="gloo")  # fmt: skip
     stage = config.get("stage", "fit")
     callbacks: list = [PredictionWriter(output_dir=out)] if stage == "predict" else [Report(out)]
     if config.get("every_n_steps"):

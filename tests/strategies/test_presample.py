@@ -96,3 +96,26 @@ def test_presampling_needs_two_batches() -> None:
     with pytest.raises(ValueError, match="presample_batches must be an int >= 2"):
         ZeroCopyDDPStrategy(cache_ranking="presample", presample_batches=1)
     assert ZeroCopyDDPStrategy(cache_ranking="presample", presample_batches=2).presample_batches == 2
+
+
+def test_typed_presampling_counts_every_featured_type_and_sums_over_ranks_to_one_ranks_counts() -> None:
+    from helpers.hetero import TinyHeteroDataset
+
+    from lightning_zerocopy import ZeroCopyHeteroDataModule
+    from lightning_zerocopy.strategies.presample import presample_typed_halves
+
+    dm = ZeroCopyHeteroDataModule(TinyHeteroDataset(), num_neighbors=[3, 2], batch_size=4, num_threads=1)
+    dm.setup("fit")
+    try:
+        featured = {"paper": 40, "institution": 7}  # author has no features: not asked for, not counted
+        one = presample_typed_halves(dm, 6, 0, 1, featured)
+        assert set(one) == set(featured)
+        assert all(c.shape == (2, n) and c.dtype == torch.int64 for c, n in zip(one.values(), featured.values()))
+        assert int(one["paper"].sum()) > 0 and int(one["institution"].sum()) > 0
+        # seeds count: every presampled batch holds its 4 seed papers in n_id
+        assert int(one["paper"].sum()) >= 6 * 4
+        shares = [presample_typed_halves(dm, 6, r, 2, featured) for r in range(2)]
+        for t in featured:
+            assert torch.equal(shares[0][t] + shares[1][t], one[t])  # halves by batch number, not by rank
+    finally:
+        dm.teardown("fit")
