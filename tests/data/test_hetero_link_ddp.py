@@ -24,6 +24,7 @@ from lightning_zerocopy import ZeroCopyHeteroLinkDataModule
 from lightning_zerocopy.datasets import SyntheticHeteroLinkGraph
 from lightning_zerocopy.options import RecipeError
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
+from lightning_zerocopy.strategies.presample import presample_typed_halves
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "scripts" / "hetero_link_ddp_script.py"
@@ -83,11 +84,13 @@ def _edges(report: dict[str, Any], epoch: int, before_step: int = 1 << 30) -> li
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "zerocopy_ddp"])
-def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_edge_shares(tmp_path: Path, cache: str,
-                                                                         strategy: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(("strategy", "cache_budget"), [("ddp", 0), ("zerocopy_ddp", 0), ("zerocopy_ddp", "4KiB")])
+def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_edge_shares(tmp_path: Path, cache: str, strategy: str,
+                                                                         cache_budget: Any) -> None:  # fmt: skip
+    """With a ``cache_budget`` too: both ranks decide the Strategy's cache over typed rows (degree ranking; CPU ranks
+    place nothing) and train as without it."""
     before = _shm()
-    reports = _reports(_run(tmp_path, "fit", cache, devices=2, strategy=strategy, cache_budget=0), 2)
+    reports = _reports(_run(tmp_path, "fit", cache, devices=2, strategy=strategy, cache_budget=cache_budget), 2)
     assert [r["world_size"] for r in reports] == [2, 2] and reports[0]["pid"] != reports[1]["pid"]
 
     # one set of segments: every rank maps all of them (each edge type's CSC, each featured type's table, the link
@@ -162,18 +165,25 @@ def test_resume_on_another_world_size_trains_each_edge_of_the_epoch_once(tmp_pat
     assert {i for r in resumed for i in _edges(r, 2)} == set(range(len(train)))  # the new world's own epoch
 
 
-def test_a_cache_budget_is_refused_in_one_line_before_any_data_is_built(tmp_path: Path) -> None:
+def test_the_strategy_with_a_cache_takes_link_builders_and_other_consumers_are_refused(tmp_path: Path) -> None:
+    """A ``cache_budget`` is taken (the Strategy's cache over typed rows, ranked by degree); a host-memory consumer
+    that does not take typed builders is refused in one line before any rank starts; ``presample`` ranking, built for
+    node batches only, names ``degree``."""
     strategy = ZeroCopyDDPStrategy(cache_budget="1KiB")
     dm = ZeroCopyHeteroLinkDataModule(small_graph(str(tmp_path)), num_neighbors=[2, 2], batch_size=4, num_threads=1)
-    trainer = SimpleNamespace(strategy=strategy, callbacks=[])
-    before = _shm()
+    strategy._preflight(SimpleNamespace(strategy=strategy, callbacks=[]), dm)  # no error
+
+    class OneTableConsumer:  # a host-memory consumer that does not say it takes typed builders
+        def attach_host_memory(self, trainer: Any, datamodule: Any) -> None:
+            raise AssertionError("not reached")
+
     with pytest.raises(RecipeError) as refused:  # what the launcher asks before it starts a rank
-        strategy._preflight(trainer, dm)
+        strategy._preflight(SimpleNamespace(strategy=strategy, callbacks=[OneTableConsumer()]), dm)
     message = str(refused.value)
-    assert "\n" not in message and "ZeroCopyDDPStrategy" in message
-    assert "set trainer.strategy.init_args.cache_budget to 0" in message
-    dm.trainer = trainer  # the DataModule's setup refuses it too (launchers that start no rank)
-    with pytest.raises(RecipeError, match="set trainer.strategy.init_args.cache_budget to 0"):
-        dm.setup("fit")
-    assert dm._handles is None and not {n for n in _shm() - before if n.startswith("lzc-")}
-    strategy._preflight(SimpleNamespace(strategy=ZeroCopyDDPStrategy(cache_budget=0), callbacks=[]), dm)  # no error
+    assert "\n" not in message and "OneTableConsumer" in message
+    dm.setup("fit")
+    try:
+        with pytest.raises(ValueError, match="use cache_ranking='degree'"):
+            presample_typed_halves(dm, 2, 0, 1, {})
+    finally:
+        dm.teardown("fit")
