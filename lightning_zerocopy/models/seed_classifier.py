@@ -9,6 +9,7 @@ A subclass calls :meth:`SeedClassifier._init_seed_classification` in its ``__ini
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from typing import Any, Callable, Iterable, Optional
 
 import pytorch_lightning as pl
@@ -33,7 +34,7 @@ def configure_from_factories(parameters: Iterable[torch.nn.Parameter], optimizer
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": monitor}}
 
 
-class SeedClassifier(pl.LightningModule):
+class SeedClassifier(pl.LightningModule, metaclass=ABCMeta):
     """Cross-entropy training on each batch's seed nodes; the logged figures of the module docstring.
 
     Training figures never synchronize a step with the GPU: loss and accuracy are summed on the device
@@ -55,13 +56,13 @@ class SeedClassifier(pl.LightningModule):
         self.val_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
         self.test_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
 
+    @abstractmethod
     def _seed_outputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """The seeds' logits, their labels and how many seeds there are (the metrics' ``batch_size``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _seed_ids(self, batch: Any, size: Any) -> torch.Tensor:
         """The global ids of the batch's ``size`` seeds."""
-        raise NotImplementedError
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         out, y, _ = self._seed_outputs(batch)
