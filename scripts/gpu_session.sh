@@ -53,6 +53,9 @@ export GPU_CHECK_EXTRA_STAGE_PYG_PARITY="PYTHONPATH=/tmp/pygsite:\$PYTHONPATH RE
 # NeighborLoader (2- and 3-layer), in GPU_CHECK_HETERO_ARGS' budget
 export GPU_CHECK_EXTRA_STAGE_HETERO_PREP="timeout ${GPU_CHECK_HETERO_PREP_TIMEOUT:-300} python3 -m benchmarks.e2e.hetero --prepare-only --cache-dir /tmp/lzc"
 export GPU_CHECK_EXTRA_STAGE_HETERO="for layers in \${GPU_CHECK_HETERO_FANOUTS:-10,10 10,10,10}; do timeout ${GPU_CHECK_HETERO_TIMEOUT:-280} python3 -m benchmarks.e2e.hetero --cache-dir /tmp/lzc --pyg-site /tmp/pygsite --num-neighbors \$layers --out /tmp/gpu_check_bench/hetero/layers-\${layers//,/-} ${GPU_CHECK_HETERO_ARGS:---configs model_only,pyg,zc_gpu_mps --row-budget-s 40 --pyg-workers 8,12}; done; tar czf \$OUT/hetero.tgz -C /tmp/gpu_check_bench hetero"
+# stage hetero_sampling (after hetero_prep): where a typed batch's sampling time goes, per hop (kernels, dedup, a sort
+# of as many keys), on the whole GPU, 2 and 3 hops
+export GPU_CHECK_EXTRA_STAGE_HETERO_SAMPLING="for layers in 10,10 10,10,10; do timeout 150 python3 -m benchmarks.micro.hetero_sampling --preset ${GPU_CHECK_HETERO_SAMPLING_PRESET:-mag10x} --cache-dir /tmp/lzc --num-neighbors \$layers --out \$OUT/hetero_sampling-\${layers//,/-}.json; done"
 export GPU_CHECK_E2E_TIMEOUT="${GPU_CHECK_E2E_TIMEOUT:-330}"
 export GPU_CHECK_E2E_ARGS="${GPU_CHECK_E2E_ARGS:---preset issue20 --configs model_only,zc_gpu_mps,pyg --steps 300 --warmup 30 --row-budget-s 15 --total-budget-s 300 --cache-dir /tmp/lzc}"
 export GPU_CHECK_LINK_TIMEOUT="${GPU_CHECK_LINK_TIMEOUT:-220}"

@@ -1,0 +1,231 @@
+"""Where does a heterogeneous batch's sampling time go? Per hop: the one-hop kernel calls, the per-type deduplication.
+
+The heterogeneous sampler (:mod:`lightning_zerocopy.sampling.hetero`) makes one call of the homogeneous one-hop
+kernel per (hop, edge type), then deduplicates each node type's picks (:func:`~lightning_zerocopy.sampling.hetero.
+first_appearance`: a sort-based ``unique``, a ``scatter_reduce``, an ``argsort``). This benchmark samples training
+batches of the heterogeneous benchmark's graph (``benchmarks.e2e.hetero`` presets, the same cache) through the
+DataModule's own builder and reports, per hop: the frontier, the candidates picked, the new nodes kept, the kernel
+milliseconds and the deduplication milliseconds; beside them, two bounds measured on the same device: a
+``torch.sort`` of as many int64 keys as the hop's candidates (the least a sort-based deduplication costs) and the
+whole batch un-instrumented (the sections are timed with a device sync on each side, which removes the overlap of
+host and device work, so their sum exceeds the plain batch time).
+
+Run it on the whole GPU to see the kernel time alone; the pipeline's worker runs the same code under an MPS share
+(``--worker-sm-percent`` of ``benchmarks.e2e.hetero``), which scales the device parts.
+
+Example::
+
+    python -m benchmarks.micro.hetero_sampling --preset mag --cache-dir /tmp/lzc --num-neighbors 10,10,10 \\
+        --out results/hetero_sampling.json
+    python -m benchmarks.micro.hetero_sampling --preset ci --placement cpu --batches 3   # a tiny CPU run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO_ROOT not in sys.path:  # run from a checkout without installing the package
+    sys.path.append(REPO_ROOT)
+
+from benchmarks.common.meta import machine_info  # noqa: E402
+from benchmarks.common.results import write_json  # noqa: E402
+
+
+@dataclass
+class HopFigures:
+    """One hop of one batch: sizes and the time of its two sections (milliseconds, device-synced)."""
+
+    frontier: int = 0  # target nodes the hop's kernel calls were given (over every edge type)
+    candidates: int = 0  # neighbors picked (before deduplication)
+    new_nodes: int = 0  # nodes the hop added (after deduplication, over every node type)
+    kernel_calls: int = 0
+    kernel_ms: float = 0.0
+    dedup_calls: int = 0
+    dedup_ms: float = 0.0
+
+
+@dataclass
+class BatchFigures:
+    """One batch: its hops and its time without the section syncs."""
+
+    hops: list[HopFigures] = field(default_factory=list)
+    plain_ms: float = 0.0
+
+
+class SectionClock:
+    """Times callables with a device sync on either side and files the time under the hop being sampled."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.batch: Optional[BatchFigures] = None
+        self.hop_of: dict[int, int] = {}  # id(one-hop sampler) -> its hop
+        self.current_hop = 0
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def timed(self, call: Callable[[], Any]) -> tuple[Any, float]:
+        self.sync()
+        start = time.perf_counter()
+        out = call()
+        self.sync()
+        return out, (time.perf_counter() - start) * 1e3
+
+    def hop(self, index: int) -> HopFigures:
+        assert self.batch is not None
+        while len(self.batch.hops) <= index:
+            self.batch.hops.append(HopFigures())
+        return self.batch.hops[index]
+
+
+@contextmanager
+def instrumented(clock: SectionClock) -> Iterator[None]:
+    """Wrap the heterogeneous sampler's kernel calls and deduplications with ``clock`` for the ``with`` block."""
+    from lightning_zerocopy.sampling import hetero
+    from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler
+
+    plain_sample, plain_one_hop, plain_dedup = hetero.HeteroNeighborSampler.sample, NeighborSampler.sample, \
+        hetero.first_appearance  # fmt: skip
+
+    def sample(self: Any, *args: Any, **kwargs: Any) -> Any:
+        clock.hop_of = {id(s): hop for per_type in self._samplers.values() for hop, s in enumerate(per_type)}
+        return plain_sample(self, *args, **kwargs)
+
+    def one_hop(self: Any, seeds: torch.Tensor, seed: int) -> Any:
+        if id(self) not in clock.hop_of or clock.batch is None:
+            return plain_one_hop(self, seeds, seed)
+        clock.current_hop = clock.hop_of[id(self)]
+        out, ms = clock.timed(lambda: plain_one_hop(self, seeds, seed))
+        figures = clock.hop(clock.current_hop)
+        figures.frontier += int(seeds.numel())
+        figures.candidates += int(out.edge_index.shape[1])
+        figures.kernel_calls += 1
+        figures.kernel_ms += ms
+        return out
+
+    def dedup(existing: torch.Tensor, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if clock.batch is None:
+            return plain_dedup(existing, candidates)
+        (new, local), ms = clock.timed(lambda: plain_dedup(existing, candidates))
+        figures = clock.hop(clock.current_hop)
+        figures.new_nodes += int(new.numel())
+        figures.dedup_calls += 1
+        figures.dedup_ms += ms
+        return new, local
+
+    hetero.HeteroNeighborSampler.sample, NeighborSampler.sample, hetero.first_appearance = sample, one_hop, dedup
+    try:
+        yield
+    finally:
+        hetero.HeteroNeighborSampler.sample, NeighborSampler.sample = plain_sample, plain_one_hop
+        hetero.first_appearance = plain_dedup
+
+
+def sort_bound_ms(count: int, device: torch.device, repeats: int = 5) -> float:
+    """The median milliseconds of ``torch.sort`` over ``count`` random int64 keys on ``device``."""
+    keys = torch.randint(0, 1 << 40, (max(count, 1),), device=device)
+    clock = SectionClock(device)
+    return statistics.median(clock.timed(lambda: torch.sort(keys))[1] for _ in range(repeats))
+
+
+def parse_args(argv: Optional[list[str]] = None) -> tuple[argparse.Namespace, argparse.Namespace]:
+    """This benchmark's arguments, and the heterogeneous benchmark's (graph preset and fanouts) they imply."""
+    from benchmarks.e2e.hetero.__main__ import parse_args as hetero_args
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.micro.hetero_sampling", description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="mag", help="benchmarks.e2e.hetero's graph preset (ci, mag, mag10x)")
+    p.add_argument("--cache-dir", help="dataset cache root (the heterogeneous benchmark's)")
+    p.add_argument("--num-neighbors", default="10,10,10", help="fanouts per hop, the same for every edge type")
+    p.add_argument("--batch-size", type=int, help="seed papers per batch (default: the preset's)")
+    p.add_argument("--placement", choices=("gpu", "uva", "cpu"), default="gpu", help="the sampler's placement")
+    p.add_argument("--batches", type=int, default=20, help="timed batches")
+    p.add_argument("--warmup", type=int, default=3, help="untimed batches first")
+    p.add_argument("--out", help="write the figures as JSON here")
+    args = p.parse_args(argv)
+    if args.placement != "cpu" and not torch.cuda.is_available():
+        p.error(f"--placement {args.placement} needs a CUDA device; use --placement cpu on this machine")
+    forwarded = ["--preset", args.preset, "--num-neighbors", args.num_neighbors]
+    forwarded += ["--cache-dir", args.cache_dir] if args.cache_dir else []
+    forwarded += ["--batch-size", str(args.batch_size)] if args.batch_size else []
+    return args, hetero_args(forwarded)
+
+
+def summarize(batches: list[BatchFigures], sort_ms: list[float]) -> dict[str, Any]:
+    """Per hop medians over the timed batches, and the batch medians."""
+    hops = []
+    for index in range(max(len(b.hops) for b in batches)):
+        rows = [b.hops[index] for b in batches if len(b.hops) > index]
+        hop = {name: statistics.median(getattr(r, name) for r in rows) for name in asdict(rows[0])}
+        hop["sort_bound_ms"] = sort_ms[index]
+        hops.append(hop)
+    return {
+        "hops": hops,
+        "plain_ms_median": statistics.median(b.plain_ms for b in batches),
+        "kernel_ms_median": statistics.median(sum(h.kernel_ms for h in b.hops) for b in batches),
+        "dedup_ms_median": statistics.median(sum(h.dedup_ms for h in b.hops) for b in batches),
+    }
+
+
+def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
+    from benchmarks.e2e.hetero.__main__ import dataset_kwargs
+    from benchmarks.e2e.hetero.train import build_dataset
+    from lightning_zerocopy import ZeroCopyHeteroDataModule
+
+    args, graph = parse_args(argv)
+    dataset = build_dataset(dataset_kwargs(graph))
+    data = ZeroCopyHeteroDataModule(dataset, num_neighbors=list(graph.fanouts), batch_size=graph.batch_size,
+                                    sampler_placement=args.placement)  # fmt: skip
+    data.setup("fit")
+    builder = data.builder("train").open(data.resources)
+    plan = data.plan("train")
+    device = builder.device
+    clock = SectionClock(device)
+    batches: list[BatchFigures] = []
+    try:
+        for step in range(args.warmup + args.batches):
+            item = plan.item(0, step)
+            _, plain_ms = clock.timed(lambda: builder.sample_batch(item))
+            clock.batch = BatchFigures(plain_ms=plain_ms)
+            with instrumented(clock):
+                builder.sample_batch(item)
+            if step >= args.warmup:
+                batches.append(clock.batch)
+            clock.batch = None
+    finally:
+        builder.close()
+        data.teardown("fit")
+    hop_candidates = [statistics.median(b.hops[i].candidates for b in batches) for i in range(len(batches[0].hops))]
+    report = {
+        "meta": machine_info(REPO_ROOT, graph.cache_dir),
+        "command": "python -m benchmarks.micro.hetero_sampling " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "graph": {"preset": args.preset, "fanouts": list(graph.fanouts), "batch_size": graph.batch_size},
+        "placement": args.placement,
+        "batches": args.batches,
+        **summarize(batches, [sort_bound_ms(int(c), device) for c in hop_candidates]),
+    }
+    print(f"hetero sampling ({args.placement}, {args.preset}, fanouts {list(graph.fanouts)}, batch "
+          f"{graph.batch_size}): {report['plain_ms_median']:.2f} ms a batch (kernels {report['kernel_ms_median']:.2f}, "
+          f"dedup {report['dedup_ms_median']:.2f}, synced)")  # fmt: skip
+    for index, hop in enumerate(report["hops"]):
+        print(f"  hop {index}: frontier {hop['frontier']:,.0f}, picked {hop['candidates']:,.0f}, new "
+              f"{hop['new_nodes']:,.0f}; {hop['kernel_calls']:.0f} kernel calls {hop['kernel_ms']:.2f} ms, "
+              f"{hop['dedup_calls']:.0f} dedups {hop['dedup_ms']:.2f} ms (a sort of as many keys: "
+              f"{hop['sort_bound_ms']:.2f} ms)")  # fmt: skip
+    if args.out:
+        write_json(args.out, report)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""The heterogeneous sampling micro benchmark: per-hop figures that add up, and the sampler left as it was found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.micro import hetero_sampling
+from lightning_zerocopy.sampling import hetero
+from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler
+
+
+def test_ci_graph_on_the_cpu_gives_one_entry_per_hop(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    report = hetero_sampling.main(["--preset", "ci", "--placement", "cpu", "--batches", "2", "--warmup", "1",
+                                   "--num-neighbors", "4,3", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)])
+    assert json.loads(out.read_text())["hops"] == report["hops"]
+    assert [len(report["hops"]), report["graph"]["fanouts"]] == [2, [4, 3]]
+    first, second = report["hops"]
+    assert first["frontier"] == report["graph"]["batch_size"] * first["kernel_calls"]  # hop 0: the seeds, per call
+    for hop in report["hops"]:
+        assert 0 < hop["new_nodes"] <= hop["candidates"] and hop["kernel_calls"] >= 1 and hop["dedup_calls"] >= 1
+        assert hop["kernel_ms"] > 0 and hop["dedup_ms"] > 0 and hop["sort_bound_ms"] > 0
+    assert second["frontier"] > first["frontier"]  # hop 1 targets hop 0's new nodes (a growing neighborhood)
+    assert report["plain_ms_median"] > 0
+
+
+def test_instrumentation_is_undone_even_when_sampling_fails() -> None:
+    originals = (hetero.HeteroNeighborSampler.sample, NeighborSampler.sample, hetero.first_appearance)
+    clock = hetero_sampling.SectionClock(torch.device("cpu"))
+    with pytest.raises(RuntimeError, match="boom"):
+        with hetero_sampling.instrumented(clock):
+            assert hetero.first_appearance is not originals[2]
+            raise RuntimeError("boom")
+    assert (hetero.HeteroNeighborSampler.sample, NeighborSampler.sample, hetero.first_appearance) == originals
