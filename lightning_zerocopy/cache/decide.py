@@ -20,7 +20,15 @@ from lightning_zerocopy.cache.cost import compare_policies
 from lightning_zerocopy.cache.ranking import CacheScores, PriorWeightChoice
 from lightning_zerocopy.cache.cliques import Layout, choose_layout
 
-__all__ = ["CacheDecision", "RankFacts", "decide_cache", "machine_of", "needs_read_rates", "rows_per_gpu_of"]
+__all__ = [
+    "CacheDecision",
+    "RankFacts",
+    "decide_cache",
+    "has_peer_pairs",
+    "machine_of",
+    "needs_read_rates",
+    "rows_per_gpu_of",
+]
 
 
 @dataclass(frozen=True)
@@ -212,6 +220,11 @@ def needs_read_rates(policy: str, facts: Sequence[RankFacts], hot_rows: int, num
         return False
     if min(hot_rows, num_nodes) <= rows_per_gpu_of(facts, row_bytes):
         return False
+    return has_peer_pairs(facts)
+
+
+def has_peer_pairs(facts: Sequence[RankFacts]) -> bool:
+    """Whether some machine of the job has two GPUs that can read each other's memory (peer access both ways)."""
     for f in facts:
         if f.peer_access is not None and any(
             f.peer_access[i][j] and f.peer_access[j][i]

@@ -24,8 +24,10 @@ dict): then the cache covers the rows of every featured type under the one budge
 candidates ranked by expected reads per byte, each type's lookup charged before its first row;
 :mod:`~lightning_zerocopy.cache.typed_decide`: one layout, one plan per type with the same shard count), each rank
 fills one shard per type, and the DataModule gets a
-:class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache` (a spec per type). ``auto`` measures no read
-rates for typed rows (see :mod:`~lightning_zerocopy.cache.typed_decide`).
+:class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache` (a spec per type). ``auto`` measures the same read
+rates as for one table where it has a choice (step 4, timed on the largest featured table: the rates are the
+hardware's) and prices the typed ranking's expected byte hit rates with them (see
+:mod:`~lightning_zerocopy.cache.typed_decide`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from lightning_zerocopy.cache.ranking import CacheScores, check_ranking, degree_
 from lightning_zerocopy.cache.segmented import CacheCounts, SegmentedCacheSpec
 from lightning_zerocopy.cache.shards import fill_shard
 from lightning_zerocopy.cache.typed import typed_degree_scores
-from lightning_zerocopy.cache.typed_decide import TypedCacheDecision, decide_typed_cache
+from lightning_zerocopy.cache.typed_decide import TypedCacheDecision, decide_typed_cache, needs_typed_read_rates
 
 __all__ = ["CacheOptions", "CachedDataModule", "RankCache", "RankPlace"]
 
@@ -346,7 +348,19 @@ class RankCache:
                 halves = {t: part.reshape(2, num_rows[t]) for t, part in zip(tables, parts)}
             scores = {t: CacheScores(priors[t], halves[t]) for t in tables}
         facts = self._exchange_facts(budget_bytes(), place)
-        decision = decide_typed_cache(place.rank, facts, scores, num_rows, row_bytes, self.options.policy)
+        rates = None
+        if on_gpu and place.world_size > 1 and needs_typed_read_rates(self.options.policy, facts, scores, num_rows,
+                                                                      row_bytes):  # fmt: skip
+            from lightning_zerocopy.cache.probe import probe_read_rates
+
+            mine = next(f for f in facts if f.rank == place.rank)
+            # the largest table (the same choice on every rank): host reads spread over it, as a batch's misses are
+            probed = max((t for t in tables if tables[t].dim() == 2 and tables[t].numel() > 0),
+                         key=lambda t: (num_rows[t] * row_bytes[t], t))  # fmt: skip
+            rates = probe_read_rates(datamodule.resources.registered_features(probed), place.device,
+                                     place.node_rank, place.local_rank, mine.peer_access)  # fmt: skip
+        decision = decide_typed_cache(place.rank, facts, scores, num_rows, row_bytes, self.options.policy,
+                                      read_rates=rates)  # fmt: skip
         self.decision = decision
         rank_zero_info(f"ZeroCopyDDPStrategy: {decision.summary()}")
         if decision.layout.note and place.local_rank == 0 and place.node_rank > 0:

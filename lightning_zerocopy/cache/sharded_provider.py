@@ -15,7 +15,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Optional
 
-__all__ = ["ShardedFeatureCache", "open_cache_counts", "process_cache_counts", "track_cache"]
+__all__ = ["PlanCounts", "ShardedFeatureCache", "open_cache_counts", "process_cache_counts", "track_cache"]
 
 _OPENED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _LOCK = threading.Lock()
@@ -67,11 +67,17 @@ def open_cache_counts(plan_digest: str) -> Optional[Any]:
     return CacheCounts(*(sum(getattr(c, f) for c in counts) for f in ("local", "peer", "host")))
 
 
-def process_cache_counts() -> Optional[tuple[int, int, int, int]]:
-    """``(local, peer, host, row_bytes)``: the rows every cache open in this process served so far, summed, and the
-    bytes of one feature row, or ``None`` when none is open. The caches of a homogeneous process serve one table;
-    a heterogeneous one's serve a table per type, whose widths differ: ``row_bytes`` is then the host rows' mean
-    (their bytes over their count, rounded down), so ``host * row_bytes`` stays about the bytes read from host.
+#: One plan's rows in :func:`process_cache_counts`: ``(plan digest, local, peer, host, row_bytes)``.
+PlanCounts = tuple[str, int, int, int, int]
+
+
+def process_cache_counts() -> Optional[tuple[int, int, int, int, tuple[PlanCounts, ...]]]:
+    """``(local, peer, host, row_bytes, per_plan)``: the rows every cache open in this process served so far, summed,
+    the bytes of one feature row, and the same counts per cache plan (``(digest, local, peer, host, row_bytes)``, by
+    digest), or ``None`` when none is open. The caches of a homogeneous process serve one table; a heterogeneous
+    one's serve a table per type, whose widths differ: ``row_bytes`` is then the host rows' mean (their bytes over
+    their count, rounded down), and ``per_plan`` gives each type's rows and width exactly (a trainer maps the digests
+    to node types through its strategy's typed decision).
 
     What a pipeline worker reports to its trainer (:mod:`lightning_zerocopy.pipeline.producer`). Reads each cache's
     GPU counters on the current stream (a copy of a few integers that waits for that stream's queued work).
@@ -80,9 +86,14 @@ def process_cache_counts() -> Optional[tuple[int, int, int, int]]:
     if not caches:
         return None
     counts = [c.counts() for c in caches]
+    per_plan: dict[str, list[int]] = {}
+    for n, c in zip(counts, caches):
+        entry = per_plan.setdefault(str(c.plan.digest), [0, 0, 0, int(c.row_bytes)])
+        entry[0], entry[1], entry[2] = entry[0] + int(n.local), entry[1] + int(n.peer), entry[2] + int(n.host)
+    plans = tuple((digest, *values) for digest, values in sorted(per_plan.items()))
     local, peer, host = (sum(int(getattr(c, f)) for c in counts) for f in ("local", "peer", "host"))
     widths = {int(c.row_bytes) for c in caches}
     if len(widths) == 1 or host == 0:
-        return local, peer, host, int(caches[0].row_bytes)
+        return local, peer, host, int(caches[0].row_bytes), plans  # type: ignore[return-value]
     host_bytes = sum(int(n.host) * int(c.row_bytes) for n, c in zip(counts, caches))
-    return local, peer, host, host_bytes // host
+    return local, peer, host, host_bytes // host, plans  # type: ignore[return-value]

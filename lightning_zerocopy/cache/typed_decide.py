@@ -3,8 +3,13 @@
 The typed counterpart of :func:`~lightning_zerocopy.cache.decide.decide_cache`, from the same exchanged
 :class:`~lightning_zerocopy.cache.decide.RankFacts` and the per-type ranking inputs (identical on every rank), so
 each rank of a group computes the same :class:`TypedCacheDecision` without further communication. The layout is
-decided once for all types (one group); ``auto`` weighs no measured read rates here: it replicates where one GPU's
-budget holds the hot rows of every type (and their lookups), else it is a clique wherever GPUs have peer access.
+decided once for all types (one group). ``auto`` replicates where one GPU's budget holds the hot rows of every type
+(and their lookups); otherwise, with the read rates the ranks measured (the same probe as for one table,
+:func:`~lightning_zerocopy.cache.probe.probe_read_rates`: the rates are the hardware's, not the graph's), it prices
+both layouts with :func:`~lightning_zerocopy.cache.cost.compare_policies` on the typed ranking's expected hit rates
+(shares of the *bytes* read) for one GPU's budget and for the clique's ``k`` budgets, and takes the cheaper; without
+rates (:func:`needs_typed_read_rates` said none were needed, or none were given) it is a clique wherever GPUs have
+peer access.
 """
 
 from __future__ import annotations
@@ -12,16 +17,18 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from lightning_zerocopy.cache.budget import format_bytes
 from lightning_zerocopy.cache.cliques import CACHE_POLICIES, Layout, choose_layout
-from lightning_zerocopy.cache.decide import RankFacts, machine_of
+from lightning_zerocopy.cache.cost import PolicyCosts, compare_policies
+from lightning_zerocopy.cache.decide import RankFacts, has_peer_pairs, machine_of
 from lightning_zerocopy.cache.plan import CachePlan
 from lightning_zerocopy.cache.ranking import CacheScores, PriorWeightChoice
-from lightning_zerocopy.cache.typed import rank_typed, typed_bytes_per_gpu
+from lightning_zerocopy.cache.read_rates import ReadRates
+from lightning_zerocopy.cache.typed import TypedRanking, rank_typed, typed_bytes_per_gpu
 
-__all__ = ["TypedCacheDecision", "decide_typed_cache", "typed_plans_digest"]
+__all__ = ["TypedCacheDecision", "decide_typed_cache", "needs_typed_read_rates", "typed_plans_digest"]
 
 
 def typed_plans_digest(plans: Mapping[str, CachePlan]) -> str:
@@ -100,20 +107,55 @@ class TypedCacheDecision:
         )
 
 
+def hot_bytes_per_gpu(scores: Mapping[str, CacheScores], num_rows: Mapping[str, int],
+                      row_bytes: Mapping[str, int]) -> int:  # fmt: skip
+    """Bytes one GPU needs to hold the hot rows of every type (rows sampling ever reads) and their lookups."""
+    hot = {t: min(s.hot_rows, int(num_rows[t])) for t, s in scores.items()}
+    return typed_bytes_per_gpu(hot, row_bytes, num_rows, 1)
+
+
+def needs_typed_read_rates(
+    policy: str,
+    facts: Sequence[RankFacts],
+    scores: Mapping[str, CacheScores],
+    num_rows: Mapping[str, int],
+    row_bytes: Mapping[str, int],
+) -> bool:
+    """:func:`~lightning_zerocopy.cache.decide.needs_read_rates` for typed rows: whether ``auto`` has to weigh clique
+    against replicate on some machine (the same answer on every rank, so that all of them measure, or none): GPU
+    ranks, GPUs with peer access, and more hot bytes (rows and lookups of every type) than one GPU's budget holds."""
+    if policy != "auto" or any(f.device is None for f in facts):
+        return False
+    if hot_bytes_per_gpu(scores, num_rows, row_bytes) <= min(f.budget_bytes for f in facts):
+        return False
+    return has_peer_pairs(facts)
+
+
+def _mean_read_row_bytes(scores: Mapping[str, CacheScores], row_bytes: Mapping[str, int]) -> int:
+    """Bytes of the mean row read, by the ranking's evidence (presampled counts, else the degree priors): what the
+    cost note counts a row as (the choice does not depend on it: both policies' times scale with it)."""
+    reads = {t: float((s.halves.sum() if s.halves is not None else s.prior.sum())) for t, s in scores.items()}
+    total = sum(reads.values())
+    if total <= 0:
+        return max((int(b) for b in row_bytes.values()), default=0)
+    return max(1, round(sum(reads[t] * int(row_bytes[t]) for t in reads) / total))
+
+
 def _layout(policy: str, peer: list[list[bool]], scores: Mapping[str, CacheScores], num_rows: Mapping[str, int],
-            row_bytes: Mapping[str, int], budget: int, key: str) -> Layout:  # fmt: skip
+            row_bytes: Mapping[str, int], budget: int, key: str,
+            price: Optional[Callable[[int], PolicyCosts]] = None) -> Layout:  # fmt: skip
     if policy not in CACHE_POLICIES:
         raise ValueError(f"{key} must be one of {', '.join(map(repr, CACHE_POLICIES))}, got {policy!r}")
     if policy != "auto" or len(peer) == 1:
         return choose_layout(policy, peer, hot_rows=0, rows_per_gpu=0, key=key)
-    hot = {t: min(s.hot_rows, int(num_rows[t])) for t, s in scores.items()}
-    need = typed_bytes_per_gpu(hot, row_bytes, num_rows, 1)
+    need = hot_bytes_per_gpu(scores, num_rows, row_bytes)
     if need <= budget:
         replicate = tuple((i,) for i in range(len(peer)))
         note = (f"auto: the hot rows of every type ({format_bytes(need)}) fit one GPU's {format_bytes(budget)} "
                 "budget, replicate")  # fmt: skip
         return Layout("replicate", replicate, note=note)
-    return choose_layout("auto", peer, hot_rows=1, rows_per_gpu=0, key=key)  # clique where peers exist
+    # in bytes: the hot bytes exceed one GPU's budget; the price (when rates were measured) weighs the two layouts
+    return choose_layout("auto", peer, hot_rows=need, rows_per_gpu=budget, key=key, price=price)
 
 
 def decide_typed_cache(
@@ -124,6 +166,7 @@ def decide_typed_cache(
     row_bytes: Mapping[str, int],
     policy: str,
     key: str = "cache_policy",
+    read_rates: Optional[Mapping[int, ReadRates]] = None,
 ) -> TypedCacheDecision:
     """The typed cache of rank ``me`` from every rank's facts and the per-type ranking inputs.
 
@@ -136,6 +179,11 @@ def decide_typed_cache(
         row_bytes: bytes of one row of each featured type.
         policy: ``cache_policy``.
         key: the option's name, for messages.
+        read_rates: the read rates each rank measured (by global rank; see :func:`needs_typed_read_rates`): ``auto``
+            then picks, on each machine, the layout with the smaller expected read time
+            (:func:`~lightning_zerocopy.cache.cost.compare_policies` of the byte hit rates :func:`rank_typed`
+            expects for one GPU's budget and for ``k`` of them), as
+            :func:`~lightning_zerocopy.cache.decide.decide_cache` does for one table.
 
     Raises:
         ValueError: an unknown policy, a machine whose local rank 0 sent no peer-access matrix, or ``scores`` and
@@ -146,11 +194,26 @@ def decide_typed_cache(
                          f"{sorted(row_bytes)} must name the same featured types")  # fmt: skip
     mine, machine, peer = machine_of(me, facts)
     budget = min(f.budget_bytes for f in facts)
-    layout = _layout(policy, peer, scores, num_rows, row_bytes, budget, key)
+    ranked_by_shards: dict[int, TypedRanking] = {}
+
+    def ranked_for(num_shards: int) -> TypedRanking:  # the ranking over `num_shards` GPUs (computed once each)
+        if num_shards not in ranked_by_shards:
+            ranked_by_shards[num_shards] = rank_typed(scores, row_bytes, budget, num_shards)
+        return ranked_by_shards[num_shards]
+
+    price = None
+    machine_rates = [read_rates[f.rank] for f in machine if read_rates is not None and f.rank in read_rates]
+    if machine_rates:
+        rates = ReadRates.mean(machine_rates)
+        mean_row = _mean_read_row_bytes(scores, row_bytes)
+        price = lambda k: compare_policies(  # noqa: E731
+            ranked_for(1).expected_hit_rate, ranked_for(k).expected_hit_rate, k, rates, mean_row
+        )
+    layout = _layout(policy, peer, scores, num_rows, row_bytes, budget, key, price)
     position = machine.index(mine)
     positions = layout.group_of(position)
     group = tuple(machine[p].rank for p in positions)
-    ranked = rank_typed(scores, row_bytes, budget, len(group))
+    ranked = ranked_for(len(group))
     plans = {t: CachePlan.from_ranking(ranked.rows[t], int(num_rows[t]), len(group)) for t in scores}
     used = typed_bytes_per_gpu({t: p.num_cached for t, p in plans.items()}, row_bytes, num_rows, len(group))
     return TypedCacheDecision(

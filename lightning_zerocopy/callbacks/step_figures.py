@@ -33,7 +33,7 @@ class StepSums:
     build_gather_bytes: float = 0.0  # the producer's gathered feature bytes (steps whose batch had a stage split)
     build_gather_s: float = 0.0  # ... and the time its gather stage took for them
     #: per-step values averaged as they come (build and stage times, the gather's bound, sampling times, device
-    #: shares, a heterogeneous batch's sampled nodes per type): key -> (sum, count)
+    #: shares, a heterogeneous batch's sampled nodes and host bytes per type): key -> (sum, count)
     means: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
@@ -60,7 +60,7 @@ class StepSums:
             self.build_gather_bytes += step["stage_gather_bytes"]
             self.build_gather_s += step["stage_gather_s"]
         for key, value in step.items():
-            if key.startswith(("build_", "sample_", "share_", "rows_")) or key == "gather_bound_ms":
+            if key.startswith(("build_", "sample_", "share_", "rows_", "host_bytes")) or key == "gather_bound_ms":
                 acc = self.means.setdefault(key, [0.0, 0])
                 acc[0] += value
                 acc[1] += 1

@@ -22,7 +22,11 @@ millions of sampled edges per second, refreshed at each hand-over) reads without
 * ``data/gather_GBps``: feature bytes delivered per second (``x`` bytes / step interval);
 * heterogeneous batches (``HeteroData``): edges and ``x`` bytes are summed over every edge and featured node type,
   and ``data/rows_<node type>`` is the mean number of sampled nodes of that type per step (every node type, with
-  or without features);
+  or without features; a featured type's rows are the rows its gather reads). Where no GPU feature cache serves the
+  batches (the DataModule's ``feature_cache`` is ``None``), every row is read from host memory:
+  ``data/host_bytes_<featured type>`` is the mean of that type's rows times its host table's row bytes
+  (``feature_row_bytes``: the host dtype, not ``x``'s after a cast) per step, and ``data/host_bytes`` their sum. With
+  a cache, the rows it served are known only from its GPU counters, read once per epoch: see ``cache/`` below;
 * with :class:`~lightning_zerocopy.callbacks.PipelineCallback`: ``data/build_ms``, the producer's time to
   sample and gather the batch (off the trainer's critical path), and where it went
   (:mod:`lightning_zerocopy.pipeline.stage_times`; GPU times from CUDA events where the work runs on a GPU, read by
@@ -39,13 +43,17 @@ millions of sampled edges per second, refreshed at each hand-over) reads without
 * with a GPU feature cache (:class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy`'s ``cache_budget``), per
   training epoch, summed over the DDP ranks (:attr:`DataTelemetry.cache_history` keeps this rank's):
   ``cache/hit_rate`` (rows served from GPU memory over all rows gathered),
-  ``cache/local_rows``, ``cache/peer_rows`` and ``cache/host_rows`` (where the rows came from) and
-  ``cache/host_read_GBps`` (feature bytes read from host memory over the epoch's wall time; over ranks, their
-  bytes over their time: a rank's mean). The rows of every
+  ``cache/local_rows``, ``cache/peer_rows`` and ``cache/host_rows`` (where the rows came from),
+  ``cache/host_bytes`` (the rows not served from GPU memory times their row bytes) and ``cache/host_read_GBps``
+  (those bytes over the epoch's wall time; over ranks, their bytes over their time: a rank's mean). A cache over
+  typed rows counts each featured type apart (one plan per type; the bytes are each type's host rows times its own
+  row bytes) and adds, per featured type, ``cache/rows_<type>`` (rows gathered), ``cache/hit_rate_<type>``,
+  ``cache/host_rows_<type>`` and ``cache/host_bytes_<type>``. The rows of every
   process that gathers for this rank, counted once each: the caches of the trainer's process (read from the
   strategy at the epoch's start and end, one GPU synchronization each; this includes an in-process pipeline's
   producer thread), plus, with a :class:`~lightning_zerocopy.callbacks.PipelineCallback` worker process, the
-  counters that worker reports through the pipeline's stats (read in the worker right after a stream
+  counters that worker reports through the pipeline's stats, per cache plan (mapped to node types through the
+  strategy's ``cache_decision``) (read in the worker right after a stream
   synchronization it does anyway: at the last batch of every iteration and every 32 batches,
   :mod:`lightning_zerocopy.pipeline.producer`; nothing is synchronized in the trainer for them). The figures
   include the gathers of the validation run at the end of the epoch (one cache serves both loaders).
@@ -96,7 +104,9 @@ class DataTelemetry(Callback):
         #: per training epoch, this rank's feature-cache figures (see the module docstring)
         self.cache_history: list[dict[str, float]] = []
         self._epoch_start: Optional[float] = None
-        self._epoch_counts: dict[str, _CacheTotals] = {}
+        self._epoch_counts: dict[tuple[str, str], _CacheTotals] = {}
+        #: per featured type, host row bytes for ``data/host_bytes_<type>`` (``None``: a GPU cache serves rows)
+        self._host_row_bytes: Optional[dict[str, int]] = None
         self._window = StepSums()  # the steps since the last hand-over
         self._epoch = StepSums()  # the steps of this epoch
         self._reset()
@@ -126,6 +136,7 @@ class DataTelemetry(Callback):
         self._window, self._epoch = StepSums(), StepSums()
         self._epoch_start = time.perf_counter()
         self._epoch_counts = _cache_counts(trainer)
+        self._host_row_bytes = _uncached_row_bytes(trainer)
 
     @override
     def on_train_epoch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
@@ -138,17 +149,29 @@ class DataTelemetry(Callback):
         if not counts or self._epoch_start is None:
             return
         seconds = time.perf_counter() - self._epoch_start
+        per_type: dict[str, _CacheTotals] = {}  # "" : a cache of one table
+        for key, now in counts.items():  # each process's rows once: its counts now less those at the start
+            since = now.since(self._epoch_counts.get(key))
+            per_type[key[1]] = per_type.get(key[1], _CacheTotals(0, 0, 0, 0)).plus(since)
         epoch = _CacheTotals(0, 0, 0, 0)
-        for where, now in counts.items():  # each process's rows once: its counts now less those at the start
-            epoch = epoch.plus(now.since(self._epoch_counts.get(where)))
+        for totals in per_type.values():
+            epoch = epoch.plus(totals)
         local, peer, host = epoch.local, epoch.peer, epoch.host
         figures = {
             "cache/hit_rate": Ratio(local + peer, local + peer + host),
             "cache/local_rows": Ratio(local),
             "cache/peer_rows": Ratio(peer),
             "cache/host_rows": Ratio(host),
+            "cache/host_bytes": Ratio(epoch.host_bytes),
             "cache/host_read_GBps": Ratio(epoch.host_bytes, seconds, 1e-9),
         }
+        for node_type, totals in sorted(per_type.items()):
+            if node_type:  # a featured type of a cache over typed rows
+                served = totals.local + totals.peer
+                figures[f"cache/rows_{node_type}"] = Ratio(served + totals.host)
+                figures[f"cache/hit_rate_{node_type}"] = Ratio(served, served + totals.host)
+                figures[f"cache/host_rows_{node_type}"] = Ratio(totals.host)
+                figures[f"cache/host_bytes_{node_type}"] = Ratio(totals.host_bytes)
         self.cache_history.append({name: float(ratio.value) for name, ratio in figures.items()})
         log_epoch_figures(trainer, pl_module, figures)
 
@@ -166,7 +189,8 @@ class DataTelemetry(Callback):
         on_gpu = pl_module.device.type == "cuda"
         start_event = _record(pl_module.device) if on_gpu else None
         if self._last_start is not None and self._last_end is not None:
-            host = _host_figures(trainer, batch, interval_s=now - self._last_start, wait_s=now - self._last_end)
+            host = _host_figures(trainer, batch, interval_s=now - self._last_start, wait_s=now - self._last_end,
+                                 host_row_bytes=self._host_row_bytes)  # fmt: skip
             if on_gpu and self._start_event is not None and self._end_event is not None:
                 self._pending.append(_PendingStep(host, self._start_event, self._end_event, start_event))
             else:
@@ -217,12 +241,13 @@ class DataTelemetry(Callback):
                               on_step=True, on_epoch=False)  # fmt: skip
 
 
-def _host_figures(trainer: "pl.Trainer", batch: Any, interval_s: float, wait_s: float) -> dict[str, float]:
+def _host_figures(trainer: "pl.Trainer", batch: Any, interval_s: float, wait_s: float,
+                  host_row_bytes: Optional[dict[str, int]] = None) -> dict[str, float]:  # fmt: skip
     """What the host knows of a step interval: its times, the batch's sizes (shapes, not values) and the
-    producer's and sampler's latest figures."""
+    producer's and sampler's latest figures (``host_row_bytes``: see :func:`_hetero_sizes`)."""
     host = {"interval_s": interval_s, "wait_s": wait_s}
     if _is_hetero(batch):
-        host.update(_hetero_sizes(batch))
+        host.update(_hetero_sizes(batch, host_row_bytes))
     else:
         edge_index, x = getattr(batch, "edge_index", None), getattr(batch, "x", None)
         host["edges"] = float(edge_index.size(1)) if isinstance(edge_index, torch.Tensor) else -1.0
@@ -244,10 +269,12 @@ def _is_hetero(batch: Any) -> bool:
     return pyg_data is not None and isinstance(batch, pyg_data.HeteroData)
 
 
-def _hetero_sizes(batch: Any) -> dict[str, float]:
+def _hetero_sizes(batch: Any, host_row_bytes: Optional[dict[str, int]] = None) -> dict[str, float]:
     """A heterogeneous batch's sizes: ``edges`` over every edge type, ``x_bytes`` over every featured node type
     (``-1``: none has them, as for a homogeneous batch without the field) and ``rows_<type>``, the sampled nodes of
-    each node type (``n_id``, else the store's ``num_nodes``)."""
+    each node type (``n_id``, else the store's ``num_nodes``); with ``host_row_bytes`` (per featured type, the host
+    table's row bytes, given where no GPU cache serves rows) ``host_bytes_<type>``, that type's rows times its row
+    bytes, and ``host_bytes``, their sum over the featured types."""
     edges = [store.edge_index for store in batch.edge_stores if isinstance(store.get("edge_index"), torch.Tensor)]
     xs = [store.x for store in batch.node_stores if isinstance(store.get("x"), torch.Tensor)]
     out = {
@@ -259,7 +286,28 @@ def _hetero_sizes(batch: Any) -> dict[str, float]:
         rows = n_id.numel() if isinstance(n_id, torch.Tensor) else store.num_nodes
         if rows is not None:
             out[f"rows_{store._key}"] = float(rows)
+    if host_row_bytes is not None:
+        total = 0.0
+        for node_type, row_bytes in host_row_bytes.items():
+            rows = out.get(f"rows_{node_type}")
+            if rows is not None:
+                out[f"host_bytes_{node_type}"] = rows * row_bytes
+                total += rows * row_bytes
+        out["host_bytes"] = total
     return out
+
+
+def _uncached_row_bytes(trainer: "pl.Trainer") -> Optional[dict[str, int]]:
+    """Per featured type, the host row bytes of a heterogeneous DataModule whose batches no GPU feature cache serves
+    (every row read from host memory); ``None`` with a cache (its counters tell, per epoch) or another DataModule."""
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is None or getattr(datamodule, "feature_cache", None) is not None:
+        return None
+    try:
+        row_bytes = getattr(datamodule, "feature_row_bytes", None)  # a heterogeneous DataModule's, after setup
+    except RuntimeError:  # not set up
+        return None
+    return dict(row_bytes) if isinstance(row_bytes, dict) else None
 
 
 def _stage_figures(stages: Any) -> dict[str, float]:
@@ -320,19 +368,39 @@ class _CacheTotals(NamedTuple):
         return _CacheTotals(*(a - b for a, b in zip(self, before)))
 
 
-def _cache_counts(trainer: "pl.Trainer") -> dict[str, _CacheTotals]:
-    """The feature-cache counters of every process that gathers for this rank, by process: ``"trainer"`` (the
-    strategy's caches in this process, which include an in-process pipeline producer's; one GPU synchronization)
-    and ``"pipeline"`` (a pipeline worker's, from its latest report; no synchronization). Each process's rows are in
-    exactly one entry."""
-    out: dict[str, _CacheTotals] = {}
+def _cache_counts(trainer: "pl.Trainer") -> dict[tuple[str, str], _CacheTotals]:
+    """The feature-cache counters of every process that gathers for this rank, by ``(process, node type)``: process
+    ``"trainer"`` (the strategy's caches in this process, which include an in-process pipeline producer's; one GPU
+    synchronization) and ``"pipeline"`` (a pipeline worker's, from its latest report; no synchronization); node type
+    ``""`` for a cache of one table, each featured type for a cache over typed rows (its host bytes at that type's
+    row bytes). Each process's rows are in exactly one process's entries."""
+    out: dict[tuple[str, str], _CacheTotals] = {}
     strategy = getattr(trainer, "strategy", None)
-    read = getattr(strategy, "cache_counts", None)  # ZeroCopyDDPStrategy's feature cache, this process's caches
-    own = read() if read is not None else None
-    if own is not None:
-        row_bytes = int(getattr(strategy, "cache_row_bytes", 0))
-        out["trainer"] = _CacheTotals(int(own.local), int(own.peer), int(own.host), int(own.host) * row_bytes)
+    decision = getattr(strategy, "cache_decision", None)
+    plans = getattr(decision, "plans", None)  # a cache over typed rows: one plan per featured type
+    typed_row_bytes = getattr(decision, "row_bytes", None) if isinstance(plans, dict) else None
+    per_type = getattr(strategy, "cache_counts_per_type", None)
+    counts = per_type() if callable(per_type) and isinstance(typed_row_bytes, dict) else None
+    if counts is not None:
+        for node_type, own in counts.items():
+            if own is not None:
+                width = int(typed_row_bytes.get(node_type, 0))  # type: ignore[union-attr]
+                out[("trainer", node_type)] = _CacheTotals(int(own.local), int(own.peer), int(own.host),
+                                                           int(own.host) * width)  # fmt: skip
+    else:
+        read = getattr(strategy, "cache_counts", None)  # ZeroCopyDDPStrategy's feature cache, this process's caches
+        own = read() if read is not None else None
+        if own is not None:
+            row_bytes = int(getattr(strategy, "cache_row_bytes", 0))
+            out[("trainer", "")] = _CacheTotals(int(own.local), int(own.peer), int(own.host), int(own.host) * row_bytes)
     report = getattr(_pipeline_stats(trainer), "cache", None)  # a worker process's, through the pipeline's stats
     if report is not None:
-        out["pipeline"] = _CacheTotals(report.local, report.peer, report.host, report.host * report.row_bytes)
+        type_of = {plan.digest: t for t, plan in plans.items()} if isinstance(plans, dict) else {}
+        typed = [(type_of[p[0]], p) for p in getattr(report, "per_plan", ()) if p[0] in type_of]
+        if typed:
+            for node_type, (_, local, peer, host, width) in typed:
+                before = out.get(("pipeline", node_type), _CacheTotals(0, 0, 0, 0))
+                out[("pipeline", node_type)] = before.plus(_CacheTotals(local, peer, host, host * width))
+        else:
+            out[("pipeline", "")] = _CacheTotals(report.local, report.peer, report.host, report.host * report.row_bytes)
     return out

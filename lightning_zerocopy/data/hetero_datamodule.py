@@ -326,6 +326,21 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
     def resources(self) -> Optional[HeteroDeviceResources]:  # type: ignore[override]
         return self._resources  # type: ignore[return-value]
 
+    @property
+    def feature_row_bytes(self) -> dict[str, int]:
+        """Bytes of one row of each featured type's host table (its dtype after ``feature_dtype``): what a batch reads
+        from host memory per sampled node of that type where no GPU cache serves it (``DataTelemetry``'s
+        ``data/host_bytes_<type>``).
+
+        Raises:
+            RuntimeError: before :meth:`setup` (the host tables are mapped there).
+        """
+        self._require_setup()
+        resources = self._resources
+        if resources is None:
+            raise RuntimeError("ZeroCopyHeteroDataModule is not set up: call setup() (the Trainer does) first")
+        return {t: int(table.row_bytes) for t, table in resources.host.features.items()}  # type: ignore[attr-defined]
+
     # ---- internals -----------------------------------------------------------------------------------------
 
     def _open(self, handles: HeteroHostGraphHandles) -> None:  # type: ignore[override]

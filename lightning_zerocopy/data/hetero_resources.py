@@ -155,6 +155,19 @@ class HeteroDeviceResources:
                 self._tables[key] = table
             return table
 
+    def registered_features(self, node_type: str) -> torch.Tensor:
+        """``node_type``'s host feature table as the GPU reads it (registered once per process, like for
+        :meth:`feature_table`; what the Strategy's read-rate probe times host reads on).
+
+        Raises:
+            KeyError: ``node_type`` has no feature table (the message names the featured types).
+        """
+        if node_type not in self.host.features:
+            raise KeyError(f"{node_type!r} has no feature table; the featured node types are {list(self.host.features)}")
+        with self._lock:
+            self._check_open()
+            return self._register(self.host.features[node_type].data, f"features[{node_type}]")
+
     @property
     def closed(self) -> bool:
         return self._closed

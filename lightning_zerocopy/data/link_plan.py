@@ -29,6 +29,7 @@ endpoints, exactly as the homogeneous item does.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
@@ -223,6 +224,24 @@ class LinkBatchPlan:
     def item(self, epoch: int, step: int) -> LinkPlanItem:
         """The mini-batch ``step`` of ``epoch`` on this rank."""
         return self.expand(self._edges.item(epoch, step))
+
+    def one_rank_plan(self, stream: int) -> "LinkBatchPlan":
+        """This split's plan on one rank, shuffled over the random stream ``stream`` (the same positives, batch size,
+        negatives and endpoint types): the link batches of another draw of the split, e.g. presampling's
+        (:func:`~lightning_zerocopy.strategies.presample.presample_typed_halves`), which must not replay the training
+        batches.
+
+        Raises:
+            ValueError: a negative ``stream`` (the message names it).
+        """
+        if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+            raise ValueError(f"stream must be an int >= 0, got {stream!r}")
+        plan = copy.copy(self)
+        plan._edges = BatchPlan(
+            torch.arange(self.num_edges), self.batch_size, shuffle=True, drop_last=self.drop_last, seed=self.seed,
+            rank=0, world_size=1, stream=stream,
+        )  # fmt: skip
+        return plan
 
     @property
     def positions_plan(self) -> BatchPlan:

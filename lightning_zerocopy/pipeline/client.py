@@ -56,13 +56,19 @@ class Transport(Protocol):
 @dataclass(frozen=True)
 class CacheReport:
     """Rows the feature caches of the producer's process served since they opened, by where they came from
-    (cumulative), and the bytes of one row. Only a worker process reports (an in-process producer's caches are the
-    trainer process's own)."""
+    (cumulative), and the bytes of one row (for caches over typed rows, the host rows' mean width). Only a worker
+    process reports (an in-process producer's caches are the trainer process's own).
+
+    Attributes:
+        per_plan: the same counts per cache plan, ``(plan digest, local, peer, host, row_bytes)`` each (one entry for
+            a cache of one table, one per featured type for a cache over typed rows; ``()`` where not reported).
+    """
 
     local: int
     peer: int
     host: int
     row_bytes: int
+    per_plan: tuple[tuple[str, int, int, int, int], ...] = ()
 
 
 @dataclass

@@ -25,7 +25,7 @@ Producer → trainer::
                                                    stages: where the build's time went (a
                                                    :class:`~.stage_times.BuildStages`), None for a source
                                                    that only has ``build_batch``
-    ("cache", stage, (local, peer, host, row_bytes))
+    ("cache", stage, (local, peer, host, row_bytes, per_plan))
                                                    worker process only: its feature caches' cumulative row counts
     ("error", stage, gen, traceback_text)
 
@@ -498,8 +498,9 @@ def _h2d_bandwidth(device: torch.device) -> Optional[float]:
         return None
 
 
-def _process_cache_counts() -> Optional[tuple[int, int, int, int]]:
-    """``(local, peer, host, row_bytes)`` of the feature caches open in this process, or ``None``.
+def _process_cache_counts() -> Optional[tuple[Any, ...]]:
+    """``(local, peer, host, row_bytes, per_plan)`` of the feature caches open in this process, or ``None``
+    (:func:`~lightning_zerocopy.cache.sharded_provider.process_cache_counts`).
 
     Caches are tracked by :mod:`lightning_zerocopy.cache.sharded_provider`, which a builder carrying one imports when
     it is unpickled; if that module was never imported here, no cache is open (and the strategies package, which

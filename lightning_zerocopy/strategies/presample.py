@@ -133,19 +133,31 @@ def presample_typed_halves(
 ) -> dict[str, torch.Tensor]:
     """This rank's part of the presampling counts of each type of ``num_nodes`` (the featured types), in halves
     (:func:`presample_typed_counts`): a heterogeneous DataModule's sampler on CPU (its builder's ``sample_batch``)
-    over a seeded one-rank plan of the input type's training seeds.
+    over a seeded one-rank plan of its training batches, on :data:`PRESAMPLE_STREAM`.
+
+    A node DataModule's plan is over the input type's training seeds, as :func:`presample_halves` builds it. A link
+    DataModule's (a :class:`~lightning_zerocopy.data.link_plan.LinkBatchPlan` over typed endpoints) is its training
+    plan on one rank over :data:`PRESAMPLE_STREAM` (:meth:`~lightning_zerocopy.data.link_plan.LinkBatchPlan.one_rank_plan`):
+    each item's seeds are its supervision edges' endpoints per endpoint type, negatives' included, which the builder
+    samples from as a ``seed_dict``, as in training. (One table's link presampling draws batches of the split's
+    distinct endpoints instead; typed endpoints have no one id space to draw them from.)
 
     Raises:
-        ValueError: a link DataModule (its seeds are typed endpoints, not input-type nodes: not built yet).
+        TypeError: a training plan that is neither (the message names its type).
     """
     from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
+    from lightning_zerocopy.data.link_plan import LinkBatchPlan
 
     train = datamodule.plan("train")
-    if not isinstance(train, BatchPlan):
-        raise ValueError("cache_ranking='presample' over typed rows is built for node batches only, not for "
-                         f"{type(datamodule).__name__}'s link batches; use cache_ranking='degree'")  # fmt: skip
-    plan = BatchPlan(train.input_nodes, train.max_seed_nodes, shuffle=True, seed=datamodule.seed,
-                     stream=PRESAMPLE_STREAM)  # fmt: skip
+    plan: Any
+    if isinstance(train, LinkBatchPlan):
+        plan = train.one_rank_plan(PRESAMPLE_STREAM)
+    elif isinstance(train, BatchPlan):
+        plan = BatchPlan(train.input_nodes, train.max_seed_nodes, shuffle=True, seed=datamodule.seed,
+                         stream=PRESAMPLE_STREAM)  # fmt: skip
+    else:
+        raise TypeError(f"cache_ranking='presample' presamples node or link batch plans, not "
+                        f"{type(datamodule).__name__}'s {type(train).__name__}; use cache_ranking='degree'")  # fmt: skip
     fanouts: Any = datamodule.fanouts  # per edge type on a heterogeneous DataModule
     builder = HeteroBatchBuilder(
         datamodule.handles, fanouts, replace=datamodule.replace, num_threads=datamodule.num_threads  # type: ignore[arg-type]

@@ -55,10 +55,11 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             Under a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (a table per
             featured node type) the budget covers the rows of every featured type: one ranking of ``(type, row)``
             by expected reads per byte, each type's lookup charged first, one shard per type and GPU
-            (:mod:`~lightning_zerocopy.cache.typed`); ``auto`` then measures no read rates.
+            (:mod:`~lightning_zerocopy.cache.typed`); ``auto`` prices the two layouts with the same measured
+            read rates, on the bytes the ranking expects each to serve (:mod:`~lightning_zerocopy.cache.typed_decide`).
         cache_ranking: which rows are hot: ``"degree"`` (how often a node is some node's in-neighbor) or
-            ``"presample"`` (run the DataModule's sampler over the training seeds for ``presample_batches``
-            batches, count each node's appearances and blend the counts with the degree prior, its weight chosen
+            ``"presample"`` (run the DataModule's sampler over the training seeds, or a link DataModule's training
+            link batches, for ``presample_batches`` batches, count each node's appearances and blend the counts with the degree prior, its weight chosen
             on held-out batches for the cache's row count; deterministic, spread over the ranks; the logged
             expected hit rate is the held-out one).
         cache_policy: ``"replicate"`` (every GPU holds the same hot rows), ``"clique"`` (GPUs with mutual peer

@@ -147,3 +147,37 @@ def _fit_and_check(tmp_path: Path, ranking: str, budget: str, *callbacks: Callba
     assert check.counts.total == sum(c.total for c in check.per_type.values() if c is not None)
     if budget == "1GiB":
         assert check.counts.host == 0  # the whole tables are on the GPU
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", [None, "worker"])
+def test_data_telemetry_reports_each_types_rows_and_host_bytes_at_its_row_bytes(tmp_path: Path, mode) -> None:
+    """``DataTelemetry``'s epoch figures over a cache over typed rows: per featured type the rows gathered, the hit
+    rate and the host bytes (the rows the cache did not serve times that type's row bytes), summed into
+    ``cache/host_bytes`` (not 0); in process they equal the strategy's counters, from a worker its per-plan report."""
+    from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
+
+    telemetry = DataTelemetry(prog_bar=False)
+    extra = [telemetry] if mode is None else [telemetry, PipelineCallback(mode=mode)]
+    dataset = SyntheticHeteroGraph(num_papers=2000, num_features=16, num_classes=4,
+                                   featured_types=("paper", "institution"), cache_dir=str(tmp_path / "data"))  # fmt: skip
+    dm = ZeroCopyHeteroDataModule(dataset, num_neighbors=[5, 3], batch_size=64, gather="zerocopy", seed=3)
+    strategy = ZeroCopyDDPStrategy(cache_budget="16KiB", cache_ranking="degree", cache_policy="auto")
+    check = _CheckRows()
+    trainer = pl.Trainer(accelerator="gpu", devices=1, strategy=strategy, max_epochs=1, limit_train_batches=8,
+                         limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[check, *extra])  # fmt: skip
+    model = HeteroNodeClassifier(dm.num_features, dm.num_classes, hidden_channels=16, num_layers=2, dropout=0.0)
+    trainer.fit(model, datamodule=dm)
+    (figures,) = telemetry.cache_history
+    row_bytes = strategy.cache_decision.row_bytes
+    types = ("paper", "institution")
+    assert all(figures[f"cache/rows_{t}"] > 0 for t in types)
+    assert figures["cache/host_bytes"] > 0
+    assert figures["cache/host_bytes"] == sum(figures[f"cache/host_bytes_{t}"] for t in types)
+    for t in types:
+        assert figures[f"cache/host_bytes_{t}"] == figures[f"cache/host_rows_{t}"] * row_bytes[t]
+    if mode is None:  # the trainer process gathered: its counters are the figures
+        for t in types:
+            counts = check.per_type[t]
+            assert figures[f"cache/host_rows_{t}"] == counts.host and figures[f"cache/rows_{t}"] == counts.total

@@ -111,7 +111,7 @@ def test_cache_figures_per_epoch_from_the_datamodule() -> None:
     telemetry.on_train_epoch_end(trainer, module)
     assert logged["cache/local_rows"] == 30 and logged["cache/peer_rows"] == 10 and logged["cache/host_rows"] == 20
     assert logged["cache/hit_rate"] == pytest.approx(40 / 60)
-    assert logged["cache/host_read_GBps"] > 0
+    assert logged["cache/host_bytes"] == 20 * 16 and logged["cache/host_read_GBps"] > 0
     assert telemetry.cache_history == [logged]
     # the epoch figures are reduced over the ranks by this callback (sync_dist only marks them as job-wide)
     assert all(kw["sync_dist"] and kw["on_epoch"] and not kw["on_step"] for kw in module.kwargs.values())
@@ -203,6 +203,7 @@ def test_cache_figures_sum_the_trainer_process_and_the_pipeline_worker_each_once
     telemetry.on_train_epoch_end(trainer, module)
     assert (logged["cache/local_rows"], logged["cache/peer_rows"], logged["cache/host_rows"]) == (102, 50, 51)
     assert logged["cache/hit_rate"] == pytest.approx(152 / 203)
+    assert logged["cache/host_bytes"] == 1 * 16 + 50 * 64  # each process's host rows at its row bytes
 
     telemetry.on_train_epoch_start(trainer, module)
     pipeline.client.stats.cache = CacheReport(local=30, peer=0, host=10, row_bytes=64)  # a restarted worker

@@ -24,7 +24,6 @@ from lightning_zerocopy import ZeroCopyHeteroLinkDataModule
 from lightning_zerocopy.datasets import SyntheticHeteroLinkGraph
 from lightning_zerocopy.options import RecipeError
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
-from lightning_zerocopy.strategies.presample import presample_typed_halves
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "scripts" / "hetero_link_ddp_script.py"
@@ -166,10 +165,10 @@ def test_resume_on_another_world_size_trains_each_edge_of_the_epoch_once(tmp_pat
 
 
 def test_the_strategy_with_a_cache_takes_link_builders_and_other_consumers_are_refused(tmp_path: Path) -> None:
-    """A ``cache_budget`` is taken (the Strategy's cache over typed rows, ranked by degree); a host-memory consumer
-    that does not take typed builders is refused in one line before any rank starts; ``presample`` ranking, built for
-    node batches only, names ``degree``."""
-    strategy = ZeroCopyDDPStrategy(cache_budget="1KiB")
+    """A ``cache_budget`` is taken (the Strategy's cache over typed rows); a host-memory consumer that does not take
+    typed builders is refused in one line before any rank starts (``presample`` ranking over link batches:
+    tests/strategies/test_presample.py)."""
+    strategy = ZeroCopyDDPStrategy(cache_budget="1KiB", cache_ranking="presample")
     dm = ZeroCopyHeteroLinkDataModule(small_graph(str(tmp_path)), num_neighbors=[2, 2], batch_size=4, num_threads=1)
     strategy._preflight(SimpleNamespace(strategy=strategy, callbacks=[]), dm)  # no error
 
@@ -181,9 +180,3 @@ def test_the_strategy_with_a_cache_takes_link_builders_and_other_consumers_are_r
         strategy._preflight(SimpleNamespace(strategy=strategy, callbacks=[OneTableConsumer()]), dm)
     message = str(refused.value)
     assert "\n" not in message and "OneTableConsumer" in message
-    dm.setup("fit")
-    try:
-        with pytest.raises(ValueError, match="use cache_ranking='degree'"):
-            presample_typed_halves(dm, 2, 0, 1, {})
-    finally:
-        dm.teardown("fit")

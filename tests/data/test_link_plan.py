@@ -195,3 +195,20 @@ def test_split_sampler_seed_keys_the_sample_not_the_random_negatives():
         reference = per_batch.item(epoch, step)
         assert torch.equal(item.seed_ids, reference.seed_ids)
         assert all(torch.equal(item.link_fields[k], reference.link_fields[k]) for k in item.link_fields)
+
+
+def test_one_rank_plan_draws_the_whole_split_on_another_stream():
+    pos = _edges(90)
+    train = LinkBatchPlan(pos, 16, num_nodes=50, negatives=_negatives(), shuffle=False, seed=5, rank=1, world_size=2)
+    other = train.one_rank_plan(17)
+    assert (other.world_size, other.rank, other.stream, other.shuffle) == (1, 0, 17, True)
+    assert len(other) == -(-90 // 16) and other.batch_size == train.batch_size
+    ids = torch.cat([other.item(0, s).input_id for s in range(len(other))])
+    assert torch.equal(ids.sort().values, torch.arange(90))  # every positive once on the one rank
+    assert not torch.equal(ids, torch.arange(90))  # shuffled
+    item = other.item(1, 2)  # a link item: the positives' endpoints (and their negatives') are its seeds
+    pairs = _global(item, item.link_fields["edge_label_index"])
+    assert torch.equal(pairs[:, : item.num_positives], pos[:, item.input_id])
+    assert (train.world_size, train.stream) == (2, 0)  # the plan it came from is unchanged
+    with pytest.raises(ValueError, match="stream must be an int >= 0"):
+        train.one_rank_plan(-1)
