@@ -67,7 +67,7 @@ from lightning_zerocopy.data.assemble import (
 )
 from lightning_zerocopy.cache.provider import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
-from lightning_zerocopy.sampling.hybrid.placement import HybridSampling, cuda_usable, gpu_lane_placement
+from lightning_zerocopy.data.hybrid_lanes import HybridLanes
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import DeviceResources, HostData, resolve_cuda_device
 from lightning_zerocopy.gather.host_table import feature_dtype_of
@@ -81,6 +81,7 @@ from lightning_zerocopy.options import (
     check_count,
     check_fanouts,
 )
+from lightning_zerocopy.sampling.cost_model import SampleSizeEstimator
 from lightning_zerocopy.sampling.hybrid.policy import HybridPolicy, HybridStats
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch, node_keyed_bound, sample_bound
 
@@ -192,12 +193,11 @@ class BatchBuilder:
         self.device_index = device
         #: the dtype of the batches' ``x`` (``None``: the host table's)
         self.x_dtype: Optional[FeatureDtype] = x_dtype
-        cuda, why = cuda_usable() if sampler_placement in ("hybrid", "auto") else (True, "")
+        self._lanes = HybridLanes(sampler_placement)  # the hybrid side, shared with the heterogeneous builder
         #: placement of the CUDA sampler (``"cpu"``: none): the fixed one, or a hybrid builder's GPU side here
-        self.gpu_sampler_placement = gpu_lane_placement(sampler_placement, cuda)
-        hybrid = HybridSampling.for_placement(sampler_placement, self.fanouts, self.replace, cuda, why)
+        self.gpu_sampler_placement = self._lanes.gpu_placement
         #: the devices a hybrid builder samples on (``None``: one device)
-        self.hybrid_lanes: Optional[tuple[str, ...]] = None if hybrid is None else hybrid.lanes
+        self.hybrid_lanes: Optional[tuple[str, ...]] = self._lanes.lanes
         self._reset()
 
     def _reset(self) -> None:
@@ -206,7 +206,6 @@ class BatchBuilder:
         self._host: Optional[HostData] = None
         self._cpu_sampler: Optional[NeighborSampler] = None
         self._gpu: Optional[GpuSide] = None
-        self._hybrid: Optional[HybridSampling] = None  # size estimate and the serial placement policy
         self._lock = threading.Lock()
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
@@ -265,8 +264,8 @@ class BatchBuilder:
                 self._host.graph, fanouts=self.fanouts, replace=self.replace, num_threads=self.num_threads,
                 node_keyed=self.node_keyed,
             )  # fmt: skip
-            if self.hybrid_lanes is not None:
-                self._hybrid = HybridSampling(self.sampler_placement, self.hybrid_lanes, self.fanouts, self.replace)  # type: ignore[arg-type]
+            graph = self._host.graph
+            self._lanes.open(lambda: SampleSizeEstimator.from_graph(graph.indptr, graph.indices, self.fanouts, self.replace))
         elif resources is not None and resources is not self._resources:
             raise ValueError("this BatchBuilder is already open with other resources; close() it first")
         if place and self.on_gpu and self._gpu is None:
@@ -303,8 +302,7 @@ class BatchBuilder:
         """Unbind from the resources (closing them if the builder created them). Idempotent; a later
         :meth:`open` binds again (a private open maps the memory by name again)."""
         resources, owns = self._resources, self._owns_resources
-        if self._hybrid is not None:
-            self._hybrid.close()
+        self._lanes.close()
         self._reset()
         if resources is not None and owns:
             resources.close()
@@ -367,12 +365,11 @@ class BatchBuilder:
             IndexError: a seed id outside the graph.
             ValueError: ``lane`` is not one of this builder's devices.
         """
-        if lane is not None and lane not in (self.hybrid_lanes or ()):
-            raise ValueError(f"`lane` must be one of this builder's sampling devices {self.hybrid_lanes}, got {lane!r}")
+        self._lanes.check_lane(lane)
         if not self.is_open:
             self.open()
-        if self._hybrid is not None and lane is None:
-            return self._hybrid.run(self.expected_size(item), lambda chosen: self.sample_batch(item, lane=chosen))
+        if self._lanes.hybrid and lane is None:
+            return self._lanes.run(self.expected_size(item), lambda chosen: self.sample_batch(item, lane=chosen))
         host, sampler = self._host, self._cpu_sampler
         assert host is not None and sampler is not None
         seed_ids = host.internal_ids(item.seed_ids)
@@ -405,21 +402,17 @@ class BatchBuilder:
             self.open(place=False)
         host = self._host
         assert host is not None
-        if self._hybrid is None:
-            raise RuntimeError(f"expected_size() is for hybrid builders; this one samples on {self.gpu_sampler_placement!r}")
-        return self._hybrid.expected_size(host.graph, host.internal_ids(item.seed_ids))
+        return self._lanes.expected_size(host.internal_ids(item.seed_ids))
 
     def hybrid_policy(self) -> Optional[HybridPolicy]:
         """A fresh :class:`~lightning_zerocopy.sampling.HybridPolicy` over this builder's devices for a pipeline
         producer that samples batches ahead on all of them, or ``None`` for a single-device builder."""
-        if self.hybrid_lanes is None:
-            return None
-        return HybridPolicy(self.hybrid_lanes, mode=self.sampler_placement)  # type: ignore[arg-type]
+        return self._lanes.policy()
 
     @property
     def sampling_stats(self) -> Optional[HybridStats]:
         """Where this builder's own cost model placed the batches it sampled (hybrid builders used directly)."""
-        return None if self._hybrid is None else self._hybrid.stats
+        return self._lanes.stats
 
     def gather_batch(
         self,
@@ -449,7 +442,7 @@ class BatchBuilder:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_resources", "_owns_resources", "_host", "_cpu_sampler", "_gpu", "_hybrid", "_lock"):
+        for key in ("_resources", "_owns_resources", "_host", "_cpu_sampler", "_gpu", "_lock"):
             state.pop(key, None)  # handles only: the receiving process maps the memory itself
         return state
 

@@ -9,9 +9,19 @@ fanouts per edge type). Sampling is :class:`~lightning_zerocopy.sampling.hetero.
 homogeneous kernel per hop and edge type), assembly :mod:`lightning_zerocopy.data.hetero_assemble` (the same gathers).
 
 Placements: ``sampler_placement`` ``cpu`` | ``uva`` | ``gpu`` (every edge type's CSC placed by the resources, one
-sampler per edge type and hop over it); ``gather`` ``cpu`` | ``zerocopy`` (one zero-copy table per featured type).
-With ``gather="cpu"`` and the CPU sampler the batch is built in host memory, otherwise on the GPU (a CPU sample's
-ids go over in one pinned copy). ``hybrid``/``auto`` are not supported for heterogeneous graphs yet.
+sampler per edge type and hop over it) | ``hybrid`` | ``auto``; ``gather`` ``cpu`` | ``zerocopy`` (one zero-copy table
+per featured type). With ``gather="cpu"`` and the CPU sampler the batch is built in host memory, otherwise on the GPU
+(a CPU sample's ids go over in one pinned copy).
+
+``hybrid``/``auto`` are the homogeneous builder's, through the same
+:class:`~lightning_zerocopy.data.hybrid_lanes.HybridLanes`: each batch is sampled either by the C++ threads (lane
+``"cpu"``, then every id goes over in one pinned copy) or by the ``gpu`` samplers over GPU copies of every edge type's
+CSC (lane ``"gpu"``), where the cost model expects it to finish first; the typed sampler draws bitwise the same sample
+on both, so the batch does not depend on the lane. The cost model's size is the typed expected sample
+(:class:`~lightning_zerocopy.sampling.TypedSampleSizeEstimator`: per node type, summed over the edge types into it),
+summed over the seeds of every seeded type. ``auto`` decides by the same measurement as for one type (both lanes
+calibrated on the run's batches, both kept only where together they are faster). A pipeline producer samples ahead on
+both lanes at once (``hybrid_policy()``, ``expected_size(item)``, ``sample_batch(item, lane=...)``).
 
 Link batches go through the same builder: a :class:`~lightning_zerocopy.data.link_plan.LinkPlanItem` over a typed edge
 type carries its seeds per node type (``item.typed_seeds``: both endpoint types start the sample, as PyG's
@@ -37,6 +47,7 @@ from lightning_zerocopy.data.hetero_assemble import (
     complete_hetero_batch,
 )
 from lightning_zerocopy.data.hetero_resources import HeteroDeviceResources, HeteroHostData
+from lightning_zerocopy.data.hybrid_lanes import HybridLanes
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import resolve_cuda_device
 from lightning_zerocopy.gather.host_table import feature_dtype_of
@@ -49,15 +60,11 @@ from lightning_zerocopy.options import (
     check_count,
     check_fanouts,
 )
+from lightning_zerocopy.sampling.cost_model import TypedSampleSizeEstimator
 from lightning_zerocopy.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSampledBatch
+from lightning_zerocopy.sampling.hybrid.policy import HybridPolicy, HybridStats
 
-__all__ = ["HeteroBatchBuilder", "HYBRID_UNSUPPORTED"]
-
-#: Why ``hybrid``/``auto`` placements are refused for heterogeneous graphs.
-HYBRID_UNSUPPORTED = (
-    "sampler_placement={placement!r} is not yet supported for heterogeneous graphs (its cost model is per "
-    "homogeneous batch); use 'cpu', 'uva' or 'gpu'"
-)
+__all__ = ["HeteroBatchBuilder"]
 
 
 class HeteroBatchBuilder:
@@ -70,7 +77,10 @@ class HeteroBatchBuilder:
         fanouts: per edge type, neighbors per hop (every edge type of the handles, lists of one length).
         replace: sample with replacement.
         num_threads: threads of the CPU sampling kernel (``None``: ``torch.get_num_threads()``).
-        sampler_placement: ``"cpu"``, ``"uva"`` or ``"gpu"`` (every placement gives the CPU placement's batch).
+        sampler_placement: ``"cpu"``, ``"uva"``, ``"gpu"``, ``"hybrid"`` (per batch the C++ threads or the ``"gpu"``
+            samplers, whichever the cost model expects to finish first) or ``"auto"`` (both only where together they
+            measure faster, else the faster one); see the module docstring. Every placement gives the CPU placement's
+            batch. Without a usable CUDA device ``hybrid``/``auto`` warn once and sample on the CPU.
         gather: ``"cpu"`` or ``"zerocopy"`` (the GPU reads each featured type's rows from registered host memory).
         gather_mode: read order of the zero-copy gather (``auto``/``direct``/``sorted``).
         device: CUDA device index (``None``: the resources').
@@ -81,7 +91,7 @@ class HeteroBatchBuilder:
             ``gather="zerocopy"``.
 
     Raises:
-        ValueError: a bad option (naming it); ``hybrid``/``auto`` placements.
+        ValueError: a bad option (naming it).
     """
 
     resources_factory = HeteroDeviceResources
@@ -102,8 +112,6 @@ class HeteroBatchBuilder:
         cache: Optional[Any] = None,
     ) -> None:
         check_choice(sampler_placement, SamplerPlacement, "sampler_placement")
-        if sampler_placement in ("hybrid", "auto"):
-            raise ValueError(HYBRID_UNSUPPORTED.format(placement=sampler_placement))
         check_choice(gather, GatherBackend, "gather")
         check_choice(gather_mode, GatherMode, "gather_mode")
         if x_dtype is not None:
@@ -119,13 +127,16 @@ class HeteroBatchBuilder:
         self.replace = bool(replace)
         self.num_threads = num_threads
         self.sampler_placement: SamplerPlacement = sampler_placement
-        self.gpu_sampler_placement = sampler_placement  # the CUDA sampler's placement (``"cpu"``: none)
+        self._lanes = HybridLanes(sampler_placement)  # the hybrid side, shared with the homogeneous builder
+        #: the CUDA sampler's placement (``"cpu"``: none): the fixed one, or a hybrid builder's GPU side
+        self.gpu_sampler_placement = self._lanes.gpu_placement
         self.gather: GatherBackend = gather
         self.gather_mode: GatherMode = gather_mode
         self.device_index = device
         self.node_keyed = bool(node_keyed)
         self.x_dtype: Optional[FeatureDtype] = x_dtype
-        self.hybrid_lanes: Optional[tuple[str, ...]] = None  # the BatchBuilder interface: one device
+        #: the devices a hybrid builder samples on (``None``: one device)
+        self.hybrid_lanes: Optional[tuple[str, ...]] = self._lanes.lanes
         #: the fields a pipeline's slot hands to ``gather_batch`` as ``out``: none (the producer copies the batch
         #: into its slot, :mod:`lightning_zerocopy.pipeline.hetero_slots`)
         self.slot_fields: tuple[str, ...] = ()
@@ -148,7 +159,7 @@ class HeteroBatchBuilder:
     @property
     def on_gpu(self) -> bool:
         """Whether batches are built on a CUDA device (a GPU sampler or the zero-copy gather)."""
-        return self.gather == "zerocopy" or self.sampler_placement != "cpu"
+        return self.gather == "zerocopy" or self.gpu_sampler_placement != "cpu"
 
     @property
     def device(self) -> torch.device:
@@ -168,12 +179,27 @@ class HeteroBatchBuilder:
         return self._resources is not None and (self._gpu is not None or not self.on_gpu)
 
     @property
-    def sampling_stats(self) -> None:
-        """Hybrid placement statistics: none (hybrid is not supported for heterogeneous graphs)."""
-        return None
+    def sampling_stats(self) -> Optional[HybridStats]:
+        """Where this builder's own cost model placed the batches it sampled (hybrid builders used directly)."""
+        return self._lanes.stats
 
-    def hybrid_policy(self) -> None:
-        return None
+    def hybrid_policy(self) -> Optional[HybridPolicy]:
+        """A fresh :class:`~lightning_zerocopy.sampling.HybridPolicy` over this builder's devices for a pipeline
+        producer that samples batches ahead on all of them, or ``None`` for a single-device builder."""
+        return self._lanes.policy()
+
+    def expected_size(self, item: PlanItem) -> float:
+        """Expected sampled edges (over every edge type) of the batch of ``item``: the hybrid cost models' size, a
+        sum over its seeds of every seeded type (a link item's endpoints). Needs the host graph only (no GPU work).
+
+        Raises:
+            RuntimeError: the builder is not hybrid (``sampler_placement`` ``hybrid``/``auto`` with a GPU).
+            IndexError: a seed id outside its type.
+        """
+        if self._resources is None:
+            self.open(place=False)
+        typed = item.typed_seeds
+        return self._lanes.expected_size({self.input_type: item.seed_ids} if typed is None else typed)
 
     def capacity_bound(self, seeds: int) -> None:
         """A pipeline slot's capacity bound per field: none known (per-type bounds are not derived), so the slots
@@ -198,6 +224,10 @@ class HeteroBatchBuilder:
                 self._host.graphs, list(self._host.num_nodes), self.fanouts, replace=self.replace,
                 num_threads=self.num_threads, node_keyed=self.node_keyed,
             )  # fmt: skip
+            host = self._host
+            self._lanes.open(lambda: TypedSampleSizeEstimator.from_graphs(
+                {et: (g.indptr, g.indices) for et, g in host.graphs.items()}, host.num_nodes, self.fanouts,
+                self.replace))  # fmt: skip
         elif resources is not None and resources is not self._resources:
             raise ValueError("this HeteroBatchBuilder is already open with other resources; close() it first")
         if place and self.on_gpu and self._gpu is None:
@@ -213,8 +243,8 @@ class HeteroBatchBuilder:
             what = f"HeteroBatchBuilder(sampler_placement={self.sampler_placement!r}, gather={self.gather!r})"
             device = resolve_cuda_device(r.device_index, what)
             sampler = None
-            if self.sampler_placement != "cpu":
-                placement = self.sampler_placement
+            if self.gpu_sampler_placement != "cpu":
+                placement = self.gpu_sampler_placement
                 graphs = {et: r.topology(et, placement) for et in self._host.graphs}  # type: ignore[arg-type]
                 sampler = HeteroNeighborSampler(
                     graphs, list(self._host.num_nodes), self.fanouts, replace=self.replace,
@@ -228,6 +258,7 @@ class HeteroBatchBuilder:
     def close(self) -> None:
         """Unbind from the resources (closing them if the builder created them). Idempotent."""
         resources, owns = self._resources, self._owns_resources
+        self._lanes.close()
         self._reset()
         if resources is not None and owns:
             resources.close()
@@ -248,14 +279,20 @@ class HeteroBatchBuilder:
     def sample_batch(self, item: PlanItem, lane: Optional[str] = None) -> HeteroSampledItem:
         """First stage of :meth:`build_batch`: sample (on the current CUDA stream for a GPU builder).
 
+        Args:
+            item: the plan item (input-type seeds, or a link item's seeds per endpoint type).
+            lane: for a hybrid builder, the device to sample on (one of :attr:`hybrid_lanes`; a pipeline's
+                dispatcher names it); ``None`` lets the builder's own cost model pick. The sample is the same.
+
         Raises:
-            ValueError: a ``lane`` (hybrid builders only).
+            ValueError: ``lane`` is not one of this builder's devices.
             IndexError / ValueError: a seed id out of range or repeated (the kernel's checks).
         """
-        if lane is not None:
-            raise ValueError(f"`lane` is for hybrid builders; {HYBRID_UNSUPPORTED.format(placement='hybrid')}")
+        self._lanes.check_lane(lane)
         if not self.is_open:
             self.open()
+        if self._lanes.hybrid and lane is None:
+            return self._lanes.run(self.expected_size(item), lambda chosen: self.sample_batch(item, lane=chosen))
         sampler = self._cpu_sampler
         assert sampler is not None
         typed = item.typed_seeds  # a link batch's seeds per endpoint type; None: input-type seeds
@@ -266,7 +303,7 @@ class HeteroBatchBuilder:
         gpu = self._gpu
         assert gpu is not None
         with torch.cuda.device(gpu.device):
-            if gpu.sampler is None:  # CPU sampler, then every id goes over in one pinned copy
+            if gpu.sampler is None or lane == "cpu":  # CPU sampler, then every id goes over in one pinned copy
                 sample = _to_device(sampler.sample(seeds, item.batch_seed, input_type), item.input_id, gpu.device)
                 return HeteroSampledItem(item, sample[0], sample[1])
             if typed is None:

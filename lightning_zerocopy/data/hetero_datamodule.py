@@ -18,7 +18,7 @@ builds the batches with these builders (they cross its slots flattened,
 ``cache_budget`` covers the rows of every featured type (:mod:`lightning_zerocopy.cache.typed`), handed over as a
 :class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache` through :meth:`set_feature_cache` and opened per
 type by :meth:`~lightning_zerocopy.data.hetero_resources.HeteroDeviceResources.feature_table`. Not yet for
-heterogeneous graphs: ``sampler_placement`` ``hybrid``/``auto``, other host-memory consumers (refused by
+heterogeneous graphs: other host-memory consumers (refused by
 :meth:`ZeroCopyHeteroDataModule.check_consumers` before the strategy's launcher starts a rank, and again in
 ``setup``), caches of one table (``hot_rows`` is not an argument) and ``node_order`` other than ``none``, each
 refused in one line.
@@ -29,6 +29,12 @@ features, labels in internal ids; the sampler and assembly map seeds in and ``n_
 over the typed graph (a BFS crosses edge types), every edge type's CSC relabeled on both of its endpoints' orders, and
 the per-type maps carried through the typed sampler and assembly: new typed code in the host copy, the handles, the
 sampler and the assembly, not the homogeneous path's data.
+
+``sampler_placement`` ``hybrid``/``auto`` is resolved as the homogeneous DataModule resolves it (on a CPU trainer, or
+without the CUDA kernels, one line and the CPU sampler); on a GPU trainer each batch is sampled by the C++ threads or
+the ``gpu`` samplers of every edge type, whichever the cost model over the typed expected sample size expects to
+finish first, and ``auto`` keeps both only where together they measure faster
+(:class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`). Batches are bitwise the CPU placement's.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from lightning_zerocopy.data.assemble import move_batch
 from lightning_zerocopy.data.datamodule import Split, ZeroCopyDataModule
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.handles import HeteroHostGraphHandles
-from lightning_zerocopy.data.hetero_batch import HYBRID_UNSUPPORTED, HeteroBatchBuilder
+from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
 from lightning_zerocopy.data.hetero_resources import HeteroDeviceResources
 from lightning_zerocopy.data.hooks import HostMemoryConsumer
 from lightning_zerocopy.data.host.hetero import HeteroHostCopyBuilder
@@ -153,8 +159,10 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
         replace, shuffle, drop_last, num_threads, seed, predict_split, feature_storage, gather, gather_mode,
         check_features, x_dtype, allow_split_overlap: as :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule`
             takes them (``predict_split: all`` predicts every input-type node).
-        sampler_placement: ``"cpu"``, ``"uva"`` or ``"gpu"`` (``hybrid``/``auto`` are not supported for heterogeneous
-            graphs yet).
+        sampler_placement: ``"cpu"``, ``"uva"``, ``"gpu"``, ``"hybrid"`` or ``"auto"``, as
+            :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them (``hybrid``/``auto``: per batch
+            the C++ threads or the ``gpu`` samplers of every edge type; on a CPU trainer they say so in one line and
+            sample on the CPU). Every placement gives the same batches.
         feature_dtype: the dtype of every featured type's table in host memory (``"float32"``, ``"bfloat16"``,
             ``"float16"``; default: each type's own), cast once when the host copy is built
             (:mod:`lightning_zerocopy.data.host.hetero`); ``x_dtype`` says what each ``x`` of a batch is.
@@ -194,8 +202,6 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
         if not isinstance(dataset, HeteroNodeDataset):
             raise TypeError(f"{_KEY}dataset must be a HeteroNodeDataset, got {type(dataset).__name__}; homogeneous "
                             "node datasets go to ZeroCopyDataModule")  # fmt: skip
-        if sampler_placement in ("hybrid", "auto"):
-            raise ValueError(_KEY + HYBRID_UNSUPPORTED.format(placement=sampler_placement))
         check_metadata(dataset, _KEY + "dataset")
         edge_types = list(dataset.edge_types)
         train = resolve_num_neighbors(num_neighbors, edge_types, _KEY + "num_neighbors")

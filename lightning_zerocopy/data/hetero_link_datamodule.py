@@ -8,7 +8,8 @@ The link DataModule's plan over typed endpoints, on the heterogeneous spine: it 
 are drawn by :class:`~lightning_zerocopy.data.negatives.NegativeDraws` from the source type's ids (binary sources)
 and the destination type's ids, and each item's seeds are split per endpoint type, which the builder hands to the
 heterogeneous sampler as a ``seed_dict``. Only the host copy's checks
-(:mod:`~lightning_zerocopy.data.host.hetero_links`) and the plan differ from the node DataModule.
+(:mod:`~lightning_zerocopy.data.host.hetero_links`) and the plan differ from the node DataModule; so
+``sampler_placement`` ``hybrid``/``auto`` works as there, the cost model sizing a batch by both endpoint types' seeds.
 
 Under several ranks (Lightning's ``ddp``, or ``ZeroCopyDDPStrategy`` with ``cache_budget: 0``) nothing differs either:
 each machine's local rank 0 builds the typed link host copy and the others map it, each rank's plan deals it a
@@ -33,7 +34,6 @@ import torch
 from lightning_zerocopy.data.datamodule import Split, ZeroCopyDataModule
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.handles import HeteroHostGraphHandles
-from lightning_zerocopy.data.hetero_batch import HYBRID_UNSUPPORTED
 from lightning_zerocopy.data.hetero_datamodule import NumNeighbors, ZeroCopyHeteroDataModule, resolve_num_neighbors
 from lightning_zerocopy.data.host.hetero_links import HeteroLinkHostCopyBuilder
 from lightning_zerocopy.data.host.links import link_splits
@@ -104,7 +104,7 @@ class ZeroCopyHeteroLinkDataModule(ZeroCopyHeteroDataModule):
         predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives).
         feature_storage, sampler_placement, gather, gather_mode, check_features, feature_dtype, x_dtype, node_order:
             as :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` takes them
-            (``sampler_placement`` ``cpu``/``uva``/``gpu``, ``node_order`` ``none``).
+            (every ``sampler_placement``, ``hybrid``/``auto`` included; ``node_order`` ``none``).
 
     Raises:
         ValueError / TypeError: a bad argument (naming its recipe key), an unknown supervised edge type, before any
@@ -145,8 +145,6 @@ class ZeroCopyHeteroLinkDataModule(ZeroCopyHeteroDataModule):
         if node_order != "none":
             raise ValueError(f"{_KEY}node_order={node_order!r} is not yet supported for heterogeneous graphs (no "
                              "per-type node order is built); use 'none'")  # fmt: skip
-        if sampler_placement in ("hybrid", "auto"):
-            raise ValueError(_KEY + HYBRID_UNSUPPORTED.format(placement=sampler_placement))
         self.edge_type: EdgeType = check_link_metadata(dataset, _KEY + "dataset")
         check_subgraph_options(subgraph_type, disjoint, _KEY)
         if predict_split not in LINK_SPLITS:

@@ -2,7 +2,13 @@
 heterogeneous form over one CSC per edge type), and the
 hybrid CPU/GPU placement of each batch's sampling (cost model + dispatcher)."""
 
-from lightning_zerocopy.sampling.cost_model import LinearCostModel, SampleSizeEstimator, expected_sample_edges
+from lightning_zerocopy.sampling.cost_model import (
+    LinearCostModel,
+    SampleSizeEstimator,
+    TypedSampleSizeEstimator,
+    expected_sample_edges,
+    expected_typed_sample_edges,
+)
 from lightning_zerocopy.sampling.hetero import HeteroNeighborSampler, HeteroSampledBatch
 from lightning_zerocopy.sampling.hybrid.policy import Dispatch, HybridDispatcher, HybridPolicy, HybridStats
 from lightning_zerocopy.sampling.neighbor_sampler import (
@@ -26,7 +32,9 @@ __all__ = [
     "NeighborSampler",
     "SampleSizeEstimator",
     "SampledBatch",
+    "TypedSampleSizeEstimator",
     "expected_sample_edges",
+    "expected_typed_sample_edges",
     "node_keyed_bound",
     "sample_bound",
     "validate_fanouts",

@@ -22,17 +22,39 @@ in-neighbors is exact for uniform picks; what the estimate ignores is de-duplica
 sampled once), so it is an upper bound that grows with the batch's overlap. That is fine for a cost model: the
 device models are fitted to measured times against the same estimate, so a consistent bias is absorbed in the
 slope. One pass over the edges per hop after the first, in chunks of nodes (bounded temporaries), float32.
+
+Typed graphs (:func:`expected_typed_sample_edges`) are the same recursion with types as data: one CSC per edge type
+``(s, r, d)`` whose targets are ``d``-type nodes and whose in-neighbors are ``s``-type nodes, fanouts per edge type
+and hop, as :class:`~lightning_zerocopy.sampling.hetero.HeteroNeighborSampler` samples them::
+
+    E_L[t](v) = 0,    E_h[t](v) = sum over edge types (s, r, t) of m_h[(s, r, t)](v) * (1 + mean_{u in N_(s,r,t)(v)} E_{h+1}[s](u))
+
+A homogeneous graph is the one-type case (:func:`expected_sample_edges` calls it with one node and one edge type),
+and a batch seeded on several node types (a link batch's endpoints) costs the sum over every type's seeds
+(:class:`TypedSampleSizeEstimator`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import torch
 
-__all__ = ["LinearCostModel", "SampleSizeEstimator", "expected_sample_edges"]
+__all__ = [
+    "LinearCostModel",
+    "SampleSizeEstimator",
+    "TypedSampleSizeEstimator",
+    "expected_sample_edges",
+    "expected_typed_sample_edges",
+]
+
+#: ``(source node type, relation, destination node type)``: the key of one edge type's CSC.
+EdgeType = tuple[str, str, str]
+#: the node and edge type of a homogeneous graph seen as a typed one
+_ONE_TYPE = "node"
+_ONE_EDGE_TYPE: EdgeType = (_ONE_TYPE, "to", _ONE_TYPE)
 
 _CHUNK_EDGES = 1 << 24  # edges per chunk of the per-hop pass (bounds the float32 temporary at 64 MiB)
 
@@ -72,6 +94,8 @@ def expected_sample_edges(
 ) -> torch.Tensor:
     """Expected sampled edges of each node's multi-hop sample, as a float32 tensor of ``num_nodes`` entries.
 
+    The one-type case of :func:`expected_typed_sample_edges`.
+
     Args:
         indptr: int64 CSC pointer (``num_nodes + 1`` entries, on the CPU).
         indices: int32/int64 in-neighbors of every node, grouped by target (on the CPU).
@@ -86,21 +110,81 @@ def expected_sample_edges(
     """
     if indptr.dim() != 1 or indptr.numel() < 1:
         raise ValueError(f"`indptr` must be a 1-D tensor of num_nodes + 1 entries, got shape {tuple(indptr.shape)}")
-    if indptr.device.type != "cpu" or indices.device.type != "cpu":
-        raise ValueError("`indptr` and `indices` must be CPU tensors (the estimate is computed on the host)")
-    if len(fanouts) == 0:
+    graphs = {_ONE_EDGE_TYPE: (indptr, indices)}
+    per_type = expected_typed_sample_edges(graphs, {_ONE_TYPE: indptr.numel() - 1}, {_ONE_EDGE_TYPE: fanouts}, replace)
+    return per_type[_ONE_TYPE]
+
+
+def expected_typed_sample_edges(
+    graphs: Mapping[EdgeType, tuple[torch.Tensor, torch.Tensor]],
+    num_nodes: Mapping[str, int],
+    fanouts: Mapping[EdgeType, Sequence[int]],
+    replace: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Expected sampled edges (over every edge type) of each node's multi-hop sample, per node type.
+
+    Args:
+        graphs: per edge type ``(s, r, d)``, its CSC ``(indptr, indices)`` on the CPU: targets are ``d``-type ids,
+            ``indices`` ``s``-type ids. ``indptr`` may cover more targets than ``num_nodes[d]`` (a typed host copy
+            sizes both id spaces to the larger type); the extra targets are ignored.
+        num_nodes: nodes of every node type (the length of each returned tensor).
+        fanouts: per edge type, neighbors per hop (``-1`` = all), every list of one length.
+        replace: whether the sampler draws with replacement.
+
+    Returns:
+        Per node type, float32 ``E_0[t](v)`` of the module docstring for every ``t``-type node ``v`` (zeros for a
+        type that is no edge type's destination: its nodes have no in-edges).
+
+    Raises:
+        ValueError: tensors of the wrong shape or device, empty or unequal ``fanouts``, an edge type without
+            fanouts or naming an unknown node type.
+    """
+    if set(graphs) != set(fanouts):
+        raise ValueError(f"`fanouts` must name exactly the edge types {list(graphs)}, got {list(fanouts)}")
+    hops = {len(fanouts[et]) for et in graphs}
+    if len(hops) > 1:
+        raise ValueError(f"every edge type needs as many fanouts (hops), got lengths {sorted(hops)}")
+    if not graphs or hops == {0}:
         raise ValueError("`fanouts` is empty; give one fanout per hop")
-    indptr = indptr.to(torch.int64)
-    degree = indptr[1:] - indptr[:-1]
-    below: Optional[torch.Tensor] = None  # E_{h+1}
-    for hop in reversed(range(len(fanouts))):
-        picks = _picks(degree, int(fanouts[hop]), replace)
-        if below is None:
-            below = picks
-        else:
-            below = picks * (1.0 + _neighbor_mean(indptr, indices, below))
+    csc: dict[EdgeType, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+    for et, (indptr, indices) in graphs.items():
+        src, _, dst = et
+        for node_type in (src, dst):
+            if node_type not in num_nodes:
+                raise ValueError(f"edge type {et} names {node_type!r}, not one of the node types {list(num_nodes)}")
+        if indptr.dim() != 1 or indptr.numel() < 1:
+            raise ValueError(f"`indptr` of {et} must be a 1-D tensor of num_nodes + 1 entries, got shape "
+                             f"{tuple(indptr.shape)}")  # fmt: skip
+        if indptr.device.type != "cpu" or indices.device.type != "cpu":
+            raise ValueError("`indptr` and `indices` must be CPU tensors (the estimate is computed on the host)")
+        indptr = indptr.to(torch.int64)
+        csc[et] = (indptr, indices, indptr[1:] - indptr[:-1])
+    below: Optional[dict[str, torch.Tensor]] = None  # E_{h+1} per node type
+    for hop in reversed(range(hops.pop())):
+        now: dict[str, torch.Tensor] = {}
+        for et, (indptr, indices, degree) in csc.items():
+            src, _, dst = et
+            term = _picks(degree, int(fanouts[et][hop]), replace)
+            if below is not None:
+                term = term * (1.0 + _neighbor_mean(indptr, indices, _padded(below[src], indices)))
+            term = _fit(term, num_nodes[dst])
+            now[dst] = term if dst not in now else now[dst] + term
+        below = {t: now.get(t, torch.zeros(int(n), dtype=torch.float32)) for t, n in num_nodes.items()}
     assert below is not None
     return below
+
+
+def _fit(values: torch.Tensor, length: int) -> torch.Tensor:
+    """``values`` cut or zero-padded to ``length`` entries (an edge type's CSC may cover more targets)."""
+    if values.numel() >= length:
+        return values[:length]
+    return torch.cat([values, values.new_zeros(length - values.numel())])
+
+
+def _padded(values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """``values`` long enough for every id of ``indices`` (a source type whose ids the CSC sizes larger)."""
+    need = int(indices.max()) + 1 if indices.numel() else 0
+    return values if values.numel() >= need else _fit(values, need)
 
 
 class SampleSizeEstimator:
@@ -138,6 +222,40 @@ class SampleSizeEstimator:
             bad = lo if lo < 0 else hi
             raise IndexError(f"seed node id {bad} is out of range for a graph of {self.per_node.numel()} nodes")
         return float(self.per_node.index_select(0, seeds).sum()) + float(seeds.numel())
+
+
+class TypedSampleSizeEstimator:
+    """A typed batch's expected sampled-subgraph size: the sum over node types of each type's estimate over its seeds.
+
+    Args:
+        per_node: per node type, float32 expected sampled edges per node (:func:`expected_typed_sample_edges`).
+    """
+
+    def __init__(self, per_node: Mapping[str, torch.Tensor]) -> None:
+        self.per_type = {t: SampleSizeEstimator(values) for t, values in per_node.items()}
+
+    @classmethod
+    def from_graphs(
+        cls,
+        graphs: Mapping[EdgeType, tuple[torch.Tensor, torch.Tensor]],
+        num_nodes: Mapping[str, int],
+        fanouts: Mapping[EdgeType, Sequence[int]],
+        replace: bool = False,
+    ) -> "TypedSampleSizeEstimator":
+        """The estimator of a typed graph sampled with ``fanouts`` (see :func:`expected_typed_sample_edges`)."""
+        return cls(expected_typed_sample_edges(graphs, num_nodes, fanouts, replace))
+
+    def size(self, seeds: Mapping[str, torch.Tensor]) -> float:
+        """Expected sampled edges of a batch seeded with ``seeds`` (ids per node type), plus one per seed.
+
+        Raises:
+            ValueError: a node type the graph does not have.
+            IndexError: a seed id outside its type's ``[0, num_nodes)``.
+        """
+        unknown = [t for t in seeds if t not in self.per_type]
+        if unknown:
+            raise ValueError(f"`seeds` names {unknown[0]!r}, not one of the node types {list(self.per_type)}")
+        return sum((self.per_type[t].size(ids) for t, ids in seeds.items()), 0.0)
 
 
 @dataclass

@@ -141,9 +141,8 @@ def test_num_neighbors_per_edge_type_and_its_errors() -> None:
         _datamodule(eval_num_neighbors={"nope__x__paper": [1]})
 
 
-def test_hybrid_and_homogeneous_datasets_are_refused() -> None:
-    with pytest.raises(ValueError, match="not yet supported for heterogeneous graphs"):
-        _datamodule(sampler_placement="hybrid")
+def test_homogeneous_datasets_are_refused() -> None:
+    # (hybrid/auto placements are taken: tests/data/test_hetero_hybrid_placement.py)
     with pytest.raises(TypeError, match="HeteroNodeDataset"):
         ZeroCopyHeteroDataModule(object(), num_neighbors=[2])  # type: ignore[arg-type]
 

@@ -12,7 +12,7 @@ import torch
 from pytorch_lightning.callbacks import Callback
 from test_gpu_data_path import SAGE, _assert_same_batch, _datamodule, _graph, _item, _trainer, shared  # noqa: F401 (fixture)
 
-import lightning_zerocopy.data.batch as batch_module
+import lightning_zerocopy.data.hybrid_lanes as hybrid_lanes_module
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.host.share import share_node_data
 
@@ -63,7 +63,7 @@ def test_datamodule_rejects_an_unknown_placement_naming_the_key(tmp_path: Path) 
 def test_expected_size_sums_over_the_seeds_in_the_datasets_ids(bfs_shared, monkeypatch) -> None:
     # as on a GPU machine (the estimate itself needs no GPU); with all neighbors taken on one hop the expected
     # size is exact: the batch's edges plus one per seed. A seed not mapped to the internal order would miss.
-    monkeypatch.setattr(batch_module, "cuda_usable", lambda: (True, ""))
+    monkeypatch.setattr(hybrid_lanes_module, "cuda_usable", lambda: (True, ""))
     data, handles = bfs_shared
     hybrid = BatchBuilder(handles, [-1], sampler_placement="hybrid")
     assert hybrid.hybrid_lanes == ("cpu", "gpu") and hybrid.hybrid_policy().lanes == ["cpu", "gpu"]

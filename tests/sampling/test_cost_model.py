@@ -10,7 +10,14 @@ import torch
 from lightning_zerocopy.graph import CSCGraph
 from lightning_zerocopy.sampling import NeighborSampler
 from lightning_zerocopy.sampling import cost_model
-from lightning_zerocopy.sampling.cost_model import LinearCostModel, SampleSizeEstimator, expected_sample_edges
+from lightning_zerocopy.sampling.cost_model import (
+    LinearCostModel,
+    SampleSizeEstimator,
+    TypedSampleSizeEstimator,
+    expected_sample_edges,
+    expected_typed_sample_edges,
+)
+from lightning_zerocopy.sampling.hetero import HeteroNeighborSampler
 
 
 def _random_graph(num_nodes: int, num_edges: int, seed: int) -> CSCGraph:
@@ -83,6 +90,99 @@ def test_estimator_checks_seeds() -> None:
         estimate.size(torch.tensor([3, 10]))
     with pytest.raises(ValueError, match="fanouts"):
         expected_sample_edges(torch.tensor([0, 0]), torch.tensor([], dtype=torch.int64), [])
+
+
+# ---- typed graphs: the same recursion with types as data ---------------------------------------------------------
+
+USER, ITEM = "user", "item"
+FOLLOWS, RATES, RATED_BY = (USER, "follows", USER), (USER, "rates", ITEM), (ITEM, "rated_by", USER)
+TYPED_NODES = {USER: 70, ITEM: 30}
+
+
+def _typed_graph(seed: int, pad: bool = False) -> dict:
+    """Three edge types over two node types of different sizes; every CSC covers the larger type's id space (as the
+    typed host copy sizes it, so the kernel's bounds hold), ``pad`` ten targets more."""
+    gen = torch.Generator().manual_seed(seed)
+    graphs = {}
+    for et, num_edges in ((FOLLOWS, 300), (RATES, 200), (RATED_BY, 200)):
+        src, _, dst = et
+        edges = torch.stack([torch.randint(0, TYPED_NODES[src], (num_edges,), generator=gen),
+                             torch.randint(0, TYPED_NODES[dst], (num_edges,), generator=gen)])  # fmt: skip
+        graphs[et] = CSCGraph.from_edge_index(edges, max(TYPED_NODES.values()) + (10 if pad else 0))
+    return graphs
+
+
+def _typed_reference(graphs: dict, fanouts: dict, replace: bool) -> dict[str, list[float]]:
+    """The typed recursion of the module docstring, node by node in plain Python."""
+    hops = len(next(iter(fanouts.values())))
+    below = {t: [0.0] * n for t, n in TYPED_NODES.items()}
+    for hop in reversed(range(hops)):
+        now = {t: [0.0] * n for t, n in TYPED_NODES.items()}
+        for et, graph in graphs.items():
+            src, _, dst = et
+            indptr, indices, fanout = graph.indptr.tolist(), graph.indices.tolist(), fanouts[et][hop]
+            for v in range(TYPED_NODES[dst]):
+                nbrs = indices[indptr[v] : indptr[v + 1]]
+                deg = len(nbrs)
+                picks = float(deg if fanout < 0 else (fanout if deg and replace else min(deg, fanout)))
+                mean = sum(below[src][u] for u in nbrs) / deg if deg else 0.0
+                now[dst][v] += picks * (1.0 + mean)
+        below = now
+    return below
+
+
+@pytest.mark.parametrize("pad", [False, True])
+@pytest.mark.parametrize("replace", [False, True])
+def test_typed_estimate_matches_the_recursion_per_type(pad: bool, replace: bool) -> None:
+    graphs = _typed_graph(seed=4, pad=pad)
+    fanouts = {FOLLOWS: [3, 2, 1], RATES: [2, -1, 2], RATED_BY: [4, 1, 3]}
+    got = expected_typed_sample_edges({et: (g.indptr, g.indices) for et, g in graphs.items()}, TYPED_NODES, fanouts,
+                                      replace)  # fmt: skip
+    want = _typed_reference(graphs, fanouts, replace)
+    assert set(got) == set(TYPED_NODES)
+    for node_type, values in want.items():
+        assert got[node_type].dtype == torch.float32 and got[node_type].shape == (TYPED_NODES[node_type],)
+        torch.testing.assert_close(got[node_type], torch.tensor(values), rtol=1e-5, atol=1e-4)
+
+
+def test_the_homogeneous_estimate_is_the_one_type_case() -> None:
+    graph = _random_graph(200, 1500, seed=5)
+    et = ("v", "e", "v")
+    typed = expected_typed_sample_edges({et: (graph.indptr, graph.indices)}, {"v": 200}, {et: [4, 3]})
+    assert torch.equal(typed["v"], expected_sample_edges(graph.indptr, graph.indices, [4, 3]))
+
+
+@pytest.mark.parametrize("seeded", [[USER], [ITEM], [USER, ITEM]])
+def test_typed_size_is_exact_for_one_full_hop_whatever_types_are_seeded(seeded: list[str]) -> None:
+    # with every neighbor taken on one hop the sample has exactly the in-edges of its seeds (no de-duplication of
+    # edges), so the size is the batch's edges over every edge type plus one per seed
+    graphs = _typed_graph(seed=6)
+    fanouts = {et: [-1] for et in graphs}
+    estimate = TypedSampleSizeEstimator.from_graphs({et: (g.indptr, g.indices) for et, g in graphs.items()},
+                                                    TYPED_NODES, fanouts)  # fmt: skip
+    sampler = HeteroNeighborSampler(graphs, list(TYPED_NODES), fanouts, num_threads=1)
+    gen = torch.Generator().manual_seed(7)
+    seeds = {t: torch.randperm(TYPED_NODES[t], generator=gen)[:9] for t in seeded}
+    sample = sampler.sample(seeds, seed=3)
+    edges = sum(sum(counts) for counts in sample.num_sampled_edges.values())
+    assert estimate.size(seeds) == pytest.approx(edges + 9 * len(seeded))
+
+
+def test_typed_estimate_checks_its_inputs() -> None:
+    graphs = {et: (g.indptr, g.indices) for et, g in _typed_graph(seed=8).items()}
+    fanouts = {et: [2, 2] for et in graphs}
+    with pytest.raises(ValueError, match="`fanouts` must name exactly the edge types"):
+        expected_typed_sample_edges(graphs, TYPED_NODES, {FOLLOWS: [2, 2]})
+    with pytest.raises(ValueError, match="as many fanouts"):
+        expected_typed_sample_edges(graphs, TYPED_NODES, {**fanouts, RATES: [2]})
+    with pytest.raises(ValueError, match="names 'item', not one of the node types"):
+        expected_typed_sample_edges(graphs, {USER: 70}, fanouts)
+    estimate = TypedSampleSizeEstimator.from_graphs(graphs, TYPED_NODES, fanouts)
+    assert estimate.size({}) == 0.0
+    with pytest.raises(ValueError, match="`seeds` names 'shop', not one of the node types"):
+        estimate.size({"shop": torch.tensor([0])})
+    with pytest.raises(IndexError, match="seed node id 30 is out of range for a graph of 30 nodes"):
+        estimate.size({USER: torch.tensor([1]), ITEM: torch.tensor([30])})
 
 
 def test_linear_model_fits_a_line_and_floors_predictions() -> None:

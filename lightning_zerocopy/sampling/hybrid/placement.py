@@ -1,4 +1,6 @@
-"""The hybrid side of a :class:`~lightning_zerocopy.data.batch.BatchBuilder` (``sampler_placement`` ``hybrid``/``auto``).
+"""The hybrid side of a builder (``sampler_placement`` ``hybrid``/``auto``): a homogeneous
+:class:`~lightning_zerocopy.data.batch.BatchBuilder` or a typed :class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`,
+both through :class:`~lightning_zerocopy.data.hybrid_lanes.HybridLanes`.
 
 A hybrid builder samples each batch either with the C++ CPU threads (then copies the structure to the GPU in one
 pinned transfer) or with the CUDA sampler over a GPU copy of the topology; both give bitwise the same sample, so
@@ -7,7 +9,7 @@ the batch does not depend on the choice. :class:`HybridSampling` holds what the 
 * the devices ("lanes") this machine offers: ``("cpu", "gpu")``, or ``("cpu",)`` where there is no usable CUDA
   device (then the builder is a CPU builder and says so once);
 * the per-seed size estimate of the builder's graph and fanouts (computed on first use, see
-  :mod:`lightning_zerocopy.sampling.cost_model`);
+  :mod:`lightning_zerocopy.sampling.cost_model`; the builder says how: one CSC, or one per edge type);
 * a fresh :class:`~lightning_zerocopy.sampling.HybridPolicy` for a pipeline producer, which samples several
   batches ahead concurrently (``hybrid_policy()``), and a serial dispatcher for a builder used directly (the
   in-loop loader): each batch then goes to the device predicted to be faster for it.
@@ -18,14 +20,13 @@ from __future__ import annotations
 import itertools
 import threading
 import warnings
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import torch
 
-from lightning_zerocopy.sampling.cost_model import SampleSizeEstimator
 from lightning_zerocopy.sampling.hybrid.policy import HybridDispatcher, HybridMode, HybridPolicy, HybridStats
 
-__all__ = ["HYBRID_PLACEMENTS", "HybridSampling", "cuda_usable", "gpu_lane_placement"]
+__all__ = ["HYBRID_PLACEMENTS", "HybridSampling", "SizeEstimator", "cuda_usable", "gpu_lane_placement", "hybrid_lanes"]
 
 #: ``sampler_placement`` values that choose the device per batch.
 HYBRID_PLACEMENTS = ("hybrid", "auto")
@@ -55,45 +56,52 @@ def gpu_lane_placement(sampler_placement: str, cuda: bool) -> str:
     return sampler_placement
 
 
+def hybrid_lanes(sampler_placement: str, cuda: bool, why: str = "") -> Optional[tuple[str, ...]]:
+    """The lanes of a builder with ``sampler_placement``: ``("cpu", "gpu")`` for ``hybrid``/``auto`` with CUDA,
+    ``None`` (one device) for a fixed placement or a machine without CUDA (then it warns once, naming ``why``, that
+    sampling runs on the CPU only)."""
+    if sampler_placement not in HYBRID_PLACEMENTS:
+        return None
+    if not cuda:
+        warnings.warn(f"sampler_placement={sampler_placement!r}: {why}, so sampling runs on the CPU only", stacklevel=4)
+        return None
+    return ("cpu", _GPU_LANE)
+
+
+class SizeEstimator(Protocol):
+    """What a hybrid builder's size estimate answers: a batch's expected sampled edges from its seeds (a tensor of
+    ids for one node type, ids per node type for a typed graph)."""
+
+    def size(self, seeds: Any) -> float: ...
+
+
 class HybridSampling:
     """Lanes, size estimate, and policies of one hybrid builder (process-local; the builder pickles its options).
 
     Args:
         mode: ``"hybrid"`` or ``"auto"`` (see :class:`~lightning_zerocopy.sampling.HybridPolicy`).
         lanes: the devices to sample on, e.g. ``("cpu", "gpu")``.
-        fanouts, replace: the builder's sampling options (for the size estimate).
+        estimator: builds the builder's size estimator (called once, on first use: one pass over the graph), e.g.
+            :meth:`~lightning_zerocopy.sampling.SampleSizeEstimator.from_graph` of one CSC, or
+            :meth:`~lightning_zerocopy.sampling.TypedSampleSizeEstimator.from_graphs` of one CSC per edge type.
     """
 
-    def __init__(self, mode: HybridMode, lanes: Sequence[str], fanouts: Sequence[int], replace: bool) -> None:
+    def __init__(self, mode: HybridMode, lanes: Sequence[str], estimator: Callable[[], SizeEstimator]) -> None:
         self.mode: HybridMode = mode
         self.lanes = tuple(lanes)
-        self.fanouts = list(fanouts)
-        self.replace = bool(replace)
-        self._estimator: Optional[SampleSizeEstimator] = None
+        self._make_estimator = estimator
+        self._estimator: Optional[SizeEstimator] = None
         self._serial: Optional[HybridDispatcher] = None
         self._keys = itertools.count()
         self._lock = threading.Lock()
 
-    @classmethod
-    def for_placement(
-        cls, sampler_placement: str, fanouts: Sequence[int], replace: bool, cuda: bool, why: str = ""
-    ) -> Optional["HybridSampling"]:
-        """The hybrid side of a builder with ``sampler_placement``, or ``None`` for a fixed placement or a
-        machine without CUDA (then it warns once that sampling runs on the CPU only)."""
-        if sampler_placement not in HYBRID_PLACEMENTS:
-            return None
-        if not cuda:
-            warnings.warn(f"sampler_placement={sampler_placement!r}: {why}, so sampling runs on the CPU only", stacklevel=3)
-            return None
-        return cls(sampler_placement, ("cpu", _GPU_LANE), fanouts, replace)  # type: ignore[arg-type]
-
-    def expected_size(self, graph: Any, internal_seeds: torch.Tensor) -> float:
-        """Expected sampled edges of a batch with these seeds (internal ids of ``graph``, a CSC graph)."""
+    def expected_size(self, seeds: Any) -> float:
+        """Expected sampled edges of a batch with these seeds (in the ids the estimator was built over)."""
         if self._estimator is None:
             with self._lock:
                 if self._estimator is None:
-                    self._estimator = SampleSizeEstimator.from_graph(graph.indptr, graph.indices, self.fanouts, self.replace)
-        return self._estimator.size(internal_seeds)
+                    self._estimator = self._make_estimator()
+        return self._estimator.size(seeds)
 
     def policy(self, **options: Any) -> HybridPolicy:
         """A fresh placement policy over this builder's lanes (for a pipeline producer's dispatcher)."""
