@@ -22,6 +22,7 @@ rest; DDP ranks started later by Lightning's launcher inherit the variables and 
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence, Union
 
 import pytorch_lightning as pl
@@ -168,6 +169,7 @@ class PipelineCallback(Callback):
                 timeout=self.timeout, lookahead=self.lookahead, copy_stages=self.copy_stages,
             )  # fmt: skip
             self.client, self._datamodule = self._session.client, datamodule
+            self._session.batch_limit = functools.partial(trainer_batch_limit, trainer)
             datamodule.use_loader_factory(self._session.loader)  # PipelineLoaders for the run's splits
         except BaseException:
             self._shutdown()
@@ -238,3 +240,11 @@ class PipelineCallback(Callback):
             return int(self.worker_sm_percent)
         choice = self.share_choice
         return None if choice is None else choice.percent
+
+
+def trainer_batch_limit(trainer: "pl.Trainer", split: str) -> Optional[int]:
+    """The batches ``trainer`` takes of the training loader this epoch (``limit_train_batches``), or ``None`` for
+    all of them and for the other splits (whose loops may also stop early, as the sanity check does: their
+    producers build ahead and report as before)."""
+    count = getattr(trainer, "num_training_batches", None) if split == "train" else None
+    return count if isinstance(count, int) else None

@@ -28,6 +28,10 @@ class PipelineLoader(EpochLoader):
             ``state_dict``/``load_state_dict``).
         copy: yield a copy of each batch instead of views of its slot (for loops that keep what the step
             returns, like ``predict``, whose outputs often include ``batch.n_id``).
+        current: the client to take the next batch from (``None``: always ``client``).
+        limit: how many of the epoch's batches the loop will take (``None``: all of them), asked when an epoch's
+            iteration starts: the producer builds no batch past it, and its last batch arrives with the feature
+            caches' totals (``DataTelemetry``'s epoch figures under ``limit_train_batches``).
     """
 
     def __init__(
@@ -37,6 +41,7 @@ class PipelineLoader(EpochLoader):
         inner: Any,
         copy: bool = False,
         current: Optional[Callable[[], PipelineClient]] = None,
+        limit: Optional[Callable[[], Optional[int]]] = None,
     ) -> None:
         super().__init__(epoch=int(getattr(inner, "epoch", 0)), start_step=int(getattr(inner, "start_step", 0)))
         self.client = client
@@ -44,6 +49,7 @@ class PipelineLoader(EpochLoader):
         self.inner = inner
         self.copy = copy
         self._current = current
+        self._limit = limit
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -53,6 +59,9 @@ class PipelineLoader(EpochLoader):
         callback moved to a worker with another SM share), the rest of the epoch comes from that one, from the
         next step on: the batches are the plan's either way."""
         step, stop = start, len(self)
+        limit = self._limit() if self._limit is not None else None
+        if limit is not None:
+            stop = max(start, min(stop, limit))
         while step < stop:
             if self._current is not None:
                 self.client = self._current()

@@ -104,6 +104,8 @@ class PipelineSession:
         self.auto = auto
         #: the client whose producer builds the batches now
         self.client: Optional["PipelineClient"] = client if auto is None else auto.active
+        #: the batches the loop takes of a split this epoch, when fewer than its loader's (set by the callback)
+        self.batch_limit: Optional[Callable[[str], Optional[int]]] = None
 
     @staticmethod
     def check_datamodule(datamodule: Any) -> None:
@@ -182,7 +184,8 @@ class PipelineSession:
         from lightning_zerocopy.pipeline.loader import PipelineLoader
 
         current = (lambda: self.client) if self.auto is not None else None
-        return PipelineLoader(self.client, split, loader, copy=split in self.copy_stages, current=current)
+        limit = (lambda: self.batch_limit(split)) if self.batch_limit is not None else None  # type: ignore[misc]
+        return PipelineLoader(self.client, split, loader, copy=split in self.copy_stages, current=current, limit=limit)
 
     def step_started(self) -> None:
         """At a training batch's start (times the step while the share is being chosen)."""

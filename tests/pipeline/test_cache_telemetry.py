@@ -7,6 +7,8 @@ The GPU cache is replaced by a CPU fake tracked like the strategy's caches (``he
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -14,9 +16,11 @@ from helpers.pipeline_fakes import CachedSource
 from pytorch_lightning.strategies import SingleDeviceStrategy
 
 from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
+from lightning_zerocopy.callbacks.pipeline import trainer_batch_limit
 from lightning_zerocopy.pipeline import start_pipeline
 from lightning_zerocopy.pipeline.loader import PipelineLoader
 from lightning_zerocopy.pipeline.producer import CACHE_REPORT_EVERY
+from lightning_zerocopy.pipeline.session import PipelineSession
 from lightning_zerocopy.cache.sharded_provider import open_cache_counts
 
 
@@ -140,3 +144,39 @@ def test_data_telemetry_logs_the_rows_the_pipeline_gathered_once(mode):
         assert figures["cache/host_rows"] == host, (epoch, figures)
         assert figures["cache/hit_rate"] == pytest.approx((local + peer) / (local + peer + host))
         assert figures["cache/host_read_GBps"] > 0
+
+
+def test_under_limit_train_batches_a_worker_reports_each_epochs_rows_with_its_last_batch():
+    """``limit_train_batches`` below the loader's length: the loader asks the worker for the batches the loop takes
+    (``trainer_batch_limit``), so the last of them brings the epoch's cache counters and each epoch's figures are
+    its own rows (an unbounded request left the epoch unreported: the worker reports every 32 batches and at the
+    end of what it was asked for)."""
+    steps, taken, epochs = 9, 5, 2
+    src = CachedSource(steps=steps, seed=8)
+    pipeline = PipelineCallback(mode="worker", depth=2)
+    pipeline.client = start_pipeline("worker", depth=2, timeout=60)
+    pipeline.client.register("train", src)
+    telemetry = DataTelemetry(prog_bar=False)
+    trainer = pl.Trainer(
+        accelerator="cpu", strategy=_CountingStrategy(device=torch.device("cpu")), max_epochs=epochs, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        limit_train_batches=taken, callbacks=[pipeline, telemetry],
+    )  # fmt: skip
+    loader = PipelineLoader(pipeline.client, "train", _Inner(steps), limit=partial(trainer_batch_limit, trainer, "train"))
+    trainer.fit(_Model(), train_dataloaders=loader)
+    assert len(telemetry.cache_history) == epochs
+    for epoch, figures in enumerate(telemetry.cache_history):
+        local, peer, host = src.expected_rows(epoch, range(taken))
+        assert (figures["cache/local_rows"], figures["cache/peer_rows"], figures["cache/host_rows"]) == \
+            (local, peer, host), (epoch, figures)  # fmt: skip
+
+
+def test_the_sessions_loaders_ask_the_trainer_how_many_training_batches_it_takes():
+    session = PipelineSession(("train", "val"), (), client=object())
+    session.batch_limit = lambda split: {"train": 4}.get(split)
+    train, val = session.loader("train", _Inner(9)), session.loader("val", _Inner(9))
+    assert train._limit() == 4 and val._limit() is None
+    trainer = pl.Trainer(accelerator="cpu", limit_train_batches=3, logger=False, enable_progress_bar=False)
+    assert trainer_batch_limit(trainer, "train") is None  # before fit: no loader measured yet (inf)
+    trainer.fit_loop.max_batches = 3  # what fit sets once it has measured the training loader
+    assert trainer_batch_limit(trainer, "train") == 3 and trainer_batch_limit(trainer, "val") is None
