@@ -20,6 +20,9 @@
 # cases ~1 min each; scaling 1 and 2 GPUs x replicate/clique + PyG ~5 min):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,two_gpus bash scripts/gpu_session.sh           # .wheels/
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling bash scripts/gpu_session.sh            # .wheels/, .pyg/
+# Heterogeneous two-GPU scaling in one call (~7 min: the typed cache's clique test, then the mag graph, 1 and 2 GPUs x
+# replicate/clique + PyG's hetero NeighborLoader on 2 GPUs, every run within its budget; not yet run on a GPU):
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_clique,hetero_scaling bash scripts/gpu_session.sh  # .wheels/, .pyg/
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -36,8 +39,8 @@ mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_ca
 # stage two_gpus (on nvidia-h100-x2): the two-GPU tests (peer shards over CUDA IPC, clique in the trainer and the
 # pipeline worker, auto's measured choice, the fault cases of a two-GPU recipe run) and why shards are opened for the
 # reading GPU (scripts/diagnostics/torch_ipc_peer_read.py); REQUIRE_TWO_GPUS=1 fails a skipped two-GPU test
-two_gpu_tests="tests/graph/test_cuda_ipc.py tests/gather/test_feature_cache_cuda.py tests/strategies/test_strategy_ddp.py
-  tests/test_faults_two_gpus.py"
+two_gpu_tests="tests/graph/test_cuda_ipc.py tests/cache/test_feature_cache_cuda.py tests/strategies/test_strategy_ddp.py
+  tests/test_faults_two_gpus.py tests/data/test_hetero_ddp.py"
 export GPU_CHECK_EXTRA_STAGE_TWO_GPUS="python3 scripts/diagnostics/torch_ipc_peer_read.py; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_TIMEOUT:-480} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=240 -m 'two_gpus or cuda' $(echo $two_gpu_tests)"
 export GPU_CHECK_STAGES="${GPU_CHECK_STAGES:-build,tests,mps_tests,e2e,link}"
 export GPU_CHECK_TEST_PATHS="$(echo $parallel_tests)" GPU_CHECK_TEST_WORKERS="${GPU_CHECK_TEST_WORKERS:-10}"
@@ -56,6 +59,13 @@ export GPU_CHECK_EXTRA_STAGE_HETERO="for layers in \${GPU_CHECK_HETERO_FANOUTS:-
 # stage hetero_sampling (after hetero_prep): where a typed batch's sampling time goes, per hop (kernels, dedup, a sort
 # of as many keys), on the whole GPU, 2 and 3 hops
 export GPU_CHECK_EXTRA_STAGE_HETERO_SAMPLING="for layers in 10,10 10,10,10; do timeout 150 python3 -m benchmarks.micro.hetero_sampling --preset ${GPU_CHECK_HETERO_SAMPLING_PRESET:-mag10x} --cache-dir /tmp/lzc --num-neighbors \$layers --out \$OUT/hetero_sampling-\${layers//,/-}.json; done"
+# stage hetero_clique (two GPUs): the typed cache's clique on two ranks, every batch against the uncached CPU one
+export GPU_CHECK_EXTRA_STAGE_HETERO_CLIQUE="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_HETERO_CLIQUE_TIMEOUT:-120} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=110 -m two_gpus tests/data/test_hetero_ddp.py"
+# stage hetero_scaling (two GPUs, .pyg/ carried): benchmarks.scaling --graph hetero on the mag preset (drawn first, ~1
+# min); 1 GPU, 2 GPUs replicate and clique (pipeline worker under MPS, as the homogeneous stage), PyG's hetero
+# NeighborLoader under DDP on 2 GPUs; each run 30 warm-up steps, then --run-budget-s of steps, killed at --timeout;
+# the report (seeds/s, steps/s a rank, speed-up over 1 GPU, hit rates per type) in $OUT/hetero_scaling.json and .log
+export GPU_CHECK_EXTRA_STAGE_HETERO_SCALING="timeout ${GPU_CHECK_HETERO_SCALING_TIMEOUT:-420} python3 -m benchmarks.scaling --graph hetero --cache-dir /tmp/lzc --out \$OUT/hetero_scaling.json ${GPU_CHECK_HETERO_SCALING_ARGS:---preset mag --gpus 1,2 --policies replicate,clique --budgets 0.1 --pipelines worker --epochs 2 --warmup-batches 30 --limit-batches 400 --run-budget-s 12 --presample-batches 16 --timeout 90 --prepare-timeout 150 --pyg-gpus 2 --pyg-workers 8 --pyg-site /tmp/pygsite}"
 export GPU_CHECK_E2E_TIMEOUT="${GPU_CHECK_E2E_TIMEOUT:-330}"
 export GPU_CHECK_E2E_ARGS="${GPU_CHECK_E2E_ARGS:---preset issue20 --configs model_only,zc_gpu_mps,pyg --steps 300 --warmup 30 --row-budget-s 15 --total-budget-s 300 --cache-dir /tmp/lzc}"
 export GPU_CHECK_LINK_TIMEOUT="${GPU_CHECK_LINK_TIMEOUT:-220}"

@@ -19,12 +19,24 @@ in an epoch: scaling is measured as throughput. Reported per run (steady state: 
 
 plus ``nvidia-smi topo -m`` and the GPU names, all in the JSON (``--out``) and a table.
 
+``--graph hetero`` runs the same sweep on the MAG-shaped ``SyntheticHeteroGraph`` of ``benchmarks.e2e.hetero``'s
+``--preset`` (default ``mag``: ogbn-mag's counts; drawn and cached once before the runs), its ``HeteroNodeClassifier``
+(the preset's fanouts for every edge type, its width) and batch size: ours through ``ZeroCopyHeteroDataModule`` (GPU
+sampler, zero-copy gather) under ``ZeroCopyDDPStrategy``, whose cache then covers every featured type's rows under one
+budget (``--budgets``: a share of the featured types' table bytes), PyG's through its hetero ``NeighborLoader`` under
+Lightning's DDP. It adds per featured type and rank the hit rate and local / peer / host rows of the last epoch
+(where the trainer gathers; a pipeline worker's are in its totals only). ``--warmup-batches`` and ``--run-budget-s``
+bound every run's time (the measured epochs' steps are cut to fit, the same on every rank).
+
 Example::
 
     python -m benchmarks.scaling --gpus 1,2 --policies replicate,clique --budgets 0.1 --out results/scaling.json
     python -m benchmarks.scaling --gpus 1,2,4,8 --policies replicate,clique,auto --pipelines worker,off
     python -m benchmarks.scaling --device cpu --gpus 1,2 --num-nodes 20000 --epochs 2 --limit-batches 3 \
         --pipelines off --out /tmp/scaling_cpu.json   # plumbing check on a CPU machine (gloo ranks, CPU paths)
+    python -m benchmarks.scaling --graph hetero --gpus 1,2 --policies replicate,clique --budgets 0.1 \
+        --pipelines worker --epochs 2 --warmup-batches 30 --limit-batches 400 --run-budget-s 12 --timeout 90 \
+        --presample-batches 16 --pyg-gpus 2 --pyg-site /tmp/pygsite --out results/hetero_scaling.json
 """
 
 from __future__ import annotations
@@ -43,8 +55,12 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
+import pytorch_lightning as pl  # noqa: E402  (imports no CUDA: the parent process stays without a context)
+import torch  # noqa: E402
+
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
+from benchmarks.e2e.hetero.__main__ import PRESETS as HETERO_PRESETS  # noqa: E402
 from lightning_zerocopy.cache.nvidia_topo import GpuTopology, TopologyParseError  # noqa: E402
 
 #: the two models of the end-to-end benchmark: (fanouts, hidden channels, layers)
@@ -63,25 +79,26 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
 
         start_for_trainer(args.worker_sm_percent)
 
-    import pytorch_lightning as pl
-    import torch
-
-    from lightning_zerocopy import ZeroCopyDataModule
     from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
-    from lightning_zerocopy.datasets import SyntheticGraph
     from lightning_zerocopy.graph import mapped_footprint
-    from lightning_zerocopy.models import GraphSAGE
     from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
 
     class EpochTimer(pl.Callback):
+        """Seconds and steps of every training epoch (device synchronized at both ends)."""
+
         def __init__(self) -> None:
             self.seconds: list[float] = []
+            self.steps: list[int] = []
             self._t = 0.0
 
         def on_train_epoch_start(self, trainer, pl_module) -> None:
             if cuda:
                 torch.cuda.synchronize()
             self._t = time.perf_counter()
+            self.steps.append(0)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            self.steps[-1] += 1
 
         def on_train_epoch_end(self, trainer, pl_module) -> None:
             if cuda:
@@ -99,33 +116,34 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         def setup(self, trainer, pl_module, stage) -> None:  # after the DataModule's setup: the segments exist
             if pyg:
                 return  # PyG's graph is not in our shared segments
-            h = trainer.datamodule.handles
-            parts = [h.graph.indptr, h.graph.indices, h.features.data, h.labels]
-            self.paths = [p.path for p in parts]
-            self.data_bytes = sum(p.nbytes for p in parts)
+            self.paths, self.data_bytes = segments(trainer.datamodule.handles)
 
         def on_train_end(self, trainer, pl_module) -> None:
             if self.paths:
                 self.footprint = mapped_footprint(self.paths)
 
-    fanouts, hidden, layers = MODELS[args.model]
-    dataset = SyntheticGraph(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
-                             num_classes=32, cache_dir=args.cache_dir, device=args.device)  # fmt: skip
-    row_bytes = args.features * 4
-    budget = int(config["budget"] * args.num_nodes) * row_bytes
+    if args.graph == "hetero":
+        from benchmarks.scaling.hetero import TypeCacheCounts, hetero_parts, segment_paths
+
+        parts = hetero_parts(args, config, cuda)
+        dm, model, budget, batch_size = parts.datamodule, parts.model, parts.budget_bytes, parts.batch_size
+        segments = segment_paths
+        type_counts: Optional[Any] = TypeCacheCounts()
+    else:
+        dm, model, budget, batch_size, segments = _homogeneous_parts(args, config, cuda)
+        type_counts = None
     if pyg:  # PyG's NeighborLoader as its users run it under DDP: Lightning's DDP, a share of the seeds per rank
         from pytorch_lightning.strategies import DDPStrategy
 
-        dm: Any = _pyg_data(dataset, args, fanouts)
         strategy: Any = DDPStrategy()
     else:
-        dm = ZeroCopyDataModule(dataset, fanouts=fanouts, batch_size=args.batch_size,
-                                sampler_placement="gpu" if cuda else "cpu", gather="zerocopy" if cuda else "cpu",
-                                drop_last=True, seed=args.seed)  # fmt: skip
         strategy = ZeroCopyDDPStrategy(cache_budget=budget, cache_ranking=args.ranking, cache_policy=config["policy"],
                                        presample_batches=args.presample_batches)  # fmt: skip
     timer, telemetry, host = EpochTimer(), DataTelemetry(prog_bar=False), HostFootprint()
-    callbacks: list[Any] = [timer, telemetry, host]
+    budgeted = RunBudget(args.warmup_batches, args.run_budget_s, args.epochs, cuda)
+    callbacks: list[Any] = [timer, telemetry, host, budgeted]
+    if type_counts is not None:
+        callbacks.append(type_counts)
     if worker:
         callbacks.append(PipelineCallback(mode="worker", depth=2, mps=True, worker_sm_percent=args.worker_sm_percent))
     trainer = pl.Trainer(accelerator="gpu" if cuda else "cpu", devices=config["gpus"], strategy=strategy, max_epochs=args.epochs,
@@ -133,16 +151,19 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          precision=args.precision if cuda else "32-true", use_distributed_sampler=not pyg,
                          callbacks=callbacks)  # fmt: skip
-    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=hidden, num_layers=layers, dropout=0.5)
     trainer.fit(model, datamodule=dm)
     decision = getattr(strategy, "cache_decision", None)
+    plan = getattr(decision, "plan", None)  # one table's plan; a cache over typed rows has one per type
     report = {
         "rank": trainer.global_rank,
         "epoch_s": timer.seconds,
+        "epoch_steps": timer.steps,
+        "batch_size": batch_size,
         "cache": telemetry.cache_history[-1] if telemetry.cache_history else None,
+        "cache_per_type": None if type_counts is None else type_counts.last,
         "policy": None if decision is None else decision.layout.policy,
         "note": None if decision is None else decision.layout.note,
-        "cached_rows": None if decision is None else decision.plan.num_cached,
+        "cached_rows": None if decision is None else (plan.num_cached if plan is not None else decision.rows_per_type),
         "expected_hit_rate": None if decision is None else decision.expected_hit_rate,
         "steps_per_epoch": trainer.num_training_batches,
         "stall_frac": _mean([h.get("data/stall_frac") for h in telemetry.history[len(telemetry.history) // 2 :]]),
@@ -153,38 +174,99 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
     write_json(os.path.join(config["out_dir"], f"rank{trainer.global_rank}.json"), report)
 
 
-def _pyg_data(dataset: Any, args: argparse.Namespace, fanouts: list[int]) -> Any:
-    """A LightningDataModule of PyG ``NeighborLoader``s over ``dataset``: each rank samples its own share of the
-    training seeds (PyG's multi-GPU examples split them so), ``--pyg-workers`` loader processes per rank, pinned
-    batches, per-hop counts added where torch-sparse leaves them out (the model trims per hop as on ours)."""
-    import functools
+def _homogeneous_parts(args: argparse.Namespace, config: dict[str, Any], cuda: bool) -> tuple[Any, Any, int, int, Any]:
+    """The DataModule, model, cache budget (bytes per GPU), batch size and host-segment reader of a run on the
+    ``SyntheticGraph`` of ``--num-nodes``: ours through ``ZeroCopyDataModule``, or PyG's ``NeighborLoader``."""
+    from lightning_zerocopy import ZeroCopyDataModule
+    from lightning_zerocopy.datasets import SyntheticGraph
+    from lightning_zerocopy.models import GraphSAGE
 
-    import pytorch_lightning as pl
-    import torch
+    fanouts, hidden, layers = MODELS[args.model]
+    batch_size = args.batch_size or 1024
+    dataset = SyntheticGraph(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
+                             num_classes=32, cache_dir=args.cache_dir, device=args.device)  # fmt: skip
+    row_bytes = args.features * 4
+    budget = int(config["budget"] * args.num_nodes) * row_bytes
+    if config["loader"] == "pyg":
+        import functools
 
-    from benchmarks.common.pyg import pyg_sampling_backends
-    from benchmarks.e2e.pyg_hops import add_hop_counts
+        from benchmarks.e2e.pyg_hops import add_hop_counts
+        from benchmarks.scaling.pyg_ddp import pyg_ddp_datamodule
 
-    pyg_sampling_backends("NeighborLoader")
-    data = dataset.load()
+        data = dataset.load()
 
-    class PyGData(pl.LightningDataModule):
-        num_features, num_classes = data.num_features, dataset.num_classes
-
-        def train_dataloader(self) -> Any:
+        def graph() -> Any:
             from torch_geometric.data import Data
-            from torch_geometric.loader import NeighborLoader
 
-            rank, world = self.trainer.global_rank, self.trainer.world_size
-            graph = Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes)
-            seeds = data.train_idx[torch.randperm(data.train_idx.numel(), generator=torch.Generator().manual_seed(args.seed))]
-            share = seeds[rank :: world]
-            return NeighborLoader(graph, num_neighbors=fanouts, input_nodes=share, batch_size=args.batch_size,
-                                  shuffle=True, drop_last=True, num_workers=args.pyg_workers, pin_memory=True,
-                                  persistent_workers=args.pyg_workers > 0,
-                                  transform_sampler_output=functools.partial(add_hop_counts, num_hops=len(fanouts)))  # fmt: skip
+            return Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes)
 
-    return PyGData()
+        dm: Any = pyg_ddp_datamodule(graph, data.train_idx, args, fanouts, batch_size,
+                                     transform_sampler_output=functools.partial(add_hop_counts, num_hops=len(fanouts)),
+                                     num_features=data.num_features, num_classes=dataset.num_classes)  # fmt: skip
+    else:
+        dm = ZeroCopyDataModule(dataset, fanouts=fanouts, batch_size=batch_size,
+                                sampler_placement="gpu" if cuda else "cpu", gather="zerocopy" if cuda else "cpu",
+                                drop_last=True, seed=args.seed)  # fmt: skip
+    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=hidden, num_layers=layers, dropout=0.5)
+
+    def segments(handles: Any) -> tuple[list[str], int]:
+        parts = [handles.graph.indptr, handles.graph.indices, handles.features.data, handles.labels]
+        return [p.path for p in parts], sum(p.nbytes for p in parts)
+
+    return dm, model, budget, batch_size, segments
+
+
+class RunBudget(pl.Callback):
+    """Bounds a run's training time: the first (warm-up) epoch runs ``warmup_batches`` steps (0: as many as the
+    others), and once it ended rank 0 sizes every later epoch so that they take about ``seconds`` together at the
+    steady step time of the warm-up's second half (a warm-up of at least 3 steps; at least :attr:`MIN_STEPS` steps,
+    never more than the trainer's own limit), and hands that step count to every rank (one broadcast: the ranks stop at the same step, no rank
+    waits in a collective for another). ``seconds <= 0``: no cap.
+
+    The cap sets the fit loop's ``max_batches``, where ``Trainer(limit_train_batches=...)`` puts its own limit."""
+
+    #: the fewest steps a measured epoch keeps, however slow the warm-up was
+    MIN_STEPS = 10
+
+    def __init__(self, warmup_batches: int, seconds: float, epochs: int, cuda: bool) -> None:
+        self.warmup_batches, self.seconds, self.epochs = int(warmup_batches), float(seconds), int(epochs)
+        self.cuda = cuda
+        self.cap: Optional[int] = None
+        self._limit: Any = None
+        self._ends: list[float] = []
+
+    def on_train_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        self._limit = trainer.fit_loop.max_batches  # the trainer's own (--limit-batches, else the whole split)
+        if 0 < self.warmup_batches < self._limit:
+            trainer.fit_loop.max_batches = self.warmup_batches
+
+    def on_train_batch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", outputs: Any, batch: Any,
+                           batch_idx: int) -> None:  # fmt: skip
+        if trainer.current_epoch == 0:
+            self._ends.append(time.perf_counter())
+
+    def on_train_epoch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        if trainer.current_epoch != 0:
+            return
+        full = self._limit
+        cap = full
+        if self.seconds > 0 and self.epochs > 1 and len(self._ends) >= 3:  # a second half of >= 1 step interval
+            if self.cuda:
+                torch.cuda.synchronize()
+            half = len(self._ends) // 2
+            step_s = (time.perf_counter() - self._ends[half]) / (len(self._ends) - 1 - half)
+            cap = max(self.MIN_STEPS, int(self.seconds / (self.epochs - 1) / max(step_s, 1e-6)))
+        cap = trainer.strategy.broadcast(min(cap, full))  # rank 0's figure on every rank
+        self.cap = None if cap == float("inf") else int(cap)
+        trainer.fit_loop.max_batches = cap
+
+
+def _pct(counts: Optional[dict[str, float]]) -> str:
+    """A type's hit rate with its local / peer / host rows, or why there is none."""
+    if not counts:
+        return "n/a (gathered in another process or not at all)"
+    return (f"{counts['hit_rate']:.1%} (local {counts['local_rows']:.0f}, peer {counts['peer_rows']:.0f}, "
+            f"host {counts['host_rows']:.0f})")
 
 
 def _mean(values: list[Any]) -> Optional[float]:
@@ -207,6 +289,19 @@ def topology() -> dict[str, Any]:
     except TopologyParseError as exc:
         out["nvlink_cliques"] = f"unavailable: {exc}"
     return out
+
+
+def _throughput(rank0: dict[str, Any], gpus: int) -> dict[str, Any]:
+    """A run's throughput from rank 0's epochs, the first dropped (warm-up): every rank trains as many batches of its
+    own seeds as rank 0, so seeds/s over all ranks is ``gpus x batch size x steps / seconds``; the scaling figure
+    (``speedup_vs_1gpu``, :func:`_report`) is that over the 1-GPU run's. Epochs of equal steps (no ``--run-budget-s``
+    cap) give steps / mean epoch time, as before the cap existed."""
+    keep = slice(1, None) if len(rank0["epoch_s"]) > 1 else slice(None)
+    seconds, steps = rank0["epoch_s"][keep], rank0["epoch_steps"][keep]
+    rate = sum(steps) / sum(seconds)
+    batch = rank0["batch_size"]
+    return {"epoch_s": sum(seconds) / len(seconds), "steps_per_epoch": steps[-1], "measured_steps": sum(steps),
+            "rank_steps_per_s": rate, "batch_size": batch, "seeds_per_s": gpus * batch * rate}
 
 
 def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipeline: str,
@@ -247,14 +342,8 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipe
         return result
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    steady = ranks[0]["epoch_s"][1:] or ranks[0]["epoch_s"]
-    epoch_s = sum(steady) / len(steady)
-    steps = ranks[0]["steps_per_epoch"]
+    result.update(_throughput(ranks[0], gpus))
     result.update(
-        epoch_s=epoch_s,
-        steps_per_epoch=steps,
-        rank_steps_per_s=steps / epoch_s,
-        seeds_per_s=gpus * args.batch_size * steps / epoch_s,  # every rank trains `steps` batches of its own seeds
         stall_frac=[r.get("stall_frac") for r in ranks],
         chosen_policy=ranks[0]["policy"],
         note=ranks[0]["note"],
@@ -263,6 +352,8 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipe
         per_rank=[{"rank": r["rank"], **(r["cache"] or {}), "host_pss_bytes": r.get("host_pss_bytes"),
                    "host_rss_bytes": r.get("host_rss_bytes")} for r in ranks],  # fmt: skip
     )
+    if any(r.get("cache_per_type") for r in ranks):  # a cache over typed rows: each featured type's epoch figures
+        result["cache_per_type"] = [r.get("cache_per_type") for r in ranks]
     # One host copy per machine: the ranks' PSS of it adds up to about one copy (RSS counts it in every rank).
     pss = [r.get("host_pss_bytes") for r in ranks]
     data = ranks[0].get("host_data_bytes") or 0
@@ -291,9 +382,24 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--num-nodes", type=int, default=16_000_000)
     parser.add_argument("--avg-degree", type=int, default=16)
     parser.add_argument("--features", type=int, default=128, help="fp32 features per node (128 -> 512-byte rows)")
-    parser.add_argument("--batch-size", type=int, default=1024, help="seeds per batch per rank")
+    parser.add_argument("--batch-size", type=int, default=None, help="seeds per batch per rank (default: 1024; "
+                        "--graph hetero: the preset's)")
     parser.add_argument("--epochs", type=int, default=3, help="the first is dropped (warm-up)")
     parser.add_argument("--limit-batches", type=int, default=0, help="batches per epoch (0 = the whole split)")
+    parser.add_argument("--warmup-batches", type=int, default=0, help="batches of the first epoch, the dropped "
+                        "warm-up (0 = as many as the others)")
+    parser.add_argument("--run-budget-s", type=float, default=0.0, help="seconds the epochs after the warm-up may take "
+                        "together in a run: their steps are cut to fit at the warm-up's step time, the same on every "
+                        "rank (0 = no cap; --timeout still kills a run)")
+    parser.add_argument("--graph", default="homogeneous", choices=("homogeneous", "hetero"),
+                        help="hetero: the MAG-shaped SyntheticHeteroGraph of benchmarks.e2e.hetero's --preset, its "
+                        "HeteroNodeClassifier, ZeroCopyHeteroDataModule and the Strategy's cache over typed rows; "
+                        "PyG rows: the hetero NeighborLoader")
+    parser.add_argument("--preset", default=None, choices=sorted(HETERO_PRESETS),
+                        help="--graph hetero: the graph and model preset of benchmarks.e2e.hetero (default: mag, "
+                        "ogbn-mag's counts); --num-nodes, --avg-degree, --features and --model do not apply")
+    parser.add_argument("--prepare-timeout", type=float, default=900.0, help="--graph hetero: seconds to draw and "
+                        "cache the graph before the runs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", default=None, help="dataset cache root (default: the datasets' default)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
@@ -302,6 +408,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="cpu: a plumbing check (gloo ranks, CPU sampler and gather); it measures nothing")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.graph == "hetero":
+        args.preset = args.preset or "mag"
+    elif args.preset is not None:
+        parser.error("--preset applies to --graph hetero only")
     raw = list(sys.argv[1:] if argv is None else argv)
     if "--child" in raw:
         raw = raw[: raw.index("--child")]
@@ -322,7 +432,15 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
         args.pipelines = "off"
     previous = forward_stop_signals()
     runs: list[dict[str, Any]] = []
+    graph: Optional[dict[str, Any]] = None
     try:
+        if args.graph == "hetero":  # drawn and cached once, so that no run's --timeout pays for it
+            from benchmarks.scaling.hetero import prepare_graph
+
+            print(f"hetero: preparing the {args.preset!r} graph", flush=True)
+            graph = prepare_graph(args, REPO_ROOT, args.prepare_timeout)
+            print(f"hetero: {sum(graph['num_nodes'].values()):,} nodes, {sum(graph['num_edges'].values()):,} edges, "
+                  f"{graph['feature_GB']:.2f} GB of features, ready in {graph['wall_s']:.0f} s", flush=True)
         for gpus in (int(g) for g in args.gpus.split(",")):
             if gpus > available:
                 print(f"skipping {gpus} GPUs: this machine has {available}", flush=True)
@@ -353,12 +471,14 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
                       f"{r['rank_steps_per_s']:.1f} steps/s a rank", flush=True)  # fmt: skip
     finally:  # also when a signal stopped the sweep: the runs finished so far are written
         restore_signals(previous)
-        report = _report(args, runs, available, torch.__version__)
+        report = _report(args, runs, available, torch.__version__, graph)
     return report
 
 
-def _report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int, torch_version: str) -> dict[str, Any]:
-    """Speed-ups, the table and the JSON (``--out``) of the runs so far."""
+def _report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int, torch_version: str,
+            graph: Optional[dict[str, Any]] = None) -> dict[str, Any]:  # fmt: skip
+    """Speed-ups, the table and the JSON (``--out``) of the runs so far (``graph``: the heterogeneous graph's
+    summary, under ``--graph hetero``)."""
     for r in runs:  # speed-up: throughput over the 1-GPU run's with the same loader, budget and pipeline
         base = next((b for b in runs if b["gpus"] == 1 and b["budget_fraction"] == r["budget_fraction"]
                      and b.get("pipeline") == r.get("pipeline") and b.get("loader") == r.get("loader")
@@ -383,8 +503,14 @@ def _report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int
               f"{p.get('cache/hit_rate', float('nan')):>8.1%} {p.get('cache/local_rows', 0):>11.0f} "
               f"{p.get('cache/peer_rows', 0):>11.0f} {p.get('cache/host_rows', 0):>11.0f} "
               f"{p.get('cache/host_read_GBps', float('nan')):>9.2f} {r.get('host_pss_over_data', float('nan')):>8.2f}")  # fmt: skip
-    report = {"benchmark": "scaling", "config": {k: v for k, v in vars(args).items() if k != "argv"},
-              "gpu_count": available, "topology": topology(), "torch": torch_version, "runs": runs}  # fmt: skip
+    for r in runs:  # a cache over typed rows: each featured type's hit rate on every rank
+        for rank, per_type in enumerate(r.get("cache_per_type") or []):
+            rates = ", ".join(f"{t} {_pct(c)}" for t, c in (per_type or {}).items())
+            print(f"{r['gpus']} GPU(s) {r['policy']} rank {rank}: hit rate per type: {rates}")
+    report = {"benchmark": "scaling", "graph": args.graph,
+              "config": {k: v for k, v in vars(args).items() if k != "argv"}, "gpu_count": available, "topology": topology(), "torch": torch_version, "runs": runs}  # fmt: skip
+    if graph is not None:
+        report["hetero_graph"] = graph
     write_json(args.out, report)
     print(f"wrote {args.out}")
     return report

@@ -16,7 +16,7 @@ from helpers.hetero_batches import mag_like_graph, sample_batch
 
 from benchmarks.e2e.hetero.__main__ import PRESETS, ROWS, dataset_kwargs, parse_args
 from benchmarks.e2e.hetero.report import mag_epoch_steps, render
-from benchmarks.e2e.hetero.train import HeteroBatchCheck, _hetero_data, _model
+from benchmarks.e2e.hetero.train import HeteroBatchCheck, build_model, hetero_data
 from lightning_zerocopy.datasets.hetero import HeteroNodeData
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -62,12 +62,12 @@ def test_batch_check_accepts_a_right_batch_and_names_a_wrong_one() -> None:
 
 def test_pyg_hetero_data_and_the_model_of_a_dataset() -> None:
     g, data = _node_data()
-    graph = _hetero_data(data)
+    graph = hetero_data(data)
     assert graph.metadata()[0] == list(g.num_nodes) and set(graph.edge_types) == set(g.edge_index)
     assert torch.equal(graph["paper"].x, g.x["paper"]) and "x" not in graph["author"]
     dataset = SimpleNamespace(num_features={"paper": 8}, num_classes=4)
     args = parse_args(["--preset", "ci", "--hidden", "8"])
-    model = _model(args, dataset, data)
+    model = build_model(args, dataset, data)
     out = model(sample_batch(g, data.train_idx[:8], [3, 2]))
     assert out.shape[1] == 4
 

@@ -153,3 +153,39 @@ def test_two_ranks_decide_one_cache_over_typed_rows_and_train(tmp_path: Path, ra
     shares = [[s for _, _, _, seeds in r["batches"] for s in seeds] for r in reports]
     assert len(shares[0]) == len(shares[1]) > 0 and not set(shares[0]) & set(shares[1])
     assert not {n for n in _shm() - before if n.startswith(f"lzc-{reports[0]['pid']}-")}
+
+
+# ---- two GPUs (NCCL, GPU sampler, zero-copy gather through the typed cache; every batch checked) ---------------------
+
+
+@pytest.mark.two_gpus
+@pytest.mark.parametrize("pipeline", [False, True], ids=["in_process", "worker"])
+def test_a_clique_on_two_gpus_shards_every_type_reads_the_peer_and_builds_the_uncached_cpu_batches(
+    tmp_path: Path, pipeline: bool
+) -> None:
+    """``cache_policy: clique`` over typed rows on two GPUs: each rank fills its shard of every featured type on its
+    own GPU, opens the peer's over CUDA IPC, and gathers hot rows from both shards and the rest from host memory;
+    every training batch (built in the trainer or in a pipeline worker) is bitwise the batch an uncached CPU builder
+    makes from the same plan item. A 48 KiB budget holds 1482 of 6000 papers and all 72 institutions over the two
+    shards (degree ranking), so papers are read from both shards and from host memory."""
+    before = _shm()
+    reports = _reports(_run(tmp_path, "fit", accelerator="gpu", devices=2, strategy="zerocopy_ddp", num_papers=6000,
+                            cache_policy="clique", cache_budget="48KiB", pipeline=pipeline), 2)  # fmt: skip
+    assert reports[0]["cache"] == reports[1]["cache"]  # one decision: the same plans on both ranks
+    assert reports[0]["cache"]["rows"]["paper"] > 0 and reports[0]["cache"]["rows"]["institution"] > 0
+    for rank, r in enumerate(reports):
+        assert r["policy"] == "clique" and r["group"] == [0, 1] and r["shard_index"] == rank == r["device"]
+        assert r["compared"] == len(r["batches"]) == r["steps_per_epoch"] > 0  # every batch matched the CPU one
+        for node_type in ("paper", "institution"):
+            assert r["shard_gpus"][node_type] == [0, 1], r["shard_gpus"]  # shard s lives on GPU s
+            assert r["shard_local"][node_type] == [s == rank for s in range(2)]  # the other one is the peer's
+        total = r["rows_total"]  # this rank's gathers (its worker's with a pipeline)
+        assert total["local_rows"] > 0 and total["peer_rows"] > 0 and total["host_rows"] > 0, total
+        if not pipeline:  # the trainer gathered: its per-type counters saw the peer's shard of papers
+            paper = r["rows_per_type"]["paper"]
+            assert paper["local"] > 0 and paper["peer"] > 0 and paper["host"] > 0, r["rows_per_type"]
+    shares = [[s for _, _, _, seeds in r["batches"] for s in seeds] for r in reports]
+    assert not set(shares[0]) & set(shares[1])
+    pids = {str(r["pid"]) for r in reports}
+    left = {n for n in _shm() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids) or n.startswith("cuda.shm.")}
+    assert not left, left

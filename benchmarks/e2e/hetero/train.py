@@ -25,7 +25,7 @@ from benchmarks.e2e.one_model import fit_one_model
 from benchmarks.e2e.rows import Row
 from benchmarks.e2e.hetero.report import mag_epoch_steps
 
-__all__ = ["HeteroBatchCheck", "build_dataset", "run_row"]
+__all__ = ["HeteroBatchCheck", "build_dataset", "build_model", "hetero_data", "run_row"]
 
 
 class HeteroBatchCheck(Callback):
@@ -84,7 +84,10 @@ def build_dataset(kwargs: dict[str, Any]) -> Any:
     return SyntheticHeteroGraph(**kwargs)
 
 
-def _model(args: Any, dataset: Any, data: Any) -> Any:
+def build_model(args: Any, dataset: Any, data: Any) -> Any:
+    """The ``HeteroNodeClassifier`` every row trains (``args``: ``hidden``, ``fanouts``, ``conv``, ``lr``): its graph
+    shape given explicitly from ``data`` (node and edge types, node counts, input type), so a PyG DataModule trains
+    the same model; shared with ``benchmarks.scaling --graph hetero``."""
     from lightning_zerocopy.models import HeteroNodeClassifier
 
     return HeteroNodeClassifier(dict(dataset.num_features), int(dataset.num_classes), hidden_channels=args.hidden, num_layers=len(args.fanouts),
@@ -99,8 +102,8 @@ def _run(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         found["mag_epoch_s"] = mag_epoch_steps() / rate if rate else None
         return found
 
-    return fit_one_model(row, args, kwargs, build_dataset=build_dataset, batch_check=HeteroBatchCheck, model=_model,
-                         datamodule=_datamodule, fit_pyg=_fit_pyg, figures=figures)  # fmt: skip
+    return fit_one_model(row, args, kwargs, build_dataset=build_dataset, batch_check=HeteroBatchCheck,
+                         model=build_model, datamodule=_datamodule, fit_pyg=_fit_pyg, figures=figures)  # fmt: skip
 
 
 def _datamodule(dataset: Any, args: Any, **data: Any) -> Any:
@@ -115,7 +118,7 @@ def _datamodule(dataset: Any, args: Any, **data: Any) -> Any:
         raise RowUnavailable(f"ZeroCopyHeteroDataModule rejects {data}: {exc}") from exc
 
 
-def _hetero_data(data: Any) -> Any:
+def hetero_data(data: Any) -> Any:
     """PyG's ``HeteroData`` of the dataset's arrays (features as they are: memory-mapped ones stay mapped)."""
     from torch_geometric.data import HeteroData
 
@@ -136,7 +139,7 @@ def _fit_pyg(trainer: Any, model: Any, data: Any, args: Any, device: torch.devic
     from torch_geometric.loader import NeighborLoader
     from torch_geometric.sampler import NeighborSampler
 
-    graph = _hetero_data(data)
+    graph = hetero_data(data)
     t0 = time.perf_counter()
     sampler = NeighborSampler(graph, num_neighbors=list(args.fanouts), share_memory=True)
     sampler_s = time.perf_counter() - t0
