@@ -21,7 +21,8 @@
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,two_gpus bash scripts/gpu_session.sh           # .wheels/
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling bash scripts/gpu_session.sh            # .wheels/, .pyg/
 # Heterogeneous two-GPU scaling in one call (~7 min: the typed cache's clique test, then the mag graph, 1 and 2 GPUs x
-# replicate/clique + PyG's hetero NeighborLoader on 2 GPUs, every run within its budget; not yet run on a GPU):
+# replicate/clique + PyG's hetero NeighborLoader on 2 GPUs, every run within its budget). On 2 x H200 (2026-11-27): build
+# ~35 s, the clique test 105 s (both cases), the mag graph 18 s, the 1-GPU run ~60 s; the device time ended there:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_clique,hetero_scaling bash scripts/gpu_session.sh  # .wheels/, .pyg/
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
