@@ -79,7 +79,7 @@ def process_cache_counts() -> Optional[tuple[int, int, int, int, tuple[PlanCount
     their count, rounded down), and ``per_plan`` gives each type's rows and width exactly (a trainer maps the digests
     to node types through its strategy's typed decision).
 
-    What a pipeline worker reports to its trainer (:mod:`lightning_zerocopy.pipeline.producer`). Reads each cache's
+    What a pipeline worker reports to its trainer (:mod:`lightning_zerocopy.pipeline.cache_report`). Reads each cache's
     GPU counters on the current stream (a copy of a few integers that waits for that stream's queued work).
     """
     caches = _open_caches()

@@ -55,7 +55,7 @@ millions of sampled edges per second, refreshed at each hand-over) reads without
   counters that worker reports through the pipeline's stats, per cache plan (mapped to node types through the
   strategy's ``cache_decision``) (read in the worker right after a stream
   synchronization it does anyway: at the last batch of every iteration and every 32 batches,
-  :mod:`lightning_zerocopy.pipeline.producer`; nothing is synchronized in the trainer for them). The figures
+  :mod:`lightning_zerocopy.pipeline.cache_report`; nothing is synchronized in the trainer for them). The figures
   include the gathers of the validation run at the end of the epoch (one cache serves both loaders).
 
 On a GPU a step's figures are counted once its events have completed (polled, never waited for during the

@@ -2,7 +2,8 @@
 
 Lifecycle (every hook is wiring; the work is in :mod:`~lightning_zerocopy.data.host`, ``plan`` and ``batch``):
 
-* ``prepare_data`` (one process per machine): the dataset builds or converts its on-disk cache.
+* ``prepare_data`` (one process per machine): the dataset builds or converts its on-disk cache, then the node-order
+  cache and converted feature file are built next to it (:mod:`~lightning_zerocopy.data.host.prepare`).
 * ``setup``: local rank 0 loads the dataset, builds the CSC graph and copies graph, labels, splits and
   features into job-unique shared segments; the segment handles (names only) go to every rank through the
   process group; every rank maps them; callbacks implementing :class:`HostMemoryConsumer` map them in
@@ -45,23 +46,16 @@ from lightning_zerocopy.cache.provider import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX, ResolvedGpuOptions, check_gpu_options, resolve_gpu_options
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory, attach_consumers
-from lightning_zerocopy.data.host.share import (
-    build_node_order_cache,
-    exchange_handles,
-    feature_cache_dir,
-    feature_file,
-    node_order_cache_dir,
-)
+from lightning_zerocopy.data.host.share import exchange_handles
 from lightning_zerocopy.data.host.builder import HostCopyBuilder
+from lightning_zerocopy.data.host.prepare import prepare_disk_caches
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import SPLIT_STREAMS, BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
-from lightning_zerocopy.datasets.base import ArrayCache, NodeDataset
+from lightning_zerocopy.datasets.base import NodeDataset
 from lightning_zerocopy.datasets.splits import check_trainable
-from lightning_zerocopy.gather.host_table import feature_dtype_of
-from lightning_zerocopy.graph.shared_memory import NpyTensorHandle
 from lightning_zerocopy.options import (
     FeatureDtype,
     FeatureStorage,
@@ -231,26 +225,9 @@ class ZeroCopyDataModule(pl.LightningDataModule):
     @override
     def prepare_data(self) -> None:
         self.dataset.prepare()
-        cache_dir = node_order_cache_dir(self.dataset, self.node_order)
-        if cache_dir is not None and not ArrayCache(cache_dir).exists():  # once per machine, like the dataset
-            build_node_order_cache(self.dataset.load(), self.node_order, cache_dir)
-        self._prepare_feature_file()
-
-    def _prepare_feature_file(self) -> None:
-        """With ``mmap`` storage and a ``feature_dtype`` other than the dataset's, build the converted feature file
-        (once per machine, like the node-order cache; setup would otherwise build it on local rank 0)."""
-        dtype = None if self.feature_dtype is None else feature_dtype_of(self.feature_dtype, _KEY + "feature_dtype")
-        feature_dir = feature_cache_dir(self.dataset, self.node_order, dtype)
-        if self.feature_storage != "mmap" or feature_dir is None or ArrayCache(feature_dir).exists():
-            return
-        data = self.dataset.load()
-        if data.x_file is None or data.x.dtype == dtype:
-            return  # setup says what is wrong, or there is nothing to convert
-        if cache_dir := node_order_cache_dir(self.dataset, self.node_order):
-            source = NpyTensorHandle(str(ArrayCache(cache_dir).file("x")))  # the relabeled file, the dataset's dtype
-        else:
-            source = NpyTensorHandle(data.x_file)
-        feature_file(source, data.x.dtype, dtype, feature_dir, _KEY + "feature_dtype")
+        # the node-order cache and the converted feature file, once per machine like the dataset (host/prepare.py)
+        dtype_key = _KEY + "feature_dtype"
+        prepare_disk_caches(self.dataset, self.node_order, self.feature_storage, self.feature_dtype, dtype_key)
 
     @override
     def setup(self, stage: Optional[str] = None) -> None:

@@ -1,7 +1,9 @@
 """Batch pipelines: build mini-batches ahead of the trainer, in a worker process or a thread.
 
 * :mod:`.slots` — the ring of preallocated batch buffers shared once with the producer;
-* :mod:`.producer` / :mod:`.client` — the producer loop and the trainer side of their small protocol;
+* :mod:`.producer` / :mod:`.client` — the producer loop and the trainer side of their small protocol; :mod:`.channel`
+  — the producer's channel and its closed error; :mod:`.hybrid_ahead` — the producer's hybrid sampling (batches
+  sampled ahead on several devices); :mod:`.cache_report` — a worker producer's feature-cache counters;
 * :mod:`.lookahead` — the producer's sampling thread (sample ``t + 2`` while gathering ``t + 1``);
 * :mod:`.worker` — the worker process (CUDA IPC, optional MPS share); :mod:`.in_process` — a producer thread
   with a side CUDA stream;

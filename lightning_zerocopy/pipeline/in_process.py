@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from lightning_zerocopy.pipeline.client import PipelineError
-from lightning_zerocopy.pipeline.producer import ChannelClosed, Producer
+from lightning_zerocopy.pipeline.channel import ChannelClosed
+from lightning_zerocopy.pipeline.producer import Producer
 
 if TYPE_CHECKING:
     from lightning_zerocopy.pipeline.sm_share import GreenShare

@@ -39,11 +39,9 @@ times from CUDA events on the streams that do the work, read after the stream sy
 over the PCIe bandwidth it measured once at start (:func:`~lightning_zerocopy.data.stage_bounds.h2d_bandwidth`). The
 bookkeeping reuses its events from batch to batch (a handful per loader and a small pool on the sampling thread).
 
-Hybrid sampling: a two-stage source whose ``hybrid_policy()`` returns a policy (a builder with
-``sampler_placement='hybrid'`` or ``'auto'``) is sampled through a :class:`~lightning_zerocopy.sampling.HybridDispatcher`
-instead: the producer keeps ``hybrid_depth`` batches sampled ahead, each on the device (CPU threads or the GPU,
-one thread and stream each) expected to finish it first, and takes them back in batch order. The source's
-``expected_size(item)`` feeds the cost model and ``sample_batch(item, lane=...)`` samples on the chosen device.
+Hybrid sampling (:mod:`.hybrid_ahead`): a two-stage source whose ``hybrid_policy()`` returns a policy is sampled
+through a :class:`~lightning_zerocopy.sampling.HybridDispatcher` instead, ``hybrid_depth`` batches ahead on several
+devices (:class:`~.hybrid_ahead.HybridAhead`).
 
 On CUDA the producer writes on a stream of its own and synchronizes it before announcing ``ready``, so a
 ready slot's contents are complete for any stream of any process. The trainer announces ``free`` only once
@@ -51,54 +49,31 @@ the GPU work it queued on the slot (the step's forward and backward) has finishe
 local CUDA event it polls. Neither side ever touches a slot the other owns, and no interprocess CUDA events
 are needed (those are backed by files in ``/dev/shm`` that the driver can leave behind).
 
-Feature-cache counters (``report_cache``, set by the worker process): the GPU feature caches a worker opens
-(:func:`~lightning_zerocopy.cache.sharded_provider.process_cache_counts`) count their local / peer / host rows on the
-GPU, in the worker, where the trainer's :class:`~lightning_zerocopy.callbacks.DataTelemetry` cannot read them. The
-producer reads them where it synchronizes its stream anyway, just before it announces a ready slot: at the last
-batch of an iteration and every :data:`CACHE_REPORT_EVERY` batches (the counters are written by the gathers on that
-stream, which has just been synchronized: the read is a copy of a few integers that waits for no GPU work, and
-nothing in the trainer synchronizes for it), and once when the trainer abandons an iteration early. It sends the
-cumulative totals in a ``cache`` message ahead of that batch's ``ready``, so the trainer has the totals of a whole
-iteration by the time it takes its last batch. An in-process producer does not report: its caches belong to the
-trainer's process, where the strategy counts them already.
+Feature-cache counters (``report_cache``, set by the worker process; :mod:`.cache_report`): the producer sends the
+row counts of the feature caches open in its process in a ``cache`` message ahead of an iteration's last ``ready``
+(and every :data:`~.cache_report.CACHE_REPORT_EVERY` batches), read where it synchronizes its stream anyway.
+The channel's types are in :mod:`.channel`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import pickle
-import sys
 import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, Optional
 
 import torch
 
+from lightning_zerocopy.pipeline.cache_report import CACHE_REPORT_EVERY, CacheReport
+from lightning_zerocopy.pipeline.channel import Channel, ChannelClosed
+from lightning_zerocopy.pipeline.hybrid_ahead import HybridAhead
 from lightning_zerocopy.pipeline.lookahead import Lookahead
-from lightning_zerocopy.sampling.hybrid import Dispatch, HybridDispatcher
+from lightning_zerocopy.sampling.hybrid import Dispatch
 from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch
 from lightning_zerocopy.pipeline.source import takes_marks, two_stage
-from lightning_zerocopy.pipeline.stage_times import SampleTime, StageClock
-
-#: a reporting producer reads its feature caches' counters at most once per this many batches of a stage (and at
-#: the last batch of each iteration)
-CACHE_REPORT_EVERY = 32
-
-
-class Channel(Protocol):
-    """A duplex message channel (a Pipe end or a pair of queues)."""
-
-    def send(self, msg: tuple) -> None: ...
-
-    def recv(self) -> tuple: ...
-
-    def poll(self) -> bool: ...
-
-
-class ChannelClosed(Exception):
-    """The other side of the channel is gone."""
+from lightning_zerocopy.pipeline.stage_times import SampleTime, StageClock, h2d_bandwidth_or_none, x_bytes
 
 
 @dataclass
@@ -160,13 +135,10 @@ class Producer:
             raise ValueError(f"`hybrid_depth` must be >= 1, got {hybrid_depth}")
         self.channel = channel
         self.hybrid_depth = int(hybrid_depth)
-        self._hybrid: Optional[HybridDispatcher] = None
-        self._last_take: Optional[float] = None  # when the producer last took a hybrid sample
-        self._take_interval: Optional[float] = None  # EWMA of the seconds between takes: the deadlines' unit
-        self._make_stream: Optional[Any] = None
+        self._hybrid = HybridAhead(self.hybrid_depth)  # a hybrid source's batches sampled ahead
         self.device = device
         self.lookahead = lookahead
-        self.report_cache = bool(report_cache)
+        self._cache_report = CacheReport(report_cache, self._send)
         self.stages: dict[str, _Stage] = {}
         self._order = 0
         self._sm_share = sm_share
@@ -179,6 +151,11 @@ class Producer:
         #: the data path's GPU resources this producer's sources open with (one per host memory and device)
         self._scope = ResourceScope()
 
+    @property
+    def report_cache(self) -> bool:
+        """Whether this producer reports its process's feature-cache counters (:mod:`.cache_report`)."""
+        return self._cache_report.enabled
+
     # ---- main loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
         """Serve commands until ``("stop",)`` or until the trainer's end of the channel closes."""
@@ -188,8 +165,8 @@ class Producer:
             share, device = self._sm_share, self.device
             make_stream = share.stream if share is not None else (lambda: torch.cuda.Stream(device))
             self._stream = make_stream()
-            self._h2d_GBps = _h2d_bandwidth(self.device)
-        self._make_stream = make_stream
+            self._h2d_GBps = h2d_bandwidth_or_none(self.device)
+        self._hybrid.make_stream = make_stream
         self._sampler = Lookahead(make_stream)
         closed = False
         try:
@@ -222,8 +199,7 @@ class Producer:
         # trainer terminates meanwhile would never free them (see .worker._release_slots)
         self._release_slots_quietly()
         self._sampler.close()
-        if self._hybrid is not None:
-            self._hybrid.close()
+        self._hybrid.close()
         for st in self.stages.values():
             if hasattr(st.source, "close"):
                 st.source.close()
@@ -275,7 +251,7 @@ class Producer:
             stage.gen, stage.epoch, stage.next_step, stage.stop = gen, epoch, start, stop
             stage.order = self._order
             stage.free = deque(range(len(stage.buffers)))
-            self._drop_hybrid(msg[1], keep_gen=gen)
+            self._hybrid.drop(msg[1], keep_gen=gen)
             if stage.pending is not None and stage.pending[0] != gen:
                 stage.pending = None
         elif kind == "free":
@@ -285,10 +261,10 @@ class Producer:
         elif kind == "end":
             if msg[2] == stage.gen:
                 if stage.next_step < stage.stop:  # abandoned early: its last batch did not report
-                    self._report_cache_quietly(msg[1])
+                    self._cache_report.report_quietly(msg[1], self._stream)
                 stage.gen = None
                 stage.pending = None
-                self._drop_hybrid(msg[1])
+                self._hybrid.drop(msg[1])
         elif kind == "slots":
             _, _, index, buffers = msg
             if index is None:
@@ -315,7 +291,7 @@ class Producer:
             raise
         except Exception:  # noqa: BLE001 - any builder failure is reported to the trainer, which raises it
             st.gen, st.pending = None, None
-            self._drop_hybrid(name)
+            self._hybrid.drop(name)
             self._send(("error", name, gen, traceback.format_exc()))
 
     def _produce_on_stream(self, name: str, st: _Stage) -> None:
@@ -354,16 +330,16 @@ class Producer:
         synced = time.perf_counter()
         build_s += synced - t0
         scalars = st.layout.scalars(data)
-        x_bytes = _x_bytes(data) if clock.split and not clock.marked else 0
+        gather_bytes = x_bytes(data) if clock.split and not clock.marked else 0
         del data
         st.free.popleft()
         st.next_step = step + 1
         dispatch, st.dispatch = st.dispatch, None
         if st.next_step == st.stop or st.next_step % CACHE_REPORT_EVERY == 0:
-            self._report_cache(name)  # right after the stream synchronized: the counters are complete
+            self._cache_report.report(name)  # right after the stream synchronized: the counters are complete
         stages = None
         if clock.split:  # read now: every event of the batch has completed (the stream synchronized above)
-            stages = clock.stages(time.perf_counter() - synced + self._last_send_s, self._h2d_GBps, x_bytes)
+            stages = clock.stages(time.perf_counter() - synced + self._last_send_s, self._h2d_GBps, gather_bytes)
         sent = time.perf_counter()
         self._send(("ready", name, st.gen, slot, step, sizes, scalars, build_s, dispatch, stages))
         self._last_send_s = time.perf_counter() - sent
@@ -389,7 +365,7 @@ class Producer:
             sampled = source.sample_batch(source.plan(st.epoch, step))
             data = self._gather(st, sampled, out, clock)
             return data, time.perf_counter() - t0
-        if self._uses_hybrid(st):
+        if self._hybrid.uses(st):
             return self._build_hybrid(name, st, step, out, clock)
         assert self._sampler is not None
         epoch = st.epoch
@@ -412,67 +388,16 @@ class Producer:
         clock.record("built")
         return data
 
-    # ---- hybrid sampling -------------------------------------------------------------------------------------
-    def _uses_hybrid(self, st: _Stage) -> bool:
-        if st.hybrid is None:
-            factory = getattr(st.source, "hybrid_policy", None)
-            policy = factory() if callable(factory) else None
-            st.hybrid = policy is not None
-            if policy is not None and self._hybrid is None:  # one dispatcher (and cost model) for every stage
-                make_stream = self._make_stream
-                self._hybrid = HybridDispatcher(policy, make_stream=None if make_stream is None else (lambda lane: make_stream()))
-        return bool(st.hybrid)
-
     def _build_hybrid(
         self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]], clock: StageClock
     ) -> tuple[Any, float]:
-        dispatcher, source, epoch, gen = self._hybrid, st.source, st.epoch, st.gen
-        assert dispatcher is not None
-        interval = self._take_interval
-        for ahead in range(step, min(step + 1 + self.hybrid_depth, st.stop)):
-            if (name, gen, ahead) not in dispatcher:
-                item = source.plan(epoch, ahead)
-                deadline_s = None if interval is None else (ahead - step) * interval  # when it will be taken
-                dispatcher.submit((name, gen, ahead), source.expected_size(item),
-                                  lambda lane, item=item: source.sample_batch(item, lane=lane), deadline_s)  # fmt: skip
-        sampled, st.dispatch = dispatcher.take((name, gen, step))
-        now = time.perf_counter()
-        if self._last_take is not None:
-            gap = now - self._last_take
-            self._take_interval = gap if interval is None else 0.8 * interval + 0.2 * gap
-        self._last_take = now
-        sample_s = st.dispatch.measured_s if st.dispatch is not None else 0.0
+        """:meth:`_build` of a hybrid source: batch ``step`` taken from :class:`~.hybrid_ahead.HybridAhead`, then
+        gathered."""
+        sampled, sample_s = self._hybrid.take(name, st, step)
         clock.sample = SampleTime(sample_s)  # the dispatcher's measured (host) time
         t0 = time.perf_counter()
         data = self._gather(st, sampled, out, clock)
         return data, sample_s + time.perf_counter() - t0
-
-    def _drop_hybrid(self, name: str, keep_gen: Optional[int] = None) -> None:
-        """Forget the batches a stage had sampled ahead, except those of generation ``keep_gen``."""
-        if self._hybrid is not None:
-            self._hybrid.drop(lambda key: key[0] == name and key[1] != keep_gen)
-
-    # ---- feature-cache counters -------------------------------------------------------------------------------
-    def _report_cache(self, name: str) -> None:
-        """Send the cumulative row counts of this process's feature caches (``report_cache`` only)."""
-        if not self.report_cache:
-            return
-        counts = _process_cache_counts()
-        if counts is not None:
-            self._send(("cache", name, counts))
-
-    def _report_cache_quietly(self, name: str) -> None:
-        """:meth:`_report_cache` outside a build (on the producer's stream; a failure only skips the report)."""
-        if not self.report_cache:
-            return
-        stream = torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
-        try:
-            with stream:
-                self._report_cache(name)
-        except ChannelClosed:
-            raise
-        except Exception:  # noqa: BLE001 - telemetry; the next batch's report raises a real fault with its build
-            pass
 
     def _send(self, msg: tuple) -> None:
         try:
@@ -480,31 +405,3 @@ class Producer:
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
             raise ChannelClosed() from exc
 
-
-def _x_bytes(data: Any) -> int:
-    """Bytes of a batch's ``x`` (0 without one): the gather's bytes for a source that does not mark its gather."""
-    x = getattr(data, "x", None)
-    return int(x.numel() * x.element_size()) if isinstance(x, torch.Tensor) else 0
-
-
-def _h2d_bandwidth(device: torch.device) -> Optional[float]:
-    """The PCIe bandwidth for the gather's bound (measured once per process; ``None`` if it cannot be: telemetry
-    never stops the producer)."""
-    from lightning_zerocopy.data.stage_bounds import h2d_bandwidth
-
-    try:
-        return h2d_bandwidth(device)
-    except Exception:  # noqa: BLE001 - no bound rather than no batches
-        return None
-
-
-def _process_cache_counts() -> Optional[tuple[Any, ...]]:
-    """``(local, peer, host, row_bytes, per_plan)`` of the feature caches open in this process, or ``None``
-    (:func:`~lightning_zerocopy.cache.sharded_provider.process_cache_counts`).
-
-    Caches are tracked by :mod:`lightning_zerocopy.cache.sharded_provider`, which a builder carrying one imports when
-    it is unpickled; if that module was never imported here, no cache is open (and the strategies package, which
-    imports Lightning, is not imported for nothing).
-    """
-    module = sys.modules.get("lightning_zerocopy.cache.sharded_provider")
-    return None if module is None else module.process_cache_counts()

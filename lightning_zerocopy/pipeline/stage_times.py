@@ -35,7 +35,17 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["STAGES", "BuildStages", "EventPairs", "SampleTime", "StageClock", "StageTotals", "elapsed_s"]
+__all__ = [
+    "STAGES",
+    "BuildStages",
+    "EventPairs",
+    "SampleTime",
+    "StageClock",
+    "StageTotals",
+    "elapsed_s",
+    "h2d_bandwidth_or_none",
+    "x_bytes",
+]
 
 #: the stages of a build, in order
 STAGES: tuple[str, ...] = ("sample", "gather", "assemble", "handover")
@@ -270,3 +280,19 @@ class StageClock:
         bound = nbytes / (h2d_GBps * 1e9) if h2d_GBps and nbytes > 0 else None
         return BuildStages(sample_s, gather_s, assemble_s, float(handover_s), nbytes, bound, self.gpu_times)
 
+
+def x_bytes(data: Any) -> int:
+    """Bytes of a batch's ``x`` (0 without one): the gather's bytes for a source that does not mark its gather."""
+    x = getattr(data, "x", None)
+    return int(x.numel() * x.element_size()) if isinstance(x, torch.Tensor) else 0
+
+
+def h2d_bandwidth_or_none(device: torch.device) -> Optional[float]:
+    """The PCIe bandwidth for the gather's bound (measured once per process; ``None`` if it cannot be: telemetry
+    never stops the producer)."""
+    from lightning_zerocopy.data.stage_bounds import h2d_bandwidth
+
+    try:
+        return h2d_bandwidth(device)
+    except Exception:  # noqa: BLE001 - no bound rather than no batches
+        return None

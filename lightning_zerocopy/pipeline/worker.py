@@ -31,7 +31,8 @@ import torch.multiprocessing as mp
 
 from lightning_zerocopy.graph.cuda_ipc import CudaTensorHandle, export_cuda_tensor
 from lightning_zerocopy.pipeline.client import PipelineError
-from lightning_zerocopy.pipeline.producer import ChannelClosed, Producer
+from lightning_zerocopy.pipeline.channel import ChannelClosed
+from lightning_zerocopy.pipeline.producer import Producer
 
 
 class _PipeChannel:

@@ -19,7 +19,7 @@ from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
 from lightning_zerocopy.callbacks.pipeline import trainer_batch_limit
 from lightning_zerocopy.pipeline import start_pipeline
 from lightning_zerocopy.pipeline.loader import PipelineLoader
-from lightning_zerocopy.pipeline.producer import CACHE_REPORT_EVERY
+from lightning_zerocopy.pipeline.cache_report import CACHE_REPORT_EVERY
 from lightning_zerocopy.pipeline.session import PipelineSession
 from lightning_zerocopy.cache.sharded_provider import open_cache_counts
 

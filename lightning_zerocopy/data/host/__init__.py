@@ -4,6 +4,8 @@
   to every rank;
 * :mod:`.builder` — :class:`HostCopyBuilder`: what the DataModule's local rank 0 runs (split checks, segments, node
   order);
+* :mod:`.prepare` — the disk caches ``prepare_data`` builds once per machine (:func:`prepare_disk_caches`: the
+  node-order cache, the converted feature file);
 * :mod:`.links` — the same for a link dataset (:class:`LinkHostCopyBuilder`: its supervision splits as tensors);
 * :mod:`.hetero` — a heterogeneous dataset (:func:`share_hetero_data`: one CSC per edge type, features per featured
   type; :class:`HeteroHostCopyBuilder`).
@@ -25,6 +27,8 @@ _LAZY = {
     "share_node_data": "lightning_zerocopy.data.host.share",
     "shared_node_order": "lightning_zerocopy.data.host.share",
     "HostCopyBuilder": "lightning_zerocopy.data.host.builder",
+    "prepare_disk_caches": "lightning_zerocopy.data.host.prepare",
+    "prepare_feature_file": "lightning_zerocopy.data.host.prepare",
     "LinkHostCopyBuilder": "lightning_zerocopy.data.host.links",
     "link_split_tensors": "lightning_zerocopy.data.host.links",
     "link_splits": "lightning_zerocopy.data.host.links",

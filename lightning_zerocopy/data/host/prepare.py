@@ -1,0 +1,63 @@
+"""The disk caches a DataModule's ``prepare_data`` builds once per machine, after the dataset's own cache.
+
+* the node-order cache (``node_order`` ``"bfs"``/``"degree"``): the graph, features and labels relabeled, next to the
+  dataset's cache (:func:`~.share.node_order_cache_dir`, :func:`~.share.build_node_order_cache`);
+* the converted feature file (``mmap`` storage with a ``feature_dtype`` other than the dataset's): the (relabeled)
+  feature rows cast once (:func:`~.share.feature_cache_dir`, :func:`~.share.feature_file`).
+
+Setup would otherwise build them on local rank 0; a dataset without a disk cache has neither (its node order is
+computed in memory).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from lightning_zerocopy.data.host.share import (
+    build_node_order_cache,
+    feature_cache_dir,
+    feature_file,
+    node_order_cache_dir,
+)
+from lightning_zerocopy.datasets.base import ArrayCache
+from lightning_zerocopy.gather.host_table import feature_dtype_of
+from lightning_zerocopy.graph.shared_memory import NpyTensorHandle
+from lightning_zerocopy.options import FeatureDtype, FeatureStorage, NodeOrderKind
+
+
+def prepare_disk_caches(
+    dataset: Any,
+    node_order: NodeOrderKind,
+    feature_storage: FeatureStorage,
+    feature_dtype: Optional[FeatureDtype],
+    dtype_key: str,
+) -> None:
+    """Build the node-order cache and the converted feature file of ``dataset`` where they are missing (errors name
+    ``dtype_key``, the recipe's key of ``feature_dtype``)."""
+    cache_dir = node_order_cache_dir(dataset, node_order)
+    if cache_dir is not None and not ArrayCache(cache_dir).exists():  # once per machine, like the dataset
+        build_node_order_cache(dataset.load(), node_order, cache_dir)
+    prepare_feature_file(dataset, node_order, feature_storage, feature_dtype, dtype_key)
+
+
+def prepare_feature_file(
+    dataset: Any,
+    node_order: NodeOrderKind,
+    feature_storage: FeatureStorage,
+    feature_dtype: Optional[FeatureDtype],
+    dtype_key: str,
+) -> None:
+    """With ``mmap`` storage and a ``feature_dtype`` other than the dataset's, build the converted feature file
+    (once per machine, like the node-order cache; setup would otherwise build it on local rank 0)."""
+    dtype = None if feature_dtype is None else feature_dtype_of(feature_dtype, dtype_key)
+    feature_dir = feature_cache_dir(dataset, node_order, dtype)
+    if feature_storage != "mmap" or feature_dir is None or ArrayCache(feature_dir).exists():
+        return
+    data = dataset.load()
+    if data.x_file is None or data.x.dtype == dtype:
+        return  # setup says what is wrong, or there is nothing to convert
+    if cache_dir := node_order_cache_dir(dataset, node_order):
+        source = NpyTensorHandle(str(ArrayCache(cache_dir).file("x")))  # the relabeled file, the dataset's dtype
+    else:
+        source = NpyTensorHandle(data.x_file)
+    feature_file(source, data.x.dtype, dtype, feature_dir, dtype_key)
