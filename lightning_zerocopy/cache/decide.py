@@ -1,5 +1,12 @@
 """Deciding a rank's feature cache: budget -> rows per GPU, ranking -> hot order, topology -> layout -> plan.
 
+The budget is per GPU and covers the cached rows and the row -> (shard, slot) lookup that a process opening the
+cache builds over the whole table (:func:`~lightning_zerocopy.cache.plan.lookup_bytes`: 4 or 8 bytes per table row,
+for ``replicate`` and on each GPU of a clique alike). The lookup is charged first and the rows get the rest; a
+budget that does not hold the lookup caches nothing (as the typed decision,
+:mod:`~lightning_zerocopy.cache.typed`, charges each type's lookup before its first row). One lookup per GPU is
+charged: a pipeline worker that opens the cache on the same GPU builds a second one, which the budget does not count.
+
 Everything here is a function of values every rank exchanges first (:class:`RankFacts`) and of the ranking's
 inputs (identical on every rank), so each rank computes the same :class:`CacheDecision` for its cache group without
 further communication; the strategy does the exchanging, the placing on the GPU and the releasing.
@@ -13,7 +20,7 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
-from lightning_zerocopy.cache.plan import CachePlan
+from lightning_zerocopy.cache.plan import CachePlan, lookup_bytes
 from lightning_zerocopy.cache.read_rates import ReadRates
 from lightning_zerocopy.cache.budget import format_bytes
 from lightning_zerocopy.cache.cost import compare_policies
@@ -64,8 +71,14 @@ class CacheDecision:
         plan: the :class:`~lightning_zerocopy.cache.plan.CachePlan` (rows and their shards): the hottest
             ``rows_per_gpu * len(group)`` rows dealt round-robin to the shards, or, when the group's GPUs hold the
             whole table, every row in id order.
-        rows_per_gpu: rows one GPU's budget holds (the smallest budget of the job).
+        rows_per_gpu: rows one GPU's budget holds once the lookup is charged (the smallest budget of the job; 0
+            when the lookup alone does not fit).
         row_bytes: bytes of one feature row.
+        budget_bytes: bytes one GPU may cache (the smallest budget of the job).
+        lookup_bytes: bytes of the row lookup charged to each GPU's budget
+            (:func:`~lightning_zerocopy.cache.plan.lookup_bytes` over the whole table and ``len(group)`` shards).
+        bytes_per_gpu: bytes the fullest GPU of the group holds, its shard's rows and the lookup (0 when nothing is
+            cached: no cache is opened); at most ``budget_bytes``.
         expected_hit_rate: the share of accesses the group's rows are expected to serve: for ``presample`` the
             held-out hit rate of the chosen ranking (fitted on half of the presampled batches, judged on the other
             half; see :class:`~lightning_zerocopy.cache.ranking.RankedRows`), for ``degree`` the share of
@@ -82,6 +95,9 @@ class CacheDecision:
     plan: CachePlan = field(repr=False)
     rows_per_gpu: int
     row_bytes: int
+    budget_bytes: int
+    lookup_bytes: int
+    bytes_per_gpu: int
     expected_hit_rate: float
     whole_table: bool
     in_sample_hit_rate: float = math.nan
@@ -103,11 +119,18 @@ class CacheDecision:
                 f" (held out; presampled counts + {self.prior_weight.final_weight:g} x degree prior, in-sample "
                 f"{in_sample})"
             )
-        stored = max(self.plan.shard_sizes) if self.plan.num_shards else 0
+        budget = format_bytes(self.budget_bytes)
+        if self.plan.num_cached == 0 and self.rows_per_gpu == 0:
+            return (
+                f"feature cache: {self.layout.policy}{note}; nothing cached: the row lookup "
+                f"({format_bytes(self.lookup_bytes)} per GPU) leaves no room for a {format_bytes(self.row_bytes)} row "
+                f"in the {budget} budget"
+            )
+        stored = self.plan.max_shard_rows
         return (
             f"feature cache: {self.layout.policy}{note}; {what} over {self.num_shards} GPU(s), "
-            f"{stored} rows ({format_bytes(stored * self.row_bytes)}) per GPU of a "
-            f"{format_bytes(self.rows_per_gpu * self.row_bytes)} budget; expected hit rate {hit}{how}"
+            f"{stored} rows ({format_bytes(stored * self.row_bytes)}) + its lookup ({format_bytes(self.lookup_bytes)}) "
+            f"= {format_bytes(self.bytes_per_gpu)} per GPU of a {budget} budget; expected hit rate {hit}{how}"
         )
 
 
@@ -132,7 +155,8 @@ def decide_cache(
             to :meth:`~lightning_zerocopy.cache.ranking.CacheScores.rank`, whose choice depends on it.
         num_nodes: rows of the feature table.
         row_bytes: bytes per row.
-        policy: ``cache_policy``.
+        policy: ``cache_policy``. Each GPU's budget is charged the row lookup first (see the module docstring),
+            sized for the group's shard count, and holds rows with the rest.
         key: the option's name, for messages.
         read_rates: the read rates each rank measured (by global rank; see :func:`needs_read_rates`): ``auto``
             then picks the policy with the smaller expected read time on each machine.
@@ -143,7 +167,7 @@ def decide_cache(
     mine, machine, peer = machine_of(me, facts)
     if isinstance(scores, torch.Tensor):
         scores = CacheScores(scores)
-    rows_per_gpu = rows_per_gpu_of(facts, row_bytes)
+    rows_per_gpu = rows_per_gpu_of(facts, row_bytes, num_nodes)  # one shard; a clique's rows are sized below
     hot = scores.hot_rows
     ranked_by_capacity: dict[int, Any] = {}
 
@@ -160,12 +184,13 @@ def decide_cache(
     if machine_rates:
         rates = ReadRates.mean(machine_rates)
         price = lambda k: compare_policies(  # noqa: E731
-            hit_rate(rows_per_gpu), hit_rate(rows_per_gpu * k), k, rates, row_bytes
+            hit_rate(rows_per_gpu), hit_rate(rows_per_gpu_of(facts, row_bytes, num_nodes, k) * k), k, rates, row_bytes
         )
     layout = choose_layout(policy, peer, hot_rows=min(hot, num_nodes), rows_per_gpu=rows_per_gpu, key=key, price=price)
     position = machine.index(mine)
     positions = layout.group_of(position)
     group = tuple(machine[p].rank for p in positions)
+    rows_per_gpu = rows_per_gpu_of(facts, row_bytes, num_nodes, len(group))
     capacity = rows_per_gpu * len(group)
     if capacity >= num_nodes:  # the whole table: every read hits, a row's slot is its id
         plan = CachePlan.from_ranking(torch.arange(num_nodes, dtype=torch.int64), num_nodes, len(group))
@@ -174,6 +199,10 @@ def decide_cache(
         chosen = ranked(capacity)
         plan = CachePlan.from_ranking(chosen.rows, num_nodes, len(group))
         expected, in_sample, choice = chosen.expected_hit_rate, chosen.in_sample_hit_rate, chosen.choice
+    if plan.num_cached == 0:
+        expected, in_sample = 0.0, 0.0
+    lookup = lookup_bytes(num_nodes, len(group))
+    used = lookup + plan.max_shard_rows * row_bytes if plan.num_cached else 0
     return CacheDecision(
         layout=layout,
         group=group,
@@ -181,6 +210,9 @@ def decide_cache(
         plan=plan,
         rows_per_gpu=rows_per_gpu,
         row_bytes=row_bytes,
+        budget_bytes=min(f.budget_bytes for f in facts),
+        lookup_bytes=lookup,
+        bytes_per_gpu=used,
         expected_hit_rate=expected,
         whole_table=plan.num_cached == num_nodes and num_nodes > 0,
         in_sample_hit_rate=in_sample,
@@ -208,17 +240,22 @@ def machine_of(me: int, facts: Sequence[RankFacts]) -> tuple[RankFacts, list[Ran
     return mine, machine, peer
 
 
-def rows_per_gpu_of(facts: Sequence[RankFacts], row_bytes: int) -> int:
-    """Rows one GPU's budget holds: the smallest budget of the job over the row size."""
-    return min(f.budget_bytes for f in facts) // max(row_bytes, 1)
+def rows_per_gpu_of(facts: Sequence[RankFacts], row_bytes: int, num_nodes: int, num_shards: int = 1) -> int:
+    """Rows one GPU's budget holds: the smallest budget of the job, less the row lookup every GPU builds over the
+    ``num_nodes``-row table for ``num_shards`` shards (:func:`~lightning_zerocopy.cache.plan.lookup_bytes`), over
+    the row size; 0 when the lookup alone does not fit."""
+    room = min(f.budget_bytes for f in facts) - lookup_bytes(num_nodes, num_shards)
+    return max(room, 0) // max(row_bytes, 1)
 
 
 def needs_read_rates(policy: str, facts: Sequence[RankFacts], hot_rows: int, num_nodes: int, row_bytes: int) -> bool:
     """Whether ``auto`` has to weigh clique against replicate on some machine of the job (the same answer on every
-    rank, so that all of them measure, or none): GPUs with peer access, and more hot rows than one GPU holds."""
+    rank, so that all of them measure, or none): GPUs with peer access, and more hot rows than one GPU holds (and
+    room for some: a budget the row lookup fills caches nothing either way)."""
     if policy != "auto" or any(f.device is None for f in facts):
         return False
-    if min(hot_rows, num_nodes) <= rows_per_gpu_of(facts, row_bytes):
+    rows_per_gpu = rows_per_gpu_of(facts, row_bytes, num_nodes)
+    if rows_per_gpu == 0 or min(hot_rows, num_nodes) <= rows_per_gpu:  # nothing fits, or the hot rows fit one GPU
         return False
     return has_peer_pairs(facts)
 

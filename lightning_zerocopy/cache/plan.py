@@ -29,7 +29,7 @@ from typing import Optional, Union
 
 import torch
 
-__all__ = ["CachePlan", "MAX_SHARDS", "decode_location", "location_bytes", "location_layout"]
+__all__ = ["CachePlan", "MAX_SHARDS", "decode_location", "location_bytes", "location_layout", "lookup_bytes"]
 
 #: Most shards one lookup can address (the gather kernel keeps one pointer per shard in its launch arguments).
 MAX_SHARDS = 32
@@ -54,6 +54,17 @@ def location_bytes(num_table_rows: int, num_shards: int, max_shard_rows: int) ->
     process on the GPU: a trainer rank and its pipeline worker each hold one)."""
     dtype, _ = location_layout(num_shards, max_shard_rows)
     return num_table_rows * (4 if dtype == torch.int32 else 8)
+
+
+def lookup_bytes(num_table_rows: int, num_shards: int) -> int:
+    """GPU bytes of the lookup of a ``num_table_rows``-row table over ``num_shards`` shards, at most, for one
+    process that opens the cache: :func:`location_bytes` with the dtype as if every row were cached (a plan of
+    fewer rows never needs a wider one), so it bounds :attr:`CachePlan.location_bytes` of any plan of the table,
+    i.e. what :meth:`CachePlan.build_location` allocates. A budget is charged this before its first row: by the
+    one-table decision (:mod:`~lightning_zerocopy.cache.decide`) and for each type by the typed one
+    (:mod:`~lightning_zerocopy.cache.typed`).
+    """
+    return location_bytes(num_table_rows, num_shards, -(-num_table_rows // num_shards)) if num_table_rows else 0
 
 
 @dataclass(frozen=True, eq=False)

@@ -41,7 +41,13 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_zerocopy.cache.budget import BudgetSpec, CacheBudget, parse_budget, resolve_budget
 from lightning_zerocopy.cache.cliques import CACHE_POLICIES, measure_peer_access
-from lightning_zerocopy.cache.decide import CacheDecision, RankFacts, decide_cache, needs_read_rates
+from lightning_zerocopy.cache.decide import (
+    CacheDecision,
+    RankFacts,
+    decide_cache,
+    needs_read_rates,
+    rows_per_gpu_of,
+)
 from lightning_zerocopy.cache.provider import FeatureCacheSpec
 from lightning_zerocopy.cache.ranking import CacheScores, check_ranking, degree_scores
 from lightning_zerocopy.cache.segmented import CacheCounts, SegmentedCacheSpec
@@ -160,7 +166,8 @@ class RankCache:
 
         Returns:
             The decision when a GPU cache was placed and set on ``datamodule`` (its ``group`` names the ranks whose
-            GPU memory this process now reads), else ``None``.
+            GPU memory this process now reads), else ``None`` (also for one table when the budget holds no row
+            beside the row lookup: nothing is placed).
 
         Raises:
             ValueError: the DataModule's ``hot_rows`` caches rows too, or a share of free GPU memory was asked for
@@ -205,6 +212,10 @@ class RankCache:
         if decision.layout.note and place.local_rank == 0 and place.node_rank > 0:
             print(f"[node {place.node_rank}] ZeroCopyDDPStrategy: {decision.layout.note}", flush=True)
         if not on_gpu:
+            return None
+        if rows_per_gpu_of(facts, row_bytes, num_nodes) == 0:
+            # the row lookup fills the budget: nothing is cached on any rank (a clique's lookup is never smaller),
+            # so no rank places a cache (the same answer everywhere: the facts are every rank's)
             return None
         from lightning_zerocopy.cache.sharded_provider import ShardedFeatureCache
 

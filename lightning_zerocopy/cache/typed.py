@@ -2,7 +2,7 @@
 
 The candidates are the rows of every featured type, ranked by *expected reads per byte* (a row's score over its
 bytes: a type's rows differ in width and dtype), so a narrow type's hot rows go before a wide type's lukewarm ones.
-Each type's lookup (:func:`~lightning_zerocopy.cache.plan.location_bytes`, one entry per table row, held by every
+Each type's lookup (:func:`~lightning_zerocopy.cache.plan.lookup_bytes`, one entry per table row, held by every
 GPU that opens the cache) is charged to the budget before the type's first row. The budget is per GPU: with ``k``
 shards (a clique of ``k`` GPUs) a type's cached rows are dealt round-robin, so the fullest GPU holds
 ``ceil(rows / k)`` of them; :func:`allocate_typed` takes the longest prefix of the ranked candidates whose bytes on
@@ -26,7 +26,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from lightning_zerocopy.cache.plan import location_bytes
+from lightning_zerocopy.cache.plan import lookup_bytes
 from lightning_zerocopy.cache.ranking import (
     PRIOR_WEIGHTS,
     CacheScores,
@@ -56,12 +56,6 @@ def typed_degree_scores(
         if source in scores:
             scores[source] += degree_scores(graph.indices, int(num_nodes[source])).cpu()
     return scores
-
-
-def lookup_bytes(num_rows: int, num_shards: int) -> int:
-    """Bytes of one type's lookup on every GPU that opens the cache, at most (its dtype as if every row were
-    cached: a plan of fewer rows never needs a wider one)."""
-    return location_bytes(num_rows, num_shards, -(-num_rows // num_shards)) if num_rows else 0
 
 
 def typed_bytes_per_gpu(rows: Mapping[str, int], row_bytes: Mapping[str, int], num_rows: Mapping[str, int],

@@ -51,7 +51,10 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         cache_budget: bytes each GPU may spend on cached feature rows: a size (``"8GiB"``, ``"512MB"``, an int of
             bytes), a share of the GPU memory free once the model is placed (``"40%"``), or ``0`` (no cache). The
             smallest budget of all ranks applies everywhere. A size above 90 % of the free memory is clamped with a
-            warning. When the budget holds the whole feature table, the table is placed on the GPU(s) entirely.
+            warning. The budget covers the row lookup every GPU builds over the whole table (4 bytes per table
+            row, 8 for shards over 2**(31 - shard bits) rows: :func:`~lightning_zerocopy.cache.plan.lookup_bytes`),
+            charged before the first row; a budget below it caches nothing. When the budget holds the whole
+            feature table and its lookup, the table is placed on the GPU(s) entirely.
             Under a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (a table per
             featured node type) the budget covers the rows of every featured type: one ranking of ``(type, row)``
             by expected reads per byte, each type's lookup charged first, one shard per type and GPU

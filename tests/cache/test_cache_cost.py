@@ -56,7 +56,7 @@ def _facts(budget: int, peer: bool = True) -> list[RankFacts]:
 def test_decide_cache_prices_both_capacities_from_the_ranking() -> None:
     # 100 rows, a steep ranking: the 10 hottest hold most of the accesses, 20 nearly all
     scores = torch.cat([torch.full((10,), 100.0), torch.full((10,), 50.0), torch.ones(80)])
-    facts = _facts(budget=10 * 4)
+    facts = _facts(budget=10 * 4 + 100 * 4)  # 10 rows of 4 B beside the lookup (4 B per table row)
     rates = {0: NVLINK, 1: NVLINK}
     decisions = [decide_cache(r, facts, scores, 100, 4, "auto", read_rates=rates) for r in range(2)]
     assert all(d.layout.policy == "clique" for d in decisions) and decisions[0].plan == decisions[1].plan
@@ -66,11 +66,12 @@ def test_decide_cache_prices_both_capacities_from_the_ranking() -> None:
 
 
 def test_rates_are_measured_only_where_auto_has_a_choice() -> None:
-    facts = _facts(budget=10 * 4)
+    facts = _facts(budget=10 * 4 + 100 * 4)
     assert needs_read_rates("auto", facts, hot_rows=100, num_nodes=100, row_bytes=4)
     assert not needs_read_rates("clique", facts, 100, 100, 4)  # asked for explicitly
     assert not needs_read_rates("auto", facts, 8, 100, 4)  # the hot rows fit one GPU
-    assert not needs_read_rates("auto", _facts(budget=10 * 4, peer=False), 100, 100, 4)  # no peers
+    assert not needs_read_rates("auto", _facts(budget=10 * 4 + 100 * 4, peer=False), 100, 100, 4)  # no peers
+    assert not needs_read_rates("auto", _facts(budget=100 * 4 + 3), 100, 100, 4)  # the lookup leaves no room
     cpu = [RankFacts(0, 0, 0, None, 40, [[True, True], [True, True]]), RankFacts(1, 0, 1, None, 40, None)]
     assert not needs_read_rates("auto", cpu, 100, 100, 4)  # CPU ranks
 
@@ -79,4 +80,5 @@ def test_the_summary_says_what_each_gpu_stores_and_the_budget_apart() -> None:
     # a 30-row table and a budget of 1000 rows: the whole table is stored, 30 rows, not the budget's 1000
     whole = decide_cache(0, _facts(budget=1000 * 4), torch.ones(30), 30, 4, "replicate")
     assert whole.whole_table
-    assert "the whole feature table over 1 GPU(s), 30 rows (120 B) per GPU of a 3.91 KiB budget" in whole.summary()
+    assert ("the whole feature table over 1 GPU(s), 30 rows (120 B) + its lookup (120 B) = 240 B per GPU of a "
+            "3.91 KiB budget") in whole.summary()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lightning_zerocopy.cache.decide import RankFacts, decide_cache
+from lightning_zerocopy.cache.typed import lookup_bytes
 from lightning_zerocopy.cache.ranking import (
     PRIOR_WEIGHTS,
     CacheScores,
@@ -55,7 +56,7 @@ def _facts(n: int, budget: int, peer=None, node: int = 0, first_rank: int = 0) -
 
 def test_replicate_plan_holds_the_hottest_rows_and_is_the_same_on_every_rank() -> None:
     scores = torch.tensor([0, 9, 3, 9, 1, 7, 0, 2])
-    facts = _facts(2, budget=3 * 16)
+    facts = _facts(2, budget=3 * 16 + 8 * 4)  # 3 rows of 16 B beside the lookup (4 B per table row)
     plans = [decide_cache(r, facts, scores, 8, 16, "replicate") for r in range(2)]
     assert plans[0].plan == plans[1].plan
     assert plans[0].plan.rows.tolist() == [1, 3, 5]
@@ -66,7 +67,7 @@ def test_replicate_plan_holds_the_hottest_rows_and_is_the_same_on_every_rank() -
 
 def test_clique_plan_splits_k_times_the_rows_into_disjoint_shards() -> None:
     scores = torch.arange(20, 0, -1)  # row 0 hottest
-    facts = _facts(4, budget=3 * 8, peer=[[i // 2 == j // 2 for j in range(4)] for i in range(4)])
+    facts = _facts(4, budget=3 * 8 + 20 * 4, peer=[[i // 2 == j // 2 for j in range(4)] for i in range(4)])
     decisions = [decide_cache(r, facts, scores, 20, 8, "clique") for r in range(4)]
     assert [d.group for d in decisions] == [(0, 1), (0, 1), (2, 3), (2, 3)]
     assert [d.shard_index for d in decisions] == [0, 1, 0, 1]
@@ -79,7 +80,7 @@ def test_clique_plan_splits_k_times_the_rows_into_disjoint_shards() -> None:
 
 def test_the_smallest_budget_applies_and_the_whole_table_is_cached_when_it_fits() -> None:
     facts = _facts(2, budget=10**6)
-    facts[1] = RankFacts(1, 0, 1, 1, 10 * 4)
+    facts[1] = RankFacts(1, 0, 1, 1, 10 * 4 + 30 * 4)  # 10 rows beside the 30-row table's lookup
     d = decide_cache(0, facts, torch.ones(30), 30, 4, "replicate")
     assert d.rows_per_gpu == 10 and d.plan.num_cached == 10
     whole = decide_cache(0, _facts(2, budget=10**6), torch.ones(30), 30, 4, "auto")
@@ -91,6 +92,45 @@ def test_each_node_groups_its_own_ranks() -> None:
     facts = _facts(2, 64, node=0) + _facts(2, 64, node=1, first_rank=2)
     decisions = [decide_cache(r, facts, torch.arange(100), 100, 4, "clique") for r in range(4)]
     assert [d.group for d in decisions] == [(0, 1), (0, 1), (2, 3), (2, 3)]  # never across machines
+
+
+def test_the_row_lookup_is_charged_to_the_budget_before_any_row() -> None:
+    # 1000 rows of 16 B; every GPU that opens the cache builds a lookup of 4 B per table row (4000 B): with a
+    # 6000 B budget the rows get 2000 B (125 rows), not 6000 B (375 rows + 4000 B of lookup = 10000 B per GPU)
+    num_nodes, row_bytes, budget = 1000, 16, 6000
+    lookup = lookup_bytes(num_nodes, 1)
+    assert lookup == 4000
+    d = decide_cache(0, _facts(2, budget=budget), torch.arange(num_nodes, 0, -1), num_nodes, row_bytes, "replicate")
+    assert d.plan.location_bytes <= lookup  # what segmented.py allocates (plan.build_location) is what is charged
+    assert d.plan.max_shard_rows * row_bytes + lookup <= budget
+    assert d.rows_per_gpu == d.plan.num_cached == (budget - lookup) // row_bytes == 125
+    assert (d.budget_bytes, d.bytes_per_gpu) == (budget, 125 * row_bytes + lookup)
+    assert "125 rows (1.95 KiB) + its lookup (3.91 KiB) = 5.86 KiB per GPU of a 5.86 KiB budget" in d.summary()
+    # a clique: each GPU holds its shard and the lookup over the whole table (one entry per table row)
+    peer = [[i // 2 == j // 2 for j in range(4)] for i in range(4)]
+    clique = [decide_cache(r, _facts(4, budget=budget, peer=peer), torch.arange(num_nodes, 0, -1), num_nodes,
+                           row_bytes, "clique") for r in range(4)]  # fmt: skip
+    assert all(c.plan == clique[0].plan for c in clique[:2]) and clique[0].plan.num_shards == 2
+    assert clique[0].plan.location_bytes <= lookup_bytes(num_nodes, 2) == lookup
+    assert clique[0].plan.max_shard_rows == 125 and clique[0].plan.num_cached == 250
+    assert clique[0].bytes_per_gpu == 125 * row_bytes + lookup <= budget
+    # the whole table needs its rows and the lookup: 1000 * 16 + 4000 B
+    assert not decide_cache(0, _facts(1, budget=num_nodes * row_bytes), torch.ones(num_nodes), num_nodes, row_bytes,
+                            "replicate").whole_table  # fmt: skip
+    whole = decide_cache(0, _facts(1, budget=num_nodes * row_bytes + lookup), torch.ones(num_nodes), num_nodes,
+                         row_bytes, "replicate")  # fmt: skip
+    assert whole.whole_table and whole.bytes_per_gpu == num_nodes * row_bytes + lookup
+
+
+def test_a_budget_below_the_lookup_caches_nothing() -> None:
+    num_nodes, row_bytes = 1000, 16
+    for budget, policy in ((3999, "replicate"), (4000 + 15, "auto"), (100, "clique"), (0, "replicate")):
+        decisions = [decide_cache(r, _facts(2, budget=budget), torch.arange(num_nodes), num_nodes, row_bytes, policy)
+                     for r in range(2)]  # fmt: skip
+        d = decisions[0]
+        assert d.plan == decisions[1].plan and d.plan.num_cached == 0 and d.rows_per_gpu == 0
+        assert d.bytes_per_gpu == 0 and not d.whole_table and d.expected_hit_rate == 0.0
+        assert "nothing cached: the row lookup (3.91 KiB per GPU) leaves no room for a" in d.summary()
 
 
 # ---- the presample ranking: counts blended with the degree prior, weight and hit rate judged on held-out batches --
@@ -189,7 +229,7 @@ def test_prior_weight_choice_is_deterministic_and_ties_go_to_the_smaller_index()
 def test_decided_presample_cache_reports_the_heldout_rate() -> None:
     p, degree, g = _access_model(4_000, 3)
     scores = CacheScores(degree, torch.stack([_batches(p, 16, g), _batches(p, 16, g)]))
-    facts = _facts(2, budget=400 * 16)
+    facts = _facts(2, budget=400 * 16 + 4_000 * 4)  # 400 rows beside the lookup
     decisions = [decide_cache(r, facts, scores, 4_000, 16, "replicate") for r in range(2)]
     assert decisions[0].plan == decisions[1].plan and decisions[0].plan.num_cached == 400
     ranked = scores.rank(400)

@@ -50,11 +50,12 @@ def test_a_cpu_rank_decides_from_the_host_memory_and_places_nothing() -> None:
         RankCache(CacheOptions.parse("128B")).attach(_datamodule(hot_rows=5), CPU_RANK, _never, _never, _never)
     with pytest.raises(ValueError, match="share of free GPU memory"):
         RankCache(CacheOptions.parse("10%")).attach(_datamodule(), CPU_RANK, _never, _never, _never)
-    cache = RankCache(CacheOptions.parse("128B"))  # 8 rows of 16 bytes
+    cache = RankCache(CacheOptions.parse("384B"))  # the 64-row table's lookup (256 B) and 8 rows of 16 bytes
     dm = _datamodule()
     assert cache.attach(dm, CPU_RANK, _never, _never, _never) is None  # decided, but no GPU to place it on
     decision = cache.decision
     assert decision is not None and decision.rows_per_gpu == 8 and decision.plan.num_cached == 8
+    assert decision.bytes_per_gpu == 384
     assert decision.layout.policy == "replicate" and cache.row_bytes == 16 and dm.set_caches == []
 
 
@@ -66,3 +67,16 @@ def test_a_retired_shard_is_kept_until_the_next_attach() -> None:
     assert cache._shard is None and cache._retired == [shard]
     cache.attach(_datamodule(), CPU_RANK, _never, _never, _never)  # one rank: no barrier to wait for
     assert cache._retired == []
+
+
+def test_a_budget_the_row_lookup_fills_places_no_cache() -> None:
+    # a GPU rank (stand-in: nothing below touches CUDA when nothing is cached): the 64-row table's lookup is 256 B,
+    # so a 255 B budget holds no row; no shard is filled and no cache (with its lookup) is set on the DataModule
+    gpu_rank = RankPlace(rank=0, world_size=1, node_rank=0, local_rank=0, device=torch.device("cuda", 0))
+    cache = RankCache(CacheOptions.parse("255B"))
+    dm = _datamodule()
+    dm.uses_zerocopy_gather = True
+    assert cache.attach(dm, gpu_rank, lambda: 10**9, _never, _never) is None
+    decision = cache.decision
+    assert decision is not None and decision.plan.num_cached == 0 and decision.bytes_per_gpu == 0
+    assert "nothing cached: the row lookup (256 B per GPU)" in decision.summary() and dm.set_caches == []

@@ -69,7 +69,7 @@ def _fit(tmp_path: Path, budget, ranking: str, policy: str, epochs: int = 1, ext
 @pytest.mark.parametrize("policy", ["replicate", "clique", "auto"])
 @pytest.mark.parametrize("ranking", ["degree", "presample"])
 def test_each_policy_on_one_gpu_gathers_the_right_rows(tmp_path: Path, policy: str, ranking: str) -> None:
-    budget = (NUM_NODES // 5) * ROW_BYTES  # 20% of the rows
+    budget = (NUM_NODES // 5) * ROW_BYTES + 4 * NUM_NODES  # 20% of the rows, beside the lookup (4 B per row)
     if policy == "clique":
         with pytest.warns(UserWarning, match="one GPU"):
             decision, history = _fit(tmp_path, budget, ranking, policy)
@@ -92,7 +92,7 @@ def test_auto_puts_the_whole_table_on_the_gpu_when_it_fits(tmp_path: Path) -> No
 
 @pytest.mark.cuda
 def test_measured_hit_rate_matches_the_presampled_prediction(tmp_path: Path) -> None:
-    budget = (NUM_NODES // 5) * ROW_BYTES
+    budget = (NUM_NODES // 5) * ROW_BYTES + 4 * NUM_NODES  # and the lookup
     decision, history = _fit(tmp_path, budget, "presample", "replicate", epochs=2)
     measured = history[-1]["cache/hit_rate"]
     assert abs(measured - decision.expected_hit_rate) < 0.05, (measured, decision.expected_hit_rate)
@@ -100,7 +100,7 @@ def test_measured_hit_rate_matches_the_presampled_prediction(tmp_path: Path) -> 
 
 @pytest.mark.cuda
 def test_presample_hits_at_least_as_often_as_degree(tmp_path: Path) -> None:
-    budget = (NUM_NODES // 5) * ROW_BYTES
+    budget = (NUM_NODES // 5) * ROW_BYTES + 4 * NUM_NODES  # and the lookup
     _, degree = _fit(tmp_path / "d", budget, "degree", "replicate")
     _, presample = _fit(tmp_path / "p", budget, "presample", "replicate")
     assert presample[-1]["cache/hit_rate"] >= degree[-1]["cache/hit_rate"] - 0.01
@@ -112,7 +112,7 @@ def test_the_pipeline_producer_gathers_through_the_same_cache(tmp_path: Path, mo
     """A PipelineCallback producer (a worker process opens the trainer's shard over CUDA IPC) builds the same rows."""
     from lightning_zerocopy.callbacks import PipelineCallback
 
-    budget = (NUM_NODES // 5) * ROW_BYTES
+    budget = (NUM_NODES // 5) * ROW_BYTES + 4 * NUM_NODES  # and the lookup
     decision, history = _fit(tmp_path, budget, "degree", "replicate", extra_callbacks=[PipelineCallback(mode=mode)])
     assert decision.plan.num_cached == NUM_NODES // 5
     if mode == "in_process":  # the producer's cache is this process's: its counts are the strategy's
@@ -122,7 +122,7 @@ def test_the_pipeline_producer_gathers_through_the_same_cache(tmp_path: Path, mo
 @pytest.mark.cuda
 @pytest.mark.parametrize("sampler_placement", ["uva", "gpu"])
 def test_every_sampler_placement_gathers_through_the_cache(tmp_path: Path, sampler_placement: str) -> None:
-    budget = (NUM_NODES // 5) * ROW_BYTES
+    budget = (NUM_NODES // 5) * ROW_BYTES + 4 * NUM_NODES  # and the lookup
     decision, history = _fit(tmp_path, budget, "presample", "auto", sampler_placement=sampler_placement)
     assert decision.plan.num_cached == NUM_NODES // 5
     assert history[-1]["cache/local_rows"] > 0 and history[-1]["cache/host_rows"] > 0
