@@ -45,13 +45,13 @@ from lightning_zerocopy.cache.provider import FeatureCacheSpec, HotRowsCache
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX, ResolvedGpuOptions, check_gpu_options, resolve_gpu_options
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory, attach_consumers
-from lightning_zerocopy.data.host.share import (
+from lightning_zerocopy.data.host.disk_cache import (
     build_node_order_cache,
-    exchange_handles,
     feature_cache_dir,
     feature_file,
     node_order_cache_dir,
 )
+from lightning_zerocopy.data.host.share import exchange_handles
 from lightning_zerocopy.data.host.builder import HostCopyBuilder
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import SPLIT_STREAMS, BatchPlan
