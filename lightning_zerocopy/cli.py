@@ -373,7 +373,8 @@ INTERRUPTED_EXIT = 130
 def _watch_the_launch() -> None:
     """A rank started by a launcher stops if the launcher dies, from now on (during the rendezvous too); a process
     that may launch ranks (Lightning's launcher re-runs this command per local rank) tells them its pid first."""
-    from lightning_zerocopy.strategies.liveness import LAUNCHER_ENV, launch_watch
+    from lightning_zerocopy.strategies.liveness import LAUNCHER_ENV
+    from lightning_zerocopy.strategies.liveness_lifecycle import launch_watch
 
     local_rank = os.environ.get("LOCAL_RANK")
     if local_rank is None:

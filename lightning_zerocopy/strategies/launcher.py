@@ -19,7 +19,8 @@ from lightning_fabric.utilities.distributed import _set_num_threads_if_needed
 from pytorch_lightning.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from typing_extensions import override
 
-from lightning_zerocopy.strategies.liveness import LAUNCHER_ENV, RankLiveness, launch_watch
+from lightning_zerocopy.strategies.liveness import LAUNCHER_ENV, RankLiveness
+from lightning_zerocopy.strategies.liveness_lifecycle import launch_watch
 
 __all__ = ["ZeroCopyScriptLauncher", "watch_launch", "with_rank_watch"]
 
@@ -90,7 +91,7 @@ def watch_launch(
     launcher: Any, cluster_environment: Any, num_processes: int, interval: float
 ) -> Optional[RankLiveness]:
     """The ranks this process launched, or its launcher, watched from before the rendezvous (see
-    :func:`~lightning_zerocopy.strategies.liveness.launch_watch`); ``None`` with ``interval`` 0 or nothing to
+    :func:`~lightning_zerocopy.strategies.liveness_lifecycle.launch_watch`); ``None`` with ``interval`` 0 or nothing to
     watch."""
     if interval <= 0 or cluster_environment is None:
         return None

@@ -9,9 +9,10 @@ the process after ``grace`` seconds. Ranks on other machines are left to the col
 
 Before the process group exists (the rendezvous), the ranks have not exchanged pids yet, but a launch knows some:
 the process that launched this machine's other ranks (Lightning's launcher, which is local rank 0) knows its
-children, and each child knows its launcher (:data:`LAUNCHER_ENV`). :func:`launch_watch` watches those from the
-process's start, so a rank that dies during the rendezvous stops the others instead of leaving them waiting for
-the rendezvous timeout; :meth:`RankLiveness.watch` then switches to every rank of the machine.
+children, and each child knows its launcher (:data:`LAUNCHER_ENV`). A launch watch
+(:func:`~lightning_zerocopy.strategies.liveness_lifecycle.launch_watch`) watches those from the process's start, so
+a rank that dies during the rendezvous stops the others instead of leaving them waiting for the rendezvous timeout;
+:meth:`RankLiveness.watch` then switches to every rank of the machine.
 
 Why a rank stopped: a rank that stops on an exception first leaves a one-line *exit note* in the process group's
 key-value store (:meth:`RankLiveness.announce`): ``interrupted (SIGINT)`` / ``interrupted (SIGTERM)`` for Ctrl-C
@@ -21,6 +22,10 @@ every live peer has read its note. So whichever rank fails first, the error ever
 names the root cause, and a Ctrl-C reads "rank 1 ... was interrupted (SIGINT)" instead of blaming a rank that was
 interrupted like this one. A rank that is itself stopping (interrupted, or failed) is not interrupted again by a
 peer's note or exit.
+
+This module is the watch itself (:class:`RankLiveness`) and what it knows of a rank (:class:`RankInfo`, exit notes,
+:func:`process_alive`); when a process starts, switches over and stops its watch (at launch, once the process group
+exists, at the end of the run) is :mod:`~lightning_zerocopy.strategies.liveness_lifecycle`.
 """
 
 from __future__ import annotations
@@ -42,11 +47,7 @@ __all__ = [
     "caused_by_a_peer",
     "exit_note",
     "is_interrupt",
-    "launch_watch",
     "process_alive",
-    "stop_watch",
-    "trainer_interrupted",
-    "watch_ranks",
 ]
 
 _SIGNAL = signal.SIGUSR2  # Lightning uses SIGUSR1 (SLURM requeue) and SIGTERM
@@ -120,7 +121,8 @@ class RankLiveness:
         interval: seconds between polls.
         grace: seconds the process gets, once a rank is gone, to raise and exit; then it ends with exit code 1.
         starting: the watch starts before the process group exists (the peers are the launch's, see
-            :func:`launch_watch`); messages say the rank was starting until :meth:`watch` is called.
+            :func:`~lightning_zerocopy.strategies.liveness_lifecycle.launch_watch`); messages say the rank was
+            starting until :meth:`watch` is called.
         alive: how a pid is judged alive (for tests).
         store: the process group's key-value store (``set``/``get``/``check``, e.g. a ``torch.distributed``
             ``TCPStore``) for exit notes; ``None``: no notes (a gone rank is only said to have exited).
@@ -343,109 +345,3 @@ def caused_by_a_peer(exception: BaseException) -> bool:
 
 def _machine_peers(me: RankInfo, ranks: Sequence[RankInfo]) -> list[RankInfo]:
     return [r for r in ranks if r.host == me.host and r.pid != me.pid]
-
-
-_LAUNCH_WATCH: Optional[RankLiveness] = None
-
-
-def launch_watch(
-    rank: int, launched: Sequence[tuple[int, int]] = (), interval: float = 0.5, grace: float = 6.0
-) -> Optional[RankLiveness]:
-    """Start (once per process) the watch of the ranks this launch knows before the process group exists.
-
-    Args:
-        rank: this process's global rank.
-        launched: ``(global rank, pid)`` of the ranks this process launched (Lightning's launcher: the machine's
-            other local ranks). Empty in a launched rank, which watches its launcher instead, if its parent is the
-            process named by :data:`LAUNCHER_ENV`.
-        interval, grace: as for :class:`RankLiveness`.
-
-    Returns:
-        The watch (call :meth:`RankLiveness.watch` once the ranks have met), the one started earlier in this process,
-        or ``None`` when there is nothing to watch. Call from the main thread.
-    """
-    global _LAUNCH_WATCH
-    if _LAUNCH_WATCH is not None:
-        return _LAUNCH_WATCH
-    host = socket.gethostname()
-    peers = [RankInfo(r, host, pid) for r, pid in launched]
-    if not peers:
-        launcher = os.environ.get(LAUNCHER_ENV, "")
-        if not launcher.isdigit() or int(launcher) == os.getpid():
-            return None
-        pid = int(launcher)
-        if pid != os.getppid() and process_alive(pid):
-            return None  # the variable was inherited from a process that did not start this one
-        # (a launcher that is gone already is watched too: the watch stops this rank at once)
-        launcher_rank = rank - int(os.environ.get("LOCAL_RANK", "0") or 0)  # the launcher is local rank 0
-        peers = [RankInfo(launcher_rank, host, pid)]
-    watch = RankLiveness(RankInfo.here(rank), peers, interval=interval, grace=grace, starting=True)
-    watch.start()
-    _LAUNCH_WATCH = watch
-    return watch
-
-
-def forget_launch_watch(watch: RankLiveness) -> None:
-    """``watch`` (from :func:`launch_watch`) was stopped: a later stage of this process starts afresh."""
-    global _LAUNCH_WATCH
-    if _LAUNCH_WATCH is watch:
-        _LAUNCH_WATCH = None
-
-
-def watch_ranks(
-    watch: Optional[RankLiveness], rank: int, world_size: int, interval: float, stopping: Callable[[], bool]
-) -> RankLiveness:
-    """Once the process group exists: every rank's :class:`RankInfo` exchanged, and the other ranks of this machine
-    watched, by ``watch`` (the launch's, switched over to them) or by a new watch. A collective; call from the main
-    thread.
-
-    Args:
-        watch: the watch :func:`launch_watch` started in this process, or ``None``.
-        rank, world_size: this rank and the job's ranks (the default process group's).
-        interval: seconds between polls.
-        stopping: whether this rank is already stopping on an exception of its own (see :class:`RankLiveness`).
-    """
-    import torch.distributed as dist
-
-    me = RankInfo.here(rank)
-    ranks: list[Any] = [None] * world_size
-    dist.all_gather_object(ranks, me)
-    store = _default_store()
-    if watch is None:
-        watch = RankLiveness(me, ranks, interval=interval, store=store, stopping=stopping)
-    else:
-        watch.watch(ranks, store=store, stopping=stopping, me=me)
-    watch.start()
-    return watch
-
-
-def stop_watch(watch: RankLiveness, exception: Optional[BaseException] = None) -> None:
-    """Stop ``watch`` for good. On ``exception`` (this rank is failing): first leave its exit note, so the other
-    ranks' errors name this rank's cause (or its interrupt); then stop; then explain the exception by the rank that
-    went away when a collective's error names none."""
-    if exception is not None:
-        watch.announce(exception)
-    watch.stop()
-    forget_launch_watch(watch)
-    if exception is not None:
-        watch.explain(exception)
-
-
-def trainer_interrupted(strategy: Any) -> bool:
-    """Whether Lightning is handling an exception of the rank ``strategy`` runs (the trainer's status is
-    ``INTERRUPTED``, set before any ``on_exception``): a ``stopping`` for :func:`watch_ranks`."""
-    from pytorch_lightning.trainer.states import TrainerStatus
-
-    module = strategy.lightning_module
-    trainer = getattr(module, "_trainer", None) if module is not None else None
-    return trainer is not None and trainer.state.status == TrainerStatus.INTERRUPTED
-
-
-def _default_store() -> Any:
-    """The default process group's key-value store, for the watch's exit notes (``None`` if unavailable)."""
-    import torch.distributed as dist
-
-    try:
-        return dist.distributed_c10d._get_default_store()
-    except Exception:  # noqa: BLE001 - a torch without it: the watch still names a gone rank, without its cause
-        return None

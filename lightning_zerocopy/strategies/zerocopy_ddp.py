@@ -11,7 +11,8 @@ machine's local rank 0; its batch plan). The hooks delegate the rest:
   whose builders (the trainer's and a pipeline worker's) gather through it. Caches never span machines;
 * the presampling of ``cache_ranking: presample`` to :mod:`~lightning_zerocopy.strategies.presample`;
 * the launch and the watch that stops a machine's ranks, naming the one that died, to
-  :mod:`~lightning_zerocopy.strategies.launcher` and :mod:`~lightning_zerocopy.strategies.liveness`.
+  :mod:`~lightning_zerocopy.strategies.launcher`, :mod:`~lightning_zerocopy.strategies.liveness` and
+  :mod:`~lightning_zerocopy.strategies.liveness_lifecycle`.
 
 Resources: the process group and the watch in ``setup_environment``, the cache in ``attach_host_memory``, both
 released in ``teardown`` and ``on_exception``. The constructor only stores and checks the configuration.
@@ -33,7 +34,8 @@ from lightning_zerocopy.cache.cliques import CachePolicy
 from lightning_zerocopy.cache.ranking import CacheRanking
 from lightning_zerocopy.cache.setup import CacheOptions, RankCache, RankPlace
 from lightning_zerocopy.strategies.launcher import watch_launch, with_rank_watch
-from lightning_zerocopy.strategies.liveness import RankLiveness, stop_watch, trainer_interrupted, watch_ranks
+from lightning_zerocopy.strategies.liveness import RankLiveness
+from lightning_zerocopy.strategies.liveness_lifecycle import stop_watch, trainer_interrupted, watch_ranks
 
 if TYPE_CHECKING:
     from lightning_zerocopy.cache.decide import CacheDecision

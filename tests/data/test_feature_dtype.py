@@ -17,7 +17,8 @@ import torch
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.callbacks import PipelineCallback
 from lightning_zerocopy.data.batch import BatchBuilder
-from lightning_zerocopy.data.host.share import feature_cache_dir, share_node_data
+from lightning_zerocopy.data.host.disk_cache import feature_cache_dir
+from lightning_zerocopy.data.host.share import share_node_data
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.stage_bounds import h2d_bandwidth, time_sampling

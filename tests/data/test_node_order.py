@@ -19,11 +19,13 @@ from pytorch_lightning.callbacks import Callback
 from torch_geometric.data import Data
 from torch_geometric.nn import SAGEConv
 
+import lightning_zerocopy.data.host.disk_cache as disk_cache_module
 import lightning_zerocopy.data.host.share as host_module
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.host.share import build_node_order_cache, node_order_cache_dir, share_node_data, shared_node_order
+from lightning_zerocopy.data.host.disk_cache import build_node_order_cache, node_order_cache_dir
+from lightning_zerocopy.data.host.share import share_node_data, shared_node_order
 from lightning_zerocopy.data.plan import BatchPlan, PlanItem
 from lightning_zerocopy.datasets import PyGNodeDataset, SyntheticGraph
 from lightning_zerocopy.datasets.base import NodeData
@@ -189,7 +191,8 @@ def test_builder_with_node_order_pickles_to_handles() -> None:
 def test_disk_cache_is_built_once_and_serves_mmap_features(tmp_path: Path, monkeypatch) -> None:
     data = _graph()
     calls = []
-    compute = host_module._compute_order
+    compute = disk_cache_module._compute_order  # build_node_order_cache looks it up there, share_node_data in share
+    monkeypatch.setattr(disk_cache_module, "_compute_order", lambda g, k: calls.append(k) or compute(g, k))
     monkeypatch.setattr(host_module, "_compute_order", lambda g, k: calls.append(k) or compute(g, k))
     cache_dir = tmp_path / "bfs"
     build_node_order_cache(data, "bfs", cache_dir)

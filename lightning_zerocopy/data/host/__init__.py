@@ -1,7 +1,9 @@
 """The host copy of a dataset: built once per machine in shared memory, then mapped by every local process.
 
-* :mod:`.share` — building the shared segments (:func:`share_node_data`), node-order caches, handing the handles
-  to every rank;
+* :mod:`.share` — building the shared segments (:func:`share_node_data`), handing the handles to every rank;
+* :mod:`.disk_cache` — the on-disk caches a host copy is built from (a node order's relabeled arrays:
+  :func:`build_node_order_cache`; features cast to a dtype: :func:`feature_file`), built once per machine;
+* :mod:`.relabel` — relabeling a graph and its rows into a node order (in memory or into the disk cache);
 * :mod:`.builder` — :class:`HostCopyBuilder`: what the DataModule's local rank 0 runs (split checks, segments, node
   order);
 * :mod:`.prepare` — the disk caches ``prepare_data`` builds once per machine (:func:`prepare_disk_caches`: the
@@ -19,11 +21,11 @@ from __future__ import annotations
 from lightning_zerocopy._lazy import lazy_exports
 
 _LAZY = {
-    "build_node_order_cache": "lightning_zerocopy.data.host.share",
+    "build_node_order_cache": "lightning_zerocopy.data.host.disk_cache",
     "exchange_handles": "lightning_zerocopy.data.host.share",
-    "feature_cache_dir": "lightning_zerocopy.data.host.share",
-    "feature_file": "lightning_zerocopy.data.host.share",
-    "node_order_cache_dir": "lightning_zerocopy.data.host.share",
+    "feature_cache_dir": "lightning_zerocopy.data.host.disk_cache",
+    "feature_file": "lightning_zerocopy.data.host.disk_cache",
+    "node_order_cache_dir": "lightning_zerocopy.data.host.disk_cache",
     "share_node_data": "lightning_zerocopy.data.host.share",
     "shared_node_order": "lightning_zerocopy.data.host.share",
     "HostCopyBuilder": "lightning_zerocopy.data.host.builder",

@@ -14,7 +14,8 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.host.share import feature_cache_dir, node_order_cache_dir, share_node_data, shared_node_order
+from lightning_zerocopy.data.host.disk_cache import feature_cache_dir, node_order_cache_dir
+from lightning_zerocopy.data.host.share import share_node_data, shared_node_order
 from lightning_zerocopy.datasets.base import InputDataError, out_of_range_edge
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.splits import SplitError, check_splits

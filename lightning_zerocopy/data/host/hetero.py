@@ -46,7 +46,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HeteroHostGraphHandles
 from lightning_zerocopy.data.host.links import link_split_tensors
-from lightning_zerocopy.data.host.share import feature_cache_dir, feature_file
+from lightning_zerocopy.data.host.disk_cache import feature_cache_dir, feature_file
 from lightning_zerocopy.datasets.base import DatasetFileError, InputDataError
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.hetero import HeteroNodeData, HeteroNodeDataset

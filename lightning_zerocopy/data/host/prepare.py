@@ -1,9 +1,9 @@
 """The disk caches a DataModule's ``prepare_data`` builds once per machine, after the dataset's own cache.
 
 * the node-order cache (``node_order`` ``"bfs"``/``"degree"``): the graph, features and labels relabeled, next to the
-  dataset's cache (:func:`~.share.node_order_cache_dir`, :func:`~.share.build_node_order_cache`);
+  dataset's cache (:func:`~.disk_cache.node_order_cache_dir`, :func:`~.disk_cache.build_node_order_cache`);
 * the converted feature file (``mmap`` storage with a ``feature_dtype`` other than the dataset's): the (relabeled)
-  feature rows cast once (:func:`~.share.feature_cache_dir`, :func:`~.share.feature_file`).
+  feature rows cast once (:func:`~.disk_cache.feature_cache_dir`, :func:`~.disk_cache.feature_file`).
 
 Setup would otherwise build them on local rank 0; a dataset without a disk cache has neither (its node order is
 computed in memory).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from lightning_zerocopy.data.host.share import (
+from lightning_zerocopy.data.host.disk_cache import (
     build_node_order_cache,
     feature_cache_dir,
     feature_file,

@@ -1,5 +1,10 @@
 """Put a dataset into host memory that every local process maps by name, and get its handles.
 
+:func:`share_node_data` builds the host copy (graph, features, labels, splits) in shared segments on a machine's
+local rank 0; :func:`exchange_handles` gives every rank its machine's handles. The arrays it copies from may come
+from the on-disk caches of :mod:`~lightning_zerocopy.data.host.disk_cache` (relabeled into a node order, features
+cast to a dtype); relabeling in memory is :mod:`~lightning_zerocopy.data.host.relabel`.
+
 Node order
 ----------
 With ``node_order="bfs"`` or ``"degree"`` the graph, the feature rows and the labels are stored renumbered
@@ -13,10 +18,11 @@ original ids.
 Computing an order and relabeling take seconds to minutes on large graphs (a progress bar shows steps that
 take more than a second). For datasets with an on-disk cache (``dataset.cache``, an
 :class:`~lightning_zerocopy.datasets.base.ArrayCache`) the relabeled arrays are cached next to it, in
-``<dataset cache>-order-<kind>-v1`` (see :func:`node_order_cache_dir`, :func:`build_node_order_cache`), and
-built once per machine; the ``mmap`` feature storage then maps the relabeled feature file. Without a disk
-cache the order is computed in memory; a caller that shares the same data again (the DataModule's ``setup``
-for ``fit`` then ``test``) passes the order it got the first time (:func:`shared_node_order`) back in.
+``<dataset cache>-order-<kind>-v1`` (see :func:`~lightning_zerocopy.data.host.disk_cache.node_order_cache_dir`,
+:func:`~lightning_zerocopy.data.host.disk_cache.build_node_order_cache`), and built once per machine; the ``mmap``
+feature storage then maps the relabeled feature file. Without a disk cache the order is computed in memory; a caller
+that shares the same data again (the DataModule's ``setup`` for ``fit`` then ``test``) passes the order it got the
+first time (:func:`shared_node_order`) back in.
 
 Feature dtype
 -------------
@@ -25,63 +31,45 @@ and half the bytes every gather moves over PCIe. The cast happens once, while th
 shows casts that take more than a second); a finite value the dtype cannot hold (above 65504 in ``float16``) is an
 error naming its node and column. ``shared_memory`` casts into the shared segment; ``mmap`` maps a converted copy of
 the feature file, built once per machine in ``<dataset cache>[-order-<kind>-v1]-x-<dtype>-v1`` (the dtype is part of
-its name; the node-order cache keeps the dataset's dtype, so one relabeling serves every dtype).
+its name; the node-order cache keeps the dataset's dtype, so one relabeling serves every dtype;
+:func:`~lightning_zerocopy.data.host.disk_cache.feature_file`).
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import time
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any, Mapping, Optional
 
-import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from lightning_zerocopy import ops
 from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
-from lightning_zerocopy.datasets.base import ArrayCache, NodeData
+from lightning_zerocopy.data.host.disk_cache import (
+    _check_cache_matches,
+    _feature_file_handle,
+    _label,
+    build_node_order_cache,
+    feature_file,
+)
+from lightning_zerocopy.data.host.relabel import _compute_order, _labels, _relabel_rows_into, _Steps
+from lightning_zerocopy.datasets.base import NodeData
 from lightning_zerocopy.datasets.links import LinkData
-from lightning_zerocopy.gather.host_table import (
-    FeatureTableHandle,
-    HostFeatureTable,
-    cast_chunk_into,
-    cast_rows_into,
-    feature_dtype_name,
-)
+from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable, feature_dtype_name
 from lightning_zerocopy.graph.csc import CSCGraph
-from lightning_zerocopy.graph.reorder import NodeOrder, bfs_order, degree_order
-from lightning_zerocopy.graph.shared_memory import (
-    NpyTensorHandle,
-    TensorHandle,
-    create_shared_tensor,
-    save_npy,
-    share_tensor,
-)
+from lightning_zerocopy.graph.reorder import NodeOrder
+from lightning_zerocopy.graph.shared_memory import NpyTensorHandle, TensorHandle, create_shared_tensor, share_tensor
 from lightning_zerocopy.options import FeatureStorage, NodeOrderKind, check_choice, choices
 
 __all__ = [
     "FeatureStorage",
     "NODE_ORDERS",
-    "build_node_order_cache",
     "exchange_handles",
-    "feature_cache_dir",
-    "feature_file",
-    "node_order_cache_dir",
     "share_node_data",
     "shared_node_order",
 ]
 
 #: Accepted values of ``node_order``.
 NODE_ORDERS: tuple[str, ...] = choices(NodeOrderKind)
-
-_log = logging.getLogger(__name__)
-_CACHE_VERSION = 1  # part of the cache directory name: bump when the relabeled arrays change meaning
-_ROW_CHUNK_BYTES = 64 * 1024 * 1024  # feature bytes relabeled per step (bounds memory, drives the bar)
-_NUMPY_STORAGE = {torch.bfloat16: torch.int16}  # numpy has no bfloat16: stored as its bits
 
 
 def share_node_data(
@@ -110,14 +98,16 @@ def share_node_data(
         node_order: ``"none"`` keeps the dataset's node ids; ``"bfs"`` / ``"degree"`` store graph, features and
             labels in that locality-preserving internal order (splits, edge features and edge ids are not
             renumbered; the handles carry the id maps, see the module docstring).
-        cache_dir: where the relabeled arrays are cached on disk (:func:`node_order_cache_dir`), or ``None``
+        cache_dir: where the relabeled arrays are cached on disk
+            (:func:`~lightning_zerocopy.data.host.disk_cache.node_order_cache_dir`), or ``None``
             to relabel in memory. Needed for ``feature_storage="mmap"`` with a node order (the relabeled
             features must be a file to be mapped).
         order: the ``node_order`` of ``data`` computed before (:func:`shared_node_order` of earlier handles), to
             relabel in memory without computing it again; ignored with ``cache_dir``.
         splits: the split tensors to share, by name (never renumbered); default: the node splits of ``data``.
         feature_dtype: the dtype the feature table is stored in (``None``: the dataset's); see the module docstring.
-        feature_dir: where ``mmap`` storage keeps the features cast to ``feature_dtype`` (:func:`feature_cache_dir`);
+        feature_dir: where ``mmap`` storage keeps the features cast to ``feature_dtype``
+            (:func:`~lightning_zerocopy.data.host.disk_cache.feature_cache_dir`);
             needed for ``mmap`` when ``feature_dtype`` differs from the dataset's.
         dtype_key: how errors name ``feature_dtype`` (e.g. its YAML key).
 
@@ -252,231 +242,3 @@ def exchange_handles(
         raise RuntimeError(f"building the shared host memory failed on local rank 0: {mine}")
     assert mine is not None
     return mine
-
-
-def node_order_cache_dir(dataset: Any, node_order: NodeOrderKind) -> Optional[Path]:
-    """Where the arrays of ``dataset`` relabeled into ``node_order`` are cached, or ``None``.
-
-    ``None`` for ``node_order="none"`` and for datasets without an on-disk cache (no ``cache`` attribute holding
-    an :class:`~lightning_zerocopy.datasets.base.ArrayCache`, e.g. ``PyGNodeDataset``). The directory sits next
-    to the dataset's cache and is named after it, so it changes with the dataset's configuration.
-    """
-    check_choice(node_order, NodeOrderKind, "node_order")
-    cache = getattr(dataset, "cache", None)
-    if node_order == "none" or not isinstance(cache, ArrayCache):
-        return None
-    return cache.path.parent / f"{cache.path.name}-order-{node_order}-v{_CACHE_VERSION}"
-
-
-def feature_cache_dir(dataset: Any, node_order: NodeOrderKind, feature_dtype: Optional[torch.dtype]) -> Optional[Path]:
-    """Where ``mmap`` storage keeps the features of ``dataset`` cast to ``feature_dtype`` (in ``node_order``), or
-    ``None`` (no dtype asked for, or a dataset without an on-disk cache).
-
-    The directory sits next to the cache it converts (the dataset's, or its node-order cache) and is named after it
-    and the dtype: ``<that cache>-x-<dtype>-v1``. It is only built when the dtype differs from the dataset's.
-    """
-    base = node_order_cache_dir(dataset, node_order) if node_order != "none" else getattr(dataset, "cache", None)
-    if isinstance(base, ArrayCache):
-        base = base.path
-    if feature_dtype is None or not isinstance(base, Path):
-        return None
-    return base.parent / f"{base.name}-x-{feature_dtype_name(feature_dtype)}-v{_CACHE_VERSION}"
-
-
-def feature_file(
-    source: NpyTensorHandle,
-    source_dtype: torch.dtype,
-    dtype: torch.dtype,
-    feature_dir: Optional[os.PathLike],
-    dtype_key: str = "feature_dtype",
-) -> FeatureTableHandle:
-    """The ``mmap`` feature table of ``source`` (a ``.npy`` feature file) in ``dtype``: the file itself when it
-    holds that dtype, else a copy cast to ``dtype`` in ``feature_dir``, built once (safe to race) with a progress bar.
-
-    Raises:
-        ValueError: a cast is needed and ``feature_dir`` is ``None``.
-        FeatureOverflowError: a value does not fit ``dtype`` (naming ``dtype_key``).
-    """
-    if dtype == source_dtype:
-        return FeatureTableHandle(source)
-    if feature_dir is None:
-        raise ValueError(f"{_label(dtype_key)}: casting the mmap feature file {source.path} needs a cache directory")
-    cache = ArrayCache(Path(feature_dir))
-
-    def write(out: Path) -> dict[str, Any]:
-        x = source.open()
-        storage = _NUMPY_STORAGE.get(dtype, dtype)
-        np_dtype = torch.empty((), dtype=storage).numpy().dtype
-        x_out = np.lib.format.open_memmap(out / "x.npy", mode="w+", dtype=np_dtype, shape=tuple(x.shape))
-        cast_rows_into(x, torch.from_numpy(x_out).view(dtype), what=f"features of {source.path}", key=dtype_key)
-        x_out.flush()
-        del x_out
-        return {
-            "source": str(source.path),
-            "num_nodes": int(x.shape[0]),
-            "num_features": int(x.shape[1]) if x.dim() > 1 else 1,
-            "source_dtype": feature_dtype_name(source_dtype),
-            "feature_dtype": feature_dtype_name(dtype),
-            "version": _CACHE_VERSION,
-        }
-
-    cache.build(write)
-    meta, shape = cache.meta(), tuple(np.load(source.path, mmap_mode="r").shape)
-    if (meta.get("num_nodes"), meta.get("feature_dtype")) != (shape[0], feature_dtype_name(dtype)):
-        raise RuntimeError(
-            f"the converted feature cache {cache.path} holds {meta.get('num_nodes')} {meta.get('feature_dtype')} rows"
-            f" but {source.path} has {shape[0]} to store as {feature_dtype_name(dtype)}: delete that directory to"
-            " rebuild it"
-        )
-    return FeatureTableHandle(_feature_file_handle(cache, dtype))
-
-
-def build_node_order_cache(data: "NodeData | LinkData", node_order: NodeOrderKind, cache_dir: os.PathLike) -> ArrayCache:
-    """Relabel ``data`` into ``node_order`` and write the result to ``cache_dir`` (once; safe to race).
-
-    The cache holds ``order``/``rank`` (int64 id maps, ``order[internal] = original``), the relabeled CSC graph
-    (``indptr``, ``indices``, ``edge_perm`` -- edge ids still point into ``data.edge_index``), ``x`` and ``y``
-    (when ``data`` has node labels) in internal row order. Nothing is done when the cache is already complete.
-
-    Returns:
-        The (complete) cache.
-    """
-    check_choice(node_order, NodeOrderKind, "node_order")
-    if node_order == "none":
-        raise ValueError("node_order='none' has nothing to cache")
-    cache = ArrayCache(Path(cache_dir))
-    if cache.exists():
-        return cache
-
-    def write(out: Path) -> dict[str, Any]:
-        steps_names = ["building CSC", "ordering nodes", "relabeling graph", "relabeling rows", "writing maps"]
-        with _Steps(node_order, steps_names) as steps:
-            graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes)
-            steps.next()
-            order = _compute_order(graph, node_order)
-            steps.next()
-            relabeled = order.relabel_graph(graph)
-            del graph
-            for name in ("indptr", "indices", "edge_perm"):
-                save_npy(getattr(relabeled, name), out / f"{name}.npy")
-            del relabeled
-            steps.next()
-            x = data.x
-            storage = _NUMPY_STORAGE.get(x.dtype, x.dtype)
-            np_dtype = torch.empty((), dtype=storage).numpy().dtype
-            x_out = np.lib.format.open_memmap(out / "x.npy", mode="w+", dtype=np_dtype, shape=tuple(x.shape))
-            _relabel_rows_into(x, order.order, torch.from_numpy(x_out).view(x.dtype), steps.bar)
-            x_out.flush()
-            del x_out
-            if _labels(data) is not None:
-                save_npy(order.relabel_rows(_labels(data).to(torch.int64)), out / "y.npy")
-            steps.next()
-            save_npy(order.order, out / "order.npy")
-            save_npy(order.rank, out / "rank.npy")
-        return {
-            "node_order": node_order,
-            "num_nodes": data.num_nodes,
-            "num_edges": data.num_edges,
-            "num_features": data.num_features,
-            "feature_dtype": str(x.dtype).removeprefix("torch."),
-            "version": _CACHE_VERSION,
-        }
-
-    cache.build(write)
-    return cache
-
-
-# ---------------------------------------------------------------------------------------------- internals
-
-
-def _labels(data: Any) -> Optional[torch.Tensor]:
-    """The node labels of ``data`` (``None`` for a dataset without them, e.g. a link dataset)."""
-    return getattr(data, "y", None)
-
-
-def _compute_order(graph: CSCGraph, node_order: str) -> NodeOrder:
-    if node_order == "bfs":
-        return bfs_order(graph)
-    if node_order == "degree":
-        return degree_order(graph)
-    raise ValueError(f"`node_order` must be 'bfs' or 'degree' here, got {node_order!r}")
-
-
-def _relabel_rows_into(
-    x: torch.Tensor, order: torch.Tensor, out: torch.Tensor, bar: Optional[tqdm], dtype_key: str = "feature_dtype"
-) -> None:
-    """``out[i] = x[order[i]]`` in chunks of rows (parallel row copies; ``x`` may be memory-mapped), cast to
-    ``out``'s dtype when it differs (a value it cannot hold raises, naming ``dtype_key``)."""
-    if x.shape != out.shape:
-        raise ValueError(f"cannot relabel features of shape {tuple(x.shape)} into {tuple(out.shape)}")
-    row_bytes = max(1, x[0].numel() * x.element_size()) if x.shape[0] > 0 else 1
-    rows = max(1, _ROW_CHUNK_BYTES // row_bytes)
-    flat_x = x.reshape(x.shape[0], -1) if x.dim() != 2 else x
-    flat_out = out.reshape(out.shape[0], -1) if out.dim() != 2 else out
-    if not flat_x.is_contiguous():
-        flat_x = flat_x.contiguous()
-    cast = flat_x.dtype != flat_out.dtype
-    for start in range(0, x.shape[0], rows):
-        stop = min(start + rows, x.shape[0])
-        if cast:  # gather in the source dtype, then cast the chunk
-            rows_x = ops.gather_rows(flat_x, order[start:stop])
-            cast_chunk_into(rows_x, flat_out[start:stop], start, "features", dtype_key)
-        else:
-            ops.gather_rows(flat_x, order[start:stop], flat_out[start:stop])
-        if bar is not None:
-            bar.set_postfix_str(f"{stop:,}/{x.shape[0]:,} rows", refresh=False)
-
-
-def _label(key: str) -> str:
-    """A plain argument in backticks; a YAML key (dotted) as it is."""
-    return key if "." in key else f"`{key}`"
-
-
-def _feature_file_handle(cache: ArrayCache, dtype: torch.dtype) -> NpyTensorHandle:
-    view = None if dtype not in _NUMPY_STORAGE else str(dtype).removeprefix("torch.")
-    return NpyTensorHandle(str(cache.file("x")), view)
-
-
-def _check_cache_matches(cache: ArrayCache, data: "NodeData | LinkData") -> None:
-    meta = cache.meta()
-    if (meta.get("num_nodes"), meta.get("num_edges")) != (data.num_nodes, data.num_edges):
-        raise RuntimeError(
-            f"the node-order cache {cache.path} holds {meta.get('num_nodes')} nodes / {meta.get('num_edges')} edges but"
-            f" the dataset has {data.num_nodes} / {data.num_edges}: delete that directory to rebuild it"
-        )
-
-
-class _Steps:
-    """A progress bar over the named steps of one relabeling (shown only when it runs longer than a second),
-    and a log line with the total time when that exceeds a second."""
-
-    def __init__(self, node_order: str, names: list[str]) -> None:
-        self.node_order = node_order
-        self.names = names
-        self.index = 0
-        self.bar: Optional[tqdm] = None
-        self.start = 0.0
-
-    def __enter__(self) -> "_Steps":
-        self.start = time.perf_counter()
-        self.bar = tqdm(total=len(self.names), desc=self._desc(), unit="step", delay=1.0)
-        return self
-
-    def _desc(self) -> str:
-        return f"node_order={self.node_order!r}: {self.names[min(self.index, len(self.names) - 1)]}"
-
-    def next(self) -> None:
-        self.index += 1
-        assert self.bar is not None
-        self.bar.set_description_str(self._desc(), refresh=False)
-        self.bar.update(1)
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        assert self.bar is not None
-        if exc_type is None:
-            self.bar.update(len(self.names) - self.bar.n)
-        self.bar.close()
-        elapsed = time.perf_counter() - self.start
-        if exc_type is None and elapsed > 1.0:
-            _log.info("node_order=%r: relabeled graph, features and labels in %.1f s", self.node_order, elapsed)
-
