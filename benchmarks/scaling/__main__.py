@@ -186,7 +186,7 @@ def _homogeneous_parts(args: argparse.Namespace, config: dict[str, Any], cuda: b
     dataset = SyntheticGraph(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
                              num_classes=32, cache_dir=args.cache_dir, device=args.device)  # fmt: skip
     row_bytes = args.features * 4
-    budget = int(config["budget"] * args.num_nodes) * row_bytes
+    budget = _budget_bytes(config, args.num_nodes, row_bytes)
     if config["loader"] == "pyg":
         import functools
 
@@ -302,6 +302,17 @@ def _throughput(rank0: dict[str, Any], gpus: int) -> dict[str, Any]:
     batch = rank0["batch_size"]
     return {"epoch_s": sum(seconds) / len(seconds), "steps_per_epoch": steps[-1], "measured_steps": sum(steps),
             "rank_steps_per_s": rate, "batch_size": batch, "seeds_per_s": gpus * batch * rate}
+
+
+def _budget_bytes(config: dict[str, Any], num_nodes: int, row_bytes: int) -> int:
+    """A GPU's ``cache_budget`` for ``config["budget"]`` of the rows: their bytes and the row lookup every GPU builds
+    beside them (charged to the budget first; a clique's, over the run's GPUs, bounds replicate's), so the share is
+    the rows cached. ``0`` without a share."""
+    from lightning_zerocopy.cache.plan import lookup_bytes
+
+    rows = int(config["budget"] * num_nodes)
+    shards = 1 if config["policy"] == "replicate" else max(int(config["gpus"]), 1)
+    return rows * row_bytes + lookup_bytes(num_nodes, shards) if rows else 0
 
 
 def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipeline: str,
