@@ -4,7 +4,7 @@
 :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` through ``set_feature_cache``. Picklable
 and hashable, it travels with every heterogeneous builder, and each process that builds batches (a trainer rank, a
 pipeline worker) opens one :class:`~lightning_zerocopy.cache.segmented.SegmentedFeatureCache` per featured type
-through :meth:`~lightning_zerocopy.data.hetero_resources.HeteroDeviceResources.feature_table` (one cached gather per
+through :meth:`~lightning_zerocopy.data.resources.DeviceResources.feature_table` (one cached gather per
 type and batch, the segmented gather kernel unchanged).
 """
 
@@ -71,4 +71,4 @@ class TypedFeatureCache:
             TypeError: always.
         """
         raise TypeError("TypedFeatureCache covers a table per node type: open provider(node_type) per type "
-                        "(HeteroDeviceResources.feature_table does), not the whole")  # fmt: skip
+                        "(DeviceResources.feature_table does), not the whole")  # fmt: skip

@@ -31,10 +31,10 @@ _LAZY = {
     "LinkBatchPlan": "lightning_zerocopy.data.link_plan",
     "LinkPlanItem": "lightning_zerocopy.data.link_plan",
     "NegativeSampling": "lightning_zerocopy.data.negatives",
+    "share_host_data": "lightning_zerocopy.data.host.share",
     "share_node_data": "lightning_zerocopy.data.host.share",
     "HeteroHostGraphHandles": "lightning_zerocopy.data.handles",
     "HeteroBatchBuilder": "lightning_zerocopy.data.hetero_batch",
-    "HeteroDeviceResources": "lightning_zerocopy.data.hetero_resources",
     "ZeroCopyHeteroDataModule": "lightning_zerocopy.data.hetero_datamodule",
 }
 

@@ -257,7 +257,7 @@ class BatchBuilder:
             owns = resources is None
             if resources is None:
                 resources = DeviceResources(self.handles, self.device_index)
-            elif _memory_key(resources.handles) != _memory_key(self.handles):
+            elif resources.handles.key() != self.handles.key():
                 raise ValueError("`resources` map other host memory than this builder's handles")
             self._resources, self._owns_resources, self._host = resources, owns, resources.host
             self._cpu_sampler = NeighborSampler(
@@ -285,14 +285,14 @@ class BatchBuilder:
             sampler = None
             if self.gpu_sampler_placement != "cpu":
                 sampler = NeighborSampler(
-                    r.topology(self.gpu_sampler_placement), fanouts=self.fanouts, replace=self.replace,
+                    r.topology(None, self.gpu_sampler_placement), fanouts=self.fanouts, replace=self.replace,
                     placement=self.gpu_sampler_placement, device=device, node_keyed=self.node_keyed,
                 )  # fmt: skip
             zerocopy = self.gather == "zerocopy"
             self._gpu = GpuSide(
                 device=device,
                 sampler=sampler,
-                features=r.feature_table(self.cache, self.gather_mode) if zerocopy else None,
+                features=r.feature_table(None, self.gather_mode, self.cache) if zerocopy else None,
                 edge_attr=r.edge_attr_table() if zerocopy else None,
                 labels=r.labels(),
                 order=r.node_order(),
@@ -458,8 +458,3 @@ class BatchBuilder:
             f"cache={self.cache!r}, node_order={self.node_order!r}, x_dtype={self.x_dtype!r}, device={self.device_index}, "
             f"open={self.is_open})"
         )
-
-
-def _memory_key(handles: HostGraphHandles) -> tuple:
-    """What identifies the host memory a batch reads (splits aside)."""
-    return (handles.graph, handles.features, handles.labels, handles.edge_attr, handles.node_order)

@@ -1,16 +1,17 @@
 """Picklable names of a dataset's shared host memory (no data): what every process opens a batch path from.
 
-:func:`~lightning_zerocopy.data.host.share.share_node_data` creates them; :class:`~lightning_zerocopy.data.resources.HostData`
+:func:`~lightning_zerocopy.data.host.share.share_host_data` creates them; :class:`~lightning_zerocopy.data.resources.HostData`
 maps them; they pickle to any local process (a pipeline worker, a DDP rank).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from lightning_zerocopy.gather.host_table import FeatureTableHandle
 from lightning_zerocopy.graph.csc import CSCGraphHandle
+from lightning_zerocopy.graph.schema import EdgeType, GraphSchema
 from lightning_zerocopy.graph.shared_memory import SharedTensorHandle, TensorHandle
 
 __all__ = ["HeteroHostGraphHandles", "HostGraphHandles", "NodeOrderHandles"]
@@ -39,35 +40,71 @@ class NodeOrderHandles:
 
 @dataclass(frozen=True)
 class HostGraphHandles:
-    """Picklable names of everything a batch is built from (no data).
+    """Picklable names of everything a batch is built from (no data), keyed by type.
+
+    An untyped graph is the one-type case of its :class:`~lightning_zerocopy.graph.schema.GraphSchema`: one graph
+    under :data:`~lightning_zerocopy.graph.schema.EDGE`, one table under
+    :data:`~lightning_zerocopy.graph.schema.NODE`. Pairs rather than dicts, so the handles hash (their order is the
+    schema's, which is the sampler's order of edge types).
 
     Attributes:
-        graph: the CSC graph.
-        features: the node feature table.
-        labels: int64 labels of every node, or ``None`` for a task without node labels (link prediction).
-        splits: the split tensors, by name: int64 node ids of each node split (``"train"``, ``"val"``, ``"test"``)
-            or the supervision edges of each link split (``"train.pos_edge_index"``...), always original ids.
-        edge_attr: edge features in the dataset's edge order, if the dataset has them.
-        node_order: the renumbering ``graph``, ``features`` and ``labels`` are stored in, or ``None`` when
-            they use the dataset's ids. Splits, ``edge_attr`` and the graph's edge ids (``edge_perm``) are
-            never renumbered, and :class:`BatchBuilder` yields original ids either way.
+        schema: the node types, edge types and the seeds' type.
+        num_nodes: ``(node type, count)`` of every node type.
+        graphs: ``(edge type, CSC)`` of every edge type: the incoming ``src``-type neighbors of each ``dst``-type
+            node, over ``max(num_nodes[src], num_nodes[dst])`` ids (see :mod:`lightning_zerocopy.data.host.share`).
+        tables: ``(node type, feature table)`` of the types that have features.
+        labels: int64 labels of the input type, or ``None`` for a task without node labels (link prediction).
+        splits: the split tensors, by name: int64 input-type ids of each node split (``"train"``, ``"val"``,
+            ``"test"``) or the supervision edges of each link split (``"train.pos_edge_index"``...), always the
+            dataset's ids.
+        edge_attr: edge features in the dataset's edge order (one edge type only), if the dataset has them.
+        node_order: the renumbering the graph, features and labels are stored in (one node type only), or ``None``
+            when they use the dataset's ids. Splits, ``edge_attr`` and the graph's edge ids (``edge_perm``) are
+            never renumbered, and the builder yields the dataset's ids either way.
     """
 
-    graph: CSCGraphHandle
-    features: FeatureTableHandle
+    schema: GraphSchema
+    num_nodes: tuple[tuple[str, int], ...]
+    graphs: tuple[tuple[EdgeType, CSCGraphHandle], ...]
+    tables: tuple[tuple[str, FeatureTableHandle], ...]
     labels: Optional[TensorHandle]
     splits: Mapping[str, TensorHandle]
     edge_attr: Optional[TensorHandle] = None
     node_order: Optional[NodeOrderHandles] = None
 
+    @property
+    def node_types(self) -> list[str]:
+        return list(self.schema.node_types)
+
+    @property
+    def edge_types(self) -> list[EdgeType]:
+        return list(self.schema.edge_types)
+
+    @property
+    def input_type(self) -> Optional[str]:
+        return self.schema.input_type
+
+    @property
+    def graph(self) -> CSCGraphHandle:
+        """The graph of a one-edge-type schema (an untyped graph's)."""
+        (graph,) = [g for _, g in self.graphs]
+        return graph
+
+    @property
+    def features(self) -> Any:
+        """The feature table of an untyped graph; a typed graph's ``(node type, table)`` pairs (:attr:`tables`)."""
+        return self.tables if self.schema.is_typed else self.tables[0][1]
+
     def key(self) -> tuple:
         """What identifies this host memory (hashable: ``splits`` is a dict), e.g. to share one placement of it."""
-        return (self.graph, self.features, self.labels, self.edge_attr, self.node_order)
+        return (self.schema, self.graphs, self.tables, self.labels, self.edge_attr, self.node_order)
 
     def unlink(self) -> None:
         """Remove the names of every shared segment (files on disk are kept); mappings stay valid."""
-        self.graph.unlink()
-        self.features.unlink()
+        for _, graph in self.graphs:
+            graph.unlink()
+        for _, table in self.tables:
+            table.unlink()
         if self.node_order is not None:
             self.node_order.unlink()
         for handle in (self.labels, self.edge_attr, *self.splits.values()):
@@ -75,53 +112,5 @@ class HostGraphHandles:
                 handle.unlink()
 
 
-@dataclass(frozen=True)
-class HeteroHostGraphHandles:
-    """Picklable names of a heterogeneous dataset's shared host memory (no data); built by
-    :func:`~lightning_zerocopy.data.host.hetero.share_hetero_data`, mapped by
-    :class:`~lightning_zerocopy.data.hetero_resources.HeteroHostData`.
-
-    Pairs rather than dicts, so the handles hash (their order is the dataset's order of node and edge types, which
-    is the sampler's order of edge types).
-
-    Attributes:
-        input_type: the node type with labels and splits.
-        num_nodes: ``(node type, count)`` of every node type.
-        graphs: ``(edge type, CSC)`` of every edge type: the incoming ``src``-type neighbors of each ``dst``-type
-            node, over ``max(num_nodes[src], num_nodes[dst])`` ids (see :mod:`lightning_zerocopy.data.host.hetero`).
-        features: ``(node type, feature table)`` of the types that have features.
-        labels: int64 labels of the input type, or ``None`` for a task without node labels (link prediction).
-        splits: int64 input-type ids of each split (``"train"``, ``"val"``, ``"test"``), or the supervision edges of
-            each link split (``"train.pos_edge_index"``..., :mod:`lightning_zerocopy.data.host.links`).
-        link_edge_type: the supervised edge type of a link dataset (its source type is ``input_type``), else ``None``.
-    """
-
-    input_type: str
-    num_nodes: tuple[tuple[str, int], ...]
-    graphs: tuple[tuple[tuple[str, str, str], CSCGraphHandle], ...]
-    features: tuple[tuple[str, FeatureTableHandle], ...]
-    labels: Optional[TensorHandle]
-    splits: Mapping[str, TensorHandle]
-    link_edge_type: Optional[tuple[str, str, str]] = None
-
-    @property
-    def node_types(self) -> list[str]:
-        return [t for t, _ in self.num_nodes]
-
-    @property
-    def edge_types(self) -> list[tuple[str, str, str]]:
-        return [et for et, _ in self.graphs]
-
-    def key(self) -> tuple:
-        """What identifies this host memory (hashable: ``splits`` is a dict), e.g. to share one placement of it."""
-        return (self.input_type, self.graphs, self.features, self.labels)
-
-    def unlink(self) -> None:
-        """Remove the names of every shared segment (files on disk are kept); mappings stay valid."""
-        for _, graph in self.graphs:
-            graph.unlink()
-        for _, table in self.features:
-            table.unlink()
-        for handle in (self.labels, *self.splits.values()):
-            if isinstance(handle, SharedTensorHandle):
-                handle.unlink()
+#: The handles of a typed graph are the same class (kept under this name for existing imports).
+HeteroHostGraphHandles = HostGraphHandles

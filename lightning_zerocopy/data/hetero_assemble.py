@@ -33,7 +33,7 @@ from torch_geometric.data import HeteroData
 
 from lightning_zerocopy.cache.provider import FeatureGather
 from lightning_zerocopy.data.assemble import StageMarks, fields_to_device, host_gather_to
-from lightning_zerocopy.data.hetero_resources import HeteroHostData
+from lightning_zerocopy.data.resources import HostData
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.sampling.hetero import HeteroNeighborSampler, HeteroSampledBatch
 
@@ -72,7 +72,7 @@ class HeteroGpuSide:
 
 
 def assemble_hetero_on_host(
-    host: HeteroHostData,
+    host: HostData,
     sampled: HeteroSampledItem,
     x_dtype: Optional[torch.dtype] = None,
     marks: Optional[StageMarks] = None,
@@ -94,7 +94,7 @@ def assemble_hetero_on_host(
 
 
 def assemble_hetero_on_gpu(
-    host: HeteroHostData,
+    host: HostData,
     state: HeteroGpuSide,
     sampled: HeteroSampledItem,
     x_dtype: Optional[torch.dtype] = None,

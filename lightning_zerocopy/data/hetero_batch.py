@@ -46,10 +46,9 @@ from lightning_zerocopy.data.hetero_assemble import (
     assemble_hetero_on_host,
     complete_hetero_batch,
 )
-from lightning_zerocopy.data.hetero_resources import HeteroDeviceResources, HeteroHostData
 from lightning_zerocopy.data.hybrid_lanes import HybridLanes
 from lightning_zerocopy.data.plan import PlanItem
-from lightning_zerocopy.data.resources import resolve_cuda_device
+from lightning_zerocopy.data.resources import DeviceResources, HostData, resolve_cuda_device
 from lightning_zerocopy.gather.host_table import feature_dtype_of
 from lightning_zerocopy.options import (
     FeatureDtype,
@@ -69,8 +68,6 @@ __all__ = ["HeteroBatchBuilder"]
 
 class HeteroBatchBuilder:
     """Builds PyG ``HeteroData`` mini-batches from plan items; picklable, opened in each process that builds.
-
-    ``resources_factory``: what a pipeline producer's resource scope makes for these handles.
 
     Args:
         handles: the heterogeneous host memory.
@@ -93,8 +90,6 @@ class HeteroBatchBuilder:
     Raises:
         ValueError: a bad option (naming it).
     """
-
-    resources_factory = HeteroDeviceResources
 
     def __init__(
         self,
@@ -143,9 +138,9 @@ class HeteroBatchBuilder:
         self._reset()
 
     def _reset(self) -> None:
-        self._resources: Optional[HeteroDeviceResources] = None
+        self._resources: Optional[DeviceResources] = None
         self._owns_resources = False
-        self._host: Optional[HeteroHostData] = None
+        self._host: Optional[HostData] = None
         self._cpu_sampler: Optional[HeteroNeighborSampler] = None
         self._gpu: Optional[HeteroGpuSide] = None
         self._lock = threading.Lock()
@@ -171,7 +166,7 @@ class HeteroBatchBuilder:
         return self._gpu.device
 
     @property
-    def resources(self) -> Optional[HeteroDeviceResources]:
+    def resources(self) -> Optional[DeviceResources]:
         return self._resources
 
     @property
@@ -206,7 +201,7 @@ class HeteroBatchBuilder:
         are sized from the first batch and grow as a batch needs."""
         return None
 
-    def open(self, resources: Optional[HeteroDeviceResources] = None, *, place: bool = True) -> "HeteroBatchBuilder":
+    def open(self, resources: Optional[DeviceResources] = None, *, place: bool = True) -> "HeteroBatchBuilder":
         """Bind to ``resources`` (``None``: private ones, closed by :meth:`close`) and, for a GPU builder, place its
         GPU side now or (``place=False``) at the first batch. Idempotent.
 
@@ -216,7 +211,7 @@ class HeteroBatchBuilder:
         if self._resources is None:
             owns = resources is None
             if resources is None:
-                resources = HeteroDeviceResources(self.handles, self.device_index)
+                resources = DeviceResources(self.handles, self.device_index)
             elif resources.handles != self.handles:
                 raise ValueError("`resources` map other host memory than this builder's handles")
             self._resources, self._owns_resources, self._host = resources, owns, resources.host

@@ -3,7 +3,7 @@
 It *is* a :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` (same setup and handle exchange, plans,
 loaders, split builders, teardown) whose host copy is typed (:mod:`lightning_zerocopy.data.host.hetero`: one CSC per
 edge type, features per featured type), whose resources are
-:class:`~lightning_zerocopy.data.hetero_resources.HeteroDeviceResources` and whose builders are
+:class:`~lightning_zerocopy.data.hetero_resources.DeviceResources` and whose builders are
 :class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`. The plan is the homogeneous one over the input
 type's split.
 
@@ -17,7 +17,7 @@ builds the batches with these builders (they cross its slots flattened,
 :mod:`lightning_zerocopy.pipeline.hetero_slots`); ``ZeroCopyDDPStrategy`` takes them with or without a cache: its
 ``cache_budget`` covers the rows of every featured type (:mod:`lightning_zerocopy.cache.typed`), handed over as a
 :class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache` through :meth:`set_feature_cache` and opened per
-type by :meth:`~lightning_zerocopy.data.hetero_resources.HeteroDeviceResources.feature_table`. Not yet for
+type by :meth:`~lightning_zerocopy.data.hetero_resources.DeviceResources.feature_table`. Not yet for
 heterogeneous graphs: other host-memory consumers (refused by
 :meth:`ZeroCopyHeteroDataModule.check_consumers` before the strategy's launcher starts a rank, and again in
 ``setup``), caches of one table (``hot_rows`` is not an argument) and ``node_order`` other than ``none``, each
@@ -50,9 +50,9 @@ from lightning_zerocopy.data.datamodule import Split, ZeroCopyDataModule
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.handles import HeteroHostGraphHandles
 from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
-from lightning_zerocopy.data.hetero_resources import HeteroDeviceResources
+from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.hooks import HostMemoryConsumer
-from lightning_zerocopy.data.host.hetero import HeteroHostCopyBuilder
+from lightning_zerocopy.data.host.builder import HostCopyBuilder
 from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeDataset, edge_type_str
 from lightning_zerocopy.options import (
     FeatureDtype,
@@ -220,8 +220,8 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
         self.fanouts = train  # type: ignore[assignment]  # per edge type here
         self.eval_fanouts = evaluation  # type: ignore[assignment]
         self._eval_node_keyed = any(f >= 0 for fanouts in evaluation.values() for f in fanouts)
-        self._host_copy = HeteroHostCopyBuilder(  # type: ignore[assignment]
-            dataset, feature_storage, _KEY + "dataset", check_features, _KEY + "check_features: false",
+        self._host_copy = HostCopyBuilder(
+            dataset, feature_storage, "none", _KEY + "dataset", check_features, _KEY + "check_features: false",
             allow_split_overlap=self.allow_split_overlap, overlap_opt_out=_KEY + "allow_split_overlap: true",
             feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
         )  # fmt: skip
@@ -329,7 +329,7 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
             self._bind_builders()
 
     @property
-    def resources(self) -> Optional[HeteroDeviceResources]:  # type: ignore[override]
+    def resources(self) -> Optional[DeviceResources]:  # type: ignore[override]
         return self._resources  # type: ignore[return-value]
 
     @property
@@ -352,7 +352,7 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
     def _open(self, handles: HeteroHostGraphHandles) -> None:  # type: ignore[override]
         self._handles = handles  # type: ignore[assignment]
         self._splits = {name: handle.open() for name, handle in handles.splits.items()}
-        self._resources = HeteroDeviceResources(handles, self._gpu_options().device_index)  # type: ignore[assignment]
+        self._resources = DeviceResources(handles, self._gpu_options().device_index)  # type: ignore[assignment]
         self._bind_builders()
 
     def _input_nodes(self, split: Split) -> torch.Tensor:

@@ -35,7 +35,7 @@ from lightning_zerocopy.data.datamodule import Split, ZeroCopyDataModule
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.handles import HeteroHostGraphHandles
 from lightning_zerocopy.data.hetero_datamodule import NumNeighbors, ZeroCopyHeteroDataModule, resolve_num_neighbors
-from lightning_zerocopy.data.host.hetero_links import HeteroLinkHostCopyBuilder
+from lightning_zerocopy.data.host.builder import HostCopyBuilder
 from lightning_zerocopy.data.host.links import link_splits
 from lightning_zerocopy.data.link_datamodule import split_link_plan
 from lightning_zerocopy.data.link_plan import LinkBatchPlan
@@ -172,9 +172,9 @@ class ZeroCopyHeteroLinkDataModule(ZeroCopyHeteroDataModule):
         self.neg_sampling = neg_sampling
         self.neg_sampling_ratio = float(neg_sampling_ratio)
         self.subgraph_type, self.disjoint = subgraph_type, disjoint
-        self._host_copy = HeteroLinkHostCopyBuilder(  # type: ignore[assignment]
-            dataset, feature_storage, _KEY + "dataset", check_features,  # type: ignore[arg-type]
-            _KEY + "check_features: false", feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
+        self._host_copy = HostCopyBuilder(
+            dataset, feature_storage, "none", _KEY + "dataset", check_features, _KEY + "check_features: false",
+            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype", link=True,
         )  # fmt: skip
         self._link_splits: dict[str, LinkSplit] = {}
         self._negatives: Optional[NegativeDraws] = None

@@ -17,7 +17,8 @@ import torch
 from lightning_zerocopy.data.datamodule import Split, ZeroCopyDataModule
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.handles import HostGraphHandles
-from lightning_zerocopy.data.host.links import LinkHostCopyBuilder, link_splits
+from lightning_zerocopy.data.host.builder import HostCopyBuilder
+from lightning_zerocopy.data.host.links import link_splits
 from lightning_zerocopy.data.link_plan import LinkBatchPlan
 from lightning_zerocopy.data.plan import SPLIT_STREAMS
 from lightning_zerocopy.data.negatives import NegativeDraws, NegativeSampling, parse_neg_sampling
@@ -127,9 +128,9 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         self.neg_sampling = neg_sampling
         self.neg_sampling_ratio = float(neg_sampling_ratio)
         self.subgraph_type, self.disjoint = subgraph_type, disjoint
-        self._host_copy = LinkHostCopyBuilder(
+        self._host_copy = HostCopyBuilder(
             dataset, feature_storage, node_order, _KEY + "dataset", check_features, _KEY + "check_features: false",
-            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
+            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype", link=True,
         )  # fmt: skip
         self._link_splits: dict[str, LinkSplit] = {}
         self._negatives: Optional[NegativeDraws] = None

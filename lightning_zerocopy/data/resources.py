@@ -3,15 +3,19 @@
 :class:`HostData` maps the shared host memory named by a :class:`~lightning_zerocopy.data.handles.HostGraphHandles`
 (no CUDA). :class:`DeviceResources` owns it and everything placed from it on one CUDA device:
 
-==============================  =========================================================================
-``topology(placement)``         the CSC topology for the CUDA sampler: a GPU copy (``gpu``) or host
-                                registrations (``uva``), through :func:`~lightning_zerocopy.sampling.topology.place_topology`
-``labels()``                    a compact integer copy of the labels on the GPU
-``node_order()``                the internal -> original id map on the GPU (node-ordered host memory only)
-``feature_table(cache, mode)``  the zero-copy gather path for the features; ``cache`` is a
-                                :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec` (e.g. hot rows)
-``edge_attr_table()``           the zero-copy gather path for edge features
-==============================  =========================================================================
+=========================================  ==============================================================
+``topology(edge_type, placement)``         an edge type's CSC for the CUDA sampler: a GPU copy (``gpu``) or host
+                                           registrations (``uva``), :func:`~lightning_zerocopy.sampling.topology.place_topology`
+``labels()``                               a compact integer copy of the input type's labels on the GPU
+``node_order()``                           the internal -> original id map on the GPU (node-ordered host memory)
+``feature_table(node_type, mode, cache)``  the zero-copy gather path of a featured type; ``cache`` a
+                                           :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec` (e.g. hot
+                                           rows) or one per type (``provider(node_type)``, the Strategy's)
+``edge_attr_table()``                      the zero-copy gather path for edge features
+=========================================  ==============================================================
+
+Both are keyed by type (:class:`~lightning_zerocopy.graph.schema.GraphSchema`); an untyped graph is the one-type case,
+where ``None`` names its one edge type and node type.
 
 Everything on the GPU is placed on first use and kept until :meth:`DeviceResources.close`, so several builders
 (train and eval fanouts, several caches) share one placement. Owners: the DataModule (``setup`` creates,
@@ -31,6 +35,7 @@ from lightning_zerocopy.cache.provider import CacheContext, FeatureCacheSpec, Fe
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.gather.host_table import HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph
+from lightning_zerocopy.graph.schema import NODE, EdgeType, GraphSchema
 from lightning_zerocopy.options import GatherMode, SamplerDevice, check_choice
 from lightning_zerocopy.sampling.topology import PlacedTopology, place_topology
 
@@ -39,20 +44,24 @@ __all__ = ["DeviceResources", "HostData", "ResourceScope"]
 
 @dataclass
 class HostData:
-    """The host memory of one :class:`HostGraphHandles`, mapped in this process (no CUDA work).
+    """The host memory of one :class:`HostGraphHandles`, mapped in this process (no CUDA work), keyed by type.
 
     Attributes:
-        graph: the CSC graph (internal ids when the memory is node-ordered).
-        features: the feature table.
-        labels: int64 labels, one per node (``None``: a task without node labels).
-        edge_attr: edge features in the dataset's edge order, or ``None``.
+        schema: the graph's types.
+        graphs: per edge type, its CSC (internal ids when the memory is node-ordered), in the schema's order.
+        tables: per featured node type, its feature table.
+        labels: int64 labels of the input type (``None``: a task without node labels).
+        num_nodes: nodes per type.
+        edge_attr: edge features in the dataset's edge order (one edge type), or ``None``.
         order: int64 internal -> original id map (``None``: no node order).
         rank: int64 original -> internal id map.
     """
 
-    graph: CSCGraph
-    features: HostFeatureTable
+    schema: GraphSchema
+    graphs: dict[EdgeType, CSCGraph]
+    tables: dict[str, HostFeatureTable]
     labels: Optional[torch.Tensor]
+    num_nodes: dict[str, int]
     edge_attr: Optional[torch.Tensor] = None
     order: Optional[torch.Tensor] = None
     rank: Optional[torch.Tensor] = None
@@ -62,13 +71,30 @@ class HostData:
         """Map everything ``handles`` names (while the shared segments still have names)."""
         node_order = handles.node_order
         return cls(
-            graph=handles.graph.open(),
-            features=handles.features.open(),
+            schema=handles.schema,
+            graphs={et: graph.open() for et, graph in handles.graphs},
+            tables={t: table.open() for t, table in handles.tables},
             labels=None if handles.labels is None else handles.labels.open(),
+            num_nodes=dict(handles.num_nodes),
             edge_attr=None if handles.edge_attr is None else handles.edge_attr.open(),
             order=None if node_order is None else node_order.order.open(),
             rank=None if node_order is None else node_order.rank.open(),
         )
+
+    @property
+    def input_type(self) -> Optional[str]:
+        return self.schema.input_type
+
+    @property
+    def graph(self) -> CSCGraph:
+        """The graph of a one-edge-type schema (an untyped graph's)."""
+        (graph,) = self.graphs.values()
+        return graph
+
+    @property
+    def features(self) -> Any:
+        """The feature table of an untyped graph; a typed graph's tables by node type (:attr:`tables`)."""
+        return self.tables if self.schema.is_typed else self.tables[NODE]
 
     def internal_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Internal ids of original node ids (the ids themselves without a node order); checked, on the CPU.
@@ -164,7 +190,7 @@ class DeviceResources:
         self._device_arg = device
         self._device: Optional[torch.device] = None
         self._lock = threading.RLock()  # a pipeline samples on one thread and gathers on another
-        self._topology: dict[str, PlacedTopology] = {}
+        self._topology: dict[tuple[EdgeType, str], PlacedTopology] = {}
         self._labels: Optional[torch.Tensor] = None
         self._order: Optional[torch.Tensor] = None
         self._tables: dict[Hashable, FeatureGather] = {}
@@ -193,23 +219,25 @@ class DeviceResources:
 
     # ---- GPU resources, placed on first use ----------------------------------------------------------------------
 
-    def topology(self, placement: SamplerDevice) -> PlacedTopology:
-        """The topology for the CUDA sampler: a GPU copy (``"gpu"``) or registered host memory (``"uva"``)."""
+    def topology(self, edge_type: Optional[EdgeType], placement: SamplerDevice) -> PlacedTopology:
+        """The CSC of ``edge_type`` (``None``: the only one) for the CUDA sampler: a GPU copy (``"gpu"``) or
+        registered host memory (``"uva"``)."""
         check_choice(placement, SamplerDevice, "placement")
+        edge_type = self._edge_type(edge_type)
         with self._lock:
-            placed = self._topology.get(placement)
+            placed = self._topology.get((edge_type, placement))
             if placed is None:
                 self._check_open()
-                graph = self.host.graph
+                graph = self.host.graphs[edge_type]
                 placed = place_topology(
                     graph.indptr, graph.indices, graph.edge_perm, placement, self.device, register=_pin
                 )
-                self._topology[placement] = placed
+                self._topology[(edge_type, placement)] = placed
             return placed
 
     def labels(self) -> Optional[torch.Tensor]:
-        """The labels on the GPU, in the smallest integer dtype that holds them (widen after gathering); ``None``
-        when the host memory has no node labels."""
+        """The input type's labels on the GPU, in the smallest integer dtype that holds them (widen after
+        gathering); ``None`` when the host memory has no node labels."""
         if self.host.labels is None:
             return None
         with self._lock:
@@ -231,33 +259,52 @@ class DeviceResources:
                 self._order = order.to(torch.int32 if fits32 else torch.int64).to(self.device)
             return self._order
 
-    def feature_table(self, cache: Optional[FeatureCacheSpec] = None, mode: GatherMode = "auto") -> FeatureGather:
-        """The zero-copy gather path for the features, served partly from GPU memory as ``cache`` decides.
+    def feature_table(
+        self, node_type: Optional[str] = None, mode: GatherMode = "auto", cache: Optional[Any] = None
+    ) -> FeatureGather:
+        """The zero-copy gather path of ``node_type``'s features (``None``: the only featured type), served partly
+        from GPU memory as ``cache`` decides.
 
-        One table per ``(cache, mode)``, shared by every caller; the host table is registered once.
+        One table per ``(node_type, mode, cache)``, shared by every caller; each host table is registered once.
 
         Args:
-            cache: a cache spec (e.g. :class:`~lightning_zerocopy.cache.provider.HotRowsCache`), or ``None``.
+            node_type: a featured node type, or ``None`` for the only one.
             mode: the read order (``auto``/``direct``/``sorted``).
+            cache: a cache spec (:class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec`, e.g. ``HotRowsCache``,
+                opened over every table), a cache with one spec per node type (``provider(node_type)``, e.g. the
+                Strategy's ``TypedFeatureCache``; a type it does not cover is read from host memory), or ``None``.
         """
         check_choice(mode, GatherMode, "mode")
-        key = (cache, mode)
+        node_type = self._node_type(node_type)
+        key = (node_type, mode, cache)
         with self._lock:
             table = self._tables.get(key)
             if table is None:
                 self._check_open()
-                data = self._register(self.host.features.data, "features")
-                context = CacheContext(data, self.device, mode, self.host.graph.num_nodes, self._neighbor_indices)
+                data = self.registered_features(node_type)
+                context = CacheContext(data, self.device, mode, int(data.shape[0]),
+                                       lambda: self._neighbor_indices(node_type))  # fmt: skip
+                per_type = getattr(cache, "provider", None)
+                spec = per_type(node_type) if callable(per_type) else cache
                 with torch.cuda.device(self.device):
-                    table = plain_feature_table(context) if cache is None else cache.open(context)
+                    table = plain_feature_table(context) if spec is None else spec.open(context)
                 self._tables[key] = table
             return table
 
-    def registered_features(self) -> torch.Tensor:
-        """The host feature table as the GPU reads it (registered once per process, like for :meth:`feature_table`)."""
+    def registered_features(self, node_type: Optional[str] = None) -> torch.Tensor:
+        """``node_type``'s host feature table (``None``: the only one) as the GPU reads it, registered once per
+        process, like for :meth:`feature_table` (what the Strategy's read-rate probe times host reads on).
+
+        Raises:
+            KeyError: ``node_type`` has no feature table (the message names the featured types).
+        """
+        node_type = self._node_type(node_type)
+        if node_type not in self.host.tables:
+            raise KeyError(f"{node_type!r} has no feature table; the featured node types are {list(self.host.tables)}")
         with self._lock:
             self._check_open()
-            return self._register(self.host.features.data, "features")
+            name = f"features[{node_type}]" if self.host.schema.is_typed else "features"
+            return self._register(self.host.tables[node_type].data, name)
 
     def edge_attr_table(self) -> Optional[FeatureGather]:
         """The zero-copy gather path for edge features viewed ``(num_edges, -1)``; ``None`` without (or with
@@ -319,12 +366,34 @@ class DeviceResources:
                 self._registrations[name] = _pin(tensor, name=name)
         return self._registrations[name].tensor
 
-    def _neighbor_indices(self) -> torch.Tensor:
-        placed = self._topology.get("gpu")
-        return placed.indices if placed is not None else self.host.graph.indices
+    def _neighbor_indices(self, node_type: str) -> torch.Tensor:
+        """Where ``node_type``'s nodes are in-neighbors: the ``indices`` of the edge types from it (a GPU copy where
+        that topology is placed on this GPU), for caches that rank rows by sampling frequency."""
+        parts = []
+        for edge_type in self.host.schema.edge_types_from(node_type):
+            placed = self._topology.get((edge_type, "gpu"))
+            parts.append(placed.indices if placed is not None else self.host.graphs[edge_type].indices)
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat([p.to(torch.int64).cpu() for p in parts]) if parts else torch.empty(0, dtype=torch.int64)
+
+    def _edge_type(self, edge_type: Optional[EdgeType]) -> EdgeType:
+        if edge_type is None:
+            if len(self.host.graphs) != 1:
+                raise ValueError(f"name the edge type: this graph has {list(self.host.graphs)}")
+            return next(iter(self.host.graphs))
+        return (edge_type[0], edge_type[1], edge_type[2])
+
+    def _node_type(self, node_type: Optional[str]) -> str:
+        if node_type is None:
+            if len(self.host.tables) != 1:
+                raise ValueError(f"name the node type: this graph has feature tables for {list(self.host.tables)}")
+            return next(iter(self.host.tables))
+        return node_type
 
     def __repr__(self) -> str:
-        placed = [*self._topology, *(["labels"] if self._labels is not None else []), *(f"table{k}" for k in self._tables)]
+        placed = [*(p for _, p in self._topology), *(["labels"] if self._labels is not None else []),
+                  *(f"table{k}" for k in self._tables)]
         return f"DeviceResources(device={self._device}, placed={placed}, closed={self._closed})"
 
 
@@ -339,21 +408,13 @@ class ResourceScope:
         self._resources: dict[tuple, DeviceResources] = {}
         self._lock = threading.Lock()
 
-    def get(
-        self,
-        handles: HostGraphHandles,
-        device: Union[torch.device, int, None] = None,
-        factory: Optional[Callable[..., Any]] = None,
-    ) -> DeviceResources:
-        """The resources of ``handles`` on ``device`` (created, i.e. mapped, on first request) by ``factory(handles,
-        device)``: :class:`DeviceResources` by default; a builder names its own (``resources_factory``: the
-        heterogeneous builder's typed resources)."""
-        factory = DeviceResources if factory is None else factory
-        key = (factory, handles.key(), device)
+    def get(self, handles: HostGraphHandles, device: Union[torch.device, int, None] = None) -> DeviceResources:
+        """The resources of ``handles`` on ``device`` (created, i.e. mapped, on first request)."""
+        key = (handles.key(), device)
         with self._lock:
             resources = self._resources.get(key)
             if resources is None:
-                resources = self._resources[key] = factory(handles, device)
+                resources = self._resources[key] = DeviceResources(handles, device)
             return resources
 
     def close(self) -> None:

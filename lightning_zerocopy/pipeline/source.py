@@ -95,8 +95,7 @@ class PlanSource:
     def open(self, scope: Optional["ResourceScope"] = None) -> None:
         """Open the builder in this process with the resources ``scope`` owns for its host memory and device
         (shared with the other sources of the same producer); without a scope the builder owns private ones."""
-        factory = getattr(self.builder, "resources_factory", None)  # typed resources for a heterogeneous builder
-        resources = None if scope is None else scope.get(self.builder.handles, self.builder.device_index, factory)
+        resources = None if scope is None else scope.get(self.builder.handles, self.builder.device_index)
         self.builder.open(resources, place=getattr(self, "place_on_open", True))
 
     def close(self) -> None:

@@ -8,15 +8,15 @@ import torch
 
 from helpers.hetero import CITES, EDGE_TYPES, WRITES, TinyHeteroDataset, make_hetero_data
 from lightning_zerocopy import ZeroCopyHeteroDataModule
-from lightning_zerocopy.data.hetero_resources import HeteroHostData
-from lightning_zerocopy.data.host.hetero import share_hetero_data
+from lightning_zerocopy.data.host.share import share_hetero_data
+from lightning_zerocopy.data.resources import HostData
 from lightning_zerocopy.datasets.base import InputDataError
 
 
 def _open(data, storage="shared_memory"):
     handles = share_hetero_data(data, storage)
     try:
-        return handles, HeteroHostData.open(handles)
+        return handles, HostData.open(handles)
     finally:
         handles.unlink()  # mappings stay valid
 

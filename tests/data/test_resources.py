@@ -137,8 +137,8 @@ def test_a_custom_cache_spec_serves_its_rows_and_gives_the_same_batches(shared) 
 def test_topology_is_placed_once_and_released_on_close(shared, placement) -> None:
     _, handles = shared
     resources = DeviceResources(handles)
-    placed = resources.topology(placement)
-    assert resources.topology(placement) is placed
+    placed = resources.topology(None, placement)
+    assert resources.topology(None, placement) is placed
     assert placed.indptr.is_cuda and placed.indices.is_cuda == (placement == "gpu")
     if placement == "uva":
         assert placed.registrations and placed.indices.is_pinned()

@@ -1,16 +1,15 @@
 """The host copy of a dataset: built once per machine in shared memory, then mapped by every local process.
 
-* :mod:`.share` — building the shared segments (:func:`share_node_data`), handing the handles to every rank;
+* :mod:`.share` — building the shared segments of any dataset over its schema (:func:`share_host_data`: one CSC per
+  edge type, a table per featured node type), handing the handles to every rank;
 * :mod:`.disk_cache` — the on-disk caches a host copy is built from (a node order's relabeled arrays:
   :func:`build_node_order_cache`; features cast to a dtype: :func:`feature_file`), built once per machine;
 * :mod:`.relabel` — relabeling a graph and its rows into a node order (in memory or into the disk cache);
-* :mod:`.builder` — :class:`HostCopyBuilder`: what the DataModule's local rank 0 runs (split checks, segments, node
-  order);
+* :mod:`.builder` — :class:`HostCopyBuilder`: what the DataModule's local rank 0 runs (checks, segments, node
+  order), for node and link, untyped and typed datasets;
 * :mod:`.prepare` — the disk caches ``prepare_data`` builds once per machine (:func:`prepare_disk_caches`: the
   node-order cache, the converted feature file);
-* :mod:`.links` — the same for a link dataset (:class:`LinkHostCopyBuilder`: its supervision splits as tensors);
-* :mod:`.hetero` — a heterogeneous dataset (:func:`share_hetero_data`: one CSC per edge type, features per featured
-  type; :class:`HeteroHostCopyBuilder`).
+* :mod:`.links` — a link dataset's supervision splits as named tensors.
 
 Pinning and mapping those pages for the GPU is :mod:`lightning_zerocopy.graph.host_registration` (below ``data/``:
 the samplers and gathers register host memory too). Names are imported on first access.
@@ -26,16 +25,15 @@ _LAZY = {
     "feature_cache_dir": "lightning_zerocopy.data.host.disk_cache",
     "feature_file": "lightning_zerocopy.data.host.disk_cache",
     "node_order_cache_dir": "lightning_zerocopy.data.host.disk_cache",
+    "share_host_data": "lightning_zerocopy.data.host.share",
     "share_node_data": "lightning_zerocopy.data.host.share",
     "shared_node_order": "lightning_zerocopy.data.host.share",
     "HostCopyBuilder": "lightning_zerocopy.data.host.builder",
     "prepare_disk_caches": "lightning_zerocopy.data.host.prepare",
     "prepare_feature_file": "lightning_zerocopy.data.host.prepare",
-    "LinkHostCopyBuilder": "lightning_zerocopy.data.host.links",
     "link_split_tensors": "lightning_zerocopy.data.host.links",
     "link_splits": "lightning_zerocopy.data.host.links",
-    "HeteroHostCopyBuilder": "lightning_zerocopy.data.host.hetero",
-    "share_hetero_data": "lightning_zerocopy.data.host.hetero",
+    "share_hetero_data": "lightning_zerocopy.data.host.share",
 }
 
 __all__ = sorted(_LAZY)

@@ -1,23 +1,26 @@
-"""A machine's host copy of a dataset, built by its local rank 0 in ``ZeroCopyDataModule.setup``.
+"""A machine's host copy of a dataset, built by its local rank 0 in the DataModule's ``setup``.
 
-:class:`HostCopyBuilder` keeps what one DataModule need not redo when ``setup`` runs again after a teardown (fit,
-then test, in one process): the checks of splits, labels and features (once per dataset) and a node order computed
-in memory.
+:class:`HostCopyBuilder` is one builder for every dataset (node or link, untyped or typed): load, check once, share
+(:func:`~lightning_zerocopy.data.host.share.share_host_data`). It keeps what one DataModule need not redo when
+``setup`` runs again after a teardown (fit, then test, in one process): the checks of ids, splits, labels and
+features (once per dataset) and a node order computed in memory.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Optional
-
-import torch
 
 from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.host.disk_cache import feature_cache_dir, node_order_cache_dir
-from lightning_zerocopy.data.host.share import share_node_data, shared_node_order
-from lightning_zerocopy.datasets.base import InputDataError, out_of_range_edge
+from lightning_zerocopy.data.host.links import link_split_tensors
+from lightning_zerocopy.data.host.share import TypedArrays, share_host_data, shared_node_order, typed_arrays
+from lightning_zerocopy.datasets.base import DatasetFileError, InputDataError, out_of_range_edge
 from lightning_zerocopy.datasets.features import check_finite_features
+from lightning_zerocopy.datasets.hetero_links import check_hetero_link_splits
+from lightning_zerocopy.datasets.link_checks import check_link_splits
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.gather.host_table import FeatureOverflowError, feature_dtype_of
 from lightning_zerocopy.graph.reorder import NodeOrder
@@ -26,22 +29,25 @@ from lightning_zerocopy.options import FeatureDtype, FeatureStorage, NodeOrderKi
 
 __all__ = ["HostCopyBuilder"]
 
+_SPLITS = ("train", "val", "test")
+
 
 class HostCopyBuilder:
-    """Builds the shared host memory (graph, features, labels, splits) of ``dataset`` on this machine.
+    """Builds the shared host memory (graphs, features, labels, splits) of ``dataset`` on this machine.
 
     Args:
-        dataset: the dataset (``data.init_args.dataset``): a ``NodeDataset`` here, a ``LinkDataset`` in
-            :class:`~lightning_zerocopy.data.host.links.LinkHostCopyBuilder`.
+        dataset: the dataset (``data.init_args.dataset``): node or link, untyped or typed.
         feature_storage: ``"shared_memory"`` or ``"mmap"``.
-        node_order: the internal node order of the host memory.
+        node_order: the internal node order of the host memory (one node type only).
         key: how errors name the dataset (its YAML key).
         check_features: scan the features for NaN and infinity (:func:`check_finite_features`).
         opt_out: the key that turns the feature scan off, for its error message.
-        feature_dtype: the dtype the feature table is stored in (``None``: the dataset's), cast once here.
+        feature_dtype: the dtype the feature tables are stored in (``None``: the dataset's), cast once here.
         dtype_key: how errors name ``feature_dtype`` (its YAML key).
         allow_split_overlap: training nodes in the val/test split are a warning instead of an error.
         overlap_opt_out: the key that allows them, for the error message.
+        link: the dataset's splits are supervision edges (a link dataset's), shared as named tensors
+            (:func:`~lightning_zerocopy.data.host.links.link_split_tensors`) and checked as link splits.
     """
 
     def __init__(
@@ -56,6 +62,7 @@ class HostCopyBuilder:
         dtype_key: str = "feature_dtype",
         allow_split_overlap: bool = False,
         overlap_opt_out: str = "allow_split_overlap: true",
+        link: bool = False,
     ):
         self.dataset = dataset
         self.feature_dtype: Optional[FeatureDtype] = feature_dtype
@@ -67,37 +74,49 @@ class HostCopyBuilder:
         self.feature_storage: FeatureStorage = feature_storage
         self.node_order: NodeOrderKind = node_order
         self.key = key
+        self.link = bool(link)
         self._order: Optional[NodeOrder] = None  # an in-memory node order, kept for the next build
-        self._splits_checked = False
+        self._checked = False
         self._named: Optional[HostGraphHandles] = None  # segments :meth:`share` made whose names are not unlinked yet
 
+    @property
+    def _where(self) -> str:
+        return f"{self.key} ({type(self.dataset).__name__})"
+
     def build(self) -> HostGraphHandles:
-        """Load the dataset, check its splits (once), and copy it into job-unique shared segments.
+        """Load the dataset, check it (once), and copy it into job-unique shared segments.
 
         Raises:
-            InputDataError: a split holds an out-of-range or repeated id, or a label is out of range (naming the
-                split and its source), or a val/test split holds training nodes (unless allowed); a feature is NaN or
-                infinite (naming the node and column), or does not fit ``feature_dtype``; ``edge_index`` holds a node
-                id outside the feature rows (naming the first).
+            InputDataError: arrays that do not fit together (the dataset's own checks, prefixed with ``key``), an id
+                out of range (naming the edge type of a typed graph, or the first bad edge), a bad split or label
+                (naming the split and its source), a val/test split holding training nodes (unless allowed), a NaN
+                or infinite feature (naming node and column), or one that does not fit ``feature_dtype``.
         """
         cleanup_stale_segments()  # segments of crashed earlier jobs on this machine
-        data = self.dataset.load()
-        self._check_splits(data)
+        try:
+            data = self.dataset.load()
+        except DatasetFileError:
+            raise  # names its file
+        except InputDataError as exc:  # the arrays do not fit together (the data class's checks): name the dataset
+            raise InputDataError(f"{self._where}: {exc}") from exc
+        arrays = typed_arrays(data)
+        self._check(arrays)
         cache_dir = node_order_cache_dir(self.dataset, self.node_order)
         dtype = None if self.feature_dtype is None else feature_dtype_of(self.feature_dtype, self.dtype_key)
         try:
-            handles = share_node_data(
+            handles = share_host_data(
                 data, self.feature_storage, node_order=self.node_order, cache_dir=cache_dir, order=self._order,
-                splits=self._split_tensors(data), feature_dtype=dtype,
+                splits=link_split_tensors(data) if self.link else None, feature_dtype=dtype,
                 feature_dir=feature_cache_dir(self.dataset, self.node_order, dtype), dtype_key=self.dtype_key,
             )  # fmt: skip
         except FeatureOverflowError as exc:
-            raise InputDataError(f"{self.key} ({type(self.dataset).__name__}) {exc}") from exc
+            raise InputDataError(f"{self._where} {exc}") from exc
         except IndexError as exc:  # the graph's build refuses an edge to no node: name the dataset's field
-            problem = out_of_range_edge(data.edge_index, data.num_nodes)
+            problem = next(filter(None, (out_of_range_edge(ei, max(arrays.num_nodes[s], arrays.num_nodes[d]))
+                                         for (s, _, d), ei in arrays.edge_index.items())), None)  # fmt: skip
             if problem is None:
                 raise
-            raise InputDataError(f"{self.key} ({type(self.dataset).__name__}): {problem}") from exc
+            raise InputDataError(f"{self._where}: {problem}") from exc
         if cache_dir is None and self._order is None:
             self._order = shared_node_order(handles)
         return handles
@@ -118,28 +137,33 @@ class HostCopyBuilder:
         if named is not None:
             named.unlink()
 
-    def _split_tensors(self, data: Any) -> Optional[dict[str, torch.Tensor]]:
-        """The split tensors to share, by name (``None``: the node splits of ``data``)."""
-        return None
-
-    def _find_split_problems(self, data: Any, sources: dict[str, str]) -> list[str]:
-        """Raise :class:`SplitError` for a split no batch can be built from; return warnings."""
-        return check_splits(data, sources, num_classes=self.dataset.num_classes,
-                            allow_train_overlap=self.allow_split_overlap, opt_out=self.overlap_opt_out)  # fmt: skip
-
-    def _check_splits(self, data: Any) -> None:
-        """Ids in range and no repeats, labels in [-1, num_classes), finite features (errors), nodes shared between
-        splits (warnings), before any batch."""
-        if self._splits_checked:
+    def _check(self, arrays: TypedArrays) -> None:
+        """Ids of a typed graph, splits and labels (errors), nodes shared between splits (warnings), finite features,
+        before any batch."""
+        if self._checked:
             return
-        dataset = f"{self.key} ({type(self.dataset).__name__})"
-        sources = {name: self.dataset.split_source(name) for name in ("train", "val", "test")}
+        data, typed = arrays.data, arrays.schema.is_typed
         try:
-            warnings = self._find_split_problems(data, sources)
-        except SplitError as exc:
-            raise InputDataError(f"{dataset}: {exc}") from exc
+            if typed:  # each edge type's endpoints against their own type (the CSC build checks one count)
+                data.check_ids()
+            warnings = self._split_problems(arrays, {name: self.dataset.split_source(name) for name in _SPLITS})
+        except (SplitError, InputDataError) as exc:
+            raise InputDataError(f"{self._where}: {exc}") from exc
         for warning in warnings:
-            rank_zero_warn(f"{dataset}: {warning}")
+            rank_zero_warn(f"{self._where}: {warning}")
         if self.check_features:
-            check_finite_features(data.x, f"{dataset} features", self.opt_out)
-        self._splits_checked = True
+            for node_type, x in arrays.x.items():
+                what = f"features of {node_type!r}" if typed else "features"
+                check_finite_features(x, f"{self._where} {what}", self.opt_out)
+        self._checked = True
+
+    def _split_problems(self, arrays: TypedArrays, sources: dict[str, str]) -> list[str]:
+        """Raise :class:`SplitError` for a split no batch can be built from; return warnings."""
+        data = arrays.data
+        if self.link:
+            return (check_hetero_link_splits if arrays.schema.is_typed else check_link_splits)(data, sources)
+        input_type = arrays.schema.input_type
+        assert input_type is not None
+        view = SimpleNamespace(num_nodes=arrays.num_nodes[input_type], y=data.y, split=data.split)
+        return check_splits(view, sources, num_classes=self.dataset.num_classes,  # type: ignore[arg-type]
+                            allow_train_overlap=self.allow_split_overlap, opt_out=self.overlap_opt_out)  # fmt: skip

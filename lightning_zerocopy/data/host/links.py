@@ -1,7 +1,7 @@
-"""The host copy of a link dataset: the node path's host copy, with the supervision edges as its split tensors.
+"""The split tensors of a link dataset (untyped or typed): its supervision edges, flattened into named tensors.
 
-A :class:`~lightning_zerocopy.datasets.links.LinkData` shares graph and features exactly as node data does
-(:func:`~lightning_zerocopy.data.host.share.share_node_data`: same segments, node order, ``mmap`` storage, no labels);
+A link dataset shares graphs and features exactly as node data does
+(:func:`~lightning_zerocopy.data.host.share.share_host_data`: same segments, node order, ``mmap`` storage, no labels);
 only the split tensors differ. :func:`link_split_tensors` flattens each :class:`LinkSplit` into named tensors
 (``"<split>.pos_edge_index"``, ``".edge_label"``, ``".neg_edge_index"``, ``".neg_per_positive"``) that travel
 through :class:`~lightning_zerocopy.data.handles.HostGraphHandles` like the node splits; :func:`link_splits` turns
@@ -10,15 +10,13 @@ the opened tensors back into :class:`LinkSplit` objects in every process.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Mapping
 
 import torch
 
-from lightning_zerocopy.data.host.builder import HostCopyBuilder
-from lightning_zerocopy.datasets.link_checks import check_link_splits
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkData, LinkSplit
 
-__all__ = ["LinkHostCopyBuilder", "link_split_tensors", "link_splits"]
+__all__ = ["link_split_tensors", "link_splits"]
 
 _FIELDS = ("pos_edge_index", "edge_label", "neg_edge_index")
 
@@ -51,14 +49,3 @@ def link_splits(tensors: Mapping[str, torch.Tensor]) -> dict[str, LinkSplit]:
             neg_per_positive=None if k is None else int(k[0]),
         )
     return splits
-
-
-class LinkHostCopyBuilder(HostCopyBuilder):
-    """:class:`~lightning_zerocopy.data.host.builder.HostCopyBuilder` for a ``LinkDataset``: the same host copy, with
-    the link splits as split tensors and the link split checks."""
-
-    def _split_tensors(self, data: Any) -> dict[str, torch.Tensor]:
-        return link_split_tensors(data)
-
-    def _find_split_problems(self, data: Any, sources: dict[str, str]) -> list[str]:
-        return check_link_splits(data, sources)

@@ -1,44 +1,51 @@
 """Put a dataset into host memory that every local process maps by name, and get its handles.
 
-:func:`share_node_data` builds the host copy (graph, features, labels, splits) in shared segments on a machine's
-local rank 0; :func:`exchange_handles` gives every rank its machine's handles. The arrays it copies from may come
-from the on-disk caches of :mod:`~lightning_zerocopy.data.host.disk_cache` (relabeled into a node order, features
-cast to a dtype); relabeling in memory is :mod:`~lightning_zerocopy.data.host.relabel`.
+:func:`share_host_data` builds the host copy of any dataset over its :class:`~lightning_zerocopy.graph.schema.GraphSchema`
+(one CSC per edge type, one feature table per featured node type, the input type's labels, the splits) in shared
+segments on a machine's local rank 0; :func:`exchange_handles` gives every rank its machine's handles. An untyped
+dataset is the one-type case (:func:`typed_arrays`).
 
-Node order
-----------
-With ``node_order="bfs"`` or ``"degree"`` the graph, the feature rows and the labels are stored renumbered
-into a locality-preserving internal order (:mod:`lightning_zerocopy.graph.reorder`), so that the rows a
-mini-batch reads share memory pages (the zero-copy gather is bound by pages touched, not bytes). Splits,
-edge features and the graph's edge ids stay in the dataset's numbering; the two id maps go into shared
-memory next to the rest (:class:`~lightning_zerocopy.data.batch.NodeOrderHandles`) and
-:class:`~lightning_zerocopy.data.batch.BatchBuilder` translates at the batch boundary, so batches carry
-original ids.
+One CSC per edge type
+---------------------
+Every edge type ``(s, r, d)`` gets its own CSC (the ``build_csc`` op): targets are ``d``-type ids, ``indices`` hold
+``s``-type ids, ``edge_perm`` maps back to that type's own edge list (a batch's ``e_id`` is a position in
+``edge_index[(s, r, d)]``, as PyG's). The CSC is built over ``max(num_nodes[s], num_nodes[d])`` ids (``build_csc``
+range-checks both endpoints against one count), so ``indptr`` has a flat tail past the last ``d`` id that no seed
+reads, and the sampler kernel's bounds, which cap a hop's new nodes at the graph's node count, hold for the ``s`` side
+too (8 bytes per id of the larger type per edge type). One CSC with edge-type offsets (GraphBolt's layout) would
+sample every edge type of a hop in one launch but needs a typed kernel; to be measured on a GPU first.
 
-Computing an order and relabeling take seconds to minutes on large graphs (a progress bar shows steps that
-take more than a second). For datasets with an on-disk cache (``dataset.cache``, an
-:class:`~lightning_zerocopy.datasets.base.ArrayCache`) the relabeled arrays are cached next to it, in
-``<dataset cache>-order-<kind>-v1`` (see :func:`~lightning_zerocopy.data.host.disk_cache.node_order_cache_dir`,
-:func:`~lightning_zerocopy.data.host.disk_cache.build_node_order_cache`), and built once per machine; the ``mmap``
-feature storage then maps the relabeled feature file. Without a disk cache the order is computed in memory; a caller
-that shares the same data again (the DataModule's ``setup`` for ``fit`` then ``test``) passes the order it got the
-first time (:func:`shared_node_order`) back in.
+Node order (one node type)
+--------------------------
+With ``node_order="bfs"`` or ``"degree"`` the graph, the feature rows and the labels are stored renumbered into a
+locality-preserving internal order (:mod:`lightning_zerocopy.graph.reorder`), so that the rows a mini-batch reads
+share memory pages (the zero-copy gather is bound by pages touched, not bytes). Splits, edge features and the graph's
+edge ids stay in the dataset's numbering; the two id maps go into shared memory next to the rest
+(:class:`~lightning_zerocopy.data.handles.NodeOrderHandles`) and the builder translates at the batch boundary, so
+batches carry the dataset's ids. For datasets with an on-disk cache (``dataset.cache``, an
+:class:`~lightning_zerocopy.datasets.base.ArrayCache`) the relabeled arrays are cached next to it, in ``<dataset
+cache>-order-<kind>-v1`` (:func:`~.disk_cache.node_order_cache_dir`, :func:`~.disk_cache.build_node_order_cache`),
+built once per machine; without one the order is computed in memory, and a caller that shares the same data again
+passes the order it got the first time (:func:`shared_node_order`) back in. A typed graph has no node order: a
+per-type order would renumber both endpoints of every edge type and carry per-type maps through the sampler and
+the assembly.
 
 Feature dtype
 -------------
-``feature_dtype`` (``bfloat16`` / ``float16``) stores the feature table in host memory in that dtype: half the RAM
-and half the bytes every gather moves over PCIe. The cast happens once, while the host copy is built (a progress bar
-shows casts that take more than a second); a finite value the dtype cannot hold (above 65504 in ``float16``) is an
-error naming its node and column. ``shared_memory`` casts into the shared segment; ``mmap`` maps a converted copy of
-the feature file, built once per machine in ``<dataset cache>[-order-<kind>-v1]-x-<dtype>-v1`` (the dtype is part of
-its name; the node-order cache keeps the dataset's dtype, so one relabeling serves every dtype;
-:func:`~lightning_zerocopy.data.host.disk_cache.feature_file`).
+``feature_dtype`` (``bfloat16`` / ``float16``) stores every feature table in that dtype: half the RAM and half the
+bytes every gather moves over PCIe. The cast happens once, here; a finite value the dtype cannot hold (above 65504 in
+``float16``) is an error naming its node type (typed graphs), node and column. ``shared_memory`` casts into the
+segment; ``mmap`` maps a converted copy of the feature file, built once per machine in ``<dataset
+cache>[-order-<kind>-v1]-x-<dtype>-v1`` (``...-v1-<node type>`` per type of a typed graph;
+:func:`~.disk_cache.feature_file`).
 """
 
 from __future__ import annotations
 
 import os
 from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import torch
@@ -47,33 +54,83 @@ from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
 from lightning_zerocopy.data.host.disk_cache import (
     _check_cache_matches,
     _feature_file_handle,
-    _label,
     build_node_order_cache,
     feature_file,
 )
 from lightning_zerocopy.data.host.relabel import _compute_order, _labels, _relabel_rows_into, _Steps
-from lightning_zerocopy.datasets.base import NodeData
-from lightning_zerocopy.datasets.links import LinkData
-from lightning_zerocopy.gather.host_table import FeatureTableHandle, HostFeatureTable, feature_dtype_name
+from lightning_zerocopy.gather.host_table import (
+    FeatureOverflowError,
+    FeatureTableHandle,
+    HostFeatureTable,
+    feature_dtype_name,
+)
 from lightning_zerocopy.graph.csc import CSCGraph
 from lightning_zerocopy.graph.reorder import NodeOrder
+from lightning_zerocopy.graph.schema import EDGE, NODE, EdgeType, GraphSchema
 from lightning_zerocopy.graph.shared_memory import NpyTensorHandle, TensorHandle, create_shared_tensor, share_tensor
 from lightning_zerocopy.options import FeatureStorage, NodeOrderKind, check_choice, choices
 
 __all__ = [
     "FeatureStorage",
     "NODE_ORDERS",
+    "TypedArrays",
     "exchange_handles",
+    "share_hetero_data",
+    "share_host_data",
     "share_node_data",
     "shared_node_order",
+    "typed_arrays",
 ]
 
 #: Accepted values of ``node_order``.
 NODE_ORDERS: tuple[str, ...] = choices(NodeOrderKind)
 
 
-def share_node_data(
-    data: "NodeData | LinkData",
+@dataclass
+class TypedArrays:
+    """A loaded dataset's arrays keyed by type (an untyped dataset's under :data:`NODE` / :data:`EDGE`).
+
+    Attributes:
+        schema: its types (``input_type``: the labelled type; ``None`` for a typed link dataset).
+        num_nodes: nodes per type.
+        edge_index: per edge type, int64 ``[2, E]`` (row 0 source ids).
+        x: features of the featured types.
+        x_files: the ``.npy`` file each type's ``x`` is mapped from, where there is one.
+        y: the input type's labels, or ``None``.
+        data: the dataset's own object (node-order caches and splits read it).
+    """
+
+    schema: GraphSchema
+    num_nodes: dict[str, int]
+    edge_index: dict[EdgeType, torch.Tensor]
+    x: dict[str, torch.Tensor]
+    x_files: dict[str, str]
+    y: Optional[torch.Tensor]
+    data: Any
+
+
+def typed_arrays(data: Any) -> TypedArrays:
+    """The arrays of a loaded dataset keyed by type: a typed one's as they are, an untyped one's as its one type."""
+    if isinstance(data.edge_index, Mapping):  # HeteroNodeData / HeteroLinkData
+        input_type = getattr(data, "input_type", None)
+        schema = GraphSchema.typed(list(data.num_nodes), list(data.edge_index), input_type)
+        return TypedArrays(schema, dict(data.num_nodes), {tuple(k): v for k, v in data.edge_index.items()},
+                           dict(data.x), dict(data.x_files), _labels(data), data)  # fmt: skip
+    files = {} if data.x_file is None else {NODE: data.x_file}
+    return TypedArrays(GraphSchema.untyped(), {NODE: int(data.num_nodes)}, {EDGE: data.edge_index}, {NODE: data.x},
+                       files, _labels(data), data)  # fmt: skip
+
+
+def _type_dir(base: Optional[os.PathLike], schema: GraphSchema, node_type: str) -> Optional[Path]:
+    """Where ``mmap`` storage keeps ``node_type``'s converted features: ``base`` itself for an untyped graph."""
+    if base is None:
+        return None
+    base = Path(base)
+    return base if not schema.is_typed else base.parent / f"{base.name}-{node_type}"
+
+
+def share_host_data(
+    data: Any,
     feature_storage: FeatureStorage = "shared_memory",
     *,
     node_order: NodeOrderKind = "none",
@@ -84,62 +141,37 @@ def share_node_data(
     feature_dir: Optional[os.PathLike] = None,
     dtype_key: str = "feature_dtype",
 ) -> HostGraphHandles:
-    """Build the CSC graph of ``data`` and copy graph, labels, splits (and features) into shared memory.
-
-    One host copy for every task: a :class:`~lightning_zerocopy.datasets.base.NodeData` shares its labels and node
-    splits; a :class:`~lightning_zerocopy.datasets.links.LinkData` (no node labels) shares the ``splits`` its caller
-    flattened into tensors (:func:`~lightning_zerocopy.data.host.links.link_split_tensors`).
+    """Build the CSC of every edge type of ``data`` and copy graphs, features, labels and splits into shared memory.
 
     Args:
-        data: the dataset's arrays (``y`` is shared when ``data`` has it).
-        feature_storage: ``"shared_memory"`` copies the features into a shared segment (RAM, can be pinned
-            for the GPU); ``"mmap"`` maps the dataset's ``.npy`` feature file instead (features larger than RAM,
-            shared through the page cache).
-        node_order: ``"none"`` keeps the dataset's node ids; ``"bfs"`` / ``"degree"`` store graph, features and
-            labels in that locality-preserving internal order (splits, edge features and edge ids are not
-            renumbered; the handles carry the id maps, see the module docstring).
-        cache_dir: where the relabeled arrays are cached on disk
-            (:func:`~lightning_zerocopy.data.host.disk_cache.node_order_cache_dir`), or ``None``
-            to relabel in memory. Needed for ``feature_storage="mmap"`` with a node order (the relabeled
-            features must be a file to be mapped).
-        order: the ``node_order`` of ``data`` computed before (:func:`shared_node_order` of earlier handles), to
-            relabel in memory without computing it again; ignored with ``cache_dir``.
+        data: the dataset's arrays (``NodeData``, ``LinkData``, ``HeteroNodeData``, ``HeteroLinkData``); labels are
+            shared when it has them.
+        feature_storage: ``"shared_memory"`` copies the features into shared segments (RAM, can be pinned for the
+            GPU); ``"mmap"`` maps the dataset's ``.npy`` feature files instead (larger than RAM, page cache).
+        node_order: ``"none"`` keeps the dataset's ids; ``"bfs"`` / ``"degree"`` store graph, features and labels of
+            a one-type graph in that order (see the module docstring).
+        cache_dir: where the relabeled arrays are cached on disk, or ``None`` to relabel in memory (needed for
+            ``mmap`` with a node order).
+        order: the ``node_order`` of ``data`` computed before (:func:`shared_node_order`); ignored with ``cache_dir``.
         splits: the split tensors to share, by name (never renumbered); default: the node splits of ``data``.
-        feature_dtype: the dtype the feature table is stored in (``None``: the dataset's); see the module docstring.
-        feature_dir: where ``mmap`` storage keeps the features cast to ``feature_dtype``
-            (:func:`~lightning_zerocopy.data.host.disk_cache.feature_cache_dir`);
-            needed for ``mmap`` when ``feature_dtype`` differs from the dataset's.
+        feature_dtype: the dtype the feature tables are stored in (``None``: the dataset's).
+        feature_dir: where ``mmap`` storage keeps the features cast to ``feature_dtype`` (a typed graph's in
+            ``<feature_dir>-<node type>``); needed for ``mmap`` when ``feature_dtype`` differs from the dataset's.
         dtype_key: how errors name ``feature_dtype`` (e.g. its YAML key).
 
     Returns:
-        The handles. The caller owns the segments and must call ``handles.unlink()`` once every local
-        process has opened them; if this function fails, it unlinks what it had created.
+        The handles. The caller owns the segments and must call ``handles.unlink()`` once every local process has
+        opened them; if this function fails, it unlinks what it had created.
 
     Raises:
         ValueError: a bad ``feature_storage`` / ``node_order`` / ``order`` or an impossible combination.
+        FeatureOverflowError: a value does not fit ``feature_dtype`` (naming the node type of a typed graph).
     """
     check_choice(feature_storage, FeatureStorage, "feature_storage")
     check_choice(node_order, NodeOrderKind, "node_order")
-    if feature_storage == "mmap" and data.x_file is None:
-        raise ValueError(
-            "`feature_storage`='mmap' needs a dataset whose features are an .npy file (e.g. SyntheticGraph,"
-            " OGBNodeDataset); use 'shared_memory' for this dataset"
-        )
-    if feature_storage == "mmap" and node_order != "none" and cache_dir is None:
-        raise ValueError(
-            f"`node_order`={node_order!r} with `feature_storage`='mmap' needs a dataset with an on-disk cache"
-            " (e.g. SyntheticGraph, OGBNodeDataset) to hold the relabeled feature file; use"
-            " feature_storage='shared_memory' or node_order='none'"
-        )
-    if order is not None and order.num_nodes != data.num_nodes:
-        raise ValueError(f"`order` covers {order.num_nodes} nodes but the data has {data.num_nodes}")
-    dtype = data.x.dtype if feature_dtype is None else feature_dtype
-    if feature_storage == "mmap" and dtype != data.x.dtype and feature_dir is None:
-        raise ValueError(
-            f"{_label(dtype_key)}={feature_dtype_name(dtype)!r} with `feature_storage`='mmap' needs a dataset with an"
-            f" on-disk cache (e.g. SyntheticGraph, OGBNodeDataset) to hold the converted feature file (the dataset"
-            f" stores {feature_dtype_name(data.x.dtype)}); use feature_storage='shared_memory'"
-        )
+    arrays = typed_arrays(data)
+    schema = arrays.schema
+    _check_options(arrays, feature_storage, node_order, cache_dir, order, feature_dtype, feature_dir, dtype_key)
     with ExitStack() as undo:
 
         def share(tensor: torch.Tensor, name: str) -> TensorHandle:
@@ -147,69 +179,143 @@ def share_node_data(
             undo.callback(handle.unlink)
             return handle
 
+        def table(node_type: str, source: Any, stored: torch.dtype) -> FeatureTableHandle:
+            """One type's table: a mapped (converted) file, or a shared segment of ``source``'s rows."""
+            dtype = stored if feature_dtype is None else feature_dtype
+            try:
+                if feature_storage == "mmap":
+                    return feature_file(source, stored, dtype, _type_dir(feature_dir, schema, node_type), dtype_key)
+                name = f"x_{node_type}" if schema.is_typed else "features"
+                rows = source.open() if isinstance(source, NpyTensorHandle) else source.contiguous()
+                handle = HostFeatureTable.share(rows, name=name, dtype=dtype, key=dtype_key).handle()
+            except FeatureOverflowError as exc:
+                if not schema.is_typed:
+                    raise
+                raise FeatureOverflowError(f"features of {node_type!r}", exc.node, exc.column, exc.value, dtype,
+                                           dtype_key) from exc  # fmt: skip
+            undo.callback(handle.unlink)
+            return handle
+
+        def source_of(node_type: str) -> Any:
+            x_file = arrays.x_files.get(node_type)
+            return NpyTensorHandle(x_file) if feature_storage == "mmap" and x_file else arrays.x[node_type]
+
         order_handles: Optional[NodeOrderHandles] = None
+        y = arrays.y
         if node_order == "none":
-            graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes).share()
-            undo.callback(graph.unlink)
-            if feature_storage == "mmap":
-                source = NpyTensorHandle(data.x_file)  # type: ignore[arg-type]
-                features = feature_file(source, data.x.dtype, dtype, feature_dir, dtype_key)
-            else:
-                features = HostFeatureTable.share(data.x.contiguous(), name="features", dtype=dtype, key=dtype_key).handle()
-                undo.callback(features.unlink)
-            labels = None if _labels(data) is None else share(_labels(data).to(torch.int64), "labels")
+            graphs = {}
+            for edge_type, edge_index in arrays.edge_index.items():
+                src, _, dst = edge_type
+                ids = max(arrays.num_nodes[src], arrays.num_nodes[dst])  # one id space covering both endpoints
+                graphs[edge_type] = CSCGraph.from_edge_index(edge_index, ids).share()
+                undo.callback(graphs[edge_type].unlink)
+            tables = {t: table(t, source_of(t), x.dtype) for t, x in arrays.x.items()}
+            labels = None if y is None else share(y.to(torch.int64), "labels")
         elif cache_dir is not None:
-            cache = build_node_order_cache(data, node_order, cache_dir)
-            _check_cache_matches(cache, data)
-            graph = CSCGraph(
-                cache.tensor("indptr"), cache.tensor("indices"), cache.tensor("edge_perm"), data.num_nodes
-            ).share()
+            cache = build_node_order_cache(arrays.data, node_order, cache_dir)
+            _check_cache_matches(cache, arrays.data)
+            x = arrays.data.x
+            graph = CSCGraph(cache.tensor("indptr"), cache.tensor("indices"), cache.tensor("edge_perm"),
+                             arrays.data.num_nodes).share()  # fmt: skip
             undo.callback(graph.unlink)
-            x_handle = _feature_file_handle(cache, data.x.dtype)  # the node-order cache keeps the dataset's dtype
-            if feature_storage == "mmap":
-                features = feature_file(x_handle, data.x.dtype, dtype, feature_dir, dtype_key)
-            else:
-                features = HostFeatureTable.share(x_handle.open(), name="features", dtype=dtype, key=dtype_key).handle()
-                undo.callback(features.unlink)
+            graphs = {schema.edge_types[0]: graph}
+            tables = {schema.node_types[0]: table(schema.node_types[0], _feature_file_handle(cache, x.dtype), x.dtype)}
             labels = share(cache.tensor("y"), "labels") if cache.has("y") else None
             order_handles = NodeOrderHandles(
                 node_order, share(cache.tensor("order"), "node_order"), share(cache.tensor("rank"), "node_rank")
             )
         else:
+            (edge_type,), (node_type,) = schema.edge_types, schema.node_types
+            x = arrays.x[node_type]
             with _Steps(node_order, ["building CSC", "ordering nodes", "relabeling graph", "relabeling rows"]) as steps:
-                graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes)
+                graph = CSCGraph.from_edge_index(arrays.edge_index[edge_type], arrays.num_nodes[node_type])
                 steps.next()
                 if order is None:
                     order = _compute_order(graph, node_order)
                 steps.next()
-                graph = order.relabel_graph(graph).share()
-                undo.callback(graph.unlink)
+                graphs = {edge_type: order.relabel_graph(graph).share()}
+                undo.callback(graphs[edge_type].unlink)
                 steps.next()
-                shared_x, x_handle = create_shared_tensor(data.x.shape, dtype, name="features")
+                dtype = x.dtype if feature_dtype is None else feature_dtype
+                shared_x, x_handle = create_shared_tensor(x.shape, dtype, name="features")
                 undo.callback(x_handle.unlink)
-                features = HostFeatureTable(shared_x, handle=FeatureTableHandle(x_handle)).handle()  # checks x
-                _relabel_rows_into(data.x, order.order, shared_x, steps.bar, dtype_key)
-                y = _labels(data)
+                tables = {node_type: HostFeatureTable(shared_x, handle=FeatureTableHandle(x_handle)).handle()}
+                _relabel_rows_into(x, order.order, shared_x, steps.bar, dtype_key)
                 labels = None if y is None else share(order.relabel_rows(y.to(torch.int64)), "labels")
                 order_handles = NodeOrderHandles(
                     node_order, share(order.order, "node_order"), share(order.rank, "node_rank")
                 )
 
         if splits is None:
-            splits = {name: data.split(name) for name in ("train", "val", "test")}  # type: ignore[union-attr]
+            splits = {name: arrays.data.split(name).to(torch.int64) for name in ("train", "val", "test")}
         shared_splits = {name: share(tensor, f"{name.replace('.', '_')}_idx") for name, tensor in splits.items()}
-        edge_attr = share(data.edge_attr, "edge_attr") if data.edge_attr is not None else None
+        edge_attr = getattr(arrays.data, "edge_attr", None)
         handles = HostGraphHandles(
-            graph=graph.handle(), features=features, labels=labels, splits=shared_splits, edge_attr=edge_attr,
+            schema=schema,
+            num_nodes=tuple((t, int(n)) for t, n in arrays.num_nodes.items()),
+            graphs=tuple((et, graphs[et].handle()) for et in schema.edge_types),
+            tables=tuple(tables.items()),  # the dataset's order of featured types
+            labels=labels,
+            splits=shared_splits,
+            edge_attr=share(edge_attr, "edge_attr") if edge_attr is not None else None,
             node_order=order_handles,
-        )  # fmt: skip
+        )
         undo.pop_all()  # success: the caller owns the segments now
     return handles
 
 
+def _check_options(
+    arrays: TypedArrays,
+    feature_storage: str,
+    node_order: str,
+    cache_dir: Optional[os.PathLike],
+    order: Optional[NodeOrder],
+    feature_dtype: Optional[torch.dtype],
+    feature_dir: Optional[os.PathLike],
+    dtype_key: str,
+) -> None:
+    """Refuse option combinations the host copy cannot build (one line each)."""
+    schema = arrays.schema
+    if feature_storage == "mmap":
+        missing = [t for t in arrays.x if t not in arrays.x_files]
+        if missing and not schema.is_typed:
+            raise ValueError(
+                "`feature_storage`='mmap' needs a dataset whose features are an .npy file (e.g. SyntheticGraph,"
+                " OGBNodeDataset); use 'shared_memory' for this dataset"
+            )
+        if missing:
+            raise ValueError(f"`feature_storage`='mmap' needs an .npy feature file for every featured node type; "
+                             f"{missing} have none (use 'shared_memory')")  # fmt: skip
+    if node_order != "none" and not schema.one_type:
+        raise ValueError(f"`node_order`={node_order!r} needs a graph of one node type and one edge type; this one "
+                         f"has {len(schema.node_types)} node types (use 'none')")  # fmt: skip
+    if feature_storage == "mmap" and node_order != "none" and cache_dir is None:
+        raise ValueError(
+            f"`node_order`={node_order!r} with `feature_storage`='mmap' needs a dataset with an on-disk cache"
+            " (e.g. SyntheticGraph, OGBNodeDataset) to hold the relabeled feature file; use"
+            " feature_storage='shared_memory' or node_order='none'"
+        )
+    if order is not None and order.num_nodes != arrays.num_nodes[schema.node_types[0]]:
+        raise ValueError(f"`order` covers {order.num_nodes} nodes but the data has {arrays.num_nodes[schema.node_types[0]]}")
+    if feature_storage == "mmap" and feature_dtype is not None and feature_dir is None:
+        homeless = [t for t, x in arrays.x.items() if x.dtype != feature_dtype]
+        if homeless:
+            what = f" of {homeless[0]!r}" if schema.is_typed else ""
+            raise ValueError(
+                f"`{dtype_key}`={feature_dtype_name(feature_dtype)!r} with `feature_storage`='mmap' needs a "
+                f"dataset with an on-disk cache (e.g. SyntheticGraph, OGBNodeDataset) to hold the converted feature "
+                f"file{what} (the dataset stores {feature_dtype_name(arrays.x[homeless[0]].dtype)}); use "
+                "feature_storage='shared_memory'"
+            )
+
+
+#: The names this function had for untyped and typed data.
+share_node_data = share_hetero_data = share_host_data
+
+
 def shared_node_order(handles: HostGraphHandles) -> Optional[NodeOrder]:
     """The node order ``handles`` are stored in, mapped (``None`` without one): give it to a later
-    :func:`share_node_data` of the same data to skip computing it again. Open while the names exist."""
+    :func:`share_host_data` of the same data to skip computing it again. Open while the names exist."""
     if handles.node_order is None:
         return None
     return NodeOrder(handles.node_order.order.open(), handles.node_order.rank.open())
