@@ -68,7 +68,6 @@ class SectionClock:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.batch: Optional[BatchFigures] = None
-        self.hop_of: dict[int, int] = {}  # id(one-hop sampler) -> its hop
         self.current_hop = 0
 
     def sync(self) -> None:
@@ -91,28 +90,27 @@ class SectionClock:
 
 @contextmanager
 def instrumented(clock: SectionClock) -> Iterator[None]:
-    """Wrap the heterogeneous sampler's kernel calls and deduplications with ``clock`` for the ``with`` block."""
+    """Wrap the typed sampler's kernel calls and deduplications with ``clock`` for the ``with`` block (the hop of a
+    kernel call is the one its seed was derived for, ``hetero.hop_seed``)."""
     from lightning_zerocopy.sampling import hetero
-    from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler
+    from lightning_zerocopy.sampling.neighbor_sampler import CSCKernel
 
-    plain_sample, plain_one_hop, plain_dedup = hetero.HeteroNeighborSampler.sample, NeighborSampler.sample, \
-        hetero.first_appearance  # fmt: skip
+    plain_seed, plain_run, plain_dedup = hetero.hop_seed, CSCKernel.run, hetero.first_appearance
 
-    def sample(self: Any, *args: Any, **kwargs: Any) -> Any:
-        clock.hop_of = {id(s): hop for per_type in self._samplers.values() for hop, s in enumerate(per_type)}
-        return plain_sample(self, *args, **kwargs)
+    def hop_seed(batch_seed: int, hop: int, edge_type_index: int) -> int:
+        clock.current_hop = hop
+        return plain_seed(batch_seed, hop, edge_type_index)
 
-    def one_hop(self: Any, seeds: torch.Tensor, seed: int) -> Any:
-        if id(self) not in clock.hop_of or clock.batch is None:
-            return plain_one_hop(self, seeds, seed)
-        clock.current_hop = clock.hop_of[id(self)]
-        out, ms = clock.timed(lambda: plain_one_hop(self, seeds, seed))
+    def run(self: Any, seeds: torch.Tensor, *args: Any) -> Any:
+        if clock.batch is None:
+            return plain_run(self, seeds, *args)
+        (out, e_id), ms = clock.timed(lambda: plain_run(self, seeds, *args))
         figures = clock.hop(clock.current_hop)
         figures.frontier += int(seeds.numel())
-        figures.candidates += int(out.edge_index.shape[1])
+        figures.candidates += int(out.row.numel())
         figures.kernel_calls += 1
         figures.kernel_ms += ms
-        return out
+        return out, e_id
 
     def dedup(existing: torch.Tensor, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if clock.batch is None:
@@ -124,12 +122,11 @@ def instrumented(clock: SectionClock) -> Iterator[None]:
         figures.dedup_ms += ms
         return new, local
 
-    hetero.HeteroNeighborSampler.sample, NeighborSampler.sample, hetero.first_appearance = sample, one_hop, dedup
+    hetero.hop_seed, CSCKernel.run, hetero.first_appearance = hop_seed, run, dedup  # type: ignore[method-assign]
     try:
         yield
     finally:
-        hetero.HeteroNeighborSampler.sample, NeighborSampler.sample = plain_sample, plain_one_hop
-        hetero.first_appearance = plain_dedup
+        hetero.hop_seed, CSCKernel.run, hetero.first_appearance = plain_seed, plain_run, plain_dedup  # type: ignore[method-assign]
 
 
 def sort_bound_ms(count: int, device: torch.device, repeats: int = 5) -> float:

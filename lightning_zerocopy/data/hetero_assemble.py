@@ -35,7 +35,8 @@ from lightning_zerocopy.cache.provider import FeatureGather
 from lightning_zerocopy.data.assemble import StageMarks, fields_to_device, host_gather_to
 from lightning_zerocopy.data.resources import HostData
 from lightning_zerocopy.data.plan import PlanItem
-from lightning_zerocopy.sampling.hetero import HeteroNeighborSampler, HeteroSampledBatch
+from lightning_zerocopy.sampling.hetero import HeteroSampledBatch
+from lightning_zerocopy.sampling.neighbor_sampler import HeteroNeighborSampler
 
 __all__ = [
     "HeteroGpuSide",

@@ -60,7 +60,8 @@ from lightning_zerocopy.options import (
     check_fanouts,
 )
 from lightning_zerocopy.sampling.cost_model import TypedSampleSizeEstimator
-from lightning_zerocopy.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSampledBatch
+from lightning_zerocopy.sampling.hetero import EdgeType, HeteroSampledBatch
+from lightning_zerocopy.sampling.neighbor_sampler import HeteroNeighborSampler
 from lightning_zerocopy.sampling.hybrid.policy import HybridPolicy, HybridStats
 
 __all__ = ["HeteroBatchBuilder"]

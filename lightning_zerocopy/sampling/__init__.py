@@ -1,5 +1,5 @@
-"""Neighbor samplers: multi-hop uniform sampling over a CSC graph with PyG ``NeighborLoader`` output (and its
-heterogeneous form over one CSC per edge type), and the
+"""Neighbor sampling: one multi-hop uniform sampler over a graph of any schema (one CSC per edge type) with PyG
+``NeighborLoader`` output, and the
 hybrid CPU/GPU placement of each batch's sampling (cost model + dispatcher)."""
 
 from lightning_zerocopy.sampling.cost_model import (
@@ -9,10 +9,11 @@ from lightning_zerocopy.sampling.cost_model import (
     expected_sample_edges,
     expected_typed_sample_edges,
 )
-from lightning_zerocopy.sampling.hetero import HeteroNeighborSampler, HeteroSampledBatch
+from lightning_zerocopy.sampling.hetero import HeteroSampledBatch
 from lightning_zerocopy.sampling.hybrid.policy import Dispatch, HybridDispatcher, HybridPolicy, HybridStats
 from lightning_zerocopy.sampling.neighbor_sampler import (
     CSCLike,
+    HeteroNeighborSampler,
     NeighborSampler,
     SampledBatch,
     node_keyed_bound,

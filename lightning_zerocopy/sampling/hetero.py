@@ -1,4 +1,4 @@
-"""Heterogeneous neighbor sampling with the semantics of PyG's hetero ``NeighborLoader`` (not disjoint).
+"""Sampling a typed graph of several types, with the semantics of PyG's hetero ``NeighborLoader`` (not disjoint).
 
 The graph is one CSC topology per edge type ``(src, rel, dst)``: the incoming ``src``-type neighbors of every
 ``dst``-type node. Hop by hop, for every edge type in order, ``fanouts[edge_type][hop]`` incoming neighbors are
@@ -6,9 +6,10 @@ drawn for the ``dst``-type nodes the previous hop added (the seeds at hop 0); th
 deduplicated per node type across hops, in order of first appearance (seeds first), as pyg-lib's
 ``hetero_neighbor_sample`` does: within a hop, the edge types in order, each edge type's picks by target, then pick.
 
-Each (hop, edge type) is one call of the homogeneous one-hop kernel (``fanouts=[k]``) through
-:class:`~lightning_zerocopy.sampling.NeighborSampler`, so every placement (CPU threads, ``uva``, ``gpu``) runs
-unchanged code. The call's random seed is derived from (batch seed, hop, edge type index) (:func:`hop_seed`); the
+:class:`~lightning_zerocopy.sampling.NeighborSampler` calls :func:`sample_hetero` for a typed graph of several types
+(one type is one fused multi-hop call). Each (hop, edge type) is one call of the one-hop kernel (``fanouts=[k]``) on
+that edge type's :class:`~lightning_zerocopy.sampling.neighbor_sampler.CSCKernel`, so every placement (CPU threads,
+``uva``, ``gpu``) runs the same code. The call's random seed is derived from (batch seed, hop, edge type index) (:func:`hop_seed`); the
 kernel keys a target's picks by (call seed, position of the target in the frontier) (``csrc/ops/pick_policy.h``),
 and the frontier is the same on every device, so every placement draws the same sample. The kernel deduplicates
 ids in one id space, so its ``n_id`` mixes the frontier's ``dst`` ids with the picked ``src`` ids; the picked
@@ -26,17 +27,20 @@ batch -- the homogeneous node-keyed contract, per node type.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 
-from lightning_zerocopy.options import SamplerDevice, check_choice, check_fanouts
-from lightning_zerocopy.sampling.neighbor_sampler import CSCLike, NeighborSampler
+from lightning_zerocopy.graph.schema import EdgeType
 
-__all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSampledBatch", "first_appearance", "hop_seed"]
-
-#: ``(source node type, relation, destination node type)``, PyG's key of an edge type.
-EdgeType = tuple[str, str, str]
+__all__ = [
+    "EdgeType",
+    "HeteroSampledBatch",
+    "first_appearance",
+    "hop_seed",
+    "sample_hetero",
+    "seeds_by_type",
+]
 
 _MASK64 = (1 << 64) - 1
 
@@ -85,7 +89,7 @@ def first_appearance(existing: torch.Tensor, candidates: torch.Tensor) -> tuple[
 
 @dataclass(frozen=True)
 class HeteroSampledBatch:
-    """One sampled heterogeneous mini-batch in PyG's hetero ``NeighborLoader`` layout (ids are the host memory's).
+    """One sampled typed mini-batch in PyG's hetero ``NeighborLoader`` layout (ids are the host memory's).
 
     Attributes:
         n_id: per node type, int64 ids of the sampled nodes (every node type, empty where none was sampled); the
@@ -109,152 +113,82 @@ class HeteroSampledBatch:
     input_type: Optional[str]
 
 
-class HeteroNeighborSampler:
-    """PyG-style heterogeneous multi-hop sampler over one CSC topology per edge type.
-
-    Args:
-        graphs: per edge type ``(s, r, d)``, a CSC graph (or a placed topology) whose targets are ``d``-type ids
-            and whose ``indices`` are ``s``-type ids; ``indptr`` may cover more than ``num_nodes[d]`` targets (the
-            host copy sizes both id spaces to the larger type, so the kernel's bounds hold; see
-            :mod:`lightning_zerocopy.data.host.hetero`). The dict's order is the edge types' sampling order.
-        node_types: every node type, in order (the batch has all of them).
-        fanouts: per edge type, neighbors per hop (all lists the same length; ``-1`` takes all).
-        replace: sample with replacement.
-        num_threads: threads of the CPU kernel (``None``: ``torch.get_num_threads()``).
-        placement: ``"cpu"``, ``"uva"`` or ``"gpu"`` (as :class:`~lightning_zerocopy.sampling.NeighborSampler`).
-        device: the CUDA device of the GPU placements.
-        node_keyed: evaluation sampling (see the module docstring).
+def seeds_by_type(
+    seeds: Union[torch.Tensor, Mapping[str, torch.Tensor]], input_type: Optional[str], node_types: Sequence[str]
+) -> dict[str, torch.Tensor]:
+    """A typed sample's seeds per node type (a tensor is ``input_type``'s).
 
     Raises:
-        ValueError: an edge type without fanouts (or fanouts for an edge type without a graph), lists of
-            different lengths, an edge type naming an unknown node type.
+        ValueError: an unknown node type (``input_type`` or a key of ``seeds``), a tensor without ``input_type``.
     """
+    if input_type is not None and input_type not in node_types:
+        raise ValueError(f"`input_type` {input_type!r} is not one of the node types {list(node_types)}")
+    if isinstance(seeds, torch.Tensor):
+        if input_type is None:
+            raise ValueError("`input_type` names the node type of `seeds`; pass a dict to seed several types")
+        return {input_type: seeds}
+    unknown = [t for t in seeds if t not in node_types]
+    if unknown:
+        raise ValueError(f"`seeds` names {unknown[0]!r}, not one of the node types {list(node_types)}")
+    return dict(seeds)
 
-    def __init__(
-        self,
-        graphs: Mapping[EdgeType, CSCLike],
-        node_types: Sequence[str],
-        fanouts: Mapping[EdgeType, Sequence[int]],
-        replace: bool = False,
-        num_threads: Optional[int] = None,
-        placement: SamplerDevice = "cpu",
-        device: Union[torch.device, str, int, None] = None,
-        node_keyed: bool = False,
-    ) -> None:
-        check_choice(placement, SamplerDevice, "placement")
-        self.edge_types: list[EdgeType] = [tuple(et) for et in graphs]  # type: ignore[misc]
-        self.node_types = list(node_types)
-        if set(map(tuple, fanouts)) != set(self.edge_types):
-            raise ValueError(f"`fanouts` must name exactly the edge types {self.edge_types}, got {list(fanouts)}")
-        lengths = {len(fanouts[et]) for et in self.edge_types}
-        if len(lengths) > 1:
-            raise ValueError(f"every edge type needs as many fanouts (hops), got lengths {sorted(lengths)}")
-        for src, _, dst in self.edge_types:
-            for node_type in (src, dst):
-                if node_type not in self.node_types:
-                    raise ValueError(f"edge type {(src, _, dst)} names {node_type!r}, not one of {self.node_types}")
-        self.fanouts = {et: check_fanouts(list(fanouts[et]), f"fanouts[{'__'.join(et)}]") for et in self.edge_types}
-        self.num_hops = lengths.pop() if lengths else 0
-        self.replace = bool(replace)
-        self.node_keyed = bool(node_keyed)
-        self.placement: SamplerDevice = placement
-        # one homogeneous one-hop sampler per (edge type, hop): the same kernel, placement and id mapping
-        self._samplers = {
-            et: [
-                NeighborSampler(graphs[et], fanouts=[k], replace=replace, num_threads=num_threads,
-                                placement=placement, device=device, node_keyed=node_keyed)  # fmt: skip
-                for k in self.fanouts[et]
-            ]
-            for et in self.edge_types
-        }
 
-    def sample(
-        self,
-        seeds: Union[torch.Tensor, Mapping[str, torch.Tensor]],
-        seed: int,
-        input_type: Optional[str] = None,
-    ) -> HeteroSampledBatch:
-        """Sample the multi-hop neighborhood of the seed nodes.
+def sample_hetero(
+    sampler: Any, by_type: Mapping[str, torch.Tensor], seed: int, input_type: Optional[str]
+) -> HeteroSampledBatch:
+    """The per-hop sample of a typed graph of several types (see the module docstring): per hop, every edge type in
+    order draws for the destination nodes the previous hop added, then each node type's picks are deduplicated.
 
-        Args:
-            seeds: unique int64 ids of ``input_type`` nodes, or a dict of them per node type (PyG's ``seed_dict``:
-                a link batch seeds both endpoint types; every type's seeds are hop 0 of its ``n_id``), on the device
-                the sample is built on.
-            seed: the batch's random seed (the plan's ``batch_seed``).
-            input_type: the seeds' node type (needed for a tensor); with a dict, the type whose seeds count as
-                ``batch_size`` (``None``: the batch has no input type, ``batch_size`` counts every seed).
+    ``sampler`` is the :class:`~lightning_zerocopy.sampling.NeighborSampler` (its types, fanouts per edge type,
+    ``kernels`` by edge type, ``replace`` and ``node_keyed``)."""
+    node_types, edge_types = sampler.node_types, sampler.edge_types
+    node_keyed = sampler.node_keyed
+    first = next(iter(by_type.values()))
+    n_id = {t: by_type[t].to(torch.int64) if t in by_type else first.new_empty(0, dtype=torch.int64)
+            for t in node_types}  # fmt: skip
+    seeds = n_id[input_type] if input_type is not None else first
+    counts = {t: [int(n_id[t].numel())] for t in node_types}
+    frontier = {t: (0, int(n_id[t].numel())) for t in node_types}  # [begin, end) of the last hop's nodes
+    rows: dict[EdgeType, list[torch.Tensor]] = {et: [] for et in edge_types}
+    cols: dict[EdgeType, list[torch.Tensor]] = {et: [] for et in edge_types}
+    e_ids: dict[EdgeType, list[torch.Tensor]] = {et: [] for et in edge_types}
+    edge_counts: dict[EdgeType, list[int]] = {et: [] for et in edge_types}
+    for hop in range(sampler.num_hops):
+        picked: dict[str, list[tuple[EdgeType, torch.Tensor]]] = {t: [] for t in node_types}
+        for index, et in enumerate(edge_types):
+            src, _, dst = et
+            begin, end = frontier[dst]
+            if end == begin:
+                edge_counts[et].append(0)
+                continue
+            out, e_id = sampler.kernels[et].run(n_id[dst][begin:end], [sampler.fanouts[et][hop]],
+                                                hop_seed(seed, hop, index), sampler.replace, node_keyed)  # fmt: skip
+            src_ids = out.n_id[out.row]  # the kernel's n_id keeps the id values (see the module docstring)
+            cols[et].append(out.col + begin)
+            e_ids[et].append(e_id)
+            edge_counts[et].append(int(src_ids.numel()))
+            picked[src].append((et, src_ids))
+        for node_type in node_types:
+            before = int(n_id[node_type].numel())
+            parts = picked[node_type]
+            if parts:
+                candidates = torch.cat([ids for _, ids in parts])
+                existing = n_id[node_type] if not node_keyed else n_id[node_type][:0]
+                new, local = first_appearance(existing, candidates)
+                if node_keyed:
+                    local = local + before
+                n_id[node_type] = torch.cat([n_id[node_type], new])
+                for (et, ids), part in zip(parts, torch.split(local, [int(i.numel()) for _, i in parts])):
+                    rows[et].append(part)
+            after = int(n_id[node_type].numel())
+            frontier[node_type] = (before, after)
+            counts[node_type].append(after - before)
+    empty = seeds.new_empty(0)
+    edge_index = {
+        et: torch.stack([torch.cat(rows[et]), torch.cat(cols[et])]) if rows[et] else seeds.new_empty((2, 0))
+        for et in edge_types
+    }
+    e_id_of = {et: torch.cat(e_ids[et]) if e_ids[et] else empty for et in edge_types}
+    size = counts[input_type][0] if input_type is not None else sum(c[0] for c in counts.values())
+    return HeteroSampledBatch(n_id, edge_index, e_id_of, counts, edge_counts, size, input_type)
 
-        Raises:
-            ValueError: an unknown node type (``input_type`` or a key of ``seeds``), a tensor without
-                ``input_type``; the kernel's errors (out-of-range or repeated seeds).
-        """
-        if input_type is not None and input_type not in self.node_types:
-            raise ValueError(f"`input_type` {input_type!r} is not one of the node types {self.node_types}")
-        if isinstance(seeds, torch.Tensor):
-            if input_type is None:
-                raise ValueError("`input_type` names the node type of `seeds`; pass a dict to seed several types")
-            by_type = {input_type: seeds}
-        else:
-            unknown = [t for t in seeds if t not in self.node_types]
-            if unknown:
-                raise ValueError(f"`seeds` names {unknown[0]!r}, not one of the node types {self.node_types}")
-            by_type = dict(seeds)
-        first = next(iter(by_type.values()))
-        n_id = {t: by_type[t].to(torch.int64) if t in by_type else first.new_empty(0, dtype=torch.int64)
-                for t in self.node_types}  # fmt: skip
-        seeds = n_id[input_type] if input_type is not None else first
-        counts = {t: [int(n_id[t].numel())] for t in self.node_types}
-        frontier = {t: (0, int(n_id[t].numel())) for t in self.node_types}  # [begin, end) of the last hop's nodes
-        rows: dict[EdgeType, list[torch.Tensor]] = {et: [] for et in self.edge_types}
-        cols: dict[EdgeType, list[torch.Tensor]] = {et: [] for et in self.edge_types}
-        e_ids: dict[EdgeType, list[torch.Tensor]] = {et: [] for et in self.edge_types}
-        edge_counts: dict[EdgeType, list[int]] = {et: [] for et in self.edge_types}
-        for hop in range(self.num_hops):
-            picked: dict[str, list[tuple[EdgeType, torch.Tensor]]] = {t: [] for t in self.node_types}
-            for index, et in enumerate(self.edge_types):
-                src, _, dst = et
-                begin, end = frontier[dst]
-                if end == begin:
-                    edge_counts[et].append(0)
-                    continue
-                out = self._samplers[et][hop].sample(n_id[dst][begin:end], seed=hop_seed(seed, hop, index))
-                src_ids = out.n_id[out.edge_index[0]]  # the kernel's n_id keeps the id values (see the docstring)
-                cols[et].append(out.edge_index[1] + begin)
-                e_ids[et].append(out.e_id)
-                edge_counts[et].append(int(src_ids.numel()))
-                picked[src].append((et, src_ids))
-            for node_type in self.node_types:
-                before = int(n_id[node_type].numel())
-                parts = picked[node_type]
-                if parts:
-                    candidates = torch.cat([ids for _, ids in parts])
-                    existing = n_id[node_type] if not self.node_keyed else n_id[node_type][:0]
-                    new, local = first_appearance(existing, candidates)
-                    if self.node_keyed:
-                        local = local + before
-                    n_id[node_type] = torch.cat([n_id[node_type], new])
-                    for (et, ids), part in zip(parts, torch.split(local, [int(i.numel()) for _, i in parts])):
-                        rows[et].append(part)
-                after = int(n_id[node_type].numel())
-                frontier[node_type] = (before, after)
-                counts[node_type].append(after - before)
-        empty = seeds.new_empty(0)
-        edge_index = {
-            et: torch.stack([torch.cat(rows[et]), torch.cat(cols[et])]) if rows[et] else seeds.new_empty((2, 0))
-            for et in self.edge_types
-        }
-        e_id = {et: torch.cat(e_ids[et]) if e_ids[et] else empty for et in self.edge_types}
-        size = counts[input_type][0] if input_type is not None else sum(c[0] for c in counts.values())
-        return HeteroSampledBatch(n_id, edge_index, e_id, counts, edge_counts, size, input_type)
-
-    def close(self) -> None:
-        """Release what the GPU placements placed themselves (nothing for topologies placed by their owner)."""
-        for samplers in self._samplers.values():
-            for sampler in samplers:
-                sampler.close()
-
-    def __repr__(self) -> str:
-        return (
-            f"HeteroNeighborSampler(edge_types={len(self.edge_types)}, hops={self.num_hops}, replace={self.replace}, "
-            f"placement={self.placement!r}, node_keyed={self.node_keyed})"
-        )

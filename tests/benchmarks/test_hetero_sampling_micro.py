@@ -10,7 +10,7 @@ import torch
 
 from benchmarks.micro import hetero_sampling
 from lightning_zerocopy.sampling import hetero
-from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler
+from lightning_zerocopy.sampling.neighbor_sampler import CSCKernel
 
 
 def test_ci_graph_on_the_cpu_gives_one_entry_per_hop(tmp_path: Path) -> None:
@@ -29,10 +29,10 @@ def test_ci_graph_on_the_cpu_gives_one_entry_per_hop(tmp_path: Path) -> None:
 
 
 def test_instrumentation_is_undone_even_when_sampling_fails() -> None:
-    originals = (hetero.HeteroNeighborSampler.sample, NeighborSampler.sample, hetero.first_appearance)
+    originals = (hetero.hop_seed, CSCKernel.run, hetero.first_appearance)
     clock = hetero_sampling.SectionClock(torch.device("cpu"))
     with pytest.raises(RuntimeError, match="boom"):
         with hetero_sampling.instrumented(clock):
             assert hetero.first_appearance is not originals[2]
             raise RuntimeError("boom")
-    assert (hetero.HeteroNeighborSampler.sample, NeighborSampler.sample, hetero.first_appearance) == originals
+    assert (hetero.hop_seed, CSCKernel.run, hetero.first_appearance) == originals

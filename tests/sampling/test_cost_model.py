@@ -17,7 +17,7 @@ from lightning_zerocopy.sampling.cost_model import (
     expected_sample_edges,
     expected_typed_sample_edges,
 )
-from lightning_zerocopy.sampling.hetero import HeteroNeighborSampler
+from lightning_zerocopy.sampling.neighbor_sampler import HeteroNeighborSampler
 
 
 def _random_graph(num_nodes: int, num_edges: int, seed: int) -> CSCGraph:

@@ -7,7 +7,8 @@ import torch
 
 from helpers.hetero import CITES, EDGE_TYPES, EMPLOYS, WRITES, make_hetero_data, reference_hetero_sample
 from lightning_zerocopy.graph.csc import CSCGraph
-from lightning_zerocopy.sampling.hetero import HeteroNeighborSampler, first_appearance, hop_seed
+from lightning_zerocopy.sampling.hetero import first_appearance, hop_seed
+from lightning_zerocopy.sampling.neighbor_sampler import HeteroNeighborSampler
 
 FANOUTS = {CITES: [3, 2], WRITES: [2, 2], EDGE_TYPES[2]: [4, 1], EMPLOYS: [1, 1]}
 

@@ -7,7 +7,7 @@ import torch
 
 from helpers.hetero import AUTHOR, EDGE_TYPES, PAPER, WRITTEN_BY, make_hetero_data
 from lightning_zerocopy.graph.csc import CSCGraph
-from lightning_zerocopy.sampling.hetero import HeteroNeighborSampler
+from lightning_zerocopy.sampling.neighbor_sampler import HeteroNeighborSampler
 
 
 def _sampler(data, **kwargs) -> HeteroNeighborSampler:
