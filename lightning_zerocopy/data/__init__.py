@@ -34,7 +34,7 @@ _LAZY = {
     "share_host_data": "lightning_zerocopy.data.host.share",
     "share_node_data": "lightning_zerocopy.data.host.share",
     "HeteroHostGraphHandles": "lightning_zerocopy.data.handles",
-    "HeteroBatchBuilder": "lightning_zerocopy.data.hetero_batch",
+    "HeteroBatchBuilder": "lightning_zerocopy.data.batch",
     "ZeroCopyHeteroDataModule": "lightning_zerocopy.data.hetero_datamodule",
 }
 

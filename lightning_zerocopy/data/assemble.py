@@ -1,41 +1,49 @@
-"""Assembling a batch from a sample: gathers of features, labels and edge features into a PyG ``Data``.
+"""Assembling a batch from a sample: the gather of every featured type's rows, the labels and edge features, into a
+PyG ``Data`` (an untyped schema) or ``HeteroData`` (a typed one), chosen at the last step as PyG's
+``NodeLoader.filter_fn`` chooses.
 
-The second stage of :meth:`~lightning_zerocopy.data.batch.BatchBuilder.build_batch`: :func:`assemble_on_host`
-(CPU threads, host memory) and :func:`assemble_on_gpu` (on the GPU, from what the builder's
-:class:`~lightning_zerocopy.data.resources.DeviceResources` placed), writing into preallocated ``out`` buffers
-where they fit.
+The second stage of :meth:`~lightning_zerocopy.data.batch.BatchBuilder.build_batch`: :func:`assemble` gathers with
+the host tables' CPU threads (a host batch) or, on the GPU, with the resources' zero-copy table of each type (or a CPU
+gather of GPU-sampled ids, sent over pinned memory), writing into preallocated ``out`` buffers where they fit (an
+untyped batch's ``x``, ``y``, ``edge_attr``).
 
 ``x`` leaves in the builder's ``x_dtype``: the rows are gathered in the host table's dtype (half the bytes over PCIe
 for a ``bfloat16``/``float16`` table) and cast where the batch is built, on the GPU for a GPU builder (into the slot
-when ``out["x"]`` is given), on the host for a host batch.
+when ``out["x"]`` is given). A caller that wants the stage split (the pipeline producer) passes ``marks``
+(:class:`StageMarks`): ``marks.mark("gather", nbytes)`` follows the last type's rows, before labels, id maps, edge
+features and the cast.
 
-A caller that wants the stage split (the pipeline producer) passes ``marks`` (:class:`StageMarks`): the assembler
-calls ``marks.mark("gather", nbytes)`` right after the feature rows are gathered, before labels, id maps, edge
-features and the cast of ``x``.
+A typed batch has the fields of PyG's hetero ``NeighborLoader``: per node type ``n_id``, ``num_sampled_nodes`` and
+``x`` (featured types) or ``num_nodes``; on the input type ``y`` (every sampled node's), ``batch_size``, ``input_id``;
+per edge type ``edge_index``, ``e_id``, ``num_sampled_edges`` (so ``num_sampled_nodes_dict`` /
+``num_sampled_edges_dict`` feed ``trim_to_layer``). A link item's fields go where PyG's link loaders put them
+(:func:`complete_batch`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Protocol, Sequence
+from typing import Mapping, Optional, Protocol, Sequence, Union
 
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from lightning_zerocopy.cache.provider import FeatureGather
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import HostData, row_width
+from lightning_zerocopy.graph.schema import NODE
+from lightning_zerocopy.sampling.hetero import HeteroSampledBatch
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch
 
 __all__ = [
     "GpuSide",
     "SampledItem",
     "StageMarks",
-    "assemble_on_gpu",
-    "assemble_on_host",
+    "assemble",
     "complete_batch",
     "fields_to_device",
     "host_gather_to",
+    "sample_to_device",
     "to_device_packed",
 ]
 
@@ -45,7 +53,7 @@ class StageMarks(Protocol):
 
     def mark(self, stage: str, nbytes: int = 0) -> None:
         """Stage ``stage`` ended now (on the current CUDA stream for a GPU builder); ``"gather"``: the feature rows
-        are gathered, ``nbytes`` bytes of them in the host table's dtype."""
+        are gathered, ``nbytes`` bytes of them in the host tables' dtypes."""
         ...
 
 
@@ -55,13 +63,13 @@ class SampledItem:
 
     Attributes:
         item: the plan item it was sampled for.
-        sample: the sampled structure; ``n_id`` holds *internal* ids (rows of the host memory), which
-            :meth:`BatchBuilder.gather_batch` maps back to the dataset's ids.
+        sample: the sampled structure (a typed graph's per type); ``n_id`` holds *internal* ids (rows of the host
+            memory), which :meth:`BatchBuilder.gather_batch` maps back to the dataset's ids.
         input_id: positions of the seeds in their split, on the same device.
     """
 
     item: PlanItem
-    sample: SampledBatch
+    sample: Union[SampledBatch, HeteroSampledBatch]
     input_id: torch.Tensor
 
 
@@ -71,90 +79,104 @@ class GpuSide:
 
     device: torch.device
     sampler: Optional[NeighborSampler]  # None: the CPU sampler, ids copied over
-    features: Optional[FeatureGather]  # None: CPU gather of GPU-sampled ids
+    features: Optional[Mapping[str, FeatureGather]]  # per featured type; None: CPU gather of GPU-sampled ids
     edge_attr: Optional[FeatureGather]
     labels: Optional[torch.Tensor]  # None: no node labels (link prediction)
     order: Optional[torch.Tensor]
 
 
-def assemble_on_host(
+def assemble(
     host: HostData,
+    gpu: Optional[GpuSide],
     sampled: SampledItem,
     out: Mapping[str, torch.Tensor],
     x_dtype: Optional[torch.dtype] = None,
     marks: Optional[StageMarks] = None,
-) -> Data:
-    """The batch of a CPU sample, gathered by CPU threads into host memory (``out`` buffers where they fit); ``x``
-    cast to ``x_dtype`` on the host (``None``: the table's dtype)."""
-    cpu = torch.device("cpu")
-    sample = sampled.sample
-    n_id = sample.n_id  # internal ids: rows of the host feature table and labels
-    x_out = _rows(out, "x", n_id.numel(), cpu)
-    cast = x_dtype is not None and x_dtype != host.features.dtype
-    x = host.features.gather(n_id, out=None if cast else x_out)
+) -> Union[Data, HeteroData]:
+    """The batch of a sample: built on the GPU (``gpu`` given: features through the resources' gather paths, or a
+    CPU gather of the ids sent over pinned memory; labels from their compact copy; ``n_id`` mapped back to original
+    ids) or in host memory (CPU threads). ``x`` cast to ``x_dtype`` where it is built (``None``: the table's)."""
+    device = gpu.device if gpu is not None else torch.device("cpu")
+    sample, typed = sampled.sample, host.schema.is_typed
+    n_ids = sample.n_id if isinstance(sample, HeteroSampledBatch) else {NODE: sample.n_id}
+    xs, casts, nbytes = {}, {}, 0
+    for node_type, table in host.tables.items():
+        n_id = n_ids[node_type]
+        x_out = None if typed else _rows(out, "x", n_id.numel(), device)
+        cast = x_dtype is not None and x_dtype != table.dtype
+        raw_out = None if cast else x_out  # a cast gathers the table's dtype first (the caching allocator's memory)
+        if gpu is None:
+            xs[node_type] = table.gather(n_id, out=raw_out)
+        elif gpu.features is not None:
+            xs[node_type] = gpu.features[node_type].gather(n_id, out=raw_out)
+        else:  # CPU gather of GPU-sampled ids: the ids come back, the rows go over pinned
+            xs[node_type] = host_gather_to(table.data, n_id, raw_out, device)
+        if cast:
+            casts[node_type] = x_out
+        nbytes += n_id.numel() * table.row_bytes
     if marks is not None:
-        marks.mark("gather", n_id.numel() * host.features.row_bytes)
-    if cast:
-        x = _cast_into(x, x_out, x_dtype)
-    y = None
-    if host.labels is not None:
-        y_out = _rows(out, "y", n_id.numel(), cpu)
-        y = torch.index_select(host.labels, 0, n_id, out=y_out) if y_out is not None else host.labels[n_id]
-    if host.order is not None:
-        n_id = torch.index_select(host.order, 0, n_id)
-    data = _data(x, sample.edge_index, y, n_id, sample.e_id, sampled.input_id, sample)
-    if host.edge_attr is not None:
-        attr_out = _rows(out, "edge_attr", sample.e_id.numel(), cpu)
-        if attr_out is not None:
-            torch.index_select(host.edge_attr, 0, sample.e_id, out=attr_out)
-            data.edge_attr = attr_out
+        marks.mark("gather", nbytes)
+    for node_type, x_out in casts.items():
+        xs[node_type] = _cast_into(xs[node_type], x_out, x_dtype)  # type: ignore[arg-type]
+    y, input_type = None, host.schema.input_type if not typed else sample.input_type  # type: ignore[union-attr]
+    if host.labels is not None and input_type is not None:
+        seeds = n_ids[input_type]
+        y_out = None if typed else _rows(out, "y", seeds.numel(), device)
+        if gpu is not None:
+            y_small = torch.index_select(gpu.labels, 0, seeds)  # type: ignore[arg-type]
+            y = y_out.copy_(y_small) if y_out is not None else y_small.to(torch.int64)
         else:
-            data.edge_attr = host.edge_attr[sample.e_id]
+            y = torch.index_select(host.labels, 0, seeds, out=y_out) if y_out is not None else host.labels[seeds]
+    if typed:
+        return _hetero_data(sample, xs, y, sampled.input_id)  # type: ignore[arg-type]
+    n_id = n_ids[NODE]
+    order = host.order if gpu is None else gpu.order
+    if order is not None:  # internal -> original ids, where the batch is built
+        n_id = torch.index_select(order, 0, n_id).to(torch.int64)
+    labels = {} if y is None else {"y": y}  # a batch without node labels has no `y` (as PyG's link loader)
+    data = Data(x=xs.get(NODE), edge_index=sample.edge_index, **labels, n_id=n_id, e_id=sample.e_id,
+                input_id=sampled.input_id, batch_size=sample.batch_size, num_sampled_nodes=sample.num_sampled_nodes,
+                num_sampled_edges=sample.num_sampled_edges)  # fmt: skip
+    if host.edge_attr is not None:
+        data.edge_attr = _edge_attr(host.edge_attr, gpu, sample.e_id, out, device)  # type: ignore[arg-type]
     return data
 
-def assemble_on_gpu(
-    host: HostData,
-    state: GpuSide,
-    sampled: SampledItem,
-    out: Mapping[str, torch.Tensor],
-    x_dtype: Optional[torch.dtype] = None,
-    marks: Optional[StageMarks] = None,
-) -> Data:
-    """The batch of a sample on the GPU: features through the resources' gather path (or a CPU gather of the
-    ids, sent over pinned memory) in the host table's dtype, then cast to ``x_dtype`` on the GPU (``None``: kept),
-    labels from their compact copy, ``n_id`` mapped back to original ids."""
-    device = state.device
-    sample = sampled.sample
-    n_id, edge_index, e_id = sample.n_id, sample.edge_index, sample.e_id
-    with torch.cuda.device(device):
-        rows = n_id.numel()
-        x_out = _rows(out, "x", rows, device)
-        cast = x_dtype is not None and x_dtype != host.features.dtype
-        raw_out = None if cast else x_out  # a cast gathers the table's dtype first (the caching allocator's memory)
-        if state.features is not None:
-            x = state.features.gather(n_id, out=raw_out)
-        else:  # CPU gather of GPU-sampled ids: the ids come back, the rows go over pinned
-            x = host_gather_to(host.features.data, n_id, raw_out, device)
-        if marks is not None:
-            marks.mark("gather", rows * host.features.row_bytes)
-        if cast:
-            x = _cast_into(x, x_out, x_dtype)
-        y = None
-        if state.labels is not None:
-            y_out = _rows(out, "y", rows, device)
-            y_small = torch.index_select(state.labels, 0, n_id)
-            y = y_out.copy_(y_small) if y_out is not None else y_small.to(torch.int64)
-        if state.order is not None:  # internal -> original ids, on the GPU
-            n_id = torch.index_select(state.order, 0, n_id).to(torch.int64)
-        data = _data(x, edge_index, y, n_id, e_id, sampled.input_id, sample)
-        if host.edge_attr is not None:
-            attr_out = _rows(out, "edge_attr", e_id.numel(), device)
-            shape = (e_id.numel(), *host.edge_attr.shape[1:])
-            if state.edge_attr is not None:
-                flat = None if attr_out is None else attr_out.view(e_id.numel(), row_width(host.edge_attr))
-                data.edge_attr = state.edge_attr.gather(e_id, out=flat).view(shape)
-            else:
-                data.edge_attr = host_gather_to(host.edge_attr, e_id, attr_out, device)
+
+def _edge_attr(
+    attr: torch.Tensor, gpu: Optional[GpuSide], e_id: torch.Tensor, out: Mapping[str, torch.Tensor], device: torch.device
+) -> torch.Tensor:
+    attr_out = _rows(out, "edge_attr", e_id.numel(), device)
+    if gpu is None:
+        return torch.index_select(attr, 0, e_id, out=attr_out) if attr_out is not None else attr[e_id]
+    if gpu.edge_attr is not None:
+        flat = None if attr_out is None else attr_out.view(e_id.numel(), row_width(attr))
+        return gpu.edge_attr.gather(e_id, out=flat).view((e_id.numel(), *attr.shape[1:]))
+    return host_gather_to(attr, e_id, attr_out, device)
+
+
+def _hetero_data(
+    sample: HeteroSampledBatch, xs: dict[str, torch.Tensor], y: Optional[torch.Tensor], input_id: torch.Tensor
+) -> HeteroData:
+    data = HeteroData()
+    for node_type, n_id in sample.n_id.items():
+        store = data[node_type]
+        if node_type in xs:
+            store.x = xs[node_type]
+        else:
+            store.num_nodes = int(n_id.numel())
+        store.n_id = n_id
+        store.num_sampled_nodes = sample.num_sampled_nodes[node_type]
+    if sample.input_type is not None:
+        seeds = data[sample.input_type]
+        if y is not None:
+            seeds.y = y
+        seeds.input_id = input_id
+        seeds.batch_size = sample.batch_size
+    for edge_type, edge_index in sample.edge_index.items():
+        store = data[edge_type]
+        store.edge_index = edge_index
+        store.e_id = sample.e_id[edge_type]
+        store.num_sampled_edges = sample.num_sampled_edges[edge_type]
     return data
 
 
@@ -167,14 +189,24 @@ def _cast_into(x: torch.Tensor, out: Optional[torch.Tensor], dtype: torch.dtype)
     return x.to(dtype)
 
 
-def complete_batch(data: Data, item: PlanItem) -> Data:
-    """``data`` (built from ``item``'s seeds) finished for its task: the item's own fields (:attr:`PlanItem.task_fields`,
-    e.g. a link batch's supervision edges; CPU tensors) on the batch's device, the int64 ones in one pinned transfer,
-    and ``batch_size`` set to the item's (:attr:`PlanItem.task_batch_size`)."""
+def complete_batch(data: Union[Data, HeteroData], item: PlanItem, input_id: torch.Tensor) -> Union[Data, HeteroData]:
+    """``data`` (built from ``item``'s seeds) finished for its task: nothing for a node item; a link item's fields
+    (:attr:`PlanItem.task_fields`, CPU tensors) on the batch's device, the int64 ones in one pinned transfer, where
+    PyG's link loaders put them: on an untyped batch itself (``batch_size`` the item's), on a typed batch's stores
+    (``edge_label_index`` / ``edge_label`` / ``edge_label_query``, ``input_id`` and ``batch_size`` on the supervised
+    edge type, ``src_index`` on its source type, ``dst_pos_index`` / ``dst_neg_index`` on its destination type)."""
     fields = item.task_fields
     if not fields:
         return data
-    for key, value in fields_to_device(fields, data.n_id.device).items():
+    moved = fields_to_device(fields, input_id.device)
+    if isinstance(data, HeteroData):
+        for key, value in moved.items():
+            data[item.task_store(key)][key] = value  # type: ignore[attr-defined]
+        store = data[item.edge_type]  # type: ignore[attr-defined]  # the supervised edge type
+        store.input_id = input_id
+        store.batch_size = item.task_batch_size
+        return data
+    for key, value in moved.items():
         data[key] = value
     data.batch_size = item.task_batch_size
     return data
@@ -204,6 +236,26 @@ def to_device_packed(tensors: Sequence[torch.Tensor], device: torch.device) -> l
         views.append(on_device[start : start + t.numel()].view(t.shape))
         start += t.numel()
     return views
+
+
+def sample_to_device(item: PlanItem, sample: Union[SampledBatch, HeteroSampledBatch], device: torch.device) -> SampledItem:
+    """A CPU sample and its item's ``input_id`` on ``device``: every int64 tensor in one pinned, non-blocking copy."""
+    if isinstance(sample, SampledBatch):
+        n_id, edge_index, e_id, input_id = to_device_packed([sample.n_id, sample.edge_index, sample.e_id,
+                                                             item.input_id], device)  # fmt: skip
+        moved = SampledBatch(n_id, edge_index, e_id, sample.num_sampled_nodes, sample.num_sampled_edges,
+                             sample.batch_size)  # fmt: skip
+        return SampledItem(item, moved, input_id)
+    node_types, edge_types = list(sample.n_id), list(sample.edge_index)
+    tensors = [sample.n_id[t] for t in node_types] + [sample.edge_index[et] for et in edge_types]
+    tensors += [sample.e_id[et] for et in edge_types] + [item.input_id]
+    out = iter(to_device_packed(tensors, device))
+    n_ids = {t: next(out) for t in node_types}
+    edges = {et: next(out) for et in edge_types}
+    e_ids = {et: next(out) for et in edge_types}
+    placed = HeteroSampledBatch(n_ids, edges, e_ids, sample.num_sampled_nodes, sample.num_sampled_edges,
+                                sample.batch_size, sample.input_type)  # fmt: skip
+    return SampledItem(item, placed, next(out))
 
 
 def move_batch(batch: Data, device: torch.device) -> Data:
@@ -246,21 +298,6 @@ def host_gather_to(
     if out is not None:
         return out.copy_(staged, non_blocking=True)
     return staged.to(device, non_blocking=True)
-
-
-def _data(x, edge_index, y, n_id, e_id, input_id, sample) -> Data:
-    labels = {} if y is None else {"y": y}  # a batch without node labels has no `y` (as PyG's link loader)
-    return Data(
-        x=x,
-        edge_index=edge_index,
-        **labels,
-        n_id=n_id,
-        e_id=e_id,
-        input_id=input_id,
-        batch_size=sample.batch_size,
-        num_sampled_nodes=sample.num_sampled_nodes,
-        num_sampled_edges=sample.num_sampled_edges,
-    )
 
 
 def _rows(out: Mapping[str, torch.Tensor], key: str, rows: int, device: torch.device) -> Optional[torch.Tensor]:

@@ -4,7 +4,7 @@ It *is* a :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` (same 
 loaders, split builders, teardown) whose host copy is typed (:mod:`lightning_zerocopy.data.host.hetero`: one CSC per
 edge type, features per featured type), whose resources are
 :class:`~lightning_zerocopy.data.hetero_resources.DeviceResources` and whose builders are
-:class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`. The plan is the homogeneous one over the input
+:class:`~lightning_zerocopy.data.batch.BatchBuilder`. The plan is the homogeneous one over the input
 type's split.
 
 Under several ranks (Lightning's ``ddp``, or ``ZeroCopyDDPStrategy``) it is the homogeneous DataModule's setup
@@ -34,7 +34,7 @@ sampler and the assembly, not the homogeneous path's data.
 without the CUDA kernels, one line and the CPU sampler); on a GPU trainer each batch is sampled by the C++ threads or
 the ``gpu`` samplers of every edge type, whichever the cost model over the typed expected sample size expects to
 finish first, and ``auto`` keeps both only where together they measure faster
-(:class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`). Batches are bitwise the CPU placement's.
+(:class:`~lightning_zerocopy.data.batch.BatchBuilder`). Batches are bitwise the CPU placement's.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from lightning_zerocopy.data.assemble import move_batch
 from lightning_zerocopy.data.datamodule import Split, ZeroCopyDataModule
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.handles import HeteroHostGraphHandles
-from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
+from lightning_zerocopy.data.batch import HeteroBatchBuilder
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.hooks import HostMemoryConsumer
 from lightning_zerocopy.data.host.builder import HostCopyBuilder

@@ -3,7 +3,7 @@
 
 The link DataModule's plan over typed endpoints, on the heterogeneous spine: it *is* a
 :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (typed host copy, resources,
-:class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`, loaders, ``HeteroData`` transfer) whose plans are
+:class:`~lightning_zerocopy.data.batch.BatchBuilder`, loaders, ``HeteroData`` transfer) whose plans are
 :class:`~lightning_zerocopy.data.link_plan.LinkBatchPlan` s over the supervised edge type (``edge_type=``): negatives
 are drawn by :class:`~lightning_zerocopy.data.negatives.NegativeDraws` from the source type's ids (binary sources)
 and the destination type's ids, and each item's seeds are split per endpoint type, which the builder hands to the

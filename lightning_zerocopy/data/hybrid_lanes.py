@@ -1,7 +1,7 @@
 """The hybrid side every builder shares (``sampler_placement`` ``hybrid``/``auto``), homogeneous or typed.
 
-A builder (:class:`~lightning_zerocopy.data.batch.BatchBuilder`,
-:class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`) holds one :class:`HybridLanes`: which devices
+A builder (:class:`~lightning_zerocopy.data.batch.BatchBuilder`, of an untyped or a typed graph) holds one
+:class:`HybridLanes`: which devices
 ("lanes") it samples on, decided when it is constructed (plain data, so it pickles with the builder's options), and,
 once the builder is opened in a process, that process's
 :class:`~lightning_zerocopy.sampling.hybrid.HybridSampling` (the size estimate and the serial placement policy of a
@@ -20,9 +20,10 @@ measurement needs nothing but a size per batch and a time per lane, so a typed g
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from lightning_zerocopy.options import SamplerPlacement
+from lightning_zerocopy.sampling.cost_model import SampleSizeEstimator, TypedSampleSizeEstimator
 from lightning_zerocopy.sampling.hybrid.placement import (
     HybridSampling,
     SizeEstimator,
@@ -32,7 +33,18 @@ from lightning_zerocopy.sampling.hybrid.placement import (
 )
 from lightning_zerocopy.sampling.hybrid.policy import HybridPolicy, HybridStats
 
-__all__ = ["HybridLanes"]
+__all__ = ["HybridLanes", "size_estimator"]
+
+
+def size_estimator(graphs: Mapping[Any, Any], num_nodes: Mapping[str, int], fanouts: Any, replace: bool) -> SizeEstimator:
+    """The hybrid cost models' size estimate of a builder's graph: one CSC's (:class:`SampleSizeEstimator`, seeds a
+    tensor) for a list of fanouts, the typed one (:class:`TypedSampleSizeEstimator`, seeds per node type) for fanouts
+    per edge type."""
+    if not isinstance(fanouts, Mapping):
+        (graph,) = graphs.values()
+        return SampleSizeEstimator.from_graph(graph.indptr, graph.indices, fanouts, replace)
+    typed = {et: (g.indptr, g.indices) for et, g in graphs.items()}
+    return TypedSampleSizeEstimator.from_graphs(typed, dict(num_nodes), fanouts, replace)
 
 
 class HybridLanes:

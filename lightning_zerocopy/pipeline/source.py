@@ -118,6 +118,9 @@ class PlanSource:
         own = getattr(self.builder, "capacity_bound", None)
         if callable(own):
             return own(seeds)
+        schema = getattr(getattr(self.builder, "handles", None), "schema", None)
+        if schema is not None and schema.is_typed:  # per-type bounds are not derived: slots grow from the first batch
+            return None
         return capacity_bound(seeds, self.builder.fanouts, num_nodes=self.builder.num_nodes,
                               node_keyed=bool(getattr(self.builder, "node_keyed", False)))  # fmt: skip
 

@@ -32,6 +32,7 @@ __all__ = [
     "NeighborSampler",
     "Placement",
     "SampledBatch",
+    "max_sampled_nodes",
     "node_keyed_bound",
     "sample_bound",
     "validate_fanouts",
@@ -87,7 +88,7 @@ def sample_bound(batch_size: int, fanouts: Sequence[int]) -> Optional[tuple[int,
 
     Each target draws at most ``fanout`` neighbors per hop (exactly ``fanout`` with replacement), so hop ``l``
     adds at most ``batch_size * prod(fanouts[:l])`` edges and new nodes. Callers cap the result at the graph's
-    size (:func:`~lightning_zerocopy.data.batch.max_sampled_nodes`, ``pipeline.slots.capacity_bound``).
+    size (:func:`max_sampled_nodes`, ``pipeline.slots.capacity_bound``).
     """
     if any(int(f) < 0 for f in fanouts):
         return None
@@ -114,6 +115,16 @@ def node_keyed_bound(batch_size: int, fanouts: Sequence[int], num_nodes: int, nu
         level = int(num_nodes) if fanout < 0 else min(level * fanout, int(num_nodes))
         nodes += level
     return nodes, edges
+
+
+def max_sampled_nodes(batch_size: int, fanouts: Sequence[int], num_nodes: int, node_keyed: bool = False) -> int:
+    """An upper bound on ``len(n_id)`` of a batch (:func:`sample_bound`), capped at ``num_nodes``; a fanout of ``-1``
+    gives ``num_nodes``. Node-keyed (evaluation) sampling caps each hop's level instead (:func:`node_keyed_bound`).
+    Sizes a builder's preallocated ``out`` buffers."""
+    if node_keyed:
+        return node_keyed_bound(batch_size, fanouts, num_nodes, 0)[0]
+    bound = sample_bound(batch_size, fanouts)
+    return num_nodes if bound is None else min(bound[0], num_nodes)
 
 
 class CSCKernel:

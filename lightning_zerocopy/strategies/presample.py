@@ -145,7 +145,7 @@ def presample_typed_halves(
     Raises:
         TypeError: a training plan that is neither (the message names its type).
     """
-    from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
+    from lightning_zerocopy.data.batch import HeteroBatchBuilder
     from lightning_zerocopy.data.link_plan import LinkBatchPlan
 
     train = datamodule.plan("train")

@@ -16,6 +16,7 @@ from lightning_zerocopy.data.host.share import share_node_data
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.datasets.base import NodeData
+from lightning_zerocopy.graph.schema import NODE
 from lightning_zerocopy.cache import CachePlan, SegmentedCacheSpec, SegmentedFeatureCache, ShardHandle, fill_shard
 
 NUM_NODES, NUM_EDGES, FEATURES = 600, 5000, 16
@@ -66,7 +67,7 @@ def test_builders_gather_through_the_cache(shared, num_shards) -> None:
         shards, spec = _spec_on_gpu0(resources.host.features.data, num_shards)
         plain = BatchBuilder(handles, [5, 3], gather="zerocopy", gather_mode="direct").open(resources)
         cached = BatchBuilder(handles, [5, 3], gather="zerocopy", gather_mode="sorted", cache=spec).open(resources)
-        cache = cached._gpu.features
+        cache = cached._gpu.features[NODE]
         assert isinstance(cache, SegmentedFeatureCache) and cache.read_order == "sorted"
         plan = BatchPlan(data.train_idx, 64, shuffle=True, seed=3)
         rows = 0
@@ -86,7 +87,7 @@ def _build_in_child(builder: BatchBuilder, item, queue) -> None:
     try:
         builder.open()
         batch = builder.build_batch(item)
-        counts = builder._gpu.features.counts()
+        counts = builder._gpu.features[NODE].counts()
         # numpy pickles by value: a shared tensor would need this process alive until the parent unpickles it
         queue.put(("ok", batch.x.cpu().numpy(), batch.n_id.cpu().numpy(), tuple(counts)))
         builder.close()

@@ -12,7 +12,7 @@ from torch_geometric.utils import trim_to_layer
 
 from helpers.hetero import CITES, EDGE_TYPES, EMPLOYS, TinyHeteroDataset, TinyHeteroSAGE
 from lightning_zerocopy import ZeroCopyHeteroDataModule
-from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
+from lightning_zerocopy.data.batch import HeteroBatchBuilder
 from lightning_zerocopy.data.hetero_datamodule import resolve_num_neighbors
 from lightning_zerocopy.datasets.hetero import edge_type_str
 
@@ -209,6 +209,22 @@ def test_cpu_sampler_with_zerocopy_gather_builds_on_the_gpu() -> None:
         assert batch["paper"].x.dtype == torch.bfloat16 and batch["paper"].x.is_cuda
         assert torch.equal(batch["paper"].n_id.cpu(), cpu["paper"].n_id)
         assert torch.equal(batch["institution"].x.cpu(), cpu["institution"].x)
+    finally:
+        module.teardown("fit")
+
+
+@pytest.mark.cuda
+def test_a_typed_builder_keeps_each_featured_types_hot_rows_on_the_gpu() -> None:
+    """``hot_rows`` on a typed builder: each featured type's most frequent in-neighbors (over the edge types from that
+    type) in GPU memory, the batches bitwise the CPU builder's."""
+    module = _datamodule(gather="zerocopy")
+    module.setup("fit")
+    try:
+        builder = HeteroBatchBuilder(module.handles, module.fanouts, num_threads=1, gather="zerocopy", hot_rows=5)
+        builder.open(module.resources)
+        assert {t: table.num_hot_rows for t, table in builder._gpu.features.items()} == {"paper": 5, "institution": 5}
+        for step in range(2):
+            _assert_same_batch(builder.build_batch(module.plan("train").item(0, step)), _cpu_batch(module, "train", step))
     finally:
         module.teardown("fit")
 

@@ -22,7 +22,7 @@ from torch_geometric.data import HeteroData
 import lightning_zerocopy.data.hybrid_lanes as hybrid_lanes_module
 from lightning_zerocopy import ZeroCopyHeteroDataModule, ZeroCopyHeteroLinkDataModule
 from lightning_zerocopy.data.handles import HeteroHostGraphHandles
-from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
+from lightning_zerocopy.data.batch import HeteroBatchBuilder
 from lightning_zerocopy.data.plan import PlanItem
 
 NO_CUDA = not torch.cuda.is_available()

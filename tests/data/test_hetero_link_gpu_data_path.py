@@ -10,7 +10,7 @@ import torch
 from helpers.hetero_link import small_graph
 
 from lightning_zerocopy import ZeroCopyHeteroLinkDataModule
-from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
+from lightning_zerocopy.data.batch import HeteroBatchBuilder
 
 
 def _fields(batch) -> dict:

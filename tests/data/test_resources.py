@@ -18,6 +18,7 @@ from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources, ResourceScope
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.datasets.base import NodeData
+from lightning_zerocopy.graph.schema import NODE
 
 NUM_NODES, NUM_EDGES, FEATURES = 500, 4000, 8
 
@@ -120,13 +121,13 @@ def test_a_custom_cache_spec_serves_its_rows_and_gives_the_same_batches(shared) 
     try:
         plain = BatchBuilder(handles, [5, 3], gather="zerocopy", gather_mode="direct").open(resources)
         even = BatchBuilder(handles, [5, 3], gather="zerocopy", gather_mode="direct", cache=EvenRowsCache()).open(resources)
-        assert even._gpu.features is not plain._gpu.features
-        assert even._gpu.features.num_hot_rows == (NUM_NODES + 1) // 2
+        assert even._gpu.features[NODE] is not plain._gpu.features[NODE]
+        assert even._gpu.features[NODE].num_hot_rows == (NUM_NODES + 1) // 2
         item = plan.item(0, 0)
         a, b = plain.build_batch(item), even.build_batch(item)
         assert torch.equal(a.x, b.x) and torch.equal(b.x.cpu(), data.x[b.n_id.cpu()])
         same = BatchBuilder(handles, [-1], gather="zerocopy", gather_mode="direct", cache=EvenRowsCache()).open(resources)
-        assert same._gpu.features is even._gpu.features, "one table per (spec, mode) in one resources"
+        assert same._gpu.features[NODE] is even._gpu.features[NODE], "one table per (spec, mode) in one resources"
     finally:
         resources.close()
     assert resources.closed and not resources._registrations

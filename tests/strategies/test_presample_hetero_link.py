@@ -13,7 +13,7 @@ import torch
 from helpers.hetero_link import ITEM, USER, small_graph
 from lightning_zerocopy import ZeroCopyHeteroLinkDataModule
 from lightning_zerocopy.cache.setup import CacheOptions, RankCache, RankPlace
-from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
+from lightning_zerocopy.data.batch import HeteroBatchBuilder
 from lightning_zerocopy.strategies.presample import PRESAMPLE_STREAM, presample_typed_halves
 
 ROWS = {USER: 300, ITEM: 150}  # small_graph's, both featured

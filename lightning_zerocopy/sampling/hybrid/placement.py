@@ -1,6 +1,5 @@
-"""The hybrid side of a builder (``sampler_placement`` ``hybrid``/``auto``): a homogeneous
-:class:`~lightning_zerocopy.data.batch.BatchBuilder` or a typed :class:`~lightning_zerocopy.data.hetero_batch.HeteroBatchBuilder`,
-both through :class:`~lightning_zerocopy.data.hybrid_lanes.HybridLanes`.
+"""The hybrid side of a builder (``sampler_placement`` ``hybrid``/``auto``): the
+:class:`~lightning_zerocopy.data.batch.BatchBuilder` of an untyped or a typed graph, through :class:`~lightning_zerocopy.data.hybrid_lanes.HybridLanes`.
 
 A hybrid builder samples each batch either with the C++ CPU threads (then copies the structure to the GPU in one
 pinned transfer) or with the CUDA sampler over a GPU copy of the topology; both give bitwise the same sample, so
