@@ -26,6 +26,9 @@ _LAZY = {
     "HostMemoryConsumer": "lightning_zerocopy.data.hooks",
     "LoaderFactory": "lightning_zerocopy.data.hooks",
     "PlanLoader": "lightning_zerocopy.data.loader",
+    "GraphDataModule": "lightning_zerocopy.data.graph_datamodule",
+    "LinkTask": "lightning_zerocopy.data.tasks",
+    "NodeTask": "lightning_zerocopy.data.tasks",
     "ZeroCopyDataModule": "lightning_zerocopy.data.datamodule",
     "ZeroCopyLinkDataModule": "lightning_zerocopy.data.link_datamodule",
     "LinkBatchPlan": "lightning_zerocopy.data.link_plan",
@@ -36,6 +39,7 @@ _LAZY = {
     "HeteroHostGraphHandles": "lightning_zerocopy.data.handles",
     "HeteroBatchBuilder": "lightning_zerocopy.data.batch",
     "ZeroCopyHeteroDataModule": "lightning_zerocopy.data.hetero_datamodule",
+    "ZeroCopyHeteroLinkDataModule": "lightning_zerocopy.data.hetero_link_datamodule",
 }
 
 __all__ = sorted(_LAZY)

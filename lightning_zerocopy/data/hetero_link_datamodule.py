@@ -1,14 +1,12 @@
 """``ZeroCopyHeteroLinkDataModule``: link prediction on one edge type of a heterogeneous graph, like PyG's hetero
 ``LinkNeighborLoader(data, num_neighbors, edge_label_index=(edge_type, pairs), ...)``.
 
-The link DataModule's plan over typed endpoints, on the heterogeneous spine: it *is* a
-:class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (typed host copy, resources,
-:class:`~lightning_zerocopy.data.batch.BatchBuilder`, loaders, ``HeteroData`` transfer) whose plans are
-:class:`~lightning_zerocopy.data.link_plan.LinkBatchPlan` s over the supervised edge type (``edge_type=``): negatives
+A constructor of the one DataModule core (:class:`~lightning_zerocopy.data.graph_datamodule.GraphDataModule`): a typed
+schema and a :class:`~lightning_zerocopy.data.tasks.LinkTask` over the supervised edge type, whose plans are
+:class:`~lightning_zerocopy.data.link_plan.LinkBatchPlan` s over typed endpoints (``edge_type=``): negatives
 are drawn by :class:`~lightning_zerocopy.data.negatives.NegativeDraws` from the source type's ids (binary sources)
 and the destination type's ids, and each item's seeds are split per endpoint type, which the builder hands to the
-heterogeneous sampler as a ``seed_dict``. Only the host copy's checks
-(:mod:`~lightning_zerocopy.data.host.hetero_links`) and the plan differ from the node DataModule; so
+sampler as a ``seed_dict``. Only the host copy's checks and the plan differ from the node DataModule; so
 ``sampler_placement`` ``hybrid``/``auto`` works as there, the cost model sizing a batch by both endpoint types' seeds.
 
 Under several ranks (Lightning's ``ddp``, or ``ZeroCopyDDPStrategy`` with ``cache_budget: 0``) nothing differs either:
@@ -29,20 +27,15 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping, Optional, Union
 
-import torch
-
-from lightning_zerocopy.data.datamodule import Split, ZeroCopyDataModule
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
-from lightning_zerocopy.data.handles import HeteroHostGraphHandles
-from lightning_zerocopy.data.hetero_datamodule import NumNeighbors, ZeroCopyHeteroDataModule, resolve_num_neighbors
-from lightning_zerocopy.data.host.builder import HostCopyBuilder
-from lightning_zerocopy.data.host.links import link_splits
-from lightning_zerocopy.data.link_datamodule import split_link_plan
-from lightning_zerocopy.data.link_plan import LinkBatchPlan
-from lightning_zerocopy.data.negatives import NegativeDraws, NegativeSampling, parse_neg_sampling
+from lightning_zerocopy.data.graph_datamodule import GraphDataModule
+from lightning_zerocopy.data.hetero_datamodule import NumNeighbors, check_typed_node_order, resolve_num_neighbors
+from lightning_zerocopy.data.negatives import NegativeSampling, parse_neg_sampling
+from lightning_zerocopy.data.tasks import LinkTask
 from lightning_zerocopy.datasets.hetero import EdgeType, edge_type_str
 from lightning_zerocopy.datasets.hetero_links import HeteroLinkDataset, unknown_edge_type
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkSplit
+from lightning_zerocopy.graph.schema import GraphSchema
 from lightning_zerocopy.options import (
     FeatureDtype,
     FeatureStorage,
@@ -50,7 +43,6 @@ from lightning_zerocopy.options import (
     GatherMode,
     NodeOrderKind,
     SamplerPlacement,
-    check_choice,
     check_subgraph_options,
 )
 
@@ -83,7 +75,7 @@ def check_link_metadata(dataset: HeteroLinkDataset, key: str) -> EdgeType:
     return supervised[0], supervised[1], supervised[2]
 
 
-class ZeroCopyHeteroLinkDataModule(ZeroCopyHeteroDataModule):
+class ZeroCopyHeteroLinkDataModule(GraphDataModule):
     """Link-prediction mini-batches on one edge type of a heterogeneous graph (``HeteroData``, PyG's hetero
     ``LinkNeighborLoader`` fields; see the module docstring), sampled from host memory shared by all ranks.
 
@@ -141,108 +133,37 @@ class ZeroCopyHeteroLinkDataModule(ZeroCopyHeteroDataModule):
             raise TypeError(f"{_KEY}dataset must be a HeteroLinkDataset (a typed graph with a supervised edge type), "
                             f"got {type(dataset).__name__}; homogeneous link datasets go to "
                             "ZeroCopyLinkDataModule")  # fmt: skip
-        check_choice(node_order, NodeOrderKind, _KEY + "node_order")
-        if node_order != "none":
-            raise ValueError(f"{_KEY}node_order={node_order!r} is not yet supported for heterogeneous graphs (no "
-                             "per-type node order is built); use 'none'")  # fmt: skip
+        check_typed_node_order(node_order)
         self.edge_type: EdgeType = check_link_metadata(dataset, _KEY + "dataset")
         check_subgraph_options(subgraph_type, disjoint, _KEY)
         if predict_split not in LINK_SPLITS:
             raise ValueError(f"{_KEY}predict_split must be one of {LINK_SPLITS}, got {predict_split!r}")
-        edge_types = [tuple(et) for et in dataset.edge_types]
-        train = resolve_num_neighbors(num_neighbors, edge_types, _KEY + "num_neighbors")  # type: ignore[arg-type]
+        edge_types = [(et[0], et[1], et[2]) for et in dataset.edge_types]
+        train = resolve_num_neighbors(num_neighbors, edge_types, _KEY + "num_neighbors")
         evaluation = train if eval_num_neighbors is None else resolve_num_neighbors(
-            eval_num_neighbors, edge_types, _KEY + "eval_num_neighbors")  # type: ignore[arg-type]  # fmt: skip
+            eval_num_neighbors, edge_types, _KEY + "eval_num_neighbors")  # fmt: skip
         self.negative_sampling: Optional[NegativeSampling] = parse_neg_sampling(neg_sampling, neg_sampling_ratio, _KEY)
-        first = next(iter(train.values()), [])
-        # the node DataModule's state; the heterogeneous node DataModule's __init__ is skipped (its dataset checks
-        # are for labelled node types), its typed fields are set below as it sets them
-        ZeroCopyDataModule.__init__(
-            self, dataset, fanouts=first, batch_size=batch_size,  # type: ignore[arg-type]
-            eval_fanouts=next(iter(evaluation.values()), first), eval_batch_size=eval_batch_size, replace=replace,
-            shuffle=shuffle, drop_last=drop_last, num_threads=num_threads, seed=seed, predict_split=predict_split,
+        self.num_neighbors, self.eval_num_neighbors = num_neighbors, eval_num_neighbors
+        super().__init__(
+            dataset, LinkTask(self.edge_type, self.negative_sampling),
+            schema=GraphSchema.typed(dataset.node_types, edge_types), fanouts=train, eval_fanouts=evaluation,
+            batch_size=batch_size, eval_batch_size=eval_batch_size, replace=replace, shuffle=shuffle,
+            drop_last=drop_last, num_threads=num_threads, seed=seed, predict_split=predict_split,
             feature_storage=feature_storage, sampler_placement=sampler_placement, gather=gather,
-            gather_mode=gather_mode, check_features=check_features, x_dtype=x_dtype, feature_dtype=feature_dtype,
+            gather_mode=gather_mode, hot_rows=0, node_order=node_order, check_features=check_features,
+            feature_dtype=feature_dtype, x_dtype=x_dtype,
         )  # fmt: skip
-        self.num_neighbors = num_neighbors
-        self.eval_num_neighbors = eval_num_neighbors
-        self.fanouts = train  # type: ignore[assignment]  # per edge type here
-        self.eval_fanouts = evaluation  # type: ignore[assignment]
-        self._eval_node_keyed = any(f >= 0 for fanouts in evaluation.values() for f in fanouts)
         self.neg_sampling = neg_sampling
         self.neg_sampling_ratio = float(neg_sampling_ratio)
         self.subgraph_type, self.disjoint = subgraph_type, disjoint
-        self._host_copy = HostCopyBuilder(
-            dataset, feature_storage, "none", _KEY + "dataset", check_features, _KEY + "check_features: false",
-            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype", link=True,
-        )  # fmt: skip
-        self._link_splits: dict[str, LinkSplit] = {}
-        self._negatives: Optional[NegativeDraws] = None
-
-    # ---- shapes ------------------------------------------------------------------------------------------
 
     @property
-    def num_classes(self) -> int:
-        """Link prediction has no node classes."""
-        raise AttributeError("ZeroCopyHeteroLinkDataModule has no num_classes: link batches carry edge labels")
-
-    @property
-    def input_type(self) -> str:
-        """A link batch has no input node type: it seeds both endpoint types of :attr:`edge_type`."""
-        raise AttributeError("ZeroCopyHeteroLinkDataModule has no input_type: see edge_type (the supervised edge type)")
+    def num_nodes(self) -> dict[str, int]:
+        """Nodes of every node type (a model sizes the embeddings of featureless types from it)."""
+        return dict(self.dataset.num_nodes)
 
     @property
     def link_splits(self) -> Mapping[str, LinkSplit]:
         """The supervision edges of each split (after ``setup``; fixed negatives included)."""
         self._require_setup()
-        return self._link_splits
-
-    # ---- the data contract -------------------------------------------------------------------------------
-
-    def plan(  # type: ignore[override]
-        self, split: Split, rank: Optional[int] = None, world_size: Optional[int] = None
-    ) -> LinkBatchPlan:
-        """The link batch plan of ``split`` over the supervised edge type, for ``rank`` of ``world_size``.
-
-        Raises:
-            RuntimeError: before :meth:`setup`.
-            ValueError: the dataset has no such split, or the split cannot make batches (the message names why).
-        """
-        counts = dict(self._require_setup().num_nodes)  # type: ignore[attr-defined]
-        src, _, dst = self.edge_type
-        return split_link_plan(self, split, rank, world_size, self._link_splits, self._negatives,
-                               num_nodes=counts[src], num_dst_nodes=counts[dst], edge_type=self.edge_type)  # fmt: skip
-
-    # ---- internals ---------------------------------------------------------------------------------------
-
-    def _open(self, handles: HeteroHostGraphHandles) -> None:  # type: ignore[override]
-        super()._open(handles)
-        try:
-            self._link_splits = link_splits(self._splits)
-            counts = dict(handles.num_nodes)
-            src, _, dst = self.edge_type
-            config = self.negative_sampling
-            self._negatives = None if config is None else NegativeDraws(
-                config, counts[src], self._degree, _KEY, num_dst_nodes=counts[dst])  # fmt: skip
-            for split in self._link_splits:  # a split no batch can be made of fails here, in setup
-                self.plan(split)  # type: ignore[arg-type]
-        except Exception:
-            self._release()
-            raise
-
-    def _release(self) -> None:
-        super()._release()
-        self._link_splits = {}
-        self._negatives = None
-
-    def _degree(self, endpoint: int) -> torch.Tensor:
-        """Out-degree of every source-type node (``endpoint=0``) or in-degree of every destination-type node (``1``)
-        in the supervised edge type."""
-        assert self._resources is not None
-        host = self._resources.host
-        graph = host.graphs[self.edge_type]  # type: ignore[attr-defined]  # CSC by destination, over max(counts) ids
-        src, _, dst = self.edge_type
-        if endpoint == 1:
-            return (graph.indptr[1:] - graph.indptr[:-1])[: host.num_nodes[dst]]  # type: ignore[attr-defined]
-        count = host.num_nodes[src]  # type: ignore[attr-defined]
-        return torch.bincount(graph.indices.to(torch.int64), minlength=count)
+        return self.task.splits  # type: ignore[union-attr]

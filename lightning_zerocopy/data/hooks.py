@@ -1,13 +1,15 @@
 """The DataModule's hooks for components that take part in its data path (e.g. ``PipelineCallback``).
 
 The DataModule imports this module, so the hooks name it only as a ``LightningDataModule`` (it is always a
-:class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule`): importing it here would tie the two files into
+:class:`~lightning_zerocopy.data.graph_datamodule.GraphDataModule`): importing it here would tie the two files into
 an import loop.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, runtime_checkable
+
+from lightning_zerocopy.options import RecipeError
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
 
     from lightning_zerocopy.data.loader import PlanLoader
 
-__all__ = ["HostMemoryConsumer", "LoaderFactory", "attach_consumers"]
+__all__ = ["HostMemoryConsumer", "LoaderFactory", "attach_consumers", "check_typed_consumers"]
 
 
 class LoaderFactory(Protocol):
@@ -47,3 +49,23 @@ def attach_consumers(trainer: "pl.Trainer", datamodule: "pl.LightningDataModule"
     for consumer in (trainer.strategy, *trainer.callbacks):
         if isinstance(consumer, HostMemoryConsumer):
             consumer.attach_host_memory(trainer, datamodule)
+
+
+def check_typed_consumers(trainer: Any) -> None:
+    """Every host-memory consumer of ``trainer`` (its strategy, then its callbacks) takes typed builders.
+
+    A consumer says so with ``takes_hetero_builders`` (an attribute or property, false if absent); one that does not
+    may say what to change in ``hetero_fix``. Runs before any data is built.
+
+    Raises:
+        RecipeError: one line naming the first consumer that does not, and what to change (the command prints it
+            as one line).
+    """
+    for consumer in (trainer.strategy, *trainer.callbacks):
+        if isinstance(consumer, HostMemoryConsumer) and not getattr(consumer, "takes_hetero_builders", False):
+            fix = getattr(consumer, "hetero_fix", None)
+            if fix is None:
+                fix = ("it reads the host memory of one homogeneous graph and feature table, e.g. to cache rows on "
+                       "the GPU; " + ("set trainer.strategy to ddp" if consumer is trainer.strategy
+                                      else "remove it from trainer.callbacks"))  # fmt: skip
+            raise RecipeError(f"{type(consumer).__name__} is not yet supported with ZeroCopyHeteroDataModule ({fix})")

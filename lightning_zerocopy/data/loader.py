@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import warnings
 from collections.abc import Sequence
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union, overload
 
 from pytorch_lightning.overrides.distributed import _IndexBatchSamplerWrapper
 from torch_geometric.data import Data
@@ -117,7 +117,7 @@ class SeenBatchIndices(_IndexBatchSamplerWrapper):
         return self.__dict__.copy()
 
 
-class _LazyBatchIndices(Sequence):
+class _LazyBatchIndices(Sequence[list[int]]):
     """``seen_batch_indices`` of a :class:`SeenBatchIndices`: as long as the batches handed out so far."""
 
     def __init__(self, owner: SeenBatchIndices) -> None:
@@ -127,7 +127,13 @@ class _LazyBatchIndices(Sequence):
         owner = self._owner
         return max(0, owner._loader._next_step - owner._start)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> list[int]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[list[int]]: ...
+
+    def __getitem__(self, i: Union[int, slice]) -> Union[list[int], list[list[int]]]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         n = len(self)

@@ -174,7 +174,7 @@ def test_the_policy_places_typed_batches_by_their_expected_size(monkeypatch) -> 
     dm.setup("fit")
     try:
         hybrid = HeteroBatchBuilder(dm.handles, dm.fanouts, sampler_placement="hybrid").open(dm.resources, place=False)
-        train = dm._input_nodes("train")  # every training seed (papers)
+        train = dm.split_tensors["train"]  # every training seed (papers)
         small, large = (hybrid.expected_size(PlanItem(ids, torch.arange(ids.numel()), 0, 0, 0, 0))
                         for ids in (train[:1], train))  # fmt: skip
         assert 0 < small < large

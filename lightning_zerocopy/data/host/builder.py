@@ -48,6 +48,8 @@ class HostCopyBuilder:
         overlap_opt_out: the key that allows them, for the error message.
         link: the dataset's splits are supervision edges (a link dataset's), shared as named tensors
             (:func:`~lightning_zerocopy.data.host.links.link_split_tensors`) and checked as link splits.
+        typed: the dataset is typed: its load errors (the typed contract's checks, which name the type but not the
+            dataset) are prefixed with ``key``; an untyped dataset's name their own source (a file, a field).
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class HostCopyBuilder:
         allow_split_overlap: bool = False,
         overlap_opt_out: str = "allow_split_overlap: true",
         link: bool = False,
+        typed: bool = False,
     ):
         self.dataset = dataset
         self.feature_dtype: Optional[FeatureDtype] = feature_dtype
@@ -74,7 +77,7 @@ class HostCopyBuilder:
         self.feature_storage: FeatureStorage = feature_storage
         self.node_order: NodeOrderKind = node_order
         self.key = key
-        self.link = bool(link)
+        self.link, self.typed = bool(link), bool(typed)
         self._order: Optional[NodeOrder] = None  # an in-memory node order, kept for the next build
         self._checked = False
         self._named: Optional[HostGraphHandles] = None  # segments :meth:`share` made whose names are not unlinked yet
@@ -98,6 +101,8 @@ class HostCopyBuilder:
         except DatasetFileError:
             raise  # names its file
         except InputDataError as exc:  # the arrays do not fit together (the data class's checks): name the dataset
+            if not self.typed:
+                raise
             raise InputDataError(f"{self._where}: {exc}") from exc
         arrays = typed_arrays(data)
         self._check(arrays)

@@ -19,6 +19,7 @@ from lightning_zerocopy.data.host.disk_cache import (
     feature_file,
     node_order_cache_dir,
 )
+from lightning_zerocopy.data.host.share import type_feature_dir, typed_arrays
 from lightning_zerocopy.datasets.base import ArrayCache
 from lightning_zerocopy.gather.host_table import feature_dtype_of
 from lightning_zerocopy.graph.shared_memory import NpyTensorHandle
@@ -47,17 +48,18 @@ def prepare_feature_file(
     feature_dtype: Optional[FeatureDtype],
     dtype_key: str,
 ) -> None:
-    """With ``mmap`` storage and a ``feature_dtype`` other than the dataset's, build the converted feature file
-    (once per machine, like the node-order cache; setup would otherwise build it on local rank 0)."""
+    """With ``mmap`` storage and a ``feature_dtype`` other than the dataset's, build the converted feature file of
+    every featured type (once per machine, like the node-order cache; setup would otherwise build it on local rank 0;
+    a node-ordered graph's from the relabeled file)."""
     dtype = None if feature_dtype is None else feature_dtype_of(feature_dtype, dtype_key)
     feature_dir = feature_cache_dir(dataset, node_order, dtype)
     if feature_storage != "mmap" or feature_dir is None or ArrayCache(feature_dir).exists():
         return
-    data = dataset.load()
-    if data.x_file is None or data.x.dtype == dtype:
-        return  # setup says what is wrong, or there is nothing to convert
-    if cache_dir := node_order_cache_dir(dataset, node_order):
-        source = NpyTensorHandle(str(ArrayCache(cache_dir).file("x")))  # the relabeled file, the dataset's dtype
-    else:
-        source = NpyTensorHandle(data.x_file)
-    feature_file(source, data.x.dtype, dtype, feature_dir, dtype_key)
+    arrays = typed_arrays(dataset.load())
+    cache_dir = node_order_cache_dir(dataset, node_order)
+    for node_type, x in arrays.x.items():
+        if node_type not in arrays.x_files or x.dtype == dtype:
+            continue  # setup says what is wrong, or there is nothing to convert
+        source = arrays.x_files[node_type] if cache_dir is None else str(ArrayCache(cache_dir).file("x"))
+        feature_file(NpyTensorHandle(source), x.dtype, dtype, type_feature_dir(feature_dir, arrays.schema, node_type),
+                     dtype_key)  # fmt: skip

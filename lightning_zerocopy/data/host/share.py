@@ -79,6 +79,7 @@ __all__ = [
     "share_host_data",
     "share_node_data",
     "shared_node_order",
+    "type_feature_dir",
     "typed_arrays",
 ]
 
@@ -121,7 +122,7 @@ def typed_arrays(data: Any) -> TypedArrays:
                        files, _labels(data), data)  # fmt: skip
 
 
-def _type_dir(base: Optional[os.PathLike], schema: GraphSchema, node_type: str) -> Optional[Path]:
+def type_feature_dir(base: Optional[os.PathLike], schema: GraphSchema, node_type: str) -> Optional[Path]:
     """Where ``mmap`` storage keeps ``node_type``'s converted features: ``base`` itself for an untyped graph."""
     if base is None:
         return None
@@ -184,7 +185,7 @@ def share_host_data(
             dtype = stored if feature_dtype is None else feature_dtype
             try:
                 if feature_storage == "mmap":
-                    return feature_file(source, stored, dtype, _type_dir(feature_dir, schema, node_type), dtype_key)
+                    return feature_file(source, stored, dtype, type_feature_dir(feature_dir, schema, node_type), dtype_key)
                 name = f"x_{node_type}" if schema.is_typed else "features"
                 rows = source.open() if isinstance(source, NpyTensorHandle) else source.contiguous()
                 handle = HostFeatureTable.share(rows, name=name, dtype=dtype, key=dtype_key).handle()
