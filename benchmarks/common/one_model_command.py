@@ -22,22 +22,13 @@ __all__ = ["OneModelCommand"]
 
 @dataclass(frozen=True)
 class OneModelCommand:
-    """One benchmark's command.
-
-    Attributes:
-        label: the console lines' prefix and the default output folder's name (``results/<label>-<preset>``).
-        module: what ``python -m`` runs (the report's command line).
-        script: the module's ``__main__.py``: row processes and the graph's preparation run it.
-        repo_root: the checkout the row processes run in.
-        rows: every row by name, in the report's order (each with ``name``, ``doc``, ``kind`` and ``mps``).
-        presets: the named flag sets (dataclasses whose fields are flags).
-        prepare: the graph's figures (``results["graph"]``, with its ``kwargs``) from the run's flags.
-        train_module: the module whose ``run_row(row, args, graph kwargs)`` trains a row in its process.
-        render: writes the report from ``DIR/results.json``; the files written.
-        one_line: a row result's console line.
-        precheck: why a row cannot run here, or None.
-        prefix: the launcher an MPS row's process starts behind, from the run's flags and the row.
-    """
+    """One benchmark's command: ``label`` prefixes its console lines and names its default output folder
+    (``results/<label>-<preset>``); ``python -m <module>`` runs ``script`` (its ``__main__.py``, also run by the row
+    processes and the graph's preparation, in ``repo_root``); ``rows`` by name in the report's order, ``presets``
+    (dataclasses whose fields are flags); ``prepare(args)`` gives the graph's figures (with its ``kwargs``),
+    ``<train_module>.run_row(row, args, kwargs)`` trains a row; ``render(dir)`` writes the report (returns the files),
+    ``one_line(result)`` is a row's console line, ``precheck(row)`` why it cannot run here, ``prefix(args, row)`` the
+    launcher an MPS row starts behind."""
 
     label: str
     module: str

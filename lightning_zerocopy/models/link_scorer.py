@@ -1,15 +1,10 @@
-"""What the link-prediction LightningModules share (:class:`~lightning_zerocopy.models.LinkPredictor` on homogeneous
-batches, :class:`~lightning_zerocopy.models.HeteroLinkPredictor` on one edge type of ``HeteroData`` ones): scoring
-node pairs from their endpoints' embeddings, the losses of binary and triplet batches, the training figures logged
-without synchronizing a step, validation/test AUROC and MRR / Hits@K, ``predict_step``'s scores and the optimizer and
-LR scheduler from their factories.
+"""What :class:`~lightning_zerocopy.models.LinkPredictor` and :class:`~lightning_zerocopy.models.HeteroLinkPredictor`
+share: scoring node pairs from their endpoints' embeddings, the binary and triplet losses, the training figures logged
+without synchronizing a step, validation/test AUROC and MRR / Hits@K, ``predict_step``'s scores, the optimizer factories.
 
-Both read PyG's ``LinkNeighborLoader`` field names; only where they stand differs, and that is all a subclass says
-(:meth:`LinkScorer._stores`): ``edge_label_index`` / ``edge_label`` / ``edge_label_query`` / ``batch_size`` /
-``input_id`` on the batch (homogeneous) or on the supervised edge type's store, ``src_index`` on the batch or the
-source type's store, ``dst_pos_index`` / ``dst_neg_index`` on the batch or the destination type's store. A subclass
-calls :meth:`LinkScorer._init_link_scoring` in its ``__init__`` (after building its layers and ``decoder``) and
-implements :meth:`LinkScorer._stores`, :meth:`LinkScorer._endpoint_embeddings` and :meth:`LinkScorer._prediction`.
+Both read PyG's ``LinkNeighborLoader`` field names; only where they stand differs (:class:`LinkStores`: the batch, or
+the supervised edge type's and its endpoint types' stores). A subclass builds its layers and ``decoder``, calls
+:meth:`LinkScorer._init_link_scoring` and implements the four methods under "what differs".
 """
 
 from __future__ import annotations
