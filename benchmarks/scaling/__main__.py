@@ -153,7 +153,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
                          callbacks=callbacks)  # fmt: skip
     trainer.fit(model, datamodule=dm)
     decision = getattr(strategy, "cache_decision", None)
-    plan = getattr(decision, "plan", None)  # one table's plan; a cache over typed rows has one per type
+    rows = None if decision is None else decision.rows_per_type  # a total for one node type (as the reports had)
     report = {
         "rank": trainer.global_rank,
         "epoch_s": timer.seconds,
@@ -163,7 +163,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         "cache_per_type": None if type_counts is None else type_counts.last,
         "policy": None if decision is None else decision.layout.policy,
         "note": None if decision is None else decision.layout.note,
-        "cached_rows": None if decision is None else (plan.num_cached if plan is not None else decision.rows_per_type),
+        "cached_rows": rows if rows is None or len(rows) > 1 else sum(rows.values()),
         "expected_hit_rate": None if decision is None else decision.expected_hit_rate,
         "steps_per_epoch": trainer.num_training_batches,
         "stall_frac": _mean([h.get("data/stall_frac") for h in telemetry.history[len(telemetry.history) // 2 :]]),

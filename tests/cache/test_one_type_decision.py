@@ -21,6 +21,7 @@ from lightning_zerocopy.cache.decide import RankFacts, decide_cache, needs_read_
 from lightning_zerocopy.cache.plan import lookup_bytes
 from lightning_zerocopy.cache.ranking import CacheScores
 from lightning_zerocopy.cache.read_rates import ReadRates
+from lightning_zerocopy.graph.schema import NODE
 
 FIXTURE = Path(__file__).parent / "fixtures" / "one_type_decisions.json"
 RATES = {"none": None, "nvlink": ReadRates(local=1500.0, peer=200.0, host=20.0),
@@ -146,19 +147,20 @@ def record(case: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# ---- the decision's API (the one-table form it had when the fixture was written) ----------------------------------
+# ---- the decision over one type (the fixture was written by the one-table decision these replace) ---------------
 
 
 def _decide(me, facts, scores, n, row_bytes, policy, rates):
-    return decide_cache(me, facts, scores, n, row_bytes, policy, read_rates=rates)
+    return decide_cache(me, facts, {NODE: scores}, {NODE: n}, {NODE: row_bytes}, policy, read_rates=rates)
 
 
 def _needs_read_rates(policy, facts, scores, n, row_bytes) -> bool:
-    return needs_read_rates(policy, facts, scores.hot_rows, n, row_bytes)
+    return needs_read_rates(policy, facts, {NODE: scores}, {NODE: n}, {NODE: row_bytes})
 
 
 def _plan(decision):
-    return decision.plan
+    assert set(decision.plans) == {NODE}
+    return decision.plans[NODE]
 
 
 # ---- the test ---------------------------------------------------------------------------------------------------
@@ -194,5 +196,6 @@ def test_the_grid_covers_every_outcome() -> None:
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     FIXTURE.parent.mkdir(exist_ok=True)
-    lines = [json.dumps({"case": c, "readable": readable(r), "digest": digest(r)}) for c in cases() for r in [record(c)]]
+    records = [(c, record(c)) for c in cases()]
+    lines = [json.dumps({"case": c, "readable": readable(r), "digest": digest(r)}) for c, r in records]
     FIXTURE.write_text("[\n" + ",\n".join(lines) + "\n]\n")
