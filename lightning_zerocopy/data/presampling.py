@@ -50,10 +50,10 @@ def presampling(datamodule: Any) -> Iterator[tuple[Any, SampleRows]]:
         from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
         from lightning_zerocopy.data.link_plan import LinkBatchPlan
 
-        if isinstance(train, LinkBatchPlan):
-            plan = train.one_rank_plan(PRESAMPLE_STREAM)
-        elif isinstance(train, BatchPlan):
+        if isinstance(train, BatchPlan):
             plan = seeds_plan()
+        elif isinstance(train, LinkBatchPlan):
+            plan = train.one_rank_plan(PRESAMPLE_STREAM)
         else:
             owner = f"{type(datamodule).__name__}'s {type(train).__name__}"
             raise TypeError(f"cache_ranking='presample' presamples node or link batch plans, not {owner}; use "
