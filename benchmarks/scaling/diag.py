@@ -9,8 +9,8 @@ timeline (CUDA events: forward, backward with the all-reduce's tail, each bucket
 hook, optimizer, the GPU's idle gap; host: the same, the fetch of the next batch, the pipeline's hand-over,
 Lightning's time between steps), its threads and CPU use (``/proc``) and, on GPUs, NCCL's transports.
 
-``--plan`` lists the run groups in priority order (a group left when ``--deadline-s`` runs out is reported as
-skipped):
+``--plan`` lists the run groups in priority order (a run that would no longer fit in ``--deadline-s``, judged by
+the longest finished run like it, is reported as skipped):
 
 * ``<model>-<path>`` (``model``: ``heavy`` or ``light``; ``path``: ``worker``, the pipeline worker under MPS, its
   ``model`` phase the model-only row *with* an MPS daemon (the trainer's share); ``off``, batches built in the
@@ -51,7 +51,7 @@ from benchmarks.scaling.knobs import parse_variants  # noqa: E402
 from benchmarks.scaling.phases import PHASES  # noqa: E402
 from benchmarks.scaling.report import topology  # noqa: E402
 
-__all__ = ["RunSpec", "build_plan", "main", "parse_diag_args"]
+__all__ = ["RunSpec", "build_plan", "main", "parse_diag_args", "run_estimate"]
 
 _PATHS = ("worker", "off", "mps")
 
@@ -123,8 +123,8 @@ def parse_diag_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--warmup-batches", type=int, default=30)
     p.add_argument("--limit-batches", type=int, default=0, help="the trainer's batch limit per epoch (0: the split)")
     p.add_argument("--deadline-s", type=float, default=0.0, help="seconds for everything (0: none); a run starts "
-                   "only with --min-run-s left and gets at most what is left")
-    p.add_argument("--min-run-s", type=float, default=30.0)
+                   "only with the time a run like it took (at least --min-run-s) left, and gets at most what is left")
+    p.add_argument("--min-run-s", type=float, default=30.0, help="the least time a run is expected to need")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per run at most")
     p.add_argument("--prepare-timeout", type=float, default=240.0, help="seconds to draw and cache the graph")
     p.add_argument("--nccl-debug", type=int, default=1, help="1: NCCL's set-up log per run, summed in 'nccl'")
@@ -221,8 +221,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         write_json(args.out, report)
         for spec in args.runs:
             left = args.deadline_s - (time.monotonic() - start) if args.deadline_s > 0 else float("inf")
-            if left < args.min_run_s:
-                result = {**asdict(spec), "status": "skipped", "reason": f"{left:.0f} s left of --deadline-s"}
+            needed = run_estimate(report["runs"], spec, args.min_run_s)
+            if left < needed:
+                result = {**asdict(spec), "status": "skipped",
+                          "reason": f"{left:.0f} s left of --deadline-s, a run like it needs ~{needed:.0f} s"}  # fmt: skip
             else:
                 result = run_spec(args, spec, min(args.timeout, left - 5.0))
             report["runs"].append(result)
@@ -237,6 +239,14 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         print_table(report["table"])
         print(f"wrote {args.out} ({report['total_s']:.0f} s)", flush=True)
     return report
+
+
+def run_estimate(done: list[dict[str, Any]], spec: RunSpec, floor: float) -> float:
+    """Seconds a run of ``spec`` is expected to take: the longest finished run of the same GPU count, data path and
+    kind (DDP or independent), 5 % more, or ``floor`` (``--min-run-s``) before any such run, never less than it."""
+    similar = [r["wall_s"] for r in done if r.get("status") == "ok" and r["gpus"] == spec.gpus
+               and r["pipeline"] == spec.pipeline and r["independent"] == spec.independent]  # fmt: skip
+    return max([floor, *(1.05 * w for w in similar)])
 
 
 def _line(result: dict[str, Any]) -> str:

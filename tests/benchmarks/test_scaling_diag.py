@@ -59,6 +59,19 @@ def test_plan_is_in_priority_order_and_flags_are_checked() -> None:
             parse_diag_args(bad)
 
 
+def test_a_run_is_expected_to_take_as_long_as_the_longest_run_like_it() -> None:
+    from benchmarks.scaling.diag import RunSpec, run_estimate
+
+    done = [{"status": "ok", "gpus": 2, "pipeline": "worker", "independent": False, "wall_s": 60.0},
+            {"status": "ok", "gpus": 2, "pipeline": "worker", "independent": False, "wall_s": 50.0},
+            {"status": "ok", "gpus": 1, "pipeline": "worker", "independent": False, "wall_s": 45.0},
+            {"status": "error", "gpus": 2, "pipeline": "off", "independent": False, "wall_s": 90.0}]  # fmt: skip
+    spec = RunSpec("x", "knobs", "heavy", "worker", True, 2)
+    assert run_estimate(done, spec, 30.0) == pytest.approx(63.0)
+    assert run_estimate(done, RunSpec("y", "pair", "heavy", "worker", True, 2, independent=True), 30.0) == 30.0
+    assert run_estimate(done, RunSpec("z", "heavy-off", "heavy", "off", False, 2), 40.0) == 40.0  # errors do not count
+
+
 # ---- the timeline's figures ------------------------------------------------------------------------------------------
 def _mark(host: float) -> Any:
     from benchmarks.scaling.timeline import _Mark
