@@ -77,7 +77,11 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         liveness_interval: seconds between checks that the other ranks of this machine still run; ``0`` turns
             the check off.
         **kwargs: everything :class:`~pytorch_lightning.strategies.DDPStrategy` takes (``timeout``,
-            ``process_group_backend``, ``find_unused_parameters``, ...).
+            ``process_group_backend``, ``find_unused_parameters``, ...), including the arguments of
+            :class:`~torch.nn.parallel.DistributedDataParallel` itself, handed to the wrapper as given:
+            ``static_graph`` (default ``False``), ``gradient_as_bucket_view`` (``False``), ``bucket_cap_mb`` (25 MiB
+            buckets), ``broadcast_buffers`` (``True``). Their effect on a rank's step time is measured by
+            ``python -m benchmarks.scaling.diag`` (``--knobs``); the defaults are torch's until it shows better ones.
 
     Raises:
         ValueError: an unreadable ``cache_budget``, an unknown ``cache_ranking`` or ``cache_policy``,
