@@ -1,8 +1,9 @@
 """The ``lightning-zerocopy`` command: LightningCLI with any LightningModule and LightningDataModule.
 
 Model and data are chosen by ``class_path``/``init_args`` (subclass mode), so a recipe can name a model of
-your own package. The data's ``num_features``/``num_classes`` are linked into the model's
-``in_channels``/``out_channels`` when both are instantiated, so a recipe does not repeat them.
+your own package. What the data knows (``num_features``, ``num_classes``, a heterogeneous graph's ``metadata()`` and
+``num_nodes``) is linked into the model's arguments of PyG's names (``in_channels``, ``out_channels``, ``metadata``,
+...) that the model has, when both are instantiated, so a recipe does not repeat them (:mod:`lightning_zerocopy.cli_links`).
 
     lightning-zerocopy fit --config recipes/quickstart.yaml
     lightning-zerocopy fit --config recipes/quickstart.yaml --print_config
@@ -52,6 +53,7 @@ from lightning_zerocopy._cli_errors import (
     resolve_class_path,
     traceback_requested,
 )
+from lightning_zerocopy.cli_links import ModelInstantiator, add_data_links, predict_step_hint, yaml_metadata
 
 __all__ = ["CommandError", "ZeroCopyCLI", "build_cli", "find_last_checkpoint", "main", "mps_requested_by"]
 
@@ -83,14 +85,18 @@ class ZeroCopyCLI(LightningCLI):
     model, writes predictions to disk and reports build errors as one message naming the YAML key."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.link_arguments("data.num_features", "model.init_args.in_channels", apply_on="instantiate")
-        parser.link_arguments("data.num_classes", "model.init_args.out_channels", apply_on="instantiate")
+        add_data_links(parser)
         parser.add_argument(
             "--allow_untrained",
             type=bool,
             default=False,
             help="validate/test/predict without --ckpt_path, i.e. with the model's initial weights",
         )
+
+    def _add_instantiators(self) -> None:
+        """LightningCLI's instantiators, the model's replaced by :class:`~lightning_zerocopy.cli_links.ModelInstantiator`."""
+        super()._add_instantiators()
+        self.parser.add_instantiator(ModelInstantiator(self), LightningModule, subclasses=self.subclass_mode_model)
 
     def before_instantiate_classes(self) -> None:
         """Refuses ``validate``/``test``/``predict`` without ``--ckpt_path`` (before any data is built); with
@@ -132,6 +138,8 @@ class ZeroCopyCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         recipe = self.config.get(f"{subcommand}.model.class_path") if subcommand else None
         super()._parse_ckpt_path()
+        if subcommand:  # a saved metadata as YAML writes it (lists; the model gets tuples)
+            yaml_metadata(self.config[subcommand].get("model"))
         saved = self.config.get(f"{subcommand}.model.class_path") if subcommand else None
         if recipe and saved and recipe != saved and resolve_class_path(recipe) is not resolve_class_path(saved):
             path = self.config[subcommand].get("ckpt_path")
@@ -192,9 +200,7 @@ class ZeroCopyCLI(LightningCLI):
             raise CommandError(
                 f"{module.__module__}.{module.__qualname__} has no predict_step, and Lightning's default one calls "
                 f"forward(batch), but its forward takes ({', '.join(p.name for p in required)}). Define "
-                "`def predict_step(self, batch, batch_idx): "
-                "return self(batch.x, batch.edge_index)[: batch.batch_size]` (the logits of the seed nodes; the "
-                "writer takes their ids from batch.n_id)."
+                f"{predict_step_hint(self.datamodule)}."
             )
 
 

@@ -1,13 +1,18 @@
 """What a PyG user brings to the command: small graphs saved with ``torch.save`` (a ``Data`` with masks, an
 ogbn-mag-shaped ``HeteroData`` with every type featured and every type a message destination, as
-``T.ToUndirected(merge=False)`` leaves ogbn-mag), written as a user writes them."""
+``T.ToUndirected(merge=False)`` leaves ogbn-mag), written as a user writes them, a DataModule without
+``metadata`` and a module without ``in_channels``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytorch_lightning as pl
 import torch
 from torch_geometric.data import Data, HeteroData
+from torch_geometric.nn import SAGEConv
+
+from lightning_zerocopy.data.hetero_datamodule import ZeroCopyHeteroDataModule
 
 MAG_NODES = {"paper": 120, "author": 90, "institution": 12}
 MAG_CLASSES = 4
@@ -62,3 +67,36 @@ def saved_mag_like(path: Path, seed: int = 0) -> Path:
     """:func:`mag_like` saved to ``path`` with ``torch.save``."""
     torch.save(mag_like(seed), path)
     return path
+
+
+class DataModuleWithoutMetadata(ZeroCopyHeteroDataModule):
+    """A heterogeneous DataModule that, as a user's own may, has no ``metadata``: the recipe gives the model its
+    ``metadata`` (YAML lists)."""
+
+    @property
+    def metadata(self):  # type: ignore[override]
+        raise AttributeError("no metadata here")
+
+
+class LazyInputSAGE(pl.LightningModule):
+    """A homogeneous module that takes ``out_channels`` but not ``in_channels`` (lazy input width, as PyG allows)."""
+
+    def __init__(self, out_channels: int, hidden_channels: int = 16) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.conv1 = SAGEConv(-1, hidden_channels)
+        self.conv2 = SAGEConv(hidden_channels, out_channels)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    def training_step(self, batch, batch_idx):  # noqa: ANN001
+        out = self(batch.x, batch.edge_index)[: batch.batch_size]
+        return torch.nn.functional.cross_entropy(out, batch.y[: batch.batch_size])
+
+    def test_step(self, batch, batch_idx):  # noqa: ANN001
+        out = self(batch.x, batch.edge_index)[: batch.batch_size]
+        self.log("test_acc", (out.argmax(-1) == batch.y[: batch.batch_size]).float().mean(), batch_size=batch.batch_size)
+
+    def configure_optimizers(self):  # noqa: ANN201
+        return torch.optim.Adam(self.parameters(), lr=0.01)
