@@ -139,5 +139,5 @@ def test_torch_load_of_a_saved_graph_moves_a_byte_progress_bar(tmp_path: Path, m
     loaded = saved_graph.load_saved_graph(path, "a HeteroData")
     (bar,) = bars
     assert bar.total == path.stat().st_size and bar.unit == "B" and "mag.pt" in bar.desc
-    assert 0.9 * bar.total <= bar.n <= 1.1 * bar.total  # each byte read about once
+    assert 0.9 * bar.total <= bar.n <= bar.total  # each byte read about once, the bar stops at the size
     assert torch.equal(loaded["paper"].x, torch.load(path, weights_only=False)["paper"].x)

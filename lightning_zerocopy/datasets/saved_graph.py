@@ -37,6 +37,10 @@ class _ProgressReader:
     def __init__(self, file: Any, bar: Any) -> None:
         self._file, self._bar = file, bar
 
+    def _advance(self, count: int) -> None:
+        """Moves the bar by ``count`` bytes, up to the file's size (a few bytes, zip headers, are read twice)."""
+        self._bar.update(max(0, min(count, self._bar.total - self._bar.n)))
+
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         done = 0
@@ -45,17 +49,17 @@ class _ProgressReader:
             if not count:
                 break
             done += count
-            self._bar.update(count)
+            self._advance(count)
         return done
 
     def read(self, size: Optional[int] = -1) -> bytes:
         data = self._file.read(size)
-        self._bar.update(len(data))
+        self._advance(len(data))
         return data
 
     def readline(self, size: Optional[int] = -1) -> bytes:
         line = self._file.readline(size)
-        self._bar.update(len(line))
+        self._advance(len(line))
         return line
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
