@@ -7,16 +7,17 @@ your own package. What the data knows (``num_features``, ``num_classes``, a hete
 
     lightning-zerocopy fit --config recipes/quickstart.yaml
     lightning-zerocopy fit --config recipes/quickstart.yaml --print_config
-    python -m lightning_zerocopy test --config recipes/quickstart.yaml --ckpt_path last.ckpt
-    lightning-zerocopy predict --config recipes/quickstart.yaml --ckpt_path last.ckpt   # writes predictions.npz
+    python -m lightning_zerocopy test --config recipes/quickstart.yaml --ckpt_path last
+    lightning-zerocopy predict --config recipes/quickstart.yaml --ckpt_path last   # writes predictions.npz
 
 A recipe may name classes of modules in the current folder (``model.class_path: mymod.MyGNN``): the command puts
 it first on ``sys.path``, as ``python -m lightning_zerocopy`` does.
 
-``--ckpt_path last`` resumes from the newest ``last.ckpt`` under the run's root (the logger's root, e.g.
-``lightning_logs/``, holding every version folder; without a logger ``default_root_dir``), not only in this run's
-own new version folder, where Lightning alone finds none and starts from step 0; with none anywhere the command
-stops, naming where it looked. ``validate``/``test``/``predict`` refuse to run without ``--ckpt_path`` (an untrained model would be scored or
+Each recipe's runs go to ``lightning_logs/<recipe>/version_N`` (:mod:`lightning_zerocopy.cli_runs`), and
+``--ckpt_path last`` resumes from the newest ``last.ckpt`` there (the logger's root; without a logger
+``default_root_dir``), not only in this run's own new version folder, where Lightning alone finds none and starts from
+step 0; with none anywhere the command stops, naming where it looked; a checkpoint of another module class is refused.
+Lightning's notices a user must ignore are filtered by message (:mod:`lightning_zerocopy.cli_output`). ``validate``/``test``/``predict`` refuse to run without ``--ckpt_path`` (an untrained model would be scored or
 used silently) unless ``--allow_untrained true`` is given. ``predict`` writes the predictions with
 :class:`~lightning_zerocopy.callbacks.predictions.PredictionWriter` unless the recipe lists a prediction writer.
 User errors (a bad key, type or value in the recipe) print one message naming the YAML key and exit with status
@@ -52,6 +53,7 @@ from lightning_zerocopy._cli_errors import (
     resolve_class_path,
     traceback_requested,
 )
+from lightning_zerocopy.cli_output import quiet_lightning_notices
 from lightning_zerocopy.cli_links import ModelInstantiator, add_data_links, predict_step_hint, yaml_metadata
 from lightning_zerocopy.cli_runs import (
     check_checkpoint_class,
@@ -106,7 +108,9 @@ class ZeroCopyCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """Refuses ``validate``/``test``/``predict`` without ``--ckpt_path`` (before any data is built); with
-        ``trainer.enable_checkpointing: false`` drops the recipe's checkpoint callbacks; keeps runs apart per recipe."""
+        ``trainer.enable_checkpointing: false`` drops the recipe's checkpoint callbacks; keeps runs apart per recipe
+        and Lightning's notices out of the output (:mod:`~lightning_zerocopy.cli_output`)."""
+        quiet_lightning_notices(self.subcommand)
         self._drop_checkpoints_when_checkpointing_is_off()
         self._keep_runs_apart_per_recipe()
         if self.subcommand in ("validate", "test", "predict"):
@@ -238,6 +242,7 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ZeroCopyCLI:
         args=args,
         run=run,
         save_config_kwargs={"overwrite": True},
+        seed_everything_default=0,  # what `true` gives anyway, without Lightning's "No seed found" warning
         auto_configure_optimizers=False,
         parser_class=ZeroCopyArgumentParser,
         parser_kwargs={

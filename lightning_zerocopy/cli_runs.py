@@ -60,9 +60,13 @@ def default_logger(trainer_config: Any, name: str) -> Optional[Namespace]:
     from lightning_fabric.loggers.tensorboard import _TENSORBOARD_AVAILABLE, _TENSORBOARDX_AVAILABLE
 
     kind = "TensorBoardLogger" if _TENSORBOARD_AVAILABLE or _TENSORBOARDX_AVAILABLE else "CSVLogger"
+    from lightning_fabric.plugins.environments import SLURMEnvironment
+
     root = trainer_config.get("default_root_dir")
-    save_dir = os.path.join(root, LOG_FOLDER) if root else LOG_FOLDER
-    return Namespace(class_path=f"pytorch_lightning.loggers.{kind}", init_args=Namespace(save_dir=save_dir, name=name))
+    init_args = Namespace(save_dir=os.path.join(root, LOG_FOLDER) if root else LOG_FOLDER, name=name)
+    if SLURMEnvironment.job_id() is not None:  # as Lightning's default logger: a SLURM job's runs are named by its id
+        init_args["version"] = SLURMEnvironment.job_id()
+    return Namespace(class_path=f"pytorch_lightning.loggers.{kind}", init_args=init_args)
 
 
 def find_last_checkpoint(trainer: Trainer) -> str:

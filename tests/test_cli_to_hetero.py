@@ -9,6 +9,8 @@ rebuild the module from it); a required argument nothing gives is one line namin
 from __future__ import annotations
 
 import pickle
+import re
+import shlex
 from pathlib import Path
 from typing import Any, Optional
 
@@ -156,3 +158,25 @@ def test_the_datamodules_metadata_is_called_as_pyg_and_read_as_a_tuple() -> None
     assert (node_types, edge_types) == source.metadata()
     restored = pickle.loads(pickle.dumps(dm.metadata))
     assert type(restored) is tuple and restored == source.metadata()  # checkpoints load with weights_only=True
+
+
+def test_the_readmes_to_hetero_example_runs_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The README's module, recipe and commands, as written (a smaller graph and one short epoch)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("**A PyG `to_hetero` module through the command.**"):]
+    blocks = {kind: re.search(rf"```{kind}\n(.*?)```", section, flags=re.S).group(1) for kind in ("python", "yaml", "bash")}
+    (tmp_path / "my_module.py").write_text(blocks["python"])
+    (tmp_path / "my_mag.yaml").write_text(blocks["yaml"])
+    saved_mag_like(tmp_path / "mag.pt")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(TRACEBACK_ENV, "1")
+    small = ["--trainer.max_epochs=1", "--trainer.accelerator=cpu", "--trainer.enable_progress_bar=false",
+             "--data.init_args.batch_size=16", "--data.init_args.num_threads=1"]  # fmt: skip
+    commands = [shlex.split(line) for line in blocks["bash"].splitlines() if line.strip()]
+    assert [c[:2] for c in commands] == [[".venv/bin/lightning-zerocopy", "fit"], [".venv/bin/lightning-zerocopy", "test"]]
+    for command in commands:
+        main([*command[1:], *small])
+    assert "test_acc" in capsys.readouterr().out
+    (last,) = tmp_path.glob("lightning_logs/my_mag/version_0/checkpoints/last.ckpt")
+    assert set(_hyperparameters(last)) == {"_class_path", "_instantiator", "metadata", "hidden_channels", "out_channels"}

@@ -8,7 +8,7 @@ from typing import Optional, Union
 import torch
 from torch_geometric.data import Dataset, HeteroData
 
-from lightning_zerocopy.datasets.base import InputDataError
+from lightning_zerocopy.datasets.base import InputDataError, progress_bar
 from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeData, HeteroNodeDataset, first_out_of_range
 from lightning_zerocopy.datasets.saved_graph import GraphFile, load_saved_graph
 
@@ -153,8 +153,11 @@ class PyGHeteroDataset(HeteroNodeDataset):
         """
         d, origin = self.data, self._origin
         edge_index = {}
-        for edge_type in self.edge_types:
-            edge_index[edge_type] = self._edge_index(edge_type)
+        total = sum(int(d[t].edge_index.shape[-1]) for t in self.edge_types if d[t].get("edge_index") is not None)
+        with progress_bar(total, "checking edge_index per edge type", "edge") as bar:  # shown past a second
+            for edge_type in self.edge_types:
+                edge_index[edge_type] = self._edge_index(edge_type)
+                bar.update(int(edge_index[edge_type].shape[1]))
         x = {}
         for node_type in d.node_types:
             feats = d[node_type].get("x")
