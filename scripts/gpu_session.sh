@@ -67,6 +67,20 @@ export GPU_CHECK_EXTRA_STAGE_HETERO_CLIQUE="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 ti
 # NeighborLoader under DDP on 2 GPUs; each run 30 warm-up steps, then --run-budget-s of steps, killed at --timeout;
 # the report (seeds/s, steps/s a rank, speed-up over 1 GPU, hit rates per type) in $OUT/hetero_scaling.json and .log
 export GPU_CHECK_EXTRA_STAGE_HETERO_SCALING="timeout ${GPU_CHECK_HETERO_SCALING_TIMEOUT:-420} python3 -m benchmarks.scaling --graph hetero --cache-dir /tmp/lzc --out \$OUT/hetero_scaling.json ${GPU_CHECK_HETERO_SCALING_ARGS:---preset mag --gpus 1,2 --policies replicate,clique --budgets 0.1 --pipelines worker --epochs 2 --warmup-batches 30 --limit-batches 400 --run-budget-s 12 --presample-batches 16 --timeout 90 --prepare-timeout 150 --pyg-gpus 2 --pyg-workers 8 --pyg-site /tmp/pygsite}"
+# stage scaling_diag (two GPUs; .wheels/ carried, .pyg/ not needed): where a DDP rank's step time goes when the second
+# GPU joins (issue 39), `python3 -m benchmarks.scaling.diag` on a 4M-node graph (drawn on the GPU and cached first; the
+# scaling stage's 8M graph takes longer to prepare and to load in every run). Each run: 25 warm-up steps, then a
+# data-path epoch and a model-only epoch (a ring of 16 real batches staged on each GPU) of ~2.5 s each, with per-step
+# CUDA-event timelines, threads/CPU use and NCCL's transports per rank. In priority order: heavy on 1/2 GPUs with the
+# worker under MPS (its model-only epoch: WITH an MPS daemon) and with no worker and no MPS (model-only WITHOUT); two
+# independent 1-GPU runs at once (no DDP); the knob variants on 2 GPUs (static_graph+gradient_as_bucket_view,
+# torch_threads=4, NCCL_MAX/MIN_CTAS 2/1, worker share 20 %); light on 1/2 GPUs with the worker, then without. A run
+# starts only with >= 40 s of --deadline-s 430 left (the rest is reported as skipped; runs are guessed at 35-60 s, so
+# the light runs may be); $OUT/scaling_diag.json is rewritten after every run, the table is at the end of
+# $OUT/scaling_diag.log. Expected: build ~35 s + this stage <= 440 s, about 8 min in all:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_diag bash scripts/gpu_session.sh     # .wheels/ carried
+# (light before the knobs: GPU_CHECK_SCALING_DIAG_ARGS="<the defaults below> --plan heavy-worker,heavy-off,light-worker,pair,knobs")
+export GPU_CHECK_EXTRA_STAGE_SCALING_DIAG="timeout -s TERM ${GPU_CHECK_SCALING_DIAG_TIMEOUT:-465} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_diag.json ${GPU_CHECK_SCALING_DIAG_ARGS:---num-nodes 4000000 --gpus 1,2 --deadline-s 430 --timeout 90 --min-run-s 40 --phase-s 2.5 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}"
 export GPU_CHECK_E2E_TIMEOUT="${GPU_CHECK_E2E_TIMEOUT:-330}"
 export GPU_CHECK_E2E_ARGS="${GPU_CHECK_E2E_ARGS:---preset issue20 --configs model_only,zc_gpu_mps,pyg --steps 300 --warmup 30 --row-budget-s 15 --total-budget-s 300 --cache-dir /tmp/lzc}"
 export GPU_CHECK_LINK_TIMEOUT="${GPU_CHECK_LINK_TIMEOUT:-220}"

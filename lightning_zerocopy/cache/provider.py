@@ -7,8 +7,8 @@ the trainer process and a pipeline worker process build the same cache, each in 
 
 .. code-block:: python
 
-    table = resources.feature_table(spec, mode="auto")   # DeviceResources calls spec.open(context) once
-    x = table.gather(n_id, out=x_buffer)                  # rows of n_id, on the GPU
+    table = resources.feature_table(node_type, "auto", spec)   # DeviceResources calls spec.open(context) once
+    x = table.gather(n_id, out=x_buffer)                        # rows of n_id, on the GPU
 
 A provider implements :class:`FeatureCacheSpec` (``open(context) -> FeatureGather``): it decides which rows come
 from GPU memory (replicated hot rows, this rank's shard, peer GPUs' shards opened over CUDA IPC) and returns

@@ -143,11 +143,6 @@ class GraphDataModule(pl.LightningDataModule):
         widths = self.dataset.num_features
         return dict(widths) if self.schema.is_typed else {NODE: int(widths)}
 
-    @property
-    def metadata(self) -> tuple[list[str], list[tuple[str, str, str]]]:
-        """``(node types, edge types)`` as PyG's ``HeteroData.metadata()`` (what ``to_hetero``/``HeteroConv`` take)."""
-        return self.schema.metadata()
-
     # ---- Lightning hooks -----------------------------------------------------------------------------------
 
     @override
@@ -315,10 +310,11 @@ class GraphDataModule(pl.LightningDataModule):
             ValueError: a cache of one table for a typed graph (one per node type is needed).
             RuntimeError: after ``setup`` (builders already carry the previous spec).
         """
-        if spec is not None and self.schema.is_typed and not callable(getattr(spec, "provider", None)):
+        per_type = callable(getattr(spec, "provider", None))
+        if spec is not None and self.schema.is_typed and not per_type:
             raise ValueError("a heterogeneous DataModule takes a GPU feature cache per node type (a "
                              f"TypedFeatureCache, ZeroCopyDDPStrategy's cache_budget), not {type(spec).__name__}")  # fmt: skip
-        if spec is not None and not isinstance(spec, FeatureCacheSpec):
+        if spec is not None and not per_type and not isinstance(spec, FeatureCacheSpec):
             raise TypeError(f"`spec` must be a FeatureCacheSpec (with open(context)), got {type(spec).__name__}")
         if self._handles is not None and not self._attaching:
             raise RuntimeError(

@@ -25,7 +25,7 @@ from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.graph_datamodule import GraphDataModule
 from lightning_zerocopy.data.hooks import check_typed_consumers
 from lightning_zerocopy.data.tasks import NodeTask
-from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeDataset, edge_type_str
+from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeDataset, Metadata, edge_type_str
 from lightning_zerocopy.graph.schema import GraphSchema
 from lightning_zerocopy.options import (
     FeatureDtype,
@@ -40,6 +40,7 @@ from lightning_zerocopy.options import (
 
 __all__ = [
     "NumNeighbors",
+    "TypedShapes",
     "ZeroCopyHeteroDataModule",
     "check_consumers",
     "check_metadata",
@@ -106,7 +107,25 @@ def check_metadata(dataset: HeteroNodeDataset, key: str) -> None:
 check_consumers = check_typed_consumers
 
 
-class ZeroCopyHeteroDataModule(GraphDataModule):
+class TypedShapes:
+    """The shape properties of a typed graph's DataModule that a model links (cheap: from the dataset)."""
+
+    dataset: Any
+    schema: GraphSchema
+
+    @property
+    def metadata(self) -> Metadata:
+        """``(node types, edge types)`` as PyG's ``HeteroData.metadata()`` (what ``to_hetero``/``HeteroConv`` take):
+        call it as PyG's (``dm.metadata()``) or read it as a tuple (``dm.metadata``), see :class:`Metadata`."""
+        return Metadata(*self.schema.metadata())
+
+    @property
+    def num_nodes(self) -> dict[str, int]:
+        """Nodes of every node type (a model sizes the embeddings of featureless types from it)."""
+        return dict(self.dataset.num_nodes)
+
+
+class ZeroCopyHeteroDataModule(TypedShapes, GraphDataModule):
     """Heterogeneous mini-batches (PyG ``HeteroData``, as the hetero ``NeighborLoader`` yields them) from host
     memory shared by all ranks.
 
@@ -176,11 +195,6 @@ class ZeroCopyHeteroDataModule(GraphDataModule):
             gather=gather, gather_mode=gather_mode, hot_rows=0, node_order=node_order, check_features=check_features,
             feature_dtype=feature_dtype, x_dtype=x_dtype, allow_split_overlap=allow_split_overlap,
         )  # fmt: skip
-
-    @property
-    def num_nodes(self) -> dict[str, int]:
-        """Nodes of every node type (a model sizes the embeddings of featureless types from it)."""
-        return dict(self.dataset.num_nodes)
 
     @property
     def num_classes(self) -> int:

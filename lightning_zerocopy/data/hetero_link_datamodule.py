@@ -29,7 +29,12 @@ from typing import Any, Literal, Mapping, Optional, Union
 
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.graph_datamodule import GraphDataModule
-from lightning_zerocopy.data.hetero_datamodule import NumNeighbors, check_typed_node_order, resolve_num_neighbors
+from lightning_zerocopy.data.hetero_datamodule import (
+    NumNeighbors,
+    TypedShapes,
+    check_typed_node_order,
+    resolve_num_neighbors,
+)
 from lightning_zerocopy.data.negatives import NegativeSampling, parse_neg_sampling
 from lightning_zerocopy.data.tasks import LinkTask
 from lightning_zerocopy.datasets.hetero import EdgeType, edge_type_str
@@ -75,7 +80,7 @@ def check_link_metadata(dataset: HeteroLinkDataset, key: str) -> EdgeType:
     return supervised[0], supervised[1], supervised[2]
 
 
-class ZeroCopyHeteroLinkDataModule(GraphDataModule):
+class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
     """Link-prediction mini-batches on one edge type of a heterogeneous graph (``HeteroData``, PyG's hetero
     ``LinkNeighborLoader`` fields; see the module docstring), sampled from host memory shared by all ranks.
 
@@ -156,11 +161,6 @@ class ZeroCopyHeteroLinkDataModule(GraphDataModule):
         self.neg_sampling = neg_sampling
         self.neg_sampling_ratio = float(neg_sampling_ratio)
         self.subgraph_type, self.disjoint = subgraph_type, disjoint
-
-    @property
-    def num_nodes(self) -> dict[str, int]:
-        """Nodes of every node type (a model sizes the embeddings of featureless types from it)."""
-        return dict(self.dataset.num_nodes)
 
     @property
     def link_splits(self) -> Mapping[str, LinkSplit]:

@@ -21,7 +21,7 @@ released in ``teardown`` and ``on_exception``. The constructor only stores and c
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -39,7 +39,6 @@ from lightning_zerocopy.strategies.liveness_lifecycle import stop_watch, trainer
 
 if TYPE_CHECKING:
     from lightning_zerocopy.cache.decide import CacheDecision
-    from lightning_zerocopy.cache.typed_decide import TypedCacheDecision
     from lightning_zerocopy.cache.segmented import CacheCounts
     from lightning_zerocopy.data.datamodule import ZeroCopyDataModule
 
@@ -60,8 +59,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             Under a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (a table per
             featured node type) the budget covers the rows of every featured type: one ranking of ``(type, row)``
             by expected reads per byte, each type's lookup charged first, one shard per type and GPU
-            (:mod:`~lightning_zerocopy.cache.typed`); ``auto`` prices the two layouts with the same measured
-            read rates, on the bytes the ranking expects each to serve (:mod:`~lightning_zerocopy.cache.typed_decide`).
+            (:mod:`~lightning_zerocopy.cache.cached_rows`); ``auto`` prices the two layouts with the same measured
+            read rates, on the bytes the ranking expects each to serve (:mod:`~lightning_zerocopy.cache.decide`).
         cache_ranking: which rows are hot: ``"degree"`` (how often a node is some node's in-neighbor) or
             ``"presample"`` (run the DataModule's sampler over the training seeds, or a link DataModule's training
             link batches, for ``presample_batches`` batches, count each node's appearances and blend the counts with the degree prior, its weight chosen
@@ -78,7 +77,11 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         liveness_interval: seconds between checks that the other ranks of this machine still run; ``0`` turns
             the check off.
         **kwargs: everything :class:`~pytorch_lightning.strategies.DDPStrategy` takes (``timeout``,
-            ``process_group_backend``, ``find_unused_parameters``, ...).
+            ``process_group_backend``, ``find_unused_parameters``, ...), including the arguments of
+            :class:`~torch.nn.parallel.DistributedDataParallel` itself, handed to the wrapper as given:
+            ``static_graph`` (default ``False``), ``gradient_as_bucket_view`` (``False``), ``bucket_cap_mb`` (25 MiB
+            buckets), ``broadcast_buffers`` (``True``). Their effect on a rank's step time is measured by
+            ``python -m benchmarks.scaling.diag`` (``--knobs``); the defaults are torch's until it shows better ones.
 
     Raises:
         ValueError: an unreadable ``cache_budget``, an unknown ``cache_ranking`` or ``cache_policy``,
@@ -193,7 +196,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         """Whether a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` may run under this
         strategy: always. One host copy per machine, the seed shares of the plan and the rank watch hold for typed
         data as they are; a ``cache_budget`` covers the rows of every featured type
-        (:class:`~lightning_zerocopy.cache.setup.RankCache` reads the host's tables as a dict)."""
+        (:class:`~lightning_zerocopy.cache.setup.RankCache` reads the host's tables by node type)."""
         return True
 
     def _preflight(self, trainer: Optional["pl.Trainer"], datamodule: Optional[Any]) -> None:
@@ -208,7 +211,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
     # ---- the cache, as telemetry and tests read it -------------------------------------------------------------
 
     @property
-    def cache_decision(self) -> Optional[Union["CacheDecision", "TypedCacheDecision"]]:
+    def cache_decision(self) -> Optional["CacheDecision"]:
         """The decided cache of this rank (after the DataModule's setup), for logs and tests."""
         return self._cache.decision
 
@@ -219,14 +222,9 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         return self._cache.counts()
 
     def cache_counts_per_type(self) -> Optional[dict[str, Optional["CacheCounts"]]]:
-        """For a cache over typed rows: :meth:`cache_counts` per featured type (``None`` for one table or no
-        cache)."""
+        """:meth:`cache_counts` per featured node type (``None`` where this process opened no cache of the type;
+        ``None`` without a cache). Each type's row bytes: ``cache_decision.row_bytes``."""
         return self._cache.counts_per_type()
-
-    @property
-    def cache_row_bytes(self) -> int:
-        """Bytes of one feature row (0 before the cache is decided, and for typed rows, whose widths differ)."""
-        return self._cache.row_bytes
 
     # ---- what the cache asks of the strategy -------------------------------------------------------------------
 
@@ -235,14 +233,10 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             self.model_to_device()  # "free memory" means free once the model is there (DDP's setup does it again)
         return int(torch.cuda.mem_get_info(self.root_device)[0])
 
-    def _presample(self, datamodule: "ZeroCopyDataModule", num_nodes: Any) -> Any:
-        # imports the DataModule's builder; a dict of rows per featured type: the heterogeneous builder's counts
-        from lightning_zerocopy.strategies.presample import presample_halves, presample_typed_halves
+    def _presample(self, datamodule: "ZeroCopyDataModule", num_rows: Mapping[str, int]) -> dict[str, torch.Tensor]:
+        from lightning_zerocopy.strategies.presample import presample_halves  # imports the DataModule's builders
 
-        if isinstance(num_nodes, dict):
-            return presample_typed_halves(datamodule, self.presample_batches, self.global_rank, self.world_size,
-                                          num_nodes)  # fmt: skip
-        return presample_halves(datamodule, self.presample_batches, self.global_rank, self.world_size, num_nodes)
+        return presample_halves(datamodule, self.presample_batches, self.global_rank, self.world_size, num_rows)
 
 
 ZeroCopyDDPStrategy.register_strategies(StrategyRegistry)
