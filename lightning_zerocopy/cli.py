@@ -152,6 +152,9 @@ class ZeroCopyCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, with a :class:`PredictionWriter` added for ``predict`` unless a writer is configured."""
         trainer = super().instantiate_trainer(**kwargs)
+        from lightning_zerocopy.preemption import PreemptionCheckpoint
+
+        trainer.callbacks.insert(0, PreemptionCheckpoint())  # SIGTERM: saves the step, before others release the run
         if self.subcommand == "predict" and not any(isinstance(c, BasePredictionWriter) for c in trainer.callbacks):
             from lightning_zerocopy.callbacks.predictions import PredictionWriter
 
@@ -329,7 +332,8 @@ def main(args: ArgsType = None) -> None:
     Starts the MPS daemon first when the recipe asks for it (see the module docstring), then runs LightningCLI.
     A :class:`CommandError`, or an ``InputDataError`` raised while the subcommand ran (the dataset's content), is
     printed as one line (exit status 2); so is another rank's or the pipeline worker's death (exit status 1); a run
-    stopped by Ctrl-C exits with status 130. ``LZC_TRACEBACK=1`` raises the error instead.
+    stopped by Ctrl-C exits with status 130, one stopped by SIGTERM with 143 after saving the current step
+    (:mod:`lightning_zerocopy.preemption`). ``LZC_TRACEBACK=1`` raises the error instead.
     """
     _import_from_the_current_folder()
     if args is None:
@@ -344,16 +348,21 @@ def main(args: ArgsType = None) -> None:
 
         start_for_trainer(worker_percent)  # a DDP rank re-running this command joins its parent's daemon
     _watch_the_launch()
+    from lightning_zerocopy import preemption
+
+    preemption.install()  # SIGTERM: a checkpoint of the current step, then exit status 143 (preemption.py)
     try:
         cli = build_cli(args)
     except SystemExit as exc:
         # Lightning ends a run stopped by Ctrl-C with exit(1), raised while it handles the KeyboardInterrupt
         if exc.code == 1 and isinstance(exc.__context__, KeyboardInterrupt):
             raise SystemExit(INTERRUPTED_EXIT) from None
+        preemption.exit_if_preempted(exc)
         raise
     except Exception as exc:
         if traceback_requested():
             raise
+        preemption.exit_if_preempted(exc)
         if isinstance(exc, CommandError) or _is_input_data_error(exc):
             sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
             raise SystemExit(2) from None
@@ -363,6 +372,7 @@ def main(args: ArgsType = None) -> None:
                              f"({TRACEBACK_ENV}=1 shows the full traceback)\n")  # fmt: skip
             raise SystemExit(1) from None
         raise
+    preemption.RECORD.stopping = True  # the run finished: a SIGTERM from now on is only noted
     release_the_run(cli)
 
 

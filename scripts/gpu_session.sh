@@ -32,7 +32,7 @@ OUT="${OUT:-$root/results/gpu_session}"
 # by grep so a new CUDA test file cannot be left out of the session
 mps_files="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
   tests/pipeline/test_share_auto_cuda.py tests/test_console.py tests/benchmarks/test_e2e_rows.py
-  tests/benchmarks/test_e2e_benchmark.py"
+  tests/benchmarks/test_e2e_benchmark.py tests/test_faults_gpu.py"
 parallel_tests="$(grep -rlE 'mark\.cuda' tests --include='test_*.py' | sort | grep -vxF -f <(echo $mps_files | tr ' ' '\n'))"
 mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
   tests/callbacks/test_share_auto_cuda.py tests/benchmarks/test_e2e_rows.py::test_share_rows_train_under_mps
@@ -49,6 +49,11 @@ export GPU_CHECK_TEST_VERBOSITY=-v GPU_CHECK_PYTEST_ARGS="${GPU_CHECK_PYTEST_ARG
 export GPU_CHECK_TEST_TIMEOUT="${GPU_CHECK_TEST_TIMEOUT:-240}"
 # --timeout (pytest-timeout, on the GPU image): a test that hangs fails alone and the run still prints its summary
 export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_TEST_TIMEOUT:-520} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 $(echo $mps_tests)"
+# stage faults_gpu (issue 38, one GPU, < 4 min expected): SIGTERM to a job with the worker under MPS (checkpoint, exit
+# 143, every process and the MPS daemon gone within 10 s, then the resume), and the MPS daemon of a command killed by
+# SIGABRT / SIGKILL stopped by its supervisor
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,faults_gpu bash scripts/gpu_session.sh                  # .wheels/
+export GPU_CHECK_EXTRA_STAGE_FAULTS_GPU="REQUIRE_CUDA=1 timeout ${GPU_CHECK_FAULTS_GPU_TIMEOUT:-300} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/test_faults_gpu.py"
 # stage bench_tests: the e2e benchmark's CUDA tests (every GPU row on the ci graph, one process a row)
 export GPU_CHECK_EXTRA_STAGE_BENCH_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_BENCH_TEST_TIMEOUT:-540} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=520 -m cuda tests/benchmarks/test_e2e_benchmark.py"
 # stage pyg_parity (with .pyg/ carried): the link and heterogeneous drop-in tests against PyG's real loaders (torch-sparse)

@@ -6,8 +6,9 @@ shared-memory file descriptors); afterwards only slot numbers and sizes do.
 
 Lifecycle and faults:
 
-* the worker ignores SIGINT (a Ctrl-C in the terminal reaches the whole process group; the trainer decides
-  how to stop) and exits when told, when the pipe closes, or within half a second of its parent's death
+* the worker ignores SIGINT and SIGTERM (a Ctrl-C in the terminal, or a scheduler's SIGTERM, reaches the whole
+  process group; the trainer decides how to stop, and a pre-empted trainer still takes its batches until the step
+  it saves has ended) and exits when told, when the pipe closes, or within half a second of its parent's death
   (a watchdog thread polls the parent pid), so it never outlives the trainer;
 * the trainer notices a dead worker within ~0.2 s of waiting and raises :class:`~.client.PipelineError`
   naming the signal or exit code;
@@ -114,6 +115,7 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
     """Entry point of the worker process (``env`` was already in its environment at exec; kept for clarity)."""
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="lzc-parent-watch", daemon=True).start()
     conn.send(_STARTED)  # the interpreter is up (torch imported): from here on, silence is the producer's
     dev = torch.device(device) if device is not None else None
