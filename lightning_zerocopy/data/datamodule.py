@@ -54,6 +54,7 @@ from lightning_zerocopy.data.plan import SPLIT_STREAMS, BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
+from lightning_zerocopy.data.x_dtype_precision import check_x_dtype_fits_precision
 from lightning_zerocopy.datasets.base import NodeDataset
 from lightning_zerocopy.datasets.splits import check_trainable
 from lightning_zerocopy.options import (
@@ -205,7 +206,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         self._host_copy = HostCopyBuilder(dataset, feature_storage, node_order, _KEY + "dataset", check_features, opt_out,
                                           feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
                                           allow_split_overlap=self.allow_split_overlap,
-                                          overlap_opt_out=_KEY + "allow_split_overlap: true")  # fmt: skip
+                                          overlap_opt_out=_KEY + "allow_split_overlap: true",
+                                          x_dtype=x_dtype, x_dtype_key=_KEY + "x_dtype")  # fmt: skip
         self._loader_factory: Optional[LoaderFactory] = None
 
     # ---- shapes the model needs (LightningCLI links them into the model's init args) -------------------------
@@ -234,6 +236,8 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         if self._handles is not None:
             return
         self._gpu_options(fresh=True)  # a GPU option on a CPU trainer fails before any data is built
+        if self._trainer_or_none() is not None:  # so does an x dtype the model cannot take
+            check_x_dtype_fits_precision(self.x_dtype, self.feature_dtype, self.trainer.precision, _KEY)
         rank, local_rank, world_size = self._ranks()
         created = self._host_copy.share() if local_rank == 0 else None
         try:

@@ -175,6 +175,7 @@ class ZeroCopyHeteroLinkDataModule(ZeroCopyHeteroDataModule):
         self._host_copy = HeteroLinkHostCopyBuilder(  # type: ignore[assignment]
             dataset, feature_storage, _KEY + "dataset", check_features,  # type: ignore[arg-type]
             _KEY + "check_features: false", feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype",
+            x_dtype=x_dtype, x_dtype_key=_KEY + "x_dtype",
         )  # fmt: skip
         self._link_splits: dict[str, LinkSplit] = {}
         self._negatives: Optional[NegativeDraws] = None

@@ -19,7 +19,8 @@ from lightning_zerocopy.data.host.share import share_node_data, shared_node_orde
 from lightning_zerocopy.datasets.base import InputDataError, out_of_range_edge
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
-from lightning_zerocopy.gather.host_table import FeatureOverflowError, feature_dtype_of
+from lightning_zerocopy.gather.host_table import check_fits_dtype, feature_dtype_of
+from lightning_zerocopy.gather.precision_loss import FeatureRangeError
 from lightning_zerocopy.graph.reorder import NodeOrder
 from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
 from lightning_zerocopy.options import FeatureDtype, FeatureStorage, NodeOrderKind
@@ -42,6 +43,8 @@ class HostCopyBuilder:
         dtype_key: how errors name ``feature_dtype`` (its YAML key).
         allow_split_overlap: training nodes in the val/test split are a warning instead of an error.
         overlap_opt_out: the key that allows them, for the error message.
+        x_dtype, x_dtype_key: the dtype batches cast ``x`` to, checked once here like ``feature_dtype`` (a value it
+            cannot hold, or many it turns into 0; its YAML key for the message).
     """
 
     def __init__(
@@ -56,8 +59,11 @@ class HostCopyBuilder:
         dtype_key: str = "feature_dtype",
         allow_split_overlap: bool = False,
         overlap_opt_out: str = "allow_split_overlap: true",
+        x_dtype: Optional[FeatureDtype] = None,
+        x_dtype_key: str = "x_dtype",
     ):
         self.dataset = dataset
+        self.x_dtype, self.x_dtype_key = x_dtype, x_dtype_key
         self.feature_dtype: Optional[FeatureDtype] = feature_dtype
         self.dtype_key = dtype_key
         self.allow_split_overlap = allow_split_overlap
@@ -91,7 +97,7 @@ class HostCopyBuilder:
                 splits=self._split_tensors(data), feature_dtype=dtype,
                 feature_dir=feature_cache_dir(self.dataset, self.node_order, dtype), dtype_key=self.dtype_key,
             )  # fmt: skip
-        except FeatureOverflowError as exc:
+        except FeatureRangeError as exc:
             raise InputDataError(f"{self.key} ({type(self.dataset).__name__}) {exc}") from exc
         except IndexError as exc:  # the graph's build refuses an edge to no node: name the dataset's field
             problem = out_of_range_edge(data.edge_index, data.num_nodes)
@@ -142,4 +148,9 @@ class HostCopyBuilder:
             rank_zero_warn(f"{dataset}: {warning}")
         if self.check_features:
             check_finite_features(data.x, f"{dataset} features", self.opt_out)
+        if self.x_dtype is not None and self.x_dtype != self.feature_dtype:  # each batch casts x to it
+            try:
+                check_fits_dtype(data.x, feature_dtype_of(self.x_dtype, self.x_dtype_key), "features", self.x_dtype_key)
+            except FeatureRangeError as exc:
+                raise InputDataError(f"{dataset} {exc}") from exc
         self._splits_checked = True

@@ -56,9 +56,11 @@ from lightning_zerocopy.gather.host_table import (
     FeatureOverflowError,
     FeatureTableHandle,
     HostFeatureTable,
+    check_fits_dtype,
     feature_dtype_name,
     feature_dtype_of,
 )
+from lightning_zerocopy.gather.precision_loss import FeatureRangeError, FeatureUnderflowError
 from lightning_zerocopy.graph.csc import CSCGraph
 from lightning_zerocopy.graph.shared_memory import NpyTensorHandle, cleanup_stale_segments, share_tensor
 from lightning_zerocopy.options import FeatureDtype, FeatureStorage, check_choice
@@ -130,6 +132,8 @@ def share_hetero_data(
             except FeatureOverflowError as exc:  # name the type: node ids are per type
                 raise FeatureOverflowError(f"features of {node_type!r}", exc.node, exc.column, exc.value, dtype,
                                            dtype_key) from exc  # fmt: skip
+            except FeatureUnderflowError as exc:
+                raise FeatureUnderflowError(f"features of {node_type!r}", exc.loss, dtype, dtype_key) from exc
             features.append((node_type, table))
 
         def share(tensor: torch.Tensor, name: str):
@@ -174,6 +178,8 @@ class HeteroHostCopyBuilder:
         overlap_opt_out: the key that allows them, for the message.
         feature_dtype: the dtype of every featured type's table (``None``: each type's own), cast once here.
         dtype_key: how errors name ``feature_dtype`` (its YAML key).
+        x_dtype, x_dtype_key: the dtype batches cast each ``x`` to, checked once here like ``feature_dtype`` (its
+            YAML key for the message).
     """
 
     def __init__(
@@ -187,8 +193,11 @@ class HeteroHostCopyBuilder:
         overlap_opt_out: str = "allow_split_overlap: true",
         feature_dtype: Optional[FeatureDtype] = None,
         dtype_key: str = "feature_dtype",
+        x_dtype: Optional[FeatureDtype] = None,
+        x_dtype_key: str = "x_dtype",
     ) -> None:
         self.dataset = dataset
+        self.x_dtype, self.x_dtype_key = x_dtype, x_dtype_key
         self.feature_dtype: Optional[FeatureDtype] = feature_dtype
         self.dtype_key = dtype_key
         self.feature_storage: FeatureStorage = feature_storage
@@ -226,7 +235,7 @@ class HeteroHostCopyBuilder:
         try:
             return share_hetero_data(data, self.feature_storage, feature_dtype=dtype, feature_dir=feature_dir,
                                      dtype_key=self.dtype_key)  # fmt: skip
-        except FeatureOverflowError as exc:
+        except FeatureRangeError as exc:
             raise InputDataError(f"{self.key} ({type(self.dataset).__name__}) {exc}") from exc
 
     def share(self) -> "HeteroHostGraphHandles | Exception":
@@ -262,8 +271,19 @@ class HeteroHostCopyBuilder:
             raise InputDataError(f"{dataset}: {exc}") from exc
         for warning in warnings:
             rank_zero_warn(f"{dataset}: {warning}")
+        self._check_features(data, dataset)
+        self._checked = True
+
+    def _check_features(self, data: "HeteroNodeData | HeteroLinkData", dataset: str) -> None:
+        """No NaN or infinity (unless the scan is off); every value fits ``x_dtype``, which each batch casts to."""
         if self.check_features:
             for node_type, x in data.x.items():
                 check_finite_features(x, f"{dataset} features of {node_type!r}", self.opt_out)
-        self._checked = True
+        if self.x_dtype is not None and self.x_dtype != self.feature_dtype:
+            for node_type, x in data.x.items():
+                try:
+                    check_fits_dtype(x, feature_dtype_of(self.x_dtype, self.x_dtype_key), f"features of {node_type!r}",
+                                     self.x_dtype_key)  # fmt: skip
+                except FeatureRangeError as exc:
+                    raise InputDataError(f"{dataset} {exc}") from exc
 

@@ -14,7 +14,6 @@ from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_zerocopy.data.host.hetero import HeteroHostCopyBuilder
 from lightning_zerocopy.datasets.base import InputDataError
-from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.hetero_links import HeteroLinkData, check_hetero_link_splits
 from lightning_zerocopy.datasets.splits import SplitError
 
@@ -44,7 +43,5 @@ class HeteroLinkHostCopyBuilder(HeteroHostCopyBuilder):
             raise InputDataError(f"{dataset}: {exc}") from exc
         for warning in warnings:
             rank_zero_warn(f"{dataset}: {warning}")
-        if self.check_features:
-            for node_type, x in data.x.items():
-                check_finite_features(x, f"{dataset} features of {node_type!r}", self.opt_out)
+        self._check_features(data, dataset)
         self._checked = True
