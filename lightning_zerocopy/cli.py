@@ -427,6 +427,7 @@ def _is_input_data_error(exc: BaseException) -> bool:
     started: the user's to fix, so one line, not a traceback."""
     # imported here: the module must not load the datasets (and torch) before MPS is started in main
     from lightning_zerocopy.datasets.base import InputDataError
+    from lightning_zerocopy.graph.shm_dir import HostMemoryError
     from lightning_zerocopy.options import RecipeError
 
-    return isinstance(exc, (InputDataError, RecipeError))
+    return isinstance(exc, (InputDataError, RecipeError, HostMemoryError))  # HostMemoryError: /dev/shm too small

@@ -22,7 +22,7 @@ from lightning_zerocopy.datasets.splits import SplitError, check_splits
 from lightning_zerocopy.gather.host_table import check_fits_dtype, feature_dtype_of
 from lightning_zerocopy.gather.precision_loss import FeatureRangeError
 from lightning_zerocopy.graph.reorder import NodeOrder
-from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
+from lightning_zerocopy.graph.stale_segments import cleanup_stale_segments
 from lightning_zerocopy.options import FeatureDtype, FeatureStorage, NodeOrderKind
 
 __all__ = ["HostCopyBuilder"]

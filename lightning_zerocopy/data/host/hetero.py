@@ -62,7 +62,8 @@ from lightning_zerocopy.gather.host_table import (
 )
 from lightning_zerocopy.gather.precision_loss import FeatureRangeError, FeatureUnderflowError
 from lightning_zerocopy.graph.csc import CSCGraph
-from lightning_zerocopy.graph.shared_memory import NpyTensorHandle, cleanup_stale_segments, share_tensor
+from lightning_zerocopy.graph.shared_memory import NpyTensorHandle, share_tensor
+from lightning_zerocopy.graph.stale_segments import cleanup_stale_segments
 from lightning_zerocopy.options import FeatureDtype, FeatureStorage, check_choice
 
 __all__ = ["HeteroHostCopyBuilder", "share_hetero_data"]
