@@ -131,6 +131,11 @@ class ZeroCopyCLI(LightningCLI):
         class without a word, and the recipe's data would then reach a model written for other batches."""
         subcommand = self.config.get("subcommand")
         recipe = self.config.get(f"{subcommand}.model.class_path") if subcommand else None
+        path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if path and os.path.isfile(path):  # a damaged file is named as damaged (checkpoint_checks.py)
+            from lightning_zerocopy.checkpoint_checks import read_checkpoint
+
+            read_checkpoint(path)
         super()._parse_ckpt_path()
         saved = self.config.get(f"{subcommand}.model.class_path") if subcommand else None
         if recipe and saved and recipe != saved and resolve_class_path(recipe) is not resolve_class_path(saved):
@@ -152,9 +157,9 @@ class ZeroCopyCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, with a :class:`PredictionWriter` added for ``predict`` unless a writer is configured."""
         trainer = super().instantiate_trainer(**kwargs)
-        from lightning_zerocopy.preemption import PreemptionCheckpoint
+        from lightning_zerocopy.run_guards import guard_the_run  # SIGTERM, output folders
 
-        trainer.callbacks.insert(0, PreemptionCheckpoint())  # SIGTERM: saves the step, before others release the run
+        guard_the_run(trainer, str(self.subcommand))
         if self.subcommand == "predict" and not any(isinstance(c, BasePredictionWriter) for c in trainer.callbacks):
             from lightning_zerocopy.callbacks.predictions import PredictionWriter
 
@@ -169,6 +174,10 @@ class ZeroCopyCLI(LightningCLI):
         config = self.config_init[self.subcommand]
         if config.get("ckpt_path") == "last":
             config["ckpt_path"] = find_last_checkpoint(self.trainer)
+        if config.get("ckpt_path") and os.path.isfile(config["ckpt_path"]):  # damaged, or weights of another shape
+            from lightning_zerocopy.checkpoint_checks import check_checkpoint_fits
+
+            check_checkpoint_fits(config["ckpt_path"], self.model)
 
     def before_fit(self) -> None:
         self._resolve_last_checkpoint()
@@ -427,7 +436,6 @@ def _is_input_data_error(exc: BaseException) -> bool:
     started: the user's to fix, so one line, not a traceback."""
     # imported here: the module must not load the datasets (and torch) before MPS is started in main
     from lightning_zerocopy.datasets.base import InputDataError
-    from lightning_zerocopy.graph.shm_dir import HostMemoryError
-    from lightning_zerocopy.options import RecipeError
+    from lightning_zerocopy.options import RecipeError, RunEnvironmentError
 
-    return isinstance(exc, (InputDataError, RecipeError, HostMemoryError))  # HostMemoryError: /dev/shm too small
+    return isinstance(exc, (InputDataError, RecipeError, RunEnvironmentError))  # (/dev/shm too small, a full disk...)

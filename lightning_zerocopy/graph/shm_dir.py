@@ -5,7 +5,7 @@ does not was created on disk before (not memory-backed: every gather then reads 
 folder that exists but is not memory-backed (tmpfs, ramfs, hugetlbfs) is a warning. A folder too small for a segment
 is :class:`SharedMemoryFullError`: one line with the bytes needed, the bytes free and the fix.
 
-This module imports only the standard library.
+This module imports only the standard library and :mod:`lightning_zerocopy.options`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import warnings
 from pathlib import Path
 from typing import Optional, Union
 
+from lightning_zerocopy.options import RunEnvironmentError
+
 __all__ = ["SHM_DIR_ENV", "HostMemoryError", "SharedMemoryFullError", "no_room", "shared_memory_dir"]
 
 #: Environment variable naming the directory for segments (default ``/dev/shm``).
@@ -25,12 +27,9 @@ _MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs")
 _warned: set[str] = set()
 
 
-class HostMemoryError(OSError):
+class HostMemoryError(RunEnvironmentError):
     """The machine's shared memory cannot hold the run's host copy (the ``lightning-zerocopy`` command prints it as one
     line and exits with status 2)."""
-
-    def __str__(self) -> str:
-        return str(self.strerror)
 
 
 class SharedMemoryFullError(HostMemoryError):
