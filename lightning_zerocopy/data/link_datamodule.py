@@ -21,7 +21,10 @@ from lightning_zerocopy.data.host.links import LinkHostCopyBuilder, link_splits
 from lightning_zerocopy.data.link_plan import LinkBatchPlan
 from lightning_zerocopy.data.plan import SPLIT_STREAMS
 from lightning_zerocopy.data.negatives import NegativeDraws, NegativeSampling, parse_neg_sampling
+from lightning_zerocopy.datasets.base import InputDataError
+from lightning_zerocopy.datasets.link_checks import check_batch_labels
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkDataset, LinkSplit
+from lightning_zerocopy.datasets.splits import SplitError
 from lightning_zerocopy.options import (
     FeatureDtype,
     FeatureStorage,
@@ -230,7 +233,7 @@ def split_link_plan(
     link = splits[name]
     is_train = split == "train"
     fixed = None if is_train else link.neg_edge_index
-    return LinkBatchPlan(
+    plan = LinkBatchPlan(
         link.pos_edge_index,
         dm.batch_size if is_train else dm.eval_batch_size,
         negatives=None if split == "predict" else negatives,
@@ -247,3 +250,9 @@ def split_link_plan(
         split=name,
         **endpoints,
     )
+    try:  # the labels that reach the batches, whatever form the split came in (a PyG RandomLinkSplit's: shifted)
+        check_batch_labels(name, dm.dataset.split_source(name), plan.edge_label, plan.pos_edge_index,
+                           shifted=plan.edge_label is not link.edge_label)  # fmt: skip
+    except SplitError as exc:
+        raise InputDataError(f"{_KEY}dataset ({type(dm.dataset).__name__}): {exc}") from exc
+    return plan
