@@ -157,7 +157,7 @@ class ZeroCopyCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, with a :class:`PredictionWriter` added for ``predict`` unless a writer is configured."""
         trainer = super().instantiate_trainer(**kwargs)
-        from lightning_zerocopy.run_guards import guard_the_run  # SIGTERM, output folders
+        from lightning_zerocopy.run_guards import guard_the_run  # SIGTERM, output folders, plain ddp's rank watch
 
         guard_the_run(trainer, str(self.subcommand))
         if self.subcommand == "predict" and not any(isinstance(c, BasePredictionWriter) for c in trainer.callbacks):
