@@ -51,6 +51,7 @@ from lightning_zerocopy.data.host.builder import HostCopyBuilder
 from lightning_zerocopy.data.host.prepare import prepare_disk_caches
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import SPLIT_STREAMS, BatchPlan
+from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
@@ -239,6 +240,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         if self._trainer_or_none() is not None:  # so does an x dtype the model cannot take
             check_x_dtype_fits_precision(self.x_dtype, self.feature_dtype, self.trainer.precision, _KEY)
         rank, local_rank, world_size = self._ranks()
+        destroy_process_group_at_exit()  # a gloo group left to the interpreter's teardown could abort the exit
         created = self._host_copy.share() if local_rank == 0 else None
         try:
             handles = exchange_handles(created, rank, local_rank, world_size)

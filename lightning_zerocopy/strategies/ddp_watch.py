@@ -19,6 +19,7 @@ from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.strategies import DDPStrategy
 from typing_extensions import override
 
+from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit
 from lightning_zerocopy.strategies.launcher import with_rank_watch
 from lightning_zerocopy.strategies.liveness import RankLiveness
 from lightning_zerocopy.strategies.liveness_lifecycle import launch_watch, stop_watch, trainer_interrupted, watch_ranks
@@ -52,6 +53,7 @@ class RankWatch(Callback):
 
     @override
     def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+        destroy_process_group_at_exit()  # a gloo group left to the interpreter's teardown could abort the exit
         if self._watch is None and trainer.world_size > 1:
             launched = getattr(trainer.strategy.launcher, "launched", lambda: [])()
             early = launch_watch(trainer.global_rank, launched, interval=self.interval)  # this process's, if any

@@ -33,6 +33,7 @@ from lightning_zerocopy.cache.budget import CacheBudget
 from lightning_zerocopy.cache.cliques import CachePolicy
 from lightning_zerocopy.cache.ranking import CacheRanking
 from lightning_zerocopy.cache.setup import CacheOptions, RankCache, RankPlace
+from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit
 from lightning_zerocopy.strategies.launcher import watch_launch, with_rank_watch
 from lightning_zerocopy.strategies.liveness import RankLiveness
 from lightning_zerocopy.strategies.liveness_lifecycle import stop_watch, trainer_interrupted, watch_ranks
@@ -140,6 +141,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         # the launch is watched from before the rendezvous, which waits for every rank
         watch = watch_launch(self._launcher, self.cluster_environment, self.num_processes, self.liveness_interval)
         super().setup_environment()  # the process group
+        destroy_process_group_at_exit()  # (Lightning does it for NCCL only; a gloo group could abort the exit)
         if self.liveness_interval > 0 and self._liveness is None and self.world_size > 1:
             self._liveness = watch_ranks(watch, self.global_rank, self.world_size, self.liveness_interval,
                                          stopping=partial(trainer_interrupted, self))  # fmt: skip
