@@ -42,7 +42,8 @@ def read_checkpoint(path: str) -> dict[str, Any]:
             "--ckpt_path"
         ) from exc
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
-        raise CommandError(f"--ckpt_path {path} holds no model weights (no state_dict): it is not a Lightning checkpoint")
+        raise CommandError(f"--ckpt_path {path} holds no model weights (no state_dict): it is not a Lightning "
+                           "checkpoint")
     return checkpoint
 
 
@@ -72,8 +73,8 @@ def check_checkpoint_fits(path: str, model: torch.nn.Module) -> None:
         return
     changed = _changed_arguments(checkpoint.get("hyper_parameters") or {}, dict(getattr(model, "hparams", {}) or {}))
     why = f" ({'; '.join(changed)})" if changed else ""
-    raise CommandError(f"--ckpt_path {path} does not fit the model: {problem}{why}. Resume with the recipe the checkpoint "
-                       "was trained with, or train anew without --ckpt_path")  # fmt: skip
+    raise CommandError(f"--ckpt_path {path} does not fit the model: {problem}{why}. Resume with the recipe the "
+                       "checkpoint was trained with, or train anew without --ckpt_path")  # fmt: skip
 
 
 def _changed_arguments(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:

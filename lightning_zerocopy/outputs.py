@@ -38,8 +38,9 @@ def check_output_folder(path: Union[str, os.PathLike], key: str) -> Path:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise RunEnvironmentError(exc.errno or errno.EACCES, f"{key} {folder} cannot be written ({exc.strerror or exc}): "
-                                  "name a folder this user can create and write") from None  # (the cause: in the line)
+        why = exc.strerror or exc
+        raise RunEnvironmentError(exc.errno or errno.EACCES, f"{key} {folder} cannot be written ({why}): name a folder "
+                                  "this user can create and write") from None  # (the cause: in the line)
     return folder
 
 

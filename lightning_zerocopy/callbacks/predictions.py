@@ -210,8 +210,8 @@ class PredictionWriter(BasePredictionWriter):
         key = "PredictionWriter's output_dir" if self.output_dir else "trainer.default_root_dir"
         folder = check_output_folder(self.output_dir or trainer.log_dir or trainer.default_root_dir, key)
         if (folder / self.filename).is_dir():
-            raise RunEnvironmentError(errno.EISDIR, f"{folder / self.filename} is a folder: the predictions file "
-                                                    f"cannot be written there; move it, or set {key} elsewhere")  # fmt: skip
+            raise RunEnvironmentError(errno.EISDIR, f"{folder / self.filename} is a folder: the predictions file cannot "
+                                      f"be written there; move it, or set {key} elsewhere")  # fmt: skip
 
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._ids, self._logits, self._landing, self._edges = [], [], deque(), []

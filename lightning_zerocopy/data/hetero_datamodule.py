@@ -223,7 +223,8 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
         self._host_copy = HeteroHostCopyBuilder(  # type: ignore[assignment]
             dataset, feature_storage, _KEY + "dataset", check_features, _KEY + "check_features: false",
             allow_split_overlap=self.allow_split_overlap, overlap_opt_out=_KEY + "allow_split_overlap: true",
-            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype", x_dtype=x_dtype, x_dtype_key=_KEY + "x_dtype",
+            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype", x_dtype=x_dtype,
+            x_dtype_key=_KEY + "x_dtype",
         )  # fmt: skip
 
     # ---- shapes the model needs (cheap: from the dataset, nothing loaded) ----------------------------------

@@ -132,7 +132,8 @@ class ZeroCopyLinkDataModule(ZeroCopyDataModule):
         self.subgraph_type, self.disjoint = subgraph_type, disjoint
         self._host_copy = LinkHostCopyBuilder(
             dataset, feature_storage, node_order, _KEY + "dataset", check_features, _KEY + "check_features: false",
-            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype", x_dtype=x_dtype, x_dtype_key=_KEY + "x_dtype",
+            feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype", x_dtype=x_dtype,
+            x_dtype_key=_KEY + "x_dtype",
         )  # fmt: skip
         self._link_splits: dict[str, LinkSplit] = {}
         self._negatives: Optional[NegativeDraws] = None

@@ -15,7 +15,7 @@ from lightning_zerocopy.options import RecipeError
 
 __all__ = ["check_x_dtype_fits_precision"]
 
-#: The dtype a ``-true`` precision runs the model in; a ``-mixed`` one (or another plugin) is not listed: it takes any x.
+#: The dtype a ``-true`` precision runs the model in; a ``-mixed`` one (or another plugin) is not listed: any x runs.
 _MODEL_DTYPE = {"32-true": "float32", "32": "float32", "16-true": "float16", "bf16-true": "bfloat16"}
 _MIXED = {"float16": "16-mixed", "bfloat16": "bf16-mixed", "float32": "bf16-mixed"}
 _TRUE = {"float16": "16-true", "bfloat16": "bf16-true"}
@@ -45,5 +45,5 @@ def check_x_dtype_fits_precision(x_dtype: Optional[str], feature_dtype: Optional
     else:
         fix = f"set {key_prefix}x_dtype to {model}, or trainer.precision to {_MIXED[model]}"
         why = "and Lightning does not cast a PyG batch's x"
-    raise RecipeError(f"{chosen} makes batch.x {effective}, but trainer.precision {precision} runs the model in {model} "
-                      f"{why}; {fix}")  # fmt: skip
+    raise RecipeError(f"{chosen} makes batch.x {effective}, but trainer.precision {precision} runs the model in "
+                      f"{model} {why}; {fix}")  # fmt: skip

@@ -171,7 +171,7 @@ def check_batch_labels(name: str, source: str, labels: Optional[torch.Tensor], p
             raise
         raise SplitError(name, source, f"{exc.problem}, as its batches carry the labels: they are the split's own "
                          "labels + 1, as PyG's LinkNeighborLoader shifts labels that hold a 0 when there are negatives "
-                         "(RandomLinkSplit's positives are 1, or the graph's own edge_label + 1)") from None  # fmt: skip
+                         "(RandomLinkSplit's positives are 1, or the graph's own edge_label + 1)") from None
 
 
 def _repeats(keys: torch.Tensor, group: Optional[int] = None) -> torch.Tensor:

@@ -83,8 +83,8 @@ class PrecisionLoss:
         if self.nonzero and self.lost > REFUSE_SHARE * self.nonzero:
             raise FeatureUnderflowError(what, self, dtype, key)
         if self.zeroed:
-            warnings.warn(f"{what}: {self._describe(dtype, zeroed_only=True)}; {underflow_fix(dtype, key)} to keep them",
-                          UserWarning, stacklevel=3)  # fmt: skip
+            described = self._describe(dtype, zeroed_only=True)
+            warnings.warn(f"{what}: {described}; {underflow_fix(dtype, key)} to keep them", UserWarning, stacklevel=3)
 
     def _describe(self, dtype: torch.dtype, zeroed_only: bool = False) -> str:
         name = str(dtype).removeprefix("torch.")

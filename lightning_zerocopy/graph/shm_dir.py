@@ -60,7 +60,8 @@ def shared_memory_dir(directory: Union[str, os.PathLike, None] = None) -> Path:
         if kind is not None and kind not in _MEMORY_FILESYSTEMS and str(path) not in _warned:
             _warned.add(str(path))
             warnings.warn(f"{SHM_DIR_ENV}={path} is on a {kind} filesystem, not in memory: the host copy will be read "
-                          "from disk (use a tmpfs folder, or unset it for /dev/shm)", UserWarning, stacklevel=2)  # fmt: skip
+                          "from disk (use a tmpfs folder, or unset it for /dev/shm)", UserWarning,
+                          stacklevel=2)  # fmt: skip
         return path
     elif os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
         path = Path("/dev/shm")
