@@ -51,7 +51,7 @@ from lightning_zerocopy.data.host.builder import HostCopyBuilder
 from lightning_zerocopy.data.host.prepare import prepare_disk_caches
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import SPLIT_STREAMS, BatchPlan
-from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit
+from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit, run_failed
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
@@ -262,6 +262,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
 
     @override
     def on_exception(self, exception: BaseException) -> None:
+        run_failed(exception)  # (data/process_group_exit.py)
         self._release()
 
     @override

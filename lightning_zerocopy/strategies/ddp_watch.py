@@ -19,7 +19,7 @@ from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.strategies import DDPStrategy
 from typing_extensions import override
 
-from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit
+from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit, run_failed
 from lightning_zerocopy.strategies.launcher import with_rank_watch
 from lightning_zerocopy.strategies.liveness import RankLiveness
 from lightning_zerocopy.strategies.liveness_lifecycle import launch_watch, stop_watch, trainer_interrupted, watch_ranks
@@ -69,6 +69,7 @@ class RankWatch(Callback):
 
     @override
     def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
+        run_failed(exception)  # the process group is then left as it is at exit
         watch, self._watch = self._watch, None
         if watch is not None:
             stop_watch(watch, exception)

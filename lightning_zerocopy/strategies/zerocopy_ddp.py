@@ -33,7 +33,7 @@ from lightning_zerocopy.cache.budget import CacheBudget
 from lightning_zerocopy.cache.cliques import CachePolicy
 from lightning_zerocopy.cache.ranking import CacheRanking
 from lightning_zerocopy.cache.setup import CacheOptions, RankCache, RankPlace
-from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit
+from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit, run_failed
 from lightning_zerocopy.strategies.launcher import watch_launch, with_rank_watch
 from lightning_zerocopy.strategies.liveness import RankLiveness
 from lightning_zerocopy.strategies.liveness_lifecycle import stop_watch, trainer_interrupted, watch_ranks
@@ -182,6 +182,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
 
     @override
     def on_exception(self, exception: BaseException) -> None:
+        run_failed(exception)  # the process group is then left as it is at exit
         liveness, self._liveness = self._liveness, None  # teardown then skips its barrier (a rank may be gone)
         if liveness is not None:
             stop_watch(liveness, exception)

@@ -35,3 +35,13 @@ def test_the_group_is_destroyed_at_exit_while_the_interpreter_is_whole(tmp_path:
                  "destroy_process_group_at_exit(); destroy_process_group_at_exit()"  # fmt: skip
     assert _exit_state(tmp_path, registered) == "AT EXIT: group alive = False"
     assert _exit_state(tmp_path, "pass") == "AT EXIT: group alive = True"  # what Lightning leaves for gloo
+
+
+def test_a_failed_run_leaves_the_group_and_a_sigterm_stop_does_not(tmp_path: Path) -> None:
+    """A rank that failed (a peer died) may have a collective of the group open; destroying it would wait for it."""
+    base = "from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit, run_failed; " \
+           "destroy_process_group_at_exit(); "  # fmt: skip
+    failed = base + "run_failed(RuntimeError('Connection reset by peer'))"
+    assert _exit_state(tmp_path, failed) == "AT EXIT: group alive = True"
+    stopped = base + "from pytorch_lightning.utilities.exceptions import SIGTERMException; run_failed(SIGTERMException())"
+    assert _exit_state(tmp_path, stopped) == "AT EXIT: group alive = False"
