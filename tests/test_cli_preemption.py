@@ -68,8 +68,10 @@ def _trained(markers: Path, ranks: int) -> list[tuple[int, int, list[int]]]:
     return [batch for rank in range(ranks) for batch in _trained_rank(markers, rank)]
 
 
-def _segments() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("lzc-")} if os.path.isdir("/dev/shm") else set()
+def _segments(pids: "list[int]") -> set[str]:
+    """The segments in /dev/shm that processes of this job created (other jobs may share the machine)."""
+    names = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
+    return {n for n in names if any(n.startswith(f"lzc-{pid}-") for pid in pids)}
 
 
 def _preempt(tmp_path: Path, ranks: int, overrides: tuple[str, ...], whole_group: bool) -> tuple[str, list[int]]:
@@ -99,13 +101,12 @@ def test_sigterm_saves_the_step_exits_143_and_the_resume_trains_every_seed_once(
 ) -> None:
     """``whole_group``: the scheduler signals every process of the job (SLURM), else only the command (Kubernetes'
     first process): the other rank stops after the same step either way."""
-    before = _segments()
-    output, _ = _preempt(tmp_path, ranks, overrides, whole_group)
+    output, pids = _preempt(tmp_path, ranks, overrides, whole_group)
     lines = [line for line in output.splitlines() if line.startswith("stopped by SIGTERM")]
     assert len(lines) == 1 and "Traceback" not in output, output[-4000:]
     found = re.search(r"is saved in (\S+);", lines[0])
     assert found and Path(found.group(1)).is_file(), lines[0]
-    assert not (_segments() - before), _segments() - before
+    assert not _segments(pids), _segments(pids)
     first = _trained(tmp_path / "first", ranks)
     stopped_epoch = max(e for e, _, _ in first)
     # every rank stopped after the same step
@@ -128,7 +129,6 @@ def test_sigterm_saves_the_step_exits_143_and_the_resume_trains_every_seed_once(
 def test_a_second_sigterm_still_ends_cleanly(tmp_path: Path) -> None:
     """Two SIGTERMs to every process of a 2-rank job with a worker each, 20 ms apart: status 143, one line, nothing
     left; a checkpoint it names loads (a stop during the write leaves no damaged file)."""
-    before = _segments()
     markers = tmp_path / "first"
     proc = _fit(tmp_path, markers, "--trainer.max_epochs=50", "--trainer.devices=2", "--trainer.strategy=zerocopy_ddp",
                 "--trainer.callbacks+=helpers.cli_markers.MarkTraining", WORKER)  # fmt: skip
@@ -147,4 +147,4 @@ def test_a_second_sigterm_still_ends_cleanly(tmp_path: Path) -> None:
     found = re.search(r"is saved in (\S+);", lines[0])
     if found:
         torch.load(found.group(1), map_location="cpu", weights_only=False)
-    assert not (_segments() - before), _segments() - before
+    assert not _segments(pids), _segments(pids)
