@@ -1,0 +1,79 @@
+"""The ``DistributedDataParallel`` options :class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy` sets by default.
+
+* ``gradient_as_bucket_view=True``: each parameter's gradient is a view of its all-reduce bucket, so DDP does not copy
+  the reduced bucket back into the gradients after every step (one copy kernel per parameter less, and the
+  gradients' memory once instead of twice). The one thing it forbids, ``param.grad.detach_()``, raises.
+* ``static_graph``, chosen by :func:`choose_static_graph` when left at ``"auto"``: on when every step uses every
+  parameter, which DDP already demands while ``find_unused_parameters`` is off (a step that leaves one unused raises
+  at the next step), and with automatic optimization (one forward and one backward per step). Then the reducer keeps
+  what it learned in the first step (which parameters, in which order their gradients become ready) instead of
+  preparing it again every step. Off with ``find_unused_parameters=True`` (the used set may change from step to step)
+  and under manual optimization (several backward passes in a step). A step whose used parameters differ from the
+  first step's raises in DDP (``Your training graph has changed in this iteration`` or ``Expected to have finished
+  reduction in the prior iteration``) on the next step, never silently; :func:`explain_graph_change` rewrites that
+  error into one line naming the setting to change.
+
+Their effect on a rank's step time is measured by ``python -m benchmarks.scaling.confirm`` (docs/scaling/).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, NamedTuple, Union
+
+__all__ = ["StaticGraph", "StaticGraphChoice", "choose_static_graph", "explain_graph_change"]
+
+#: ``static_graph``'s values: on, off, or decided per model (:func:`choose_static_graph`)
+StaticGraph = Union[bool, Literal["auto"]]
+
+_GRAPH_CHANGED = re.compile(r"Your training graph has changed in this iteration|Expected to have finished reduction in "
+                            r"the prior iteration", re.DOTALL)  # fmt: skip
+
+
+class StaticGraphChoice(NamedTuple):
+    """Whether DDP runs with ``static_graph`` and why (the reason is logged and named in errors)."""
+
+    on: bool
+    reason: str
+
+
+def choose_static_graph(setting: StaticGraph, find_unused_parameters: bool,
+                        automatic_optimization: bool) -> StaticGraphChoice:  # fmt: skip
+    """DDP's ``static_graph`` for a module (see the module docstring).
+
+    Args:
+        setting: the strategy's ``static_graph`` (``True``/``False`` are kept as given).
+        find_unused_parameters: the strategy's ``find_unused_parameters``.
+        automatic_optimization: the LightningModule's ``automatic_optimization``.
+
+    Raises:
+        ValueError: ``setting`` is neither a bool nor ``"auto"``.
+    """
+    if isinstance(setting, bool):
+        return StaticGraphChoice(setting, "static_graph set to " + ("true" if setting else "false"))
+    if setting != "auto":
+        raise ValueError(f"static_graph must be true, false or 'auto', got {setting!r}")
+    if find_unused_parameters:
+        return StaticGraphChoice(False, "auto: off, find_unused_parameters is on (the used parameters may change)")
+    if not automatic_optimization:
+        return StaticGraphChoice(False, "auto: off, the module optimizes manually (a step may run several backwards)")
+    return StaticGraphChoice(True, "auto: on, find_unused_parameters is off, so every step uses every parameter")
+
+
+def explain_graph_change(exception: BaseException, choice: StaticGraphChoice) -> bool:
+    """Rewrite DDP's error for a step whose used parameters differ from the first step's, under ``static_graph``,
+    into one line naming the settings to change (in place). Returns whether it did."""
+    if not choice.on:
+        return False
+    args = list(exception.args)
+    for i, arg in enumerate(args):
+        if isinstance(arg, str) and _GRAPH_CHANGED.search(arg):
+            args[i] = (
+                "a training step used other parameters than the first step did (a parameter left unused, or used "
+                f"only from some step on), which DDP's static_graph does not allow ({choice.reason}): set "
+                "trainer.strategy.init_args.find_unused_parameters=true if the used parameters change from step to "
+                "step (static_graph 'auto' then turns off), or trainer.strategy.init_args.static_graph=false"
+            )
+            exception.args = tuple(args)
+            return True
+    return False
