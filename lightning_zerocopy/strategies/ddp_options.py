@@ -7,8 +7,10 @@
   parameter, which DDP already demands while ``find_unused_parameters`` is off (a step that leaves one unused raises
   at the next step), and with automatic optimization (one forward and one backward per step). Then the reducer keeps
   what it learned in the first step (which parameters, in which order their gradients become ready) instead of
-  preparing it again every step. Off with ``find_unused_parameters=True`` (the used set may change from step to step)
-  and under manual optimization (several backward passes in a step). A step whose used parameters differ from the
+  preparing it again every step. Off with ``find_unused_parameters=True`` (the used set may change from step to step),
+  under manual optimization (several backward passes in a step) and with gradient accumulation
+  (``accumulate_grad_batches > 1`` or a ``GradientAccumulationScheduler``: Lightning runs those steps under DDP's
+  ``no_sync``, and torch 2.11's reducer then fails an internal assertion under ``static_graph``). A step whose used parameters differ from the
   first step's raises in DDP (``Your training graph has changed in this iteration`` or ``Expected to have finished
   reduction in the prior iteration``) on the next step, never silently; :func:`explain_graph_change` rewrites that
   error into one line naming the setting to change.
@@ -19,9 +21,9 @@ Their effect on a rank's step time is measured by ``python -m benchmarks.scaling
 from __future__ import annotations
 
 import re
-from typing import Literal, NamedTuple, Union
+from typing import Any, Literal, NamedTuple, Union
 
-__all__ = ["StaticGraph", "StaticGraphChoice", "choose_static_graph", "explain_graph_change"]
+__all__ = ["StaticGraph", "StaticGraphChoice", "accumulates_gradients", "choose_static_graph", "explain_graph_change"]
 
 #: ``static_graph``'s values: on, off, or decided per model (:func:`choose_static_graph`)
 StaticGraph = Union[bool, Literal["auto"]]
@@ -37,14 +39,15 @@ class StaticGraphChoice(NamedTuple):
     reason: str
 
 
-def choose_static_graph(setting: StaticGraph, find_unused_parameters: bool,
-                        automatic_optimization: bool) -> StaticGraphChoice:  # fmt: skip
+def choose_static_graph(setting: StaticGraph, find_unused_parameters: bool, automatic_optimization: bool,
+                        accumulates: bool = False) -> StaticGraphChoice:  # fmt: skip
     """DDP's ``static_graph`` for a module (see the module docstring).
 
     Args:
         setting: the strategy's ``static_graph`` (``True``/``False`` are kept as given).
         find_unused_parameters: the strategy's ``find_unused_parameters``.
         automatic_optimization: the LightningModule's ``automatic_optimization``.
+        accumulates: the trainer accumulates gradients over several batches (any epoch).
 
     Raises:
         ValueError: ``setting`` is neither a bool nor ``"auto"``.
@@ -57,7 +60,21 @@ def choose_static_graph(setting: StaticGraph, find_unused_parameters: bool,
         return StaticGraphChoice(False, "auto: off, find_unused_parameters is on (the used parameters may change)")
     if not automatic_optimization:
         return StaticGraphChoice(False, "auto: off, the module optimizes manually (a step may run several backwards)")
+    if accumulates:
+        return StaticGraphChoice(False, "auto: off, the trainer accumulates gradients (DDP's no_sync)")
     return StaticGraphChoice(True, "auto: on, find_unused_parameters is off, so every step uses every parameter")
+
+
+def accumulates_gradients(trainer: Any) -> bool:
+    """Whether ``trainer`` (``None``: no trainer) accumulates gradients over batches in some epoch: its
+    ``accumulate_grad_batches`` above 1, or a ``GradientAccumulationScheduler`` among its callbacks."""
+    if trainer is None:
+        return False
+    if int(getattr(trainer, "accumulate_grad_batches", 1) or 1) > 1:
+        return True
+    from pytorch_lightning.callbacks import GradientAccumulationScheduler
+
+    return any(isinstance(c, GradientAccumulationScheduler) for c in getattr(trainer, "callbacks", None) or [])
 
 
 def explain_graph_change(exception: BaseException, choice: StaticGraphChoice) -> bool:

@@ -37,6 +37,7 @@ from lightning_zerocopy.cache.setup import CacheOptions, RankCache, RankPlace
 from lightning_zerocopy.strategies.ddp_options import (
     StaticGraph,
     StaticGraphChoice,
+    accumulates_gradients,
     choose_static_graph,
     explain_graph_change,
 )
@@ -84,8 +85,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         liveness_interval: seconds between checks that the other ranks of this machine still run; ``0`` turns
             the check off.
         static_graph: DDP's ``static_graph``: ``"auto"`` (default) turns it on when ``find_unused_parameters`` is
-            off (so every step uses every parameter, which DDP then already demands) and the module optimizes
-            automatically; ``True``/``False`` as given. The reducer then keeps the first step's bucket order and
+            off (so every step uses every parameter, which DDP then already demands), the module optimizes
+            automatically and the trainer does not accumulate gradients; ``True``/``False`` as given. The reducer then keeps the first step's bucket order and
             used set instead of preparing them every step. A later step that uses other parameters raises DDP's
             error, rewritten into one line naming this key (:mod:`~lightning_zerocopy.strategies.ddp_options`).
         gradient_as_bucket_view: DDP's ``gradient_as_bucket_view`` (default ``True``, torch's is ``False``): the
@@ -196,8 +197,9 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         """DDP's arguments for ``model``: the pass-through ones, ``gradient_as_bucket_view`` and the ``static_graph``
         :func:`~lightning_zerocopy.strategies.ddp_options.choose_static_graph` picks (logged once)."""
         automatic = bool(getattr(model, "automatic_optimization", True))
+        accumulates = accumulates_gradients(getattr(self.lightning_module, "_trainer", None))
         choice = choose_static_graph(self.static_graph, bool(self._ddp_kwargs.get("find_unused_parameters", False)),
-                                     automatic)  # fmt: skip
+                                     automatic, accumulates)  # fmt: skip
         self.static_graph_choice = choice
         rank_zero_info(f"ZeroCopyDDPStrategy: DDP static_graph={choice.on} ({choice.reason}), "
                        f"gradient_as_bucket_view={self.gradient_as_bucket_view}")  # fmt: skip

@@ -1,20 +1,22 @@
 """ZeroCopyDDPStrategy's DDP defaults (``static_graph="auto"``, ``gradient_as_bucket_view=True``): the rule that picks
 ``static_graph``, and the reference models trained through the Trainer under them against the same fit under torch's
 defaults (one gloo rank: DDP's reducer runs as on many, the all-reduce is the identity), on batches with per-hop
-trimming, fewer hops than layers, heterogeneous batches with featureless types and an unsampled relation, and link
-batches. A module whose used parameters change after the first step must fail with one line naming the setting."""
+trimming, fewer hops than layers, gradient accumulation (Lightning's ``no_sync``), heterogeneous batches with
+featureless types and an unsampled relation, and link batches. A module whose used parameters change after the first step must fail with one line naming the setting."""
 
 from __future__ import annotations
 
 import copy
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import pytest
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
+from pytorch_lightning.callbacks import GradientAccumulationScheduler
 from helpers.hetero_batches import batches as hetero_batches
 from helpers.hetero_batches import mag_like_graph, metadata
 from helpers.hetero_link import small_graph
@@ -24,7 +26,7 @@ from lightning_zerocopy import ZeroCopyDataModule, ZeroCopyHeteroLinkDataModule
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.models import GAT, GraphSAGE, HeteroLinkPredictor, HeteroNodeClassifier, LinkPredictor
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
-from lightning_zerocopy.strategies.ddp_options import choose_static_graph
+from lightning_zerocopy.strategies.ddp_options import accumulates_gradients, choose_static_graph
 
 STEPS = 6
 
@@ -56,6 +58,11 @@ def test_auto_turns_static_graph_on_only_where_every_step_uses_every_parameter()
     assert choose_static_graph("auto", find_unused_parameters=False, automatic_optimization=True).on
     assert not choose_static_graph("auto", find_unused_parameters=True, automatic_optimization=True).on
     assert not choose_static_graph("auto", find_unused_parameters=False, automatic_optimization=False).on
+    assert not choose_static_graph("auto", find_unused_parameters=False, automatic_optimization=True, accumulates=True).on
+    assert accumulates_gradients(SimpleNamespace(accumulate_grad_batches=2, callbacks=[]))
+    assert accumulates_gradients(SimpleNamespace(accumulate_grad_batches=1,
+                                                 callbacks=[GradientAccumulationScheduler({0: 1, 2: 4})]))  # fmt: skip
+    assert not accumulates_gradients(SimpleNamespace(accumulate_grad_batches=1, callbacks=[])) and not accumulates_gradients(None)
     assert choose_static_graph(True, find_unused_parameters=True, automatic_optimization=False).on  # as given
     assert not choose_static_graph(False, find_unused_parameters=False, automatic_optimization=True).on
     with pytest.raises(ValueError, match="static_graph must be true, false or 'auto'"):
@@ -133,31 +140,36 @@ class _WrapperSettings(pl.Callback):
         self.settings = {"static_graph": wrapper.static_graph, "gradient_as_bucket_view": wrapper.gradient_as_bucket_view}
 
 
-def _fit(model: pl.LightningModule, data: list[Any], tmp_path: Path, **strategy: Any) -> dict[str, bool]:
+def _fit(model: pl.LightningModule, data: list[Any], tmp_path: Path, accumulate: int = 1,
+         **strategy: Any) -> dict[str, bool]:  # fmt: skip
     chosen = ZeroCopyDDPStrategy(liveness_interval=0, **strategy)
     wrapper = _WrapperSettings()
     pl.seed_everything(0)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, strategy=chosen, max_steps=STEPS, logger=False,
+    steps = STEPS // accumulate  # optimizer steps (Lightning skips DDP's all-reduce in the others: no_sync)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, strategy=chosen, max_steps=steps, logger=False,
+                         accumulate_grad_batches=accumulate,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, limit_val_batches=0, log_every_n_steps=2,
                          default_root_dir=str(tmp_path), callbacks=[wrapper])  # fmt: skip
     trainer.fit(model, _Loader(data))
-    assert trainer.global_step == STEPS
+    assert trainer.global_step == steps
     return wrapper.settings
 
 
-@pytest.mark.parametrize("name", ["sage", "gat", "hetero", "link", "link_triplet", "hetero_link"])
+@pytest.mark.parametrize("name", ["sage", "sage_accumulate", "gat", "hetero", "link", "link_triplet", "hetero_link"])
 def test_reference_models_train_the_same_under_the_new_ddp_defaults(one_rank_group: None, tmp_path: Path,
                                                                     name: str) -> None:  # fmt: skip
-    make, data = _case(name, tmp_path)
+    accumulate = 2 if name.endswith("_accumulate") else 1
+    make, data = _case(name.replace("_accumulate", ""), tmp_path)
     torch.manual_seed(0)
     new = make()
     if hasattr(new, "configure_model"):  # a module that builds its layers there: built once, copied with them
         new.configure_model()
     old = copy.deepcopy(new)
     first = {k: v.clone() for k, v in new.state_dict().items()}
-    assert _fit(new, data, tmp_path / "new") == {"static_graph": True, "gradient_as_bucket_view": True}
-    torch_defaults = _fit(old, data, tmp_path / "old", static_graph=False, gradient_as_bucket_view=False)
+    static = accumulate == 1  # auto leaves it off when the trainer accumulates (torch's reducer asserts under no_sync)
+    assert _fit(new, data, tmp_path / "new", accumulate) == {"static_graph": static, "gradient_as_bucket_view": True}
+    torch_defaults = _fit(old, data, tmp_path / "old", accumulate, static_graph=False, gradient_as_bucket_view=False)
     assert torch_defaults == {"static_graph": False, "gradient_as_bucket_view": False}
     changed = [k for k, v in new.state_dict().items() if not torch.equal(v, first[k])]
     assert changed, "nothing trained"
