@@ -263,6 +263,27 @@ def test_ratios_and_table_rows() -> None:
     assert rows[0]["trainer_cores"] == 1.5 and rows[0]["trainer_involuntary_per_s"] == 7.0
 
 
+# ---- the run budget --------------------------------------------------------------------------------------------------
+def test_run_budget_paces_the_measured_epochs_by_the_median_warmup_step() -> None:
+    """Warm-up steps of 10 ms with two 200 ms outliers in the second half and a slow epoch end: the measured epochs
+    get seconds / 10 ms steps (a mean up to the epoch's end read ~5x slower and cut them to a fifth)."""
+    from benchmarks.scaling.budget import RunBudget
+
+    now = [0.0]
+    budget = RunBudget(warmup_batches=20, seconds=4.0, epochs=3, cuda=False, clock=lambda: now[0])
+    loop = SimpleNamespace(max_batches=10_000)
+    trainer = SimpleNamespace(current_epoch=0, fit_loop=loop, strategy=SimpleNamespace(broadcast=lambda x: x))
+    budget.on_train_start(trainer, None)
+    assert loop.max_batches == 20
+    for step in range(20):
+        now[0] += 0.2 if step in (14, 17) else 0.01
+        budget.on_train_batch_end(trainer, None, None, None, step)
+    now[0] += 2.0  # the epoch's end (telemetry, the pipeline's switch) is no step
+    budget.on_train_epoch_end(trainer, None)
+    assert budget.step_s == pytest.approx(0.01)
+    assert budget.cap == loop.max_batches == pytest.approx(200, abs=1)  # 4 s over 2 epochs at 10 ms a step
+
+
 # ---- the sweep on gloo ranks --------------------------------------------------------------------------------------------
 def _diag(tmp_path: Path, *flags: str, timeout: float = 1500) -> dict[str, Any]:
     out = tmp_path / "diag.json"
