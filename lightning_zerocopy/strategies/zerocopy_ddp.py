@@ -34,6 +34,9 @@ from lightning_zerocopy.cache.budget import CacheBudget
 from lightning_zerocopy.cache.cliques import CachePolicy
 from lightning_zerocopy.cache.ranking import CacheRanking
 from lightning_zerocopy.cache.setup import CacheOptions, RankCache, RankPlace
+from lightning_zerocopy.strategies.launcher import watch_launch, with_rank_watch
+from lightning_zerocopy.strategies.liveness import RankLiveness
+from lightning_zerocopy.strategies.liveness_lifecycle import stop_watch, trainer_interrupted, watch_ranks
 from lightning_zerocopy.strategies.ddp_options import (
     StaticGraph,
     StaticGraphChoice,
@@ -41,9 +44,6 @@ from lightning_zerocopy.strategies.ddp_options import (
     choose_static_graph,
     explain_graph_change,
 )
-from lightning_zerocopy.strategies.launcher import watch_launch, with_rank_watch
-from lightning_zerocopy.strategies.liveness import RankLiveness
-from lightning_zerocopy.strategies.liveness_lifecycle import stop_watch, trainer_interrupted, watch_ranks
 
 if TYPE_CHECKING:
     from lightning_zerocopy.cache.decide import CacheDecision
