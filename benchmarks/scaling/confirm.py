@@ -10,6 +10,8 @@ taken minutes apart measures that drift as much as any setting. So this module:
 * then ``--repeats`` blocks per model of ``--models`` (in priority order), each block one run of every
   configuration of ``--configs``, interleaved: even blocks in the given order, odd blocks reversed, later ones
   rotated, so that a drift over the call weighs on every configuration alike;
+* starts a block only while its first two runs fit ``--deadline-s`` (a lone run holds no ratio), and any later run
+  only while a run like it fits;
 * takes every ratio inside its block (a configuration against the block's ``1gpu`` run; ``Ngpu`` against
   ``Ngpu-torch``; ``Ngpu-clique`` against ``Ngpu``) and reports per configuration the median over the blocks of its rates and of its ratios
   (:mod:`.confirm_report`), with the issue's aims against them.
@@ -23,8 +25,8 @@ runs it; ``off``) with a warm-up epoch, then a ``data`` epoch (the data path) an
 row: real batches staged on each GPU, replayed), each about ``--phase-s``; DDP's built-in all-reduce (no timing
 hook); per-step timelines and CPU figures per rank as the diagnostic's.
 
-A run starts only while a run like it still fits ``--deadline-s`` (the rest is reported as skipped); the JSON
-(``--out``) is rewritten after every run, so a cut call keeps what it measured. Example (the ``scaling_confirm``
+Runs that no longer fit ``--deadline-s`` are reported as skipped; the JSON (``--out``) is rewritten after every run, so
+a cut call keeps what it measured. Example (the ``scaling_confirm``
 stage of ``scripts/gpu_session.sh``; ``--device cpu`` runs the same code on gloo ranks)::
 
     python -m benchmarks.scaling.confirm --num-nodes 4000000 --configs 1gpu,2gpu-torch,2gpu --repeats 2 \\
@@ -60,7 +62,7 @@ from benchmarks.scaling.diag import (  # noqa: E402
 from benchmarks.scaling.knobs import parse_knobs  # noqa: E402
 from benchmarks.scaling.report import topology  # noqa: E402
 
-__all__ = ["Config", "block_order", "build_plan", "main", "parse_config", "parse_confirm_args", "run_args"]
+__all__ = ["Config", "block_order", "build_plan", "main", "needed_s", "parse_config", "parse_confirm_args", "run_args"]
 
 _CONFIG = re.compile(r"^(\d+)(gpu|gpu-torch|gpu-clique|x1)$")
 #: the DDP options before issue 39 (torch's defaults), as knobs
@@ -160,6 +162,18 @@ def parse_confirm_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return args
 
 
+def needed_s(done: list[dict[str, Any]], plan: list[PlannedRun], index: int, floor: float) -> float:
+    """Seconds the run ``plan[index]`` must find left to start: its own estimate (:func:`~.diag.run_estimate`), and,
+    for the first run of a block, the second's too, so that no block starts that could not hold one ratio."""
+    planned = plan[index]
+    needed = run_estimate(done, planned.spec, floor)
+    first = planned.block >= 0 and (index == 0 or plan[index - 1].block != planned.block
+                                    or plan[index - 1].spec.model != planned.spec.model)  # fmt: skip
+    if first and index + 1 < len(plan) and plan[index + 1].block == planned.block:
+        needed += run_estimate(done, plan[index + 1].spec, floor)
+    return needed
+
+
 def run_args(args: argparse.Namespace, planned: PlannedRun) -> argparse.Namespace:
     """``args`` for one planned run: its configuration's cache policy where it has one, else ``--policy``."""
     return argparse.Namespace(**{**vars(args), "policy": planned.policy or args.policy})
@@ -189,9 +203,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         print(f"graph: {args.num_nodes:,} nodes ready in {report['graph']['wall_s']:.0f} s"
               + (f" ({report['graph']['error']})" if "error" in report["graph"] else ""), flush=True)  # fmt: skip
         write_json(args.out, report)
-        for planned in args.plan:
+        for i, planned in enumerate(args.plan):
             left = args.deadline_s - (time.monotonic() - start) if args.deadline_s > 0 else float("inf")
-            needed = run_estimate(report["runs"], planned.spec, args.min_run_s)
+            needed = needed_s(report["runs"], args.plan, i, args.min_run_s)
             if left < needed:
                 result = {**asdict(planned.spec), "status": "skipped",
                           "reason": f"{left:.0f} s left of --deadline-s, a run like it needs ~{needed:.0f} s"}  # fmt: skip

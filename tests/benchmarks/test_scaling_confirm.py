@@ -46,6 +46,20 @@ def test_configurations_and_the_interleaved_block_order() -> None:
     assert "ddp" not in knobs["2gpu"] and knobs["2gpu"]["run"] == {"comm_timing": False}  # DDP's own all-reduce
 
 
+def test_a_block_starts_only_with_time_for_two_of_its_runs() -> None:
+    from benchmarks.scaling.confirm import build_plan, needed_s, parse_config
+
+    plan = build_plan([parse_config(t) for t in ("1gpu", "2gpu")], ["heavy", "light"], "worker", 2, parse_config("2x1"))
+    done = [{"status": "ok", "gpus": 1, "pipeline": "worker", "independent": False, "wall_s": 30.0},
+            {"status": "ok", "gpus": 2, "pipeline": "worker", "independent": False, "wall_s": 50.0}]  # fmt: skip
+    firsts = [i for i, p in enumerate(plan) if p.block >= 0 and p.config == ("1gpu" if p.block % 2 == 0 else "2gpu")]
+    assert [(plan[i].spec.model, plan[i].block) for i in firsts] == [("heavy", 0), ("heavy", 1), ("light", 0), ("light", 1)]
+    for i in firsts:  # the block's first run and its second: 1.05 x (30 + 50)
+        assert needed_s(done, plan, i, 20.0) == pytest.approx(84.0)
+    assert needed_s(done, plan, firsts[0] + 1, 20.0) == pytest.approx(52.5)  # inside a block: the run alone
+    assert needed_s(done, plan, 0, 20.0) == 20.0  # the warm-up (independent fits): the floor until one ran
+
+
 def _run(config: str, block: int, gpus: int, data: list[float], model: list[float], step_ms: float,
          warmup: bool = False) -> dict[str, Any]:  # fmt: skip
     phases = {name: {"rank_steps_per_s": rates, "seeds_per_s": 100.0 * sum(rates)}
