@@ -5,17 +5,21 @@
   gradients' memory once instead of twice). The one thing it forbids, ``param.grad.detach_()``, raises.
 * ``static_graph``, chosen by :func:`choose_static_graph` when left at ``"auto"``: on when every step uses every
   parameter, which DDP already demands while ``find_unused_parameters`` is off (a step that leaves one unused raises
-  at the next step), and with automatic optimization (one forward and one backward per step). Then the reducer keeps
-  what it learned in the first step (which parameters, in which order their gradients become ready) instead of
-  preparing it again every step. Off with ``find_unused_parameters=True`` (the used set may change from step to step),
-  under manual optimization (several backward passes in a step) and with gradient accumulation
-  (``accumulate_grad_batches > 1`` or a ``GradientAccumulationScheduler``: Lightning runs those steps under DDP's
-  ``no_sync``, and torch 2.11's reducer then fails an internal assertion under ``static_graph``). A step whose used parameters differ from the
-  first step's raises in DDP (``Your training graph has changed in this iteration`` or ``Expected to have finished
-  reduction in the prior iteration``) on the next step, never silently; :func:`explain_graph_change` rewrites that
-  error into one line naming the setting to change.
+  at the next step), and with automatic optimization (one forward and one backward per step). DDP then takes the
+  first step's used set and hook counts as fixed: it delays that step's all-reduce to the end of its backward and
+  skips the unused-parameter search afterwards (a search that runs only with ``find_unused_parameters``, so with it
+  off the per-step saving is small; torch's docs name reentrant backward and activation checkpointing as what it
+  adds). Off with ``find_unused_parameters=True`` (the used set may change from step to step), under manual
+  optimization (several backward passes in a step) and with gradient accumulation (``accumulate_grad_batches > 1`` or
+  a ``GradientAccumulationScheduler``: Lightning runs those steps under DDP's ``no_sync``, and torch 2.11's reducer
+  then fails an internal assertion under ``static_graph``). A step whose used parameters differ from the first
+  step's raises in DDP (``Your training graph has changed in this iteration`` or ``Expected to have finished
+  reduction in the prior iteration``) on the next step, never silently (checked on two gloo ranks for a parameter
+  used late, used early and used on one rank only); :func:`explain_graph_change` rewrites that error into one line
+  naming the setting to change.
 
-Their effect on a rank's step time is measured by ``python -m benchmarks.scaling.confirm`` (docs/scaling/).
+Their effect on a rank's step time is what ``python -m benchmarks.scaling.confirm`` measures (``2gpu`` against
+``2gpu-torch``); the diagnostic call's 1.30x for both was run-to-run drift (docs/scaling/h200x2-diag-2026-11-28).
 """
 
 from __future__ import annotations

@@ -86,9 +86,9 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             the check off.
         static_graph: DDP's ``static_graph``: ``"auto"`` (default) turns it on when ``find_unused_parameters`` is
             off (so every step uses every parameter, which DDP then already demands), the module optimizes
-            automatically and the trainer does not accumulate gradients; ``True``/``False`` as given. The reducer then keeps the first step's bucket order and
-            used set instead of preparing them every step. A later step that uses other parameters raises DDP's
-            error, rewritten into one line naming this key (:mod:`~lightning_zerocopy.strategies.ddp_options`).
+            automatically and the trainer does not accumulate gradients; ``True``/``False`` as given. DDP then takes
+            the first step's used set as fixed (what it changes: :mod:`~lightning_zerocopy.strategies.ddp_options`).
+            A later step that uses other parameters raises DDP's error, rewritten into one line naming this key.
         gradient_as_bucket_view: DDP's ``gradient_as_bucket_view`` (default ``True``, torch's is ``False``): the
             gradients are views of the all-reduce buckets, so the reduced buckets are not copied back into them.
         **kwargs: everything :class:`~pytorch_lightning.strategies.DDPStrategy` takes (``timeout``,
