@@ -217,12 +217,12 @@ class ZeroCopyDDPStrategy(DDPStrategy):
 
     @override
     def on_exception(self, exception: BaseException) -> None:
-        if self.static_graph_choice is not None:  # before Lightning's own rewrite of the unused-parameter error
-            explain_graph_change(exception, self.static_graph_choice)
         liveness, self._liveness = self._liveness, None  # teardown then skips its barrier (a rank may be gone)
         if liveness is not None:
             stop_watch(liveness, exception)
         self._cache.retire()
+        if self.static_graph_choice is not None:  # before Lightning's own rewrite of the unused-parameter error
+            explain_graph_change(exception, self.static_graph_choice)
         super().on_exception(exception)
 
     # ---- heterogeneous DataModules ---------------------------------------------------------------------------
