@@ -143,7 +143,8 @@ class ZeroCopyArgumentParser(LightningArgumentParser):
 def describe_build_error(exc: BaseException, config: Any) -> str:
     """One message for an exception raised while the recipe's classes were built.
 
-    The innermost exception's message, with the argument names it mentions rewritten to its YAML key (found
+    The innermost exception's message (a :class:`CommandError`'s as it is), with the argument names it mentions
+    rewritten to its YAML key (found
     by the class that was being built when it was raised, e.g. ``data.init_args.dataset.init_args.root``), or
     prefixed with the class's key when it names no argument.
     """
@@ -151,6 +152,8 @@ def describe_build_error(exc: BaseException, config: Any) -> str:
     while root.__cause__ is not None or (root.__context__ is not None and not root.__suppress_context__):
         root = root.__cause__ or root.__context__  # type: ignore[assignment]
     message = str(root) or type(root).__name__
+    if isinstance(root, CommandError):  # already one message naming the key (e.g. a model's missing argument)
+        return message
     if not isinstance(root, (ValueError, TypeError, OSError)):
         message = f"{type(root).__name__}: {message}"
     cls = _class_being_built(root.__traceback__)

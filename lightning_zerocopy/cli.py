@@ -1,21 +1,23 @@
 """The ``lightning-zerocopy`` command: LightningCLI with any LightningModule and LightningDataModule.
 
 Model and data are chosen by ``class_path``/``init_args`` (subclass mode), so a recipe can name a model of
-your own package. The data's ``num_features``/``num_classes`` are linked into the model's
-``in_channels``/``out_channels`` when both are instantiated, so a recipe does not repeat them.
+your own package. What the data knows (``num_features``, ``num_classes``, a heterogeneous graph's ``metadata()`` and
+``num_nodes``) is linked into the model's arguments of PyG's names (``in_channels``, ``out_channels``, ``metadata``,
+...) that the model has, when both are instantiated, so a recipe does not repeat them (:mod:`lightning_zerocopy.cli_links`).
 
     lightning-zerocopy fit --config recipes/quickstart.yaml
     lightning-zerocopy fit --config recipes/quickstart.yaml --print_config
-    python -m lightning_zerocopy test --config recipes/quickstart.yaml --ckpt_path last.ckpt
-    lightning-zerocopy predict --config recipes/quickstart.yaml --ckpt_path last.ckpt   # writes predictions.npz
+    python -m lightning_zerocopy test --config recipes/quickstart.yaml --ckpt_path last
+    lightning-zerocopy predict --config recipes/quickstart.yaml --ckpt_path last   # writes predictions.npz
 
 A recipe may name classes of modules in the current folder (``model.class_path: mymod.MyGNN``): the command puts
 it first on ``sys.path``, as ``python -m lightning_zerocopy`` does.
 
-``--ckpt_path last`` resumes from the newest ``last.ckpt`` under the run's root (the logger's root, e.g.
-``lightning_logs/``, holding every version folder; without a logger ``default_root_dir``), not only in this run's
-own new version folder, where Lightning alone finds none and starts from step 0; with none anywhere the command
-stops, naming where it looked. ``validate``/``test``/``predict`` refuse to run without ``--ckpt_path`` (an untrained model would be scored or
+Each recipe's runs go to ``lightning_logs/<recipe>/version_N`` (:mod:`lightning_zerocopy.cli_runs`), and
+``--ckpt_path last`` resumes from the newest ``last.ckpt`` there (the logger's root; without a logger
+``default_root_dir``), not only in this run's own new version folder, where Lightning alone finds none and starts from
+step 0; with none anywhere the command stops, naming where it looked; a checkpoint of another module class is refused.
+Lightning's notices a user must ignore are filtered by message (:mod:`lightning_zerocopy.cli_output`). ``validate``/``test``/``predict`` refuse to run without ``--ckpt_path`` (an untrained model would be scored or
 used silently) unless ``--allow_untrained true`` is given. ``predict`` writes the predictions with
 :class:`~lightning_zerocopy.callbacks.predictions.PredictionWriter` unless the recipe lists a prediction writer.
 User errors (a bad key, type or value in the recipe) print one message naming the YAML key and exit with status
@@ -34,7 +36,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -51,6 +52,15 @@ from lightning_zerocopy._cli_errors import (
     describe_build_error,
     resolve_class_path,
     traceback_requested,
+)
+from lightning_zerocopy.cli_output import quiet_lightning_notices
+from lightning_zerocopy.cli_links import ModelInstantiator, add_data_links, predict_step_hint, yaml_metadata
+from lightning_zerocopy.cli_runs import (
+    check_checkpoint_class,
+    default_logger,
+    find_last_checkpoint,
+    run_name,
+    saved_class_path,
 )
 
 __all__ = ["CommandError", "ZeroCopyCLI", "build_cli", "find_last_checkpoint", "main", "mps_requested_by"]
@@ -83,8 +93,7 @@ class ZeroCopyCLI(LightningCLI):
     model, writes predictions to disk and reports build errors as one message naming the YAML key."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.link_arguments("data.num_features", "model.init_args.in_channels", apply_on="instantiate")
-        parser.link_arguments("data.num_classes", "model.init_args.out_channels", apply_on="instantiate")
+        add_data_links(parser)
         parser.add_argument(
             "--allow_untrained",
             type=bool,
@@ -92,10 +101,18 @@ class ZeroCopyCLI(LightningCLI):
             help="validate/test/predict without --ckpt_path, i.e. with the model's initial weights",
         )
 
+    def _add_instantiators(self) -> None:
+        """LightningCLI's instantiators, the model's replaced by :class:`~lightning_zerocopy.cli_links.ModelInstantiator`."""
+        super()._add_instantiators()
+        self.parser.add_instantiator(ModelInstantiator(self), LightningModule, subclasses=self.subclass_mode_model)
+
     def before_instantiate_classes(self) -> None:
         """Refuses ``validate``/``test``/``predict`` without ``--ckpt_path`` (before any data is built); with
-        ``trainer.enable_checkpointing: false`` drops the recipe's checkpoint callbacks."""
+        ``trainer.enable_checkpointing: false`` drops the recipe's checkpoint callbacks; keeps runs apart per recipe
+        and Lightning's notices out of the output (:mod:`~lightning_zerocopy.cli_output`)."""
+        quiet_lightning_notices(self.subcommand)
         self._drop_checkpoints_when_checkpointing_is_off()
+        self._keep_runs_apart_per_recipe()
         if self.subcommand in ("validate", "test", "predict"):
             config = self.config[self.subcommand]
             if config.get("ckpt_path") is None and not config.get("allow_untrained"):
@@ -109,6 +126,14 @@ class ZeroCopyCLI(LightningCLI):
             special = path is None or path in ("last", "best", "hpc") or str(path).startswith("registry") or "://" in str(path)
             if not special and not os.path.isfile(path):
                 raise CommandError(f"--ckpt_path {path}: no such checkpoint file (relative paths start at {os.getcwd()})")
+
+    def _keep_runs_apart_per_recipe(self) -> None:
+        """Lightning's default logger, with this recipe's runs in a folder of their own
+        (:func:`~lightning_zerocopy.cli_runs.default_logger`)."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        logger = default_logger(config.get("trainer"), run_name(config.get("config") or [], config.get("model.class_path")))
+        if logger is not None:
+            config["trainer"]["logger"] = logger
 
     def _drop_checkpoints_when_checkpointing_is_off(self) -> None:
         """Every shipped recipe lists a ``ModelCheckpoint`` (for ``last.ckpt``), and Lightning refuses one beside
@@ -127,8 +152,8 @@ class ZeroCopyCLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         """As LightningCLI's (the checkpoint's saved hyperparameters become the model's config), but a checkpoint that
-        another module class wrote is refused, naming both classes: LightningCLI would switch to the checkpoint's
-        class without a word, and the recipe's data would then reach a model written for other batches."""
+        another module class wrote is refused, naming both classes (:func:`~lightning_zerocopy.cli_runs.check_checkpoint_class`),
+        and a saved ``metadata`` is kept as YAML writes it (lists; the model gets tuples)."""
         subcommand = self.config.get("subcommand")
         recipe = self.config.get(f"{subcommand}.model.class_path") if subcommand else None
         path = self.config[subcommand].get("ckpt_path") if subcommand else None
@@ -137,13 +162,10 @@ class ZeroCopyCLI(LightningCLI):
 
             read_checkpoint(path)
         super()._parse_ckpt_path()
-        saved = self.config.get(f"{subcommand}.model.class_path") if subcommand else None
-        if recipe and saved and recipe != saved and resolve_class_path(recipe) is not resolve_class_path(saved):
-            path = self.config[subcommand].get("ckpt_path")
-            raise CommandError(
-                f"--ckpt_path {path} is a checkpoint of {saved}, but the recipe's model.class_path is {recipe}: pass "
-                "a checkpoint that model wrote, or the recipe the checkpoint was trained with"
-            )
+        if subcommand:
+            check_checkpoint_class(str(self.config[subcommand].get("ckpt_path")),
+                                   self.config.get(f"{subcommand}.model.class_path"), recipe)  # fmt: skip
+            yaml_metadata(self.config[subcommand].get("model"))
 
     def instantiate_classes(self) -> None:
         """As LightningCLI's, but an exception becomes a :class:`CommandError` naming the recipe key."""
@@ -169,11 +191,13 @@ class ZeroCopyCLI(LightningCLI):
         return trainer
 
     def _resolve_last_checkpoint(self) -> None:
-        """``--ckpt_path last`` becomes the newest ``last.ckpt`` of any earlier version of this run (LightningCLI
-        passes ``config_init``'s ``ckpt_path`` to the subcommand after its ``before_*`` hook)."""
+        """``--ckpt_path last`` becomes the newest ``last.ckpt`` of this recipe's earlier runs, refused if another
+        module class wrote it (LightningCLI passes ``config_init``'s ``ckpt_path`` to the subcommand after its
+        ``before_*`` hook)."""
         config = self.config_init[self.subcommand]
         if config.get("ckpt_path") == "last":
-            config["ckpt_path"] = find_last_checkpoint(self.trainer)
+            config["ckpt_path"] = path = find_last_checkpoint(self.trainer)
+            check_checkpoint_class(f"last ({path})", saved_class_path(path), self.config[self.subcommand].get("model.class_path"))
         if config.get("ckpt_path") and os.path.isfile(config["ckpt_path"]):  # damaged, or weights of another shape
             from lightning_zerocopy.checkpoint_checks import check_checkpoint_fits
 
@@ -204,46 +228,8 @@ class ZeroCopyCLI(LightningCLI):
             raise CommandError(
                 f"{module.__module__}.{module.__qualname__} has no predict_step, and Lightning's default one calls "
                 f"forward(batch), but its forward takes ({', '.join(p.name for p in required)}). Define "
-                "`def predict_step(self, batch, batch_idx): "
-                "return self(batch.x, batch.edge_index)[: batch.batch_size]` (the logits of the seed nodes; the "
-                "writer takes their ids from batch.n_id)."
+                f"{predict_step_hint(self.datamodule)}."
             )
-
-
-_LAST = re.compile(r"^last(-\d+)?\.ckpt$")  # Lightning's names for ModelCheckpoint(save_last=True)'s file
-
-
-def find_last_checkpoint(trainer: Trainer) -> str:
-    """The newest ``last.ckpt`` (or ``last-N.ckpt``) under ``trainer``'s run root and checkpoint folders.
-
-    The root is the first logger's ``root_dir`` (it holds every ``version_*`` folder) or, without a logger,
-    ``<default_root_dir>/checkpoints`` (where ModelCheckpoint then writes); a :class:`ModelCheckpoint` with its own
-    ``dirpath`` is searched too.
-
-    Raises:
-        CommandError: no such file, naming the folders searched.
-    """
-    logger = trainer.loggers[0] if trainer.loggers else None
-    if logger is not None:
-        roots = [getattr(logger, "root_dir", None) or getattr(logger, "save_dir", None) or trainer.default_root_dir]
-    else:
-        roots = [os.path.join(trainer.default_root_dir, "checkpoints")]
-    roots += [cb.dirpath for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
-    roots = list(dict.fromkeys(str(Path(r).expanduser().resolve()) for r in roots if r))
-    found = [
-        Path(folder) / name
-        for root in roots
-        if os.path.isdir(root)
-        for folder, _, files in os.walk(root)
-        for name in files
-        if _LAST.match(name)
-    ]
-    if not found:
-        raise CommandError(
-            f"--ckpt_path last: no last.ckpt under {' or '.join(roots) or 'the run root'} (searched with every "
-            "subfolder). Pass the checkpoint's path, or train with a ModelCheckpoint(save_last: true) first."
-        )
-    return str(max(found, key=lambda p: p.stat().st_mtime_ns))
 
 
 def build_cli(args: ArgsType = None, run: bool = True) -> ZeroCopyCLI:
@@ -268,6 +254,7 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ZeroCopyCLI:
         args=args,
         run=run,
         save_config_kwargs={"overwrite": True},
+        seed_everything_default=0,  # what `true` gives anyway, without Lightning's "No seed found" warning
         auto_configure_optimizers=False,
         parser_class=ZeroCopyArgumentParser,
         parser_kwargs={

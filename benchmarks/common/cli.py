@@ -7,10 +7,30 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Union
 
-__all__ = ["add_child_arguments", "add_measuring_arguments", "add_run_arguments", "add_step_arguments", "apply_preset",
-           "parse_fanouts_and_rows"]
+__all__ = ["OneModelPreset", "add_child_arguments", "add_measuring_arguments", "add_run_arguments", "add_step_arguments",
+           "add_target_argument", "apply_preset", "parse_fanouts_and_rows"]
+
+
+@dataclass(frozen=True)
+class OneModelPreset:
+    """The training and measuring part of a one-model benchmark's named run; a benchmark's preset adds its graph's
+    fields (keyword-only). Every field is also a command-line flag (:func:`apply_preset` fills the unset ones)."""
+
+    batch_size: int
+    num_neighbors: str
+    hidden: int
+    steps: int
+    warmup: int
+    val_every: int
+    val_batches: int
+    row_budget_s: float
+    row_timeout_s: float
+    configs: str
+    pyg_workers: str
+    threads: int
 
 
 def add_run_arguments(p: argparse.ArgumentParser, presets: Iterable[str], default_preset: str, out_name: str,
@@ -35,9 +55,15 @@ def add_step_arguments(t: Any) -> None:
     t.add_argument("--val-batches", type=int)
 
 
-def add_measuring_arguments(t: Any, loader: str, stage_batches: int) -> None:
-    """Threads, optimizer, seed, budgets, PyG's worker sweep (``loader``: the PyG loader's name) and model-only
-    staging (``stage_batches``: the default count)."""
+def add_target_argument(t: Any, name: str, words: str) -> None:
+    """``--target-<name>``: the validation ``words`` (e.g. ``accuracy``) the time-to-target column counts to."""
+    t.add_argument(f"--target-{name}", type=float, help=f"time-to-{words} target (default: 95%% of the lowest best "
+                   f"validation {words} among the rows, decided when the report is written)")  # fmt: skip
+
+
+def add_measuring_arguments(t: Any, loader: str, stage_batches: int, parse_share: Callable[[str], Any]) -> None:
+    """Threads, optimizer, seed, budgets, PyG's worker sweep (``loader``: the PyG loader's name), model-only staging
+    (``stage_batches``: the default count) and the MPS rows' worker share (read by ``parse_share``)."""
     t.add_argument("--threads", type=int, help="torch threads per row process (0: torch's default)")
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--seed", type=int, default=0)
@@ -46,6 +72,8 @@ def add_measuring_arguments(t: Any, loader: str, stage_batches: int) -> None:
     t.add_argument("--pyg-workers", help=f"{loader} worker counts to sweep; the best trains")
     t.add_argument("--sweep-batches", type=int, default=30, help="batches timed per worker count of the sweep")
     t.add_argument("--stage-batches", type=int, default=stage_batches, help="model_only: distinct batches pre-staged on the device")
+    t.add_argument("--worker-sm-percent", type=parse_share, default=10, help="MPS rows: the pipeline worker's share of "
+                   "SMs, 1-99 or auto (PipelineCallback(worker_sm_percent='auto'))")  # fmt: skip
 
 
 def add_child_arguments(p: argparse.ArgumentParser) -> None:

@@ -2,21 +2,23 @@
 over it, batches.
 
 ``TrainClock`` times training without validation (host timers between device synchronizations), records
-validation accuracy over that time and stops a row at its time budget; ``BatchCheck`` compares the first batches
-with the dataset; ``summarize`` turns both and ``DataTelemetry``'s history into a row's figures; ``_sync`` and
-``_device_name`` are the device synchronization around host timers and the device named in a row's result.
+validation accuracy over that time and stops a row at its time budget; ``FirstBatchesCheck`` is what a benchmark's
+check of its first batches against the dataset shares (``BatchCheck``: node classification's); ``summarize`` turns the
+clock, the check and ``DataTelemetry``'s history into a row's figures; ``_sync`` and ``_device_name`` are the device
+synchronization around host timers and the device named in a row's result.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from abc import ABCMeta, abstractmethod
 from typing import Any, Callable, Optional
 
 import torch
 from pytorch_lightning.callbacks import Callback
 
-__all__ = ["BUILD_STAGES", "BatchCheck", "TrainClock", "summarize"]
+__all__ = ["BUILD_STAGES", "BatchCheck", "FirstBatchesCheck", "TrainClock", "summarize"]
 
 #: the stages of the pipeline producer's build, as ``DataTelemetry`` names them (``data/build_<stage>_ms``); spelled
 #: out here: importing the pipeline would import PyG, which initializes CUDA before an MPS row joins its daemon
@@ -92,7 +94,28 @@ class TrainClock(Callback):
         return (self.end[0] - self.steady[0]) / max(self.end[1] - self.steady[1], 1e-9)
 
 
-class BatchCheck(Callback):
+class FirstBatchesCheck(Callback, metaclass=ABCMeta):
+    """Checks the first ``count`` training batches against the dataset (:meth:`check`, which appends what it finds
+    wrong to ``result["problems"]``); ``result`` holds ``checked``, ``ok`` and ``problems`` (and what a check adds)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.result: dict[str, Any] = {"checked": 0, "ok": True, "problems": []}
+
+    @abstractmethod
+    def check(self, step: int, batch: Any, pl_module: Any) -> None:
+        """Append ``batch``'s problems (each naming ``step``) to ``result["problems"]``."""
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if step >= self.count:
+            return
+        self.check(step, batch, pl_module)
+        self.result["checked"] += 1
+        self.result["ok"] = not self.result["problems"]
+
+
+class BatchCheck(FirstBatchesCheck):
     """Compares the first ``count`` training batches with the dataset: seeds in plan order, ``x``, ``y`` and
     ``edge_index`` bounds, per-hop counts that add up to the batch (``x``: the dataset's rows cast to ``stored_dtype``
     when the host table stores another dtype, then to the batch's); keeps a fingerprint of the first batch's sample
@@ -101,14 +124,11 @@ class BatchCheck(Callback):
 
     def __init__(self, expected_seeds: Callable[[int], torch.Tensor], x: torch.Tensor, y: torch.Tensor, count: int,
                  stored_dtype: Optional[torch.dtype] = None) -> None:  # fmt: skip
-        self.expected_seeds, self.x, self.y, self.count = expected_seeds, x, y, count
+        super().__init__(count)
+        self.expected_seeds, self.x, self.y = expected_seeds, x, y
         self.stored_dtype = stored_dtype  # the host table's dtype (feature_dtype): x is the dataset's rows cast to it
-        self.result: dict[str, Any] = {"checked": 0, "ok": True, "problems": []}
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        step = trainer.global_step
-        if step >= self.count:
-            return
+    def check(self, step: int, batch: Any, pl_module: Any) -> None:
         problems = self.result["problems"]
         bs = int(batch.batch_size)
         n_id = batch.n_id.cpu()
@@ -132,9 +152,6 @@ class BatchCheck(Callback):
             self.result["trimmed"] = bool(getattr(pl_module, "trim", False)) and nodes is not None and edges is not None
             ids = torch.cat([n_id.long(), batch.edge_index.cpu().long().flatten()])  # dtype-independent
             self.result["first_sample"] = hashlib.sha1(ids.numpy().tobytes()).hexdigest()[:12]
-        self.result["checked"] += 1
-        self.result["ok"] = not problems
-
 
 
 def summarize(clock: TrainClock, telemetry: Any, warmup: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Where the benchmarks write their results."""
+"""Where the benchmarks write their results, and their reports' plots where matplotlib is missing."""
 
 from __future__ import annotations
 
@@ -25,3 +25,13 @@ def read_results(out_dir: str) -> dict[str, Any]:
         raise FileNotFoundError(f"--report-only {out_dir}: no results.json there")
     with open(path) as f:
         return json.load(f)
+
+
+def plots_or_note(write_plots: Callable[[], list[str]], what: str, module: str, out_dir: str) -> tuple[list[str], str]:
+    """The files ``write_plots()`` writes and no note, or, where matplotlib is missing, none and a note for the report
+    saying how to render ``what`` (``Plot``, ``Plots``): ``python -m <module> --report-only <out_dir>``."""
+    try:
+        return write_plots(), ""
+    except ImportError as exc:  # matplotlib missing
+        return [], (f"{what} not rendered here ({exc}): `pip install matplotlib`, then "
+                    f"`python -m {module} --report-only {out_dir}`.")  # fmt: skip

@@ -10,6 +10,7 @@ check, DataModule, PyG's loader) comes in as functions.
 
 from __future__ import annotations
 
+import importlib
 import time
 from typing import Any, Callable
 
@@ -21,7 +22,7 @@ from benchmarks.common.rows import RowUnavailable
 from benchmarks.e2e.rows import Row
 from benchmarks.e2e.train import fit_on_staged_batches, pipeline_options, share_figures
 
-__all__ = ["fit_one_model"]
+__all__ = ["fit_one_model", "our_datamodule"]
 
 
 def fit_one_model(row: Row, args: Any, kwargs: dict[str, Any], *, build_dataset: Callable[[dict[str, Any]], Any],
@@ -94,3 +95,21 @@ def fit_one_model(row: Row, args: Any, kwargs: dict[str, Any], *, build_dataset:
         extra.update(share_figures(pipeline))
     return {**figures(summarize(clock, telemetry, args.warmup)), "batch_check": check.result, "device": _device_name(cuda),
             "threads": torch.get_num_threads(), **extra}  # fmt: skip
+
+
+def our_datamodule(name: str, dataset: Any, options: dict[str, Any], **kwargs: Any) -> Any:
+    """``lightning_zerocopy.<name>(dataset, **kwargs, **options)``: a row's DataModule (``options``: the row's data
+    options).
+
+    Raises:
+        RowUnavailable: this build has no ``name``, or it rejects an option (one it does not have, e.g. a sampler
+            placement).
+    """
+    try:
+        cls = getattr(importlib.import_module("lightning_zerocopy"), name)
+    except (ImportError, AttributeError) as exc:
+        raise RowUnavailable(f"this build has no {name} ({exc})") from exc
+    try:
+        return cls(dataset, **kwargs, **options)
+    except (TypeError, ValueError) as exc:
+        raise RowUnavailable(f"{name} rejects {options}: {exc}") from exc

@@ -5,13 +5,16 @@ the ratios to PyG and model-only, the run's machine and software lines, the rows
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
-from benchmarks.e2e.report import _fmt
-from benchmarks.e2e.results import finished
+from benchmarks.e2e.report import _fmt, _named, _pct
+from benchmarks.e2e.results import finished, time_to_target
 
-__all__ = ["check_words", "checked_cell", "failed_cells", "failed_line", "machine_lines", "rate_ratio", "row_docs",
-           "target", "write_report_lines"]  # fmt: skip
+__all__ = ["check_words", "checked_cell", "console_line", "failed_cells", "failed_line", "machine_lines", "rate_ratio",
+           "results_table", "row_docs", "target", "write_report_lines"]  # fmt: skip
+
+#: a column of :func:`results_table` beyond the shared ones: its header and its cell of a finished row
+Column = tuple[str, Callable[[dict[str, Any]], str]]
 
 
 def target(results: dict[str, Any], flag: str, metric: str) -> Optional[float]:
@@ -48,6 +51,43 @@ def checked_cell(check: dict[str, Any]) -> str:
 def rate_ratio(run: dict[str, Any], rates: dict[str, float], ref: str) -> str:
     """``run``'s steps/s over row ``ref``'s (``rates``: the finished rows'), as ``1.23×``; ``–`` without ``ref``."""
     return _fmt(run["steps_per_s"] / rates[ref] if ref in rates else None, ".2f", "×")
+
+
+def console_line(run: dict[str, Any], width: int, figures: Callable[[dict[str, Any]], str]) -> str:
+    """A row's console line: its name in ``width`` characters, then ``figures(run)`` and the batch check of a finished
+    row, or its status and reason."""
+    head = f"{run['row']:<{width}}"
+    if not finished(run):
+        return failed_line(run, head)
+    check = run.get("batch_check", {})
+    return f"{head}{figures(run)}  batches checked {check.get('checked', 0)}{check_words(check)}"
+
+
+def results_table(results: dict[str, Any], *, metric: str, metric_words: str, best: str, target: Optional[float],
+                  rate: str = ".2f", name: Callable[[dict[str, Any]], str] = _named,
+                  extra: Sequence[Column] = ()) -> list[str]:  # fmt: skip
+    """The report's results table: the target line (the metric in ``metric_words``), then a line per row (``name``,
+    steps/s as ``rate``, the ratios to PyG and model-only, stall, host wait, step p50/p99, the best validation
+    ``metric`` (key ``best``), the time to ``target``, the ``extra`` columns, setup time, the batch check), or its
+    status and reason."""
+    runs = {r["row"]: r for r in results.get("runs", [])}
+    rates = {row: r["steps_per_s"] for row, r in runs.items() if finished(r)}
+    headers = ["row", "steps/s", "× PyG", "× model-only", "stall", "host wait ms", "step p50 / p99 ms",
+               f"best val {metric}", "time to target s", *(h for h, _ in extra), "setup s", "batches checked"]  # fmt: skip
+    out = [f"Target validation {metric_words}: {_fmt(target, '.3f')}.", "", "| " + " | ".join(headers) + " |",
+           "|" + "---|" * len(headers)]  # fmt: skip
+    for row, r in runs.items():
+        if not finished(r):
+            out.append(failed_cells(row, r, len(headers)))
+            continue
+        lat = r.get("step_ms", [])
+        out.append("| " + " | ".join([
+            name(r), f"{r['steps_per_s']:{rate}}", rate_ratio(r, rates, "pyg"), rate_ratio(r, rates, "model_only"),
+            _fmt(r.get("stall_frac"), ".1%"), _fmt(r.get("wait_ms"), ".2f"),
+            f"{_fmt(_pct(lat, 0.5), '.2f')} / {_fmt(_pct(lat, 0.99), '.2f')}", _fmt(r.get(best), ".3f"),
+            _fmt(time_to_target(r, target), ".1f"), *(cell(r) for _, cell in extra), _fmt(r.get("setup_s"), ".1f"),
+            checked_cell(r.get("batch_check", {}))]) + " |")  # fmt: skip
+    return out + [""]
 
 
 def machine_lines(results: dict[str, Any]) -> list[str]:

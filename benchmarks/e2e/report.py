@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from benchmarks.e2e.results import PLOTS, finished, models_in, runs_by_row, share_label, target_acc, time_to_target
 from benchmarks.e2e.rows import ROWS
-from benchmarks.common.results import read_results
+from benchmarks.common.results import plots_or_note, read_results
 
 __all__ = ["PLOTS", "aims", "one_line", "render", "target_acc", "time_to_target"]
 
@@ -312,13 +312,13 @@ def render(out_dir: str) -> list[str]:
         FileNotFoundError: no ``results.json`` in ``out_dir``.
     """
     results = read_results(out_dir)
-    try:
+
+    def write_plots() -> list[str]:
         from benchmarks.e2e.plots import write_plots
-    except ImportError as exc:  # matplotlib missing
-        plots, note = [], (f"Plots not rendered here ({exc}): `pip install matplotlib`, then "
-                           f"`python -m benchmarks.e2e --report-only {out_dir}`.")  # fmt: skip
-    else:
-        plots, note = write_plots(results, out_dir), ""
+
+        return write_plots(results, out_dir)
+
+    plots, note = plots_or_note(write_plots, "Plots", "benchmarks.e2e", out_dir)
     if note:
         print(f"e2e: {note}")
     return [write_report(results, out_dir, plots, note), *plots]

@@ -17,8 +17,9 @@ from typing import Any, Optional, Union
 
 from benchmarks.common.rows import pick_rows
 
-__all__ = ["MODELS", "PRECISIONS", "PRESETS", "ROWS", "ModelSpec", "Preset", "Row", "graph_kwargs", "launcher_share",
-           "mps_prefix", "parse_share", "resolve_precision", "select_rows", "worker_share"]  # fmt: skip
+__all__ = ["CPU_DATA", "MODELS", "MPS_PIPELINE", "PRECISIONS", "PRESETS", "ROWS", "ZC_GPU_DATA", "ModelSpec", "Preset", "Row",
+           "graph_kwargs", "launcher_share", "mps_prefix", "one_model_rows", "parse_share", "resolve_precision",
+           "select_rows", "worker_share"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,26 @@ _ROW_LIST: list[Row] = [
 
 #: Every row by name, in the report's order.
 ROWS: dict[str, Row] = {row.name: row for row in _ROW_LIST}
+
+#: the data options and pipeline of the one-model benchmarks' rows (link, hetero)
+CPU_DATA = {"sampler_placement": "cpu", "gather": "cpu"}
+ZC_GPU_DATA = {"sampler_placement": "gpu", "gather": "zerocopy"}
+MPS_PIPELINE = {"mode": "worker", "mps": True}
+
+
+def one_model_rows(pyg_loader: str) -> dict[str, Row]:
+    """The rows every one-model benchmark (link, hetero) has, by name: ``pyg`` (``pyg_loader``, PyG's loader as the
+    report names it), ``cpu``, ``zc_gpu``, ``zc_gpu_mps`` and ``model_only``."""
+    return {row.name: row for row in [
+        Row("pyg", "pyg", f"PyG {pyg_loader}: worker processes (best of --pyg-workers), pin_memory, "
+            ".to(device, non_blocking=True)", needs_cuda=False),
+        Row("cpu", "ours", "CPU sampler threads + CPU gather, batch copied to the device", CPU_DATA, needs_cuda=False),
+        Row("zc_gpu", "ours", "GPU sampler, zero-copy gather from host memory, no pipeline", ZC_GPU_DATA),
+        Row("zc_gpu_mps", "ours", "GPU sampler, zero-copy gather, PipelineCallback worker + MPS", ZC_GPU_DATA,
+            pipeline=MPS_PIPELINE),
+        Row("model_only", "model_only", "the same kind of batches pre-staged in device memory: the compute bound",
+            needs_cuda=False),
+    ]}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -33,71 +33,52 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from benchmarks.common import cli  # noqa: E402
-from benchmarks.common.row_runs import child_main, out_dir, run_rows, start_results, use_pyg_site  # noqa: E402
-from benchmarks.common.rows import pick_rows  # noqa: E402
-from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
-from benchmarks.e2e.rows import Row, _precheck, mps_prefix, parse_share  # noqa: E402
+from benchmarks.common.one_model_command import OneModelCommand  # noqa: E402
+from benchmarks.e2e.rows import CPU_DATA, MPS_PIPELINE, ZC_GPU_DATA, Row, _precheck, mps_prefix, one_model_rows, parse_share  # noqa: E402
 from benchmarks.link import report as link_report  # noqa: E402
 
-_CPU = {"sampler_placement": "cpu", "gather": "cpu"}
-_ZC_GPU = {"sampler_placement": "gpu", "gather": "zerocopy"}
-_MPS = {"mode": "worker", "mps": True}
+_SHARED = one_model_rows("LinkNeighborLoader")
 
 #: Every row by name, in the report's order.
 ROWS: dict[str, Row] = {row.name: row for row in [
-    Row("pyg", "pyg", "PyG LinkNeighborLoader: worker processes (best of --pyg-workers), pin_memory, "
-        ".to(device, non_blocking=True)", needs_cuda=False),
-    Row("cpu", "ours", "CPU sampler threads + CPU gather, batch copied to the device", _CPU, needs_cuda=False),
-    Row("cpu_inproc", "ours", "CPU sampler + CPU gather, PipelineCallback in-process", _CPU,
+    _SHARED["pyg"],
+    _SHARED["cpu"],
+    Row("cpu_inproc", "ours", "CPU sampler + CPU gather, PipelineCallback in-process", CPU_DATA,
         pipeline={"mode": "in_process"}, needs_cuda=False),
-    Row("cpu_mps", "ours", "CPU sampler + CPU gather, PipelineCallback worker + MPS", _CPU, pipeline=_MPS),
-    Row("zc_gpu", "ours", "GPU sampler, zero-copy gather from host memory, no pipeline", _ZC_GPU),
-    Row("zc_gpu_mps", "ours", "GPU sampler, zero-copy gather, PipelineCallback worker + MPS", _ZC_GPU, pipeline=_MPS),
-    *[Row(f"zc_gpu_mps_{p}", "ours", f"as zc_gpu_mps, the worker's MPS share {p} % (the trainer {100 - p} %)", _ZC_GPU,
-          pipeline={**_MPS, "worker_sm_percent": p}) for p in (20, 30)],
+    Row("cpu_mps", "ours", "CPU sampler + CPU gather, PipelineCallback worker + MPS", CPU_DATA, pipeline=MPS_PIPELINE),
+    _SHARED["zc_gpu"],
+    _SHARED["zc_gpu_mps"],
+    *[Row(f"zc_gpu_mps_{p}", "ours", f"as zc_gpu_mps, the worker's MPS share {p} % (the trainer {100 - p} %)", ZC_GPU_DATA,
+          pipeline={**MPS_PIPELINE, "worker_sm_percent": p}) for p in (20, 30)],
     Row("zc_gpu_mps_auto", "ours", "as zc_gpu_mps, worker_sm_percent='auto' (10/20/30 %, calibrated while training; "
-        "steps/s include the calibration)", _ZC_GPU, pipeline={**_MPS, "worker_sm_percent": "auto"}),
+        "steps/s include the calibration)", ZC_GPU_DATA, pipeline={**MPS_PIPELINE, "worker_sm_percent": "auto"}),
     Row("zc_uva_mps", "ours", "GPU sampler over the pinned host graph, zero-copy gather, PipelineCallback worker + MPS",
-        {"sampler_placement": "uva", "gather": "zerocopy"}, pipeline=_MPS),
-    Row("model_only", "model_only", "the same kind of batches pre-staged in device memory: the compute bound",
-        needs_cuda=False),
+        {"sampler_placement": "uva", "gather": "zerocopy"}, pipeline=MPS_PIPELINE),
+    _SHARED["model_only"],
 ]}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Preset:
-    """Graph size, model, step counts and budgets of a named run; every field is also a command-line flag."""
+@dataclass(frozen=True, kw_only=True)
+class Preset(cli.OneModelPreset):
+    """The graph of a named run (its training and measuring: :class:`~benchmarks.common.cli.OneModelPreset`)."""
 
     num_nodes: int
     avg_degree: float
     features: int
-    batch_size: int
-    num_neighbors: str
-    hidden: int
-    steps: int
-    warmup: int
-    val_every: int
-    val_batches: int
-    row_budget_s: float
-    row_timeout_s: float
-    configs: str
-    pyg_workers: str
-    threads: int
 
 
 PRESETS: dict[str, Preset] = {
     # CI: CPU rows on a few thousand nodes, one thread per row process (a shared two-core box)
-    "ci": Preset(3_000, 8.0, 16, 64, "5,5", 32, 16, 4, 8, 2, 30.0, 300.0, "pyg,cpu,model_only,zc_gpu", "0", 1),
+    "ci": Preset(64, "5,5", 32, 16, 4, 8, 2, 30.0, 300.0, "pyg,cpu,model_only,zc_gpu", "0", 1,
+                 num_nodes=3_000, avg_degree=8.0, features=16),  # fmt: skip
     # one GPU, features in host memory: 4M nodes, ~64M directed edges, 2 GB of fp32 features
-    "gpu": Preset(4_000_000, 16.0, 128, 1024, "10,5", 128, 400, 40, 100, 4, 45.0, 300.0,
-                  "model_only,pyg,zc_gpu_mps,zc_gpu", "4,8,12", 0),  # fmt: skip
+    "gpu": Preset(1024, "10,5", 128, 400, 40, 100, 4, 45.0, 300.0, "model_only,pyg,zc_gpu_mps,zc_gpu", "4,8,12", 0,
+                  num_nodes=4_000_000, avg_degree=16.0, features=128),  # fmt: skip
 }
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.link", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
-    cli.add_run_arguments(p, PRESETS, "ci", "link", "re-render report.md and the plot from DIR/results.json")
+    p = COMMAND.parser(__doc__, "ci", "re-render report.md and the plot from DIR/results.json")
     p.add_argument("--append", action="store_true", help="keep the runs already in --out/results.json (same graph) and "
                    "add or replace this command's rows: a run split over several commands")  # fmt: skip
     g = p.add_argument_group("graph (SyntheticGraph + SyntheticLinkGraph, cached under --cache-dir)")
@@ -117,24 +98,20 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--num-neighbors", help="fanouts, comma-separated")
     t.add_argument("--hidden", type=int, help="GraphSAGE width (layers: one per fanout)")
     cli.add_step_arguments(t)
-    t.add_argument("--target-auroc", type=float, help="time-to-AUROC target (default: 95%% of the lowest best "
-                   "validation AUROC among the rows, decided when the report is written)")  # fmt: skip
-    cli.add_measuring_arguments(t, "LinkNeighborLoader", stage_batches=128)
-    t.add_argument("--worker-sm-percent", type=parse_share, default=10, help="MPS rows: the pipeline worker's share of "
-                   "SMs, 1-99 or auto (PipelineCallback(worker_sm_percent='auto'))")  # fmt: skip
-    cli.add_child_arguments(p)
-    args = p.parse_args(argv)
-    cli.apply_preset(p, args, PRESETS, ("num_nodes", "features", "batch_size", "hidden", "steps", "val_every", "val_batches",
-                                        "neg_per_positive"))  # fmt: skip
-    if args.neg_ratio <= 0:
-        p.error(f"--neg-ratio must be > 0 (AUROC needs negatives), got {args.neg_ratio}")
-    cli.parse_fanouts_and_rows(p, args, select_rows)
-    return args
+    cli.add_target_argument(t, "auroc", "AUROC")
+    cli.add_measuring_arguments(t, "LinkNeighborLoader", stage_batches=128, parse_share=parse_share)
+
+    def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+        if args.neg_ratio <= 0:
+            p.error(f"--neg-ratio must be > 0 (AUROC needs negatives), got {args.neg_ratio}")
+
+    return COMMAND.parse(p, argv, ("num_nodes", "features", "batch_size", "hidden", "steps", "val_every", "val_batches",
+                                   "neg_per_positive"), check)  # fmt: skip
 
 
 def select_rows(configs: str) -> list[Row]:
     """The rows named in a comma-separated list (``all``: every row), in the order given (see :func:`pick_rows`)."""
-    return pick_rows(configs, ROWS, "--configs")
+    return COMMAND.select_rows(configs)
 
 
 def dataset_kwargs(args: argparse.Namespace, device: str) -> dict[str, Any]:
@@ -160,31 +137,18 @@ def _prepare(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Prepare the graph, run every selected row in its own process, write the JSON, the report and the plot."""
-    rows = select_rows(args.configs)
-    use_pyg_site(args.pyg_site)  # the precheck here and every row's process import from it first
-    out = out_dir(args, "link")
-    results = start_results(args, rows, REPO_ROOT, "benchmarks.link")
-    start = time.monotonic()
+    rows, out, results, start = COMMAND.start(args)
     if args.gen_device == "auto":
         import torch
 
         args.gen_device = "cuda" if torch.version.cuda and torch.cuda.device_count() > 0 else "cpu"
     print(f"link: preparing the graph ({args.num_nodes:,} nodes, avg degree {args.avg_degree}) on {args.gen_device}", flush=True)
-    if args.gen_device == "cpu":
-        graph, why = _prepare(args), None
-    else:  # a CUDA context of its own, gone before any row starts (MPS rows must find no other context)
-        graph, why = run_script(__file__, ["--_run=prepare"], {"args": args}, os.path.join(out, "logs", "prepare.log"),
-                                max(args.row_timeout_s, 3600), REPO_ROOT)  # fmt: skip
-    if graph is None:
-        raise SystemExit(f"link: preparing the graph failed: {why}")
-    results["graph"] = graph
+    # on a GPU, a CUDA context of its own, gone before any row starts (MPS rows must find no other context)
+    results["graph"] = graph = COMMAND.prepare_graph(args, out, in_process=args.gen_device == "cpu")
     print(f"link: {graph['num_nodes']:,} nodes, {graph['num_edges']:,} message-passing edges, splits {graph['splits']}", flush=True)
     if args.append:
         _keep_previous(results, out, [r.name for r in rows])
-    run_rows(rows, args, results, out, start, script=__file__, repo_root=REPO_ROOT, label="link",
-             one_line=link_report.one_line, precheck=_link_precheck, prefix=lambda row: mps_prefix(args, row) if row.mps else None)  # fmt: skip
-    files = link_report.render(out)
-    print(f"link: wrote {', '.join(os.path.basename(f) for f in files)} in {out}", flush=True)
+    COMMAND.run_rows(rows, args, results, out, start)
     return results
 
 
@@ -210,19 +174,15 @@ def _keep_previous(results: dict[str, Any], out: str, planned: list[str]) -> Non
     results["command"] = f"{previous.get('command')}; then {results['command']}"
 
 
+COMMAND = OneModelCommand(
+    label="link", module="benchmarks.link", script=__file__, repo_root=REPO_ROOT, rows=ROWS, presets=PRESETS,
+    prepare=_prepare, train_module="benchmarks.link.train", render=link_report.render, one_line=link_report.one_line,
+    precheck=_link_precheck, prefix=mps_prefix,
+)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
-    args = parse_args(argv)
-    if args._spec:
-        child_main(args, ROWS, _prepare, "benchmarks.link.train")
-    elif args.list:
-        for row in ROWS.values():
-            print(f"{row.name:<17}{row.doc}")
-    elif args.report_only:
-        files = link_report.render(args.report_only)
-        print(f"link: wrote {', '.join(os.path.basename(f) for f in files)} in {args.report_only}")
-    else:
-        forward_stop_signals()
-        run(args)
+    COMMAND.main(parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ import os
 from typing import Any, Optional
 
 from benchmarks.e2e import one_model_report as parts
-from benchmarks.e2e.report import _fmt, _named, _pct, time_to_target
+from benchmarks.e2e.report import _fmt, _named
 from benchmarks.e2e.results import finished as _ok
 from benchmarks.e2e.results import share_label
-from benchmarks.common.results import read_results
+from benchmarks.common.results import plots_or_note, read_results
 
 __all__ = ["one_line", "render", "target_auroc"]
 
@@ -27,35 +27,18 @@ def target_auroc(results: dict[str, Any]) -> Optional[float]:
 
 def one_line(run: dict[str, Any]) -> str:
     """A console line for one row."""
-    head = f"{run['row']:<17}"
-    if not _ok(run):
-        return parts.failed_line(run, head)
-    check = run.get("batch_check", {})
-    head += share_label(run) + "  " if share_label(run) else ""
-    return (f"{head}{run['steps_per_s']:8.2f} steps/s  stall {_fmt(run.get('stall_frac'), '.1%')}  best val AUROC "
-            f"{_fmt(run.get('best_val_auroc'), '.3f')}  batches checked {check.get('checked', 0)}"
-            f"{parts.check_words(check)}")  # fmt: skip
+
+    def figures(r: dict[str, Any]) -> str:
+        share = share_label(r) + "  " if share_label(r) else ""
+        return (f"{share}{r['steps_per_s']:8.2f} steps/s  stall {_fmt(r.get('stall_frac'), '.1%')}  best val AUROC "
+                f"{_fmt(r.get('best_val_auroc'), '.3f')}")  # fmt: skip
+
+    return parts.console_line(run, 17, figures)
 
 
 def _table(results: dict[str, Any]) -> list[str]:
-    runs = {r["row"]: r for r in results.get("runs", [])}
-    target = target_auroc(results)
-    rate = {name: r["steps_per_s"] for name, r in runs.items() if _ok(r)}
-    out = [f"Target validation AUROC: {_fmt(target, '.3f')}.", "",
-           "| row | steps/s | × PyG | × model-only | stall | host wait ms | step p50 / p99 ms | best val AUROC "
-           "| time to target s | setup s | batches checked |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name, r in runs.items():
-        if not _ok(r):
-            out.append(parts.failed_cells(name, r, 11))
-            continue
-        lat, checked = r.get("step_ms", []), parts.checked_cell(r.get("batch_check", {}))
-        ratio = lambda ref: parts.rate_ratio(r, rate, ref)  # noqa: E731
-        out.append("| " + " | ".join([
-            _named(r), f"{r['steps_per_s']:.1f}", ratio("pyg"), ratio("model_only"), _fmt(r.get("stall_frac"), ".1%"),
-            _fmt(r.get("wait_ms"), ".2f"), f"{_fmt(_pct(lat, 0.5), '.2f')} / {_fmt(_pct(lat, 0.99), '.2f')}",
-            _fmt(r.get("best_val_auroc"), ".3f"), _fmt(time_to_target(r, target), ".1f"), _fmt(r.get("setup_s"), ".1f"),
-            checked]) + " |")  # fmt: skip
-    return out + [""]
+    return parts.results_table(results, metric="AUROC", metric_words="AUROC", best="best_val_auroc",
+                               target=target_auroc(results), rate=".1f")  # fmt: skip
 
 
 def _aim(results: dict[str, Any]) -> list[str]:
@@ -143,9 +126,5 @@ def render(out_dir: str) -> list[str]:
         FileNotFoundError: no ``results.json`` in ``out_dir``.
     """
     results = read_results(out_dir)
-    try:
-        plots, note = [write_plot(results, out_dir)], ""
-    except ImportError as exc:  # matplotlib missing
-        plots, note = [], (f"Plot not rendered here ({exc}): `pip install matplotlib`, then "
-                           f"`python -m benchmarks.link --report-only {out_dir}`.")  # fmt: skip
+    plots, note = plots_or_note(lambda: [write_plot(results, out_dir)], "Plot", "benchmarks.link", out_dir)
     return [write_report(results, out_dir, note), *plots]

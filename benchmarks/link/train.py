@@ -16,31 +16,27 @@ import time
 from typing import Any
 
 import torch
-from pytorch_lightning.callbacks import Callback
 
+from benchmarks.common.measure import FirstBatchesCheck
 from benchmarks.common.pyg import fit_on_best_pyg_loader, pyg_sampling_backends
 from benchmarks.common.row_runs import guarded_row
-from benchmarks.common.rows import RowUnavailable
-from benchmarks.e2e.one_model import fit_one_model
+from benchmarks.e2e.one_model import fit_one_model, our_datamodule
 from benchmarks.e2e.rows import Row
 from lightning_zerocopy.models.link_predictor import num_positives
 
 __all__ = ["LinkBatchCheck", "run_row"]
 
 
-class LinkBatchCheck(Callback):
+class LinkBatchCheck(FirstBatchesCheck):
     """The first ``count`` training batches against the dataset: ``x`` equals the rows at ``n_id``, label edges point
     into the batch, ``batch_size`` positives that are train edges, ``round(batch_size * ratio)`` negatives."""
 
     def __init__(self, x: torch.Tensor, train_pos: torch.Tensor, num_nodes: int, ratio: float, count: int) -> None:
-        self.x, self.ratio, self.count, self.num_nodes = x, ratio, count, num_nodes
+        super().__init__(count)
+        self.x, self.ratio, self.num_nodes = x, ratio, num_nodes
         self.train_keys = torch.sort(train_pos[0] * num_nodes + train_pos[1]).values
-        self.result: dict[str, Any] = {"checked": 0, "ok": True, "problems": []}
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        step = trainer.global_step
-        if step >= self.count:
-            return
+    def check(self, step: int, batch: Any, pl_module: Any) -> None:
         problems = self.result["problems"]
         n_id, bs = batch.n_id.cpu(), num_positives(batch)  # PyG's link batches have no batch_size
         if not torch.equal(batch.x.cpu(), self.x[n_id].to(batch.x.dtype)):
@@ -57,8 +53,6 @@ class LinkBatchCheck(Callback):
             found = self.train_keys[torch.searchsorted(self.train_keys, keys).clamp(max=self.train_keys.numel() - 1)] == keys
             if not bool(found.all()):
                 problems.append(f"step {step}: {int((~found).sum())} positives are not train edges")
-        self.result["checked"] += 1
-        self.result["ok"] = not problems
 
 
 def run_row(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -93,15 +87,8 @@ def _run(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _datamodule(dataset: Any, args: Any, **data: Any) -> Any:
-    try:
-        from lightning_zerocopy import ZeroCopyLinkDataModule
-    except ImportError as exc:
-        raise RowUnavailable(f"this build has no ZeroCopyLinkDataModule ({exc})") from exc
-    try:
-        return ZeroCopyLinkDataModule(dataset, num_neighbors=args.fanouts, batch_size=args.batch_size, neg_sampling="binary",
-                                      neg_sampling_ratio=args.neg_ratio, drop_last=True, seed=args.seed, **data)  # fmt: skip
-    except ValueError as exc:  # an option this build does not have (e.g. a sampler placement)
-        raise RowUnavailable(f"ZeroCopyLinkDataModule rejects {data}: {exc}") from exc
+    return our_datamodule("ZeroCopyLinkDataModule", dataset, data, num_neighbors=args.fanouts, batch_size=args.batch_size,
+                          neg_sampling="binary", neg_sampling_ratio=args.neg_ratio, drop_last=True, seed=args.seed)  # fmt: skip
 
 
 def _eval_edges(split: Any, positives: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -356,7 +356,10 @@ def budget_caches_for(
     if args.cache_budget_fraction <= 0:
         return {}
     from lightning_zerocopy.cache import CachePlan, SegmentedCacheSpec, fill_shard, open_feature_cache
+    from lightning_zerocopy.cache.cached_rows import rank_rows
+    from lightning_zerocopy.cache.plan import lookup_bytes
     from lightning_zerocopy.cache.ranking import CacheScores, degree_scores, expected_hit_rate
+    from lightning_zerocopy.graph.schema import NODE
 
     rows = int(args.cache_budget_fraction * num_rows)
     presample_args = argparse.Namespace(**{**vars(args), "seed": args.seed + 7919, "warmup": 0,
@@ -367,8 +370,9 @@ def budget_caches_for(
     degree = degree_scores(indices, num_rows)
     caches = {}
     for ranking, scores in {"degree": CacheScores(degree), "presample": CacheScores(degree, halves)}.items():
-        ranked = scores.rank(rows)
-        plan = CachePlan.from_ranking(ranked.rows, num_rows, 1)
+        # `rows` 1-byte rows beside the lookup: a budget of exactly `rows` cached rows
+        ranked = rank_rows({NODE: scores}, {NODE: 1}, lookup_bytes(num_rows, 1) + rows)
+        plan = CachePlan.from_ranking(ranked.rows[NODE], num_rows, 1)
         shard, handle = fill_shard(plan, 0, table, torch.device("cuda", torch.cuda.current_device()))
         cache = open_feature_cache(SegmentedCacheSpec(plan, (handle,), "replicate"), table, shard.device, register=False)
         if ranked.choice is None:  # degree: judged on all presampled accesses, which its ranking did not use

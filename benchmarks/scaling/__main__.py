@@ -28,6 +28,10 @@ Lightning's DDP. It adds per featured type and rank the hit rate and local / pee
 (where the trainer gathers; a pipeline worker's are in its totals only). ``--warmup-batches`` and ``--run-budget-s``
 bound every run's time (the measured epochs' steps are cut to fit, the same on every rank).
 
+``python -m benchmarks.scaling.diag`` (``diag.py``) runs these fits in phases (data path, then model-only on batches
+staged on each GPU) with per-step timelines, host CPU figures and NCCL's transports per rank, for issue 39's question:
+why a rank slows when a second GPU joins.
+
 Example::
 
     python -m benchmarks.scaling --gpus 1,2 --policies replicate,clique --budgets 0.1 --out results/scaling.json
@@ -61,49 +65,43 @@ import torch  # noqa: E402
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
 from benchmarks.e2e.hetero.__main__ import PRESETS as HETERO_PRESETS  # noqa: E402
-from lightning_zerocopy.cache.nvidia_topo import GpuTopology, TopologyParseError  # noqa: E402
+from benchmarks.scaling.budget import EpochTimer, RunBudget  # noqa: E402
+from benchmarks.scaling.diag_run import DiagRun, phase_figures  # noqa: E402
+from benchmarks.scaling.knobs import apply_process_knobs, ddp_kwargs  # noqa: E402
+from benchmarks.scaling.nccl_log import nccl_debug_env, read_nccl_logs  # noqa: E402
+from benchmarks.scaling.report import _mean, report as _report, throughput as _throughput, topology  # noqa: E402,F401
 
 #: the two models of the end-to-end benchmark: (fanouts, hidden channels, layers)
 MODELS = {"heavy": ([15, 10, 5], 256, 3), "light": ([10, 5], 128, 2)}
 
 
 def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
-    """One fit (this process is Lightning's rank 0; the launcher re-runs the script for the other ranks)."""
+    """One fit (this process is Lightning's rank 0; the launcher re-runs the script for the other ranks), or, with
+    ``config["independent"]``, one single-GPU fit per GPU at once (:func:`~benchmarks.scaling.pair.run_pair`)."""
     cuda = args.device == "cuda"
+    knobs = config.get("knobs") or {}
+    apply_process_knobs(knobs)  # NCCL variables and thread counts, before the launcher starts the other ranks
+    share = int((knobs.get("run") or {}).get("worker_sm_percent", args.worker_sm_percent))
     pyg = config["loader"] == "pyg"
     worker = config["pipeline"] == "worker" and cuda and not pyg
+    mps = cuda and not pyg and bool((knobs.get("run") or {}).get("mps", config.get("mps", worker)))
+    if config.get("nccl_debug"):
+        os.environ.update(nccl_debug_env(config["out_dir"]))
+    if config.get("independent"):
+        from benchmarks.scaling.pair import run_pair
+
+        run_pair(args, config, os.path.abspath(__file__), cuda, mps, share)
+        return
     if pyg and args.pyg_site:
         sys.path.insert(0, os.path.abspath(args.pyg_site))
-    if worker:  # before anything initializes CUDA (PyG does): the ranks are MPS clients, as the recipe's are
+    if mps:  # before anything initializes CUDA (PyG does): the ranks are MPS clients, as the recipe's are
         from lightning_zerocopy.pipeline.mps_launcher import start_for_trainer
 
-        start_for_trainer(args.worker_sm_percent)
+        start_for_trainer(share)
 
     from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
     from lightning_zerocopy.graph import mapped_footprint
     from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
-
-    class EpochTimer(pl.Callback):
-        """Seconds and steps of every training epoch (device synchronized at both ends)."""
-
-        def __init__(self) -> None:
-            self.seconds: list[float] = []
-            self.steps: list[int] = []
-            self._t = 0.0
-
-        def on_train_epoch_start(self, trainer, pl_module) -> None:
-            if cuda:
-                torch.cuda.synchronize()
-            self._t = time.perf_counter()
-            self.steps.append(0)
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            self.steps[-1] += 1
-
-        def on_train_epoch_end(self, trainer, pl_module) -> None:
-            if cuda:
-                torch.cuda.synchronize()
-            self.seconds.append(time.perf_counter() - self._t)
 
     class HostFootprint(pl.Callback):
         """PSS and RSS of this rank's mappings of the shared host copy (graph, features, labels), at the end."""
@@ -122,6 +120,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
             if self.paths:
                 self.footprint = mapped_footprint(self.paths)
 
+    sampler_threads = (knobs.get("datamodule") or {}).get("sampler_threads")
     if args.graph == "hetero":
         from benchmarks.scaling.hetero import TypeCacheCounts, hetero_parts, segment_paths
 
@@ -130,7 +129,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         segments = segment_paths
         type_counts: Optional[Any] = TypeCacheCounts()
     else:
-        dm, model, budget, batch_size, segments = _homogeneous_parts(args, config, cuda)
+        dm, model, budget, batch_size, segments = _homogeneous_parts(args, config, cuda, sampler_threads)
         type_counts = None
     if pyg:  # PyG's NeighborLoader as its users run it under DDP: Lightning's DDP, a share of the seeds per rank
         from pytorch_lightning.strategies import DDPStrategy
@@ -138,24 +137,30 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         strategy: Any = DDPStrategy()
     else:
         strategy = ZeroCopyDDPStrategy(cache_budget=budget, cache_ranking=args.ranking, cache_policy=config["policy"],
-                                       presample_batches=args.presample_batches)  # fmt: skip
-    timer, telemetry, host = EpochTimer(), DataTelemetry(prog_bar=False), HostFootprint()
-    budgeted = RunBudget(args.warmup_batches, args.run_budget_s, args.epochs, cuda)
-    callbacks: list[Any] = [timer, telemetry, host, budgeted]
+                                       presample_batches=args.presample_batches, **ddp_kwargs(knobs))  # fmt: skip
+    pipeline = PipelineCallback(mode="worker", depth=2, mps=True, worker_sm_percent=share) if worker else None
+    diag = DiagRun(config, cuda, pipeline) if config.get("phases") else None
+    epochs = diag.epochs if diag is not None else args.epochs
+    timer, telemetry, host = EpochTimer(cuda), DataTelemetry(prog_bar=False), HostFootprint()
+    budgeted = RunBudget(args.warmup_batches, args.run_budget_s, epochs, cuda)
+    callbacks: list[Any] = [*(diag.first_callbacks() if diag else []), timer, *(diag.after_clock() if diag else []),
+                            telemetry, host, budgeted]  # fmt: skip
     if type_counts is not None:
         callbacks.append(type_counts)
-    if worker:
-        callbacks.append(PipelineCallback(mode="worker", depth=2, mps=True, worker_sm_percent=args.worker_sm_percent))
-    trainer = pl.Trainer(accelerator="gpu" if cuda else "cpu", devices=config["gpus"], strategy=strategy, max_epochs=args.epochs,
+    if pipeline is not None:
+        callbacks.append(pipeline)
+    callbacks += diag.last_callbacks() if diag else []
+    trainer = pl.Trainer(accelerator="gpu" if cuda else "cpu", devices=config["gpus"], strategy=strategy, max_epochs=epochs,
                          limit_train_batches=args.limit_batches or None, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          precision=args.precision if cuda else "32-true", use_distributed_sampler=not pyg,
                          callbacks=callbacks)  # fmt: skip
     trainer.fit(model, datamodule=dm)
     decision = getattr(strategy, "cache_decision", None)
-    plan = getattr(decision, "plan", None)  # one table's plan; a cache over typed rows has one per type
+    rows = None if decision is None else decision.rows_per_type  # homogeneous: the one type's total, as reports had
     report = {
         "rank": trainer.global_rank,
+        "slot": config.get("slot"),
         "epoch_s": timer.seconds,
         "epoch_steps": timer.steps,
         "batch_size": batch_size,
@@ -163,7 +168,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         "cache_per_type": None if type_counts is None else type_counts.last,
         "policy": None if decision is None else decision.layout.policy,
         "note": None if decision is None else decision.layout.note,
-        "cached_rows": None if decision is None else (plan.num_cached if plan is not None else decision.rows_per_type),
+        "cached_rows": rows if rows is None or args.graph == "hetero" else sum(rows.values()),
         "expected_hit_rate": None if decision is None else decision.expected_hit_rate,
         "steps_per_epoch": trainer.num_training_batches,
         "stall_frac": _mean([h.get("data/stall_frac") for h in telemetry.history[len(telemetry.history) // 2 :]]),
@@ -171,20 +176,25 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         "host_pss_bytes": None if host.footprint is None else host.footprint[0],
         "host_rss_bytes": None if host.footprint is None else host.footprint[1],
     }
-    write_json(os.path.join(config["out_dir"], f"rank{trainer.global_rank}.json"), report)
+    if diag is not None:
+        report["diag"] = diag.report(sampler_threads)
+    slot = config.get("slot")
+    write_json(os.path.join(config["out_dir"], f"rank{trainer.global_rank if slot is None else slot}.json"), report)
 
 
-def _homogeneous_parts(args: argparse.Namespace, config: dict[str, Any], cuda: bool) -> tuple[Any, Any, int, int, Any]:
+def _homogeneous_parts(args: argparse.Namespace, config: dict[str, Any], cuda: bool,
+                       sampler_threads: Optional[int] = None) -> tuple[Any, Any, int, int, Any]:  # fmt: skip
     """The DataModule, model, cache budget (bytes per GPU), batch size and host-segment reader of a run on the
-    ``SyntheticGraph`` of ``--num-nodes``: ours through ``ZeroCopyDataModule``, or PyG's ``NeighborLoader``."""
+    ``SyntheticGraph`` of ``--num-nodes``: ours through ``ZeroCopyDataModule`` (``sampler_threads``: its
+    ``num_threads``; ``config["check_features"]``: its feature scan at set-up, on unless false), or PyG's
+    ``NeighborLoader``."""
     from lightning_zerocopy import ZeroCopyDataModule
     from lightning_zerocopy.datasets import SyntheticGraph
     from lightning_zerocopy.models import GraphSAGE
 
     fanouts, hidden, layers = MODELS[args.model]
     batch_size = args.batch_size or 1024
-    dataset = SyntheticGraph(num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.features,
-                             num_classes=32, cache_dir=args.cache_dir, device=args.device)  # fmt: skip
+    dataset = SyntheticGraph(**synthetic_kwargs(args))
     row_bytes = args.features * 4
     budget = _budget_bytes(config, args.num_nodes, row_bytes)
     if config["loader"] == "pyg":
@@ -206,7 +216,8 @@ def _homogeneous_parts(args: argparse.Namespace, config: dict[str, Any], cuda: b
     else:
         dm = ZeroCopyDataModule(dataset, fanouts=fanouts, batch_size=batch_size,
                                 sampler_placement="gpu" if cuda else "cpu", gather="zerocopy" if cuda else "cpu",
-                                drop_last=True, seed=args.seed)  # fmt: skip
+                                drop_last=True, seed=args.seed, num_threads=sampler_threads,
+                                check_features=bool(config.get("check_features", True)))  # fmt: skip
     model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=hidden, num_layers=layers, dropout=0.5)
 
     def segments(handles: Any) -> tuple[list[str], int]:
@@ -216,92 +227,11 @@ def _homogeneous_parts(args: argparse.Namespace, config: dict[str, Any], cuda: b
     return dm, model, budget, batch_size, segments
 
 
-class RunBudget(pl.Callback):
-    """Bounds a run's training time: the first (warm-up) epoch runs ``warmup_batches`` steps (0: as many as the
-    others), and once it ended rank 0 sizes every later epoch so that they take about ``seconds`` together at the
-    steady step time of the warm-up's second half (a warm-up of at least 3 steps; at least :attr:`MIN_STEPS` steps,
-    never more than the trainer's own limit), and hands that step count to every rank (one broadcast: the ranks stop at the same step, no rank
-    waits in a collective for another). ``seconds <= 0``: no cap.
-
-    The cap sets the fit loop's ``max_batches``, where ``Trainer(limit_train_batches=...)`` puts its own limit."""
-
-    #: the fewest steps a measured epoch keeps, however slow the warm-up was
-    MIN_STEPS = 10
-
-    def __init__(self, warmup_batches: int, seconds: float, epochs: int, cuda: bool) -> None:
-        self.warmup_batches, self.seconds, self.epochs = int(warmup_batches), float(seconds), int(epochs)
-        self.cuda = cuda
-        self.cap: Optional[int] = None
-        self._limit: Any = None
-        self._ends: list[float] = []
-
-    def on_train_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
-        self._limit = trainer.fit_loop.max_batches  # the trainer's own (--limit-batches, else the whole split)
-        if 0 < self.warmup_batches < self._limit:
-            trainer.fit_loop.max_batches = self.warmup_batches
-
-    def on_train_batch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", outputs: Any, batch: Any,
-                           batch_idx: int) -> None:  # fmt: skip
-        if trainer.current_epoch == 0:
-            self._ends.append(time.perf_counter())
-
-    def on_train_epoch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
-        if trainer.current_epoch != 0:
-            return
-        full = self._limit
-        cap = full
-        if self.seconds > 0 and self.epochs > 1 and len(self._ends) >= 3:  # a second half of >= 1 step interval
-            if self.cuda:
-                torch.cuda.synchronize()
-            half = len(self._ends) // 2
-            step_s = (time.perf_counter() - self._ends[half]) / (len(self._ends) - 1 - half)
-            cap = max(self.MIN_STEPS, int(self.seconds / (self.epochs - 1) / max(step_s, 1e-6)))
-        cap = trainer.strategy.broadcast(min(cap, full))  # rank 0's figure on every rank
-        self.cap = None if cap == float("inf") else int(cap)
-        trainer.fit_loop.max_batches = cap
-
-
-def _pct(counts: Optional[dict[str, float]]) -> str:
-    """A type's hit rate with its local / peer / host rows, or why there is none."""
-    if not counts:
-        return "n/a (gathered in another process or not at all)"
-    return (f"{counts['hit_rate']:.1%} (local {counts['local_rows']:.0f}, peer {counts['peer_rows']:.0f}, "
-            f"host {counts['host_rows']:.0f})")
-
-
-def _mean(values: list[Any]) -> Optional[float]:
-    kept = [float(v) for v in values if v is not None]
-    return sum(kept) / len(kept) if kept else None
-
-
-def topology() -> dict[str, Any]:
-    """``nvidia-smi topo -m``, the GPU list and the NVLink cliques read from the matrix (or why they are missing)."""
-    out: dict[str, Any] = {}
-    for key, cmd in (("topo_m", ["nvidia-smi", "topo", "-m"]), ("gpus", ["nvidia-smi", "-L"])):
-        try:
-            out[key] = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
-        except (OSError, subprocess.SubprocessError) as exc:
-            out[key] = f"unavailable: {exc!r}"
-    try:  # the groups clique would form if peer access ran exactly over the NVLinks, beside the runs' measured ones
-        links = GpuTopology.parse(out["topo_m"])
-        out["nvlink_cliques"] = links.nvlink_cliques()
-        out["links"] = [list(row) for row in links.links]
-    except TopologyParseError as exc:
-        out["nvlink_cliques"] = f"unavailable: {exc}"
-    return out
-
-
-def _throughput(rank0: dict[str, Any], gpus: int) -> dict[str, Any]:
-    """A run's throughput from rank 0's epochs, the first dropped (warm-up): every rank trains as many batches of its
-    own seeds as rank 0, so seeds/s over all ranks is ``gpus x batch size x steps / seconds``; the scaling figure
-    (``speedup_vs_1gpu``, :func:`_report`) is that over the 1-GPU run's. Epochs of equal steps (no ``--run-budget-s``
-    cap) give steps / mean epoch time, as before the cap existed."""
-    keep = slice(1, None) if len(rank0["epoch_s"]) > 1 else slice(None)
-    seconds, steps = rank0["epoch_s"][keep], rank0["epoch_steps"][keep]
-    rate = sum(steps) / sum(seconds)
-    batch = rank0["batch_size"]
-    return {"epoch_s": sum(seconds) / len(seconds), "steps_per_epoch": steps[-1], "measured_steps": sum(steps),
-            "rank_steps_per_s": rate, "batch_size": batch, "seeds_per_s": gpus * batch * rate}
+def synthetic_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``SyntheticGraph`` of a homogeneous run (``--num-nodes``, ``--avg-degree``, ``--features``, 32 classes,
+    drawn on ``--device``, cached under ``--cache-dir``)."""
+    return {"num_nodes": args.num_nodes, "avg_degree": args.avg_degree, "num_features": args.features,
+            "num_classes": 32, "cache_dir": args.cache_dir, "device": args.device}  # fmt: skip
 
 
 def _budget_bytes(config: dict[str, Any], num_nodes: int, row_bytes: int) -> int:
@@ -316,10 +246,14 @@ def _budget_bytes(config: dict[str, Any], num_nodes: int, row_bytes: int) -> int
 
 
 def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipeline: str,
-           loader: str = "ours") -> dict[str, Any]:  # fmt: skip
+           loader: str = "ours", extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:  # fmt: skip
+    """One run in a session of its own (stopped whole after ``args.timeout``); its figures, or ``error`` with the
+    output's tail. ``extra``: more of the run's configuration (``benchmarks.scaling.diag``'s ``phases``, ``knobs``,
+    ``mps``, ``independent``, ...); with ``phases`` the figures are per phase (``phases``) and per rank
+    (``per_rank_diag``)."""
     out_dir = tempfile.mkdtemp(prefix="lzc-scaling-")
     config = {"gpus": gpus, "policy": policy, "budget": budget, "pipeline": pipeline, "loader": loader,
-              "out_dir": out_dir}  # fmt: skip
+              **(extra or {}), "out_dir": out_dir}  # fmt: skip
     cmd = [sys.executable, os.path.abspath(__file__), *args.argv, "--child", json.dumps(config)]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):
@@ -345,7 +279,11 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipe
             raise
     result: dict[str, Any] = {"gpus": gpus, "policy": policy, "budget_fraction": budget, "pipeline": pipeline,
                               "loader": loader, "returncode": proc.returncode, "wall_s": time.perf_counter() - started}  # fmt: skip
+    warned = dict.fromkeys(line.strip()[-400:] for line in (stderr or "").splitlines() if "Warning" in line)
+    result["warnings"] = list(warned)[:20]
     try:
+        if config.get("nccl_debug"):
+            result["nccl"] = read_nccl_logs(out_dir)
         ranks = [json.load(open(os.path.join(out_dir, f"rank{r}.json"), encoding="utf-8")) for r in range(gpus)]
     except OSError:
         note = f"timed out after {args.timeout:.0f} s (--timeout)\n" if timed_out else ""
@@ -353,7 +291,11 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipe
         return result
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    result.update(_throughput(ranks[0], gpus))
+    if config.get("phases"):
+        result.update(phase_figures(ranks, config["phases"]))
+        result["per_rank_diag"] = [r.get("diag") for r in ranks]
+    else:
+        result.update(_throughput(ranks[0], gpus))
     result.update(
         stall_frac=[r.get("stall_frac") for r in ranks],
         chosen_policy=ranks[0]["policy"],
@@ -486,45 +428,6 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
     return report
 
 
-def _report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int, torch_version: str,
-            graph: Optional[dict[str, Any]] = None) -> dict[str, Any]:  # fmt: skip
-    """Speed-ups, the table and the JSON (``--out``) of the runs so far (``graph``: the heterogeneous graph's
-    summary, under ``--graph hetero``)."""
-    for r in runs:  # speed-up: throughput over the 1-GPU run's with the same loader, budget and pipeline
-        base = next((b for b in runs if b["gpus"] == 1 and b["budget_fraction"] == r["budget_fraction"]
-                     and b.get("pipeline") == r.get("pipeline") and b.get("loader") == r.get("loader")
-                     and "seeds_per_s" in b), None)  # fmt: skip
-        if base is not None and "seeds_per_s" in r:
-            r["speedup_vs_1gpu"] = r["seeds_per_s"] / base["seeds_per_s"]
-        pyg = next((b for b in runs if b.get("loader") == "pyg" and b["gpus"] == r["gpus"] and "seeds_per_s" in b), None)
-        if pyg is not None and r.get("loader") != "pyg" and "seeds_per_s" in r:
-            r["vs_pyg_same_gpus"] = r["seeds_per_s"] / pyg["seeds_per_s"]
-    print(f"\n{'GPUs':>4} {'loader':>6} {'policy':>9} {'budget':>6} {'pipeline':>8} {'chosen':>9} {'seeds/s':>9} "
-          f"{'steps/s':>7} {'speed-up':>8} {'x PyG':>6} {'stall':>6} {'hit rate':>8} {'local':>11} {'peer':>11} "
-          f"{'host':>11} {'host GB/s':>9} {'PSS/data':>8}")  # fmt: skip
-    for r in runs:
-        if "seeds_per_s" not in r:
-            continue
-        p = r["per_rank"][0]
-        stall = _mean(r.get("stall_frac") or [])
-        print(f"{r['gpus']:>4} {r.get('loader', 'ours'):>6} {r['policy']:>9} {r['budget_fraction']:>6.0%} "
-              f"{r.get('pipeline', '-'):>8} {r['chosen_policy'] or '-':>9} {r['seeds_per_s']:>9.0f} "
-              f"{r['rank_steps_per_s']:>7.1f} {r.get('speedup_vs_1gpu', float('nan')):>8.2f} "
-              f"{r.get('vs_pyg_same_gpus', float('nan')):>6.2f} {stall if stall is not None else float('nan'):>6.1%} "
-              f"{p.get('cache/hit_rate', float('nan')):>8.1%} {p.get('cache/local_rows', 0):>11.0f} "
-              f"{p.get('cache/peer_rows', 0):>11.0f} {p.get('cache/host_rows', 0):>11.0f} "
-              f"{p.get('cache/host_read_GBps', float('nan')):>9.2f} {r.get('host_pss_over_data', float('nan')):>8.2f}")  # fmt: skip
-    for r in runs:  # a cache over typed rows: each featured type's hit rate on every rank
-        for rank, per_type in enumerate(r.get("cache_per_type") or []):
-            rates = ", ".join(f"{t} {_pct(c)}" for t, c in (per_type or {}).items())
-            print(f"{r['gpus']} GPU(s) {r['policy']} rank {rank}: hit rate per type: {rates}")
-    report = {"benchmark": "scaling", "graph": args.graph,
-              "config": {k: v for k, v in vars(args).items() if k != "argv"}, "gpu_count": available, "topology": topology(), "torch": torch_version, "runs": runs}  # fmt: skip
-    if graph is not None:
-        report["hetero_graph"] = graph
-    write_json(args.out, report)
-    print(f"wrote {args.out}")
-    return report
 
 
 if __name__ == "__main__":

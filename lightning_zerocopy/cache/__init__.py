@@ -5,12 +5,12 @@
 * :mod:`.plan`, :mod:`.shards`, :mod:`.segmented` — the Strategy's cache: which rows each shard holds, shards filled
   and exported over CUDA IPC, the one-launch gather over local shard, peer shards and host memory;
   :mod:`.sharded_provider` — that cache as a provider, and the counters of the caches open in this process;
-* :mod:`.budget`, :mod:`.ranking`, :mod:`.cliques`, :mod:`.read_rates`, :mod:`.probe`, :mod:`.cost`,
-  :mod:`.decide` — deciding it: bytes per GPU, hot rows, GPU cliques, measured read rates, replicate against clique,
-  and the same decision on every rank of a group; :mod:`.typed`, :mod:`.typed_decide`, :mod:`.typed_provider` — the
-  same over the rows of every featured node type of a heterogeneous graph (one budget, one plan per type, a spec per
-  type); :mod:`.setup` — one DDP rank's cache set up with the other ranks (:class:`RankCache`, what the Strategy's
-  hooks call).
+* :mod:`.budget`, :mod:`.ranking`, :mod:`.cached_rows`, :mod:`.cliques`, :mod:`.read_rates`, :mod:`.probe`,
+  :mod:`.cost`, :mod:`.decide` — deciding it over the rows of every featured node type (a graph without types has
+  one): bytes per GPU, hot rows, the rows one budget holds, GPU cliques, measured read rates, replicate against
+  clique, and the same decision on every rank of a group (one plan per type); :mod:`.typed_provider` — the decided
+  cache as the DataModule's spec (a shard spec per type); :mod:`.setup` — one DDP rank's cache set up with the other
+  ranks (:class:`RankCache`, what the Strategy's hooks call).
 
 Importing this package imports none of its modules (names are imported on first access). No module imports PyG;
 only :mod:`.setup` imports Lightning.
@@ -37,6 +37,8 @@ _LAZY = {
     "parse_budget": "lightning_zerocopy.cache.budget",
     "resolve_budget": "lightning_zerocopy.cache.budget",
     "CacheScores": "lightning_zerocopy.cache.ranking",
+    "RankedRows": "lightning_zerocopy.cache.cached_rows",
+    "rank_rows": "lightning_zerocopy.cache.cached_rows",
     "Layout": "lightning_zerocopy.cache.cliques",
     "choose_layout": "lightning_zerocopy.cache.cliques",
     "find_cliques": "lightning_zerocopy.cache.cliques",
@@ -44,8 +46,6 @@ _LAZY = {
     "CacheDecision": "lightning_zerocopy.cache.decide",
     "RankFacts": "lightning_zerocopy.cache.decide",
     "decide_cache": "lightning_zerocopy.cache.decide",
-    "TypedCacheDecision": "lightning_zerocopy.cache.typed_decide",
-    "decide_typed_cache": "lightning_zerocopy.cache.typed_decide",
     "TypedFeatureCache": "lightning_zerocopy.cache.typed_provider",
     "CacheOptions": "lightning_zerocopy.cache.setup",
     "RankCache": "lightning_zerocopy.cache.setup",

@@ -60,9 +60,8 @@ def lookup_bytes(num_table_rows: int, num_shards: int) -> int:
     """GPU bytes of the lookup of a ``num_table_rows``-row table over ``num_shards`` shards, at most, for one
     process that opens the cache: :func:`location_bytes` with the dtype as if every row were cached (a plan of
     fewer rows never needs a wider one), so it bounds :attr:`CachePlan.location_bytes` of any plan of the table,
-    i.e. what :meth:`CachePlan.build_location` allocates. A budget is charged this before its first row: by the
-    one-table decision (:mod:`~lightning_zerocopy.cache.decide`) and for each type by the typed one
-    (:mod:`~lightning_zerocopy.cache.typed`).
+    i.e. what :meth:`CachePlan.build_location` allocates. A budget is charged this for each node type before the
+    type's first row (:mod:`~lightning_zerocopy.cache.cached_rows`).
     """
     return location_bytes(num_table_rows, num_shards, -(-num_table_rows // num_shards)) if num_table_rows else 0
 

@@ -1,7 +1,8 @@
-"""``cache_ranking``: which feature rows are hot.
+"""``cache_ranking``: which feature rows are hot, by node type.
 
 * ``degree``: a node enters a sampled batch as a neighbor in proportion to how often it is some node's
-  in-neighbor, so its score is its number of out-edges in the sampled graph (appearances in the CSC ``indices``).
+  in-neighbor, so its score is its number of out-edges in the sampled graph: its appearances in the CSC ``indices``
+  of every edge type whose source is its type (:func:`degree_scores_by_type`; one CSC for a graph without types).
 * ``presample``: run the configured sampler over the training seeds for a number of batches and count how often
   each node appears in a batch's ``n_id`` (an estimate of its access probability, seeds included), in two halves
   (even and odd presampling batches; the sampling itself, which needs the DataModule, is
@@ -10,18 +11,19 @@
 A few presampled batches count most rows 0, 1 or 2 times, so the raw counts overfit: ranked by themselves they
 serve far more of their own accesses than of the training batches'. The presample ranking therefore blends them
 with the degree prior (:func:`blended_scores`: counts plus ``w`` times the degree scores scaled to the counts'
-total) and picks ``w`` out of sample (:func:`choose_prior_weight`: rank by one half, measure the hit rate of the
+total) and picks ``w`` out of sample (:class:`PriorWeightChoice`: rank by one half, measure the hit rate of the
 cached rows on the other half, both ways). Its expected hit rate is that held-out rate, not the in-sample one.
 
-:class:`CacheScores` bundles the inputs of either ranking; :meth:`CacheScores.rank` returns the cached rows
-(:func:`top_rows`: hottest first, ties by degree, then by the smaller id) and their expected hit rate.
+:class:`CacheScores` bundles one type's inputs of either ranking; :func:`top_rows` orders rows (hottest first, ties
+by degree, then by the smaller id). Which rows a GPU's budget holds, over every featured type, is
+:mod:`~lightning_zerocopy.cache.cached_rows`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Optional, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 import torch
 
@@ -32,13 +34,11 @@ __all__ = [
     "CacheRanking",
     "CacheScores",
     "PriorWeightChoice",
-    "RankedRows",
     "blended_scores",
     "check_ranking",
-    "choose_prior_weight",
     "degree_scores",
+    "degree_scores_by_type",
     "expected_hit_rate",
-    "heldout_hit_rate",
     "top_rows",
 ]
 
@@ -74,6 +74,25 @@ def degree_scores(indices: torch.Tensor, num_nodes: int) -> torch.Tensor:
             raise IndexError(f"the graph's indices hold ids outside [0, {num_nodes})")
         counts += torch.bincount(chunk, minlength=num_nodes)
     return counts
+
+
+def degree_scores_by_type(
+    graphs: Mapping[tuple[str, str, str], Any], num_nodes: Mapping[str, int], featured: Sequence[str]
+) -> dict[str, torch.Tensor]:
+    """Per featured type ``s``: appearances of each of its nodes in the CSC ``indices`` of every edge type
+    ``(s, r, d)`` (int64 ``[num_nodes[s]]``, CPU). A type that is no edge type's source scores 0 everywhere.
+
+    Args:
+        graphs: per edge type, an object with ``indices`` (its CSC neighbor array, ids of the source type).
+        num_nodes: nodes per type.
+        featured: the featured node types (the only candidates of the cache).
+    """
+    scores = {t: torch.zeros(int(num_nodes[t]), dtype=torch.int64) for t in featured}
+    for edge_type, graph in graphs.items():
+        source = edge_type[0]
+        if source in scores:
+            scores[source] += degree_scores(graph.indices, int(num_nodes[source])).cpu()
+    return scores
 
 
 def expected_hit_rate(scores: torch.Tensor, rows: torch.Tensor) -> float:
@@ -163,19 +182,11 @@ def top_rows(scores: torch.Tensor, tiebreak: torch.Tensor, k: int) -> torch.Tens
     return ids[torch.sort(scores[ids], descending=True, stable=True).indices]
 
 
-def heldout_hit_rate(
-    fit: torch.Tensor, held_out: torch.Tensor, prior: torch.Tensor, weight: float, num_rows: int
-) -> float:
-    """Share of the ``held_out`` counts that the ``num_rows`` rows ranked first by ``blended_scores(fit, prior,
-    weight)`` serve (``nan`` when ``held_out`` counted nothing)."""
-    scores = blended_scores(fit, prior, weight)
-    rows = _top_set(scores, prior.to(scores.device), max(0, min(int(num_rows), scores.numel())))
-    return expected_hit_rate(held_out, rows)
-
-
 @dataclass(frozen=True)
 class PriorWeightChoice:
-    """The prior weight picked by :func:`choose_prior_weight`.
+    """The prior weight the presample ranking picked (:func:`~lightning_zerocopy.cache.cached_rows.rank_rows`): for
+    every candidate, rank by ``blended_scores(half_a, prior, w)``, cache what the budget holds and measure the share
+    of ``half_b``'s reads those rows serve, and the other way round; the best mean wins.
 
     Attributes:
         weights: the candidate weights, in grid order.
@@ -212,60 +223,9 @@ class PriorWeightChoice:
         return self.weight / 2
 
 
-def choose_prior_weight(
-    counts_a: torch.Tensor,
-    counts_b: torch.Tensor,
-    prior: torch.Tensor,
-    num_rows: int,
-    weights: Sequence[float] = PRIOR_WEIGHTS,
-) -> PriorWeightChoice:
-    """Pick the prior weight of :func:`blended_scores` by two-fold cross-validation over the presampled halves.
-
-    For every candidate: rank by ``blended_scores(counts_a, prior, w)``, take the ``num_rows`` first rows
-    (:func:`top_rows`, ties by ``prior`` then id) and measure their hit rate on ``counts_b``; the same from ``b`` to
-    ``a``; average the directions whose held-out half counted something. The best mean wins, ties to the smaller
-    index; deterministic. Without any counts the degree ranking (the last ``inf`` candidate, else the last) wins.
-    """
-    if not weights:
-        raise ValueError("weights must hold at least one candidate")
-    rates = []
-    for w in weights:
-        both = [heldout_hit_rate(a, b, prior, w, num_rows) for a, b in ((counts_a, counts_b), (counts_b, counts_a))]
-        defined = [r for r in both if not math.isnan(r)]
-        rates.append(sum(defined) / len(defined) if defined else math.nan)
-    if all(math.isnan(r) for r in rates):
-        index = next((i for i, w in enumerate(weights) if math.isinf(w)), len(weights) - 1)
-    else:
-        index = max(range(len(rates)), key=lambda i: (-math.inf if math.isnan(rates[i]) else rates[i], -i))
-    return PriorWeightChoice(tuple(float(w) for w in weights), tuple(rates), index)
-
-
-@dataclass(frozen=True)
-class RankedRows:
-    """The rows a cache of ``num_rows`` holds, from :meth:`CacheScores.rank`.
-
-    Attributes:
-        rows: int64 row ids, hottest first (on the scores' device).
-        expected_hit_rate: the headline estimate of the share of accesses they serve. Presample: the chosen
-            weight's held-out rate (a ranking fitted on half the batches judged on the other half: if anything
-            slightly below what the ranking of all batches reaches). Degree: the share of the degree scores they
-            hold.
-        in_sample_hit_rate: the share of the counts the ranking was built from that the rows serve (presample:
-            of all presampled counts, optimistic; degree: the same as ``expected_hit_rate``).
-        basis: ``"held-out"`` or ``"in-sample"``: what ``expected_hit_rate`` is.
-        choice: the prior weight choice (presample only).
-    """
-
-    rows: torch.Tensor
-    expected_hit_rate: float
-    in_sample_hit_rate: float
-    basis: str
-    choice: Optional[PriorWeightChoice] = None
-
-
 @dataclass(frozen=True)
 class CacheScores:
-    """The inputs of a cache ranking, identical on every rank.
+    """The inputs of one node type's cache ranking, identical on every rank.
 
     Attributes:
         prior: int64 ``[num_nodes]`` degree scores (:func:`degree_scores`), or any score to rank by alone.
@@ -285,22 +245,3 @@ class CacheScores:
         if self.halves is not None:
             hot |= self.halves.to(hot.device).sum(0) > 0
         return int(hot.sum())
-
-    def rank(self, num_rows: int) -> RankedRows:
-        """The ``num_rows`` rows to cache, hottest first, and their expected hit rate.
-
-        Degree: by the prior, ties by id; expected = the share of the prior they hold. Presample: the weight of
-        :func:`choose_prior_weight` for ``num_rows`` rows, then ``blended_scores(halves.sum(0), prior,
-        choice.final_weight)``, ties by prior then id; expected = the chosen weight's held-out hit rate.
-        """
-        if self.halves is None:
-            rows = top_rows(self.prior, self.prior, num_rows)
-            rate = expected_hit_rate(self.prior, rows) if rows.numel() else 0.0
-            return RankedRows(rows, rate, rate, "in-sample")
-        counts_a, counts_b = self.halves[0], self.halves[1]
-        counts = counts_a + counts_b
-        if num_rows <= 0:
-            return RankedRows(torch.zeros(0, dtype=torch.int64, device=counts.device), 0.0, 0.0, "held-out")
-        choice = choose_prior_weight(counts_a, counts_b, self.prior, num_rows)
-        rows = top_rows(blended_scores(counts, self.prior, choice.final_weight), self.prior, num_rows)
-        return RankedRows(rows, choice.heldout_hit_rate, expected_hit_rate(counts, rows), "held-out", choice)

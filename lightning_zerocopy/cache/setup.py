@@ -5,35 +5,32 @@
 memory can still be opened by name and before any pipeline worker opens a builder):
 
 1. the budget in bytes on this rank's GPU (:mod:`~lightning_zerocopy.cache.budget`);
-2. the ranking's inputs, identical on every rank: degree scores, plus for ``presample`` the presampled counts summed
-   over the ranks (:mod:`~lightning_zerocopy.cache.ranking`; the sampling itself is the caller's, it needs the
-   DataModule);
+2. the ranking's inputs per featured node type, identical on every rank: degree scores over every edge type out of
+   the type, plus for ``presample`` the presampled counts summed over the ranks
+   (:mod:`~lightning_zerocopy.cache.ranking`; the sampling itself is the caller's, it needs the DataModule);
 3. the facts every rank tells the others (:class:`~lightning_zerocopy.cache.decide.RankFacts`: device, budget, the
    machine's measured peer-access matrix), exchanged with ``all_gather_object``;
-4. for ``cache_policy: auto`` on GPUs with peers, the measured read rates (:mod:`~lightning_zerocopy.cache.probe`);
-5. the decision, the same on every rank of a group (:func:`~lightning_zerocopy.cache.decide.decide_cache`);
-6. this rank's shard filled and exported, the group's shard handles swapped, and the provider
-   (:class:`~lightning_zerocopy.cache.sharded_provider.ShardedFeatureCache`) set on the DataModule.
+4. for ``cache_policy: auto`` on GPUs with peers, the measured read rates (:mod:`~lightning_zerocopy.cache.probe`,
+   timed on the largest featured table: the rates are the hardware's);
+5. the decision, the same on every rank of a group (:func:`~lightning_zerocopy.cache.decide.decide_cache`: one
+   budget over the rows of every featured type, one layout, one plan per type with the same shard count);
+6. this rank's shard of every type filled and exported, the group's shard handles swapped, and the spec
+   (:class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache`, a shard spec per type) set on the
+   DataModule.
+
+The host memory is read by node type (``resources.host``: ``tables`` per featured type, ``graphs`` per edge
+type, ``num_nodes`` per type); a graph without types is the one-type case
+(:data:`~lightning_zerocopy.graph.schema.NODE`), and its decision is the one-table decision it always was.
 
 A filled shard may be read by peers and pipeline workers until their own teardown, so :meth:`RankCache.retire` only
 sets it aside; it is freed at the next :meth:`RankCache.attach` (after a barrier every rank reaches only past its
 teardown) or at process exit.
-
-A heterogeneous DataModule's host memory has a table per featured node type (``resources.host.features`` is a
-dict): then the cache covers the rows of every featured type under the one budget (:mod:`~lightning_zerocopy.cache.typed`:
-candidates ranked by expected reads per byte, each type's lookup charged before its first row;
-:mod:`~lightning_zerocopy.cache.typed_decide`: one layout, one plan per type with the same shard count), each rank
-fills one shard per type, and the DataModule gets a
-:class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache` (a spec per type). ``auto`` measures the same read
-rates as for one table where it has a choice (step 4, timed on the largest featured table: the rates are the
-hardware's) and prices the typed ranking's expected byte hit rates with them (see
-:mod:`~lightning_zerocopy.cache.typed_decide`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol, Union
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 import torch
 import torch.distributed as dist
@@ -41,19 +38,12 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_zerocopy.cache.budget import BudgetSpec, CacheBudget, parse_budget, resolve_budget
 from lightning_zerocopy.cache.cliques import CACHE_POLICIES, measure_peer_access
-from lightning_zerocopy.cache.decide import (
-    CacheDecision,
-    RankFacts,
-    decide_cache,
-    needs_read_rates,
-    rows_per_gpu_of,
-)
-from lightning_zerocopy.cache.provider import FeatureCacheSpec
-from lightning_zerocopy.cache.ranking import CacheScores, check_ranking, degree_scores
+from lightning_zerocopy.cache.cached_rows import fits_a_row
+from lightning_zerocopy.cache.decide import CacheDecision, RankFacts, decide_cache, needs_read_rates
+from lightning_zerocopy.cache.ranking import CacheScores, check_ranking, degree_scores_by_type
 from lightning_zerocopy.cache.segmented import CacheCounts, SegmentedCacheSpec
 from lightning_zerocopy.cache.shards import fill_shard
-from lightning_zerocopy.cache.typed import typed_degree_scores
-from lightning_zerocopy.cache.typed_decide import TypedCacheDecision, decide_typed_cache, needs_typed_read_rates
+from lightning_zerocopy.cache.typed_provider import TypedFeatureCache
 
 __all__ = ["CacheOptions", "CachedDataModule", "RankCache", "RankPlace"]
 
@@ -122,9 +112,10 @@ class CachedDataModule(Protocol):
 
     hot_rows: int
     uses_zerocopy_gather: bool
-    resources: Any  # DeviceResources: ``host`` (features, graph) and ``registered_features()``
+    #: device resources: ``host`` (``tables``, ``graphs``, ``num_nodes``) and ``registered_features(type)``
+    resources: Any
 
-    def set_feature_cache(self, spec: Optional[FeatureCacheSpec]) -> None: ...
+    def set_feature_cache(self, spec: Optional[TypedFeatureCache]) -> None: ...
 
 
 class RankCache:
@@ -139,9 +130,8 @@ class RankCache:
     def __init__(self, options: CacheOptions) -> None:
         self.options = options
         #: the decided cache of this rank (after :meth:`attach`), for logs and tests
-        self.decision: Optional[Union[CacheDecision, TypedCacheDecision]] = None
-        self._shard: Optional[torch.Tensor] = None
-        self._typed_shards: list[torch.Tensor] = []  # one per featured type (typed rows)
+        self.decision: Optional[CacheDecision] = None
+        self._shards: list[torch.Tensor] = []  # this rank's shard of each featured type
         self._retired: list[torch.Tensor] = []
 
     def attach(
@@ -149,25 +139,24 @@ class RankCache:
         datamodule: CachedDataModule,
         place: RankPlace,
         free_gpu_bytes: Callable[[], int],
-        presample: Callable[[Any], Any],
+        presample: Callable[[dict[str, int]], Mapping[str, torch.Tensor]],
         barrier: Callable[[str], None],
-    ) -> Optional[Union[CacheDecision, TypedCacheDecision]]:
+    ) -> Optional[CacheDecision]:
         """Decide and place this rank's cache and set it on ``datamodule``. A collective: every rank calls it.
 
         Args:
             datamodule: the DataModule being set up (its host memory mapped in this process).
             place: where this rank runs.
             free_gpu_bytes: the GPU memory free once the model is placed (called only for a cache on the GPU).
-            presample: ``presample(num_nodes)``: this rank's presampled counts in halves (``[2, num_nodes]``;
-                called only for ``cache_ranking: presample``); for typed rows ``num_nodes`` is a dict of rows per
-                featured type and the answer a dict of such halves.
+            presample: ``presample(num_rows)``: this rank's presampled counts in halves, per featured type of
+                ``num_rows`` (``[2, num_rows[type]]`` each; called only for ``cache_ranking: presample``).
             barrier: the strategy's barrier (waits for every rank), called before shards of an earlier stage are
                 freed.
 
         Returns:
             The decision when a GPU cache was placed and set on ``datamodule`` (its ``group`` names the ranks whose
-            GPU memory this process now reads), else ``None`` (also for one table when the budget holds no row
-            beside the row lookup: nothing is placed).
+            GPU memory this process now reads), else ``None`` (also when the budget holds no type's row lookup and
+            first row: nothing is placed).
 
         Raises:
             ValueError: the DataModule's ``hot_rows`` caches rows too, or a share of free GPU memory was asked for
@@ -191,78 +180,56 @@ class RankCache:
                 "but data.init_args.gather resolves to 'cpu'"
             )
         host = datamodule.resources.host  # this process's mapping of the host memory
-        budget_bytes = lambda: self._budget_bytes(root, on_gpu, free_gpu_bytes)  # noqa: E731
-        if isinstance(host.features, dict):  # a table per featured node type
-            return self._attach_typed(datamodule, host, place, on_gpu, budget_bytes, presample)
-        table = host.features.data
-        num_nodes, row_bytes = int(table.shape[0]), int(table[0].numel() * table.element_size()) if table.shape[0] else 0
-        scores = self._scores(host.graph.indices, num_nodes, place, presample)
-        facts = self._exchange_facts(budget_bytes(), place)
+        tables = {t: table.data for t, table in host.tables.items()}
+        num_rows = {t: int(x.shape[0]) for t, x in tables.items()}
+        row_bytes = {t: int(x.shape[1]) * x.element_size() if x.dim() == 2 else 0 for t, x in tables.items()}
+        scores = self._scores(degree_scores_by_type(host.graphs, host.num_nodes, list(tables)), place, presample)
+        facts = self._exchange_facts(self._budget_bytes(root, on_gpu, free_gpu_bytes), place)
         rates = None
-        hot_rows = scores.hot_rows
-        if on_gpu and place.world_size > 1 and needs_read_rates(options.policy, facts, hot_rows, num_nodes, row_bytes):
+        if on_gpu and place.world_size > 1 and needs_read_rates(options.policy, facts, scores, num_rows, row_bytes):
             from lightning_zerocopy.cache.probe import probe_read_rates
 
             mine = next(f for f in facts if f.rank == place.rank)
-            rates = probe_read_rates(datamodule.resources.registered_features(), root, place.node_rank,
+            # the largest table (the same choice on every rank): host reads spread over it, as a batch's misses are
+            probed = max((t for t in tables if tables[t].dim() == 2 and tables[t].numel() > 0),
+                         key=lambda t: (num_rows[t] * row_bytes[t], t))  # fmt: skip
+            rates = probe_read_rates(datamodule.resources.registered_features(probed), root, place.node_rank,
                                      place.local_rank, mine.peer_access)  # fmt: skip
-        decision = decide_cache(place.rank, facts, scores, num_nodes, row_bytes, options.policy, read_rates=rates)
+        decision = decide_cache(place.rank, facts, scores, num_rows, row_bytes, options.policy, read_rates=rates)
         self.decision = decision
         rank_zero_info(f"ZeroCopyDDPStrategy: {decision.summary()}")
         if decision.layout.note and place.local_rank == 0 and place.node_rank > 0:
             print(f"[node {place.node_rank}] ZeroCopyDDPStrategy: {decision.layout.note}", flush=True)
-        if not on_gpu:
+        if not on_gpu or not fits_a_row(decision.budget_bytes, num_rows, row_bytes):
+            # no GPU, or the row lookups fill the budget: nothing is cached on any rank (a clique's lookup is never
+            # smaller), so no rank places a cache (the same answer everywhere: the facts are every rank's)
             return None
-        if rows_per_gpu_of(facts, row_bytes, num_nodes) == 0:
-            # the row lookup fills the budget: nothing is cached on any rank (a clique's lookup is never smaller),
-            # so no rank places a cache (the same answer everywhere: the facts are every rank's)
-            return None
-        from lightning_zerocopy.cache.sharded_provider import ShardedFeatureCache
-
-        datamodule.set_feature_cache(ShardedFeatureCache(self._place(decision, table, place)))
+        datamodule.set_feature_cache(self._place(decision, tables, place))
         return decision
 
     def retire(self) -> None:
-        """Set this rank's shard aside (teardown, or an exception): peers and pipeline workers may read it until
-        their own teardown, so it is freed at the next :meth:`attach` or at process exit."""
-        if self._shard is not None:
-            self._retired.append(self._shard)
-            self._shard = None
-        self._retired.extend(self._typed_shards)
-        self._typed_shards = []
+        """Set this rank's shards aside (teardown, or an exception): peers and pipeline workers may read them until
+        their own teardown, so they are freed at the next :meth:`attach` or at process exit."""
+        self._retired.extend(self._shards)
+        self._shards = []
 
     def counts(self) -> Optional[CacheCounts]:
-        """Rows this process's builders gathered so far from the local shard(s), peers' shards and host memory
-        (reading synchronizes the GPU), or ``None`` without a cache. A pipeline worker process counts in its own
-        process."""
-        from lightning_zerocopy.cache.segmented import CacheCounts
-        from lightning_zerocopy.cache.sharded_provider import open_cache_counts
-
-        decision = self.decision
-        if decision is None:
-            return None
-        if isinstance(decision, CacheDecision):
-            return open_cache_counts(decision.plan.digest)
-        per_type = [c for c in self.counts_per_type().values() if c is not None]  # type: ignore[union-attr]
+        """Rows this process's builders gathered so far from the local shard(s), peers' shards and host memory,
+        summed over the featured types (reading synchronizes the GPU), or ``None`` without a cache. A pipeline
+        worker process counts in its own process."""
+        per_type = [c for c in (self.counts_per_type() or {}).values() if c is not None]
         if not per_type:
             return None
         return CacheCounts(*(sum(getattr(c, f) for c in per_type) for f in ("local", "peer", "host")))
 
     def counts_per_type(self) -> Optional[dict[str, Optional[CacheCounts]]]:
-        """For a cache over typed rows: :meth:`counts` of each featured type (``None`` for a type whose cache this
-        process has not opened); ``None`` for a cache of one table or without a cache."""
+        """:meth:`counts` of each featured type (``None`` for a type whose cache this process has not opened);
+        ``None`` without a cache."""
         from lightning_zerocopy.cache.sharded_provider import open_cache_counts
 
-        decision = self.decision
-        if not isinstance(decision, TypedCacheDecision):
+        if self.decision is None:
             return None
-        return {t: open_cache_counts(plan.digest) for t, plan in decision.plans.items()}
-
-    @property
-    def row_bytes(self) -> int:
-        """Bytes of one feature row (0 before the cache is decided, and for typed rows, whose widths differ: see
-        :meth:`counts_per_type` and the decision's ``row_bytes`` per type)."""
-        return self.decision.row_bytes if isinstance(self.decision, CacheDecision) else 0
+        return {t: open_cache_counts(plan.digest) for t, plan in self.decision.plans.items()}
 
     # ---- the steps of attach ---------------------------------------------------------------------------------
 
@@ -278,20 +245,22 @@ class RankCache:
         return resolve_budget(budget, free_gpu_bytes(), "cache_budget", where=str(root))
 
     def _scores(
-        self, indices: torch.Tensor, num_nodes: int, place: RankPlace, presample: Callable[[int], torch.Tensor]
-    ) -> CacheScores:
-        """The ranking's inputs, identical on every rank: the degree scores, plus for ``presample`` the two halves
-        of the presampled counts summed over the ranks (CPU tensors; the ranking itself runs in ``decide_cache``
-        once the number of cached rows is known)."""
-        degree = degree_scores(indices, num_nodes)
+        self, priors: dict[str, torch.Tensor], place: RankPlace, presample: Callable[[dict[str, int]], Mapping[str, Any]]
+    ) -> dict[str, CacheScores]:
+        """The ranking's inputs per featured type, identical on every rank: the degree scores, plus for
+        ``presample`` the two halves of the presampled counts summed over the ranks (one all-reduce over every
+        type's; CPU tensors: the ranking itself runs in ``decide_cache`` once the budget is known)."""
         if self.options.ranking == "degree":
-            return CacheScores(degree)
-        halves = presample(num_nodes)
+            return {t: CacheScores(prior) for t, prior in priors.items()}
+        num_rows = {t: prior.numel() for t, prior in priors.items()}
+        halves = presample(num_rows)
         if place.world_size > 1:
-            summed = halves.to(place.device if dist.get_backend() == "nccl" else torch.device("cpu"))
-            dist.all_reduce(summed, op=dist.ReduceOp.SUM)
-            halves = summed.cpu()
-        return CacheScores(degree.cpu(), halves)
+            flat = torch.cat([halves[t].reshape(-1) for t in priors])
+            flat = flat.to(place.device if dist.get_backend() == "nccl" else torch.device("cpu"))
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            parts = flat.cpu().split([2 * num_rows[t] for t in priors])
+            halves = {t: part.reshape(2, num_rows[t]) for t, part in zip(priors, parts)}
+        return {t: CacheScores(prior, halves[t].cpu()) for t, prior in priors.items()}
 
     def _exchange_facts(self, budget_bytes: int, place: RankPlace) -> list[RankFacts]:
         root = place.device
@@ -323,83 +292,22 @@ class RankCache:
         dist.all_gather_object(facts, fact)
         return facts
 
-    def _place(self, decision: CacheDecision, table: torch.Tensor, place: RankPlace) -> SegmentedCacheSpec:
-        """Fill this rank's shard, swap handles within the cache group, return the group's spec."""
-        shard, handle = fill_shard(decision.plan, decision.shard_index, table, place.device)
-        self._shard = shard
-        handles: list[Any] = [handle]
-        if place.world_size > 1:
-            handles = [None] * place.world_size
-            dist.all_gather_object(handles, handle)
-        group = [handles[r] for r in decision.group]
-        return SegmentedCacheSpec(plan=decision.plan, handles=tuple(group), policy=decision.layout.policy)
-
-    def _attach_typed(
-        self,
-        datamodule: CachedDataModule,
-        host: Any,
-        place: RankPlace,
-        on_gpu: bool,
-        budget_bytes: Callable[[], int],
-        presample: Callable[[Any], Any],
-    ) -> Optional[TypedCacheDecision]:
-        """:meth:`attach` over the rows of every featured type (``host.features`` a dict of tables)."""
-        tables = {t: table.data for t, table in host.features.items()}
-        num_rows = {t: int(x.shape[0]) for t, x in tables.items()}
-        row_bytes = {t: int(x.shape[1]) * x.element_size() if x.dim() == 2 else 0 for t, x in tables.items()}
-        priors = typed_degree_scores(host.graphs, host.num_nodes, list(tables))
-        scores = {t: CacheScores(priors[t]) for t in tables}
-        if self.options.ranking == "presample":
-            halves = presample(num_rows)
-            if place.world_size > 1:  # one all-reduce over every type's halves
-                flat = torch.cat([halves[t].reshape(-1) for t in tables])
-                flat = flat.to(place.device if dist.get_backend() == "nccl" else torch.device("cpu"))
-                dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-                parts = flat.cpu().split([2 * num_rows[t] for t in tables])
-                halves = {t: part.reshape(2, num_rows[t]) for t, part in zip(tables, parts)}
-            scores = {t: CacheScores(priors[t], halves[t]) for t in tables}
-        facts = self._exchange_facts(budget_bytes(), place)
-        rates = None
-        if on_gpu and place.world_size > 1 and needs_typed_read_rates(self.options.policy, facts, scores, num_rows,
-                                                                      row_bytes):  # fmt: skip
-            from lightning_zerocopy.cache.probe import probe_read_rates
-
-            mine = next(f for f in facts if f.rank == place.rank)
-            # the largest table (the same choice on every rank): host reads spread over it, as a batch's misses are
-            probed = max((t for t in tables if tables[t].dim() == 2 and tables[t].numel() > 0),
-                         key=lambda t: (num_rows[t] * row_bytes[t], t))  # fmt: skip
-            rates = probe_read_rates(datamodule.resources.registered_features(probed), place.device,
-                                     place.node_rank, place.local_rank, mine.peer_access)  # fmt: skip
-        decision = decide_typed_cache(place.rank, facts, scores, num_rows, row_bytes, self.options.policy,
-                                      read_rates=rates)  # fmt: skip
-        self.decision = decision
-        rank_zero_info(f"ZeroCopyDDPStrategy: {decision.summary()}")
-        if decision.layout.note and place.local_rank == 0 and place.node_rank > 0:
-            print(f"[node {place.node_rank}] ZeroCopyDDPStrategy: {decision.layout.note}", flush=True)
-        if not on_gpu:
-            return None
-        datamodule.set_feature_cache(self._place_typed(decision, tables, place))
-        return decision
-
-    def _place_typed(self, decision: TypedCacheDecision, tables: dict[str, torch.Tensor], place: RankPlace) -> Any:
-        """Fill this rank's shard of every type, swap the handles within the cache group, return the typed spec."""
-        from lightning_zerocopy.cache.typed_provider import TypedFeatureCache
-
+    def _place(self, decision: CacheDecision, tables: dict[str, torch.Tensor], place: RankPlace) -> TypedFeatureCache:
+        """Fill this rank's shard of every type, swap the handles within the cache group, return the group's spec."""
         mine: dict[str, Any] = {}
         for node_type, plan in decision.plans.items():
             shard, handle = fill_shard(plan, decision.shard_index, tables[node_type], place.device)
-            self._typed_shards.append(shard)
+            self._shards.append(shard)
             mine[node_type] = handle
         handles: list[Any] = [mine]
         if place.world_size > 1:
             handles = [None] * place.world_size
             dist.all_gather_object(handles, mine)
         group = [handles[r] for r in decision.group]
-        specs = tuple(
+        return TypedFeatureCache(tuple(
             (t, SegmentedCacheSpec(plan=plan, handles=tuple(h[t] for h in group), policy=decision.layout.policy))
             for t, plan in decision.plans.items()
-        )
-        return TypedFeatureCache(specs)
+        ))  # fmt: skip
 
     def _free_retired(self, place: RankPlace, barrier: Callable[[str], None]) -> None:
         # shards of an earlier stage: every rank has closed its caches since (its teardown) once all pass the barrier

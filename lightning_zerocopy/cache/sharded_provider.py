@@ -1,11 +1,12 @@
-"""The strategy's cache as a DataModule cache provider (:class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec`).
+"""One node type's part of the strategy's cache as a cache provider (a ``FeatureCacheSpec``), and its counters.
 
-:class:`ShardedFeatureCache` wraps the :class:`~lightning_zerocopy.cache.segmented.SegmentedCacheSpec` that
-:class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy` builds (plan + shard handles): picklable and hashable,
-it travels with every builder the DataModule hands out, and each process that builds batches (a trainer rank, a
-pipeline worker) opens it once through its :class:`~lightning_zerocopy.data.resources.DeviceResources`. The caches
-a process opened are remembered (weakly, :func:`track_cache`), so :func:`open_cache_counts` (the trainer's, by plan)
-and :func:`process_cache_counts` (a pipeline worker's report to its trainer) can tell where their rows came from.
+:class:`ShardedFeatureCache` wraps the :class:`~lightning_zerocopy.cache.segmented.SegmentedCacheSpec` of one
+featured type that :class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy` builds (plan + shard handles); the
+DataModule's spec (:class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache`, picklable and hashable, with
+every builder) hands it out per type, and each process that builds batches (a trainer rank, a pipeline worker)
+opens it once through its device resources. The caches a process opened are remembered (weakly,
+:func:`track_cache`), so :func:`open_cache_counts` (the trainer's, by plan) and :func:`process_cache_counts` (a
+pipeline worker's report to its trainer) can tell where their rows came from.
 """
 
 from __future__ import annotations

@@ -1,21 +1,22 @@
-"""The strategy's cache over typed rows as a heterogeneous DataModule's cache spec: one shard spec per featured type.
+"""The strategy's cache as a DataModule's cache spec: one shard spec per featured node type.
 
-:class:`TypedFeatureCache` is what :class:`~lightning_zerocopy.cache.setup.RankCache` hands a
-:class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` through ``set_feature_cache``. Picklable
-and hashable, it travels with every heterogeneous builder, and each process that builds batches (a trainer rank, a
-pipeline worker) opens one :class:`~lightning_zerocopy.cache.segmented.SegmentedFeatureCache` per featured type
-through :meth:`~lightning_zerocopy.data.hetero_resources.HeteroDeviceResources.feature_table` (one cached gather per
-type and batch, the segmented gather kernel unchanged).
+:class:`TypedFeatureCache` is what :class:`~lightning_zerocopy.cache.setup.RankCache` hands a DataModule through
+``set_feature_cache`` (a graph without types has one featured type,
+:data:`~lightning_zerocopy.graph.schema.NODE`). Picklable and hashable, it travels with every builder, and each
+process that builds batches (a trainer rank, a pipeline worker) opens one
+:class:`~lightning_zerocopy.cache.segmented.SegmentedFeatureCache` per featured type through its device resources'
+``feature_table``, from :meth:`TypedFeatureCache.provider` (one cached gather per type and batch, the segmented
+gather kernel unchanged).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from lightning_zerocopy.cache.segmented import SegmentedCacheSpec
 from lightning_zerocopy.cache.sharded_provider import ShardedFeatureCache
-from lightning_zerocopy.cache.typed_decide import typed_plans_digest
+from lightning_zerocopy.cache.decide import plans_digest
 
 __all__ = ["TypedFeatureCache"]
 
@@ -51,7 +52,7 @@ class TypedFeatureCache:
     @property
     def digest(self) -> str:
         """One hash over every type's plan (equal on every rank of a cache group)."""
-        return typed_plans_digest({t: s.plan for t, s in self.specs})
+        return plans_digest({t: s.plan for t, s in self.specs})
 
     def provider(self, node_type: str) -> Optional[ShardedFeatureCache]:
         """The cache provider of ``node_type`` (``None`` for a type this cache does not cover)."""
@@ -64,11 +65,3 @@ class TypedFeatureCache:
         rows = ", ".join(f"{t}: {s.plan.num_cached}" for t, s in self.specs)
         return f"TypedFeatureCache(rows={{{rows}}}, digest={self.digest[:8]})"
 
-    def open(self, context: Any) -> Any:
-        """Not a one-table cache: a heterogeneous DataModule opens it per type (:meth:`provider`).
-
-        Raises:
-            TypeError: always.
-        """
-        raise TypeError("TypedFeatureCache covers a table per node type: open provider(node_type) per type "
-                        "(HeteroDeviceResources.feature_table does), not the whole")  # fmt: skip

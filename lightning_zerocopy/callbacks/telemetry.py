@@ -149,7 +149,7 @@ class DataTelemetry(Callback):
         if not counts or self._epoch_start is None:
             return
         seconds = time.perf_counter() - self._epoch_start
-        per_type: dict[str, _CacheTotals] = {}  # "" : a cache of one table
+        per_type: dict[str, _CacheTotals] = {}
         for key, now in counts.items():  # each process's rows once: its counts now less those at the start
             since = now.since(self._epoch_counts.get(key))
             per_type[key[1]] = per_type.get(key[1], _CacheTotals(0, 0, 0, 0)).plus(since)
@@ -165,13 +165,12 @@ class DataTelemetry(Callback):
             "cache/host_bytes": Ratio(epoch.host_bytes),
             "cache/host_read_GBps": Ratio(epoch.host_bytes, seconds, 1e-9),
         }
-        for node_type, totals in sorted(per_type.items()):
-            if node_type:  # a featured type of a cache over typed rows
-                served = totals.local + totals.peer
-                figures[f"cache/rows_{node_type}"] = Ratio(served + totals.host)
-                figures[f"cache/hit_rate_{node_type}"] = Ratio(served, served + totals.host)
-                figures[f"cache/host_rows_{node_type}"] = Ratio(totals.host)
-                figures[f"cache/host_bytes_{node_type}"] = Ratio(totals.host_bytes)
+        for node_type, totals in sorted(per_type.items()) if len(_cached_types(trainer)) > 1 else ():
+            served = totals.local + totals.peer  # (one type's figures are the totals)
+            figures[f"cache/rows_{node_type}"] = Ratio(served + totals.host)
+            figures[f"cache/hit_rate_{node_type}"] = Ratio(served, served + totals.host)
+            figures[f"cache/host_rows_{node_type}"] = Ratio(totals.host)
+            figures[f"cache/host_bytes_{node_type}"] = Ratio(totals.host_bytes)
         self.cache_history.append({name: float(ratio.value) for name, ratio in figures.items()})
         log_epoch_figures(trainer, pl_module, figures)
 
@@ -307,7 +306,7 @@ def _uncached_row_bytes(trainer: "pl.Trainer") -> Optional[dict[str, int]]:
         row_bytes = getattr(datamodule, "feature_row_bytes", None)  # a heterogeneous DataModule's, after setup
     except RuntimeError:  # not set up
         return None
-    return dict(row_bytes) if isinstance(row_bytes, dict) else None
+    return None if row_bytes is None else dict(row_bytes)
 
 
 def _stage_figures(stages: Any) -> dict[str, float]:
@@ -368,39 +367,31 @@ class _CacheTotals(NamedTuple):
         return _CacheTotals(*(a - b for a, b in zip(self, before)))
 
 
+def _cached_types(trainer: "pl.Trainer") -> dict[str, Any]:
+    """The plan of each featured node type of the strategy's feature cache (``{}`` without one)."""
+    return getattr(getattr(getattr(trainer, "strategy", None), "cache_decision", None), "plans", {})
+
+
 def _cache_counts(trainer: "pl.Trainer") -> dict[tuple[str, str], _CacheTotals]:
     """The feature-cache counters of every process that gathers for this rank, by ``(process, node type)``: process
     ``"trainer"`` (the strategy's caches in this process, which include an in-process pipeline producer's; one GPU
-    synchronization) and ``"pipeline"`` (a pipeline worker's, from its latest report; no synchronization); node type
-    ``""`` for a cache of one table, each featured type for a cache over typed rows (its host bytes at that type's
-    row bytes). Each process's rows are in exactly one process's entries."""
+    synchronization) and ``"pipeline"`` (a pipeline worker's, from its latest report, per cache plan mapped to the
+    node types of the strategy's ``cache_decision``; no synchronization); each featured type's host bytes at its own
+    row bytes. Each process's rows are in exactly one process's entries."""
     out: dict[tuple[str, str], _CacheTotals] = {}
-    strategy = getattr(trainer, "strategy", None)
-    decision = getattr(strategy, "cache_decision", None)
-    plans = getattr(decision, "plans", None)  # a cache over typed rows: one plan per featured type
-    typed_row_bytes = getattr(decision, "row_bytes", None) if isinstance(plans, dict) else None
-    per_type = getattr(strategy, "cache_counts_per_type", None)
-    counts = per_type() if callable(per_type) and isinstance(typed_row_bytes, dict) else None
-    if counts is not None:
-        for node_type, own in counts.items():
-            if own is not None:
-                width = int(typed_row_bytes.get(node_type, 0))  # type: ignore[union-attr]
-                out[("trainer", node_type)] = _CacheTotals(int(own.local), int(own.peer), int(own.host),
-                                                           int(own.host) * width)  # fmt: skip
-    else:
-        read = getattr(strategy, "cache_counts", None)  # ZeroCopyDDPStrategy's feature cache, this process's caches
-        own = read() if read is not None else None
+    plans = _cached_types(trainer)
+    if not plans:  # no cache (or another strategy)
+        return out
+    strategy = trainer.strategy
+    for node_type, own in (strategy.cache_counts_per_type() or {}).items():  # type: ignore[attr-defined]
         if own is not None:
-            row_bytes = int(getattr(strategy, "cache_row_bytes", 0))
-            out[("trainer", "")] = _CacheTotals(int(own.local), int(own.peer), int(own.host), int(own.host) * row_bytes)
+            width = int(strategy.cache_decision.row_bytes[node_type])  # type: ignore[attr-defined]
+            local, peer, host = int(own.local), int(own.peer), int(own.host)
+            out[("trainer", node_type)] = _CacheTotals(local, peer, host, host * width)
     report = getattr(_pipeline_stats(trainer), "cache", None)  # a worker process's, through the pipeline's stats
-    if report is not None:
-        type_of = {plan.digest: t for t, plan in plans.items()} if isinstance(plans, dict) else {}
-        typed = [(type_of[p[0]], p) for p in getattr(report, "per_plan", ()) if p[0] in type_of]
-        if typed:
-            for node_type, (_, local, peer, host, width) in typed:
-                before = out.get(("pipeline", node_type), _CacheTotals(0, 0, 0, 0))
-                out[("pipeline", node_type)] = before.plus(_CacheTotals(local, peer, host, host * width))
-        else:
-            out[("pipeline", "")] = _CacheTotals(report.local, report.peer, report.host, report.host * report.row_bytes)
+    type_of = {plan.digest: t for t, plan in plans.items()}
+    for digest, local, peer, host, width in getattr(report, "per_plan", ()):
+        if digest in type_of:
+            before = out.get(("pipeline", type_of[digest]), _CacheTotals(0, 0, 0, 0))
+            out[("pipeline", type_of[digest])] = before.plus(_CacheTotals(local, peer, host, host * width))
     return out

@@ -32,7 +32,7 @@ batches serves the same rows from GPU memory.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal, Optional, Sequence
+from typing import Any, Iterable, Literal, Optional, Sequence, Union
 
 import pytorch_lightning as pl
 import torch
@@ -43,6 +43,7 @@ from typing_extensions import override
 from lightning_zerocopy.data.assemble import move_batch
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.cache.provider import FeatureCacheSpec, HotRowsCache
+from lightning_zerocopy.cache.typed_provider import TypedFeatureCache
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX, ResolvedGpuOptions, check_gpu_options, resolve_gpu_options
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory, attach_consumers
@@ -379,11 +380,12 @@ class ZeroCopyDataModule(pl.LightningDataModule):
         """The GPU feature cache every builder of this DataModule serves rows from (``hot_rows`` by default)."""
         return self._feature_cache
 
-    def set_feature_cache(self, spec: Optional[FeatureCacheSpec]) -> None:
+    def set_feature_cache(self, spec: Union[FeatureCacheSpec, TypedFeatureCache, None]) -> None:
         """Serve feature rows from the GPU cache ``spec`` describes, in every process that builds batches.
 
         The extension point for cache providers (e.g. a Strategy's replicated or sharded hot rows): ``spec`` is a
-        picklable, hashable :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec`; each process's
+        picklable, hashable :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec` (or a Strategy's
+        :class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache`, by node type); each process's
         :class:`~lightning_zerocopy.data.resources.DeviceResources` opens it once. Call it before ``setup``, or
         during it from a :class:`HostMemoryConsumer`'s ``attach_host_memory`` (the strategy's runs first, before any
         callback hands builders to a worker; a cache built from the host memory, like ZeroCopyDDPStrategy's, can
@@ -393,7 +395,7 @@ class ZeroCopyDataModule(pl.LightningDataModule):
             TypeError: ``spec`` has no ``open(context)``.
             RuntimeError: after ``setup`` (builders already carry the previous spec).
         """
-        if spec is not None and not isinstance(spec, FeatureCacheSpec):
+        if spec is not None and not isinstance(spec, (FeatureCacheSpec, TypedFeatureCache)):
             raise TypeError(f"`spec` must be a FeatureCacheSpec (with open(context)), got {type(spec).__name__}")
         if self._handles is not None and not self._attaching:
             raise RuntimeError(

@@ -53,7 +53,7 @@ from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
 from lightning_zerocopy.data.hetero_resources import HeteroDeviceResources
 from lightning_zerocopy.data.hooks import HostMemoryConsumer
 from lightning_zerocopy.data.host.hetero import HeteroHostCopyBuilder
-from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeDataset, edge_type_str
+from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeDataset, Metadata, edge_type_str
 from lightning_zerocopy.options import (
     FeatureDtype,
     FeatureStorage,
@@ -230,9 +230,10 @@ class ZeroCopyHeteroDataModule(ZeroCopyDataModule):
     # ---- shapes the model needs (cheap: from the dataset, nothing loaded) ----------------------------------
 
     @property
-    def metadata(self) -> tuple[list[str], list[EdgeType]]:
-        """``(node types, edge types)`` as PyG's ``HeteroData.metadata()`` (what ``to_hetero``/``HeteroConv`` take)."""
-        return self.dataset.metadata()
+    def metadata(self) -> Metadata:
+        """``(node types, edge types)`` as PyG's ``HeteroData.metadata()`` (what ``to_hetero``/``HeteroConv`` take):
+        call it as PyG's (``dm.metadata()``) or read it as a tuple (``dm.metadata``), see :class:`Metadata`."""
+        return Metadata(*self.dataset.metadata())
 
     @property
     def num_features(self) -> dict[str, int]:  # type: ignore[override]

@@ -58,6 +58,11 @@ class HeteroHostData:
     num_nodes: dict[str, int]
     input_type: str
 
+    @property
+    def tables(self) -> dict[str, HostFeatureTable]:
+        """:attr:`features` (the name the feature cache reads for every kind of host memory)."""
+        return self.features
+
     @classmethod
     def open(cls, handles: HeteroHostGraphHandles) -> "HeteroHostData":
         """Map everything ``handles`` names (while the shared segments still have names)."""

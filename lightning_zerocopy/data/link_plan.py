@@ -228,7 +228,7 @@ class LinkBatchPlan:
     def one_rank_plan(self, stream: int) -> "LinkBatchPlan":
         """This split's plan on one rank, shuffled over the random stream ``stream`` (the same positives, batch size,
         negatives and endpoint types): the link batches of another draw of the split, e.g. presampling's
-        (:func:`~lightning_zerocopy.strategies.presample.presample_typed_halves`), which must not replay the training
+        (:func:`~lightning_zerocopy.data.presampling.presampling`), which must not replay the training
         batches.
 
         Raises:

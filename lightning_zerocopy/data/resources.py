@@ -9,7 +9,8 @@
 ``labels()``                    a compact integer copy of the labels on the GPU
 ``node_order()``                the internal -> original id map on the GPU (node-ordered host memory only)
 ``feature_table(cache, mode)``  the zero-copy gather path for the features; ``cache`` is a
-                                :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec` (e.g. hot rows)
+                                :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec` (e.g. hot rows) or
+                                the Strategy's cache by node type (its one type's part)
 ``edge_attr_table()``           the zero-copy gather path for edge features
 ==============================  =========================================================================
 
@@ -28,9 +29,11 @@ from typing import Any, Callable, Hashable, Optional, Union
 import torch
 
 from lightning_zerocopy.cache.provider import CacheContext, FeatureCacheSpec, FeatureGather, plain_feature_table
+from lightning_zerocopy.cache.typed_provider import TypedFeatureCache
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.gather.host_table import HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph
+from lightning_zerocopy.graph.schema import EDGE, NODE, EdgeType
 from lightning_zerocopy.options import GatherMode, SamplerDevice, check_choice
 from lightning_zerocopy.sampling.topology import PlacedTopology, place_topology
 
@@ -69,6 +72,20 @@ class HostData:
             order=None if node_order is None else node_order.order.open(),
             rank=None if node_order is None else node_order.rank.open(),
         )
+
+    # the host memory by type, as the feature cache reads it (one node type and one edge type)
+
+    @property
+    def graphs(self) -> dict[EdgeType, CSCGraph]:
+        return {EDGE: self.graph}
+
+    @property
+    def tables(self) -> dict[str, HostFeatureTable]:
+        return {NODE: self.features}
+
+    @property
+    def num_nodes(self) -> dict[str, int]:
+        return {NODE: int(self.graph.num_nodes)}
 
     def internal_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Internal ids of original node ids (the ids themselves without a node order); checked, on the CPU.
@@ -231,13 +248,17 @@ class DeviceResources:
                 self._order = order.to(torch.int32 if fits32 else torch.int64).to(self.device)
             return self._order
 
-    def feature_table(self, cache: Optional[FeatureCacheSpec] = None, mode: GatherMode = "auto") -> FeatureGather:
+    def feature_table(
+        self, cache: Union[FeatureCacheSpec, TypedFeatureCache, None] = None, mode: GatherMode = "auto"
+    ) -> FeatureGather:
         """The zero-copy gather path for the features, served partly from GPU memory as ``cache`` decides.
 
         One table per ``(cache, mode)``, shared by every caller; the host table is registered once.
 
         Args:
-            cache: a cache spec (e.g. :class:`~lightning_zerocopy.cache.provider.HotRowsCache`), or ``None``.
+            cache: a cache spec (e.g. :class:`~lightning_zerocopy.cache.provider.HotRowsCache`), the Strategy's cache
+                by node type (a :class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache`: its part for
+                :data:`~lightning_zerocopy.graph.schema.NODE` is opened), or ``None``.
             mode: the read order (``auto``/``direct``/``sorted``).
         """
         check_choice(mode, GatherMode, "mode")
@@ -248,13 +269,22 @@ class DeviceResources:
                 self._check_open()
                 data = self._register(self.host.features.data, "features")
                 context = CacheContext(data, self.device, mode, self.host.graph.num_nodes, self._neighbor_indices)
+                if isinstance(cache, TypedFeatureCache):
+                    cache = cache.provider(NODE)
                 with torch.cuda.device(self.device):
                     table = plain_feature_table(context) if cache is None else cache.open(context)
                 self._tables[key] = table
             return table
 
-    def registered_features(self) -> torch.Tensor:
-        """The host feature table as the GPU reads it (registered once per process, like for :meth:`feature_table`)."""
+    def registered_features(self, node_type: str = NODE) -> torch.Tensor:
+        """The host feature table as the GPU reads it (registered once per process, like for :meth:`feature_table`);
+        ``node_type`` is the one type, :data:`~lightning_zerocopy.graph.schema.NODE`.
+
+        Raises:
+            KeyError: another ``node_type``.
+        """
+        if node_type != NODE:
+            raise KeyError(f"{node_type!r} has no feature table; the featured node type is {NODE!r}")
         with self._lock:
             self._check_open()
             return self._register(self.host.features.data, "features")

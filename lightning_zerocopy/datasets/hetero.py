@@ -25,6 +25,7 @@ __all__ = [
     "HeteroGraphDataset",
     "HeteroNodeData",
     "HeteroNodeDataset",
+    "Metadata",
     "TypedGraphViews",
     "check_typed_graph",
     "check_typed_ids",
@@ -42,6 +43,23 @@ _SPLITS = ("train", "val", "test")
 def edge_type_str(edge_type: EdgeType) -> str:
     """PyG's string form of an edge type: ``("paper", "cites", "paper")`` → ``"paper__cites__paper"``."""
     return "__".join(edge_type)
+
+
+class Metadata(tuple):
+    """``(node types, edge types)`` as PyG's ``HeteroData.metadata()`` returns them, as a tuple that may also be
+    called: a DataModule's ``metadata`` property gives one, so ``dm.metadata()`` (PyG's spelling, what ``to_hetero``
+    examples write) and ``dm.metadata`` (this package's earlier property) are the same pair. It pickles as a plain
+    tuple (a checkpoint's hyperparameters then load with ``torch.load(weights_only=True)``)."""
+
+    def __new__(cls, node_types: "list[str] | tuple[str, ...]", edge_types: "list[EdgeType]") -> "Metadata":
+        return super().__new__(cls, ([str(t) for t in node_types], [tuple(e) for e in edge_types]))
+
+    def __call__(self) -> tuple[list[str], list[EdgeType]]:
+        """The pair, as ``HeteroData.metadata()`` returns it (fresh lists)."""
+        return list(self[0]), list(self[1])
+
+    def __reduce__(self) -> tuple:
+        return tuple, (self(),)
 
 
 def parse_edge_type(text: str) -> EdgeType:

@@ -8,7 +8,8 @@ from typing import Optional, Union
 import torch
 from torch_geometric.data import Data, Dataset
 
-from lightning_zerocopy.datasets.base import DatasetFileError, InputDataError, NodeData, NodeDataset
+from lightning_zerocopy.datasets.base import InputDataError, NodeData, NodeDataset
+from lightning_zerocopy.datasets.saved_graph import GraphFile, load_saved_graph
 
 _SPLIT_NAMES = {"train": ("train_mask", "train_idx"), "val": ("val_mask", "val_idx"), "test": ("test_mask", "test_idx")}
 
@@ -101,23 +102,14 @@ def _split_ids(data: Data, split: str, origin: str = "") -> torch.Tensor:
     raise ValueError(f"the PyG Data object has neither `{mask_name}` nor `{idx_name}`: add one to define the {split} split")
 
 
-def _load_file(path: Path) -> Data:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: `data` must be a PyG Data object or the path of one saved with torch.save")
-    try:
-        return torch.load(path, weights_only=False)
-    except Exception as exc:  # a damaged or foreign file: unpickling raises many kinds of errors
-        raise DatasetFileError(path, f"cannot be loaded with torch.load ({type(exc).__name__}: {exc})") from exc
-
-
-def graph_of(data: Union[Data, Dataset, str, Path], accepted: str) -> Data:
+def graph_of(data: Union[Data, Dataset, GraphFile], accepted: str) -> Data:
     """``data`` as one PyG ``Data``: a path is loaded with ``torch.load``, a ``Dataset`` gives its graph 0.
 
     Raises:
         TypeError: anything else (the message says ``data`` must be ``accepted``).
     """
     if isinstance(data, (str, Path)):
-        data = _load_file(Path(data))
+        data = load_saved_graph(Path(data), "a PyG Data object")
     if isinstance(data, Dataset):
         data = data[0]
     if not isinstance(data, Data):
@@ -136,7 +128,7 @@ class PyGNodeDataset(NodeDataset):
         num_classes: number of classes; default: the largest label + 1.
     """
 
-    def __init__(self, data: Union[Data, Dataset, str], num_classes: Optional[int] = None) -> None:
+    def __init__(self, data: Union[Data, Dataset, GraphFile], num_classes: Optional[int] = None) -> None:
         self._origin = f"{data}: " if isinstance(data, (str, Path)) else ""  # errors name the file
         data = graph_of(data, "a torch_geometric Data, Dataset or a path to a saved Data")
         for key in ("x", "y", "edge_index"):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import torch
 from torch_geometric.data import Dataset, HeteroData
 
-from lightning_zerocopy.datasets.base import DatasetFileError, InputDataError
+from lightning_zerocopy.datasets.base import InputDataError, progress_bar
 from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeData, HeteroNodeDataset, first_out_of_range
+from lightning_zerocopy.datasets.saved_graph import GraphFile, load_saved_graph
 
 __all__ = ["PyGHeteroDataset"]
 
@@ -45,17 +46,6 @@ def _as_ids(values: torch.Tensor, field: str, what: str, origin: str) -> torch.T
     return values.to(torch.int64)
 
 
-def _load_file(path: Path) -> Any:
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: `data` must be a PyG HeteroData object or the path of one saved with torch.save"
-        )
-    try:
-        return torch.load(path, weights_only=False)
-    except Exception as exc:  # a damaged or foreign file: unpickling raises many kinds of errors
-        raise DatasetFileError(path, f"cannot be loaded with torch.load ({type(exc).__name__}: {exc})") from exc
-
-
 class PyGHeteroDataset(HeteroNodeDataset):
     """Wraps a PyG ``HeteroData`` (or graph 0 of a PyG ``Dataset`` of them, or a ``torch.save``d ``HeteroData``).
 
@@ -72,13 +62,13 @@ class PyGHeteroDataset(HeteroNodeDataset):
 
     def __init__(
         self,
-        data: Union[HeteroData, Dataset, str],
+        data: Union[HeteroData, Dataset, GraphFile],
         input_type: Optional[str] = None,
         num_classes: Optional[int] = None,
     ) -> None:
         self._origin = f"{data}: " if isinstance(data, (str, Path)) else ""  # errors name the file
         if isinstance(data, (str, Path)):
-            data = _load_file(Path(data))
+            data = load_saved_graph(Path(data), "a PyG HeteroData object")
         if isinstance(data, Dataset):
             data = data[0]
         if not isinstance(data, HeteroData):
@@ -163,8 +153,11 @@ class PyGHeteroDataset(HeteroNodeDataset):
         """
         d, origin = self.data, self._origin
         edge_index = {}
-        for edge_type in self.edge_types:
-            edge_index[edge_type] = self._edge_index(edge_type)
+        total = sum(int(d[t].edge_index.shape[-1]) for t in self.edge_types if d[t].get("edge_index") is not None)
+        with progress_bar(total, "checking edge_index per edge type", "edge") as bar:  # shown past a second
+            for edge_type in self.edge_types:
+                edge_index[edge_type] = self._edge_index(edge_type)
+                bar.update(int(edge_index[edge_type].shape[1]))
         x = {}
         for node_type in d.node_types:
             feats = d[node_type].get("x")

@@ -24,6 +24,7 @@ from torch_geometric.transforms import RandomLinkSplit
 
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkData, LinkDataset, LinkSplit
 from lightning_zerocopy.datasets.pyg import graph_of
+from lightning_zerocopy.datasets.saved_graph import GraphFile
 
 __all__ = ["PyGLinkDataset"]
 
@@ -89,7 +90,7 @@ class PyGLinkDataset(LinkDataset):
 
     def __init__(
         self,
-        data: Union[Data, Dataset, str, Sequence[Data]],
+        data: Union[Data, Dataset, GraphFile, Sequence[Data]],
         random_link_split: Optional[dict[str, Any]] = None,
         seed: int = 0,
     ) -> None:

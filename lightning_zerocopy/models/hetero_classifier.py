@@ -387,14 +387,12 @@ class HeteroNodeClassifier(SeedClassifier):
                 counts = {"num_sampled_nodes_dict": nodes, "num_sampled_edges_dict": edges}
         return net(x, batch.edge_index_dict, n_id, **counts)
 
-    def _seed_outputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
-        seeds = batch[self.input_type]
-        size = int(seeds.batch_size)
-        return self(batch)[:size], seeds.y[:size], size
+    def _seed_store(self, batch: Any) -> Any:
+        """The input type's store."""
+        return batch[self.input_type]
 
-    def _seed_ids(self, batch: Any, size: Any) -> torch.Tensor:
-        """The input type's seed ids."""
-        return batch[self.input_type].n_id[:size]
+    def _logits(self, batch: Any) -> torch.Tensor:
+        return self(batch)
 
     def configure_optimizers(self) -> Any:
         self._require_net()  # a clear message rather than "optimizer got an empty parameter list"

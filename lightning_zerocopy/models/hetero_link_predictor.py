@@ -7,30 +7,32 @@ destination-type embeddings. It reads only PyG's field names: ``edge_label_index
 edge type (binary, trained with BCE), or ``src_index`` on the source type and ``dst_pos_index`` / ``dst_neg_index`` on
 the destination type (triplet, trained with BPR); validation and test log ``<stage>_auroc`` (and MRR / Hits@K,
 :class:`~lightning_zerocopy.models.LinkMetrics`); ``predict_step`` returns ``score`` (the probability) and
-``logits`` of ``edge_label_index``, what :class:`~lightning_zerocopy.callbacks.PredictionWriter` writes.
+``logits`` of ``edge_label_index``, what :class:`~lightning_zerocopy.callbacks.PredictionWriter` writes. The steps are
+:class:`~lightning_zerocopy.models.LinkPredictor`'s (:class:`~lightning_zerocopy.models.link_scorer.LinkScorer`):
+only where the fields stand and how nodes are embedded differ.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Sequence, Union
 
-import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import HeteroConv, SAGEConv
 
 from lightning_zerocopy.models.hetero_classifier import as_edge_type
-from lightning_zerocopy.models.link_metrics import LinkMetrics
-from lightning_zerocopy.models.link_predictor import sigmoid_by_value
+from lightning_zerocopy.models.link_scorer import DotDecoder, LinkScorer, LinkStores, sigmoid_by_value
 
 __all__ = ["HeteroLinkPredictor"]
 
 EdgeType = tuple[str, str, str]
 
 
-class HeteroLinkPredictor(pl.LightningModule):
-    """A relational SAGE encoder and a dot-product decoder on the endpoint types of ``edge_type``.
+class HeteroLinkPredictor(LinkScorer):
+    """A relational SAGE encoder and a dot-product decoder on the endpoint types of ``edge_type``; the steps (losses,
+    logged figures, metrics) are :class:`~lightning_zerocopy.models.LinkPredictor`'s, the loss chosen by the batch:
+    BCE on binary batches, BPR on triplet ones.
 
     Args:
         metadata: ``(node types, edge types)`` (the DataModule's ``metadata``).
@@ -69,11 +71,9 @@ class HeteroLinkPredictor(pl.LightningModule):
         self.convs = nn.ModuleList(
             HeteroConv({et: SAGEConv((h, h), h) for et in edge_types}, aggr="sum") for _ in range(int(num_layers))
         )
+        self.decoder = DotDecoder()
         self.lr = float(lr)
-        self.val_metrics = LinkMetrics("val", hits_k)
-        self.test_metrics = LinkMetrics("test", hits_k)
-
-    # ---- the model ---------------------------------------------------------------------------------------
+        self._init_link_scoring(None, 1.0, hits_k, functools.partial(torch.optim.Adam, lr=self.lr), None, "val_auroc")
 
     def embed(self, batch: Any) -> dict[str, torch.Tensor]:
         """Embeddings of every sampled node, by node type."""
@@ -87,64 +87,18 @@ class HeteroLinkPredictor(pl.LightningModule):
             x = {t: (out[t] if last else out[t].relu()) if t in out else x[t] for t in x}
         return x
 
-    def _binary_scores(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits of the supervised edge type's label edges and whether each is a positive."""
-        store = batch[self.edge_type]
-        if "edge_label_index" not in store:
-            raise ValueError(f"HeteroLinkPredictor needs link batches on {'__'.join(self.edge_type)}: this batch has "
-                             "no edge_label_index there (use ZeroCopyHeteroLinkDataModule)")  # fmt: skip
+    def _stores(self, batch: Any) -> LinkStores:
+        return LinkStores(batch[self.edge_type], batch[self.edge_type[0]], batch[self.edge_type[2]])
+
+    def _endpoint_embeddings(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         z = self.embed(batch)
-        index = store.edge_label_index
-        scores = (z[self.edge_type[0]][index[0]] * z[self.edge_type[2]][index[1]]).sum(-1)
-        label = store.get("edge_label")
-        positive = label > 0 if label is not None else torch.ones_like(scores, dtype=torch.bool)
-        return scores, positive
+        return z[self.edge_type[0]], z[self.edge_type[2]]
 
-    def _triplet_scores(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits of the positives ``[B]`` and of their negatives ``[B, amount]``."""
-        z = self.embed(batch)
-        src_store, dst_store = batch[self.edge_type[0]], batch[self.edge_type[2]]
-        src = z[self.edge_type[0]][src_store.src_index]
-        dst = z[self.edge_type[2]]
-        pos = (src * dst[dst_store.dst_pos_index]).sum(-1)
-        neg_index = dst_store.dst_neg_index.view(src.size(0), -1)
-        neg = (src.unsqueeze(1) * dst[neg_index]).sum(-1)
-        return pos, neg
+    def _not_a_link_batch(self) -> str:
+        return (f"HeteroLinkPredictor needs link batches on {'__'.join(self.edge_type)}: this batch has no "
+                "edge_label_index there (use ZeroCopyHeteroLinkDataModule)")  # fmt: skip
 
-    def _num_positives(self, batch: Any) -> int:
-        store = batch[self.edge_type]
-        size = store.get("batch_size")
-        return int(size) if isinstance(size, int) else int(store.input_id.numel())
-
-    # ---- the steps ---------------------------------------------------------------------------------------
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        if "src_index" in batch[self.edge_type[0]]:
-            pos, neg = self._triplet_scores(batch)
-            loss = -F.logsigmoid(pos.unsqueeze(1) - neg).mean()  # BPR
-        else:
-            scores, positive = self._binary_scores(batch)
-            loss = F.binary_cross_entropy_with_logits(scores, positive.to(scores.dtype))
-        self.log("train_loss", loss, prog_bar=True, batch_size=self._num_positives(batch))
-        return loss
-
-    def _evaluate(self, batch: Any, metrics: LinkMetrics) -> None:
-        scores, positive = self._binary_scores(batch)
-        query = batch[self.edge_type].get("edge_label_query")
-        metrics.update(scores, positive, query)
-        metrics.log_to(self, grouped=query is not None, batch_size=self._num_positives(batch))
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_metrics)
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_metrics)
-
-    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> dict[str, torch.Tensor]:
-        """``score`` (the probability, by value: :func:`~lightning_zerocopy.models.link_predictor.sigmoid_by_value`)
+    def _prediction(self, batch: Any, logits: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``score`` (the probability, by value: :func:`~lightning_zerocopy.models.link_scorer.sigmoid_by_value`)
         and ``logits`` of the supervised edge type's ``edge_label_index``."""
-        scores, _ = self._binary_scores(batch)
-        return {"score": sigmoid_by_value(scores), "logits": scores}
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.Adam(self.parameters(), lr=self.lr)
+        return {"score": sigmoid_by_value(logits), "logits": logits}

@@ -89,20 +89,19 @@ class NodeClassifier(SeedClassifier):
         return self.net(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes_per_hop,
                         num_sampled_edges_per_hop=num_sampled_edges_per_hop)  # fmt: skip
 
-    def _seed_logits(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def _seed_store(self, batch: Any) -> Any:
+        return batch
+
+    def _logits(self, batch: Any) -> torch.Tensor:
         hops = batch_hop_counts(batch, self.net.num_layers) if self.trim else None
         if hops is None:
-            out = self(batch.x, batch.edge_index)
-        else:
-            out = self(hops.x, hops.edge_index, hops.nodes_per_hop, hops.edges_per_hop)
-        return out[: batch.batch_size], batch.y[: batch.batch_size]
+            return self(batch.x, batch.edge_index)
+        return self(hops.x, hops.edge_index, hops.nodes_per_hop, hops.edges_per_hop)
 
-    def _seed_outputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        out, y = self._seed_logits(batch)
-        return out, y, batch.batch_size
-
-    def _seed_ids(self, batch: Any, size: Any) -> torch.Tensor:
-        return batch.n_id[:size]
+    def _seed_logits(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The seeds' logits and labels."""
+        out, y, _ = self._seed_outputs(batch)
+        return out, y
 
     def setup(self, stage: str) -> None:
         """Warns once when the GNN has more layers than the data module samples hops (``len(fanouts)``)."""

@@ -4,7 +4,8 @@ on the seed nodes, the training figures handed over without synchronizing a step
 seeds' ids and logits from ``predict_step``, and the optimizer and LR scheduler from their factories.
 
 A subclass calls :meth:`SeedClassifier._init_seed_classification` in its ``__init__`` and implements
-:meth:`SeedClassifier._seed_outputs` (the seeds' logits, labels and count) and :meth:`SeedClassifier._seed_ids`.
+:meth:`SeedClassifier._seed_store` (where the batch keeps its seeds' ``batch_size``, ``y`` and ``n_id``: the batch, or
+the input type's store) and :meth:`SeedClassifier._logits` (the logits of the batch's rows of that store).
 """
 
 from __future__ import annotations
@@ -57,12 +58,22 @@ class SeedClassifier(pl.LightningModule, metaclass=ABCMeta):
         self.test_acc = MulticlassAccuracy(out_channels, average="micro", ignore_index=-1)
 
     @abstractmethod
-    def _seed_outputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """The seeds' logits, their labels and how many seeds there are (the metrics' ``batch_size``)."""
+    def _seed_store(self, batch: Any) -> Any:
+        """Where ``batch`` keeps its seeds' ``batch_size``, labels ``y`` and global ids ``n_id`` (the seeds first)."""
 
     @abstractmethod
+    def _logits(self, batch: Any) -> torch.Tensor:
+        """Logits of the seed store's rows, the seeds first (trimmed: at least the seeds' rows)."""
+
+    def _seed_outputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """The seeds' logits, their labels and how many seeds there are (the metrics' ``batch_size``)."""
+        seeds = self._seed_store(batch)
+        size = seeds.batch_size
+        return self._logits(batch)[:size], seeds.y[:size], size
+
     def _seed_ids(self, batch: Any, size: Any) -> torch.Tensor:
         """The global ids of the batch's ``size`` seeds."""
+        return self._seed_store(batch).n_id[:size]
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         out, y, _ = self._seed_outputs(batch)

@@ -21,11 +21,12 @@ released in ``teardown`` and ``on_exception``. The constructor only stores and c
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.strategies import DDPStrategy, StrategyRegistry
+from pytorch_lightning.utilities import rank_zero_info
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
@@ -37,10 +38,16 @@ from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_
 from lightning_zerocopy.strategies.launcher import watch_launch, with_rank_watch
 from lightning_zerocopy.strategies.liveness import RankLiveness
 from lightning_zerocopy.strategies.liveness_lifecycle import stop_watch, trainer_interrupted, watch_ranks
+from lightning_zerocopy.strategies.ddp_options import (
+    StaticGraph,
+    StaticGraphChoice,
+    accumulates_gradients,
+    choose_static_graph,
+    explain_graph_change,
+)
 
 if TYPE_CHECKING:
     from lightning_zerocopy.cache.decide import CacheDecision
-    from lightning_zerocopy.cache.typed_decide import TypedCacheDecision
     from lightning_zerocopy.cache.segmented import CacheCounts
     from lightning_zerocopy.data.datamodule import ZeroCopyDataModule
 
@@ -61,8 +68,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             Under a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (a table per
             featured node type) the budget covers the rows of every featured type: one ranking of ``(type, row)``
             by expected reads per byte, each type's lookup charged first, one shard per type and GPU
-            (:mod:`~lightning_zerocopy.cache.typed`); ``auto`` prices the two layouts with the same measured
-            read rates, on the bytes the ranking expects each to serve (:mod:`~lightning_zerocopy.cache.typed_decide`).
+            (:mod:`~lightning_zerocopy.cache.cached_rows`); ``auto`` prices the two layouts with the same measured
+            read rates, on the bytes the ranking expects each to serve (:mod:`~lightning_zerocopy.cache.decide`).
         cache_ranking: which rows are hot: ``"degree"`` (how often a node is some node's in-neighbor) or
             ``"presample"`` (run the DataModule's sampler over the training seeds, or a link DataModule's training
             link batches, for ``presample_batches`` batches, count each node's appearances and blend the counts with the degree prior, its weight chosen
@@ -78,13 +85,23 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             (``peer_access[i][j]``: local rank i's GPU can read local rank j's); for simulations and tests.
         liveness_interval: seconds between checks that the other ranks of this machine still run; ``0`` turns
             the check off.
+        static_graph: DDP's ``static_graph``: ``"auto"`` (default) turns it on when ``find_unused_parameters`` is
+            off (so every step uses every parameter, which DDP then already demands), the module optimizes
+            automatically and the trainer does not accumulate gradients; ``True``/``False`` as given. DDP then takes
+            the first step's used set as fixed (what it changes: :mod:`~lightning_zerocopy.strategies.ddp_options`).
+            A later step that uses other parameters raises DDP's error, rewritten into one line naming this key.
+        gradient_as_bucket_view: DDP's ``gradient_as_bucket_view`` (default ``True``, torch's is ``False``): the
+            gradients are views of the all-reduce buckets, so the reduced buckets are not copied back into them.
         **kwargs: everything :class:`~pytorch_lightning.strategies.DDPStrategy` takes (``timeout``,
-            ``process_group_backend``, ``find_unused_parameters``, ...).
+            ``process_group_backend``, ``find_unused_parameters``, ...), including the other arguments of
+            :class:`~torch.nn.parallel.DistributedDataParallel`, handed to the wrapper as given: ``bucket_cap_mb``
+            (25 MiB buckets), ``broadcast_buffers`` (``True``). Their effect on a rank's step time is measured by
+            ``python -m benchmarks.scaling.diag`` (``--knobs``) and ``python -m benchmarks.scaling.confirm``.
 
     Raises:
         ValueError: an unreadable ``cache_budget``, an unknown ``cache_ranking`` or ``cache_policy``,
-            ``presample_batches`` below 2, a malformed ``peer_access`` or a negative ``liveness_interval`` (the
-            message names the argument).
+            ``presample_batches`` below 2, a malformed ``peer_access``, a negative ``liveness_interval`` or a
+            ``static_graph`` other than true, false or ``"auto"`` (the message names the argument).
 
     Example::
 
@@ -105,9 +122,16 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         presample_batches: int = 64,
         peer_access: Optional[list[list[bool]]] = None,
         liveness_interval: float = 0.5,
+        static_graph: StaticGraph = "auto",
+        gradient_as_bucket_view: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        choose_static_graph(static_graph, False, True)  # checks the value now, not when the model is wrapped
+        self.static_graph = static_graph
+        self.gradient_as_bucket_view = bool(gradient_as_bucket_view)
+        #: the static_graph the wrapper got and why (set when the model is wrapped)
+        self.static_graph_choice: Optional[StaticGraphChoice] = None
         options = CacheOptions.parse(cache_budget, cache_ranking, cache_policy, presample_batches, peer_access)
         self.cache_budget, self.cache_ranking, self.cache_policy = options.budget, options.ranking, options.policy
         self.presample_batches, self.peer_access = options.presample_batches, options.peer_access
@@ -165,10 +189,23 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         so every backward handed the ``AccumulateGrad`` nodes gradients from another stream, and torch warned and
         synchronized the two (Lightning-AI/pytorch-lightning#21567; fixed upstream the same way after 2.6)."""
         device_ids = self.determine_ddp_device_ids()
+        kwargs = self._wrapper_kwargs(model)
         if device_ids is None:
-            return DistributedDataParallel(module=model, device_ids=None, **self._ddp_kwargs)
+            return DistributedDataParallel(module=model, device_ids=None, **kwargs)
         with torch.cuda.stream(torch.cuda.current_stream(self.root_device)):
-            return DistributedDataParallel(module=model, device_ids=device_ids, **self._ddp_kwargs)
+            return DistributedDataParallel(module=model, device_ids=device_ids, **kwargs)
+
+    def _wrapper_kwargs(self, model: torch.nn.Module) -> dict[str, Any]:
+        """DDP's arguments for ``model``: the pass-through ones, ``gradient_as_bucket_view`` and the ``static_graph``
+        :func:`~lightning_zerocopy.strategies.ddp_options.choose_static_graph` picks (logged once)."""
+        automatic = bool(getattr(model, "automatic_optimization", True))
+        accumulates = accumulates_gradients(getattr(self.lightning_module, "_trainer", None))
+        choice = choose_static_graph(self.static_graph, bool(self._ddp_kwargs.get("find_unused_parameters", False)),
+                                     automatic, accumulates)  # fmt: skip
+        self.static_graph_choice = choice
+        rank_zero_info(f"ZeroCopyDDPStrategy: DDP static_graph={choice.on} ({choice.reason}), "
+                       f"gradient_as_bucket_view={self.gradient_as_bucket_view}")  # fmt: skip
+        return {**self._ddp_kwargs, "static_graph": choice.on, "gradient_as_bucket_view": self.gradient_as_bucket_view}
 
     @override
     def teardown(self) -> None:
@@ -187,6 +224,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         if liveness is not None:
             stop_watch(liveness, exception)
         self._cache.retire()
+        if self.static_graph_choice is not None:  # before Lightning's own rewrite of the unused-parameter error
+            explain_graph_change(exception, self.static_graph_choice)
         super().on_exception(exception)
 
     # ---- heterogeneous DataModules ---------------------------------------------------------------------------
@@ -196,7 +235,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         """Whether a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` may run under this
         strategy: always. One host copy per machine, the seed shares of the plan and the rank watch hold for typed
         data as they are; a ``cache_budget`` covers the rows of every featured type
-        (:class:`~lightning_zerocopy.cache.setup.RankCache` reads the host's tables as a dict)."""
+        (:class:`~lightning_zerocopy.cache.setup.RankCache` reads the host's tables by node type)."""
         return True
 
     def _preflight(self, trainer: Optional["pl.Trainer"], datamodule: Optional[Any]) -> None:
@@ -211,7 +250,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
     # ---- the cache, as telemetry and tests read it -------------------------------------------------------------
 
     @property
-    def cache_decision(self) -> Optional[Union["CacheDecision", "TypedCacheDecision"]]:
+    def cache_decision(self) -> Optional["CacheDecision"]:
         """The decided cache of this rank (after the DataModule's setup), for logs and tests."""
         return self._cache.decision
 
@@ -222,14 +261,9 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         return self._cache.counts()
 
     def cache_counts_per_type(self) -> Optional[dict[str, Optional["CacheCounts"]]]:
-        """For a cache over typed rows: :meth:`cache_counts` per featured type (``None`` for one table or no
-        cache)."""
+        """:meth:`cache_counts` per featured node type (``None`` where this process opened no cache of the type;
+        ``None`` without a cache). Each type's row bytes: ``cache_decision.row_bytes``."""
         return self._cache.counts_per_type()
-
-    @property
-    def cache_row_bytes(self) -> int:
-        """Bytes of one feature row (0 before the cache is decided, and for typed rows, whose widths differ)."""
-        return self._cache.row_bytes
 
     # ---- what the cache asks of the strategy -------------------------------------------------------------------
 
@@ -238,14 +272,10 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             self.model_to_device()  # "free memory" means free once the model is there (DDP's setup does it again)
         return int(torch.cuda.mem_get_info(self.root_device)[0])
 
-    def _presample(self, datamodule: "ZeroCopyDataModule", num_nodes: Any) -> Any:
-        # imports the DataModule's builder; a dict of rows per featured type: the heterogeneous builder's counts
-        from lightning_zerocopy.strategies.presample import presample_halves, presample_typed_halves
+    def _presample(self, datamodule: "ZeroCopyDataModule", num_rows: Mapping[str, int]) -> dict[str, torch.Tensor]:
+        from lightning_zerocopy.strategies.presample import presample_halves  # imports the DataModule's builders
 
-        if isinstance(num_nodes, dict):
-            return presample_typed_halves(datamodule, self.presample_batches, self.global_rank, self.world_size,
-                                          num_nodes)  # fmt: skip
-        return presample_halves(datamodule, self.presample_batches, self.global_rank, self.world_size, num_nodes)
+        return presample_halves(datamodule, self.presample_batches, self.global_rank, self.world_size, num_rows)
 
 
 ZeroCopyDDPStrategy.register_strategies(StrategyRegistry)

@@ -1,77 +1,38 @@
-"""The link-prediction benchmark (``benchmarks/link/``): the ``ci`` preset end to end on CPU rows, the report."""
+"""The link-prediction benchmark (``benchmarks/link/``): what only it has (link splits, AUROC, the plot, ``--append``,
+the share rows, PyG's ``LinkNeighborLoader`` row). What it shares with the heterogeneous benchmark (rows, flags, the
+report, the ``ci`` preset end to end): ``test_one_model_benchmarks.py``."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
-import torch
 from helpers import fake_torch_sparse_sampler
+from helpers.one_model_runs import run_benchmark
 
-from benchmarks.link.__main__ import PRESETS, ROWS, parse_args, select_rows
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _run(*flags: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.link", *flags], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)  # fmt: skip
-    if check:
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
+from benchmarks.link.__main__ import PRESETS, ROWS, parse_args
 
 
 @pytest.fixture(scope="module")
-def ci_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ``--preset ci`` run (CPU rows on a few thousand nodes); its output folder."""
-    tmp = tmp_path_factory.mktemp("link")
-    _run("--preset", "ci", "--out", str(tmp / "out"), "--cache-dir", str(tmp / "cache"))
-    return tmp / "out"
+def ci_run(one_model_ci_run: Callable[[str], Path]) -> Path:
+    """The session's ``--preset ci`` run (CPU rows on a few thousand nodes); its output folder."""
+    return one_model_ci_run("link")
 
 
-def test_ci_run_writes_json_report_and_plot(ci_run: Path) -> None:
+def test_ci_run_splits_the_links_learns_them_and_plots(ci_run: Path) -> None:
+    """What only the link benchmark's ``ci`` run shows (the rest: ``test_one_model_benchmarks.py``)."""
     results = json.loads((ci_run / "results.json").read_text())
     preset = PRESETS["ci"]
     assert results["graph"]["num_nodes"] == preset.num_nodes and results["graph"]["splits"]["val"]["negatives"] > 0
     runs = {r["row"]: r for r in results["runs"]}
-    assert list(runs) == preset.configs.split(",")
     for row in ("cpu", "model_only"):
-        r = runs[row]
-        assert r["status"] == "ok", r
-        assert r["steps_per_s"] > 0 and r["steps"] == preset.steps
-        assert len(r["val_curve"]) == preset.steps // preset.val_every
-        assert r["batch_check"]["ok"] and r["batch_check"]["checked"] >= 1, r["batch_check"]
-        assert 0.0 <= r["stall_frac"] <= 1.0 and r["wait_ms"] is not None
-        assert r["best_val_auroc"] > 0.5  # learns something already in 16 steps
-    # model-only trains on the plan's own batches, pre-staged: the same AUROC at every validation
-    assert [v[2] for v in runs["cpu"]["val_curve"]] == pytest.approx([v[2] for v in runs["model_only"]["val_curve"]], abs=1e-6)
-    if not torch.cuda.is_available():
-        assert runs["zc_gpu"]["status"] == "skipped" and "CUDA" in runs["zc_gpu"]["reason"]
-    pyg = runs["pyg"]
-    if any(importlib.util.find_spec(m) for m in ("pyg_lib", "torch_sparse")):
-        assert pyg["status"] == "ok" and pyg["batch_check"]["ok"], pyg
-    else:  # PyG cannot sample without a backend: the row says so instead of failing
-        assert pyg["status"] == "skipped" and "pyg-lib or torch-sparse" in pyg["reason"], pyg
-
-    report = (ci_run / "report.md").read_text()
-    assert "| row | steps/s | × PyG | × model-only | stall |" in report
-    for row in runs:
-        assert f"`{row}`" in report
+        assert runs[row]["best_val_auroc"] > 0.5  # learns something already in 16 steps
     if importlib.util.find_spec("matplotlib") is not None:
         assert (ci_run / "link.png").stat().st_size > 0
-
-
-def test_report_only_rerenders_from_the_json(ci_run: Path, tmp_path: Path) -> None:
-    (tmp_path / "results.json").write_text((ci_run / "results.json").read_text())
-    proc = _run("--report-only", str(tmp_path))
-    assert "report.md" in proc.stdout
-    assert (tmp_path / "report.md").read_text() == (ci_run / "report.md").read_text()
 
 
 def test_append_keeps_the_other_rows(ci_run: Path, tmp_path: Path) -> None:
@@ -80,14 +41,15 @@ def test_append_keeps_the_other_rows(ci_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     shutil.copytree(ci_run, out)
     cache = ci_run.parent / "cache"  # the same graph as the ci run
-    _run("--preset", "ci", "--configs", "zc_gpu", "--append", "--out", str(out), "--cache-dir", str(cache))
+    run_benchmark("benchmarks.link", "--preset", "ci", "--configs", "zc_gpu", "--append", "--out", str(out), "--cache-dir",
+                  str(cache))  # fmt: skip
     before = json.loads((ci_run / "results.json").read_text())
     after = json.loads((out / "results.json").read_text())
     assert sorted(r["row"] for r in after["runs"]) == sorted(r["row"] for r in before["runs"])
     assert [r for r in after["runs"] if r["row"] == "cpu"] == [r for r in before["runs"] if r["row"] == "cpu"]
     assert "; then " in after["command"]
-    proc = _run("--preset", "ci", "--num-nodes", "2000", "--configs", "zc_gpu", "--append", "--out", str(out),
-                "--cache-dir", str(cache), check=False)  # fmt: skip
+    proc = run_benchmark("benchmarks.link", "--preset", "ci", "--num-nodes", "2000", "--configs", "zc_gpu", "--append",
+                         "--out", str(out), "--cache-dir", str(cache), check=False)  # fmt: skip
     assert proc.returncode != 0 and "another graph" in proc.stdout + proc.stderr
 
 
@@ -108,15 +70,10 @@ def test_share_rows_take_their_own_share(monkeypatch: pytest.MonkeyPatch) -> Non
                for line in link_report._table({"args": {}, "runs": [run]}))
 
 
-def test_arguments_are_checked() -> None:
-    with pytest.raises(ValueError, match="unknown row"):
-        select_rows("cpu,nope")
-    assert [r.name for r in select_rows("all")] == list(ROWS)
-    for bad in (["--configs", "cpu,nope"], ["--neg-ratio", "0"], ["--warmup", "20", "--steps", "10"], ["--num-neighbors", "5,x"]):
-        with pytest.raises(SystemExit):
-            parse_args(bad)
-    args = parse_args(["--preset", "gpu", "--steps", "80"])
-    assert args.steps == 80 and args.fanouts == [10, 5] and args.batch_size == PRESETS["gpu"].batch_size
+def test_negatives_ratio_must_be_positive(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--neg-ratio", "0"])
+    assert "--neg-ratio must be > 0" in capsys.readouterr().err
 
 
 def test_pyg_row_trains_through_link_neighbor_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
 """``cache_policy: auto`` by expected read time: the cost model, the layout it picks and why it says so, and when the
-ranks measure read rates at all."""
+ranks measure read rates at all; over one table and over the rows of several node types (the read rates the ranks
+measure are injected here; the ranking's expected hit rates, of the bytes read, are what the price weighs)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,18 @@ import math
 import pytest
 import torch
 
-from lightning_zerocopy.cache.read_rates import ReadRates
+from lightning_zerocopy.cache.cached_rows import rank_rows
+from lightning_zerocopy.cache.cliques import choose_layout
 from lightning_zerocopy.cache.cost import compare_policies, row_read_seconds
 from lightning_zerocopy.cache.decide import RankFacts, decide_cache, needs_read_rates
-from lightning_zerocopy.cache.cliques import choose_layout
+from lightning_zerocopy.cache.plan import lookup_bytes
+from lightning_zerocopy.cache.ranking import CacheScores
+from lightning_zerocopy.cache.read_rates import ReadRates
+from lightning_zerocopy.graph.schema import NODE
 
 NVLINK = ReadRates(local=1500.0, peer=200.0, host=20.0)
 SLOW_PEER = ReadRates(local=1500.0, peer=8.0, host=20.0)
+NO_PEER_RATE = ReadRates(local=1500.0, peer=math.nan, host=20.0)  # the probe found no peer to read
 
 
 def test_row_read_seconds_weighs_each_source_by_its_share() -> None:
@@ -48,37 +54,102 @@ def test_auto_layout_follows_the_price_and_says_why() -> None:
     assert fits.policy == "replicate"
 
 
-def _facts(budget: int, peer: bool = True) -> list[RankFacts]:
+def _facts(budget: int, peer: bool = True, device: bool = True) -> list[RankFacts]:
     matrix = [[True, peer], [peer, True]]
-    return [RankFacts(0, 0, 0, 0, budget, matrix), RankFacts(1, 0, 1, 1, budget, None)]
+    return [RankFacts(0, 0, 0, 0 if device else None, budget, matrix),
+            RankFacts(1, 0, 1, 1 if device else None, budget, None)]  # fmt: skip
 
 
-def test_decide_cache_prices_both_capacities_from_the_ranking() -> None:
-    # 100 rows, a steep ranking: the 10 hottest hold most of the accesses, 20 nearly all
+def _one_table():
+    """100 rows of 4 B, a steep ranking (the 10 hottest hold most of the accesses, 20 nearly all); a budget of 10
+    rows beside the lookup (4 B per table row)."""
     scores = torch.cat([torch.full((10,), 100.0), torch.full((10,), 50.0), torch.ones(80)])
-    facts = _facts(budget=10 * 4 + 100 * 4)  # 10 rows of 4 B beside the lookup (4 B per table row)
+    return {NODE: CacheScores(scores)}, {NODE: 100}, {NODE: 4}, 10 * 4 + 100 * 4
+
+
+def _two_types():
+    """Steep, random (seeded) priors over two types of different widths: every row is read, the first rows of each
+    type most; one GPU holds a small part of the hot rows, two about twice as much."""
+    g = torch.Generator().manual_seed(3)
+    num_rows, row_bytes = {"paper": 400, "institution": 40}, {"paper": 16, "institution": 64}
+    scores = {}
+    for t, n in num_rows.items():
+        steep = (1000.0 / (1 + torch.arange(n, dtype=torch.float64))).round().to(torch.int64)
+        scores[t] = CacheScores(steep[torch.randperm(n, generator=g)] + 1)
+    return scores, num_rows, row_bytes, 1600
+
+
+CASES = {"one-table": _one_table, "two-types": _two_types}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fast_peer_reads_pick_clique_and_the_note_prices_both(case: str) -> None:
+    scores, num_rows, row_bytes, budget = CASES[case]()
     rates = {0: NVLINK, 1: NVLINK}
-    decisions = [decide_cache(r, facts, scores, 100, 4, "auto", read_rates=rates) for r in range(2)]
-    assert all(d.layout.policy == "clique" for d in decisions) and decisions[0].plan == decisions[1].plan
-    assert "hit rate 63.3% replicated vs 94.9% over 2 GPUs" in decisions[0].layout.note  # 1000 / 1580, 1500 / 1580
-    slow = decide_cache(0, facts, scores, 100, 4, "auto", read_rates={0: SLOW_PEER, 1: SLOW_PEER})
-    assert slow.layout.policy == "replicate" and slow.plan.num_cached == 10
+    decisions = [decide_cache(r, _facts(budget), scores, num_rows, row_bytes, "auto", read_rates=rates)
+                 for r in range(2)]  # fmt: skip
+    assert all(d.layout.policy == "clique" for d in decisions) and decisions[0].digest == decisions[1].digest
+    one, two = rank_rows(scores, row_bytes, budget, 1), rank_rows(scores, row_bytes, budget, 2)
+    assert two.expected_hit_rate > one.expected_hit_rate  # the clique adds hits, which the price weighs
+    note = decisions[0].layout.note
+    assert note.startswith("auto: clique reads") and "200 peer" in note and "\n" not in note
+    assert f"hit rate {one.expected_hit_rate:.1%} replicated vs {two.expected_hit_rate:.1%} over 2 GPUs" in note
+    if case == "one-table":
+        assert "hit rate 63.3% replicated vs 94.9% over 2 GPUs" in note  # 1000 / 1580, 1500 / 1580
 
 
-def test_rates_are_measured_only_where_auto_has_a_choice() -> None:
-    facts = _facts(budget=10 * 4 + 100 * 4)
-    assert needs_read_rates("auto", facts, hot_rows=100, num_nodes=100, row_bytes=4)
-    assert not needs_read_rates("clique", facts, 100, 100, 4)  # asked for explicitly
-    assert not needs_read_rates("auto", facts, 8, 100, 4)  # the hot rows fit one GPU
-    assert not needs_read_rates("auto", _facts(budget=10 * 4 + 100 * 4, peer=False), 100, 100, 4)  # no peers
-    assert not needs_read_rates("auto", _facts(budget=100 * 4 + 3), 100, 100, 4)  # the lookup leaves no room
-    cpu = [RankFacts(0, 0, 0, None, 40, [[True, True], [True, True]]), RankFacts(1, 0, 1, None, 40, None)]
-    assert not needs_read_rates("auto", cpu, 100, 100, 4)  # CPU ranks
+@pytest.mark.parametrize("rates", [SLOW_PEER, NO_PEER_RATE], ids=["slow-peer", "no-peer-rate"])
+@pytest.mark.parametrize("case", CASES)
+def test_slow_or_unmeasured_peer_reads_pick_replicate(case: str, rates: ReadRates) -> None:
+    scores, num_rows, row_bytes, budget = CASES[case]()
+    decision = decide_cache(0, _facts(budget), scores, num_rows, row_bytes, "auto", read_rates={0: rates, 1: rates})
+    assert decision.layout.policy == "replicate" and decision.group == (0,)
+    assert decision.layout.note.startswith("auto: replicate reads") and decision.bytes_per_gpu <= budget
+    if case == "one-table":
+        assert decision.plans[NODE].num_cached == 10
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_without_rates_auto_keeps_its_rule_and_the_rates_of_other_machines_are_not_used(case: str) -> None:
+    scores, num_rows, row_bytes, budget = CASES[case]()
+    assert decide_cache(0, _facts(budget), scores, num_rows, row_bytes, "auto").layout.policy == "clique"
+    elsewhere = {5: SLOW_PEER}  # a rank of another machine: not this machine's rates
+    assert decide_cache(0, _facts(budget), scores, num_rows, row_bytes, "auto",
+                        read_rates=elsewhere).layout.policy == "clique"  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_explicit_policies_and_hot_rows_that_fit_ignore_the_rates(case: str) -> None:
+    scores, num_rows, row_bytes, budget = CASES[case]()
+    slow = {0: SLOW_PEER, 1: SLOW_PEER}
+    assert decide_cache(0, _facts(budget), scores, num_rows, row_bytes, "clique",
+                        read_rates=slow).layout.policy == "clique"  # fmt: skip
+    roomy = decide_cache(0, _facts(10**6), scores, num_rows, row_bytes, "auto", read_rates={0: NVLINK, 1: NVLINK})
+    assert roomy.layout.policy == "replicate" and "fit one GPU" in roomy.layout.note
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rates_are_measured_only_where_auto_has_a_choice(case: str) -> None:
+    scores, num_rows, row_bytes, budget = CASES[case]()
+    assert needs_read_rates("auto", _facts(budget), scores, num_rows, row_bytes)
+    assert not needs_read_rates("clique", _facts(budget), scores, num_rows, row_bytes)  # asked for explicitly
+    assert not needs_read_rates("auto", _facts(10**6), scores, num_rows, row_bytes)  # the hot rows fit one GPU
+    assert not needs_read_rates("auto", _facts(budget, peer=False), scores, num_rows, row_bytes)  # no peers
+    assert not needs_read_rates("auto", _facts(budget, device=False), scores, num_rows, row_bytes)  # CPU ranks
+    full = min(lookup_bytes(num_rows[t], 1) + row_bytes[t] for t in num_rows) - 1  # no lookup leaves room for a row
+    assert not needs_read_rates("auto", _facts(full), scores, num_rows, row_bytes)
+
+
+def test_the_hot_rows_that_fit_one_gpu_need_no_rates() -> None:
+    scores, num_rows, row_bytes, budget = _one_table()
+    few = {NODE: CacheScores(torch.cat([torch.ones(8), torch.zeros(92)]))}  # 8 hot rows: they fit one GPU
+    assert not needs_read_rates("auto", _facts(budget), few, num_rows, row_bytes)
 
 
 def test_the_summary_says_what_each_gpu_stores_and_the_budget_apart() -> None:
     # a 30-row table and a budget of 1000 rows: the whole table is stored, 30 rows, not the budget's 1000
-    whole = decide_cache(0, _facts(budget=1000 * 4), torch.ones(30), 30, 4, "replicate")
+    whole = decide_cache(0, _facts(1000 * 4), {NODE: CacheScores(torch.ones(30))}, {NODE: 30},
+                         {NODE: 4}, "replicate")  # fmt: skip
     assert whole.whole_table
     assert ("the whole feature table over 1 GPU(s), 30 rows (120 B) + its lookup (120 B) = 240 B per GPU of a "
             "3.91 KiB budget") in whole.summary()

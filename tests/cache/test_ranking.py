@@ -1,26 +1,36 @@
-"""cache_ranking: degree and presample scores, hottest-first order, expected hit rate; the decided cache plan; the
-presample ranking's blend with the degree prior, its weight chosen and its hit rate estimated on held-out batches
-(the presampling itself: tests/strategies/test_presample.py)."""
+"""cache_ranking: degree scores (per node type, over every edge type out of it), hottest-first order, expected hit
+rate; the presample ranking's blend with the degree prior, its weight chosen and its hit rate estimated on held-out
+batches (the presampling itself: tests/strategies/test_presample.py; the rows a budget holds over several types:
+test_cached_rows.py; the decided plans: test_decide.py)."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from lightning_zerocopy.cache.cached_rows import RankedRows, rank_rows
 from lightning_zerocopy.cache.decide import RankFacts, decide_cache
-from lightning_zerocopy.cache.typed import lookup_bytes
+from lightning_zerocopy.cache.plan import lookup_bytes
 from lightning_zerocopy.cache.ranking import (
     PRIOR_WEIGHTS,
     CacheScores,
     blended_scores,
     check_ranking,
-    choose_prior_weight,
     degree_scores,
+    degree_scores_by_type,
     expected_hit_rate,
     top_rows,
 )
+from lightning_zerocopy.graph.schema import NODE
+
+
+def rank_first(scores: CacheScores, num_rows: int, weights=PRIOR_WEIGHTS) -> RankedRows:
+    """The ranking of one table for ``num_rows`` cached rows: a budget of its lookup and ``num_rows`` 1-byte rows."""
+    n = scores.prior.numel()
+    return rank_rows({NODE: scores}, {NODE: 1}, lookup_bytes(n, 1) + num_rows, weights=weights)
 
 
 def test_degree_scores_count_in_neighbor_appearances() -> None:
@@ -47,90 +57,19 @@ def test_unknown_ranking_names_the_key() -> None:
         check_ranking("pagerank")
 
 
-def _facts(n: int, budget: int, peer=None, node: int = 0, first_rank: int = 0) -> list[RankFacts]:
-    peer = peer if peer is not None else [[True] * n for _ in range(n)]
-    return [
-        RankFacts(first_rank + i, node, i, i, budget, peer if i == 0 else None) for i in range(n)
-    ]
-
-
-def test_replicate_plan_holds_the_hottest_rows_and_is_the_same_on_every_rank() -> None:
-    scores = torch.tensor([0, 9, 3, 9, 1, 7, 0, 2])
-    facts = _facts(2, budget=3 * 16 + 8 * 4)  # 3 rows of 16 B beside the lookup (4 B per table row)
-    plans = [decide_cache(r, facts, scores, 8, 16, "replicate") for r in range(2)]
-    assert plans[0].plan == plans[1].plan
-    assert plans[0].plan.rows.tolist() == [1, 3, 5]
-    assert plans[0].group == (0,) and plans[1].group == (1,)
-    assert plans[0].expected_hit_rate == pytest.approx(25 / 31)
-    assert not plans[0].whole_table
-
-
-def test_clique_plan_splits_k_times_the_rows_into_disjoint_shards() -> None:
-    scores = torch.arange(20, 0, -1)  # row 0 hottest
-    facts = _facts(4, budget=3 * 8 + 20 * 4, peer=[[i // 2 == j // 2 for j in range(4)] for i in range(4)])
-    decisions = [decide_cache(r, facts, scores, 20, 8, "clique") for r in range(4)]
-    assert [d.group for d in decisions] == [(0, 1), (0, 1), (2, 3), (2, 3)]
-    assert [d.shard_index for d in decisions] == [0, 1, 0, 1]
-    plan = decisions[0].plan
-    assert all(d.plan == plan for d in decisions)
-    assert plan.num_shards == 2 and plan.num_cached == 6
-    shard0, shard1 = plan.shard_rows(0).tolist(), plan.shard_rows(1).tolist()
-    assert shard0 == [0, 2, 4] and shard1 == [1, 3, 5]  # dealt round-robin, hottest first within a shard
-
-
-def test_the_smallest_budget_applies_and_the_whole_table_is_cached_when_it_fits() -> None:
-    facts = _facts(2, budget=10**6)
-    facts[1] = RankFacts(1, 0, 1, 1, 10 * 4 + 30 * 4)  # 10 rows beside the 30-row table's lookup
-    d = decide_cache(0, facts, torch.ones(30), 30, 4, "replicate")
-    assert d.rows_per_gpu == 10 and d.plan.num_cached == 10
-    whole = decide_cache(0, _facts(2, budget=10**6), torch.ones(30), 30, 4, "auto")
-    assert whole.whole_table and whole.layout.policy == "replicate"
-    assert whole.plan.rows.tolist() == list(range(30)) and whole.expected_hit_rate == 1.0
-
-
-def test_each_node_groups_its_own_ranks() -> None:
-    facts = _facts(2, 64, node=0) + _facts(2, 64, node=1, first_rank=2)
-    decisions = [decide_cache(r, facts, torch.arange(100), 100, 4, "clique") for r in range(4)]
-    assert [d.group for d in decisions] == [(0, 1), (0, 1), (2, 3), (2, 3)]  # never across machines
-
-
-def test_the_row_lookup_is_charged_to_the_budget_before_any_row() -> None:
-    # 1000 rows of 16 B; every GPU that opens the cache builds a lookup of 4 B per table row (4000 B): with a
-    # 6000 B budget the rows get 2000 B (125 rows), not 6000 B (375 rows + 4000 B of lookup = 10000 B per GPU)
-    num_nodes, row_bytes, budget = 1000, 16, 6000
-    lookup = lookup_bytes(num_nodes, 1)
-    assert lookup == 4000
-    d = decide_cache(0, _facts(2, budget=budget), torch.arange(num_nodes, 0, -1), num_nodes, row_bytes, "replicate")
-    assert d.plan.location_bytes <= lookup  # what segmented.py allocates (plan.build_location) is what is charged
-    assert d.plan.max_shard_rows * row_bytes + lookup <= budget
-    assert d.rows_per_gpu == d.plan.num_cached == (budget - lookup) // row_bytes == 125
-    assert (d.budget_bytes, d.bytes_per_gpu) == (budget, 125 * row_bytes + lookup)
-    assert "125 rows (1.95 KiB) + its lookup (3.91 KiB) = 5.86 KiB per GPU of a 5.86 KiB budget" in d.summary()
-    # a clique: each GPU holds its shard and the lookup over the whole table (one entry per table row)
-    peer = [[i // 2 == j // 2 for j in range(4)] for i in range(4)]
-    clique = [decide_cache(r, _facts(4, budget=budget, peer=peer), torch.arange(num_nodes, 0, -1), num_nodes,
-                           row_bytes, "clique") for r in range(4)]  # fmt: skip
-    assert all(c.plan == clique[0].plan for c in clique[:2]) and clique[0].plan.num_shards == 2
-    assert clique[0].plan.location_bytes <= lookup_bytes(num_nodes, 2) == lookup
-    assert clique[0].plan.max_shard_rows == 125 and clique[0].plan.num_cached == 250
-    assert clique[0].bytes_per_gpu == 125 * row_bytes + lookup <= budget
-    # the whole table needs its rows and the lookup: 1000 * 16 + 4000 B
-    assert not decide_cache(0, _facts(1, budget=num_nodes * row_bytes), torch.ones(num_nodes), num_nodes, row_bytes,
-                            "replicate").whole_table  # fmt: skip
-    whole = decide_cache(0, _facts(1, budget=num_nodes * row_bytes + lookup), torch.ones(num_nodes), num_nodes,
-                         row_bytes, "replicate")  # fmt: skip
-    assert whole.whole_table and whole.bytes_per_gpu == num_nodes * row_bytes + lookup
-
-
-def test_a_budget_below_the_lookup_caches_nothing() -> None:
-    num_nodes, row_bytes = 1000, 16
-    for budget, policy in ((3999, "replicate"), (4000 + 15, "auto"), (100, "clique"), (0, "replicate")):
-        decisions = [decide_cache(r, _facts(2, budget=budget), torch.arange(num_nodes), num_nodes, row_bytes, policy)
-                     for r in range(2)]  # fmt: skip
-        d = decisions[0]
-        assert d.plan == decisions[1].plan and d.plan.num_cached == 0 and d.rows_per_gpu == 0
-        assert d.bytes_per_gpu == 0 and not d.whole_table and d.expected_hit_rate == 0.0
-        assert "nothing cached: the row lookup (3.91 KiB per GPU) leaves no room for a" in d.summary()
+def test_degree_scores_count_a_type_over_every_edge_type_out_of_it() -> None:
+    graphs = {
+        ("author", "writes", "paper"): SimpleNamespace(indices=torch.tensor([0, 2, 2])),
+        ("author", "cites", "author"): SimpleNamespace(indices=torch.tensor([2, 1])),
+        ("paper", "rev", "author"): SimpleNamespace(indices=torch.tensor([1, 1, 0])),
+        ("inst", "employs", "author"): SimpleNamespace(indices=torch.tensor([0])),
+    }
+    scores = degree_scores_by_type(graphs, {"author": 3, "paper": 2, "inst": 1}, ["author", "paper"])
+    assert set(scores) == {"author", "paper"}  # inst has no features: never a candidate
+    assert scores["author"].tolist() == [1, 1, 3] and scores["paper"].tolist() == [1, 2]
+    one = degree_scores_by_type({("node", "to", "node"): SimpleNamespace(indices=torch.tensor([3, 1, 3]))},
+                                {"node": 4}, ["node"])  # fmt: skip
+    assert one["node"].tolist() == degree_scores(torch.tensor([3, 1, 3]), 4).tolist() == [0, 1, 0, 2]
 
 
 # ---- the presample ranking: counts blended with the degree prior, weight and hit rate judged on held-out batches --
@@ -197,9 +136,10 @@ def test_blend_beats_raw_counts_and_degree_out_of_sample() -> None:
         p, degree, g = _access_model(num_rows, seed)
         halves = torch.stack([_batches(p, 32, g), _batches(p, 32, g)])
         counts = halves.sum(0)
-        ranked = CacheScores(degree, halves).rank(cached)
+        ranked = rank_first(CacheScores(degree, halves), cached)
+        rows = ranked.rows[NODE]
         raw_rows = top_rows(counts.double(), degree, cached)
-        blend, raw, deg = _share(p, ranked.rows), _share(p, raw_rows), _share(p, top_rows(degree, degree, cached))
+        blend, raw, deg = _share(p, rows), _share(p, raw_rows), _share(p, top_rows(degree, degree, cached))
         assert blend > raw + 0.005 and blend > deg + 0.005, (seed, blend, raw, deg)
         assert 0 < ranked.choice.weight < math.inf and ranked.choice.index not in (0, len(PRIOR_WEIGHTS) - 1)
         assert ranked.basis == "held-out" and ranked.expected_hit_rate == ranked.choice.heldout_hit_rate
@@ -212,29 +152,37 @@ def test_blend_beats_raw_counts_and_degree_out_of_sample() -> None:
 def test_prior_weight_choice_is_deterministic_and_ties_go_to_the_smaller_index() -> None:
     p, degree, g = _access_model(20_000, 7)
     a, b = _batches(p, 16, g), _batches(p, 16, g)
-    first, again = choose_prior_weight(a, b, degree, 4000), choose_prior_weight(a.clone(), b.clone(), degree, 4000)
-    assert first == again and first.weights == PRIOR_WEIGHTS and len(first.heldout_hit_rates) == len(PRIOR_WEIGHTS)
-    assert first.heldout_hit_rate == max(first.heldout_hit_rates) and first.final_weight == first.weight / 2
-    assert torch.equal(CacheScores(degree, torch.stack([a, b])).rank(4000).rows,
-                       CacheScores(degree, torch.stack([a, b])).rank(4000).rows)  # fmt: skip
+    first = rank_first(CacheScores(degree, torch.stack([a, b])), 4000)
+    again = rank_first(CacheScores(degree.clone(), torch.stack([a.clone(), b.clone()])), 4000)
+    choice = first.choice
+    assert choice == again.choice and torch.equal(first.rows[NODE], again.rows[NODE])
+    assert choice.weights == PRIOR_WEIGHTS and len(choice.heldout_hit_rates) == len(PRIOR_WEIGHTS)
+    assert choice.heldout_hit_rate == max(choice.heldout_hit_rates) and choice.final_weight == choice.weight / 2
     # counts proportional to the prior: every weight ranks alike, the first candidate wins
     prior = torch.tensor([8, 4, 2, 1, 0, 0])
-    tie = choose_prior_weight(prior * 3, prior * 3, prior, 2)
+    tie = rank_first(CacheScores(prior, torch.stack([prior * 3, prior * 3])), 2).choice
     assert tie.index == 0 and len(set(tie.heldout_hit_rates)) == 1
     # nothing counted: nothing to judge by, degree alone
-    none = choose_prior_weight(torch.zeros(6, dtype=torch.long), torch.zeros(6, dtype=torch.long), prior, 2)
+    none = rank_first(CacheScores(prior, torch.zeros(2, 6, dtype=torch.long)), 2).choice
     assert none.weight == math.inf and all(math.isnan(r) for r in none.heldout_hit_rates)
+    with pytest.raises(ValueError, match="at least one candidate"):
+        rank_first(CacheScores(prior, torch.zeros(2, 6, dtype=torch.long)), 2, weights=())
 
 
 def test_decided_presample_cache_reports_the_heldout_rate() -> None:
     p, degree, g = _access_model(4_000, 3)
     scores = CacheScores(degree, torch.stack([_batches(p, 16, g), _batches(p, 16, g)]))
-    facts = _facts(2, budget=400 * 16 + 4_000 * 4)  # 400 rows beside the lookup
-    decisions = [decide_cache(r, facts, scores, 4_000, 16, "replicate") for r in range(2)]
-    assert decisions[0].plan == decisions[1].plan and decisions[0].plan.num_cached == 400
-    ranked = scores.rank(400)
-    assert torch.equal(decisions[0].plan.rows, ranked.rows)  # one shard: the hot order itself
+    budget = 400 * 16 + 4_000 * 4  # 400 rows beside the lookup
+    facts = [RankFacts(r, 0, r, r, budget, [[True] * 2] * 2 if r == 0 else None) for r in range(2)]
+    decisions = [decide_cache(r, facts, {NODE: scores}, {NODE: 4_000}, {NODE: 16}, "replicate")
+                 for r in range(2)]  # fmt: skip
+    plan = decisions[0].plans[NODE]
+    assert plan == decisions[1].plans[NODE] and plan.num_cached == 400
+    ranked = rank_first(scores, 400)
+    assert torch.equal(plan.rows, ranked.rows[NODE])  # one shard: the hot order itself
     assert decisions[0].expected_hit_rate == ranked.expected_hit_rate == decisions[0].prior_weight.heldout_hit_rate
     assert decisions[0].in_sample_hit_rate > decisions[0].expected_hit_rate
     assert "held out" in decisions[0].summary()
-    assert decide_cache(0, facts, CacheScores(degree), 4_000, 16, "replicate").prior_weight is None
+    degree_only = decide_cache(0, facts, {NODE: CacheScores(degree)}, {NODE: 4_000}, {NODE: 16},
+                               "replicate")  # fmt: skip
+    assert degree_only.prior_weight is None

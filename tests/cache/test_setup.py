@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lightning_zerocopy.cache.setup import CacheOptions, RankCache, RankPlace
+from lightning_zerocopy.graph.schema import EDGE, NODE
 
 CPU_RANK = RankPlace(rank=0, world_size=1, node_rank=0, local_rank=0, device=torch.device("cpu"))
 
@@ -16,7 +17,8 @@ CPU_RANK = RankPlace(rank=0, world_size=1, node_rank=0, local_rank=0, device=tor
 def _datamodule(num_nodes: int = 64, dim: int = 4, hot_rows: int = 0) -> SimpleNamespace:
     features = torch.randn(num_nodes, dim, generator=torch.Generator().manual_seed(0))
     indices = torch.randint(0, num_nodes, (8 * num_nodes,), generator=torch.Generator().manual_seed(1))
-    host = SimpleNamespace(features=SimpleNamespace(data=features), graph=SimpleNamespace(indices=indices))
+    host = SimpleNamespace(tables={NODE: SimpleNamespace(data=features)}, num_nodes={NODE: num_nodes},
+                           graphs={EDGE: SimpleNamespace(indices=indices)})  # fmt: skip
     set_caches: list = []
     return SimpleNamespace(hot_rows=hot_rows, uses_zerocopy_gather=False, resources=SimpleNamespace(host=host),
                            set_feature_cache=set_caches.append, set_caches=set_caches)  # fmt: skip
@@ -42,7 +44,8 @@ def test_without_a_budget_nothing_is_decided() -> None:
     cache = RankCache(CacheOptions.parse(0))
     dm = _datamodule(hot_rows=5)  # hot_rows would conflict with a budget; with none it is fine
     assert cache.attach(dm, CPU_RANK, _never, _never, _never) is None
-    assert cache.decision is None and cache.counts() is None and cache.row_bytes == 0 and dm.set_caches == []
+    assert cache.decision is None and cache.counts() is None and cache.counts_per_type() is None
+    assert dm.set_caches == []
 
 
 def test_a_cpu_rank_decides_from_the_host_memory_and_places_nothing() -> None:
@@ -54,17 +57,17 @@ def test_a_cpu_rank_decides_from_the_host_memory_and_places_nothing() -> None:
     dm = _datamodule()
     assert cache.attach(dm, CPU_RANK, _never, _never, _never) is None  # decided, but no GPU to place it on
     decision = cache.decision
-    assert decision is not None and decision.rows_per_gpu == 8 and decision.plan.num_cached == 8
-    assert decision.bytes_per_gpu == 384
-    assert decision.layout.policy == "replicate" and cache.row_bytes == 16 and dm.set_caches == []
+    assert decision is not None and decision.rows_per_type == {NODE: 8} and decision.bytes_per_gpu == 384
+    assert decision.layout.policy == "replicate" and decision.row_bytes == {NODE: 16} and dm.set_caches == []
+    assert cache.counts() is None and cache.counts_per_type() == {NODE: None}  # no cache opened here
 
 
 def test_a_retired_shard_is_kept_until_the_next_attach() -> None:
     cache = RankCache(CacheOptions.parse(0))
     shard = torch.zeros(3)
-    cache._shard = shard  # what _place keeps on a GPU rank
+    cache._shards = [shard]  # what _place keeps on a GPU rank
     cache.retire()
-    assert cache._shard is None and cache._retired == [shard]
+    assert cache._shards == [] and cache._retired == [shard]
     cache.attach(_datamodule(), CPU_RANK, _never, _never, _never)  # one rank: no barrier to wait for
     assert cache._retired == []
 
@@ -78,5 +81,5 @@ def test_a_budget_the_row_lookup_fills_places_no_cache() -> None:
     dm.uses_zerocopy_gather = True
     assert cache.attach(dm, gpu_rank, lambda: 10**9, _never, _never) is None
     decision = cache.decision
-    assert decision is not None and decision.plan.num_cached == 0 and decision.bytes_per_gpu == 0
+    assert decision is not None and decision.rows_per_type == {NODE: 0} and decision.bytes_per_gpu == 0
     assert "nothing cached: the row lookup (256 B per GPU)" in decision.summary() and dm.set_caches == []

@@ -15,7 +15,7 @@ from pytorch_lightning.callbacks import Callback
 from helpers.hetero import TinyHeteroDataset
 from lightning_zerocopy import ZeroCopyHeteroDataModule
 from lightning_zerocopy.cache import CachePlan, SegmentedCacheSpec, SegmentedFeatureCache, fill_shard
-from lightning_zerocopy.cache.typed_decide import TypedCacheDecision
+from lightning_zerocopy.cache.decide import CacheDecision
 from lightning_zerocopy.cache.typed_provider import TypedFeatureCache
 from lightning_zerocopy.datasets import SyntheticHeteroGraph
 from lightning_zerocopy.models import HeteroNodeClassifier
@@ -135,7 +135,7 @@ def _fit_and_check(tmp_path: Path, ranking: str, budget: str, *callbacks: Callba
     trainer.fit(model, datamodule=dm)
     assert check.checked > 0
     decision = strategy.cache_decision
-    assert isinstance(decision, TypedCacheDecision) and set(decision.plans) == {"paper", "institution"}
+    assert isinstance(decision, CacheDecision) and set(decision.plans) == {"paper", "institution"}
     assert decision.layout.policy == "replicate" and decision.group == (0,)
     assert decision.bytes_per_gpu <= decision.budget_bytes and sum(decision.rows_per_type.values()) > 0
     if budget == "1GiB":

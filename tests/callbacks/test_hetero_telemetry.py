@@ -111,8 +111,7 @@ def _typed_strategy(readings):
                                       "institution": SimpleNamespace(digest="d-inst")},
                                row_bytes={"paper": 32, "institution": 128})  # fmt: skip
     return SimpleNamespace(cache_decision=decision, cache_counts_per_type=lambda: next(readings),
-                           cache_counts=lambda: pytest.fail("typed counters are read per type"),
-                           cache_row_bytes=0)  # fmt: skip
+                           cache_counts=lambda: pytest.fail("the counters are read per type"))  # fmt: skip
 
 
 def test_a_typed_cache_reports_each_types_hit_rate_and_host_bytes_at_its_row_bytes() -> None:

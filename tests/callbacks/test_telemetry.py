@@ -94,6 +94,16 @@ def test_on_a_gpu_the_stall_is_idle_gpu_time_not_host_wait():
     assert _median(starved, "data/stall_ms") > 20
 
 
+def _one_type_strategy(readings, row_bytes: int):
+    """A strategy with a cache over one table (one node type, plan ``"one-plan"``), counters read from ``readings``."""
+    from types import SimpleNamespace
+
+    from lightning_zerocopy.graph.schema import NODE
+
+    decision = SimpleNamespace(plans={NODE: SimpleNamespace(digest="one-plan")}, row_bytes={NODE: row_bytes})
+    return SimpleNamespace(cache_decision=decision, cache_counts_per_type=lambda: {NODE: next(readings)})
+
+
 def test_cache_figures_per_epoch_from_the_datamodule() -> None:
     """The epoch's cache counts (a delta since the epoch started, from the strategy) become hit rate, row sources
     and host GB/s."""
@@ -102,7 +112,7 @@ def test_cache_figures_per_epoch_from_the_datamodule() -> None:
     from lightning_zerocopy.cache.segmented import CacheCounts
 
     readings = iter([CacheCounts(10, 0, 5), CacheCounts(40, 10, 25)])
-    strategy = SimpleNamespace(cache_counts=lambda: next(readings), cache_row_bytes=16)
+    strategy = _one_type_strategy(readings, row_bytes=16)
     logged: dict[str, float] = {}
     module = _LoggingModule(logged)
     telemetry = DataTelemetry(prog_bar=False)
@@ -113,6 +123,7 @@ def test_cache_figures_per_epoch_from_the_datamodule() -> None:
     assert logged["cache/hit_rate"] == pytest.approx(40 / 60)
     assert logged["cache/host_bytes"] == 20 * 16 and logged["cache/host_read_GBps"] > 0
     assert telemetry.cache_history == [logged]
+    assert not any(name.startswith("cache/rows_") for name in logged)  # one type: its figures are the totals
     # the epoch figures are reduced over the ranks by this callback (sync_dist only marks them as job-wide)
     assert all(kw["sync_dist"] and kw["on_epoch"] and not kw["on_step"] for kw in module.kwargs.values())
 
@@ -190,7 +201,7 @@ def test_cache_figures_sum_the_trainer_process_and_the_pipeline_worker_each_once
     from lightning_zerocopy.pipeline.client import CacheReport, PipelineStats
 
     readings = iter([CacheCounts(10, 0, 5), CacheCounts(12, 0, 6), CacheCounts(12, 0, 6), CacheCounts(12, 0, 6)])
-    strategy = SimpleNamespace(cache_counts=lambda: next(readings), cache_row_bytes=16)
+    strategy = _one_type_strategy(readings, row_bytes=16)
     pipeline = PipelineCallback(mode="worker")
     pipeline.client = SimpleNamespace(stats=PipelineStats())
     logged: dict[str, float] = {}
@@ -199,14 +210,15 @@ def test_cache_figures_sum_the_trainer_process_and_the_pipeline_worker_each_once
     trainer = SimpleNamespace(strategy=strategy, callbacks=[pipeline, telemetry])
 
     telemetry.on_train_epoch_start(trainer, module)  # the worker has not reported yet
-    pipeline.client.stats.cache = CacheReport(local=100, peer=50, host=50, row_bytes=64)
+    pipeline.client.stats.cache = CacheReport(local=100, peer=50, host=50, row_bytes=64,
+                                              per_plan=(("one-plan", 100, 50, 50, 64),))  # fmt: skip
     telemetry.on_train_epoch_end(trainer, module)
     assert (logged["cache/local_rows"], logged["cache/peer_rows"], logged["cache/host_rows"]) == (102, 50, 51)
     assert logged["cache/hit_rate"] == pytest.approx(152 / 203)
     assert logged["cache/host_bytes"] == 1 * 16 + 50 * 64  # each process's host rows at its row bytes
 
     telemetry.on_train_epoch_start(trainer, module)
-    pipeline.client.stats.cache = CacheReport(local=30, peer=0, host=10, row_bytes=64)  # a restarted worker
+    pipeline.client.stats.cache = CacheReport(30, 0, 10, 64, (("one-plan", 30, 0, 10, 64),))  # a restarted worker
     telemetry.on_train_epoch_end(trainer, module)
     assert (logged["cache/local_rows"], logged["cache/peer_rows"], logged["cache/host_rows"]) == (30, 0, 10)
     assert len(telemetry.cache_history) == 2

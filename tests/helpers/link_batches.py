@@ -1,12 +1,13 @@
 """Link batches built by hand in PyG ``LinkNeighborLoader``'s layout, for the model tests (no sampler needed):
-a planted-class graph whose edges stay inside a class, and binary / triplet / evaluation batches over it."""
+a planted-class graph whose edges stay inside a class, and binary / triplet / evaluation batches over it; each also as
+the one-type ``HeteroData`` batch PyG's hetero ``LinkNeighborLoader`` would make of it (:func:`as_typed`)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 
 def planted_graph(num_nodes: int = 240, classes: int = 4, edges: int = 2400, seed: int = 0) -> SimpleNamespace:
@@ -44,6 +45,30 @@ def link_batch(g: SimpleNamespace, pos: torch.Tensor, neg: torch.Tensor, mode: s
         batch.src_index, batch.dst_pos_index = local[pos[0]], local[pos[1]]
         batch.dst_neg_index = local[neg].view(pos.size(1), -1) if neg.dim() == 2 else local[neg]
     return batch
+
+
+#: the node type and edge type of :func:`as_typed`'s batches
+NODE, EDGE = "node", ("node", "to", "node")
+#: ``HeteroLinkPredictor``'s ``metadata`` / ``num_features`` of them (8 features, as :func:`planted_graph`'s)
+TYPED_METADATA, TYPED_FEATURES = (["node"], [EDGE]), {"node": 8}
+
+
+def as_typed(batch: Data) -> HeteroData:
+    """``batch`` as a heterogeneous link batch of one node type ``NODE`` and one edge type ``EDGE``, laid out as PyG's
+    hetero ``LinkNeighborLoader`` lays it out: node fields on the node type, edges and the label fields
+    (``edge_label_index``, ``edge_label``, ``edge_label_query``, ``input_id``, ``batch_size``) on the edge type,
+    ``src_index`` on the source type and ``dst_pos_index`` / ``dst_neg_index`` on the destination type."""
+    typed = HeteroData()
+    for key in ("x", "n_id", "num_sampled_nodes"):
+        typed[NODE][key] = batch[key]
+    for key in ("edge_index", "e_id", "num_sampled_edges", "edge_label_index", "edge_label", "edge_label_query",
+                "input_id", "batch_size"):  # fmt: skip
+        if key in batch:
+            typed[EDGE][key] = batch[key]
+    for key in ("src_index", "dst_pos_index", "dst_neg_index"):
+        if key in batch:
+            typed[NODE][key] = batch[key]
+    return typed
 
 
 def random_negatives(g: SimpleNamespace, src: torch.Tensor, per: int) -> torch.Tensor:

@@ -8,6 +8,7 @@ The GPU cache is replaced by a CPU fake tracked like the strategy's caches (``he
 from __future__ import annotations
 
 from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import pytorch_lightning as pl
@@ -22,6 +23,7 @@ from lightning_zerocopy.pipeline.loader import PipelineLoader
 from lightning_zerocopy.pipeline.cache_report import CACHE_REPORT_EVERY
 from lightning_zerocopy.pipeline.session import PipelineSession
 from lightning_zerocopy.cache.sharded_provider import open_cache_counts
+from lightning_zerocopy.graph.schema import NODE
 
 
 def _rows(report) -> tuple[int, int, int]:
@@ -82,12 +84,10 @@ def test_an_in_process_producer_reports_nothing_its_caches_are_the_trainers():
 class _CountingStrategy(SingleDeviceStrategy):
     """The strategy's side of the cache telemetry (as ZeroCopyDDPStrategy): this process's open caches."""
 
-    def cache_counts(self):
-        return open_cache_counts("fake-plan")
+    cache_decision = SimpleNamespace(plans={NODE: SimpleNamespace(digest="fake-plan")}, row_bytes={NODE: 32})
 
-    @property
-    def cache_row_bytes(self) -> int:
-        return 32
+    def cache_counts_per_type(self):
+        return {NODE: open_cache_counts("fake-plan")}
 
 
 class _Inner:

@@ -45,7 +45,7 @@ class Report(pl.Callback):
             "input_ids": self.input_ids,
             "paths": self.paths,
             "num_train_edges": trainer.datamodule.link_splits["train"].num_positives,
-            "cache_rows": len(decision.plan.rows) if decision is not None else -1,
+            "cache_rows": sum(decision.rows_per_type.values()) if decision is not None else -1,
             "logged": sorted(k for k in trainer.callback_metrics if k.startswith("data/")),
         }
         with open(os.path.join(self.out, f"rank{trainer.global_rank}.json"), "w", encoding="utf-8") as f:

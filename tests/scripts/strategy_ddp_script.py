@@ -68,6 +68,7 @@ class Report(pl.Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         strategy = trainer.strategy
         decision = strategy.cache_decision
+        (plan,) = decision.plans.values()  # one table: one node type
         builder = trainer.datamodule._builders["train"]
         host = builder._host
         tensors = (host.graph.indptr, host.graph.indices, host.features.data, host.labels)
@@ -90,9 +91,9 @@ class Report(pl.Callback):
             "policy": decision.layout.policy,
             "group": list(decision.group),
             "shard_index": decision.shard_index,
-            "rows": decision.plan.rows.tolist(),
-            "bounds": list(decision.plan.bounds),
-            "digest": decision.plan.digest,
+            "rows": plan.rows.tolist(),
+            "bounds": list(plan.bounds),
+            "digest": plan.digest,
             "expected_hit_rate": decision.expected_hit_rate,
             "note": decision.layout.note,
             "cache_rows": _cache_rows(trainer),

@@ -27,7 +27,7 @@ def datamodule() -> SimpleNamespace:
     g = torch.Generator().manual_seed(0)  # the same host memory on every rank
     graphs = {et: SimpleNamespace(indices=torch.randint(0, NUM_NODES[et[0]], (300,), generator=g)) for et in EDGES}
     features = {t: SimpleNamespace(data=torch.randn(NUM_NODES[t], w, generator=g)) for t, w in WIDTH.items()}
-    host = SimpleNamespace(features=features, graphs=graphs, num_nodes=dict(NUM_NODES))
+    host = SimpleNamespace(tables=features, graphs=graphs, num_nodes=dict(NUM_NODES))
     return SimpleNamespace(hot_rows=0, uses_zerocopy_gather=False, resources=SimpleNamespace(host=host),
                            set_feature_cache=lambda spec: None)  # fmt: skip
 

@@ -6,9 +6,26 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lightning_zerocopy.cache.cached_rows import rank_rows
+from lightning_zerocopy.cache.plan import lookup_bytes
 from lightning_zerocopy.cache.ranking import CacheScores, degree_scores, expected_hit_rate, top_rows
 from lightning_zerocopy.data.plan import BatchPlan
+from lightning_zerocopy.graph.schema import NODE
 from lightning_zerocopy.strategies.presample import PRESAMPLE_STREAM, presample_counts, presample_items
+
+
+def _counts(sample, plan, num_batches: int, num_nodes: int, rank: int = 0, world_size: int = 1) -> torch.Tensor:
+    """:func:`presample_counts` of one node type whose rows ``sample`` returns."""
+    by_type = presample_counts(lambda item: {NODE: sample(item)}, plan, num_batches, {NODE: num_nodes},
+                               rank, world_size)  # fmt: skip
+    assert set(by_type) == {NODE}
+    return by_type[NODE]
+
+
+def _ranked_rows(degree: torch.Tensor, halves: torch.Tensor, num_rows: int):
+    """The presample ranking of one table for ``num_rows`` cached rows (1-byte rows beside the lookup)."""
+    budget = lookup_bytes(degree.numel(), 1) + num_rows
+    return rank_rows({NODE: CacheScores(degree, halves)}, {NODE: 1}, budget)
 
 
 def test_presample_items_split_over_ranks_cover_the_same_batches() -> None:
@@ -26,10 +43,10 @@ def test_presample_counts_are_deterministic_and_rank_independent() -> None:
     def sample(item):  # a stand-in sampler: seeds plus fixed neighbors per seed
         return torch.cat([item.seed_ids, gen_table[item.seed_ids].reshape(-1)]).unique()
 
-    whole = presample_counts(sample, plan, 20, 200).sum(0)
-    parts = sum(presample_counts(sample, plan, 20, 200, r, 3) for r in range(3)).sum(0)
+    whole = _counts(sample, plan, 20, 200).sum(0)
+    parts = sum(_counts(sample, plan, 20, 200, r, 3) for r in range(3)).sum(0)
     assert torch.equal(whole, parts)
-    assert torch.equal(whole, presample_counts(sample, plan, 20, 200).sum(0))
+    assert torch.equal(whole, _counts(sample, plan, 20, 200).sum(0))
     assert int(whole.sum()) > 0
 
 
@@ -64,11 +81,11 @@ def test_heldout_estimate_predicts_fresh_batches_of_the_real_sampler() -> None:
     csc, train = _power_law_graph(num_nodes, 1)
     sample = _sampler(csc)
     presample = BatchPlan(train, 64, shuffle=True, seed=3, stream=PRESAMPLE_STREAM)
-    halves = presample_counts(sample, presample, 32, num_nodes)
-    fresh = presample_counts(sample, BatchPlan(train, 64, shuffle=True, seed=3, stream=0), 128, num_nodes).sum(0)
+    halves = _counts(sample, presample, 32, num_nodes)
+    fresh = _counts(sample, BatchPlan(train, 64, shuffle=True, seed=3, stream=0), 128, num_nodes).sum(0)
     degree = degree_scores(csc.indices, num_nodes)
-    ranked = CacheScores(degree, halves).rank(cached)
-    measured = expected_hit_rate(fresh, ranked.rows)
+    ranked = _ranked_rows(degree, halves, cached)
+    measured = expected_hit_rate(fresh, ranked.rows[NODE])
     assert abs(ranked.expected_hit_rate - measured) < 0.025, (ranked.expected_hit_rate, measured)
     raw_rows = top_rows(halves.sum(0), torch.zeros(num_nodes, dtype=torch.int64), cached)
     assert expected_hit_rate(halves.sum(0), raw_rows) - expected_hit_rate(fresh, raw_rows) > 0.05  # the old estimate
@@ -81,12 +98,12 @@ def test_presample_counts_and_ranking_do_not_depend_on_the_world_size() -> None:
     sample = _sampler(csc)
     plan = BatchPlan(train, 32, shuffle=True, seed=1, stream=PRESAMPLE_STREAM)
     degree = degree_scores(csc.indices, num_nodes)
-    halves = {w: sum(presample_counts(sample, plan, 21, num_nodes, r, w) for r in range(w)) for w in (1, 2, 3)}
+    halves = {w: sum(_counts(sample, plan, 21, num_nodes, r, w) for r in range(w)) for w in (1, 2, 3)}
     assert torch.equal(halves[1], halves[2]) and torch.equal(halves[1], halves[3])
     assert int(halves[1][0].sum()) > int(halves[1][1].sum()) > 0  # 11 even batches, 10 odd ones
     every = sum(torch.bincount(sample(item), minlength=num_nodes) for item in presample_items(plan, 21))
     assert torch.equal(halves[1].sum(0), every)
-    rows = {w: CacheScores(degree, h).rank(700).rows for w, h in halves.items()}
+    rows = {w: _ranked_rows(degree, h, 700).rows[NODE] for w, h in halves.items()}
     assert torch.equal(rows[1], rows[2]) and torch.equal(rows[1], rows[3])
 
 
@@ -98,24 +115,49 @@ def test_presampling_needs_two_batches() -> None:
     assert ZeroCopyDDPStrategy(cache_ranking="presample", presample_batches=2).presample_batches == 2
 
 
-def test_typed_presampling_counts_every_featured_type_and_sums_over_ranks_to_one_ranks_counts() -> None:
+def _datamodule(kind: str, cache_dir: str):
+    """A small node DataModule of either kind, set up, with its featured rows per type and its seeds' type."""
     from helpers.hetero import TinyHeteroDataset
 
-    from lightning_zerocopy import ZeroCopyHeteroDataModule
-    from lightning_zerocopy.strategies.presample import presample_typed_halves
+    from lightning_zerocopy import SyntheticGraph, ZeroCopyDataModule, ZeroCopyHeteroDataModule
 
-    dm = ZeroCopyHeteroDataModule(TinyHeteroDataset(), num_neighbors=[3, 2], batch_size=4, num_threads=1)
+    if kind == "hetero":  # author has no features: not asked for, not counted
+        dm = ZeroCopyHeteroDataModule(TinyHeteroDataset(), num_neighbors=[3, 2], batch_size=4, num_threads=1)
+        featured, seeds = {"paper": 40, "institution": 7}, "paper"
+    else:
+        graph = SyntheticGraph(num_nodes=60, avg_degree=4, num_features=4, num_classes=3, cache_dir=cache_dir)
+        dm = ZeroCopyDataModule(graph, fanouts=[3, 2], batch_size=4, num_threads=1)
+        featured, seeds = {NODE: 60}, NODE
     dm.setup("fit")
+    return dm, featured, seeds
+
+
+@pytest.mark.parametrize("kind", ["homogeneous", "hetero"])
+def test_presampling_counts_every_featured_type_and_sums_over_ranks_to_one_ranks_counts(kind: str, tmp_path) -> None:
+    from lightning_zerocopy.strategies.presample import presample_halves
+
+    dm, featured, seeds = _datamodule(kind, str(tmp_path))
     try:
-        featured = {"paper": 40, "institution": 7}  # author has no features: not asked for, not counted
-        one = presample_typed_halves(dm, 6, 0, 1, featured)
+        one = presample_halves(dm, 6, 0, 1, featured)
         assert set(one) == set(featured)
         assert all(c.shape == (2, n) and c.dtype == torch.int64 for c, n in zip(one.values(), featured.values()))
-        assert int(one["paper"].sum()) > 0 and int(one["institution"].sum()) > 0
-        # seeds count: every presampled batch holds its 4 seed papers in n_id
-        assert int(one["paper"].sum()) >= 6 * 4
-        shares = [presample_typed_halves(dm, 6, r, 2, featured) for r in range(2)]
+        assert all(int(c.sum()) > 0 for c in one.values())
+        assert int(one[seeds].sum()) >= 6 * 4  # seeds count: every presampled batch holds its 4 seeds in n_id
+        shares = [presample_halves(dm, 6, r, 2, featured) for r in range(2)]
         for t in featured:
             assert torch.equal(shares[0][t] + shares[1][t], one[t])  # halves by batch number, not by rank
+        if kind == "homogeneous":  # the batches of the training seeds on PRESAMPLE_STREAM, through a CPU builder
+            from lightning_zerocopy.data.batch import BatchBuilder
+
+            train = dm.plan("train")
+            plan = BatchPlan(train.input_nodes, train.max_seed_nodes, shuffle=True, seed=dm.seed,
+                             stream=PRESAMPLE_STREAM)  # fmt: skip
+            builder = BatchBuilder(dm.handles, dm.fanouts, replace=dm.replace, num_threads=1)
+            builder.open(dm.resources, place=False)
+            try:
+                expected = _counts(lambda item: builder.sample_batch(item).sample.n_id, plan, 6, 60)
+            finally:
+                builder.close()
+            assert torch.equal(one[NODE], expected)
     finally:
         dm.teardown("fit")

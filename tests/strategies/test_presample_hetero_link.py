@@ -14,7 +14,7 @@ from helpers.hetero_link import ITEM, USER, small_graph
 from lightning_zerocopy import ZeroCopyHeteroLinkDataModule
 from lightning_zerocopy.cache.setup import CacheOptions, RankCache, RankPlace
 from lightning_zerocopy.data.hetero_batch import HeteroBatchBuilder
-from lightning_zerocopy.strategies.presample import PRESAMPLE_STREAM, presample_typed_halves
+from lightning_zerocopy.strategies.presample import PRESAMPLE_STREAM, presample_halves
 
 ROWS = {USER: 300, ITEM: 150}  # small_graph's, both featured
 
@@ -29,7 +29,7 @@ def dm(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_link_batches_are_presampled_per_endpoint_type_as_the_builder_samples_them(dm) -> None:
-    halves = presample_typed_halves(dm, 6, 0, 1, ROWS)
+    halves = presample_halves(dm, 6, 0, 1, ROWS)
     assert set(halves) == set(ROWS) and all(halves[t].shape == (2, n) for t, n in ROWS.items())
     # the reference: the same plan's items through a builder of its own, n_id counted per type and half
     plan = dm.plan("train").one_rank_plan(PRESAMPLE_STREAM)
@@ -53,10 +53,10 @@ def test_link_batches_are_presampled_per_endpoint_type_as_the_builder_samples_th
 
 
 def test_the_counts_summed_over_ranks_do_not_depend_on_the_world_size(dm) -> None:
-    one = presample_typed_halves(dm, 7, 0, 1, ROWS)
-    three = [presample_typed_halves(dm, 7, r, 3, ROWS) for r in range(3)]
+    one = presample_halves(dm, 7, 0, 1, ROWS)
+    three = [presample_halves(dm, 7, r, 3, ROWS) for r in range(3)]
     assert all(torch.equal(one[t], sum(part[t] for part in three)) for t in ROWS)
-    assert all(torch.equal(one[t], presample_typed_halves(dm, 7, 0, 1, ROWS)[t]) for t in ROWS)  # deterministic
+    assert all(torch.equal(one[t], presample_halves(dm, 7, 0, 1, ROWS)[t]) for t in ROWS)  # deterministic
 
 
 def test_the_cache_over_typed_rows_is_ranked_from_the_presampled_link_batches(dm) -> None:
@@ -66,7 +66,7 @@ def test_the_cache_over_typed_rows_is_ranked_from_the_presampled_link_batches(dm
 
     def presample(num_rows):
         asked.append(dict(num_rows))
-        return presample_typed_halves(dm, 8, 0, 1, num_rows)
+        return presample_halves(dm, 8, 0, 1, num_rows)
 
     assert cache.attach(dm, place, lambda: 0, presample, lambda name: None) is None  # CPU: decided, nothing placed
     decision = cache.decision

@@ -76,7 +76,7 @@ def test_each_policy_on_one_gpu_gathers_the_right_rows(tmp_path: Path, policy: s
     else:
         decision, history = _fit(tmp_path, budget, ranking, policy)
     assert decision.layout.policy == "replicate"  # one GPU: clique degenerates
-    assert decision.plan.num_cached == NUM_NODES // 5 and not decision.whole_table
+    assert sum(decision.rows_per_type.values()) == NUM_NODES // 5 and not decision.whole_table
     assert history and history[-1]["cache/peer_rows"] == 0
     assert 0 < history[-1]["cache/hit_rate"] < 1
     assert history[-1]["cache/local_rows"] > 0 and history[-1]["cache/host_rows"] > 0
@@ -86,7 +86,7 @@ def test_each_policy_on_one_gpu_gathers_the_right_rows(tmp_path: Path, policy: s
 def test_auto_puts_the_whole_table_on_the_gpu_when_it_fits(tmp_path: Path) -> None:
     decision, history = _fit(tmp_path, "90%", "degree", "auto")
     assert decision.whole_table and decision.layout.policy == "replicate"
-    assert decision.plan.num_cached == NUM_NODES
+    assert sum(decision.rows_per_type.values()) == NUM_NODES
     assert history[-1]["cache/host_rows"] == 0 and history[-1]["cache/hit_rate"] == 1.0
 
 
@@ -114,7 +114,7 @@ def test_the_pipeline_producer_gathers_through_the_same_cache(tmp_path: Path, mo
 
     budget = (NUM_NODES // 5) * ROW_BYTES + 4 * NUM_NODES  # and the lookup
     decision, history = _fit(tmp_path, budget, "degree", "replicate", extra_callbacks=[PipelineCallback(mode=mode)])
-    assert decision.plan.num_cached == NUM_NODES // 5
+    assert sum(decision.rows_per_type.values()) == NUM_NODES // 5
     if mode == "in_process":  # the producer's cache is this process's: its counts are the strategy's
         assert history and history[-1]["cache/local_rows"] > 0
 
@@ -124,7 +124,7 @@ def test_the_pipeline_producer_gathers_through_the_same_cache(tmp_path: Path, mo
 def test_every_sampler_placement_gathers_through_the_cache(tmp_path: Path, sampler_placement: str) -> None:
     budget = (NUM_NODES // 5) * ROW_BYTES + 4 * NUM_NODES  # and the lookup
     decision, history = _fit(tmp_path, budget, "presample", "auto", sampler_placement=sampler_placement)
-    assert decision.plan.num_cached == NUM_NODES // 5
+    assert sum(decision.rows_per_type.values()) == NUM_NODES // 5
     assert history[-1]["cache/local_rows"] > 0 and history[-1]["cache/host_rows"] > 0
 
 

@@ -36,70 +36,43 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from benchmarks.common import cli  # noqa: E402
+from benchmarks.common.one_model_command import OneModelCommand  # noqa: E402
 from benchmarks.common.results import write_json  # noqa: E402
-from benchmarks.common.row_runs import child_main, out_dir, run_rows, start_results, use_pyg_site  # noqa: E402
-from benchmarks.common.rows import pick_rows  # noqa: E402
-from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
-from benchmarks.e2e.rows import Row, _precheck, mps_prefix, parse_share  # noqa: E402
 from benchmarks.e2e.hetero import report as hetero_report  # noqa: E402
-
-_CPU = {"sampler_placement": "cpu", "gather": "cpu"}
-_ZC_GPU = {"sampler_placement": "gpu", "gather": "zerocopy"}
-_MPS = {"mode": "worker", "mps": True}
+from benchmarks.e2e.rows import Row, _precheck, mps_prefix, one_model_rows, parse_share  # noqa: E402
 
 #: Every row by name, in the report's order.
-ROWS: dict[str, Row] = {row.name: row for row in [
-    Row("pyg", "pyg", "PyG NeighborLoader over a HeteroData: worker processes (best of --pyg-workers), pin_memory, "
-        ".to(device, non_blocking=True)", needs_cuda=False),
-    Row("cpu", "ours", "CPU sampler threads + CPU gather, batch copied to the device", _CPU, needs_cuda=False),
-    Row("zc_gpu", "ours", "GPU sampler, zero-copy gather from host memory, no pipeline", _ZC_GPU),
-    Row("zc_gpu_mps", "ours", "GPU sampler, zero-copy gather, PipelineCallback worker + MPS", _ZC_GPU, pipeline=_MPS),
-    Row("model_only", "model_only", "the same kind of batches pre-staged in device memory: the compute bound",
-        needs_cuda=False),
-]}  # fmt: skip
+ROWS: dict[str, Row] = one_model_rows("NeighborLoader over a HeteroData")
 
 
-@dataclass(frozen=True)
-class Preset:
-    """Graph size, model, step counts and budgets of a named run; every field is also a command-line flag."""
+@dataclass(frozen=True, kw_only=True)
+class Preset(cli.OneModelPreset):
+    """The graph of a named run (its training and measuring: :class:`~benchmarks.common.cli.OneModelPreset`)."""
 
     papers: int
     authors: int
     institutions: int
     fields: int
     features: int
-    batch_size: int
-    num_neighbors: str
-    hidden: int
-    steps: int
-    warmup: int
-    val_every: int
-    val_batches: int
-    row_budget_s: float
-    row_timeout_s: float
-    configs: str
-    pyg_workers: str
-    threads: int
 
 
 PRESETS: dict[str, Preset] = {
     # about 10x ogbn-mag (736k papers, 1.13M authors, 8.7k institutions, 60k fields): 19.4M nodes, 3.8 GB of fp32
     # paper features; one GPU, features in host memory; fanouts and width of PyG's ogbn-mag example
-    "mag10x": Preset(7_363_890, 11_346_490, 87_400, 599_650, 128, 1024, "10,10", 64, 700, 60, 100, 8, 120.0, 900.0,
-                     "model_only,pyg,zc_gpu_mps,zc_gpu", "4,8,12", 0),  # fmt: skip
+    "mag10x": Preset(1024, "10,10", 64, 700, 60, 100, 8, 120.0, 900.0, "model_only,pyg,zc_gpu_mps,zc_gpu", "4,8,12", 0,
+                     papers=7_363_890, authors=11_346_490, institutions=87_400, fields=599_650, features=128),  # fmt: skip
     # ogbn-mag's own counts: the aim's "ogbn-mag-sized epoch" measured on a graph of that size (the learned embeddings
     # of the featureless types, updated every step, are 10x smaller than at mag10x); the graph fits the GPU too
-    "mag": Preset(736_389, 1_134_649, 8_740, 59_965, 128, 1024, "10,10", 64, 700, 60, 100, 8, 60.0, 600.0,
-                  "model_only,pyg,zc_gpu_mps", "4,8,12", 0),  # fmt: skip
+    "mag": Preset(1024, "10,10", 64, 700, 60, 100, 8, 60.0, 600.0, "model_only,pyg,zc_gpu_mps", "4,8,12", 0,
+                  papers=736_389, authors=1_134_649, institutions=8_740, fields=59_965, features=128),  # fmt: skip
     # CI: a tiny graph, CPU rows, one thread per row process (a shared two-core box)
-    "ci": Preset(3_000, 4_000, 60, 200, 16, 64, "5,5", 32, 16, 4, 8, 2, 30.0, 300.0, "pyg,cpu,model_only,zc_gpu", "0", 1),
+    "ci": Preset(64, "5,5", 32, 16, 4, 8, 2, 30.0, 300.0, "pyg,cpu,model_only,zc_gpu", "0", 1,
+                 papers=3_000, authors=4_000, institutions=60, fields=200, features=16),  # fmt: skip
 }
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.e2e.hetero", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
-    cli.add_run_arguments(p, PRESETS, "mag10x", "hetero", "re-render report.md from DIR/results.json")
+    p = COMMAND.parser(__doc__, "mag10x", "re-render report.md from DIR/results.json")
     p.add_argument("--prepare-only", action="store_true", help="draw and cache the graph, then stop")
     g = p.add_argument_group("graph (SyntheticHeteroGraph, MAG-shaped, cached under --cache-dir)")
     g.add_argument("--papers", type=int, help="papers (features, labels, splits)")
@@ -115,22 +88,15 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--conv", choices=("sage", "gat"), default="sage", help="HeteroNodeClassifier's conv (gat: R-GAT)")
     t.add_argument("--hidden", type=int, help="HeteroNodeClassifier width (layers: one per fanout)")
     cli.add_step_arguments(t)
-    t.add_argument("--target-acc", type=float, help="time-to-accuracy target (default: 95%% of the lowest best "
-                   "validation accuracy among the rows, decided when the report is written)")  # fmt: skip
-    cli.add_measuring_arguments(t, "NeighborLoader", stage_batches=64)
-    t.add_argument("--worker-sm-percent", type=parse_share, default=10, help="MPS rows: the pipeline worker's share of "
-                   "SMs, 1-99 or auto")  # fmt: skip
-    cli.add_child_arguments(p)
-    args = p.parse_args(argv)
-    cli.apply_preset(p, args, PRESETS, ("papers", "authors", "institutions", "fields", "features", "batch_size", "hidden",
-                                        "steps", "val_every", "val_batches", "classes"))  # fmt: skip
-    cli.parse_fanouts_and_rows(p, args, select_rows)
-    return args
+    cli.add_target_argument(t, "acc", "accuracy")
+    cli.add_measuring_arguments(t, "NeighborLoader", stage_batches=64, parse_share=parse_share)
+    return COMMAND.parse(p, argv, ("papers", "authors", "institutions", "fields", "features", "batch_size", "hidden",
+                                   "steps", "val_every", "val_batches", "classes"))  # fmt: skip
 
 
 def select_rows(configs: str) -> list[Row]:
     """The rows named in a comma-separated list (``all``: every row), in the order given."""
-    return pick_rows(configs, ROWS, "--configs")
+    return COMMAND.select_rows(configs)
 
 
 def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -157,43 +123,27 @@ def _prepare(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Prepare the graph, run every selected row in its own process, write the JSON and the report."""
-    rows = select_rows(args.configs)
-    use_pyg_site(args.pyg_site)  # the precheck here and every row's process import from it first
-    out = out_dir(args, "hetero")
-    results = start_results(args, rows, REPO_ROOT, "benchmarks.e2e.hetero", mag_epoch_steps=hetero_report.mag_epoch_steps())
-    start = time.monotonic()
+    rows, out, results, start = COMMAND.start(args, mag_epoch_steps=hetero_report.mag_epoch_steps())
     total = args.papers + args.authors + args.institutions + args.fields
     print(f"hetero: preparing the graph ({total:,} nodes, {args.papers:,} papers)", flush=True)
-    # in a process of its own: no CUDA context may outlive it before an MPS row starts
-    graph, why = run_script(__file__, ["--_run=prepare"], {"args": args}, os.path.join(out, "logs", "prepare.log"),
-                            max(args.row_timeout_s, 3600), REPO_ROOT)  # fmt: skip
-    if graph is None:
-        raise SystemExit(f"hetero: preparing the graph failed: {why}")
-    results["graph"] = graph
+    results["graph"] = graph = COMMAND.prepare_graph(args, out)
     print(f"hetero: {graph['num_nodes']} nodes, {sum(graph['num_edges'].values()):,} edges, splits {graph['splits']}", flush=True)
     if args.prepare_only:
         write_json(os.path.join(out, "results.json"), results, default=str)
         return results
-    run_rows(rows, args, results, out, start, script=__file__, repo_root=REPO_ROOT, label="hetero",
-             one_line=hetero_report.one_line, precheck=_precheck, prefix=lambda row: mps_prefix(args, row) if row.mps else None)  # fmt: skip
-    path = hetero_report.render(out)
-    print(f"hetero: wrote {os.path.basename(path)} in {out}", flush=True)
+    COMMAND.run_rows(rows, args, results, out, start)
     return results
 
 
+COMMAND = OneModelCommand(
+    label="hetero", module="benchmarks.e2e.hetero", script=__file__, repo_root=REPO_ROOT, rows=ROWS, presets=PRESETS,
+    prepare=_prepare, train_module="benchmarks.e2e.hetero.train", render=lambda out: [hetero_report.render(out)],
+    one_line=hetero_report.one_line, precheck=_precheck, prefix=mps_prefix,
+)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
-    args = parse_args(argv)
-    if args._spec:
-        child_main(args, ROWS, _prepare, "benchmarks.e2e.hetero.train")
-    elif args.list:
-        for row in ROWS.values():
-            print(f"{row.name:<12}{row.doc}")
-    elif args.report_only:
-        path = hetero_report.render(args.report_only)
-        print(f"hetero: wrote {os.path.basename(path)} in {args.report_only}")
-    else:
-        forward_stop_signals()
-        run(args)
+    COMMAND.main(parse_args(argv), run)
 
 
 if __name__ == "__main__":

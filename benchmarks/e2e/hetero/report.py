@@ -6,9 +6,7 @@ from typing import Any, Optional
 
 from benchmarks.common.results import read_results
 from benchmarks.e2e import one_model_report as parts
-from benchmarks.e2e.report import _fmt, _named, _pct
-from benchmarks.e2e.results import finished as _ok
-from benchmarks.e2e.results import time_to_target
+from benchmarks.e2e.report import _fmt, _named
 
 __all__ = ["MAG_BATCH", "MAG_TRAIN_PAPERS", "mag_epoch_steps", "one_line", "render", "target_acc"]
 
@@ -28,36 +26,16 @@ def target_acc(results: dict[str, Any]) -> Optional[float]:
 
 def one_line(run: dict[str, Any]) -> str:
     """A console line for one row."""
-    head = f"{run['row']:<12}"
-    if not _ok(run):
-        return parts.failed_line(run, head)
-    check = run.get("batch_check", {})
-    return (f"{head}{run['steps_per_s']:8.2f} steps/s  stall {_fmt(run.get('stall_frac'), '.1%')}  best val acc "
-            f"{_fmt(run.get('best_val_acc'), '.3f')}  MAG epoch {_fmt(run.get('mag_epoch_s'), '.1f')} s  batches checked "
-            f"{check.get('checked', 0)}{parts.check_words(check)}")  # fmt: skip
+    return parts.console_line(run, 12, lambda r: f"{r['steps_per_s']:8.2f} steps/s  stall {_fmt(r.get('stall_frac'), '.1%')}  "
+                              f"best val acc {_fmt(r.get('best_val_acc'), '.3f')}  MAG epoch {_fmt(r.get('mag_epoch_s'), '.1f')} s")  # fmt: skip
 
 
 def _table(results: dict[str, Any]) -> list[str]:
-    runs = {r["row"]: r for r in results.get("runs", [])}
-    target = target_acc(results)
-    rate = {name: r["steps_per_s"] for name, r in runs.items() if _ok(r)}
-    out = [f"Target validation accuracy: {_fmt(target, '.3f')}.", "",
-           "| row | steps/s | × PyG | × model-only | stall | host wait ms | step p50 / p99 ms | best val acc "
-           "| time to target s | ogbn-mag epoch s | setup s | batches checked |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name, r in runs.items():
-        if not _ok(r):
-            out.append(parts.failed_cells(name, r, 12))
-            continue
-        lat, checked = r.get("step_ms", []), parts.checked_cell(r.get("batch_check", {}))
-        ratio = lambda ref: parts.rate_ratio(r, rate, ref)  # noqa: E731
-        workers = f" ({r['pyg_workers']} workers)" if r.get("pyg_workers") is not None else ""
-        out.append("| " + " | ".join([
-            _named(r) + workers, f"{r['steps_per_s']:.2f}", ratio("pyg"), ratio("model_only"), _fmt(r.get("stall_frac"), ".1%"),
-            _fmt(r.get("wait_ms"), ".2f"), f"{_fmt(_pct(lat, 0.5), '.2f')} / {_fmt(_pct(lat, 0.99), '.2f')}",
-            _fmt(r.get("best_val_acc"), ".3f"), _fmt(time_to_target(r, target), ".1f"), _fmt(r.get("mag_epoch_s"), ".1f"),
-            _fmt(r.get("setup_s"), ".1f"), checked]) + " |")  # fmt: skip
-    return out + [""]
+    def name(r: dict[str, Any]) -> str:
+        return _named(r) + (f" ({r['pyg_workers']} workers)" if r.get("pyg_workers") is not None else "")
+
+    return parts.results_table(results, metric="acc", metric_words="accuracy", best="best_val_acc", target=target_acc(results),
+                               name=name, extra=[("ogbn-mag epoch s", lambda r: _fmt(r.get("mag_epoch_s"), ".1f"))])  # fmt: skip
 
 
 def write_report(results: dict[str, Any], out_dir: str) -> str:

@@ -16,32 +16,29 @@ import time
 from typing import Any
 
 import torch
-from pytorch_lightning.callbacks import Callback
 
+from benchmarks.common.measure import FirstBatchesCheck
 from benchmarks.common.pyg import fit_on_best_pyg_loader, pyg_sampling_backends
 from benchmarks.common.row_runs import guarded_row
 from benchmarks.common.rows import RowUnavailable
-from benchmarks.e2e.one_model import fit_one_model
+from benchmarks.e2e.one_model import fit_one_model, our_datamodule
 from benchmarks.e2e.rows import Row
 from benchmarks.e2e.hetero.report import mag_epoch_steps
 
 __all__ = ["HeteroBatchCheck", "build_dataset", "build_model", "hetero_data", "run_row"]
 
 
-class HeteroBatchCheck(Callback):
+class HeteroBatchCheck(FirstBatchesCheck):
     """The first ``count`` training batches against the dataset: every featured type's ``x`` equals the dataset's
     rows at its ``n_id``, the seeds are training ids of the input type with their labels, every edge type's local
     ids are in range of its endpoint types' rows."""
 
     def __init__(self, data: Any, count: int) -> None:
-        self.data, self.count = data, count
+        super().__init__(count)
+        self.data = data
         self.train = torch.sort(data.split("train")).values
-        self.result: dict[str, Any] = {"checked": 0, "ok": True, "problems": []}
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        step = trainer.global_step
-        if step >= self.count:
-            return
+    def check(self, step: int, batch: Any, pl_module: Any) -> None:
         problems, data = self.result["problems"], self.data
         for node_type, x in data.x.items():
             n_id = batch[node_type].n_id.cpu()
@@ -62,8 +59,6 @@ class HeteroBatchCheck(Callback):
             src, _, dst = edge_type
             if int(index[0].max()) >= batch[src].num_nodes or int(index[1].max()) >= batch[dst].num_nodes:
                 problems.append(f"step {step}: {'__'.join(edge_type)} edge_index out of range")
-        self.result["checked"] += 1
-        self.result["ok"] = not problems
 
 
 def run_row(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -107,15 +102,8 @@ def _run(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _datamodule(dataset: Any, args: Any, **data: Any) -> Any:
-    try:
-        from lightning_zerocopy import ZeroCopyHeteroDataModule
-    except ImportError as exc:
-        raise RowUnavailable(f"this build has no ZeroCopyHeteroDataModule ({exc})") from exc
-    try:
-        return ZeroCopyHeteroDataModule(dataset, num_neighbors=list(args.fanouts), batch_size=args.batch_size,
-                                        drop_last=True, seed=args.seed, **data)  # fmt: skip
-    except (TypeError, ValueError) as exc:  # an option this build does not have (e.g. a sampler placement)
-        raise RowUnavailable(f"ZeroCopyHeteroDataModule rejects {data}: {exc}") from exc
+    return our_datamodule("ZeroCopyHeteroDataModule", dataset, data, num_neighbors=list(args.fanouts),
+                          batch_size=args.batch_size, drop_last=True, seed=args.seed)  # fmt: skip
 
 
 def hetero_data(data: Any) -> Any:
