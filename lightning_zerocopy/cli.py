@@ -156,6 +156,11 @@ class ZeroCopyCLI(LightningCLI):
         and a saved ``metadata`` is kept as YAML writes it (lists; the model gets tuples)."""
         subcommand = self.config.get("subcommand")
         recipe = self.config.get(f"{subcommand}.model.class_path") if subcommand else None
+        path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if path and os.path.isfile(path):  # a damaged file is named as damaged (checkpoint_checks.py)
+            from lightning_zerocopy.checkpoint_checks import read_checkpoint
+
+            read_checkpoint(path)
         super()._parse_ckpt_path()
         if subcommand:
             check_checkpoint_class(str(self.config[subcommand].get("ckpt_path")),
@@ -174,6 +179,9 @@ class ZeroCopyCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, with a :class:`PredictionWriter` added for ``predict`` unless a writer is configured."""
         trainer = super().instantiate_trainer(**kwargs)
+        from lightning_zerocopy.run_guards import guard_the_run  # SIGTERM, output folders, plain ddp's rank watch
+
+        guard_the_run(trainer, str(self.subcommand))
         if self.subcommand == "predict" and not any(isinstance(c, BasePredictionWriter) for c in trainer.callbacks):
             from lightning_zerocopy.callbacks.predictions import PredictionWriter
 
@@ -190,6 +198,10 @@ class ZeroCopyCLI(LightningCLI):
         if config.get("ckpt_path") == "last":
             config["ckpt_path"] = path = find_last_checkpoint(self.trainer)
             check_checkpoint_class(f"last ({path})", saved_class_path(path), self.config[self.subcommand].get("model.class_path"))
+        if config.get("ckpt_path") and os.path.isfile(config["ckpt_path"]):  # damaged, or weights of another shape
+            from lightning_zerocopy.checkpoint_checks import check_checkpoint_fits
+
+            check_checkpoint_fits(config["ckpt_path"], self.model)
 
     def before_fit(self) -> None:
         self._resolve_last_checkpoint()
@@ -316,7 +328,8 @@ def main(args: ArgsType = None) -> None:
     Starts the MPS daemon first when the recipe asks for it (see the module docstring), then runs LightningCLI.
     A :class:`CommandError`, or an ``InputDataError`` raised while the subcommand ran (the dataset's content), is
     printed as one line (exit status 2); so is another rank's or the pipeline worker's death (exit status 1); a run
-    stopped by Ctrl-C exits with status 130. ``LZC_TRACEBACK=1`` raises the error instead.
+    stopped by Ctrl-C exits with status 130, one stopped by SIGTERM with 143 after saving the current step
+    (:mod:`lightning_zerocopy.preemption`). ``LZC_TRACEBACK=1`` raises the error instead.
     """
     _import_from_the_current_folder()
     if args is None:
@@ -331,16 +344,21 @@ def main(args: ArgsType = None) -> None:
 
         start_for_trainer(worker_percent)  # a DDP rank re-running this command joins its parent's daemon
     _watch_the_launch()
+    from lightning_zerocopy import preemption
+
+    preemption.install()  # SIGTERM: a checkpoint of the current step, then exit status 143 (preemption.py)
     try:
         cli = build_cli(args)
     except SystemExit as exc:
         # Lightning ends a run stopped by Ctrl-C with exit(1), raised while it handles the KeyboardInterrupt
         if exc.code == 1 and isinstance(exc.__context__, KeyboardInterrupt):
             raise SystemExit(INTERRUPTED_EXIT) from None
+        preemption.exit_if_preempted(exc)
         raise
     except Exception as exc:
         if traceback_requested():
             raise
+        preemption.exit_if_preempted(exc)
         if isinstance(exc, CommandError) or _is_input_data_error(exc):
             sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
             raise SystemExit(2) from None
@@ -350,6 +368,7 @@ def main(args: ArgsType = None) -> None:
                              f"({TRACEBACK_ENV}=1 shows the full traceback)\n")  # fmt: skip
             raise SystemExit(1) from None
         raise
+    preemption.RECORD.stopping = True  # the run finished: a SIGTERM from now on is only noted
     release_the_run(cli)
 
 
@@ -404,6 +423,6 @@ def _is_input_data_error(exc: BaseException) -> bool:
     started: the user's to fix, so one line, not a traceback."""
     # imported here: the module must not load the datasets (and torch) before MPS is started in main
     from lightning_zerocopy.datasets.base import InputDataError
-    from lightning_zerocopy.options import RecipeError
+    from lightning_zerocopy.options import RecipeError, RunEnvironmentError
 
-    return isinstance(exc, (InputDataError, RecipeError))
+    return isinstance(exc, (InputDataError, RecipeError, RunEnvironmentError))  # (/dev/shm too small, a full disk...)

@@ -20,6 +20,7 @@ __all__ = [
     "GatherMode",
     "NodeOrderKind",
     "RecipeError",
+    "RunEnvironmentError",
     "SamplerDevice",
     "SamplerPlacement",
     "check_choice",
@@ -29,6 +30,15 @@ __all__ = [
     "check_loader_options",
     "choices",
 ]
+
+class RunEnvironmentError(OSError):
+    """The machine cannot give the run what it needs: shared memory too small, an output folder that cannot be written,
+    a disk that fills up. The message says what is missing and the fix; the ``lightning-zerocopy`` command prints it
+    as one line and exits with status 2."""
+
+    def __str__(self) -> str:
+        return str(self.strerror) if self.strerror else super().__str__()
+
 
 class RecipeError(ValueError):
     """Settings that cannot work together, found when the run starts rather than when the recipe is read (e.g. a

@@ -5,6 +5,7 @@ while the rank it started is still starting stops that rank too, with Lightning'
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -161,3 +162,50 @@ def test_four_ranks_end_when_one_dies_and_leave_nothing(tmp_path: Path) -> None:
     assert any(f"rank 2 (pid {pids[2]}" in line and "stopping rank 0" in line for line in errors), output[-4000:]
     left = {n for n in (set(os.listdir("/dev/shm")) - before) if n.startswith("lzc-")}
     assert not left, left
+
+
+@pytest.mark.slow
+def test_a_rank_killed_under_lightnings_own_ddp_is_named_in_one_line(tmp_path: Path) -> None:
+    """``strategy: ddp`` (Lightning's DDPStrategy, gloo): through the command the lost rank is named as under
+    ``zerocopy_ddp`` (it was gloo's ``Connection reset by peer`` traceback, or Lightning's observer's SIGKILL)."""
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    proc = _start(tmp_path, "--trainer.devices=2", "--trainer.strategy=ddp")
+    markers = tmp_path / "markers"
+    for rank in (0, 1):
+        _wait_for(markers / f"training{rank}", proc)
+    victim = int((markers / "pid1").read_text())
+    os.kill(victim, signal.SIGKILL)
+    output = _finish(proc)
+    assert proc.returncode == 1, output[-4000:]
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"rank 1 (pid {victim}" in errors[0] and "stopping rank 0" in errors[0], output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    left = {n for n in (set(os.listdir("/dev/shm")) - before) if n.startswith("lzc-")}
+    assert not left, left
+
+
+@pytest.mark.slow
+def test_a_stopped_pipeline_worker_is_named_within_about_a_minute(tmp_path: Path) -> None:
+    """A worker stopped by SIGSTOP: the wait for its batch runs out after the derived limit (20 x the slowest build,
+    at least 60 s; it was a fixed 10 minutes), and the line names its pid and state."""
+    worker = '--trainer.callbacks+={"class_path": "lightning_zerocopy.callbacks.PipelineCallback", "init_args": {"mode": "worker"}}'
+    proc = _start(tmp_path, worker)
+    _wait_for(tmp_path / "markers" / "training0", proc)
+    worker_pid = json.loads((tmp_path / "markers" / "processes0.json").read_text())["worker_pid"]
+    os.kill(worker_pid, signal.SIGSTOP)
+    start = time.monotonic()
+    try:
+        output = proc.communicate(timeout=60 + SLACK_S)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        try:
+            os.kill(worker_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    took = time.monotonic() - start
+    assert proc.returncode == 1, output[-4000:]
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"the pipeline worker (pid {worker_pid}, state T (stopped)) did not deliver" in errors[0], output[-4000:]
+    assert 55 < took < 60 + SLACK_S, took

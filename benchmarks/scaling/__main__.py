@@ -157,7 +157,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
                          callbacks=callbacks)  # fmt: skip
     trainer.fit(model, datamodule=dm)
     decision = getattr(strategy, "cache_decision", None)
-    rows = None if decision is None else decision.rows_per_type  # a total for one node type (as the reports had)
+    rows = None if decision is None else decision.rows_per_type  # homogeneous: the one type's total, as reports had
     report = {
         "rank": trainer.global_rank,
         "slot": config.get("slot"),
@@ -168,7 +168,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         "cache_per_type": None if type_counts is None else type_counts.last,
         "policy": None if decision is None else decision.layout.policy,
         "note": None if decision is None else decision.layout.note,
-        "cached_rows": rows if rows is None or len(rows) > 1 else sum(rows.values()),
+        "cached_rows": rows if rows is None or args.graph == "hetero" else sum(rows.values()),
         "expected_hit_rate": None if decision is None else decision.expected_hit_rate,
         "steps_per_epoch": trainer.num_training_batches,
         "stall_frac": _mean([h.get("data/stall_frac") for h in telemetry.history[len(telemetry.history) // 2 :]]),

@@ -51,7 +51,7 @@ from benchmarks.scaling.knobs import parse_variants  # noqa: E402
 from benchmarks.scaling.phases import PHASES  # noqa: E402
 from benchmarks.scaling.report import topology  # noqa: E402
 
-__all__ = ["RunSpec", "build_plan", "main", "parse_diag_args", "run_estimate"]
+__all__ = ["RunSpec", "add_run_flags", "build_plan", "check_run_flags", "main", "parse_diag_args", "run_estimate"]
 
 _PATHS = ("worker", "off", "mps")
 
@@ -108,15 +108,9 @@ def _pipeline(path: str) -> str:
     return "worker" if path == "worker" else "off"
 
 
-def parse_diag_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.scaling.diag", description=__doc__.split("\n")[0])
-    p.add_argument("--plan", default="heavy-worker,heavy-off,pair,knobs,light-worker,light-off",
-                   help="run groups in priority order: <model>-<worker|off|mps>, pair[-<model>-<path>], knobs")
-    p.add_argument("--gpus", default="1,2", help="GPU counts of the <model>-<path> groups (the largest: pair, knobs)")
-    p.add_argument("--knobs", default="static_graph+gradient_as_bucket_view,torch_threads=4,"
-                   "nccl_max_ctas=2+nccl_min_ctas=1,worker_sm_percent=20",
-                   help="comma-separated knob variants, each one run (benchmarks/scaling/knobs.py)")
-    p.add_argument("--knob-base", default="heavy-worker", help="the <model>-<path> the knob runs vary")
+def add_run_flags(p: argparse.ArgumentParser, out: str, nccl_debug: int = 1) -> None:
+    """The flags of the runs themselves (phases, graph, model's data path, cache, time limits), shared by
+    ``benchmarks.scaling.diag`` and ``benchmarks.scaling.confirm``; :func:`check_run_flags` reads them."""
     p.add_argument("--phases", default="data,model", help=f"the measured epochs after the warm-up, of {PHASES}")
     p.add_argument("--phase-s", type=float, default=4.0, help="seconds each measured epoch takes (about)")
     p.add_argument("--ring-batches", type=int, default=16, help="batches staged on each GPU for the model phase")
@@ -127,7 +121,7 @@ def parse_diag_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--min-run-s", type=float, default=30.0, help="the least time a run is expected to need")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per run at most")
     p.add_argument("--prepare-timeout", type=float, default=240.0, help="seconds to draw and cache the graph")
-    p.add_argument("--nccl-debug", type=int, default=1, help="1: NCCL's set-up log per run, summed in 'nccl'")
+    p.add_argument("--nccl-debug", type=int, default=nccl_debug, help="1: NCCL's set-up log per run, summed in 'nccl'")
     for flag, kind, default in (("--num-nodes", int, 4_000_000), ("--avg-degree", int, 16), ("--features", int, 128),
                                 ("--batch-size", int, 1024), ("--budget", float, 0.1), ("--presample-batches", int, 16),
                                 ("--worker-sm-percent", int, 10), ("--seed", int, 0)):  # fmt: skip
@@ -137,15 +131,36 @@ def parse_diag_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--precision", default="bf16-mixed")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    p.add_argument("--out", default="results/scaling_diag.json")
+    p.add_argument("--out", default=out)
+
+
+def check_run_flags(args: argparse.Namespace) -> None:
+    """Sets ``args.phase_list`` from ``--phases``.
+
+    Raises:
+        ValueError: an unknown phase, or a model phase without a warm-up batch to stage (the message names the flag).
+    """
+    args.phase_list = [x.strip() for x in args.phases.split(",") if x.strip()]
+    if not args.phase_list or any(x not in PHASES for x in args.phase_list):
+        raise ValueError(f"--phases must name some of {PHASES}, got {args.phases!r}")
+    if "model" in args.phase_list and args.warmup_batches < 1:
+        raise ValueError("--warmup-batches must be >= 1: the warm-up fills the model phase's ring")
+
+
+def parse_diag_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.scaling.diag", description=__doc__.split("\n")[0])
+    p.add_argument("--plan", default="heavy-worker,heavy-off,pair,knobs,light-worker,light-off",
+                   help="run groups in priority order: <model>-<worker|off|mps>, pair[-<model>-<path>], knobs")
+    p.add_argument("--gpus", default="1,2", help="GPU counts of the <model>-<path> groups (the largest: pair, knobs)")
+    p.add_argument("--knobs", default="static_graph=0+gradient_as_bucket_view=0,torch_threads=4,"
+                   "nccl_max_ctas=2+nccl_min_ctas=1,worker_sm_percent=20",
+                   help="comma-separated knob variants, each one run (benchmarks/scaling/knobs.py)")
+    p.add_argument("--knob-base", default="heavy-worker", help="the <model>-<path> the knob runs vary")
+    add_run_flags(p, "results/scaling_diag.json")
     args = p.parse_args(argv)
     try:
         args.gpu_counts = sorted({int(g) for g in args.gpus.split(",") if g.strip()})
-        args.phase_list = [x.strip() for x in args.phases.split(",") if x.strip()]
-        if not args.phase_list or any(x not in PHASES for x in args.phase_list):
-            raise ValueError(f"--phases must name some of {PHASES}, got {args.phases!r}")
-        if "model" in args.phase_list and args.warmup_batches < 1:
-            raise ValueError("--warmup-batches must be >= 1: the warm-up fills the model phase's ring")
+        check_run_flags(args)
         args.runs = build_plan(args.plan, args.gpu_counts, args.knobs, args.knob_base)
     except ValueError as exc:
         p.error(str(exc))

@@ -7,6 +7,11 @@ that was runnable but lost its core: the sign of more runnable threads than core
 of all cores (``/proc/stat``) and the load average. Figures per epoch: ``cores`` (CPU seconds per wall second, so
 1.0 is one core kept busy), ``involuntary_per_s``, ``threads``, the busiest threads by name, and the machine's
 ``busy_cores`` over ``cpu_count``. Linux only; elsewhere the figures are empty.
+
+For the process's main thread (the one that launches the step's kernels) also ``main_runqueue_ms_per_s``, the time it
+was runnable but waited for a core (``/proc/.../schedstat``: contention inside this machine), and ``main_cpu``, the
+core it last ran on; for the machine ``steal_cores``, the cores' time the hypervisor gave to others while they had
+work (``/proc/stat``'s steal: contention outside a virtual machine, which no setting of the run changes).
 """
 
 from __future__ import annotations
@@ -58,8 +63,11 @@ def read_process(pid: int) -> Optional[dict[str, Any]]:
         name = (_read(f"/proc/{pid}/task/{tid}/comm") or "?").strip()
         cpu = (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
         threads[int(tid)] = (name, cpu, _involuntary(_read(f"/proc/{pid}/task/{tid}/status")))
+    main = _read(f"/proc/{pid}/task/{pid}/schedstat")
+    main_stat = _read(f"/proc/{pid}/task/{pid}/stat")
     return {"cpu_s": sum(t[1] for t in threads.values()), "involuntary": sum(t[2] for t in threads.values()),
-            "threads": threads}  # fmt: skip
+            "threads": threads, "main_runqueue_s": int(main.split()[1]) / 1e9 if main and len(main.split()) > 1 else None,
+            "main_cpu": int(_stat_fields(main_stat)[36]) if main_stat and len(_stat_fields(main_stat)) > 36 else None}  # fmt: skip
 
 
 def process_tree(root: int, skip: Callable[[str], bool]) -> dict[int, str]:
@@ -108,16 +116,17 @@ def _role(pid: int, cmd: str) -> str:
     return "other"
 
 
-def _system() -> tuple[float, float, str]:
-    """Busy and total jiffies of all cores (``/proc/stat``) and the load average."""
-    busy = total = 0.0
+def _system() -> tuple[float, float, str, float]:
+    """Busy and total jiffies of all cores (``/proc/stat``), the load average and the steal jiffies."""
+    busy = total = steal = 0.0
     for line in (_read("/proc/stat") or "").splitlines():
         if line.startswith("cpu "):
             values = [float(v) for v in line.split()[1:]]
-            total = sum(values)
+            total = sum(values[:8])  # user .. steal (guest time is inside user)
             busy = total - values[3] - (values[4] if len(values) > 4 else 0.0)  # minus idle and iowait
+            steal = values[7] if len(values) > 7 else 0.0
             break
-    return busy, total, (_read("/proc/loadavg") or "").strip()
+    return busy, total, (_read("/proc/loadavg") or "").strip(), steal
 
 
 def thread_settings(sampler_threads: Optional[int]) -> dict[str, Any]:
@@ -148,9 +157,9 @@ class HostLoad(pl.Callback):
         self.phase_of, self.is_rank, self.skip_phase, self.top = phase_of, is_rank, skip_phase, top
         self.include_mps = include_mps
         self.phases: dict[str, dict[str, Any]] = {}
-        self._start: Optional[tuple[float, dict[int, Any], dict[int, str], tuple[float, float, str]]] = None
+        self._start: Optional[tuple[float, dict[int, Any], dict[int, str], tuple[float, float, str, float]]] = None
 
-    def _snapshot(self) -> tuple[float, dict[int, Any], dict[int, str], tuple[float, float, str]]:
+    def _snapshot(self) -> tuple[float, dict[int, Any], dict[int, str], tuple[float, float, str, float]]:
         tree = process_tree(os.getpid(), self.is_rank)
         if self.include_mps:  # the MPS control daemon and server are no one's children (the daemon detaches)
             tree.update({pid: f"{name} (mps)" for pid, name in mps_pids().items() if pid not in tree})
@@ -169,8 +178,8 @@ class HostLoad(pl.Callback):
         """The epoch's closing reading and its figures (called by :meth:`closer`'s callback)."""
         if self._start is None:
             return
-        t0, before, _, (busy0, total0, _) = self._start
-        t1, after, tree, (busy1, total1, load) = self._snapshot()
+        t0, before, _, (busy0, total0, _, steal0) = self._start
+        t1, after, tree, (busy1, total1, load, steal1) = self._snapshot()
         wall = max(t1 - t0, 1e-9)
         processes = []
         for pid, now in after.items():
@@ -182,15 +191,18 @@ class HostLoad(pl.Callback):
                 earlier = then["threads"].get(tid)
                 busiest.append((cpu - (earlier[1] if earlier else 0.0), name))
             busiest.sort(reverse=True)
+            waited = (now.get("main_runqueue_s"), then.get("main_runqueue_s"))
             processes.append({"pid": pid, "role": _role(pid, tree.get(pid, "")), "threads": len(now["threads"]),
                               "cores": round((now["cpu_s"] - then["cpu_s"]) / wall, 3),
                               "involuntary_per_s": round((now["involuntary"] - then["involuntary"]) / wall, 1),
+                              "main_runqueue_ms_per_s": None if None in waited else round(1e3 * (waited[0] - waited[1]) / wall, 2),
+                              "main_cpu": now.get("main_cpu"),
                               "busiest_threads": [[name, round(cpu / wall, 3)] for cpu, name in busiest[: self.top]]})  # fmt: skip
         cpus = os.cpu_count() or 1
-        busy = (busy1 - busy0) / max(total1 - total0, 1e-9) * cpus
+        jiffies = max(total1 - total0, 1e-9)
         self.phases[self.phase_of(trainer.current_epoch)] = {
-            "wall_s": round(wall, 3), "processes": processes, "machine_busy_cores": round(busy, 2),
-            "cpu_count": cpus, "loadavg": load,
+            "wall_s": round(wall, 3), "processes": processes, "machine_busy_cores": round((busy1 - busy0) / jiffies * cpus, 2),
+            "steal_cores": round((steal1 - steal0) / jiffies * cpus, 3), "cpu_count": cpus, "loadavg": load,
         }  # fmt: skip
 
 

@@ -67,7 +67,9 @@ class PipelineCallback(Callback):
             limited to ``worker_sm_percent`` % of the SMs, while training keeps the whole GPU (no daemon, no
             second process). Needs a PyTorch whose ``GreenContext`` has ``Stream()``; warns once and runs
             without the share otherwise. ``mode="auto"`` then means ``in_process``.
-        timeout: seconds to wait for one batch from a live producer before raising.
+        timeout: seconds to wait for one batch from a live producer before raising; ``None`` (default): 20 times the
+            slowest batch built so far, at least 60 s (600 s before the first batch), so a frozen worker is named
+            within about a minute with its pid and state (:mod:`~lightning_zerocopy.pipeline.batch_timeout`).
         copy_stages: loaders whose batches are handed over as copies instead of views of their slot. Default
             ``("predict",)``: ``predict_step`` outputs are collected by Lightning and often contain batch fields
             (``batch.n_id``), which a view would let the next batch overwrite.
@@ -98,7 +100,7 @@ class PipelineCallback(Callback):
         depth: int = 2,
         mps: bool = False,
         worker_sm_percent: Union[int, Literal["auto"]] = DEFAULT_WORKER_SM_PERCENT,
-        timeout: float = 600.0,
+        timeout: Optional[float] = None,
         copy_stages: Sequence[str] = ("predict",),
         lookahead: bool = True,
         green_context: bool = False,

@@ -41,6 +41,7 @@ each node appears once (a distributed plan pads the ranks' shares by repeating n
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections import deque
@@ -52,6 +53,9 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from pytorch_lightning.utilities import rank_zero_info
+
+from lightning_zerocopy.options import RunEnvironmentError
+from lightning_zerocopy.outputs import check_output_folder
 
 __all__ = ["PredictionWriter", "edge_predictions", "link_edge_type", "seed_node_type", "seed_predictions"]
 
@@ -199,6 +203,16 @@ class PredictionWriter(BasePredictionWriter):
         self._edge_type: Optional[str] = None  # the supervised edge type of heterogeneous link batches
         self._node_batches = 0  # node batches of this epoch
 
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Before anything is predicted: the destination folder can be written, and the file's name is no folder."""
+        if stage != "predict" or not trainer.is_global_zero:
+            return
+        key = "PredictionWriter's output_dir" if self.output_dir else "trainer.default_root_dir"
+        folder = check_output_folder(self.output_dir or trainer.log_dir or trainer.default_root_dir, key)
+        if (folder / self.filename).is_dir():
+            raise RunEnvironmentError(errno.EISDIR, f"{folder / self.filename} is a folder: the predictions file cannot "
+                                      f"be written there; move it, or set {key} elsewhere")  # fmt: skip
+
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._ids, self._logits, self._landing, self._edges = [], [], deque(), []
         self._node_type, self._node_batches, self._edge_type = None, 0, None
@@ -271,8 +285,7 @@ class PredictionWriter(BasePredictionWriter):
         stem = self.filename[: -len(".npz")]
         part = folder / f"{stem}.rank{trainer.global_rank}.npz"
         folder.mkdir(parents=True, exist_ok=True)
-        np.savez(_tmp(part), **columns)
-        os.replace(_tmp(part), part)
+        _write_npz(part, columns)
         trainer.strategy.barrier("lightning_zerocopy.predictions")
         if trainer.global_rank != 0:
             return
@@ -314,8 +327,7 @@ def _save_columns(path: Path, shares: list[dict[str, np.ndarray]]) -> tuple[Path
     if edge_type is not None:
         columns["edge_type"] = np.asarray(edge_type)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(_tmp(path), **columns)
-    os.replace(_tmp(path), path)
+    _write_npz(path, columns)
     return path, f"{len(first)} scored edges"
 
 
@@ -353,6 +365,17 @@ def _save(path: Path, ids: list[np.ndarray], logits: list[np.ndarray], node_type
         pred, prob = np.empty(0, np.int64), np.empty(0, np.float32)
     path.parent.mkdir(parents=True, exist_ok=True)
     typed = {} if node_type is None else {"node_type": np.asarray(node_type)}
-    np.savez(_tmp(path), node_id=all_ids, logits=all_logits, pred=pred.astype(np.int64), prob=prob, **typed)
-    os.replace(_tmp(path), path)
+    _write_npz(path, dict(node_id=all_ids, logits=all_logits, pred=pred.astype(np.int64), prob=prob, **typed))
     return path
+
+
+def _write_npz(path: Path, columns: dict[str, np.ndarray]) -> None:
+    """``np.savez`` into a file beside ``path``, renamed onto it once complete; on a write error (a full disk, a folder
+    in the way) the partial file is removed and one line says what failed."""
+    try:
+        np.savez(_tmp(path), **columns)
+        os.replace(_tmp(path), path)
+    except OSError as exc:
+        _tmp(path).unlink(missing_ok=True)
+        raise RunEnvironmentError(exc.errno or errno.EIO, f"writing the predictions to {path} failed "
+                                  f"({exc.strerror or exc}); nothing was written there") from exc  # fmt: skip

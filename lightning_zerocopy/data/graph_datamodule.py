@@ -44,10 +44,12 @@ from lightning_zerocopy.data.host.prepare import prepare_disk_caches
 from lightning_zerocopy.data.host.share import exchange_handles
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import SPLIT_STREAMS
+from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit, run_failed
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
 from lightning_zerocopy.data.tasks import LinkTask, NodeTask
+from lightning_zerocopy.data.x_dtype_precision import check_x_dtype_fits_precision
 from lightning_zerocopy.datasets.splits import check_trainable
 from lightning_zerocopy.graph.schema import NODE, GraphSchema
 from lightning_zerocopy.options import (
@@ -127,6 +129,7 @@ class GraphDataModule(pl.LightningDataModule):
             dataset, feature_storage, node_order, _KEY + "dataset", check_features, _KEY + "check_features: false",
             feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype", allow_split_overlap=self.allow_split_overlap,
             overlap_opt_out=_KEY + "allow_split_overlap: true", link=task.link, typed=schema.is_typed,
+            x_dtype=x_dtype, x_dtype_key=_KEY + "x_dtype",
         )  # fmt: skip
         self._loader_factory: Optional[LoaderFactory] = None
 
@@ -160,7 +163,10 @@ class GraphDataModule(pl.LightningDataModule):
         if trainer is not None:
             self.check_consumers(trainer)
         self._gpu_options(fresh=True)  # a GPU option on a CPU trainer fails before any data is built
+        if trainer is not None:  # so does an x dtype the model cannot take
+            check_x_dtype_fits_precision(self.x_dtype, self.feature_dtype, trainer.precision, _KEY)
         rank, local_rank, world_size = self._ranks()
+        destroy_process_group_at_exit()  # a gloo group left to the interpreter's teardown could abort the exit
         created = self._host_copy.share() if local_rank == 0 else None
         try:
             handles = exchange_handles(created, rank, local_rank, world_size)
@@ -192,6 +198,7 @@ class GraphDataModule(pl.LightningDataModule):
 
     @override
     def on_exception(self, exception: BaseException) -> None:
+        run_failed(exception)  # (data/process_group_exit.py)
         self._release()
 
     @override

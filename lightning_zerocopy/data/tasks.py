@@ -24,7 +24,10 @@ from lightning_zerocopy.data.link_plan import LinkBatchPlan
 from lightning_zerocopy.data.negatives import NegativeDraws, NegativeSampling
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import HostData
+from lightning_zerocopy.datasets.base import InputDataError
+from lightning_zerocopy.datasets.link_checks import check_batch_labels
 from lightning_zerocopy.datasets.links import LinkSplit
+from lightning_zerocopy.datasets.splits import SplitError
 from lightning_zerocopy.graph.schema import EDGE, EdgeType
 
 Split = str  # "train" | "val" | "test" | "predict"
@@ -130,7 +133,7 @@ class LinkTask:
         link = self.splits[name]
         is_train = split == "train"
         fixed = None if is_train else link.neg_edge_index
-        return LinkBatchPlan(
+        plan = LinkBatchPlan(
             link.pos_edge_index,
             dm.batch_size if is_train else dm.eval_batch_size,
             negatives=None if split == "predict" else self.negatives,
@@ -147,6 +150,12 @@ class LinkTask:
             split=name,
             **self._endpoints(dm),
         )
+        try:  # the labels that reach the batches, whatever form the split came in (a PyG RandomLinkSplit's: shifted)
+            check_batch_labels(name, dm.dataset.split_source(name), plan.edge_label, plan.pos_edge_index,
+                               shifted=plan.edge_label is not link.edge_label)  # fmt: skip
+        except SplitError as exc:
+            raise InputDataError(f"{_KEY}dataset ({type(dm.dataset).__name__}): {exc}") from exc
+        return plan
 
 
 def degree(host: HostData, edge_type: EdgeType, endpoint: int) -> torch.Tensor:

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -26,6 +25,8 @@ from typing import Any, Callable, Optional
 import torch
 from tqdm.auto import tqdm
 
+from lightning_zerocopy.datasets.cache_builds import build_folder, sweep_abandoned_builds
+from lightning_zerocopy.datasets.fingerprint import FINGERPRINT_KEY, changed_file, fingerprint_folder
 from lightning_zerocopy.graph.shared_memory import open_npy_memmap
 
 #: Environment variable that overrides the default cache root.
@@ -231,9 +232,11 @@ class ArrayCache:
         if self.exists():
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
+        sweep_abandoned_builds(self.path)  # the temporary folders of killed builds of this cache
+        tmp = build_folder(self.path)
         try:
             meta = write(tmp)
+            meta = {**meta, FINGERPRINT_KEY: fingerprint_folder(tmp)}  # checked when a file is opened
             with open(tmp / self.META, "w", encoding="utf-8") as f:
                 json.dump(meta, f, indent=2, sort_keys=True)
             try:
@@ -252,16 +255,30 @@ class ArrayCache:
         """Array ``name`` as a tensor over a copy-on-write memory map (nothing is read until touched).
 
         Raises:
-            DatasetFileError: the file is missing, truncated or not an ``.npy`` file (the message says to delete
-                the cache directory).
+            DatasetFileError: the file is missing, truncated, not an ``.npy`` file, or no longer matches the
+                fingerprint recorded at build (:mod:`~lightning_zerocopy.datasets.fingerprint`); the message says to
+                delete the cache directory.
         """
-        path = self.file(name)
-        if not path.is_file():
-            raise DatasetFileError(path, f"is missing: {self._damaged}")
+        path = self.verify(name)
         try:
             return open_npy_memmap(path)
         except (ValueError, OSError, EOFError) as exc:
             raise DatasetFileError(path, f"cannot be opened ({exc}): {self._damaged}") from exc
+
+    def verify(self, name: str) -> Path:
+        """The file of array ``name``, checked against the fingerprint its build recorded (caches built before
+        fingerprints existed have none: only its presence is checked).
+
+        Raises:
+            DatasetFileError: the file is missing or has changed since the build (naming it and the fix).
+        """
+        path = self.file(name)
+        if not path.is_file():
+            raise DatasetFileError(path, f"is missing: {self._damaged}")
+        changed = changed_file(path, self.meta().get(FINGERPRINT_KEY, {}).get(path.name))
+        if changed is not None:
+            raise DatasetFileError(path, f"{changed}: {self._damaged}")
+        return path
 
     def has(self, name: str) -> bool:
         return self.file(name).is_file()

@@ -10,10 +10,13 @@ loaded CPU cores: 20M edges against 1M pairs in 0.6 s (8.4 s with binary search 
 out of range, an ``edge_label`` other than 0 or 1, or a positive edge among the fixed negatives of its split, and
 warns when a val/test positive is still in the message-passing graph (it leaks the answer into the edge's own
 neighborhood) and when a split repeats a supervision edge or holds self-loops (counts and an example of each).
+:func:`check_batch_labels` checks the labels once more as a split's batches carry them (after the shift by 1 that a
+split with negatives gets when its labels hold a 0), whatever form the split came in.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Mapping, Optional
 
 import torch
@@ -22,7 +25,7 @@ from lightning_zerocopy.datasets.base import progress_bar
 from lightning_zerocopy.datasets.links import LinkData
 from lightning_zerocopy.datasets.splits import SplitError, _count, _examples
 
-__all__ = ["PairSet", "check_link_splits", "pair_keys", "pairs_in"]
+__all__ = ["PairSet", "check_batch_labels", "check_link_splits", "pair_keys", "pairs_in"]
 
 #: Pairs looked up per chunk (16M pairs: ~400 MB of temporaries at most).
 CHUNK = 1 << 24
@@ -147,6 +150,28 @@ def _check_labels(name: str, source: str, split) -> None:  # noqa: ANN001  (a Li
             f"edge) or 0 (none); {_count(where.numel(), 'label')} of this split {'is' if where.numel() == 1 else 'are'}"
             " neither",
         )
+
+
+def check_batch_labels(name: str, source: str, labels: Optional[torch.Tensor], pos_edge_index: torch.Tensor,
+                       shifted: bool) -> None:  # fmt: skip
+    """The labels of a split's positives as its batches carry them are 0 or 1.
+
+    ``labels`` are those the batch plan hands on; ``shifted``: they are the split's own labels + 1 (PyG's
+    ``LinkNeighborLoader`` convention for binary negatives when the labels hold a 0). A split made by PyG's
+    ``RandomLinkSplit`` arrives with its labels less PyG's own + 1, so a bad label (a 2 among its 1s) passed the
+    split's check as a 1 among 0s, and reached the batches as 2 again.
+
+    Raises:
+        SplitError: naming the first such label as the batches carry it.
+    """
+    try:
+        _check_labels(name, source, SimpleNamespace(edge_label=labels, pos_edge_index=pos_edge_index))
+    except SplitError as exc:
+        if not shifted:
+            raise
+        raise SplitError(name, source, f"{exc.problem}, as its batches carry the labels: they are the split's own "
+                         "labels + 1, as PyG's LinkNeighborLoader shifts labels that hold a 0 when there are negatives "
+                         "(RandomLinkSplit's positives are 1, or the graph's own edge_label + 1)") from None
 
 
 def _repeats(keys: torch.Tensor, group: Optional[int] = None) -> torch.Tensor:

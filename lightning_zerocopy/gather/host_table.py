@@ -6,7 +6,9 @@ the parallel CPU kernel into an optional preallocated (e.g. pinned) buffer.
 
 The table may store ``bfloat16`` or ``float16`` rows of a ``float32`` dataset (``HostFeatureTable.share(x,
 dtype=...)``, :func:`cast_rows_into`): half the host memory and half the bytes every gather moves over PCIe. The
-cast happens once, when the table is built.
+cast happens once, when the table is built; a finite value it cannot hold is refused (:class:`FeatureOverflowError`),
+and values it turns into 0 or subnormal ones are counted (:mod:`~lightning_zerocopy.gather.precision_loss`).
+:func:`check_fits_dtype` runs the same checks for a cast made later, per batch (``x_dtype``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from lightning_zerocopy.graph.shared_memory import (
     create_shared_tensor,
     share_tensor,
 )
+from lightning_zerocopy.gather.precision_loss import FeatureRangeError, PrecisionLoss
 from lightning_zerocopy.options import FeatureDtype, check_choice
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "HostFeatureTable",
     "cast_chunk_into",
     "cast_rows_into",
+    "check_fits_dtype",
     "feature_dtype_name",
     "feature_dtype_of",
 ]
@@ -62,7 +66,7 @@ def feature_dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-class FeatureOverflowError(ValueError):
+class FeatureOverflowError(FeatureRangeError):
     """A finite feature value does not fit the dtype the table is cast to (e.g. above 65504 for ``float16``).
 
     Attributes:
@@ -89,6 +93,8 @@ def cast_rows_into(
         ValueError: the shapes differ.
         FeatureOverflowError: a finite value of ``src`` becomes infinite in ``out``'s dtype (named by node and
             column, and ``key``, the setting that chose the dtype). NaN or infinity already in ``src`` is copied.
+        FeatureUnderflowError: more than :data:`~lightning_zerocopy.gather.precision_loss.REFUSE_SHARE` of the
+            nonzero values become 0 or subnormal (fewer, some of them 0: a warning with the count).
     """
     if src.shape != out.shape:
         raise ValueError(f"cannot cast {what} of shape {tuple(src.shape)} into {tuple(out.shape)}")
@@ -96,19 +102,44 @@ def cast_rows_into(
         return out
     rows = max(1, _CAST_CHUNK_BYTES // max(1, src[0].numel() * src.element_size()))
     desc = f"casting {what} to {feature_dtype_name(out.dtype)}"
+    loss = PrecisionLoss()
     with tqdm(total=src.shape[0], desc=desc, unit="rows", unit_scale=True, delay=1.0, leave=False) as bar:
         for start in range(0, src.shape[0], rows):
             stop = min(start + rows, src.shape[0])
-            cast_chunk_into(src[start:stop], out[start:stop], start, what, key)
+            cast_chunk_into(src[start:stop], out[start:stop], start, what, key, loss)
             bar.update(stop - start)
+    loss.check(what, out.dtype, key)
     return out
 
 
-def cast_chunk_into(src: torch.Tensor, out: torch.Tensor, first_row: int, what: str, key: str) -> None:
-    """One chunk of :func:`cast_rows_into`: rows ``first_row, ...`` of the table (for the error's node id)."""
+def check_fits_dtype(x: torch.Tensor, dtype: torch.dtype, what: str, key: str) -> None:
+    """Whether ``dtype`` holds the values of ``x`` as :func:`cast_rows_into` would cast them (in chunks, through a
+    scratch buffer): for a cast made later, e.g. each batch's ``x`` cast to ``x_dtype`` where it is built.
+
+    Raises:
+        FeatureOverflowError, FeatureUnderflowError: as :func:`cast_rows_into` (naming ``key``).
+    """
+    if not x.is_floating_point() or x.dtype == dtype or dtype == torch.float32 or x.numel() == 0:
+        return
+    flat = x.reshape(x.shape[0], -1)
+    rows = max(1, _CAST_CHUNK_BYTES // max(1, flat.shape[1] * flat.element_size()))
+    scratch = torch.empty((min(rows, flat.shape[0]), flat.shape[1]), dtype=dtype)
+    loss = PrecisionLoss()
+    for start in range(0, flat.shape[0], rows):
+        chunk = flat[start : start + rows]
+        cast_chunk_into(chunk, scratch[: chunk.shape[0]], start, what, key, loss)
+    loss.check(what, dtype, key)
+
+
+def cast_chunk_into(src: torch.Tensor, out: torch.Tensor, first_row: int, what: str, key: str,
+                    loss: Optional[PrecisionLoss] = None) -> None:  # fmt: skip
+    """One chunk of :func:`cast_rows_into`: rows ``first_row, ...`` of the table (for the error's node id); what it
+    turns into 0 or subnormal values is counted into ``loss`` (checked by the caller once every chunk is cast)."""
     out.copy_(src)
     if out.dtype == torch.float32 or not src.is_floating_point() or src.dtype == out.dtype:
         return  # nothing overflows float32 (or a copy)
+    if loss is not None:
+        loss.count(src, out, first_row)
     bad = ~torch.isfinite(out)
     if not bool(bad.any()):
         return

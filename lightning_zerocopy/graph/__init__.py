@@ -8,7 +8,6 @@ from lightning_zerocopy.graph.shared_memory import (
     NpyTensorHandle,
     SharedTensorHandle,
     TensorHandle,
-    cleanup_stale_segments,
     create_shared_tensor,
     mapped_footprint,
     open_npy_memmap,
@@ -16,6 +15,7 @@ from lightning_zerocopy.graph.shared_memory import (
     share_tensor,
     shared_memory_dir,
 )
+from lightning_zerocopy.graph.stale_segments import cleanup_stale_segments
 
 __all__ = [
     "CSCGraph",

@@ -6,7 +6,9 @@ every local process has mapped the segment, about 0.16 s on a 500k-node graph) t
 job's :func:`~lightning_zerocopy.graph.shared_memory.cleanup_stale_segments` runs.
 
 Each process that creates segments starts one guardian on its first segment: a small Python process (standard
-library only, in its own session so that Ctrl-C and terminal hang-ups do not reach it) that reads the creator's
+library only, in its own session so that Ctrl-C and terminal hang-ups do not reach it; it ignores SIGINT and SIGTERM,
+which a scheduler sends to every process of a job it pre-empts, while its creator may still hold named segments) that
+reads the creator's
 notes through a pipe -- ``+path`` before a segment is created, ``-path`` after it was unlinked -- and, when the
 pipe reaches end-of-file (the creator exited or died: the kernel closes its end either way), unlinks every path
 still noted. A segment is noted before its file exists, so no instant is left uncovered. A forked child does not
@@ -91,6 +93,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def _watch() -> None:
     """The guardian's loop: note paths until end-of-file, then unlink those still noted."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # it ends at end-of-file, after its creator
     noted: set[str] = set()
     driver_pids: set[int] = set()
     pending = b""

@@ -16,7 +16,9 @@ Lifecycle (what the DataModule does across DDP ranks):
 A crash between steps 1 and 3 would leave a file behind: each creating process has a guardian process
 (:mod:`~lightning_zerocopy.graph.segment_guardian`) that unlinks the creator's segments still named when the
 creator dies, however it dies. Names also carry the creator's pid (``lzc-<pid>-<uuid>-<name>``), so
-:func:`cleanup_stale_segments` removes the files of dead creators should the guardian have been killed too.
+:func:`~lightning_zerocopy.graph.stale_segments.cleanup_stale_segments` removes the files of dead creators should the
+guardian have been killed too. Where segments live, and the errors for a folder that cannot hold them:
+:mod:`~lightning_zerocopy.graph.shm_dir`.
 
 ``multiprocessing.shared_memory`` is deliberately not used: on Python 3.11/3.12 its resource tracker unlinks
 segments when the creating process exits, behind the back of the processes still using them.
@@ -31,7 +33,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,14 +42,16 @@ import numpy as np
 import torch
 
 from lightning_zerocopy.graph import segment_guardian
+from lightning_zerocopy.graph.shm_dir import SHM_DIR_ENV, SharedMemoryFullError, no_room, shared_memory_dir
 
 __all__ = [
     "SEGMENT_PREFIX",
+    "SEGMENT_RE",
     "SHM_DIR_ENV",
     "NpyTensorHandle",
+    "SharedMemoryFullError",
     "SharedTensorHandle",
     "TensorHandle",
-    "cleanup_stale_segments",
     "create_shared_tensor",
     "mapped_footprint",
     "open_npy_memmap",
@@ -59,31 +62,11 @@ __all__ = [
 
 #: Every segment file name starts with this prefix, then the creator's pid.
 SEGMENT_PREFIX = "lzc"
-#: Environment variable naming the directory for segments (default ``/dev/shm``).
-SHM_DIR_ENV = "LZC_SHM_DIR"
-
-_SEGMENT_RE = re.compile(rf"^{SEGMENT_PREFIX}-(\d+)-[0-9a-f]{{32}}(-.*)?$")
+#: A segment's file name: the creator's pid is group 1.
+SEGMENT_RE = re.compile(rf"^{SEGMENT_PREFIX}-(\d+)-[0-9a-f]{{32}}(-.*)?$")
 #: Copies above this many bytes show a progress bar.
 _PROGRESS_BYTES = 512 * 1024 * 1024
 _COPY_CHUNK_BYTES = 64 * 1024 * 1024
-
-
-def shared_memory_dir(directory: Union[str, os.PathLike, None] = None) -> Path:
-    """The directory that holds shared segments.
-
-    ``directory`` if given, else ``$LZC_SHM_DIR``, else ``/dev/shm``, else (machines without ``/dev/shm``,
-    e.g. macOS) ``<tmpdir>/lzc-shm``, which is file-backed rather than memory-backed.
-    """
-    if directory is not None:
-        path = Path(directory)
-    elif os.environ.get(SHM_DIR_ENV):
-        path = Path(os.environ[SHM_DIR_ENV])
-    elif os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        path = Path("/dev/shm")
-    else:
-        path = Path(tempfile.gettempdir()) / "lzc-shm"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -201,8 +184,9 @@ def create_shared_tensor(
 ) -> tuple[torch.Tensor, SharedTensorHandle]:
     """Create an uninitialised shared tensor and its handle.
 
-    The memory is reserved up front (``posix_fallocate``), so a full ``/dev/shm`` raises ``OSError`` here
-    instead of killing the process with SIGBUS on first write.
+    The memory is reserved up front (``posix_fallocate``), so a full ``/dev/shm`` raises
+    :class:`~lightning_zerocopy.graph.shm_dir.SharedMemoryFullError` here (naming the bytes needed and free) instead
+    of killing the process with SIGBUS on first write.
 
     Args:
         shape: tensor shape.
@@ -226,11 +210,7 @@ def create_shared_tensor(
                 os.posix_fallocate(fd, 0, nbytes)
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EFBIG):
-                    raise OSError(
-                        exc.errno,
-                        f"no room for a {nbytes / 2**30:.2f} GiB shared tensor in {os.path.dirname(handle.path)} "
-                        f"(set ${SHM_DIR_ENV} to a larger memory-backed directory or enlarge /dev/shm)",
-                    ) from exc
+                    raise no_room(nbytes, handle.path, exc) from exc  # one line: needed, free, the fix
                 os.ftruncate(fd, nbytes)  # filesystems without fallocate
     except BaseException:
         os.close(fd)
@@ -289,41 +269,6 @@ def share_tensor(
         handle.unlink()
         raise
     return shared, handle
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def cleanup_stale_segments(directory: Union[str, os.PathLike, None] = None) -> list[str]:
-    """Unlink the segments whose creator process is no longer alive.
-
-    Only files named ``lzc-<pid>-<uuid>[-name]`` are considered. A creator is judged by its pid on this
-    machine (and pid namespace); call this at job start, before creating segments.
-
-    Returns:
-        The paths removed.
-    """
-    root = shared_memory_dir(directory)
-    removed = []
-    for entry in os.scandir(root):
-        match = _SEGMENT_RE.match(entry.name)
-        if match is None or not entry.is_file(follow_symlinks=False):
-            continue
-        if _pid_alive(int(match.group(1))):
-            continue
-        try:
-            os.unlink(entry.path)
-        except FileNotFoundError:  # another process cleaned it concurrently
-            continue
-        removed.append(entry.path)
-    return removed
 
 
 def mapped_footprint(paths: Sequence[Union[str, os.PathLike]]) -> Optional[tuple[int, int]]:

@@ -55,7 +55,7 @@ def start_pipeline(
     depth: int = 2,
     device: torch.device | str = "cpu",
     worker_env: Optional[Mapping[str, str]] = None,
-    timeout: float = 600.0,
+    timeout: Optional[float] = None,
     lookahead: bool = True,
     green_context_percent: Optional[int] = None,
 ) -> PipelineClient:
@@ -66,7 +66,8 @@ def start_pipeline(
         depth: slots per loader (2 = ping-pong).
         device: where slots live (a CUDA device, or CPU for shared host memory).
         worker_env: environment set in the worker process before it touches CUDA.
-        timeout: seconds to wait for one batch from a live producer before raising.
+        timeout: seconds to wait for one batch from a live producer before raising (``None``: derived from the
+            measured build times, :mod:`~lightning_zerocopy.pipeline.batch_timeout`).
         lookahead: three stages: sample batch ``t + 2`` while gathering ``t + 1`` (two-stage sources).
         green_context_percent: ``in_process`` on a GPU only: run the producer's kernels on green-context
             streams limited to this share of the SMs (:mod:`.sm_share`). Warns once and runs without a share

@@ -23,6 +23,7 @@ import torch
 from torch_geometric.data import Data
 
 from lightning_zerocopy.options import check_depth
+from lightning_zerocopy.pipeline.batch_timeout import BatchTimeout, process_state
 from lightning_zerocopy.pipeline.hetero_slots import HETERO_TYPES, unflatten_hetero
 from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing
 from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
@@ -111,7 +112,8 @@ class PipelineClient:
         depth: slots per loader (2 = ping-pong: the producer fills one while the trainer uses the other).
         device: where slots live: a CUDA device, or CPU (shared host memory).
         growth: when a batch does not fit, its slot grows to this factor times what it needs.
-        timeout: seconds to wait for one batch before raising (the producer being alive but stuck).
+        timeout: seconds to wait for one batch before raising (the producer being alive but stuck); ``None``:
+            derived from the builds measured so far (:mod:`~lightning_zerocopy.pipeline.batch_timeout`).
     """
 
     def __init__(
@@ -120,14 +122,14 @@ class PipelineClient:
         depth: int = 2,
         device: torch.device | str = "cpu",
         growth: float = 1.25,
-        timeout: float = 600.0,
+        timeout: Optional[float] = None,
     ) -> None:
         check_depth(depth, "PipelineClient")
         self.transport = transport
         self.depth = depth
         self.device = torch.device(device)
         self.growth = growth
-        self.timeout = timeout
+        self.timeout = BatchTimeout(timeout)
         self.stats = PipelineStats()
         self._stages: dict[str, _Stage] = {}
         self._gen = 0
@@ -207,6 +209,7 @@ class PipelineClient:
                 self.stats.wait_s += wait_s
                 self.stats.build_s += build_s
                 self.stats.last_wait_s, self.stats.last_build_s = wait_s, build_s
+                self.timeout.record(build_s)
                 if dispatch is not None:
                     self.stats.sampling.record(dispatch)
                 self.stats.last_stages = stages
@@ -242,20 +245,27 @@ class PipelineClient:
 
     def _pump(self, done, what: str) -> None:
         """Handle producer messages until ``done()``; raise if the producer dies or stays silent too long."""
-        deadline = time.monotonic() + self.timeout
+        limit = self.timeout.seconds
+        deadline = time.monotonic() + limit
         while not done():
             msg = self.transport.recv(timeout=0.2)
             if msg is None:
                 self.transport.check_alive(what)
                 if getattr(self.transport, "starting", False):  # a worker still starting is not a stuck producer
-                    deadline = time.monotonic() + self.timeout
+                    deadline = time.monotonic() + limit
                 elif time.monotonic() > deadline:
-                    raise PipelineError(
-                        f"the pipeline producer did not deliver {what} within {self.timeout:.0f} s although "
-                        "it is alive; raise PipelineCallback(timeout=...) if batches are this slow"
-                    )
+                    raise PipelineError(self._silent(what, limit))
                 continue
             self._dispatch(msg, what)
+
+    def _silent(self, what: str, limit: float) -> str:
+        """The error for a live producer that delivered nothing within ``limit`` seconds: the worker's pid and state."""
+        pid = getattr(self.transport, "pid", None)
+        state = process_state(pid)
+        who = "the pipeline producer" if pid is None else f"the pipeline worker (pid {pid}, state {state})"
+        resume = f"; `kill -CONT {pid}` resumes a stopped worker" if state is not None and "stopped" in state else ""
+        return (f"{who} did not deliver {what} within {limit:g} s although it is alive (the limit: "
+                f"{self.timeout.describe()}){resume}")  # fmt: skip
 
     def _dispatch(self, msg: tuple, what: str) -> None:
         kind, stage = msg[0], msg[1]

@@ -160,7 +160,7 @@ class MPSDaemon:
         if not self.owner or self.supervisor_pid is None:
             return
         if _alive(self.supervisor_pid):
-            os.kill(self.supervisor_pid, signal.SIGTERM)
+            os.kill(self.supervisor_pid, _STOP_NOW)
             _wait_for(lambda: not _alive(self.supervisor_pid), timeout)
         state = _read_state(self.root)
         if state is not None and _alive(self.daemon_pid):  # the supervisor is gone without stopping it
@@ -372,12 +372,19 @@ def _kill_mps_of(pipe: str) -> None:
 
 
 # ---- the supervisor ----------------------------------------------------------------------------------------------
+#: What the owner sends the supervisor to stop the daemon now (:meth:`MPSDaemon.stop`). Not SIGTERM: a scheduler that
+#: pre-empts a job sends that to every process of it, and the trainer, still a client, saves its checkpoint first.
+_STOP_NOW = signal.SIGUSR1
+
+
 def _supervise(owner_pid: int, root: str, binary: str, daemon_pid: int, grace: float = 30.0) -> None:
-    """Wait until ``owner_pid`` is gone (or SIGTERM), then stop the daemon and remove ``root``."""
+    """Wait until ``owner_pid`` is gone (or :data:`_STOP_NOW`), then stop the daemon and remove ``root``. SIGINT,
+    SIGHUP and SIGTERM are ignored: they reach the whole job, and the daemon must outlive its clients."""
     stop_now = []
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: stop_now.append(True))
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(_STOP_NOW, lambda *_: stop_now.append(True))
     Path(root, "supervisor.ready").touch()
     while not stop_now and _alive(owner_pid):
         time.sleep(0.1)

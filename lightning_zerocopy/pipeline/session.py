@@ -129,7 +129,7 @@ class PipelineSession:
         worker_sm_percent: Union[int, Literal["auto"]],
         mps_daemon: Optional["MPSDaemon"] = None,
         green_context: bool = False,
-        timeout: float = 600.0,
+        timeout: Optional[float] = None,
         lookahead: bool = True,
         copy_stages: Sequence[str] = ("predict",),
     ) -> "PipelineSession":

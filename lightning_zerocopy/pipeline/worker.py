@@ -6,17 +6,22 @@ shared-memory file descriptors); afterwards only slot numbers and sizes do.
 
 Lifecycle and faults:
 
-* the worker ignores SIGINT (a Ctrl-C in the terminal reaches the whole process group; the trainer decides
-  how to stop) and exits when told, when the pipe closes, or within half a second of its parent's death
+* the worker ignores SIGINT and SIGTERM (a Ctrl-C in the terminal, or a scheduler's SIGTERM, reaches the whole
+  process group; the trainer decides how to stop, and a pre-empted trainer still takes its batches until the step
+  it saves has ended) and exits when told, when the pipe closes, or within half a second of its parent's death
   (a watchdog thread polls the parent pid), so it never outlives the trainer;
 * the trainer notices a dead worker within ~0.2 s of waiting and raises :class:`~.client.PipelineError`
   naming the signal or exit code;
-* :meth:`WorkerTransport.close` asks, then terminates, then kills, and joins.
+* :meth:`WorkerTransport.close` asks, then closes the pipe (the worker exits at end-of-file), then kills, and joins;
+  a trainer that exits without closing its workers (an exception in a plain script) closes them at exit, before
+  multiprocessing's own exit handler, whose ``terminate`` the worker ignores and whose ``join`` would then wait.
 """
 
 from __future__ import annotations
 
+import atexit
 import gc
+import multiprocessing.util  # noqa: F401  (its exit handler registered before _close_workers_at_exit: runs after it)
 import os
 import re
 import signal
@@ -24,6 +29,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from typing import Mapping, Optional
 
 import torch
@@ -114,6 +120,7 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
     """Entry point of the worker process (``env`` was already in its environment at exec; kept for clarity)."""
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="lzc-parent-watch", daemon=True).start()
     conn.send(_STARTED)  # the interpreter is up (torch imported): from here on, silence is the producer's
     dev = torch.device(device) if device is not None else None
@@ -180,6 +187,18 @@ def kill_workers() -> None:
         _LIVE_WORKERS.discard(pid)
 
 
+_OPEN_TRANSPORTS: "weakref.WeakSet[WorkerTransport]" = weakref.WeakSet()
+
+
+@atexit.register  # registered after multiprocessing's exit handler (multiprocessing.util above): runs before it
+def _close_workers_at_exit() -> None:
+    """Close the workers a trainer leaves open at exit: multiprocessing's exit handler would ``terminate`` them,
+    which they ignore, and then wait for them."""
+    for transport in list(_OPEN_TRANSPORTS):
+        if transport.process.is_alive():
+            transport.close(timeout=0.5)
+
+
 class WorkerTransport:
     """Trainer end of a worker process (``spawn``) running the pipeline producer.
 
@@ -224,6 +243,7 @@ class WorkerTransport:
                     else:
                         os.environ[key] = value
         child.close()
+        _OPEN_TRANSPORTS.add(self)
 
     @property
     def pid(self) -> Optional[int]:
@@ -273,11 +293,12 @@ class WorkerTransport:
         )
 
     def close(self, timeout: float = 5.0) -> None:
-        """Wait for the worker to exit after a stop message; terminate, then kill it if it does not."""
+        """Wait for the worker to exit after a stop message; close the pipe (it exits at end-of-file), then kill it if
+        it does not (it ignores SIGTERM)."""
         _LIVE_WORKERS.discard(self.process.pid)
         self.process.join(timeout)
         if self.process.is_alive():
-            self.process.terminate()
+            self._conn.close()
             self.process.join(2.0)
         if self.process.is_alive():
             self.process.kill()

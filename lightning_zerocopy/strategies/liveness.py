@@ -71,8 +71,8 @@ def exit_note(exception: BaseException) -> str:
     Lightning's SIGTERM exception, else ``"<Type>: <first line of the message>"`` (shortened)."""
     if isinstance(exception, KeyboardInterrupt):
         return "interrupted (SIGINT)"
-    if type(exception).__name__ == "SIGTERMException":  # pytorch_lightning.utilities.exceptions (a SystemExit)
-        return "interrupted (SIGTERM)"
+    if any(c.__name__ == "SIGTERMException" for c in type(exception).__mro__):  # Lightning's (a SystemExit), or
+        return "interrupted (SIGTERM)"  # lightning_zerocopy.preemption.PreemptedNow
     text = str(exception).strip().splitlines()
     line = f"{type(exception).__name__}: {text[0]}" if text else type(exception).__name__
     return line if len(line) <= _NOTE_CHARS else line[: _NOTE_CHARS - 3] + "..."

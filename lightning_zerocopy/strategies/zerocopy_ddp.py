@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.strategies import DDPStrategy, StrategyRegistry
+from pytorch_lightning.utilities import rank_zero_info
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
@@ -33,9 +34,17 @@ from lightning_zerocopy.cache.budget import CacheBudget
 from lightning_zerocopy.cache.cliques import CachePolicy
 from lightning_zerocopy.cache.ranking import CacheRanking
 from lightning_zerocopy.cache.setup import CacheOptions, RankCache, RankPlace
+from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit, run_failed
 from lightning_zerocopy.strategies.launcher import watch_launch, with_rank_watch
 from lightning_zerocopy.strategies.liveness import RankLiveness
 from lightning_zerocopy.strategies.liveness_lifecycle import stop_watch, trainer_interrupted, watch_ranks
+from lightning_zerocopy.strategies.ddp_options import (
+    StaticGraph,
+    StaticGraphChoice,
+    accumulates_gradients,
+    choose_static_graph,
+    explain_graph_change,
+)
 
 if TYPE_CHECKING:
     from lightning_zerocopy.cache.decide import CacheDecision
@@ -76,17 +85,23 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             (``peer_access[i][j]``: local rank i's GPU can read local rank j's); for simulations and tests.
         liveness_interval: seconds between checks that the other ranks of this machine still run; ``0`` turns
             the check off.
+        static_graph: DDP's ``static_graph``: ``"auto"`` (default) turns it on when ``find_unused_parameters`` is
+            off (so every step uses every parameter, which DDP then already demands), the module optimizes
+            automatically and the trainer does not accumulate gradients; ``True``/``False`` as given. DDP then takes
+            the first step's used set as fixed (what it changes: :mod:`~lightning_zerocopy.strategies.ddp_options`).
+            A later step that uses other parameters raises DDP's error, rewritten into one line naming this key.
+        gradient_as_bucket_view: DDP's ``gradient_as_bucket_view`` (default ``True``, torch's is ``False``): the
+            gradients are views of the all-reduce buckets, so the reduced buckets are not copied back into them.
         **kwargs: everything :class:`~pytorch_lightning.strategies.DDPStrategy` takes (``timeout``,
-            ``process_group_backend``, ``find_unused_parameters``, ...), including the arguments of
-            :class:`~torch.nn.parallel.DistributedDataParallel` itself, handed to the wrapper as given:
-            ``static_graph`` (default ``False``), ``gradient_as_bucket_view`` (``False``), ``bucket_cap_mb`` (25 MiB
-            buckets), ``broadcast_buffers`` (``True``). Their effect on a rank's step time is measured by
-            ``python -m benchmarks.scaling.diag`` (``--knobs``); the defaults are torch's until it shows better ones.
+            ``process_group_backend``, ``find_unused_parameters``, ...), including the other arguments of
+            :class:`~torch.nn.parallel.DistributedDataParallel`, handed to the wrapper as given: ``bucket_cap_mb``
+            (25 MiB buckets), ``broadcast_buffers`` (``True``). Their effect on a rank's step time is measured by
+            ``python -m benchmarks.scaling.diag`` (``--knobs``) and ``python -m benchmarks.scaling.confirm``.
 
     Raises:
         ValueError: an unreadable ``cache_budget``, an unknown ``cache_ranking`` or ``cache_policy``,
-            ``presample_batches`` below 2, a malformed ``peer_access`` or a negative ``liveness_interval`` (the
-            message names the argument).
+            ``presample_batches`` below 2, a malformed ``peer_access``, a negative ``liveness_interval`` or a
+            ``static_graph`` other than true, false or ``"auto"`` (the message names the argument).
 
     Example::
 
@@ -107,9 +122,16 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         presample_batches: int = 64,
         peer_access: Optional[list[list[bool]]] = None,
         liveness_interval: float = 0.5,
+        static_graph: StaticGraph = "auto",
+        gradient_as_bucket_view: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        choose_static_graph(static_graph, False, True)  # checks the value now, not when the model is wrapped
+        self.static_graph = static_graph
+        self.gradient_as_bucket_view = bool(gradient_as_bucket_view)
+        #: the static_graph the wrapper got and why (set when the model is wrapped)
+        self.static_graph_choice: Optional[StaticGraphChoice] = None
         options = CacheOptions.parse(cache_budget, cache_ranking, cache_policy, presample_batches, peer_access)
         self.cache_budget, self.cache_ranking, self.cache_policy = options.budget, options.ranking, options.policy
         self.presample_batches, self.peer_access = options.presample_batches, options.peer_access
@@ -143,6 +165,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         # the launch is watched from before the rendezvous, which waits for every rank
         watch = watch_launch(self._launcher, self.cluster_environment, self.num_processes, self.liveness_interval)
         super().setup_environment()  # the process group
+        destroy_process_group_at_exit()  # (Lightning does it for NCCL only; a gloo group could abort the exit)
         if self.liveness_interval > 0 and self._liveness is None and self.world_size > 1:
             self._liveness = watch_ranks(watch, self.global_rank, self.world_size, self.liveness_interval,
                                          stopping=partial(trainer_interrupted, self))  # fmt: skip
@@ -166,10 +189,23 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         so every backward handed the ``AccumulateGrad`` nodes gradients from another stream, and torch warned and
         synchronized the two (Lightning-AI/pytorch-lightning#21567; fixed upstream the same way after 2.6)."""
         device_ids = self.determine_ddp_device_ids()
+        kwargs = self._wrapper_kwargs(model)
         if device_ids is None:
-            return DistributedDataParallel(module=model, device_ids=None, **self._ddp_kwargs)
+            return DistributedDataParallel(module=model, device_ids=None, **kwargs)
         with torch.cuda.stream(torch.cuda.current_stream(self.root_device)):
-            return DistributedDataParallel(module=model, device_ids=device_ids, **self._ddp_kwargs)
+            return DistributedDataParallel(module=model, device_ids=device_ids, **kwargs)
+
+    def _wrapper_kwargs(self, model: torch.nn.Module) -> dict[str, Any]:
+        """DDP's arguments for ``model``: the pass-through ones, ``gradient_as_bucket_view`` and the ``static_graph``
+        :func:`~lightning_zerocopy.strategies.ddp_options.choose_static_graph` picks (logged once)."""
+        automatic = bool(getattr(model, "automatic_optimization", True))
+        accumulates = accumulates_gradients(getattr(self.lightning_module, "_trainer", None))
+        choice = choose_static_graph(self.static_graph, bool(self._ddp_kwargs.get("find_unused_parameters", False)),
+                                     automatic, accumulates)  # fmt: skip
+        self.static_graph_choice = choice
+        rank_zero_info(f"ZeroCopyDDPStrategy: DDP static_graph={choice.on} ({choice.reason}), "
+                       f"gradient_as_bucket_view={self.gradient_as_bucket_view}")  # fmt: skip
+        return {**self._ddp_kwargs, "static_graph": choice.on, "gradient_as_bucket_view": self.gradient_as_bucket_view}
 
     @override
     def teardown(self) -> None:
@@ -183,10 +219,13 @@ class ZeroCopyDDPStrategy(DDPStrategy):
 
     @override
     def on_exception(self, exception: BaseException) -> None:
+        run_failed(exception)  # the process group is then left as it is at exit
         liveness, self._liveness = self._liveness, None  # teardown then skips its barrier (a rank may be gone)
         if liveness is not None:
             stop_watch(liveness, exception)
         self._cache.retire()
+        if self.static_graph_choice is not None:  # before Lightning's own rewrite of the unused-parameter error
+            explain_graph_change(exception, self.static_graph_choice)
         super().on_exception(exception)
 
     # ---- heterogeneous DataModules ---------------------------------------------------------------------------

@@ -168,3 +168,40 @@ def test_the_merged_file_counts_each_node_once_for_any_number_of_shares(tmp_path
     _, one = _save_columns(tmp_path / "b.npz", [share([3, 5, 9, 11])])
     assert two == "4 'paper' nodes" and one == "4 'paper' nodes"
     assert dict(np.load(tmp_path / "a.npz"))["node_id"].tolist() == [1, 2, 4, 7]
+
+
+# ---- the destination (issue 38): checked before predicting; a failed write leaves no partial file ------------------
+
+
+def test_a_folder_where_the_file_goes_is_refused_before_anything_is_predicted(tmp_path: Path) -> None:
+    from lightning_zerocopy.options import RunEnvironmentError
+
+    (tmp_path / "predictions.npz").mkdir()
+    trainer = SimpleNamespace(**vars(_trainer(tmp_path)), is_global_zero=True)
+    with pytest.raises(RunEnvironmentError) as info:
+        PredictionWriter().setup(trainer, None, "predict")  # before the first batch: setup
+    assert str(info.value) == (f"{tmp_path / 'predictions.npz'} is a folder: the predictions file cannot be written "
+                               "there; move it, or set trainer.default_root_dir elsewhere")  # fmt: skip
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(RunEnvironmentError, match=r"PredictionWriter's output_dir .*afile is a file, not a folder"):
+        PredictionWriter(output_dir=str(tmp_path / "afile")).setup(trainer, None, "predict")
+
+
+def test_a_write_that_fails_says_so_in_one_line_and_leaves_no_partial_file(tmp_path: Path, monkeypatch) -> None:
+    import errno
+
+    from lightning_zerocopy.options import RunEnvironmentError
+
+    real_savez = np.savez
+
+    def full_disk(path, **columns):
+        real_savez(path, **columns)  # some bytes landed, then the disk was full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    writer = PredictionWriter()
+    with pytest.raises(RunEnvironmentError) as info:
+        _predict(writer, _trainer(tmp_path), [([8, 2, 5], torch.randn(3, 4))])
+    assert str(info.value) == (f"writing the predictions to {tmp_path / 'predictions.npz'} failed (No space left on "
+                               "device); nothing was written there")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from torch_geometric.data import Data
@@ -25,6 +27,7 @@ def _pairs(edge_index: torch.Tensor) -> set[tuple[int, int]]:
 
 def test_a_presplit_graph_maps_positives_negatives_and_the_graph() -> None:
     torch.manual_seed(1)
+    random.seed(1)  # PyG's negative sampling draws from Python's random too: earlier tests must not change the split
     train, val, test = RandomLinkSplit(num_val=0.1, num_test=0.2, is_undirected=True)(_graph())
     ds = PyGLinkDataset((train, val, test))
     assert ds.num_features == 7
@@ -86,3 +89,24 @@ def test_bad_inputs_name_what_to_change() -> None:
         PyGLinkDataset(parts[:2])
     with pytest.raises(TypeError, match="must be a torch_geometric Data"):
         PyGLinkDataset(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_a_bad_label_in_a_randomlinksplit_split_is_refused_at_setup(split: str) -> None:
+    """PyG's positives are 1 and a graph's own labels + 1: a 2 among them passed the split's check (as a 1 among own
+    labels 0) and reached the batches as 2; the labels are now checked as the batches carry them."""
+    from lightning_zerocopy import ZeroCopyLinkDataModule
+    from lightning_zerocopy.datasets.base import InputDataError
+
+    torch.manual_seed(1)
+    data = dict(zip(("train", "val", "test"), RandomLinkSplit(num_val=0.1, num_test=0.1)(_graph())))
+    data[split].edge_label[0] = 2.0
+    dm = ZeroCopyLinkDataModule(PyGLinkDataset([data["train"], data["val"], data["test"]]), num_neighbors=[3],
+                                batch_size=16)  # fmt: skip
+    pair = tuple(int(v) for v in data[split].edge_label_index[:, 0])
+    with pytest.raises(InputDataError) as info:
+        dm.setup("fit")
+    message = str(info.value)
+    assert message.startswith(f"data.init_args.dataset (PyGLinkDataset): the {split} split ({split}_data.edge_label_"
+                              f"index) holds edge_label 2 for its positive 0 {pair}"), message  # fmt: skip
+    assert "as its batches carry the labels" in message and "\n" not in message

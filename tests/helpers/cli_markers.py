@@ -39,3 +39,22 @@ def _processes(trainer) -> dict:
     if daemon is not None:
         found["mps_daemon_pid"], found["mps_root"] = daemon.daemon_pid, daemon.root
     return found
+
+
+class RecordTrainedSeeds(Callback):
+    """Appends ``[epoch, batch_idx, seeds]`` of every finished training batch to ``seeds<rank>.jsonl`` in
+    ``$LZC_TEST_MARKERS`` (flushed per batch: the run may be stopped at any step), and the training split's node ids
+    to ``train_idx.json`` at the start of training."""
+
+    def __init__(self) -> None:
+        self.out = Path(os.environ["LZC_TEST_MARKERS"])
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.global_rank == 0:
+            ids = trainer.datamodule.plan("train").input_nodes.tolist()
+            (self.out / "train_idx.json").write_text(json.dumps(ids))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        seeds = batch.n_id[: batch.batch_size].tolist()
+        with open(self.out / f"seeds{trainer.global_rank}.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps([trainer.current_epoch, batch_idx, seeds]) + "\n")

@@ -233,7 +233,8 @@ _OWNER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGABRT, signal.SIGTERM],
+                         ids=["SIGKILL", "SIGINT", "SIGABRT", "SIGTERM"])  # fmt: skip
 def test_supervisor_stops_the_daemon_after_the_owner_dies(fake_mps, sig):
     root_dir = str(Path(__file__).resolve().parents[2])
     owner = subprocess.Popen(
@@ -250,6 +251,27 @@ def test_supervisor_stops_the_daemon_after_the_owner_dies(fake_mps, sig):
         assert _wait(lambda: not _alive(daemon_pid), 15), "daemon outlived its owner"
         assert _wait(lambda: not _alive(supervisor_pid), 5)
         assert not Path(root).exists()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+
+
+def test_a_sigterm_to_the_whole_job_leaves_the_daemon_until_its_owner_exits(fake_mps):
+    """A scheduler pre-empting a job sends SIGTERM to every process of it: the supervisor keeps the daemon while the
+    owner (a trainer saving its checkpoint, still a client) runs, and stops it once the owner is gone."""
+    root_dir = str(Path(__file__).resolve().parents[2])
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER.format(root=root_dir)], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ))  # fmt: skip
+    try:
+        root, daemon_pid, supervisor_pid = owner.stdout.readline().split()
+        daemon_pid, supervisor_pid = int(daemon_pid), int(supervisor_pid)
+        os.kill(supervisor_pid, signal.SIGTERM)
+        time.sleep(1.0)
+        assert _alive(supervisor_pid) and _alive(daemon_pid), "the supervisor stopped the daemon under a live owner"
+        owner.kill()
+        owner.wait(timeout=10)
+        assert _wait(lambda: not _alive(daemon_pid), 15), "daemon outlived its owner"
+        assert _wait(lambda: not _alive(supervisor_pid), 5) and not Path(root).exists()
     finally:
         if owner.poll() is None:
             owner.kill()

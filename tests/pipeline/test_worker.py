@@ -311,3 +311,21 @@ def test_producer_forgets_the_slots_as_soon_as_it_stops():
     producer.run()
     assert producer.stages["t"].buffers == [] and not producer.stages["t"].free
     assert alive() is None, "the producer still holds a slot after its loop ended"
+
+
+def test_a_sigterm_leaves_the_worker_to_its_trainer() -> None:
+    """A scheduler pre-empting the job signals every process of it: the worker keeps building (the trainer still
+    takes batches until the step it saves has ended), and the trainer's close ends it at once."""
+    client = start_pipeline("worker", depth=2, timeout=60)
+    pid = client.transport.pid
+    try:
+        client.register("t", FakeSource(steps=4))
+        os.kill(pid, signal.SIGTERM)
+        time.sleep(0.5)
+        assert not process_gone(pid) and len(list(client.iterate("t", 0))) == 4
+        start = time.monotonic()
+        client.close()
+        assert wait_process_gone(pid, 10) and time.monotonic() - start < 10
+    finally:
+        if not process_gone(pid):
+            os.kill(pid, signal.SIGKILL)

@@ -83,6 +83,9 @@ def test_exit_notes_say_interrupted_for_sigint_and_sigterm_else_the_error() -> N
 
     assert exit_note(KeyboardInterrupt()) == "interrupted (SIGINT)"
     assert exit_note(SIGTERMException()) == "interrupted (SIGTERM)"
+    from lightning_zerocopy.preemption import PreemptedNow  # a second SIGTERM, or one before training
+
+    assert exit_note(PreemptedNow(143)) == "interrupted (SIGTERM)"
     assert exit_note(RuntimeError("worker (pid 42) was killed by SIGKILL\nmore")) == (
         "RuntimeError: worker (pid 42) was killed by SIGKILL"
     )

@@ -22,9 +22,10 @@ from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.hetero_links import check_hetero_link_splits
 from lightning_zerocopy.datasets.link_checks import check_link_splits
 from lightning_zerocopy.datasets.splits import SplitError, check_splits
-from lightning_zerocopy.gather.host_table import FeatureOverflowError, feature_dtype_of
+from lightning_zerocopy.gather.host_table import check_fits_dtype, feature_dtype_of
+from lightning_zerocopy.gather.precision_loss import FeatureRangeError
 from lightning_zerocopy.graph.reorder import NodeOrder
-from lightning_zerocopy.graph.shared_memory import cleanup_stale_segments
+from lightning_zerocopy.graph.stale_segments import cleanup_stale_segments
 from lightning_zerocopy.options import FeatureDtype, FeatureStorage, NodeOrderKind
 
 __all__ = ["HostCopyBuilder"]
@@ -48,6 +49,8 @@ class HostCopyBuilder:
         overlap_opt_out: the key that allows them, for the error message.
         link: the dataset's splits are supervision edges (a link dataset's), shared as named tensors
             (:func:`~lightning_zerocopy.data.host.links.link_split_tensors`) and checked as link splits.
+        x_dtype, x_dtype_key: the dtype batches cast ``x`` to, checked once here like ``feature_dtype`` (a value it
+            cannot hold, or many it turns into 0; its YAML key for the message).
         typed: the dataset is typed: its load errors (the typed contract's checks, which name the type but not the
             dataset) are prefixed with ``key``; an untyped dataset's name their own source (a file, a field).
     """
@@ -66,8 +69,11 @@ class HostCopyBuilder:
         overlap_opt_out: str = "allow_split_overlap: true",
         link: bool = False,
         typed: bool = False,
+        x_dtype: Optional[FeatureDtype] = None,
+        x_dtype_key: str = "x_dtype",
     ):
         self.dataset = dataset
+        self.x_dtype, self.x_dtype_key = x_dtype, x_dtype_key
         self.feature_dtype: Optional[FeatureDtype] = feature_dtype
         self.dtype_key = dtype_key
         self.allow_split_overlap = allow_split_overlap
@@ -114,7 +120,7 @@ class HostCopyBuilder:
                 splits=link_split_tensors(data) if self.link else None, feature_dtype=dtype,
                 feature_dir=feature_cache_dir(self.dataset, self.node_order, dtype), dtype_key=self.dtype_key,
             )  # fmt: skip
-        except FeatureOverflowError as exc:
+        except FeatureRangeError as exc:
             raise InputDataError(f"{self._where} {exc}") from exc
         except IndexError as exc:  # the graph's build refuses an edge to no node: name the dataset's field
             problem = next(filter(None, (out_of_range_edge(ei, max(arrays.num_nodes[s], arrays.num_nodes[d]))
@@ -156,10 +162,15 @@ class HostCopyBuilder:
             raise InputDataError(f"{self._where}: {exc}") from exc
         for warning in warnings:
             rank_zero_warn(f"{self._where}: {warning}")
-        if self.check_features:
-            for node_type, x in arrays.x.items():
-                what = f"features of {node_type!r}" if typed else "features"
+        for node_type, x in arrays.x.items():
+            what = f"features of {node_type!r}" if typed else "features"
+            if self.check_features:
                 check_finite_features(x, f"{self._where} {what}", self.opt_out)
+            if self.x_dtype is not None and self.x_dtype != self.feature_dtype:  # each batch casts x to it
+                try:
+                    check_fits_dtype(x, feature_dtype_of(self.x_dtype, self.x_dtype_key), what, self.x_dtype_key)
+                except FeatureRangeError as exc:
+                    raise InputDataError(f"{self._where} {exc}") from exc
         self._checked = True
 
     def _split_problems(self, arrays: TypedArrays, sources: dict[str, str]) -> list[str]:

@@ -179,7 +179,7 @@ def _label(key: str) -> str:
 
 def _feature_file_handle(cache: ArrayCache, dtype: torch.dtype) -> NpyTensorHandle:
     view = None if dtype not in _NUMPY_STORAGE else str(dtype).removeprefix("torch.")
-    return NpyTensorHandle(str(cache.file("x")), view)
+    return NpyTensorHandle(str(cache.verify("x")), view)  # (a file changed since the build is refused)
 
 
 def _check_cache_matches(cache: ArrayCache, data: "NodeData | LinkData") -> None:

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from lightning_zerocopy import ops
 from lightning_zerocopy.gather.host_table import cast_chunk_into
+from lightning_zerocopy.gather.precision_loss import PrecisionLoss
 from lightning_zerocopy.graph.csc import CSCGraph
 from lightning_zerocopy.graph.reorder import NodeOrder, bfs_order, degree_order
 
@@ -53,15 +54,18 @@ def _relabel_rows_into(
     if not flat_x.is_contiguous():
         flat_x = flat_x.contiguous()
     cast = flat_x.dtype != flat_out.dtype
+    loss = PrecisionLoss()
     for start in range(0, x.shape[0], rows):
         stop = min(start + rows, x.shape[0])
         if cast:  # gather in the source dtype, then cast the chunk
             rows_x = ops.gather_rows(flat_x, order[start:stop])
-            cast_chunk_into(rows_x, flat_out[start:stop], start, "features", dtype_key)
+            cast_chunk_into(rows_x, flat_out[start:stop], start, "features", dtype_key, loss)
         else:
             ops.gather_rows(flat_x, order[start:stop], flat_out[start:stop])
         if bar is not None:
             bar.set_postfix_str(f"{stop:,}/{x.shape[0]:,} rows", refresh=False)
+    if cast:
+        loss.check("features", flat_out.dtype, dtype_key)  # (rows in the new order: the ids are internal here)
 
 
 class _Steps:

@@ -64,6 +64,7 @@ from lightning_zerocopy.gather.host_table import (
     HostFeatureTable,
     feature_dtype_name,
 )
+from lightning_zerocopy.gather.precision_loss import FeatureUnderflowError
 from lightning_zerocopy.graph.csc import CSCGraph
 from lightning_zerocopy.graph.reorder import NodeOrder
 from lightning_zerocopy.graph.schema import EDGE, NODE, EdgeType, GraphSchema
@@ -194,6 +195,10 @@ def share_host_data(
                     raise
                 raise FeatureOverflowError(f"features of {node_type!r}", exc.node, exc.column, exc.value, dtype,
                                            dtype_key) from exc  # fmt: skip
+            except FeatureUnderflowError as exc:
+                if not schema.is_typed:
+                    raise
+                raise FeatureUnderflowError(f"features of {node_type!r}", exc.loss, dtype, dtype_key) from exc
             undo.callback(handle.unlink)
             return handle
 

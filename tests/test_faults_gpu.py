@@ -1,0 +1,118 @@
+"""How a one-GPU run of ``recipes/gpu_zerocopy.yaml`` (the pipeline worker under MPS) ends when it is pre-empted or
+killed (issue 38): SIGTERM to the whole job saves the current step and exits with status 143, every process of the
+job (trainer, worker, MPS daemon and its supervisor) gone within 10 s and nothing left in /dev/shm, and ``fit
+--ckpt_path last`` finishes the epoch with every seed trained once; a SIGABRT or SIGKILL of the command leaves no MPS
+daemon either (its supervisor stops it). The CPU counterparts: ``tests/test_cli_preemption.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import free_port, load_test_module
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+BOUND_S = 10.0
+_two = load_test_module(__file__, "test_faults_two_gpus")  # _alive, _shm, _job_processes
+
+
+def _start(tmp_path: Path, markers: Path, *overrides: str) -> subprocess.Popen:
+    markers.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_") and not k.startswith("LZC_MPS")}
+    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LZC_LAUNCHER_PID"):
+        env.pop(key, None)
+    env.update(LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1", LZC_TEST_MARKERS=str(markers),
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+    args = [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(ROOT / "recipes" / "gpu_zerocopy.yaml"),
+            "--data.init_args.dataset.init_args.num_nodes=200000", "--data.init_args.batch_size=256",
+            "--trainer.strategy.init_args.cache_budget=16MiB", "--trainer.strategy.init_args.presample_batches=8",
+            "--trainer.limit_val_batches=0", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+            "--trainer.callbacks+=helpers.cli_markers.RecordTrainedSeeds", *overrides]  # fmt: skip
+    return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+
+
+def _until_training(proc: subprocess.Popen, markers: Path) -> dict[str, int]:
+    deadline = time.monotonic() + 300
+    while not (markers / "training0").exists():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before training: {proc.communicate()[0][-5000:]}")
+        assert time.monotonic() < deadline, "no training within 300 s"
+        time.sleep(0.1)
+    info = json.loads((markers / "processes0.json").read_text())
+    found = {"rank0": info["pid"], "worker0": info["worker_pid"], "mps_daemon": info["mps_daemon_pid"]}
+    state = Path(info["mps_root"] or "/nonexistent") / "state.json"
+    if state.exists():
+        found["mps_supervisor"] = json.loads(state.read_text()).get("supervisor_pid")
+    assert all(found.values()), f"the worker does not run under MPS: {found}"
+    return found
+
+
+def _ended_within(processes: dict[str, int], proc: subprocess.Popen, start: float) -> str:
+    while any(_two._alive(pid) for pid in processes.values()) and time.monotonic() - start < BOUND_S:
+        time.sleep(0.05)
+    left = {role: pid for role, pid in processes.items() if _two._alive(pid)}
+    try:
+        output = proc.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output = proc.communicate()[0]
+    for pid in left.values():
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running {BOUND_S} s after the signal: {left}\n{output[-5000:]}"
+    return output
+
+
+def _seeds(markers: Path) -> list[tuple[int, int, list[int]]]:
+    path = markers / "seeds0.jsonl"
+    return [tuple(json.loads(line)) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.cuda
+def test_sigterm_with_the_worker_under_mps_saves_the_step_and_the_resume_trains_every_seed_once(tmp_path: Path) -> None:
+    before = _two._shm()
+    first = tmp_path / "first"
+    proc = _start(tmp_path, first, "--trainer.max_epochs=50", "--trainer.callbacks+=helpers.cli_markers.MarkTraining")
+    processes = _until_training(proc, first)
+    start = time.monotonic()
+    os.killpg(proc.pid, signal.SIGTERM)  # as SLURM: every process of the job
+    output = _ended_within(processes, proc, start)
+    assert proc.returncode == 143, output[-5000:]
+    lines = [line for line in output.splitlines() if line.startswith("stopped by SIGTERM")]
+    assert len(lines) == 1 and "Traceback" not in output, output[-5000:]
+    found = re.search(r"is saved in (\S+);", lines[0])
+    assert found and Path(found.group(1)).is_file(), lines[0]
+    leftovers = {n for n in _two._shm() - before if n.startswith(("cuda.shm.", "torch_", "lzc-"))}
+    assert not leftovers, leftovers
+
+    trained = _seeds(first)
+    epoch = max(e for e, _, _ in trained)
+    resumed = _start(tmp_path, tmp_path / "resumed", f"--trainer.max_epochs={epoch + 1}", "--ckpt_path=last")
+    out = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, out[-5000:]
+    train = set(json.loads((tmp_path / "resumed" / "train_idx.json").read_text()))
+    before_stop = [s for e, _, seeds in trained if e == epoch for s in seeds]
+    after = [s for e, _, seeds in _seeds(tmp_path / "resumed") if e == epoch for s in seeds]
+    assert not set(before_stop) & set(after) and set(before_stop) | set(after) == train
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("sig", [signal.SIGABRT, signal.SIGKILL], ids=["SIGABRT", "SIGKILL"])
+def test_a_killed_command_leaves_no_mps_daemon(tmp_path: Path, sig: signal.Signals) -> None:
+    markers = tmp_path / "markers"
+    proc = _start(tmp_path, markers, "--trainer.max_epochs=50", "--trainer.callbacks+=helpers.cli_markers.MarkTraining")
+    processes = _until_training(proc, markers)
+    start = time.monotonic()
+    os.kill(processes["rank0"], sig)
+    _ended_within(processes, proc, start)  # the daemon and its supervisor among them
+    print(f"{sig.name}: trainer, worker, MPS daemon and supervisor gone {time.monotonic() - start:.1f} s after it")
