@@ -6,6 +6,7 @@ daemon either (its supervisor stops it). The CPU counterparts: ``tests/test_cli_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -59,16 +60,22 @@ def _until_training(proc: subprocess.Popen, markers: Path) -> dict[str, int]:
 
 
 def _ended_within(processes: dict[str, int], proc: subprocess.Popen, start: float) -> str:
-    while any(_two._alive(pid) for pid in processes.values()) and time.monotonic() - start < BOUND_S:
+    ended: dict[str, float] = {}  # role -> seconds after the signal when it was first seen gone
+    while len(ended) < len(processes) and time.monotonic() - start < BOUND_S:
+        for role, pid in processes.items():
+            if role not in ended and not _two._alive(pid):
+                ended[role] = round(time.monotonic() - start, 2)
         time.sleep(0.05)
-    left = {role: pid for role, pid in processes.items() if _two._alive(pid)}
+    print(f"ended after the signal (s): {ended}")
+    left = {role: pid for role, pid in processes.items() if role not in ended and _two._alive(pid)}
     try:
         output = proc.communicate(timeout=30)[0]
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         output = proc.communicate()[0]
     for pid in left.values():
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
+            os.kill(pid, signal.SIGKILL)
     assert not left, f"still running {BOUND_S} s after the signal: {left}\n{output[-5000:]}"
     return output
 

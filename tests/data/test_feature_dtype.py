@@ -340,9 +340,8 @@ def test_gpu_builders_gather_the_stored_dtype_and_cast_on_the_gpu(half_shared, k
     reference = BatchBuilder(handles, [5, 3]).open()
     plan = BatchPlan(data.train_idx, 64, shuffle=True, seed=7)
     try:
-        if builder._gpu.features is not None:
-            table = builder._gpu.features
-            assert getattr(table, "dtype", dtype) == dtype  # the GPU side (and its hot rows) hold the stored dtype
+        for table in (builder._gpu.features or {}).values():  # one zero-copy table per featured node type
+            assert table.dtype == dtype  # the GPU side (and its hot rows) hold the stored dtype
             cache = getattr(table, "_cache", None)
             assert cache is None or cache.dtype == dtype
         for step in range(3):

@@ -27,6 +27,7 @@ from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.graph.reorder import most_frequent_neighbors
+from lightning_zerocopy.graph.schema import NODE
 from lightning_zerocopy.data.host.share import share_node_data
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.datasets import SyntheticGraph
@@ -360,7 +361,7 @@ def test_hot_rows_give_identical_batches(shared, placement) -> None:
     data, handles = shared
     plain = BatchBuilder(handles, [10, 5], sampler_placement=placement, gather="zerocopy", gather_mode="direct").open()
     hot = BatchBuilder(handles, [10, 5], sampler_placement=placement, gather="zerocopy", gather_mode="direct", hot_rows=400).open()
-    table = hot._gpu.features
+    table = hot._gpu.features[NODE]
     assert table.num_hot_rows == 400
     counts = torch.bincount(handles.graph.open().indices.long(), minlength=NUM_NODES)
     cached = (table._cache_slot >= 0).nonzero().view(-1).cpu()
@@ -382,7 +383,9 @@ def test_builders_opened_with_one_resources_share_the_placement(shared) -> None:
     resources = DeviceResources(handles)
     train = BatchBuilder(handles, [10, 5], sampler_placement="gpu", gather="zerocopy", hot_rows=100).open(resources)
     evaluation = BatchBuilder(handles, [-1], sampler_placement="gpu", gather="zerocopy", hot_rows=100).open(resources)
-    assert train._gpu.features is evaluation._gpu.features and train._gpu.labels is evaluation._gpu.labels
+    assert train._gpu.features.keys() == evaluation._gpu.features.keys() == {NODE}
+    assert train._gpu.features[NODE] is evaluation._gpu.features[NODE], "one zero-copy table per feature"
+    assert train._gpu.labels is evaluation._gpu.labels
     assert train._gpu.sampler.indices is evaluation._gpu.sampler.indices, "one GPU copy of the topology"
     train.close()
     batch = evaluation.build_batch(_item(data))  # the owner keeps them: still registered and cached
