@@ -18,6 +18,7 @@ from typing import Literal, Optional, Sequence
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.graph_datamodule import GraphDataModule, Split
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory
+from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, check_layerwise_fanouts
 from lightning_zerocopy.data.tasks import NodeTask
 from lightning_zerocopy.datasets.base import NodeDataset
 from lightning_zerocopy.graph.schema import GraphSchema
@@ -98,6 +99,12 @@ class ZeroCopyDataModule(GraphDataModule):
             GPU for a GPU batch, so a float32 model runs unchanged whatever ``feature_dtype`` is), ``"bfloat16"``,
             ``"float16"``, or ``null`` to keep ``feature_dtype`` (no cast: for a model that runs in that dtype, e.g.
             ``precision: bf16-true``, which does not cast a PyG batch's ``x`` itself).
+        predict_mode: ``"sampled"`` (default: ``predict`` samples each seed's neighborhood with the evaluation fanouts)
+            or ``"layerwise"`` (exact: every layer over every node with all its in-neighbors, the outputs of a
+            full-graph forward; :mod:`lightning_zerocopy.data.layerwise`, the model's contract in
+            :mod:`lightning_zerocopy.models.layerwise`); leave the evaluation fanouts unset with it.
+        layerwise: how ``predict_mode: layerwise`` runs (``batch_size``, ``max_batch_edges``, ``storage``, ``dtype``,
+            ``embeddings``, ``embeddings_path``: :class:`~lightning_zerocopy.data.layerwise_options.LayerwiseOptions`).
         allow_split_overlap: train on a dataset whose val or test split holds training nodes (their labels leak
             into the scores), with a warning; by default ``setup`` refuses it, naming how many and the first.
     """
@@ -125,7 +132,10 @@ class ZeroCopyDataModule(GraphDataModule):
         feature_dtype: Optional[FeatureDtype] = None,
         x_dtype: Optional[FeatureDtype] = "float32",
         allow_split_overlap: bool = False,
+        predict_mode: PredictMode = "sampled",
+        layerwise: Optional[LayerwiseOptions] = None,
     ) -> None:
+        check_layerwise_fanouts(predict_mode, eval_fanouts, _KEY + "eval_fanouts")
         check_loader_options(batch_size, eval_batch_size, num_threads, fanouts, eval_fanouts, _KEY)
         super().__init__(
             dataset, NodeTask(), schema=GraphSchema.untyped(), fanouts=list(fanouts),
@@ -135,6 +145,7 @@ class ZeroCopyDataModule(GraphDataModule):
             sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, hot_rows=hot_rows,
             node_order=node_order, check_features=check_features, feature_dtype=feature_dtype, x_dtype=x_dtype,
             allow_split_overlap=allow_split_overlap,
+            predict_mode=predict_mode, layerwise=layerwise,
         )  # fmt: skip
 
     @property

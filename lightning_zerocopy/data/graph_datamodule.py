@@ -42,6 +42,8 @@ from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory, att
 from lightning_zerocopy.data.host.builder import HostCopyBuilder
 from lightning_zerocopy.data.host.prepare import prepare_disk_caches
 from lightning_zerocopy.data.host.share import exchange_handles
+from lightning_zerocopy.data.layerwise_plan import layerwise_pass_loader
+from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import SPLIT_STREAMS
 from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit, run_failed
@@ -88,7 +90,8 @@ class GraphDataModule(pl.LightningDataModule):
         num_threads: Optional[int], seed: int, predict_split: str, feature_storage: FeatureStorage,
         sampler_placement: SamplerPlacement, gather: GatherChoice, gather_mode: GatherMode, hot_rows: int,
         node_order: NodeOrderKind, check_features: bool, feature_dtype: Optional[FeatureDtype],
-        x_dtype: Optional[FeatureDtype], allow_split_overlap: bool = False,
+        x_dtype: Optional[FeatureDtype], allow_split_overlap: bool = False, predict_mode: PredictMode = "sampled",
+        layerwise: Optional[LayerwiseOptions] = None,
     ) -> None:  # fmt: skip
         super().__init__()
         check_count(batch_size, _KEY + "batch_size", minimum=1)
@@ -117,6 +120,8 @@ class GraphDataModule(pl.LightningDataModule):
         self.feature_dtype: Optional[FeatureDtype] = feature_dtype
         self.x_dtype: Optional[FeatureDtype] = x_dtype
         self.allow_split_overlap = bool(allow_split_overlap)
+        self.predict_mode: PredictMode = predict_mode  # "layerwise": data/layerwise.py, set up by its callback
+        self.layerwise = layerwise if layerwise is not None else LayerwiseOptions()
         self._gpu: Optional[ResolvedGpuOptions] = None  # decided in setup, from the trainer
         self._feature_cache: Optional[Any] = HotRowsCache(self.hot_rows) if self.hot_rows > 0 else None
         self._handles: Optional[HostGraphHandles] = None
@@ -215,6 +220,9 @@ class GraphDataModule(pl.LightningDataModule):
 
     @override
     def predict_dataloader(self) -> Iterable[Data]:
+        if self.predict_mode == "layerwise":  # one step: the pass, run by LayerwisePredictionWriter
+            self._require_setup()
+            return layerwise_pass_loader(self._trainer_or_none())
         return self._loader("predict")
 
     def use_loader_factory(self, factory: Optional[LoaderFactory]) -> None:
@@ -276,17 +284,19 @@ class GraphDataModule(pl.LightningDataModule):
         """``"split"`` (one sampler seed per split, node-keyed sampling) for val/test/predict, else ``"batch"``."""
         return "split" if split != "train" and self._eval_node_keyed else "batch"
 
-    def builder(self, split: Split) -> BatchBuilder:
-        """A new, unopened (picklable) builder for ``split``; call ``.open()`` in the process that uses it.
+    def builder(self, split: Split, fanouts: Any = None) -> BatchBuilder:
+        """A new, unopened (picklable) builder for ``split``; call ``.open()`` in the process that uses it. Given
+        ``fanouts`` (e.g. ``[-1]`` for layer-wise inference), it samples those, not node-keyed.
 
         Raises:
             RuntimeError: before :meth:`setup`.
         """
         handles = self._require_setup()
         gpu = self._gpu_options()
+        keyed = split != "train" and self._eval_node_keyed and fanouts is None
         return BatchBuilder(
             handles,
-            self.fanouts if split == "train" else self.eval_fanouts,
+            fanouts if fanouts is not None else self.fanouts if split == "train" else self.eval_fanouts,
             replace=self.replace,
             num_threads=self.num_threads,
             sampler_placement=gpu.placement,  # type: ignore[arg-type]
@@ -294,7 +304,7 @@ class GraphDataModule(pl.LightningDataModule):
             gather_mode=self.gather_mode,
             cache=self._feature_cache,
             device=gpu.device_index,
-            node_keyed=split != "train" and self._eval_node_keyed,
+            node_keyed=keyed,
             x_dtype=self.x_dtype,
         )
 

@@ -24,6 +24,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.graph_datamodule import GraphDataModule
 from lightning_zerocopy.data.hooks import check_typed_consumers
+from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, check_layerwise_fanouts
 from lightning_zerocopy.data.tasks import NodeTask
 from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeDataset, Metadata, edge_type_str
 from lightning_zerocopy.graph.schema import GraphSchema
@@ -148,6 +149,8 @@ class ZeroCopyHeteroDataModule(TypedShapes, GraphDataModule):
         feature_dtype: the dtype of every featured type's table in host memory (``"float32"``, ``"bfloat16"``,
             ``"float16"``; default: each type's own), cast once when the host copy is built
             (:mod:`lightning_zerocopy.data.host.share`); ``x_dtype`` says what each ``x`` of a batch is.
+        predict_mode, layerwise: exact layer-wise ``predict`` (``layerwise``) instead of sampled, and its options, as
+            :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them.
         node_order: only ``"none"`` (the dataset's ids) for heterogeneous graphs (see the module docstring).
 
     Raises:
@@ -176,7 +179,10 @@ class ZeroCopyHeteroDataModule(TypedShapes, GraphDataModule):
         allow_split_overlap: bool = False,
         feature_dtype: Optional[FeatureDtype] = None,
         node_order: NodeOrderKind = "none",
+        predict_mode: PredictMode = "sampled",
+        layerwise: Optional[LayerwiseOptions] = None,
     ) -> None:
+        check_layerwise_fanouts(predict_mode, eval_num_neighbors, _KEY + "eval_num_neighbors")
         check_typed_node_order(node_order)
         if not isinstance(dataset, HeteroNodeDataset):
             raise TypeError(f"{_KEY}dataset must be a HeteroNodeDataset, got {type(dataset).__name__}; homogeneous "
@@ -194,6 +200,7 @@ class ZeroCopyHeteroDataModule(TypedShapes, GraphDataModule):
             predict_split=predict_split, feature_storage=feature_storage, sampler_placement=sampler_placement,
             gather=gather, gather_mode=gather_mode, hot_rows=0, node_order=node_order, check_features=check_features,
             feature_dtype=feature_dtype, x_dtype=x_dtype, allow_split_overlap=allow_split_overlap,
+            predict_mode=predict_mode, layerwise=layerwise,
         )  # fmt: skip
 
     @property

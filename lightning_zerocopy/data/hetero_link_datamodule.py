@@ -35,6 +35,7 @@ from lightning_zerocopy.data.hetero_datamodule import (
     check_typed_node_order,
     resolve_num_neighbors,
 )
+from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, check_layerwise_fanouts
 from lightning_zerocopy.data.negatives import NegativeSampling, parse_neg_sampling
 from lightning_zerocopy.data.tasks import LinkTask
 from lightning_zerocopy.datasets.hetero import EdgeType, edge_type_str
@@ -102,6 +103,9 @@ class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
         feature_storage, sampler_placement, gather, gather_mode, check_features, feature_dtype, x_dtype, node_order:
             as :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` takes them
             (every ``sampler_placement``, ``hybrid``/``auto`` included; ``node_order`` ``none``).
+        predict_mode, layerwise: exact layer-wise ``predict`` (``layerwise``) instead of sampled, and its options, as
+            :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them (a link module's layer-wise
+            output: the last layer's embeddings of every node type).
 
     Raises:
         ValueError / TypeError: a bad argument (naming its recipe key), an unknown supervised edge type, before any
@@ -133,7 +137,10 @@ class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
         feature_dtype: Optional[FeatureDtype] = None,
         x_dtype: Optional[FeatureDtype] = "float32",
         node_order: NodeOrderKind = "none",
+        predict_mode: PredictMode = "sampled",
+        layerwise: Optional[LayerwiseOptions] = None,
     ) -> None:
+        check_layerwise_fanouts(predict_mode, eval_num_neighbors, _KEY + "eval_num_neighbors")
         if not isinstance(dataset, HeteroLinkDataset):
             raise TypeError(f"{_KEY}dataset must be a HeteroLinkDataset (a typed graph with a supervised edge type), "
                             f"got {type(dataset).__name__}; homogeneous link datasets go to "
@@ -157,6 +164,7 @@ class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
             feature_storage=feature_storage, sampler_placement=sampler_placement, gather=gather,
             gather_mode=gather_mode, hot_rows=0, node_order=node_order, check_features=check_features,
             feature_dtype=feature_dtype, x_dtype=x_dtype,
+            predict_mode=predict_mode, layerwise=layerwise,
         )  # fmt: skip
         self.neg_sampling = neg_sampling
         self.neg_sampling_ratio = float(neg_sampling_ratio)

@@ -14,6 +14,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.graph_datamodule import GraphDataModule
+from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, check_layerwise_fanouts
 from lightning_zerocopy.data.negatives import NegativeSampling, parse_neg_sampling
 from lightning_zerocopy.data.tasks import LinkTask
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkDataset, LinkSplit
@@ -69,6 +70,9 @@ class ZeroCopyLinkDataModule(GraphDataModule):
         feature_storage, sampler_placement, gather, gather_mode, hot_rows, node_order, check_features, feature_dtype,
             x_dtype: the data path, the NaN/inf feature scan and the feature dtypes, exactly as
             :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them.
+        predict_mode, layerwise: exact layer-wise ``predict`` (``layerwise``) instead of sampled, and its options, as
+            :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them (a link module's layer-wise
+            output: the node embeddings of its last layer, ``embeddings.npy``).
 
     Raises:
         ValueError / TypeError: a bad argument (naming its recipe key), before any data is built.
@@ -100,7 +104,10 @@ class ZeroCopyLinkDataModule(GraphDataModule):
         check_features: bool = True,
         feature_dtype: Optional[FeatureDtype] = None,
         x_dtype: Optional[FeatureDtype] = "float32",
+        predict_mode: PredictMode = "sampled",
+        layerwise: Optional[LayerwiseOptions] = None,
     ) -> None:
+        check_layerwise_fanouts(predict_mode, eval_num_neighbors, _KEY + "eval_num_neighbors")
         if not isinstance(dataset, LinkDataset):
             raise TypeError(
                 f"{_KEY}dataset must be a LinkDataset (e.g. a link split of a graph), got {type(dataset).__name__}; "
@@ -122,6 +129,7 @@ class ZeroCopyLinkDataModule(GraphDataModule):
             num_threads=num_threads, seed=seed, predict_split=predict_split, feature_storage=feature_storage,
             sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, hot_rows=hot_rows,
             node_order=node_order, check_features=check_features, feature_dtype=feature_dtype, x_dtype=x_dtype,
+            predict_mode=predict_mode, layerwise=layerwise,
         )  # fmt: skip
         self.neg_sampling = neg_sampling
         self.neg_sampling_ratio = float(neg_sampling_ratio)

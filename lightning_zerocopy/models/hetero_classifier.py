@@ -226,6 +226,36 @@ class HeteroGNN(nn.Module):
             x = {t: F.dropout(h.relu(), p=self.dropout, training=self.training) for t, h in out.items()}
         return self.head(x[self.input_type])
 
+    def layerwise_layers(self) -> list[list[str]]:
+        """Layer-wise predictions (:mod:`~lightning_zerocopy.models.layerwise`): the node types each layer outputs
+        (the last: the input type, through the head)."""
+        return [list(types) for types in self.layer_outputs]
+
+    def layerwise_step(self, layer: int, block: Any) -> dict[str, torch.Tensor]:
+        """Layer ``layer`` of :meth:`forward` for the rows of ``block``'s destination type (the store holding
+        ``batch_size``): its relations into that type summed in the same order, ReLU, dropout; the last layer's rows
+        through the head (the logits)."""
+        dst = next(t for t in block.node_types if "batch_size" in block[t])
+        x = {t: block[t].x for t in block.node_types if "x" in block[t]}
+        if layer == 0:
+            x = self.inputs(x, {t: block[t].n_id for t in block.node_types})
+        out: Optional[torch.Tensor] = None
+        for key, conv in self.convs[layer].items():
+            edge_type = as_edge_type(key)
+            if edge_type[2] != dst:
+                continue
+            index = block[edge_type].edge_index if edge_type in block.edge_types else None
+            if index is None:
+                index = torch.empty(2, 0, dtype=torch.long, device=x[dst].device)
+            message = conv((x[edge_type[0]], x[dst]), index)
+            out = message if out is None else out + message
+        if dst in self.self_lins[layer]:
+            out = self.self_lins[layer][dst](x[dst])
+        if out is None:
+            raise ValueError(f"layer {layer} of the HeteroGNN outputs no {dst!r} rows (it outputs {self.layer_outputs[layer]})")
+        h = F.dropout(out.relu(), p=self.dropout, training=self.training)
+        return {dst: self.head(h) if layer == self.num_layers - 1 else h}
+
 
 def _has_shape(datamodule: Any) -> bool:
     return all(hasattr(datamodule, n) for n in ("metadata", "num_nodes", "input_type"))
@@ -386,6 +416,14 @@ class HeteroNodeClassifier(SeedClassifier):
             if nodes and edges:
                 counts = {"num_sampled_nodes_dict": nodes, "num_sampled_edges_dict": edges}
         return net(x, batch.edge_index_dict, n_id, **counts)
+
+    def layerwise_layers(self) -> list[list[str]]:
+        """Layer-wise predictions: :meth:`HeteroGNN.layerwise_layers`."""
+        return self._require_net().layerwise_layers()
+
+    def layerwise_step(self, layer: int, block: Any) -> dict[str, torch.Tensor]:
+        """:meth:`HeteroGNN.layerwise_step`."""
+        return self._require_net().layerwise_step(layer, block)
 
     def _seed_store(self, batch: Any) -> Any:
         """The input type's store."""

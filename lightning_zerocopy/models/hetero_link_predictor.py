@@ -87,6 +87,26 @@ class HeteroLinkPredictor(LinkScorer):
             x = {t: (out[t] if last else out[t].relu()) if t in out else x[t] for t in x}
         return x
 
+    def layerwise_layers(self) -> list[list[str]]:
+        """Layer-wise embeddings (:mod:`~lightning_zerocopy.models.layerwise`): every layer outputs every node type
+        (a type no relation reaches keeps its rows)."""
+        types = [str(t) for t in self.hparams.metadata[0]]
+        return [types for _ in self.convs]
+
+    def layerwise_step(self, layer: int, block: Any) -> dict[str, torch.Tensor]:
+        """Layer ``layer`` of :meth:`embed` for the rows of ``block``'s destination type (the store holding
+        ``batch_size``); layer 0 first projects or embeds every type as :meth:`embed` does."""
+        dst = next(t for t in block.node_types if "batch_size" in block[t])
+        if layer == 0:
+            x = {t: self.inputs[t](block[t].x) if t in self.inputs else self.embeddings[t](block[t].n_id)
+                 for t in block.node_types}  # fmt: skip
+        else:
+            x = {t: block[t].x for t in block.node_types}
+        out = self.convs[layer](x, block.edge_index_dict)
+        if dst not in out:
+            return {dst: x[dst]}
+        return {dst: out[dst] if layer == len(self.convs) - 1 else out[dst].relu()}
+
     def _stores(self, batch: Any) -> LinkStores:
         return LinkStores(batch[self.edge_type], batch[self.edge_type[0]], batch[self.edge_type[2]])
 

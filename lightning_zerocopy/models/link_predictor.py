@@ -29,6 +29,7 @@ from lightning_zerocopy.models.link_scorer import (
     num_positives,
     sigmoid_by_value,
 )
+from lightning_zerocopy.models.layerwise import BasicGNNLayers, basic_gnn_layers
 from lightning_zerocopy.models.trim import batch_hop_counts, can_trim
 
 __all__ = ["LinkPredictor", "batch_mode", "num_positives", "sigmoid_by_value"]
@@ -134,6 +135,20 @@ class LinkPredictor(LinkScorer):
             return self(batch.x, batch.edge_index)
         return self.encoder(hops.x, hops.edge_index, num_sampled_nodes_per_hop=hops.nodes_per_hop,
                             num_sampled_edges_per_hop=hops.edges_per_hop)  # fmt: skip
+
+    def layerwise_layers(self) -> int:
+        """Layer-wise node embeddings (:mod:`~lightning_zerocopy.models.layerwise`): the encoder's layers, run as PyG's
+        ``BasicGNN.inference`` runs them (an encoder that is no ``BasicGNN`` gets one line saying what to add)."""
+        return self._layerwise().layerwise_layers()
+
+    def layerwise_step(self, layer: int, block: Any) -> torch.Tensor:
+        """Encoder layer ``layer``'s rows of ``block``'s first ``batch_size`` nodes (the last: their embeddings)."""
+        return self._layerwise().layerwise_step(layer, block)
+
+    def _layerwise(self) -> BasicGNNLayers:
+        if getattr(self, "_layerwise_layers", None) is None:
+            self._layerwise_layers = basic_gnn_layers(self.encoder, "LinkPredictor's encoder")
+        return self._layerwise_layers
 
     def score(self, z: torch.Tensor, edge_label_index: torch.Tensor) -> torch.Tensor:
         """Logits of the node pairs ``edge_label_index`` (local ids, ``[2, M]``)."""

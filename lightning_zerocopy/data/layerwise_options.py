@@ -1,0 +1,82 @@
+"""The recipe's switch for exact layer-wise predictions (``data.init_args.predict_mode: layerwise``) and its options
+(``data.init_args.layerwise``), checked where the DataModule is built so a bad value is one line naming its key.
+
+``predict_mode: sampled`` (default): ``predict`` samples each seed's neighborhood with ``eval_fanouts``, as
+``validate``/``test`` do. ``predict_mode: layerwise``: every layer runs once over every node with all in-neighbors
+(:mod:`lightning_zerocopy.data.layerwise`), so the outputs equal a full-graph forward; no fanout is sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from lightning_zerocopy.options import FeatureDtype, check_choice, check_count
+
+__all__ = ["LayerStorage", "LayerwiseOptions", "PredictMode", "check_layerwise_fanouts"]
+
+#: How ``predict`` computes its outputs: per seed over a sampled neighborhood, or layer by layer over every node.
+PredictMode = Literal["sampled", "layerwise"]
+#: Where a layer's outputs are kept until the next layer has read them: ``host`` (shared, pinned host memory),
+#: ``gpu`` (one rank, GPU memory), ``auto`` (``gpu`` where a layer's input and output tables fit in half the free GPU
+#: memory of a one-rank run on a GPU, else ``host``).
+LayerStorage = Literal["auto", "host", "gpu"]
+
+_KEY = "data.init_args.layerwise."
+
+
+@dataclass(frozen=True)
+class LayerwiseOptions:
+    """How ``predict_mode: layerwise`` runs (every field a key under ``data.init_args.layerwise``).
+
+    Args:
+        batch_size: destination nodes per batch of a layer (fewer where ``max_batch_edges`` cuts a batch first).
+        max_batch_edges: in-edges per batch at most (a node with more in-edges is a batch of its own): what bounds a
+            batch's GPU working set, about ``(batch_size + max_batch_edges) x width`` rows gathered plus the layer's
+            per-edge messages.
+        storage: where each layer's outputs are kept for the next layer: ``auto``, ``host`` or ``gpu``.
+        dtype: the dtype a layer's outputs are stored in (``float32``, ``bfloat16``, ``float16``: half the memory and
+            half the bytes the next layer reads; the next layer computes in the dtype the model returned).
+        embeddings: the layer (0-based; ``-1`` the last) whose outputs are also written as ``.npy`` files of every
+            node, memory-mapped (they may exceed RAM; float32, or float16 with ``dtype: float16``); ``null``: none,
+            except for a link DataModule, which writes the last layer's (its node embeddings).
+        embeddings_path: the file (``.npy``) of an untyped graph's embeddings, or the folder of a typed graph's
+            (``embeddings.<node type>.npy``); default: the run's log folder.
+    """
+
+    batch_size: int = 4096
+    max_batch_edges: int = 2_000_000
+    storage: LayerStorage = "auto"
+    dtype: FeatureDtype = "float32"
+    embeddings: Optional[int] = None
+    embeddings_path: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        check_count(self.batch_size, _KEY + "batch_size", minimum=1)
+        check_count(self.max_batch_edges, _KEY + "max_batch_edges", minimum=1)
+        check_choice(self.storage, LayerStorage, _KEY + "storage")
+        check_choice(self.dtype, FeatureDtype, _KEY + "dtype")
+        if self.embeddings is not None and (isinstance(self.embeddings, bool) or not isinstance(self.embeddings, int)):
+            raise TypeError(f"{_KEY}embeddings must be a layer index (0-based, -1 the last) or null, "
+                            f"got {self.embeddings!r}")  # fmt: skip
+
+
+def check_layerwise_fanouts(predict_mode: Any, eval_fanouts: Any, key: str) -> None:
+    """Refuse a sampled evaluation fanout given together with ``predict_mode: layerwise`` (which takes every
+    in-neighbor of every layer, so the fanout would silently mean nothing).
+
+    Args:
+        eval_fanouts: the evaluation fanouts as the recipe gave them (``None``: not given), a list or a dict of lists.
+        key: the recipe key of ``eval_fanouts`` (e.g. ``data.init_args.eval_fanouts``).
+
+    Raises:
+        ValueError: one line naming ``key``.
+    """
+    check_choice(predict_mode, PredictMode, "data.init_args.predict_mode")
+    if predict_mode != "layerwise" or eval_fanouts is None:
+        return
+    lists = eval_fanouts.values() if isinstance(eval_fanouts, dict) else [eval_fanouts]
+    sampled = [int(f) for fs in lists for f in fs if int(f) >= 0]
+    if sampled:
+        raise ValueError(f"{key} samples {sampled[0]} neighbors, but predict_mode: layerwise takes every in-neighbor of "
+                         f"every node: leave {key} unset (or -1) for layer-wise predictions")  # fmt: skip
