@@ -183,9 +183,11 @@ class ZeroCopyCLI(LightningCLI):
 
         guard_the_run(trainer, str(self.subcommand))
         if self.subcommand == "predict" and not any(isinstance(c, BasePredictionWriter) for c in trainer.callbacks):
+            from lightning_zerocopy.callbacks.layerwise_predictions import LayerwisePredictionWriter
             from lightning_zerocopy.callbacks.predictions import PredictionWriter
 
-            trainer.callbacks.append(PredictionWriter())
+            layerwise = getattr(self.datamodule, "predict_mode", None) == "layerwise"  # data.init_args.predict_mode
+            trainer.callbacks.append(LayerwisePredictionWriter() if layerwise else PredictionWriter())
             if self.config_init["predict"].get("return_predictions") is None:  # the file holds them; don't keep two
                 self.config_init["predict"]["return_predictions"] = False
         return trainer

@@ -5,7 +5,11 @@ it starts MPS; constructing them only stores their configuration. The pipeline's
 is joined, when the DataModule's ``setup`` attaches the callback.
 """
 
+from lightning_zerocopy._lazy import lazy_exports
 from lightning_zerocopy.callbacks.pipeline import PipelineCallback
 from lightning_zerocopy.callbacks.telemetry import DataTelemetry
 
-__all__ = ["DataTelemetry", "PipelineCallback"]
+__all__ = ["DataTelemetry", "LayerwisePredictionWriter", "PipelineCallback"]
+
+# imported on first access: it imports PyG (the layer-wise pass builds PyG batches)
+__getattr__ = lazy_exports(__name__, {"LayerwisePredictionWriter": "lightning_zerocopy.callbacks.layerwise_predictions"})

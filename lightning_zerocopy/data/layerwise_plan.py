@@ -98,7 +98,11 @@ def layerwise_pass_loader(trainer: Any) -> LayerwisePassLoader:
     """
     callbacks = getattr(trainer, "callbacks", None) or []
     if not any(getattr(c, "runs_layerwise_pass", False) for c in callbacks):
-        raise RecipeError("data.init_args.predict_mode: layerwise runs in the LayerwisePredictionWriter callback: "
-                          "add lightning_zerocopy.callbacks.LayerwisePredictionWriter to trainer.callbacks (the "
-                          "lightning-zerocopy predict command adds it)")  # fmt: skip
+        from pytorch_lightning.callbacks import BasePredictionWriter
+
+        writers = [type(c).__name__ for c in callbacks if isinstance(c, BasePredictionWriter)]
+        instead = f"replace trainer.callbacks' {writers[0]} (sampled predictions) by" if writers else "add"
+        raise RecipeError(f"data.init_args.predict_mode: layerwise runs in the LayerwisePredictionWriter callback: "
+                          f"{instead} lightning_zerocopy.callbacks.LayerwisePredictionWriter (the lightning-zerocopy "
+                          "predict command adds it when the recipe lists no prediction writer)")  # fmt: skip
     return LayerwisePassLoader()
