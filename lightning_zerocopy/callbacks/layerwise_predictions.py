@@ -83,8 +83,9 @@ class LayerwisePredictionWriter(BasePredictionWriter):
             raise RecipeError(f"predict_mode: layerwise shares each layer's outputs in one machine's memory, but "
                               f"trainer.num_nodes is {trainer.num_nodes}: run it on one machine")  # fmt: skip
         layerwise_module(pl_module)
+        folder = self._folder(trainer)  # on every rank: a DDP trainer's log_dir is a collective
         if trainer.is_global_zero:
-            folder = check_output_folder(self._folder(trainer), self._key())
+            folder = check_output_folder(folder, self._key())
             if (folder / self.filename).is_dir():
                 raise RunEnvironmentError(errno.EISDIR, f"{folder / self.filename} is a folder: the predictions "
                                           f"cannot be written there; move it, or set {self._key()} elsewhere")  # fmt: skip
