@@ -216,9 +216,12 @@ class ZeroCopyCLI(LightningCLI):
 
     def before_predict(self) -> None:
         """``--ckpt_path last`` as for the other subcommands; a module without ``predict_step`` whose ``forward``
-        does not take the batch gets a clear message (not Lightning's ``forward() missing ... 'edge_index'``)."""
+        does not take the batch gets a clear message (not Lightning's ``forward() missing ... 'edge_index'``), except
+        under ``predict_mode: layerwise``, which never calls ``predict_step``."""
         self._resolve_last_checkpoint()
         module = type(self.model)
+        if getattr(self.datamodule, "predict_mode", None) == "layerwise":  # runs layerwise_step, never predict_step
+            return
         if module.predict_step is not LightningModule.predict_step:
             return
         required = [

@@ -144,3 +144,36 @@ def test_a_link_module_writes_its_node_embeddings(tmp_path: Path) -> None:
     with torch.no_grad():
         full = model.encoder(data.x, data.edge_index)
     torch.testing.assert_close(torch.from_numpy(np.array(saved)), full, **TOL)
+
+
+def test_a_users_basic_gnn_module_runs_unchanged(tmp_path: Path) -> None:
+    """A LightningModule holding a PyG BasicGNN (BatchNorm in eval mode) and no layer-wise methods."""
+    graph = {"class_path": "lightning_zerocopy.datasets.SyntheticGraph", "init_args": {
+        "num_nodes": 500, "avg_degree": 6, "num_features": 8, "num_classes": 3, "cache_dir": str(tmp_path / "g")}}  # fmt: skip
+    recipe, ckpt = _fit(tmp_path, {
+        "data": {"class_path": "lightning_zerocopy.ZeroCopyDataModule", "init_args": {
+            "dataset": graph, "fanouts": [4, 4], "batch_size": 64, "num_threads": 1, "predict_split": "all"}},
+        "model": {"class_path": "helpers.layerwise_user.UserSAGE"}})  # fmt: skip
+    _predict(recipe, ckpt, tmp_path / "out", "--data.init_args.layerwise.batch_size=40")
+    saved = dict(np.load(next((tmp_path / "out").rglob("predictions.npz"))))
+    from helpers.layerwise_user import UserSAGE
+
+    model = UserSAGE.load_from_checkpoint(ckpt).eval()
+    assert float(model.gnn.norms[0].module.running_var.sub(1).abs().max()) > 0  # trained statistics, used per node
+    data = SyntheticGraph(**graph["init_args"]).load()
+    with torch.no_grad():
+        full = model(data.x, data.edge_index)
+    assert saved["node_id"].tolist() == list(range(500))
+    torch.testing.assert_close(torch.from_numpy(saved["logits"]), full, **TOL)
+
+
+def test_an_embeddings_path_that_cannot_hold_them_is_one_line(untyped_run: tuple[Path, Path, Path],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    tmp, recipe, ckpt = untyped_run
+    folder = tmp / "a-folder.npy"
+    folder.mkdir()
+    line = _one_line_exit(capsys, ["predict", "--config", str(recipe), f"--ckpt_path={ckpt}",
+                                   f"--trainer.default_root_dir={tmp / 'emb'}", "--data.init_args.predict_mode=layerwise",
+                                   "--data.init_args.layerwise.embeddings=0",
+                                   f"--data.init_args.layerwise.embeddings_path={folder}"])  # fmt: skip
+    assert f"data.init_args.layerwise.embeddings_path {folder} must name a .npy file" in line

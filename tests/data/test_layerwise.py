@@ -19,9 +19,9 @@ from torch_geometric.nn.models import GIN
 from torch_geometric.nn.models import GraphSAGE as PyGGraphSAGE
 
 from helpers.hetero import PAPER, TinyHeteroDataset
+from helpers.layerwise import run_pass
 from lightning_zerocopy import ZeroCopyDataModule, ZeroCopyHeteroDataModule
 from lightning_zerocopy.data.layer_tables import LayerTable
-from lightning_zerocopy.data.layerwise import LayerwisePass
 from lightning_zerocopy.data.layerwise_options import LayerwiseOptions
 from lightning_zerocopy.data.layerwise_plan import batch_bounds
 from lightning_zerocopy.datasets import SyntheticGraph
@@ -65,21 +65,6 @@ def _datamodule(dataset: Any, **kwargs: Any) -> ZeroCopyDataModule:
     dm = ZeroCopyDataModule(dataset, fanouts=[4, 4], batch_size=64, num_threads=1, **kwargs)
     dm.setup()
     return dm
-
-
-def run_pass(dm: Any, model: Any, **kwargs: Any) -> Any:
-    """One layer-wise pass of ``model`` over ``dm``'s graph on the CPU (small batches: many per layer)."""
-    options = {k: kwargs.pop(k) for k in list(kwargs) if k in LayerwiseOptions.__dataclass_fields__}
-    options = {"batch_size": 50, "max_batch_edges": 300, **options}
-    fanouts = {et: [-1] for et in dm.schema.edge_types} if dm.schema.is_typed else [-1]
-    if isinstance(model, torch.nn.Module):
-        model.eval()
-    builder = dm.builder("predict", fanouts=fanouts).open(dm.resources)
-    try:
-        return LayerwisePass(builder, layerwise_module(model), LayerwiseOptions(**options), device=CPU,
-                             **kwargs).run()  # fmt: skip
-    finally:
-        builder.close()
 
 
 def _hidden(net: Any, layers: int, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
