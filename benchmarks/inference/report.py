@@ -66,8 +66,9 @@ def render(results: dict[str, Any]) -> str:
             figures = run["models"].get(model)
             if figures is None:
                 continue
-            notes = (f"storage {figures['storage']}" if "storage" in figures else
-                     f"{figures['pyg_workers']} workers ({', '.join(figures['pyg_backends'])})" if "pyg_workers" in figures
+            notes = (f"batch {figures['batch_size']}, storage {figures['storage']}" if "storage" in figures else
+                     f"batch {figures['batch_size']}, {figures['pyg_workers']} workers ({', '.join(figures['pyg_backends'])})"
+                     if "pyg_workers" in figures
                      else f"{figures['measured_batches']} of {figures['batches']:,} batches, {figures['batches_per_s']:.1f}/s, "
                      f"fanouts {figures['fanouts']}")  # fmt: skip
             setup = figures.get("setup_s")

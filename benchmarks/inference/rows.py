@@ -134,7 +134,7 @@ def _ours(row: InferenceRow, args: Any, dataset: Any, name: str, device: torch.d
     from lightning_zerocopy.data.layerwise_options import LayerwiseOptions
     from lightning_zerocopy.models.layerwise import layerwise_module
 
-    options = LayerwiseOptions(batch_size=args.batch_size, max_batch_edges=args.max_batch_edges, storage=args.storage,
+    options = LayerwiseOptions(batch_size=args.ours_batch_size, max_batch_edges=args.max_batch_edges, storage=args.storage,
                                dtype=args.layerwise_dtype)  # fmt: skip
     dm, setup_s = _datamodule(args, dataset, device, fanouts=list(MODELS[name][2]), predict_mode="layerwise",
                               layerwise=options)  # fmt: skip
@@ -159,7 +159,7 @@ def _ours(row: InferenceRow, args: Any, dataset: Any, name: str, device: torch.d
         dm.teardown()
     layers = [{"layer": s.layer, "seconds": s.seconds, "batches": s.batches, "edges": s.edges,
                "bytes_read": s.bytes_read, "gb_per_s": s.bytes_read / max(s.seconds, 1e-9) / 1e9} for s in result.stats]  # fmt: skip
-    return {"total_s": total, "setup_s": setup_s, "layers": layers, "storage": storage,
+    return {"total_s": total, "setup_s": setup_s, "layers": layers, "storage": storage, "batch_size": options.batch_size,
             "probe": probe.float().cpu().tolist()}  # fmt: skip
 
 
@@ -227,6 +227,7 @@ def _pyg(row: InferenceRow, args: Any, dataset: Any, name: str, device: torch.de
             layers.append({"layer": layer, "seconds": b - a, "bytes_read": read,
                            "gb_per_s": read / max(b - a, 1e-9) / 1e9})  # fmt: skip
     return {"total_s": end - t0, "setup_s": sweep_s, "layers": layers, "pyg_workers": best, "pyg_sweep": sweep,
+            "batch_size": args.batch_size,
             "pyg_backends": backends, "probe": out[_probe_ids(out.shape[0], args.probe_nodes)].float().tolist()}  # fmt: skip
 
 
