@@ -48,8 +48,13 @@ def edge_type_str(edge_type: EdgeType) -> str:
 class Metadata(tuple):
     """``(node types, edge types)`` as PyG's ``HeteroData.metadata()`` returns them, as a tuple that may also be
     called: a DataModule's ``metadata`` property gives one, so ``dm.metadata()`` (PyG's spelling, what ``to_hetero``
-    examples write) and ``dm.metadata`` (this package's earlier property) are the same pair. It pickles as a plain
-    tuple (a checkpoint's hyperparameters then load with ``torch.load(weights_only=True)``)."""
+    examples write) and ``dm.metadata`` (this package's earlier property) are the same pair.
+
+    A module built in Python with ``metadata=dm.metadata`` saves it among its hyperparameters; the class is
+    registered with ``torch.serialization.add_safe_globals`` (below), so such a checkpoint resumes under
+    ``torch.load(weights_only=True)``, Lightning's default, wherever this package is imported."""
+
+    __slots__ = ()
 
     def __new__(cls, node_types: "list[str] | tuple[str, ...]", edge_types: "list[EdgeType]") -> "Metadata":
         return super().__new__(cls, ([str(t) for t in node_types], [tuple(e) for e in edge_types]))
@@ -58,8 +63,11 @@ class Metadata(tuple):
         """The pair, as ``HeteroData.metadata()`` returns it (fresh lists)."""
         return list(self[0]), list(self[1])
 
-    def __reduce__(self) -> tuple:
-        return tuple, (self(),)
+    def __getnewargs__(self) -> tuple:  # pickled as Metadata(node types, edge types): no other global needed
+        return self()
+
+
+torch.serialization.add_safe_globals([Metadata])
 
 
 def parse_edge_type(text: str) -> EdgeType:
