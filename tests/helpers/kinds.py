@@ -130,7 +130,14 @@ class Kind:
         return cls(dataset, num_neighbors=fanouts, **options)
 
     def model(self, dm: Any) -> pl.LightningModule:
-        """A small node classifier for the kind's batches (``tested``: each test seed's logits by node id)."""
+        """A small model of the kind's task: a node classifier (``tested``: each test seed's logits by node id), or the
+        package's link predictor."""
+        if self.task == "link":
+            from lightning_zerocopy.models import HeteroLinkPredictor, LinkPredictor
+
+            if self.typed:
+                return HeteroLinkPredictor(dm.metadata, dm.num_features, dm.num_nodes, dm.edge_type, hidden_channels=8)
+            return LinkPredictor(dm.num_features, hidden_channels=8)
         if self.typed:
             from helpers.hetero import TinyHeteroSAGE
 
@@ -140,6 +147,20 @@ class Kind:
     def seeds(self, batch: Any) -> Any:
         """The store of a node batch's seeds (``n_id``, ``batch_size``, ``y``, ``x``)."""
         return batch[self.input_type] if self.typed else batch
+
+    def supervised(self, dm: Any) -> Any:
+        """The supervised edge type of a link DataModule (the untyped graph's one edge type)."""
+        return dm.edge_type if self.typed else EDGE
+
+    def label_store(self, batch: Any, edge_type: Any) -> Any:
+        """The store of a link batch's label fields (``edge_label_index``, ``edge_label``, ``input_id``, ...)."""
+        return batch[edge_type] if self.typed else batch
+
+    def pairs(self, batch: Any, edge_type: Any) -> torch.Tensor:
+        """A link batch's ``edge_label_index`` as global ``(src, dst)`` ids, each row through its endpoint type's
+        ``n_id``."""
+        index, by_type = self.label_store(batch, edge_type).edge_label_index, nodes(batch)
+        return torch.stack([by_type[edge_type[0]].n_id[index[0]], by_type[edge_type[2]].n_id[index[1]]])
 
 
 NODE_KINDS = [Kind(False), Kind(True)]
