@@ -41,7 +41,7 @@ mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_ca
 # pipeline worker, auto's measured choice, the fault cases of a two-GPU recipe run) and why shards are opened for the
 # reading GPU (scripts/diagnostics/torch_ipc_peer_read.py); REQUIRE_TWO_GPUS=1 fails a skipped two-GPU test
 two_gpu_tests="tests/graph/test_cuda_ipc.py tests/cache/test_feature_cache_cuda.py tests/strategies/test_strategy_ddp.py
-  tests/test_faults_two_gpus.py tests/data/test_hetero_ddp.py"
+  tests/test_faults_two_gpus.py tests/data/test_ddp.py"
 export GPU_CHECK_EXTRA_STAGE_TWO_GPUS="python3 scripts/diagnostics/torch_ipc_peer_read.py; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_TIMEOUT:-480} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=240 -m 'two_gpus or cuda' $(echo $two_gpu_tests)"
 export GPU_CHECK_STAGES="${GPU_CHECK_STAGES:-build,tests,mps_tests,e2e,link}"
 export GPU_CHECK_TEST_PATHS="$(echo $parallel_tests)" GPU_CHECK_TEST_WORKERS="${GPU_CHECK_TEST_WORKERS:-10}"
@@ -67,7 +67,7 @@ export GPU_CHECK_EXTRA_STAGE_HETERO="for layers in \${GPU_CHECK_HETERO_FANOUTS:-
 # of as many keys), on the whole GPU, 2 and 3 hops
 export GPU_CHECK_EXTRA_STAGE_HETERO_SAMPLING="for layers in 10,10 10,10,10; do timeout 150 python3 -m benchmarks.micro.hetero_sampling --preset ${GPU_CHECK_HETERO_SAMPLING_PRESET:-mag10x} --cache-dir /tmp/lzc --num-neighbors \$layers --out \$OUT/hetero_sampling-\${layers//,/-}.json; done"
 # stage hetero_clique (two GPUs): the typed cache's clique on two ranks, every batch against the uncached CPU one
-export GPU_CHECK_EXTRA_STAGE_HETERO_CLIQUE="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_HETERO_CLIQUE_TIMEOUT:-120} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=110 -m two_gpus tests/data/test_hetero_ddp.py"
+export GPU_CHECK_EXTRA_STAGE_HETERO_CLIQUE="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_HETERO_CLIQUE_TIMEOUT:-120} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=110 -m two_gpus tests/data/test_ddp.py"
 # stage hetero_scaling (two GPUs, .pyg/ carried): benchmarks.scaling --graph hetero on the mag preset (drawn first, ~1
 # min); 1 GPU, 2 GPUs replicate and clique (pipeline worker under MPS, as the homogeneous stage), PyG's hetero
 # NeighborLoader under DDP on 2 GPUs; each run 30 warm-up steps, then --run-budget-s of steps, killed at --timeout;

@@ -20,8 +20,8 @@ from lightning_zerocopy.datasets.hetero_cache import (
     to_undirected_types,
     write_edge_index,
     write_labels_and_splits,
-    write_rows_chunked,
 )
+from lightning_zerocopy.datasets.synthetic import write_rows_chunked
 
 WRITES = ("author", "writes", "paper")
 CITES = ("paper", "cites", "paper")
