@@ -104,12 +104,16 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_DIAG="timeout -s TERM ${GPU_CHECK_SCALING_D
 # at most 25 + 345 + 190 = 560 s:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_confirm bash scripts/gpu_session.sh     # .wheels/ carried
 export GPU_CHECK_EXTRA_STAGE_SCALING_CONFIRM="timeout -s TERM ${GPU_CHECK_SCALING_CONFIRM_TIMEOUT:-345} python3 -m benchmarks.scaling.confirm --cache-dir /tmp/lzc --out \$OUT/scaling_confirm.json ${GPU_CHECK_SCALING_CONFIRM_ARGS:---num-nodes 4000000 --configs 1gpu,2gpu-torch,2gpu --models heavy,light --repeats 2 --warmup-run 2x1 --deadline-s 335 --timeout 90 --min-run-s 34 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_CONFIRM_FAULTS_TIMEOUT:-190} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=90 -m two_gpus tests/test_faults_two_gpus.py -k '${GPU_CHECK_CONFIRM_FAULTS_SELECT:-kill_rank1 or sigterm or ctrl_c}'"
-# stage inference (issue 41, one GPU, .pyg/ carried): the layer-wise CUDA tests (exact on every placement and storage,
-# the GPU memory bound, the benchmark's GPU rows; ~1-2 min), then benchmarks.inference on the e2e benchmark's 24M-node
-# graph (drawn ~1 min into /tmp/lzc the first time), one model a call: ours, PyG's BasicGNN.inference and the sampled
-# predict, ~5 min estimated (never run); GPU_CHECK_INFERENCE_ARGS=--models heavy in a second call:
-#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,inference bash scripts/gpu_session.sh           # .wheels/, .pyg/
-export GPU_CHECK_EXTRA_STAGE_INFERENCE="REQUIRE_CUDA=1 timeout ${GPU_CHECK_INFERENCE_TEST_TIMEOUT:-200} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=150 -m cuda tests/data/test_layerwise_gpu.py tests/benchmarks/test_inference_benchmark.py; PYTHONPATH=/tmp/pygsite:\$PYTHONPATH timeout -s TERM ${GPU_CHECK_INFERENCE_TIMEOUT:-380} python3 -m benchmarks.inference --preset 24m --cache-dir /tmp/lzc --out \$OUT/inference ${GPU_CHECK_INFERENCE_ARGS:---models light}"
+# stage inference_tests (issue 41, one GPU, ~2 min estimated): the layer-wise CUDA tests (exact on every placement and
+# storage, typed too, the GPU memory bound, a graph beyond the GPU's allowance, the benchmark's GPU rows).
+# stage inference (one GPU, .pyg/ carried): benchmarks.inference on the e2e benchmark's 24M-node graph (drawn ~1 min into
+# /tmp/lzc the first time), one model a call: ours, PyG's BasicGNN.inference and the sampled predict, ~5 min estimated
+# (never run; a row cut by the timeout still leaves results.json and report.md); GPU_CHECK_INFERENCE_ARGS=--models heavy
+# in a second call:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,inference_tests bash scripts/gpu_session.sh     # .wheels/
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,inference bash scripts/gpu_session.sh           # .pyg/
+export GPU_CHECK_EXTRA_STAGE_INFERENCE_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_INFERENCE_TEST_TIMEOUT:-400} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/data/test_layerwise_gpu.py tests/benchmarks/test_inference_benchmark.py"
+export GPU_CHECK_EXTRA_STAGE_INFERENCE="timeout -s TERM ${GPU_CHECK_INFERENCE_TIMEOUT:-520} python3 -m benchmarks.inference --preset 24m --pyg-site /tmp/pygsite --cache-dir /tmp/lzc --out \$OUT/inference ${GPU_CHECK_INFERENCE_ARGS:---models light}"
 export GPU_CHECK_E2E_TIMEOUT="${GPU_CHECK_E2E_TIMEOUT:-330}"
 export GPU_CHECK_E2E_ARGS="${GPU_CHECK_E2E_ARGS:---preset issue20 --configs model_only,zc_gpu_mps,pyg --steps 300 --warmup 30 --row-budget-s 15 --total-budget-s 300 --cache-dir /tmp/lzc}"
 export GPU_CHECK_LINK_TIMEOUT="${GPU_CHECK_LINK_TIMEOUT:-220}"
