@@ -19,6 +19,7 @@ from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.graph_datamodule import GraphDataModule, Split
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory
 from lightning_zerocopy.data.tasks import NodeTask
+from lightning_zerocopy.datasets.attributes import AttributeChoice
 from lightning_zerocopy.datasets.base import NodeDataset
 from lightning_zerocopy.graph.schema import GraphSchema
 from lightning_zerocopy.options import (
@@ -100,6 +101,10 @@ class ZeroCopyDataModule(GraphDataModule):
             ``precision: bf16-true``, which does not cast a PyG batch's ``x`` itself).
         allow_split_overlap: train on a dataset whose val or test split holds training nodes (their labels leak
             into the scores), with a warning; by default ``setup`` refuses it, naming how many and the first.
+        attributes: which other node- and edge-level tensors of the dataset reach every batch under their own names,
+            indexed by ``n_id`` / ``e_id`` as PyG's loaders index them (``edge_weight``, masks, ``edge_attr``, any
+            custom one): ``all`` (default, as PyG), ``none``, or a list of names (e.g. ``[edge_weight]``; every type's
+            of that name). Each is one more table in the shared host copy: leave out what the model never reads.
     """
 
     def __init__(
@@ -125,6 +130,7 @@ class ZeroCopyDataModule(GraphDataModule):
         feature_dtype: Optional[FeatureDtype] = None,
         x_dtype: Optional[FeatureDtype] = "float32",
         allow_split_overlap: bool = False,
+        attributes: AttributeChoice = "all",
     ) -> None:
         check_loader_options(batch_size, eval_batch_size, num_threads, fanouts, eval_fanouts, _KEY)
         super().__init__(
@@ -134,7 +140,7 @@ class ZeroCopyDataModule(GraphDataModule):
             num_threads=num_threads, seed=seed, predict_split=predict_split, feature_storage=feature_storage,
             sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, hot_rows=hot_rows,
             node_order=node_order, check_features=check_features, feature_dtype=feature_dtype, x_dtype=x_dtype,
-            allow_split_overlap=allow_split_overlap,
+            allow_split_overlap=allow_split_overlap, attributes=attributes,
         )  # fmt: skip
 
     @property

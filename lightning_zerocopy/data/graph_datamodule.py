@@ -50,6 +50,7 @@ from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
 from lightning_zerocopy.data.tasks import LinkTask, NodeTask
 from lightning_zerocopy.data.x_dtype_precision import check_x_dtype_fits_precision
+from lightning_zerocopy.datasets.attributes import AttributeChoice, check_attribute_choice
 from lightning_zerocopy.datasets.splits import check_trainable
 from lightning_zerocopy.graph.schema import NODE, GraphSchema
 from lightning_zerocopy.options import (
@@ -88,7 +89,7 @@ class GraphDataModule(pl.LightningDataModule):
         num_threads: Optional[int], seed: int, predict_split: str, feature_storage: FeatureStorage,
         sampler_placement: SamplerPlacement, gather: GatherChoice, gather_mode: GatherMode, hot_rows: int,
         node_order: NodeOrderKind, check_features: bool, feature_dtype: Optional[FeatureDtype],
-        x_dtype: Optional[FeatureDtype], allow_split_overlap: bool = False,
+        x_dtype: Optional[FeatureDtype], allow_split_overlap: bool = False, attributes: AttributeChoice = "all",
     ) -> None:  # fmt: skip
         super().__init__()
         check_count(batch_size, _KEY + "batch_size", minimum=1)
@@ -100,6 +101,7 @@ class GraphDataModule(pl.LightningDataModule):
             if value is not None:
                 check_choice(value, FeatureDtype, _KEY + key)
         check_gpu_options(sampler_placement, gather, gather_mode, hot_rows)
+        check_attribute_choice(attributes, _KEY + "attributes")
         self.dataset, self.task, self.schema = dataset, task, schema
         self.fanouts, self.eval_fanouts = fanouts, eval_fanouts
         self.batch_size = int(batch_size)
@@ -117,6 +119,7 @@ class GraphDataModule(pl.LightningDataModule):
         self.feature_dtype: Optional[FeatureDtype] = feature_dtype
         self.x_dtype: Optional[FeatureDtype] = x_dtype
         self.allow_split_overlap = bool(allow_split_overlap)
+        self.attributes = attributes if isinstance(attributes, str) else list(attributes)
         self._gpu: Optional[ResolvedGpuOptions] = None  # decided in setup, from the trainer
         self._feature_cache: Optional[Any] = HotRowsCache(self.hot_rows) if self.hot_rows > 0 else None
         self._handles: Optional[HostGraphHandles] = None
@@ -129,7 +132,7 @@ class GraphDataModule(pl.LightningDataModule):
             dataset, feature_storage, node_order, _KEY + "dataset", check_features, _KEY + "check_features: false",
             feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype", allow_split_overlap=self.allow_split_overlap,
             overlap_opt_out=_KEY + "allow_split_overlap: true", link=task.link, typed=schema.is_typed,
-            x_dtype=x_dtype, x_dtype_key=_KEY + "x_dtype",
+            x_dtype=x_dtype, x_dtype_key=_KEY + "x_dtype", attributes=self.attributes, attributes_key=_KEY + "attributes",
         )  # fmt: skip
         self._loader_factory: Optional[LoaderFactory] = None
 

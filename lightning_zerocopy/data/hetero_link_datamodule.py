@@ -37,6 +37,7 @@ from lightning_zerocopy.data.hetero_datamodule import (
 )
 from lightning_zerocopy.data.negatives import NegativeSampling, parse_neg_sampling
 from lightning_zerocopy.data.tasks import LinkTask
+from lightning_zerocopy.datasets.attributes import AttributeChoice
 from lightning_zerocopy.datasets.hetero import EdgeType, edge_type_str
 from lightning_zerocopy.datasets.hetero_links import HeteroLinkDataset, unknown_edge_type
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkSplit
@@ -99,8 +100,8 @@ class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
         replace, shuffle, drop_last, num_threads, seed: as the node DataModules take them.
         subgraph_type, disjoint: PyG's loader arguments, accepted only at the values these batches have.
         predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives).
-        feature_storage, sampler_placement, gather, gather_mode, check_features, feature_dtype, x_dtype, node_order:
-            as :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` takes them
+        feature_storage, sampler_placement, gather, gather_mode, check_features, feature_dtype, x_dtype, node_order,
+        attributes: as :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` takes them
             (every ``sampler_placement``, ``hybrid``/``auto`` included; ``node_order`` ``none``).
 
     Raises:
@@ -133,6 +134,7 @@ class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
         feature_dtype: Optional[FeatureDtype] = None,
         x_dtype: Optional[FeatureDtype] = "float32",
         node_order: NodeOrderKind = "none",
+        attributes: AttributeChoice = "all",
     ) -> None:
         if not isinstance(dataset, HeteroLinkDataset):
             raise TypeError(f"{_KEY}dataset must be a HeteroLinkDataset (a typed graph with a supervised edge type), "
@@ -156,7 +158,7 @@ class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
             drop_last=drop_last, num_threads=num_threads, seed=seed, predict_split=predict_split,
             feature_storage=feature_storage, sampler_placement=sampler_placement, gather=gather,
             gather_mode=gather_mode, hot_rows=0, node_order=node_order, check_features=check_features,
-            feature_dtype=feature_dtype, x_dtype=x_dtype,
+            feature_dtype=feature_dtype, x_dtype=x_dtype, attributes=attributes,
         )  # fmt: skip
         self.neg_sampling = neg_sampling
         self.neg_sampling_ratio = float(neg_sampling_ratio)

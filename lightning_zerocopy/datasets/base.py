@@ -119,6 +119,8 @@ class NodeData(GraphSizes):
         edge_attr: optional ``[num_edges, ...]`` edge features, row ``i`` belonging to ``edge_index[:, i]``.
         x_file: the ``.npy`` file ``x`` is mapped from, if any (lets every process map the same file instead
             of copying the features into shared memory).
+        attributes: the graph's other node- and edge-level tensors, which reach the batches
+            (:mod:`~lightning_zerocopy.datasets.attributes`: ``AttributeKey -> Attribute``), or ``None``.
     """
 
     edge_index: torch.Tensor
@@ -129,6 +131,7 @@ class NodeData(GraphSizes):
     test_idx: torch.Tensor
     edge_attr: Optional[torch.Tensor] = None
     x_file: Optional[str] = None
+    attributes: Optional[dict[Any, Any]] = None
 
     def __post_init__(self) -> None:
         """Shapes and dtypes; a mismatch is the dataset's content, so an :class:`InputDataError`."""
@@ -322,6 +325,6 @@ class CachedNodeDataset(BuiltIntoCache, NodeDataset):
 def node_data_from_cache(cache: ArrayCache) -> NodeData:
     """Open the standard array names (``edge_index``, ``x``, ``y``, ``*_idx``, optional ``edge_attr``)."""
     optional = {"edge_attr"}
-    names = {f.name for f in fields(NodeData)} - {"x_file"}
+    names = {f.name for f in fields(NodeData)} - {"x_file", "attributes"}
     arrays = {name: cache.tensor(name) for name in names if name not in optional or cache.has(name)}
     return NodeData(**arrays, x_file=str(cache.file("x")))
