@@ -41,7 +41,7 @@ mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_ca
 # pipeline worker, auto's measured choice, the fault cases of a two-GPU recipe run) and why shards are opened for the
 # reading GPU (scripts/diagnostics/torch_ipc_peer_read.py); REQUIRE_TWO_GPUS=1 fails a skipped two-GPU test
 two_gpu_tests="tests/graph/test_cuda_ipc.py tests/cache/test_feature_cache_cuda.py tests/strategies/test_strategy_ddp.py
-  tests/test_faults_two_gpus.py tests/data/test_hetero_ddp.py"
+  tests/test_faults_two_gpus.py tests/data/test_hetero_ddp.py tests/test_cli_weighted_gcn.py"
 export GPU_CHECK_EXTRA_STAGE_TWO_GPUS="python3 scripts/diagnostics/torch_ipc_peer_read.py; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_TIMEOUT:-480} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=240 -m 'two_gpus or cuda' $(echo $two_gpu_tests)"
 export GPU_CHECK_STAGES="${GPU_CHECK_STAGES:-build,tests,mps_tests,e2e,link}"
 export GPU_CHECK_TEST_PATHS="$(echo $parallel_tests)" GPU_CHECK_TEST_WORKERS="${GPU_CHECK_TEST_WORKERS:-10}"

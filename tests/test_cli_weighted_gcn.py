@@ -1,8 +1,9 @@
 """A weighted GCN written as PyG writes it (``GCNConv(...)(x, edge_index, edge_weight)``, training on the seeds its
 ``train_mask`` marks) trains, validates and predicts through ``lightning-zerocopy`` on a user's saved ``Data`` with
-``edge_weight`` and other attributes; under Lightning's ``ddp`` on two CPU ranks too. It stopped with
-``AttributeError: 'GlobalStorage' object has no attribute 'edge_weight'``: only ``x``, ``y`` and ``edge_attr`` reached
-the batches."""
+``edge_weight`` and other attributes; under Lightning's ``ddp`` on two CPU ranks and under ``ZeroCopyDDPStrategy`` on
+two GPUs (GPU sampling, zero-copy gather) too. Only ``x``, ``y`` and ``edge_attr`` reached the batches: PyG's
+``Data.edge_weight`` then reads ``None`` (GCNConv trains unweighted, silently) and the module stopped with
+``AttributeError: 'GlobalStorage' object has no attribute 'train_mask'``."""
 
 from __future__ import annotations
 
@@ -55,9 +56,20 @@ def test_a_weighted_gcn_trains_and_predicts_through_the_command(tmp_path: Path, 
     main(["predict", "--config", str(recipe), "--ckpt_path", str(last)])
 
 
+_ZEROCOPY_DDP = {"class_path": "lightning_zerocopy.strategies.ZeroCopyDDPStrategy", "init_args": {"cache_budget": "2KiB"}}
+_GPU_DATA = {"sampler_placement": "gpu", "gather": "zerocopy"}
+
+
 @pytest.mark.slow
-def test_a_weighted_gcn_trains_under_ddp_on_two_cpu_ranks(tmp_path: Path) -> None:
-    recipe = _recipe(tmp_path, devices=2, strategy="ddp", max_epochs=1)
+@pytest.mark.parametrize("where", ["cpu", pytest.param("two_gpus", marks=pytest.mark.two_gpus)])
+def test_a_weighted_gcn_trains_under_ddp_on_two_ranks(tmp_path: Path, where: str) -> None:
+    if where == "cpu":
+        recipe = _recipe(tmp_path, devices=2, strategy="ddp", max_epochs=1)
+    else:
+        recipe = _recipe(tmp_path, accelerator="gpu", devices=2, strategy=_ZEROCOPY_DDP, max_epochs=1)
+        config = yaml.safe_load(recipe.read_text())
+        config["data"]["init_args"].update(_GPU_DATA)
+        recipe.write_text(yaml.safe_dump(config))
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
     for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LZC_LAUNCHER_PID"):

@@ -183,6 +183,8 @@ class WeightedGCN(pl.LightningModule):
         return self.conv2(self.conv1(x, edge_index, edge_weight).relu(), edge_index, edge_weight)
 
     def training_step(self, batch, batch_idx):  # noqa: ANN001
+        # PyG's ``Data.edge_weight`` is ``None`` when the batch has none: GCNConv would then train unweighted, silently
+        assert batch.edge_weight is not None, "the batch has no edge_weight"
         out = self(batch.x, batch.edge_index, batch.edge_weight)[: batch.batch_size]
         seeds = batch.train_mask[: batch.batch_size]
         loss = F.cross_entropy(out[seeds], batch.y[: batch.batch_size][seeds])
