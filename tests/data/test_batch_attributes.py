@@ -216,12 +216,18 @@ def test_node_attributes_are_read_at_the_original_ids_under_a_node_order() -> No
         dm.teardown("fit")
 
 
-def test_predict_batches_carry_the_attributes() -> None:
-    dm, data = attributed_datamodule("node", predict_split="all")
-    dm.setup("predict")
+@pytest.mark.parametrize("kind", ["node", "link", "hetero", "hetero_link"])
+def test_predict_batches_carry_the_attributes(kind: str) -> None:
+    options = {"predict_split": "all"} if kind in ("node", "hetero") else {"predict_split": "val"}
+    dm, data = attributed_datamodule(kind, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dm.setup("predict")
     try:
-        batch = _batches(dm, "predict", 1)[0]
-        _assert_as_pyg(batch, data)
-        assert torch.equal(batch.input_id, torch.arange(batch.batch_size))  # every node: positions are the ids
+        for batch in _batches(dm, "predict", 2):
+            _assert_as_pyg(batch, data)
+            if kind in ("node", "hetero"):  # every node: positions are the ids
+                seeds = batch if kind == "node" else batch["paper"]
+                assert torch.equal(seeds.input_id, seeds.n_id[: seeds.batch_size])
     finally:
         dm.teardown("predict")
