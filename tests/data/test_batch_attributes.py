@@ -203,6 +203,12 @@ def test_a_dataset_attribute_with_another_row_count_is_one_line() -> None:
     dm = ZeroCopyDataModule(_Rows(), fanouts=[2], **_LOADER)
     with pytest.raises(InputDataError, match=r"data\.weight has 49 rows along dim 0, but there are 50 edges"):
         dm.setup("fit")
+    dm = ZeroCopyDataModule(_Rows(), fanouts=[2], attributes="none", **_LOADER)  # left out: never read
+    dm.setup("fit")
+    try:
+        assert "weight" not in _batches(dm, count=1)[0]
+    finally:
+        dm.teardown("fit")
 
 
 def test_node_attributes_are_read_at_the_original_ids_under_a_node_order() -> None:

@@ -125,6 +125,8 @@ class HostCopyBuilder:
         self._check(arrays)
         chosen = select_attributes(arrays.attributes, self.attributes, self.attributes_key)
         check_attribute_names(chosen, self._where, f"{self.attributes_key} (the names to keep, or none)", self.link)
+        num_edges = {et: int(ei.shape[1]) for et, ei in arrays.edge_index.items()}
+        check_attribute_rows(chosen, arrays.num_nodes, num_edges, self._where)  # the ones left out are not read
         cache_dir = node_order_cache_dir(self.dataset, self.node_order)
         dtype = None if self.feature_dtype is None else feature_dtype_of(self.feature_dtype, self.dtype_key)
         try:
@@ -176,8 +178,6 @@ class HostCopyBuilder:
             raise InputDataError(f"{self._where}: {exc}") from exc
         for warning in warnings:
             rank_zero_warn(f"{self._where}: {warning}")
-        num_edges = {et: int(ei.shape[1]) for et, ei in arrays.edge_index.items()}
-        check_attribute_rows(arrays.attributes, arrays.num_nodes, num_edges, self._where)
         for node_type, x in arrays.x.items():
             what = f"features of {node_type!r}" if typed else "features"
             if self.check_features:
