@@ -67,7 +67,8 @@ class SampledItem:
         item: the plan item it was sampled for.
         sample: the sampled structure (a typed graph's per type); ``n_id`` holds *internal* ids (rows of the host
             memory), which :meth:`BatchBuilder.gather_batch` maps back to the dataset's ids.
-        input_id: positions of the seeds in their split, on the same device.
+        input_id: the batch's ``input_id`` (:attr:`PlanItem.batch_input_id`: positions of the seeds in their split, or
+            their node ids for a split given as a boolean mask), on the same device.
     """
 
     item: PlanItem
