@@ -164,9 +164,10 @@ class BatchBuilder:
         self.gpu_sampler_placement = self._lanes.gpu_placement
         #: the devices a hybrid builder samples on (``None``: one device)
         self.hybrid_lanes: Optional[tuple[str, ...]] = self._lanes.lanes
-        #: the fields a pipeline's slot hands to ``gather_batch`` as ``out`` (a typed batch: none, the producer
-        #: copies it into its slot)
-        self.slot_fields: tuple[str, ...] = () if handles.schema.is_typed else ("x", "y")
+        #: the fields a pipeline's slot hands to ``gather_batch`` as ``out``: ``x``, ``y`` and the node attributes (a
+        #: slot holds as many rows as nodes; a typed batch: none, the producer copies it into its slot)
+        nodes = tuple(key.name for key, a in handles.attributes if key.level == "node" and a.dim == 0)
+        self.slot_fields: tuple[str, ...] = () if handles.schema.is_typed else ("x", "y", *nodes)
         self._reset()
 
     def _reset(self) -> None:

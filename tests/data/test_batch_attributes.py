@@ -237,3 +237,22 @@ def test_predict_batches_carry_the_attributes(kind: str) -> None:
                 assert torch.equal(seeds.input_id, seeds.n_id[: seeds.batch_size])
     finally:
         dm.teardown("predict")
+
+
+def test_node_attributes_are_written_into_the_slot_buffers_a_pipeline_hands_over() -> None:
+    """A node attribute is a slot field like ``x`` (a slot has a row per node): the builder writes its rows in place."""
+    dm, data = attributed_datamodule("node")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dm.setup("fit")
+    try:
+        builder = dm.builder("train").open(dm.resources)
+        assert set(builder.slot_fields) == {"x", "y", "train_mask", "val_mask", "test_mask", "year", "patch"}
+        rows = builder.max_nodes(8)
+        out = {"year": torch.empty(rows, dtype=torch.int64), "patch": torch.empty(rows, 2, 3, dtype=torch.float16)}
+        batch = builder.build_batch(dm.plan("train").item(0, 0), out=out)
+        for name, buffer in out.items():
+            assert batch[name].data_ptr() == buffer.data_ptr() and torch.equal(batch[name], data[name][batch.n_id])
+        builder.close()
+    finally:
+        dm.teardown("fit")
