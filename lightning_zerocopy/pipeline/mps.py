@@ -39,6 +39,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+if __package__:
+    from lightning_zerocopy.process_state import process_alive as _alive
+else:  # the supervisor runs this file alone (``python -I``, no package on the path): load the helper by its path
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("_lzc_process_state", Path(__file__).parents[1] / "process_state.py")
+    _process_state = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_process_state)
+    _alive = _process_state.process_alive
+
 CONTROL_BINARY = "nvidia-cuda-mps-control"
 #: Exported by the process that started the daemon; inherited by ranks and workers that should join it.
 ROOT_ENV = "LZC_MPS_ROOT"
@@ -72,20 +82,6 @@ def found_unavailable() -> bool:
 
 
 # ---- processes ---------------------------------------------------------------------------------------------------
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(line.startswith("State:") and "Z" in line for line in f)
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-            return True
-        except OSError:
-            return False
-
-
 def _comm(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
