@@ -371,6 +371,9 @@ def _kill_mps_of(pipe: str) -> None:
 #: What the owner sends the supervisor to stop the daemon now (:meth:`MPSDaemon.stop`). Not SIGTERM: a scheduler that
 #: pre-empts a job sends that to every process of it, and the trainer, still a client, saves its checkpoint first.
 _STOP_NOW = signal.SIGUSR1
+#: Seconds the daemon gets to quit once its owner is gone or dying, before it is killed: its clients are dead or
+#: dying, and a client still writing its core dump would hold ``quit`` for the owner's full grace.
+OWNER_GONE_GRACE_S = 3.0
 
 
 def _supervise(owner_pid: int, root: str, binary: str, daemon_pid: int, grace: float = 30.0) -> None:
@@ -384,7 +387,8 @@ def _supervise(owner_pid: int, root: str, binary: str, daemon_pid: int, grace: f
     Path(root, "supervisor.ready").touch()
     while not stop_now and _alive(owner_pid):
         time.sleep(0.1)
-    _stop_daemon(root, binary, daemon_pid, grace)
+    # an owner gone or dying (a core dump) is a client that never disconnects: do not wait the full grace for it
+    _stop_daemon(root, binary, daemon_pid, grace if stop_now else min(grace, OWNER_GONE_GRACE_S))
 
 
 def _stop_daemon(root: str, binary: str, daemon_pid: int, grace: float = 30.0) -> None:
