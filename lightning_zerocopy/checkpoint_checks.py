@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+from torch.nn.parameter import is_lazy
 
 from lightning_zerocopy._cli_errors import CommandError
 
@@ -59,7 +60,7 @@ def check_checkpoint_fits(path: str, model: torch.nn.Module) -> None:
     saved, own = checkpoint["state_dict"], model.state_dict()
     problem: Optional[str] = None
     for name, tensor in saved.items():
-        if name in own and tuple(own[name].shape) != tuple(tensor.shape):
+        if name in own and not is_lazy(own[name]) and tuple(own[name].shape) != tuple(tensor.shape):
             problem = f"{name} is {list(tensor.shape)} in the checkpoint but {list(own[name].shape)} in the model"
             break
     if problem is None:

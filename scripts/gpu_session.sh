@@ -41,7 +41,7 @@ mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_ca
 # pipeline worker, auto's measured choice, the fault cases of a two-GPU recipe run) and why shards are opened for the
 # reading GPU (scripts/diagnostics/torch_ipc_peer_read.py); REQUIRE_TWO_GPUS=1 fails a skipped two-GPU test
 two_gpu_tests="tests/graph/test_cuda_ipc.py tests/cache/test_feature_cache_cuda.py tests/strategies/test_strategy_ddp.py
-  tests/test_faults_two_gpus.py tests/data/test_hetero_ddp.py tests/test_cli_weighted_gcn.py"
+  tests/test_faults_two_gpus.py tests/data/test_ddp.py tests/test_cli_weighted_gcn.py"
 export GPU_CHECK_EXTRA_STAGE_TWO_GPUS="python3 scripts/diagnostics/torch_ipc_peer_read.py; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_TIMEOUT:-480} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=240 -m 'two_gpus or cuda' $(echo $two_gpu_tests)"
 export GPU_CHECK_STAGES="${GPU_CHECK_STAGES:-build,tests,mps_tests,e2e,link}"
 export GPU_CHECK_TEST_PATHS="$(echo $parallel_tests)" GPU_CHECK_TEST_WORKERS="${GPU_CHECK_TEST_WORKERS:-10}"
@@ -53,7 +53,8 @@ export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_T
 # 143, every process and the MPS daemon gone within 10 s, then the resume), and the MPS daemon of a command killed by
 # SIGABRT / SIGKILL stopped by its supervisor
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,faults_gpu bash scripts/gpu_session.sh                  # .wheels/
-export GPU_CHECK_EXTRA_STAGE_FAULTS_GPU="REQUIRE_CUDA=1 timeout ${GPU_CHECK_FAULTS_GPU_TIMEOUT:-300} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/test_faults_gpu.py"
+# (one case: GPU_CHECK_FAULTS_GPU_SELECT=killed; the confirm stage's two-GPU cases: GPU_CHECK_CONFIRM_FAULTS_SELECT)
+export GPU_CHECK_EXTRA_STAGE_FAULTS_GPU="REQUIRE_CUDA=1 timeout ${GPU_CHECK_FAULTS_GPU_TIMEOUT:-420} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/test_faults_gpu.py -k '${GPU_CHECK_FAULTS_GPU_SELECT:-sigterm or killed}'"
 # stage bench_tests: the e2e benchmark's CUDA tests (every GPU row on the ci graph, one process a row)
 export GPU_CHECK_EXTRA_STAGE_BENCH_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_BENCH_TEST_TIMEOUT:-540} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=520 -m cuda tests/benchmarks/test_e2e_benchmark.py"
 # stage pyg_parity (with .pyg/ carried): the link and heterogeneous drop-in tests against PyG's real loaders (torch-sparse)
@@ -66,7 +67,7 @@ export GPU_CHECK_EXTRA_STAGE_HETERO="for layers in \${GPU_CHECK_HETERO_FANOUTS:-
 # of as many keys), on the whole GPU, 2 and 3 hops
 export GPU_CHECK_EXTRA_STAGE_HETERO_SAMPLING="for layers in 10,10 10,10,10; do timeout 150 python3 -m benchmarks.micro.hetero_sampling --preset ${GPU_CHECK_HETERO_SAMPLING_PRESET:-mag10x} --cache-dir /tmp/lzc --num-neighbors \$layers --out \$OUT/hetero_sampling-\${layers//,/-}.json; done"
 # stage hetero_clique (two GPUs): the typed cache's clique on two ranks, every batch against the uncached CPU one
-export GPU_CHECK_EXTRA_STAGE_HETERO_CLIQUE="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_HETERO_CLIQUE_TIMEOUT:-120} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=110 -m two_gpus tests/data/test_hetero_ddp.py"
+export GPU_CHECK_EXTRA_STAGE_HETERO_CLIQUE="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_HETERO_CLIQUE_TIMEOUT:-120} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=110 -m two_gpus tests/data/test_ddp.py"
 # stage hetero_scaling (two GPUs, .pyg/ carried): benchmarks.scaling --graph hetero on the mag preset (drawn first, ~1
 # min); 1 GPU, 2 GPUs replicate and clique (pipeline worker under MPS, as the homogeneous stage), PyG's hetero
 # NeighborLoader under DDP on 2 GPUs; each run 30 warm-up steps, then --run-budget-s of steps, killed at --timeout;
@@ -102,7 +103,7 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_DIAG="timeout -s TERM ${GPU_CHECK_SCALING_D
 # the signal handler, which hung under static_graph on CPU ranks). Expected: build ~25 s + ~330 s + ~165 s ~ 8.7 min,
 # at most 25 + 345 + 190 = 560 s:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_confirm bash scripts/gpu_session.sh     # .wheels/ carried
-export GPU_CHECK_EXTRA_STAGE_SCALING_CONFIRM="timeout -s TERM ${GPU_CHECK_SCALING_CONFIRM_TIMEOUT:-345} python3 -m benchmarks.scaling.confirm --cache-dir /tmp/lzc --out \$OUT/scaling_confirm.json ${GPU_CHECK_SCALING_CONFIRM_ARGS:---num-nodes 4000000 --configs 1gpu,2gpu-torch,2gpu --models heavy,light --repeats 2 --warmup-run 2x1 --deadline-s 335 --timeout 90 --min-run-s 34 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_CONFIRM_FAULTS_TIMEOUT:-190} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=90 -m two_gpus tests/test_faults_two_gpus.py -k 'kill_rank1 or sigterm or ctrl_c'"
+export GPU_CHECK_EXTRA_STAGE_SCALING_CONFIRM="timeout -s TERM ${GPU_CHECK_SCALING_CONFIRM_TIMEOUT:-345} python3 -m benchmarks.scaling.confirm --cache-dir /tmp/lzc --out \$OUT/scaling_confirm.json ${GPU_CHECK_SCALING_CONFIRM_ARGS:---num-nodes 4000000 --configs 1gpu,2gpu-torch,2gpu --models heavy,light --repeats 2 --warmup-run 2x1 --deadline-s 335 --timeout 90 --min-run-s 34 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_CONFIRM_FAULTS_TIMEOUT:-190} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=90 -m two_gpus tests/test_faults_two_gpus.py -k '${GPU_CHECK_CONFIRM_FAULTS_SELECT:-kill_rank1 or sigterm or ctrl_c}'"
 export GPU_CHECK_E2E_TIMEOUT="${GPU_CHECK_E2E_TIMEOUT:-330}"
 export GPU_CHECK_E2E_ARGS="${GPU_CHECK_E2E_ARGS:---preset issue20 --configs model_only,zc_gpu_mps,pyg --steps 300 --warmup 30 --row-budget-s 15 --total-budget-s 300 --cache-dir /tmp/lzc}"
 export GPU_CHECK_LINK_TIMEOUT="${GPU_CHECK_LINK_TIMEOUT:-220}"

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from helpers import free_port, load_test_module
+from helpers.job_log import output_of, process_report, start_logged
+from lightning_zerocopy.process_state import process_alive, process_dying
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -39,15 +41,14 @@ def _start(tmp_path: Path, markers: Path, *overrides: str) -> subprocess.Popen:
             "--trainer.strategy.init_args.cache_budget=16MiB", "--trainer.strategy.init_args.presample_batches=8",
             "--trainer.limit_val_batches=0", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
             "--trainer.callbacks+=helpers.cli_markers.RecordTrainedSeeds", *overrides]  # fmt: skip
-    return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)  # fmt: skip
+    return start_logged(args, markers.parent / f"{markers.name}.log", cwd=tmp_path, env=env, start_new_session=True)
 
 
 def _until_training(proc: subprocess.Popen, markers: Path) -> dict[str, int]:
     deadline = time.monotonic() + 300
     while not (markers / "training0").exists():
         if proc.poll() is not None:
-            pytest.fail(f"the run ended before training: {proc.communicate()[0][-5000:]}")
+            pytest.fail(f"the run ended before training: {output_of(proc)[-5000:]}")
         assert time.monotonic() < deadline, "no training within 300 s"
         time.sleep(0.1)
     info = json.loads((markers / "processes0.json").read_text())
@@ -60,23 +61,30 @@ def _until_training(proc: subprocess.Popen, markers: Path) -> dict[str, int]:
 
 
 def _ended_within(processes: dict[str, int], proc: subprocess.Popen, start: float) -> str:
+    """Every process of the job gone or dying (:func:`process_alive`: a SIGABRT's core dump of the trainer, which
+    the kernel writes before the process ends, can take minutes with a CUDA context) within :data:`BOUND_S`."""
     ended: dict[str, float] = {}  # role -> seconds after the signal when it was first seen gone
     while len(ended) < len(processes) and time.monotonic() - start < BOUND_S:
         for role, pid in processes.items():
-            if role not in ended and not _two._alive(pid):
+            if role not in ended and not process_alive(pid):
                 ended[role] = round(time.monotonic() - start, 2)
         time.sleep(0.05)
-    print(f"ended after the signal (s): {ended}")
-    left = {role: pid for role, pid in processes.items() if role not in ended and _two._alive(pid)}
+    print(f"ended after the signal (s): {ended}; dying, not yet gone: "
+          f"{[role for role, pid in processes.items() if process_dying(pid)]}")  # fmt: skip
+    left = {role: pid for role, pid in processes.items() if role not in ended and process_alive(pid)}
+    report = "\n".join(process_report(pid) for pid in left.values())  # what each straggler waits in
     try:
-        output = proc.communicate(timeout=30)[0]
+        output = output_of(proc, timeout=60)  # a core dump of the trainer may still be written
     except subprocess.TimeoutExpired:
+        print(f"the command still ran {time.monotonic() - start:.0f} s after the signal (dying: "
+              f"{process_dying(proc.pid)}): killed")  # fmt: skip
         os.killpg(proc.pid, signal.SIGKILL)
-        output = proc.communicate()[0]
+        output = output_of(proc)
+    print(f"the command ended {time.monotonic() - start:.1f} s after the signal")
     for pid in left.values():
         with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
             os.kill(pid, signal.SIGKILL)
-    assert not left, f"still running {BOUND_S} s after the signal: {left}\n{output[-5000:]}"
+    assert not left, f"still running {BOUND_S} s after the signal: {left}\n{report}\n{output[-5000:]}"
     return output
 
 
@@ -105,7 +113,7 @@ def test_sigterm_with_the_worker_under_mps_saves_the_step_and_the_resume_trains_
     trained = _seeds(first)
     epoch = max(e for e, _, _ in trained)
     resumed = _start(tmp_path, tmp_path / "resumed", f"--trainer.max_epochs={epoch + 1}", "--ckpt_path=last")
-    out = resumed.communicate(timeout=300)[0]
+    out = output_of(resumed, timeout=300)
     assert resumed.returncode == 0, out[-5000:]
     train = set(json.loads((tmp_path / "resumed" / "train_idx.json").read_text()))
     before_stop = [s for e, _, seeds in trained if e == epoch for s in seeds]

@@ -12,6 +12,7 @@ but never status 0, which a scheduler would record as a finished job."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from typing import Optional
 import pytest
 
 from helpers import free_port
+from helpers.job_log import output_of, process_report, start_logged
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -68,8 +70,8 @@ def _start(tmp_path: Path, *overrides: str, cache: Optional[Path] = None) -> sub
             "--trainer.max_epochs=50", "--trainer.limit_val_batches=0", "--trainer.logger=false",
             "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
             "--trainer.callbacks+=helpers.cli_markers.MarkTraining", *overrides]  # fmt: skip
-    return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    return start_logged(args, tmp_path / "job.log", cwd=tmp_path, env=env, start_new_session=True,
+                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
 
 
 def _job_processes(markers: Path) -> dict[str, int]:
@@ -121,7 +123,7 @@ def test_a_two_gpu_run_ends_cleanly(tmp_path: Path, graph_cache: Path, fault: st
     deadline = time.monotonic() + 400
     while not all((markers / f"training{r}").exists() for r in (0, 1)):
         if proc.poll() is not None:
-            pytest.fail(f"the run ended before training: {proc.communicate()[0][-5000:]}")
+            pytest.fail(f"the run ended before training: {output_of(proc)[-5000:]}")
         assert time.monotonic() < deadline, "no training within 400 s"
         time.sleep(0.1)
     processes = _job_processes(markers)
@@ -142,14 +144,16 @@ def test_a_two_gpu_run_ends_cleanly(tmp_path: Path, graph_cache: Path, fault: st
         time.sleep(0.05)
     took = time.monotonic() - start
     left = {role: pid for role, pid in processes.items() if _alive(pid)}
+    report = "\n".join(process_report(pid) for pid in left.values())  # what each straggler waits in
     try:
-        output = proc.communicate(timeout=30)[0]
+        output = output_of(proc, timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        output = proc.communicate()[0]
+        output = output_of(proc)
     for pid in left.values():
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"still running {took:.1f} s after {fault}: {left}\n{output[-5000:]}"
+        with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running {took:.1f} s after {fault}: {left}\n{report}\n{output[-5000:]}"
     leftovers = {n for n in _shm() - before if n.startswith(("cuda.shm.", "torch_", "lzc-"))}
     assert not leftovers, leftovers
     mps_left = _mps_now() - mps_before  # the job's daemon and its server, whatever their pids

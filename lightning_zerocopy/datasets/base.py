@@ -1,9 +1,13 @@
-"""The node-classification dataset interface and its on-disk cache.
+"""The dataset contract (:class:`GraphDataset`), the node-classification one, and the on-disk cache of every dataset.
 
-A :class:`NodeDataset` knows its shape cheaply (``num_features``, ``num_classes``, available right after
-``__init__`` so LightningCLI can link them into the model), builds or converts its arrays once in
-:meth:`NodeDataset.prepare` (called from ``LightningDataModule.prepare_data``, one process per machine), and
-returns them as a :class:`NodeData` from :meth:`NodeDataset.load`.
+Every dataset, node or link, untyped or typed, is a :class:`GraphDataset`: cheap shape properties right after
+``__init__`` (so LightningCLI can link them into the model), a one-time :meth:`GraphDataset.prepare` (called from
+``LightningDataModule.prepare_data``, one process per machine) and :meth:`GraphDataset.load`. Its arrays are a graph
+half (untyped :class:`GraphSizes`, typed ``TypedGraphViews``) and a task half (:class:`NodeSplits`, or the link
+splits), checked by the functions here (:func:`check_edge_index`, :func:`check_edge_attr`), and, in every data class,
+the graph's other node- and edge-level tensors for the batches (``attributes``:
+:mod:`~lightning_zerocopy.datasets.attributes`). A :class:`NodeDataset` (``num_features``, ``num_classes``) returns a
+:class:`NodeData`.
 
 Cached arrays are ``.npy`` files in one directory per dataset configuration, written to a temporary
 directory and renamed into place, so a reader never sees a half-written cache and concurrent builders
@@ -86,8 +90,8 @@ def default_cache_root() -> Path:
 
 
 class GraphSizes:
-    """``num_nodes``, ``num_edges`` and ``num_features`` of a graph's ``x`` and ``edge_index`` (the shared part of
-    :class:`NodeData` and :class:`~lightning_zerocopy.datasets.links.LinkData`)."""
+    """``num_nodes``, ``num_edges`` and ``num_features`` of ``x`` and ``edge_index``: the graph half of
+    :class:`NodeData` and ``LinkData`` (the typed graphs' is ``TypedGraphViews``)."""
 
     x: torch.Tensor
     edge_index: torch.Tensor
@@ -105,8 +109,45 @@ class GraphSizes:
         return int(self.x.shape[1])
 
 
+def check_edge_index(index: torch.Tensor, name: str = "edge_index") -> None:
+    """``index`` (named ``name`` in the :class:`InputDataError`) is an int64 ``[2, E]`` tensor of node ids (a float
+    id would be truncated, 2.5 -> node 2, further on)."""
+    if index.dim() != 2 or index.shape[0] != 2:
+        raise InputDataError(f"{name} must have shape [2, num_edges], got {tuple(index.shape)}")
+    if index.dtype != torch.int64:
+        raise InputDataError(f"{name} must be an int64 tensor of node ids, got {index.dtype}")
+
+
+def check_edge_attr(edge_attr: Optional[torch.Tensor], edge_index: torch.Tensor) -> None:
+    """``edge_attr`` (where given) has one row per edge of ``edge_index``."""
+    if edge_attr is not None and edge_attr.shape[0] != edge_index.shape[1]:
+        raise InputDataError(f"edge_attr has {edge_attr.shape[0]} rows but edge_index has {edge_index.shape[1]} edges")
+
+
+class NodeSplits:
+    """The task half of :class:`NodeData` and ``HeteroNodeData``: labels and ``train``/``val``/``test`` node ids."""
+
+    y: torch.Tensor
+    train_idx: torch.Tensor
+    val_idx: torch.Tensor
+    test_idx: torch.Tensor
+
+    def split(self, name: str) -> torch.Tensor:
+        """Node ids of split ``name``: ``"train"``, ``"val"`` or ``"test"``."""
+        if name not in _SPLITS:
+            raise ValueError(f"unknown split {name!r}; expected one of {_SPLITS}")
+        return getattr(self, f"{name}_idx")
+
+    def _check_split_ids(self, ids: str) -> None:
+        """Each split is a 1-D int64 tensor (of ``ids``, for the message: ``"node ids"``, ``"'paper' ids"``)."""
+        for name in ("train_idx", "val_idx", "test_idx"):
+            idx = getattr(self, name)
+            if idx.dim() != 1 or idx.dtype != torch.int64:
+                raise InputDataError(f"{name} must be a 1-D int64 tensor of {ids}, got {idx.dtype} {tuple(idx.shape)}")
+
+
 @dataclass
-class NodeData(GraphSizes):
+class NodeData(GraphSizes, NodeSplits):
     """A homogeneous graph for node classification, held on the host.
 
     Attributes:
@@ -135,36 +176,39 @@ class NodeData(GraphSizes):
 
     def __post_init__(self) -> None:
         """Shapes and dtypes; a mismatch is the dataset's content, so an :class:`InputDataError`."""
-        if self.edge_index.dim() != 2 or self.edge_index.shape[0] != 2:
-            raise InputDataError(f"edge_index must have shape [2, num_edges], got {tuple(self.edge_index.shape)}")
-        if self.edge_index.dtype != torch.int64:  # a float id would be truncated (2.5 -> node 2) further on
-            raise InputDataError(f"edge_index must be an int64 tensor of node ids, got {self.edge_index.dtype}")
+        check_edge_index(self.edge_index)
         if self.x.dim() != 2:
             raise InputDataError(f"x must have shape [num_nodes, num_features], got {tuple(self.x.shape)}")
         if self.y.shape != (self.x.shape[0],):
             raise InputDataError(f"y must have shape [num_nodes] = [{self.x.shape[0]}], got {tuple(self.y.shape)}")
-        if self.edge_attr is not None and self.edge_attr.shape[0] != self.edge_index.shape[1]:
-            raise InputDataError(
-                f"edge_attr has {self.edge_attr.shape[0]} rows but edge_index has {self.edge_index.shape[1]} edges"
-            )
-        for name in ("train_idx", "val_idx", "test_idx"):
-            idx = getattr(self, name)
-            if idx.dim() != 1 or idx.dtype != torch.int64:
-                raise InputDataError(f"{name} must be a 1-D int64 tensor of node ids, got {idx.dtype} {tuple(idx.shape)}")
-
-    def split(self, name: str) -> torch.Tensor:
-        """Node ids of split ``name``: ``"train"``, ``"val"`` or ``"test"``."""
-        if name not in _SPLITS:
-            raise ValueError(f"unknown split {name!r}; expected one of {_SPLITS}")
-        return getattr(self, f"{name}_idx")
+        check_edge_attr(self.edge_attr, self.edge_index)
+        self._check_split_ids("node ids")
 
 
-class NodeDataset(ABC):
-    """A node-classification dataset that LightningCLI can build from ``class_path``/``init_args``.
+class GraphDataset(ABC):
+    """A dataset that LightningCLI can build from ``class_path``/``init_args`` (see the module docstring); the task's
+    contract adds the cheap shape properties: :class:`NodeDataset`, ``LinkDataset``, ``HeteroNodeDataset``,
+    ``HeteroLinkDataset``."""
 
-    Subclasses implement :attr:`num_features`, :attr:`num_classes` (cheap: no array is loaded),
-    :meth:`prepare` (build or convert once, cache on disk; idempotent) and :meth:`load`.
-    """
+    #: How :meth:`split_source` names a split: node ids (``"split"``) or supervision edges (``"link split"``).
+    _split_noun = "split"
+
+    def prepare(self) -> None:
+        """Build or convert the dataset into its cache. Safe to call more than once; the default does nothing."""
+
+    def split_source(self, split: str) -> str:
+        """Where split ``split`` (``"train"``, ``"val"`` or ``"test"``) comes from, for error messages: a file, an
+        attribute, a generator. The default names the dataset class."""
+        return f"the {split} {self._split_noun} of {type(self).__name__}"
+
+    @abstractmethod
+    def load(self) -> Any:
+        """Return the dataset's arrays (memory-mapped where large), preparing them first if needed."""
+
+
+class NodeDataset(GraphDataset):
+    """A node-classification dataset (:class:`GraphDataset`): :attr:`num_features` and :attr:`num_classes` (cheap),
+    :meth:`load` returns a :class:`NodeData`."""
 
     @property
     @abstractmethod
@@ -175,14 +219,6 @@ class NodeDataset(ABC):
     @abstractmethod
     def num_classes(self) -> int:
         """Number of classes of ``y``."""
-
-    def prepare(self) -> None:
-        """Build or convert the dataset into its cache. Safe to call more than once; the default does nothing."""
-
-    def split_source(self, split: str) -> str:
-        """Where the node ids of ``split`` (``"train"``, ``"val"`` or ``"test"``) come from, for error messages:
-        a file, an attribute, a generator. The default names the dataset class."""
-        return f"the {split} split of {type(self).__name__}"
 
     @abstractmethod
     def load(self) -> NodeData:
@@ -293,12 +329,9 @@ def keyed_cache(root: Optional[str | Path], name: str, config: dict[str, Any]) -
     return ArrayCache(base / f"{name}-{config_key(config)}")
 
 
-class BuiltIntoCache(ABC):
-    """A dataset built once into an :class:`ArrayCache` (``self.cache``, set in ``__init__``) by :meth:`_write`.
-
-    The shared half of :class:`CachedNodeDataset` and
-    :class:`~lightning_zerocopy.datasets.links.CachedLinkDataset`; each adds ``load``.
-    """
+class BuiltIntoCache(GraphDataset):
+    """A dataset built once into an :class:`ArrayCache` (``self.cache``, set in ``__init__``) by :meth:`_write` and
+    opened from it afterwards by :meth:`_open` (each cached contract names the reader of its layout)."""
 
     cache: ArrayCache
 
@@ -306,8 +339,25 @@ class BuiltIntoCache(ABC):
     def _write(self, out: Path) -> dict[str, Any]:
         """Write the dataset's ``.npy`` arrays into ``out``; return the metadata stored with them."""
 
+    @staticmethod
+    @abstractmethod
+    def _open(cache: ArrayCache) -> Any:
+        """The dataset's arrays, opened from a complete ``cache``."""
+
     def prepare(self) -> None:
         self.cache.build(self._write)
+
+    def load(self) -> Any:
+        self.prepare()
+        return self._open(self.cache)
+
+
+def node_data_from_cache(cache: ArrayCache) -> NodeData:
+    """Open the standard array names (``edge_index``, ``x``, ``y``, ``*_idx``, optional ``edge_attr``)."""
+    optional = {"edge_attr"}
+    names = {f.name for f in fields(NodeData)} - {"x_file", "attributes"}
+    arrays = {name: cache.tensor(name) for name in names if name not in optional or cache.has(name)}
+    return NodeData(**arrays, x_file=str(cache.file("x")))
 
 
 class CachedNodeDataset(BuiltIntoCache, NodeDataset):
@@ -317,14 +367,4 @@ class CachedNodeDataset(BuiltIntoCache, NodeDataset):
     array names (see :func:`node_data_from_cache`) into a directory and returns the cache's metadata.
     """
 
-    def load(self) -> NodeData:
-        self.prepare()
-        return node_data_from_cache(self.cache)
-
-
-def node_data_from_cache(cache: ArrayCache) -> NodeData:
-    """Open the standard array names (``edge_index``, ``x``, ``y``, ``*_idx``, optional ``edge_attr``)."""
-    optional = {"edge_attr"}
-    names = {f.name for f in fields(NodeData)} - {"x_file", "attributes"}
-    arrays = {name: cache.tensor(name) for name in names if name not in optional or cache.has(name)}
-    return NodeData(**arrays, x_file=str(cache.file("x")))
+    _open = staticmethod(node_data_from_cache)

@@ -12,13 +12,14 @@ and returns a :class:`HeteroNodeData` from :meth:`~HeteroNodeDataset.load`.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
 
-from lightning_zerocopy.datasets.base import InputDataError
+from lightning_zerocopy.datasets.base import GraphDataset, InputDataError, NodeSplits, check_edge_index
+from lightning_zerocopy.graph.schema import EdgeType, edge_type_str, parse_edge_type
 
 __all__ = [
     "EdgeType",
@@ -34,22 +35,17 @@ __all__ = [
     "parse_edge_type",
 ]
 
-#: ``(source node type, relation, destination node type)``, PyG's key of an edge type.
-EdgeType = tuple[str, str, str]
-
-_SPLITS = ("train", "val", "test")
-
-
-def edge_type_str(edge_type: EdgeType) -> str:
-    """PyG's string form of an edge type: ``("paper", "cites", "paper")`` → ``"paper__cites__paper"``."""
-    return "__".join(edge_type)
-
 
 class Metadata(tuple):
     """``(node types, edge types)`` as PyG's ``HeteroData.metadata()`` returns them, as a tuple that may also be
     called: a DataModule's ``metadata`` property gives one, so ``dm.metadata()`` (PyG's spelling, what ``to_hetero``
-    examples write) and ``dm.metadata`` (this package's earlier property) are the same pair. It pickles as a plain
-    tuple (a checkpoint's hyperparameters then load with ``torch.load(weights_only=True)``)."""
+    examples write) and ``dm.metadata`` (this package's earlier property) are the same pair.
+
+    A module built in Python with ``metadata=dm.metadata`` saves it among its hyperparameters; the class is
+    registered with ``torch.serialization.add_safe_globals`` (below), so such a checkpoint resumes under
+    ``torch.load(weights_only=True)``, Lightning's default, wherever this package is imported."""
+
+    __slots__ = ()
 
     def __new__(cls, node_types: "list[str] | tuple[str, ...]", edge_types: "list[EdgeType]") -> "Metadata":
         return super().__new__(cls, ([str(t) for t in node_types], [tuple(e) for e in edge_types]))
@@ -58,21 +54,11 @@ class Metadata(tuple):
         """The pair, as ``HeteroData.metadata()`` returns it (fresh lists)."""
         return list(self[0]), list(self[1])
 
-    def __reduce__(self) -> tuple:
-        return tuple, (self(),)
+    def __getnewargs__(self) -> tuple:  # pickled as Metadata(node types, edge types): no other global needed
+        return self()
 
 
-def parse_edge_type(text: str) -> EdgeType:
-    """The edge type of PyG's string form ``"src__relation__dst"`` (YAML keys of ``num_neighbors``).
-
-    Raises:
-        ValueError: ``text`` does not have exactly three non-empty parts separated by ``__``.
-    """
-    parts = text.split("__")
-    if len(parts) != 3 or not all(parts):
-        raise ValueError(f"{text!r} is not an edge type: write it as 'source__relation__destination', "
-                         f"e.g. 'paper__cites__paper'")  # fmt: skip
-    return parts[0], parts[1], parts[2]
+torch.serialization.add_safe_globals([Metadata])
 
 
 class TypedGraphViews:
@@ -106,7 +92,7 @@ class TypedGraphViews:
 
 
 @dataclass
-class HeteroNodeData(TypedGraphViews):
+class HeteroNodeData(TypedGraphViews, NodeSplits):
     """A heterogeneous graph for node classification on one node type, held on the host.
 
     Attributes:
@@ -144,18 +130,7 @@ class HeteroNodeData(TypedGraphViews):
         if self.y.shape != (count,):
             raise InputDataError(f"y of the input type {self.input_type!r} must have shape [{count}], "
                                  f"got {tuple(self.y.shape)}")  # fmt: skip
-        for name in ("train_idx", "val_idx", "test_idx"):
-            idx = getattr(self, name)
-            if idx.dim() != 1 or idx.dtype != torch.int64:
-                raise InputDataError(f"{name} must be a 1-D int64 tensor of {self.input_type!r} ids, "
-                                     f"got {idx.dtype} {tuple(idx.shape)}")  # fmt: skip
-
-    def split(self, name: str) -> torch.Tensor:
-        """``input_type`` ids of split ``name``: ``"train"``, ``"val"`` or ``"test"``."""
-        if name not in _SPLITS:
-            raise ValueError(f"unknown split {name!r}; expected one of {_SPLITS}")
-        return getattr(self, f"{name}_idx")
-
+        self._check_split_ids(f"{self.input_type!r} ids")
 
 
 def check_typed_graph(
@@ -173,10 +148,7 @@ def check_typed_graph(
             if node_type not in num_nodes:
                 raise InputDataError(f"edge type {name} names the node type {node_type!r}, which has no node "
                                      f"count (node types: {', '.join(sorted(num_nodes))})")  # fmt: skip
-        if index.dim() != 2 or index.shape[0] != 2:
-            raise InputDataError(f"edge_index of {name} must have shape [2, num_edges], got {tuple(index.shape)}")
-        if index.dtype != torch.int64:
-            raise InputDataError(f"edge_index of {name} must be an int64 tensor of node ids, got {index.dtype}")
+        check_edge_index(index, f"edge_index of {name}")
     for node_type, features in x.items():
         if node_type not in num_nodes:
             raise InputDataError(f"features are given for {node_type!r}, which is not a node type")
@@ -216,10 +188,10 @@ def first_out_of_range(ids: torch.Tensor, count: int) -> Optional[tuple[int, int
     return None
 
 
-class HeteroGraphDataset(ABC):
-    """What every heterogeneous dataset gives before its arrays are loaded: its node and edge types, node counts and
-    feature widths (cheap shape properties), and :meth:`prepare`. :class:`HeteroNodeDataset` (node classification)
-    and ``HeteroLinkDataset`` (link prediction) add their task's own."""
+class HeteroGraphDataset(GraphDataset):
+    """The typed form of :class:`~lightning_zerocopy.datasets.base.GraphDataset`: its node and edge types, node
+    counts and feature widths (cheap shape properties). :class:`HeteroNodeDataset` (node classification) and
+    ``HeteroLinkDataset`` (link prediction) add their task's own."""
 
     def metadata(self) -> tuple[list[str], list[EdgeType]]:
         """``(node types, edge types)``, as PyG's ``HeteroData.metadata()`` gives them."""
@@ -245,16 +217,10 @@ class HeteroGraphDataset(ABC):
     def num_features(self) -> dict[str, int]:
         """Feature width of each node type that has features (types without features are absent)."""
 
-    def prepare(self) -> None:
-        """Build or convert the dataset into its cache. Safe to call more than once; the default does nothing."""
-
 
 class HeteroNodeDataset(HeteroGraphDataset):
-    """A heterogeneous node-classification dataset that LightningCLI can build from ``class_path``/``init_args``.
-
-    Subclasses implement the cheap shape properties (no array is loaded), :meth:`prepare` (build or convert once,
-    cache on disk; idempotent) and :meth:`load`.
-    """
+    """A heterogeneous node-classification dataset (:class:`HeteroGraphDataset`): the input type and
+    :attr:`num_classes` besides the types (cheap), :meth:`load` returns a :class:`HeteroNodeData`."""
 
     @property
     @abstractmethod
@@ -265,10 +231,6 @@ class HeteroNodeDataset(HeteroGraphDataset):
     @abstractmethod
     def num_classes(self) -> int:
         """Number of classes of ``y``."""
-
-    def split_source(self, split: str) -> str:
-        """Where the ids of ``split`` come from, for error messages. The default names the dataset class."""
-        return f"the {split} split of {type(self).__name__}"
 
     @abstractmethod
     def load(self) -> HeteroNodeData:

@@ -22,14 +22,13 @@ place (both directions, duplicates removed, sorted by source then destination, a
 from __future__ import annotations
 
 import re
-from abc import abstractmethod
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 import torch
 
-from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, DatasetFileError, progress_bar
+from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, DatasetFileError
 from lightning_zerocopy.datasets.hetero import (
     EdgeType,
     HeteroNodeData,
@@ -46,16 +45,18 @@ __all__ = [
     "edge_index_name",
     "hetero_data_from_cache",
     "hetero_meta",
+    "open_typed_graph",
     "reverse_relation",
     "to_undirected_types",
+    "typed_graph_entries",
     "typed_graph_meta",
     "write_edge_index",
     "write_labels_and_splits",
-    "write_rows_chunked",
     "x_name",
 ]
 
 _SPLIT_ARRAYS = ("train_idx", "val_idx", "test_idx")
+_Own = TypeVar("_Own")
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 
 
@@ -146,6 +147,19 @@ def write_labels_and_splits(out: Path, y: torch.Tensor, splits: Mapping[str, tor
         save_npy(splits[name].to(torch.int64).contiguous(), out / f"{name}.npy")
 
 
+def typed_graph_entries(
+    num_nodes: Mapping[str, int], edge_types: Sequence[EdgeType], num_features: Mapping[str, int]
+) -> dict[str, Any]:
+    """The graph's entries of a heterogeneous cache's ``meta.json`` (node or link): the type lists in order, the
+    node counts and the feature widths (read back by :func:`typed_graph_meta`)."""
+    return dict(
+        node_types=list(num_nodes),
+        edge_types=[edge_type_str(t) for t in edge_types],
+        num_nodes={k: int(v) for k, v in num_nodes.items()},
+        num_features={k: int(v) for k, v in num_features.items()},
+    )
+
+
 def hetero_meta(
     num_nodes: Mapping[str, int],
     edge_types: Sequence[EdgeType],
@@ -154,17 +168,10 @@ def hetero_meta(
     num_classes: int,
     **extra: Any,
 ) -> dict[str, Any]:
-    """The ``meta.json`` of a heterogeneous cache: the type lists in order and the shapes, plus ``extra``
-    (the builder's configuration)."""
-    return dict(
-        extra,
-        node_types=list(num_nodes),
-        edge_types=[edge_type_str(t) for t in edge_types],
-        num_nodes={k: int(v) for k, v in num_nodes.items()},
-        num_features={k: int(v) for k, v in num_features.items()},
-        input_type=input_type,
-        num_classes=int(num_classes),
-    )
+    """The ``meta.json`` of a heterogeneous node cache: :func:`typed_graph_entries`, the input type and the classes,
+    plus ``extra`` (the builder's configuration)."""
+    graph = typed_graph_entries(num_nodes, edge_types, num_features)
+    return dict(extra, **graph, input_type=input_type, num_classes=int(num_classes))
 
 
 def typed_graph_meta(meta: dict[str, Any]) -> tuple[list[str], list[EdgeType], dict[str, int], list[str]]:
@@ -180,6 +187,38 @@ def typed_graph_meta(meta: dict[str, Any]) -> tuple[list[str], list[EdgeType], d
     return node_types, edge_types, counts, list(meta["num_features"])
 
 
+def open_typed_graph(
+    cache: ArrayCache, kind: str, own: Callable[[dict[str, Any]], _Own]
+) -> tuple[dict[str, Any], _Own]:
+    """The graph of a heterogeneous cache (node or link), every array memory-mapped copy-on-write: the data class's
+    ``num_nodes``, ``edge_index``, ``x`` and ``x_files``; and what ``own`` reads from ``meta.json`` for the task.
+
+    Args:
+        kind: what the cache holds, for the message (``"a heterogeneous dataset"``).
+
+    Raises:
+        DatasetFileError: ``meta.json`` lacks a key (``own`` raising ``KeyError``, ``TypeError`` or ``ValueError``
+            too), or an array is missing or damaged; the message says to delete the cache directory.
+    """
+    meta = cache.meta()
+    try:
+        _, edge_types, counts, featured = typed_graph_meta(meta)
+        task = own(meta)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DatasetFileError(
+            cache.path / ArrayCache.META,
+            f"is not {kind}'s metadata ({type(exc).__name__}: {exc}): the cache {cache.path} is "
+            "damaged or of another kind; delete that directory and it is built again",
+        ) from exc
+    graph = dict(
+        num_nodes=counts,
+        edge_index={t: cache.tensor(edge_index_name(t)) for t in edge_types},
+        x={t: cache.tensor(x_name(t)) for t in featured},
+        x_files={t: str(cache.file(x_name(t))) for t in featured},
+    )
+    return graph, task
+
+
 def hetero_data_from_cache(cache: ArrayCache) -> HeteroNodeData:
     """Open a heterogeneous cache (the layout of the module docstring) as a :class:`HeteroNodeData`, every array
     memory-mapped copy-on-write.
@@ -188,28 +227,9 @@ def hetero_data_from_cache(cache: ArrayCache) -> HeteroNodeData:
         DatasetFileError: ``meta.json`` lacks a key, or an array is missing or damaged (the message says to delete
             the cache directory).
     """
-    meta = cache.meta()
-    try:
-        _, edge_types, counts, featured = typed_graph_meta(meta)
-        input_type = str(meta["input_type"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DatasetFileError(
-            cache.path / ArrayCache.META,
-            f"is not a heterogeneous dataset's metadata ({type(exc).__name__}: {exc}): the cache {cache.path} is "
-            "damaged or of another kind; delete that directory and it is built again",
-        ) from exc
-    x = {t: cache.tensor(x_name(t)) for t in featured}
-    return HeteroNodeData(
-        num_nodes=counts,
-        edge_index={t: cache.tensor(edge_index_name(t)) for t in edge_types},
-        x=x,
-        input_type=input_type,
-        y=cache.tensor("y"),
-        train_idx=cache.tensor("train_idx"),
-        val_idx=cache.tensor("val_idx"),
-        test_idx=cache.tensor("test_idx"),
-        x_files={t: str(cache.file(x_name(t))) for t in featured},
-    )
+    graph, input_type = open_typed_graph(cache, "a heterogeneous dataset", lambda meta: str(meta["input_type"]))
+    splits = {name: cache.tensor(name) for name in _SPLIT_ARRAYS}
+    return HeteroNodeData(**graph, input_type=input_type, y=cache.tensor("y"), **splits)
 
 
 class CachedHeteroNodeDataset(BuiltIntoCache, HeteroNodeDataset):
@@ -220,28 +240,4 @@ class CachedHeteroNodeDataset(BuiltIntoCache, HeteroNodeDataset):
     :func:`hetero_meta`'s dictionary.
     """
 
-    @abstractmethod
-    def _write(self, out: Path) -> dict[str, Any]:
-        """Write the arrays into ``out``; return :func:`hetero_meta`'s dictionary."""
-
-    def load(self) -> HeteroNodeData:
-        self.prepare()
-        return hetero_data_from_cache(self.cache)
-
-
-def write_rows_chunked(
-    path: Path, rows: int, width: int, dtype: Any, fill: Callable[[int, int], torch.Tensor], desc: str
-) -> None:
-    """Write a ``[rows, width]`` ``.npy`` of ``dtype`` (a numpy dtype or its name) chunk by chunk (about 4M values
-    at a time, with a progress bar): ``fill(start, stop)`` returns rows ``start:stop`` as a tensor."""
-    target = np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(dtype), shape=(rows, width))
-    view = torch.from_numpy(target)
-    step = max(1, (1 << 22) // max(width, 1))
-    with progress_bar(rows, desc, "node") as bar:
-        for start in range(0, rows, step):
-            stop = min(rows, start + step)
-            view[start:stop] = fill(start, stop)
-            bar.update(stop - start)
-    target.flush()
-    del view, target
-
+    _open = staticmethod(hetero_data_from_cache)

@@ -21,24 +21,24 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Mapping, Optional
 
 import torch
 
-from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, DatasetFileError, InputDataError
+from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, InputDataError
 from lightning_zerocopy.datasets.hetero import (
     EdgeType,
     HeteroGraphDataset,
     TypedGraphViews,
     check_typed_graph,
     edge_type_str,
+    first_out_of_range,
     parse_edge_type,
 )
-from lightning_zerocopy.datasets.hetero_cache import edge_index_name, typed_graph_meta, x_name
+from lightning_zerocopy.datasets.hetero_cache import open_typed_graph, typed_graph_entries
 from lightning_zerocopy.datasets.link_checks import check_link_splits
-from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkSplit
+from lightning_zerocopy.datasets.links import LinkSplit, LinkSplits, link_splits_from_cache
 from lightning_zerocopy.datasets.splits import SplitError
 
 __all__ = [
@@ -60,7 +60,7 @@ def unknown_edge_type(edge_type: Any, edge_types: list[EdgeType]) -> str:
 
 
 @dataclass
-class HeteroLinkData(TypedGraphViews):
+class HeteroLinkData(TypedGraphViews, LinkSplits):
     """A heterogeneous graph for link prediction on one edge type, held on the host.
 
     Attributes:
@@ -90,15 +90,7 @@ class HeteroLinkData(TypedGraphViews):
         check_typed_graph(self.num_nodes, self.edge_index, self.x)
         if self.edge_type not in self.edge_index:
             raise InputDataError(unknown_edge_type(self.edge_type, list(self.edge_index)))
-        unknown = sorted(set(self.splits) - set(LINK_SPLITS))
-        if unknown:
-            raise InputDataError(f"unknown link split(s) {unknown}; expected names among {LINK_SPLITS}")
-
-    def split(self, name: str) -> LinkSplit:
-        """The supervision edges of split ``name``."""
-        if name not in self.splits:
-            raise KeyError(f"this link dataset has no {name!r} split; it has {sorted(self.splits)}")
-        return self.splits[name]
+        self._check_split_names()
 
 
 def check_hetero_link_splits(data: HeteroLinkData, sources: Optional[Mapping[str, str]] = None) -> list[str]:
@@ -117,14 +109,13 @@ def check_hetero_link_splits(data: HeteroLinkData, sources: Optional[Mapping[str
                 continue
             for row, node_type in ((0, src), (1, dst)):
                 count = data.num_nodes[node_type]
-                bad = (edges[row] < 0) | (edges[row] >= count)
-                if bool(bad.any()):
-                    column = int(bad.nonzero()[0])
+                bad = first_out_of_range(edges[row], count)
+                if bad is not None:
+                    column, value = bad
                     raise SplitError(
                         name, source,
-                        f"holds the {node_type!r} id {int(edges[row, column])} as the "
-                        f"{('source', 'destination')[row]} of {what} column {column:,}, but {node_type!r} has "
-                        f"{count:,} nodes (ids 0 to {count - 1:,})",
+                        f"holds the {node_type!r} id {value} as the {('source', 'destination')[row]} of {what} "
+                        f"column {column:,}, but {node_type!r} has {count:,} nodes (ids 0 to {count - 1:,})",
                     )  # fmt: skip
     # one id space covering both endpoint types: the pair keys of the homogeneous checks hold for typed pairs
     view = SimpleNamespace(
@@ -135,20 +126,15 @@ def check_hetero_link_splits(data: HeteroLinkData, sources: Optional[Mapping[str
 
 
 class HeteroLinkDataset(HeteroGraphDataset):
-    """A heterogeneous link-prediction dataset that LightningCLI can build from ``class_path``/``init_args``.
+    """A heterogeneous link-prediction dataset (:class:`~lightning_zerocopy.datasets.hetero.HeteroGraphDataset`): the
+    supervised edge type besides the types (cheap), :meth:`load` returns a :class:`HeteroLinkData`."""
 
-    Subclasses implement the cheap shape properties (no array is loaded), :meth:`prepare` (build once, idempotent)
-    and :meth:`load`.
-    """
+    _split_noun = "link split"
 
     @property
     @abstractmethod
     def edge_type(self) -> EdgeType:
         """The supervised edge type (one of :attr:`edge_types`)."""
-
-    def split_source(self, split: str) -> str:
-        """Where the supervision edges of ``split`` come from, for error messages."""
-        return f"the {split} link split of {type(self).__name__}"
 
     @abstractmethod
     def load(self) -> HeteroLinkData:
@@ -163,13 +149,11 @@ def hetero_link_meta(
     splits: Mapping[str, Any],
     **extra: Any,
 ) -> dict[str, Any]:
-    """The ``meta.json`` of a heterogeneous link cache: the type lists in order, the shapes, the supervised edge type
-    and each split's :func:`~lightning_zerocopy.datasets.links.save_link_split` entry, plus ``extra``."""
-    return dict(
-        node_types=list(num_nodes), edge_types=[edge_type_str(t) for t in edge_types],
-        num_nodes={t: int(n) for t, n in num_nodes.items()}, num_features=dict(num_features),
-        edge_type=edge_type_str(edge_type), splits=dict(splits), **extra,
-    )  # fmt: skip
+    """The ``meta.json`` of a heterogeneous link cache: the graph's
+    :func:`~lightning_zerocopy.datasets.hetero_cache.typed_graph_entries`, the supervised edge type and each split's
+    :func:`~lightning_zerocopy.datasets.links.save_link_split` entry, plus ``extra``."""
+    graph = typed_graph_entries(num_nodes, edge_types, num_features)
+    return dict(**graph, edge_type=edge_type_str(edge_type), splits=dict(splits), **extra)
 
 
 def hetero_link_data_from_cache(cache: ArrayCache) -> HeteroLinkData:
@@ -179,34 +163,10 @@ def hetero_link_data_from_cache(cache: ArrayCache) -> HeteroLinkData:
     Raises:
         DatasetFileError: ``meta.json`` lacks a key (the message says to delete the cache directory).
     """
-    meta = cache.meta()
-    try:
-        _, edge_types, counts, featured = typed_graph_meta(meta)
-        supervised = parse_edge_type(meta["edge_type"])
-        entries = dict(meta["splits"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DatasetFileError(
-            cache.path / ArrayCache.META,
-            f"is not a heterogeneous link dataset's metadata ({type(exc).__name__}: {exc}): the cache {cache.path} is "
-            "damaged or of another kind; delete that directory and it is built again",
-        ) from exc
-    splits = {}
-    for name in (n for n in LINK_SPLITS if n in entries):
-        entry = entries[name]
-        splits[name] = LinkSplit(
-            pos_edge_index=cache.tensor(f"{name}_pos"),
-            edge_label=cache.tensor(f"{name}_label") if cache.has(f"{name}_label") else None,
-            neg_edge_index=cache.tensor(f"{name}_neg") if entry.get("has_negatives") else None,
-            neg_per_positive=entry.get("neg_per_positive"),
-        )
-    return HeteroLinkData(
-        num_nodes=counts,
-        edge_index={t: cache.tensor(edge_index_name(t)) for t in edge_types},
-        x={t: cache.tensor(x_name(t)) for t in featured},
-        edge_type=supervised,
-        splits=splits,
-        x_files={t: str(cache.file(x_name(t))) for t in featured},
+    graph, (supervised, entries) = open_typed_graph(
+        cache, "a heterogeneous link dataset", lambda meta: (parse_edge_type(meta["edge_type"]), dict(meta["splits"]))
     )
+    return HeteroLinkData(**graph, edge_type=supervised, splits=link_splits_from_cache(cache, entries))
 
 
 class CachedHeteroLinkDataset(BuiltIntoCache, HeteroLinkDataset):
@@ -218,10 +178,4 @@ class CachedHeteroLinkDataset(BuiltIntoCache, HeteroLinkDataset):
     dictionary.
     """
 
-    @abstractmethod
-    def _write(self, out: Path) -> dict[str, Any]:
-        """Write the arrays into ``out``; return :func:`hetero_link_meta`'s dictionary."""
-
-    def load(self) -> HeteroLinkData:
-        self.prepare()
-        return hetero_link_data_from_cache(self.cache)
+    _open = staticmethod(hetero_link_data_from_cache)

@@ -10,17 +10,19 @@ must not be in it (that would leak the answer into the neighborhood of the edge 
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
-from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, GraphSizes
+from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, GraphDataset, GraphSizes, InputDataError
+from lightning_zerocopy.datasets.base import check_edge_attr, check_edge_index
 from lightning_zerocopy.graph.shared_memory import save_npy
 
-__all__ = ["LINK_SPLITS", "CachedLinkDataset", "LinkData", "LinkDataset", "LinkSplit", "link_data_from_cache", "save_link_split"]
+__all__ = ["LINK_SPLITS", "CachedLinkDataset", "LinkData", "LinkDataset", "LinkSplit", "LinkSplits",
+           "link_data_from_cache", "link_splits_from_cache", "save_link_split"]  # fmt: skip
 
 #: The splits a link dataset may hold, in PyG ``LightningLinkData``'s order.
 LINK_SPLITS = ("train", "val", "test")
@@ -49,14 +51,14 @@ class LinkSplit:
     neg_per_positive: Optional[int] = None
 
     def __post_init__(self) -> None:
-        _check_edge_index("pos_edge_index", self.pos_edge_index)
+        check_edge_index(self.pos_edge_index, "pos_edge_index")
         if self.edge_label is not None and tuple(self.edge_label.shape) != (self.num_positives,):
             raise ValueError(
                 f"edge_label must have shape [{self.num_positives}] (one label per positive edge), "
                 f"got {tuple(self.edge_label.shape)}"
             )
         if self.neg_edge_index is not None:
-            _check_edge_index("neg_edge_index", self.neg_edge_index)
+            check_edge_index(self.neg_edge_index, "neg_edge_index")
         if self.neg_per_positive is not None:
             if self.neg_edge_index is None:
                 raise ValueError("neg_per_positive is set but neg_edge_index is None")
@@ -75,8 +77,25 @@ class LinkSplit:
         return 0 if self.neg_edge_index is None else int(self.neg_edge_index.shape[1])
 
 
+class LinkSplits:
+    """The task half of :class:`LinkData` and ``HeteroLinkData``: the supervision edges of each split."""
+
+    splits: dict[str, LinkSplit]
+
+    def split(self, name: str) -> LinkSplit:
+        """The supervision edges of split ``name``."""
+        if name not in self.splits:
+            raise KeyError(f"this link dataset has no {name!r} split; it has {sorted(self.splits)}")
+        return self.splits[name]
+
+    def _check_split_names(self) -> None:
+        unknown = sorted(set(self.splits) - set(LINK_SPLITS))
+        if unknown:
+            raise InputDataError(f"unknown link split(s) {unknown}; expected names among {LINK_SPLITS}")
+
+
 @dataclass
-class LinkData(GraphSizes):
+class LinkData(GraphSizes, LinkSplits):
     """A homogeneous graph for link prediction, held on the host.
 
     Attributes:
@@ -96,56 +115,28 @@ class LinkData(GraphSizes):
     attributes: Optional[dict[Any, Any]] = None
 
     def __post_init__(self) -> None:
-        _check_edge_index("edge_index", self.edge_index)
+        """Shapes and dtypes (an :class:`~lightning_zerocopy.datasets.base.InputDataError`)."""
+        check_edge_index(self.edge_index)
         if self.x.dim() != 2:
-            raise ValueError(f"x must have shape [num_nodes, num_features], got {tuple(self.x.shape)}")
-        unknown = sorted(set(self.splits) - set(LINK_SPLITS))
-        if unknown:
-            raise ValueError(f"unknown link split(s) {unknown}; expected names among {LINK_SPLITS}")
-        if self.edge_attr is not None and self.edge_attr.shape[0] != self.edge_index.shape[1]:
-            raise ValueError(
-                f"edge_attr has {self.edge_attr.shape[0]} rows but edge_index has {self.edge_index.shape[1]} edges"
-            )
-
-    def split(self, name: str) -> LinkSplit:
-        """The supervision edges of split ``name``."""
-        if name not in self.splits:
-            raise KeyError(f"this link dataset has no {name!r} split; it has {sorted(self.splits)}")
-        return self.splits[name]
+            raise InputDataError(f"x must have shape [num_nodes, num_features], got {tuple(self.x.shape)}")
+        self._check_split_names()
+        check_edge_attr(self.edge_attr, self.edge_index)
 
 
-class LinkDataset(ABC):
-    """A link-prediction dataset that LightningCLI can build from ``class_path``/``init_args``."""
+class LinkDataset(GraphDataset):
+    """A link-prediction dataset (:class:`~lightning_zerocopy.datasets.base.GraphDataset`): :attr:`num_features`
+    (cheap), :meth:`load` returns a :class:`LinkData`."""
+
+    _split_noun = "link split"
 
     @property
     @abstractmethod
     def num_features(self) -> int:
         """Width of the node feature matrix (cheap: no array is loaded)."""
 
-    def prepare(self) -> None:
-        """Build or convert the dataset into its cache. Idempotent; the default does nothing."""
-
-    def split_source(self, split: str) -> str:
-        """Where the supervision edges of ``split`` come from, for error messages."""
-        return f"the {split} link split of {type(self).__name__}"
-
     @abstractmethod
     def load(self) -> LinkData:
         """Return the dataset's arrays (memory-mapped where large), preparing them first if needed."""
-
-
-class CachedLinkDataset(BuiltIntoCache, LinkDataset):
-    """A :class:`LinkDataset` built once into an :class:`~lightning_zerocopy.datasets.base.ArrayCache` and
-    memory-mapped from it afterwards.
-
-    Subclasses set ``self.cache`` in ``__init__`` and implement :meth:`_write`, which writes ``edge_index.npy``,
-    ``x.npy`` (optional ``edge_attr.npy``) and each split with :func:`save_link_split`, and returns the metadata,
-    including ``splits`` (what :func:`save_link_split` returned, by split name).
-    """
-
-    def load(self) -> LinkData:
-        self.prepare()
-        return link_data_from_cache(self.cache)
 
 
 def save_link_split(out: Path, name: str, split: LinkSplit) -> dict[str, Any]:
@@ -159,33 +150,43 @@ def save_link_split(out: Path, name: str, split: LinkSplit) -> dict[str, Any]:
     return {"neg_per_positive": split.neg_per_positive, "has_negatives": split.neg_edge_index is not None}
 
 
-def link_data_from_cache(cache: ArrayCache, x_cache: Optional[ArrayCache] = None) -> LinkData:
-    """Open a link dataset's arrays from ``cache`` (``x`` from ``x_cache`` where the features live in another one).
-
-    The metadata's ``splits`` entry lists the splits and their :func:`save_link_split` entries.
-    """
-    meta = cache.meta()
+def link_splits_from_cache(cache: ArrayCache, entries: Mapping[str, Any]) -> dict[str, LinkSplit]:
+    """The splits :func:`save_link_split` wrote into ``cache``, given their metadata ``entries`` by split name (in
+    :data:`LINK_SPLITS` order: JSON sorted them by name)."""
     splits = {}
-    for name in (name for name in LINK_SPLITS if name in meta["splits"]):  # JSON sorted them by name
-        entry = meta["splits"][name]
+    for name in (name for name in LINK_SPLITS if name in entries):
+        entry = entries[name]
         splits[name] = LinkSplit(
             pos_edge_index=cache.tensor(f"{name}_pos"),
             edge_label=cache.tensor(f"{name}_label") if cache.has(f"{name}_label") else None,
             neg_edge_index=cache.tensor(f"{name}_neg") if entry.get("has_negatives") else None,
             neg_per_positive=entry.get("neg_per_positive"),
         )
+    return splits
+
+
+def link_data_from_cache(cache: ArrayCache, x_cache: Optional[ArrayCache] = None) -> LinkData:
+    """Open a link dataset's arrays from ``cache`` (``x`` from ``x_cache`` where the features live in another one).
+
+    The metadata's ``splits`` entry lists the splits and their :func:`save_link_split` entries.
+    """
     features = x_cache if x_cache is not None else cache
     return LinkData(
         edge_index=cache.tensor("edge_index"),
         x=features.tensor("x"),
-        splits=splits,
+        splits=link_splits_from_cache(cache, cache.meta()["splits"]),
         edge_attr=cache.tensor("edge_attr") if cache.has("edge_attr") else None,
         x_file=str(features.file("x")),
     )
 
 
-def _check_edge_index(name: str, edge_index: torch.Tensor) -> None:
-    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
-        raise ValueError(f"{name} must have shape [2, num_edges], got {tuple(edge_index.shape)}")
-    if edge_index.dtype != torch.int64:
-        raise ValueError(f"{name} must hold int64 node ids, got {edge_index.dtype}")
+class CachedLinkDataset(BuiltIntoCache, LinkDataset):
+    """A :class:`LinkDataset` built once into an :class:`~lightning_zerocopy.datasets.base.ArrayCache` and
+    memory-mapped from it afterwards.
+
+    Subclasses set ``self.cache`` in ``__init__`` and implement :meth:`_write`, which writes ``edge_index.npy``,
+    ``x.npy`` (optional ``edge_attr.npy``) and each split with :func:`save_link_split`, and returns the metadata,
+    including ``splits`` (what :func:`save_link_split` returned, by split name).
+    """
+
+    _open = staticmethod(link_data_from_cache)

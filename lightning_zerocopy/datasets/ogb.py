@@ -34,6 +34,7 @@ from lightning_zerocopy.datasets.base import CachedNodeDataset, DatasetFileError
 from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, read_csv_matrix  # noqa: F401 (re-exported)
 from lightning_zerocopy.datasets.ogb_raw import (  # noqa: F401 (file_stamp re-exported)
     OGBFolder,
+    OGBLabels,
     convert_node_features,
     file_stamp,
     read_edge_attr,
@@ -48,7 +49,7 @@ _SPLIT_FILES = {"train": "train.csv.gz", "val": "valid.csv.gz", "test": "test.cs
 _SPLIT_LAYOUT = "split/<name>/train.csv.gz, valid.csv.gz and test.csv.gz (one node id per line)"
 
 
-class OGBNodeDataset(OGBFolder, CachedNodeDataset):
+class OGBNodeDataset(OGBFolder, OGBLabels, CachedNodeDataset):
     """An ``ogbn-*`` dataset from a local folder in OGB's layout (see the module docstring).
 
     The cache directory is keyed on the arguments and on a stamp of every input file (:func:`file_stamp`:
@@ -80,22 +81,14 @@ class OGBNodeDataset(OGBFolder, CachedNodeDataset):
             add_inverse_edges=add_inverse_edges, version=3,
         )
 
-    @property
-    def num_classes(self) -> int:
-        if self._num_classes is None:
-            if self.cache.exists():
-                self._num_classes = int(self.cache.meta()["num_classes"])
-            else:
-                self._num_classes = int(self._read_labels().max(initial=-1)) + 1
-        return self._num_classes
+    def _label_file(self) -> Path:
+        return self.raw / "node-label.csv.gz"
 
     def _write(self, out: Path) -> dict[str, Any]:
         y = self._read_labels()
         num_nodes, nodes_from = self._num_nodes(default=y.shape[0])
         if y.shape[0] != num_nodes:
-            raise DatasetFileError(
-                self.raw / "node-label.csv.gz", f"has {y.shape[0]:,} rows, but {nodes_from} (one label per node)"
-            )
+            raise DatasetFileError(self._label_file(), f"has {y.shape[0]:,} rows, but {nodes_from} (one label per node)")
         np.save(out / "y.npy", y)
 
         edges = read_edges(self.raw, num_nodes, nodes_from)
@@ -115,19 +108,6 @@ class OGBNodeDataset(OGBFolder, CachedNodeDataset):
             save_npy(torch.from_numpy(np.ascontiguousarray(idx)), out / f"{ours}_idx.npy")
         num_classes = self._num_classes if self._num_classes is not None else int(y.max(initial=-1)) + 1
         return dict(self.config, num_nodes=num_nodes, num_classes=num_classes)
-
-    def _read_labels(self) -> np.ndarray:
-        """``node-label.csv.gz`` as int64, ``nan`` (unlabeled) as ``-1``; other labels must be integers >= 0."""
-        path = self.raw / "node-label.csv.gz"
-        labels = read_csv_matrix(path, np.float64, "ogb: labels", width=1)[:, 0]
-        labeled = ~np.isnan(labels)
-        bad = labeled & ~((labels >= 0) & (labels == np.round(labels)) & np.isfinite(labels))
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise DatasetFileError(
-                path, f"label {float(labels[row]):g} is not a class: labels are integers >= 0, or nan for an unlabeled node", line=row + 1
-            )
-        return np.where(labeled, labels, -1).astype(np.int64)
 
     def _num_nodes(self, default: int) -> tuple[int, str]:
         """The number of nodes and where it came from (for messages)."""

@@ -48,7 +48,7 @@ from lightning_zerocopy.datasets.hetero_cache import (
     x_name,
 )
 from lightning_zerocopy.datasets.ogb_counts import EDGE_COUNT_FILE, check_count
-from lightning_zerocopy.datasets.ogb_raw import file_stamp, stale_caches, warn_stale_caches
+from lightning_zerocopy.datasets.ogb_raw import ConvertedOnce, OGBLabels, file_stamp
 
 __all__ = ["OGBHeteroNodeDataset", "read_num_node_dict"]
 
@@ -110,7 +110,7 @@ def read_num_node_dict(path: Path) -> dict[str, int]:
     return counts
 
 
-class OGBHeteroNodeDataset(CachedHeteroNodeDataset):
+class OGBHeteroNodeDataset(ConvertedOnce, OGBLabels, CachedHeteroNodeDataset):
     """A heterogeneous ``ogbn-*`` dataset (``ogbn-mag``) from a local folder in OGB's layout (see the module docstring).
 
     Args:
@@ -294,28 +294,11 @@ class OGBHeteroNodeDataset(CachedHeteroNodeDataset):
     def num_features(self) -> dict[str, int]:
         return {t: first_row_width(self._feature_file(t)) for t in self._featured}
 
-    @property
-    def num_classes(self) -> int:
-        if self._num_classes is None:
-            if self.cache.exists():
-                self._num_classes = int(self.cache.meta()["num_classes"])
-            else:
-                self._num_classes = int(self._read_labels().max(initial=-1)) + 1
-        return self._num_classes
-
     def split_source(self, split: str) -> str:
         """The split's file, e.g. ``<root>/split/time/paper/valid.csv.gz``."""
         return str(self._split_file(split))
 
     # the conversion ------------------------------------------------------------------------------------------
-
-    def prepare(self) -> None:
-        """Convert the folder into the cache if no cache matches the files; warn about caches this replaced."""
-        if self.cache.exists():
-            return
-        super().prepare()
-        stale = stale_caches(self.cache, f"{self._cache_name}-*", self.root, self.config["inputs"], self.split)
-        warn_stale_caches(self.root, self.cache, stale)
 
     def _write(self, out: Path) -> dict[str, Any]:
         counts = self._counts
@@ -371,16 +354,3 @@ class OGBHeteroNodeDataset(CachedHeteroNodeDataset):
                     f"{NODE_DICT_FILE} says {node_type!r} has {count:,} nodes (ids 0 to {count - 1:,})", line=row + 1,
                 )  # fmt: skip
         return edges
-
-    def _read_labels(self) -> np.ndarray:
-        """The input type's ``node-label.csv.gz`` as int64, ``nan`` (unlabeled) as ``-1``; other labels must be
-        integers >= 0."""
-        path = self._label_file()
-        labels = read_csv_matrix(path, np.float64, "ogb: labels", width=1)[:, 0]
-        labeled = ~np.isnan(labels)
-        bad = labeled & ~((labels >= 0) & (labels == np.round(labels)) & np.isfinite(labels))
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise DatasetFileError(path, f"label {float(labels[row]):g} is not a class: labels are integers >= 0, or "
-                                         "nan for an unlabeled node", line=row + 1)  # fmt: skip
-        return np.where(labeled, labels, -1).astype(np.int64)

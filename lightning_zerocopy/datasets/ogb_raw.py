@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,12 +29,15 @@ from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, read_csv_matr
 from lightning_zerocopy.datasets.ogb_counts import EDGE_COUNT_FILE, check_count
 
 __all__ = [
+    "ConvertedOnce",
     "OGBFolder",
+    "OGBLabels",
     "convert_node_features",
     "file_stamp",
     "find_split",
     "read_edge_attr",
     "read_edges",
+    "read_labels",
     "stale_caches",
     "warn_stale_caches",
 ]
@@ -174,22 +178,78 @@ def warn_stale_caches(root: Path, cache: ArrayCache, stale: list[Path]) -> None:
     )
 
 
-class OGBFolder:
-    """The folder half of :class:`~lightning_zerocopy.datasets.OGBNodeDataset` and
-    :class:`~lightning_zerocopy.datasets.OGBLinkDataset`: the checked ``raw/`` files, the ``split/`` subfolder, the
-    cache keyed on a stamp of every input file, and the warning about the caches a changed file replaced.
+def read_labels(path: Path) -> np.ndarray:
+    """An OGB ``node-label.csv.gz`` as int64, ``nan`` (unlabeled) as ``-1``.
+
+    Raises:
+        DatasetFileError: a label that is not an integer >= 0 (naming the line).
+    """
+    labels = read_csv_matrix(path, np.float64, "ogb: labels", width=1)[:, 0]
+    labeled = ~np.isnan(labels)
+    bad = labeled & ~((labels >= 0) & (labels == np.round(labels)) & np.isfinite(labels))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DatasetFileError(path, f"label {float(labels[row]):g} is not a class: labels are integers >= 0, or nan "
+                                     "for an unlabeled node", line=row + 1)  # fmt: skip
+    return np.where(labeled, labels, -1).astype(np.int64)
+
+
+class ConvertedOnce:
+    """The cache half of every OGB folder dataset (node, link, typed): ``prepare`` converts the folder only where no
+    cache matches its files' stamps (``config["inputs"]``), then warns about the caches of this folder that changed
+    files replaced.
 
     Mixed in before the cached dataset base class, whose ``prepare`` builds the cache.
     """
 
     root: Path
-    raw: Path
     split: str
-    feature_dtype: str
     config: dict[str, Any]
     cache: ArrayCache
-    _split_files: dict[str, str]
     _cache_name: str
+
+    def prepare(self) -> None:
+        """Convert the folder into the cache if no cache matches the files; warn about caches this replaced."""
+        if self.cache.exists():
+            return
+        super().prepare()  # type: ignore[misc]  # the cached dataset base class builds the cache
+        stale = stale_caches(self.cache, f"{self._cache_name}-*", self.root, self.config["inputs"], self.split)
+        warn_stale_caches(self.root, self.cache, stale)
+
+
+class OGBLabels(ABC):
+    """The labels half of the OGB node datasets (untyped and typed): ``num_classes`` from the ``num_classes``
+    argument, else the cache's metadata, else the label file (``_label_file()``) read once."""
+
+    cache: ArrayCache
+    _num_classes: Optional[int]
+
+    @abstractmethod
+    def _label_file(self) -> Path:
+        """The ``node-label.csv.gz`` of the labelled type."""
+
+    @property
+    def num_classes(self) -> int:
+        if self._num_classes is None:
+            if self.cache.exists():
+                self._num_classes = int(self.cache.meta()["num_classes"])
+            else:
+                self._num_classes = int(self._read_labels().max(initial=-1)) + 1
+        return self._num_classes
+
+    def _read_labels(self) -> np.ndarray:
+        return read_labels(self._label_file())
+
+
+class OGBFolder(ConvertedOnce):
+    """The folder half of :class:`~lightning_zerocopy.datasets.OGBNodeDataset` and
+    :class:`~lightning_zerocopy.datasets.OGBLinkDataset`: the checked ``raw/`` files, the ``split/`` subfolder and
+    the cache keyed on a stamp of every input file (:class:`ConvertedOnce`).
+    """
+
+    raw: Path
+    feature_dtype: str
+    _split_files: dict[str, str]
 
     def _open_folder(
         self,
@@ -242,11 +302,3 @@ class OGBFolder:
 
     def _split_file(self, split: str) -> Path:
         return self.root / "split" / self.split / self._split_files[split]
-
-    def prepare(self) -> None:
-        """Convert the folder into the cache if no cache matches the files; warn about caches this replaced."""
-        if self.cache.exists():
-            return
-        super().prepare()  # type: ignore[misc]  # the cached dataset base class builds the cache
-        stale = stale_caches(self.cache, f"{self._cache_name}-*", self.root, self.config["inputs"], self.split)
-        warn_stale_caches(self.root, self.cache, stale)

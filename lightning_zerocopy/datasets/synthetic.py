@@ -21,7 +21,7 @@ parameters. Generation is vectorised torch: a 10M-node / 200M-edge graph takes a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -32,6 +32,8 @@ from lightning_zerocopy.graph.shared_memory import save_npy
 #: Edges (or nodes) drawn per chunk; part of the generator's definition, so not a parameter.
 _CHUNK = 1 << 22
 _FEATURE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+#: Node types at least this large are searched with sorted values (:func:`_search`).
+_SORTED_SEARCH_FROM = 1 << 20
 
 
 def _stream(seed: int, *labels: int, device: str = "cpu") -> torch.Generator:
@@ -65,6 +67,103 @@ def _check_draw_args(homophily: float, skew: float, train_fraction: float, val_f
         )
     if feature_dtype not in _FEATURE_DTYPES:
         raise ValueError(f"feature_dtype must be one of {sorted(_FEATURE_DTYPES)}, got {feature_dtype!r}")
+
+
+class _TypeSampler:
+    """Weighted draws of one node type's (pre-shuffle) ids, anywhere or inside a planted class: the Chung-Lu drawing
+    of :class:`SyntheticGraph` (its one type) and of ``SyntheticHeteroGraph`` (each type).
+
+    Every id draws a weight ``(rank + 1) ** -skew`` at a random rank (``generator``); the classes own equal contiguous
+    ranges of the ids.
+    """
+
+    def __init__(self, count: int, num_classes: int, skew: float, generator: torch.Generator) -> None:
+        self.count = count
+        self.bounds = torch.arange(num_classes + 1, dtype=torch.int64) * count // num_classes
+        rank = torch.randperm(count, generator=generator)
+        weight = (rank.to(torch.float64) + 1.0).pow_(-skew)
+        del rank
+        self.cdf = torch.cumsum(weight, 0)
+        del weight
+        self.cdf0 = torch.cat([self.cdf.new_zeros(1), self.cdf])  # cdf0[k] = total weight of ids < k
+        self.total = float(self.cdf[-1])
+
+    def to(self, device: torch.device) -> "_TypeSampler":
+        """The tables on ``device``, where the draws then happen (the same ids for the same uniform values)."""
+        self.bounds, self.cdf, self.cdf0 = self.bounds.to(device), self.cdf.to(device), self.cdf0.to(device)
+        return self
+
+    def classes(self) -> torch.Tensor:
+        """The planted class of every pre-shuffle id (on the CPU)."""
+        bounds = self.bounds.cpu()
+        return torch.repeat_interleave(torch.arange(bounds.numel() - 1), bounds.diff())
+
+    def class_of(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.searchsorted(self.bounds, ids, right=True) - 1
+
+    def draw(
+        self, u: torch.Tensor, cls: Optional[torch.Tensor] = None, inside: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        """Ids for the uniform ``u`` in ``[0, 1)``: by weight over the whole type, or, where ``inside``, by weight
+        inside class ``cls`` (a class with no node of this type falls back to the whole type)."""
+        lo = torch.zeros_like(u)
+        hi = torch.full_like(u, self.total)
+        if cls is not None and inside is not None:
+            first, last = self.bounds[cls], self.bounds[cls + 1]
+            inside = inside & (last > first)
+            lo = torch.where(inside, self.cdf0[first], lo)
+            hi = torch.where(inside, self.cdf0[last], hi)
+        return _search(self.cdf, lo + u * (hi - lo)).clamp_(max=self.count - 1)
+
+
+def _search(cdf: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``searchsorted(cdf, values, right=True)``; over a ``cdf`` larger than the CPU caches, the values are searched
+    in sorted order (the same result, about twice as fast: the binary searches then walk the table in order)."""
+    if cdf.numel() < _SORTED_SEARCH_FROM or values.numel() < 2 or cdf.device.type != "cpu":
+        return torch.searchsorted(cdf, values, right=True)
+    ordered, order = torch.sort(values)
+    found = torch.empty_like(order)
+    found[order] = torch.searchsorted(cdf, ordered, right=True)
+    return found
+
+
+def write_rows_chunked(
+    path: Path, rows: int, width: int, dtype: Any, fill: Callable[[int, int], torch.Tensor], desc: str
+) -> None:
+    """Write a ``[rows, width]`` ``.npy`` of ``dtype`` (a numpy dtype or its name) chunk by chunk (about 4M values
+    at a time, with a progress bar): ``fill(start, stop)`` returns rows ``start:stop`` as a tensor."""
+    target = np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(dtype), shape=(rows, width))
+    view = torch.from_numpy(target)
+    step = max(1, _CHUNK // max(width, 1))
+    with progress_bar(rows, desc, "node") as bar:
+        for start in range(0, rows, step):
+            stop = min(rows, start + step)
+            view[start:stop] = fill(start, stop)
+            bar.update(stop - start)
+    target.flush()
+    del view, target
+
+
+def _write_class_features(
+    path: Path,
+    classes: torch.Tensor,
+    config: dict[str, Any],
+    means: torch.Generator,
+    noise: Callable[[int], torch.Generator],
+    desc: str,
+    device: torch.device = torch.device("cpu"),
+) -> None:
+    """Features of planted classes into ``path``: each class's mean (``feature_signal`` times a Gaussian vector drawn
+    from ``means``) plus unit Gaussian noise, drawn on ``device`` row chunk by row chunk (``noise(start)`` is the
+    generator of the chunk starting at row ``start``), in ``config``'s ``num_features`` and ``feature_dtype``."""
+    width, dtype = config["num_features"], _FEATURE_DTYPES[config["feature_dtype"]]
+    centers = (torch.randn(config["num_classes"], width, generator=means) * config["feature_signal"]).to(device)
+
+    def rows(start: int, stop: int) -> torch.Tensor:
+        drawn = torch.randn(stop - start, width, generator=noise(start), device=device)
+        return drawn.add_(centers[classes[start:stop].to(device)]).to(dtype).cpu()
+
+    write_rows_chunked(path, classes.numel(), width, config["feature_dtype"], rows, desc)
 
 
 def _split_ids(n: int, train_fraction: float, val_fraction: float, seed: int) -> dict[str, torch.Tensor]:
@@ -166,49 +265,37 @@ class SyntheticGraph(CachedNodeDataset):
     def _write(self, out: Path) -> dict[str, Any]:
         cfg = self.config
         n, c, seed = cfg["num_nodes"], cfg["num_classes"], cfg["seed"]
-
         # Planted classes own contiguous ranges of the pre-shuffle ids; weights are assigned at random ranks.
-        bounds = torch.arange(c + 1, dtype=torch.int64) * n // c
-        rank = torch.randperm(n, generator=_stream(seed, 1))
-        weight = (rank.to(torch.float64) + 1.0).pow_(-cfg["skew"])
-        cdf = torch.cumsum(weight, 0)
-        del rank, weight
-        cdf0 = torch.cat([cdf.new_zeros(1), cdf])  # cdf0[k] = total weight of ids < k
-
-        src, dst = self._draw_edges(cdf.to(self.device), cdf0.to(self.device), bounds.to(self.device))
-        del cdf, cdf0
+        nodes = _TypeSampler(n, c, cfg["skew"], _stream(seed, 1)).to(self.device)
+        src, dst = self._draw_edges(nodes)
 
         new_id = torch.randperm(n, generator=_stream(seed, 2))  # pre-shuffle id -> published id
         y = torch.empty(n, dtype=torch.int64)
-        y[new_id] = torch.repeat_interleave(torch.arange(c), bounds.diff())
+        y[new_id] = nodes.classes()
+        del nodes
         save_npy(y, out / "y.npy")
         self._write_edges(out, new_id[src], new_id[dst])
         del src, dst, new_id
-        self._write_features(out, y)
+        rows = max(1, _CHUNK // max(cfg["num_features"], 1))  # the noise's stream is the chunk's
+        dev = self.device
+        _write_class_features(out / "x.npy", y, cfg, _stream(seed, 4),
+                              lambda start: _stream(seed, 5, start // rows, device=dev.type),
+                              "synthetic graph: features", dev)  # fmt: skip
         self._write_splits(out)
         return dict(self.config, num_edges=int(np.load(out / "edge_index.npy", mmap_mode="r").shape[1]))
 
-    def _draw_edges(
-        self, cdf: torch.Tensor, cdf0: torch.Tensor, bounds: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _draw_edges(self, nodes: _TypeSampler) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
-        n = cfg["num_nodes"]
-        num_draws = round(n * cfg["avg_degree"] / (2 if cfg["undirected"] else 1))
-        total = float(cdf[-1])
+        num_draws = round(cfg["num_nodes"] * cfg["avg_degree"] / (2 if cfg["undirected"] else 1))
         srcs, dsts = [], []
+        dev = self.device
         with progress_bar(num_draws, "synthetic graph: edges", "edge") as bar:
             for i, start, stop in _chunks(num_draws):
-                dev = cdf.device
                 gen = _stream(cfg["seed"], 3, i, device=dev.type)
                 m = stop - start
-                u = torch.rand(m, generator=gen, dtype=torch.float64, device=dev)
-                src = torch.searchsorted(cdf, u * total, right=True).clamp_(max=n - 1)
-                cls = torch.searchsorted(bounds, src, right=True) - 1
+                src = nodes.draw(torch.rand(m, generator=gen, dtype=torch.float64, device=dev))
                 inside = torch.rand(m, generator=gen, device=dev) < cfg["homophily"]
-                lo = torch.where(inside, cdf0[bounds[cls]], 0.0)
-                hi = torch.where(inside, cdf0[bounds[cls + 1]], total)
-                u = torch.rand(m, generator=gen, dtype=torch.float64, device=dev)
-                dst = torch.searchsorted(cdf, lo + u * (hi - lo), right=True).clamp_(max=n - 1)
+                dst = nodes.draw(torch.rand(m, generator=gen, dtype=torch.float64, device=dev), nodes.class_of(src), inside)
                 keep = src != dst
                 srcs.append(src[keep].cpu())
                 dsts.append(dst[keep].cpu())
@@ -227,24 +314,6 @@ class SyntheticGraph(CachedNodeDataset):
             ei[1, src.numel() :] = src
         edge_index.flush()
         del ei, edge_index
-
-    def _write_features(self, out: Path, y: torch.Tensor) -> None:
-        cfg = self.config
-        n, f = cfg["num_nodes"], cfg["num_features"]
-        dtype = _FEATURE_DTYPES[cfg["feature_dtype"]]
-        dev = self.device
-        means = torch.randn(cfg["num_classes"], f, generator=_stream(cfg["seed"], 4)) * cfg["feature_signal"]
-        means = means.to(dev)
-        x = np.lib.format.open_memmap(out / "x.npy", mode="w+", dtype=np.dtype(cfg["feature_dtype"]), shape=(n, f))
-        xt = torch.from_numpy(x)
-        rows = max(1, _CHUNK // max(f, 1))
-        with progress_bar(n, "synthetic graph: features", "node") as bar:
-            for i, start, stop in _chunks(n, rows):
-                noise = torch.randn(stop - start, f, generator=_stream(cfg["seed"], 5, i, device=dev.type), device=dev)
-                xt[start:stop] = noise.add_(means[y[start:stop].to(dev)]).to(dtype).cpu()
-                bar.update(stop - start)
-        x.flush()
-        del xt, x
 
     def _write_splits(self, out: Path) -> None:
         cfg = self.config

@@ -52,16 +52,16 @@ from lightning_zerocopy.datasets.hetero_cache import (
     to_undirected_types,
     write_edge_index,
     write_labels_and_splits,
-    write_rows_chunked,
     x_name,
 )
 from lightning_zerocopy.datasets.synthetic import (
-    _FEATURE_DTYPES,
     _check_draw_args,
     _chunks,
     _split_ids,
     _split_source,
     _stream,
+    _TypeSampler,
+    _write_class_features,
 )
 
 __all__ = ["MAG_EDGE_TYPES", "MAG_NODE_TYPES", "SyntheticHeteroGraph"]
@@ -75,8 +75,6 @@ MAG_EDGE_TYPES: tuple[EdgeType, ...] = (
     ("paper", "has_topic", "field_of_study"),
     ("author", "affiliated_with", "institution"),
 )
-#: Node types at least this large are searched with sorted values (:func:`_search`).
-_SORTED_SEARCH_FROM = 1 << 20
 # per generated edge type: the node type whose count times the average gives the number of edges, and the average
 _EDGE_COUNTS = {
     ("author", "writes", "paper"): ("paper", "avg_writes"),
@@ -84,53 +82,6 @@ _EDGE_COUNTS = {
     ("paper", "has_topic", "field_of_study"): ("paper", "avg_has_topic"),
     ("author", "affiliated_with", "institution"): ("author", "avg_affiliated_with"),
 }
-
-
-class _TypeSampler:
-    """Weighted draws of one node type's (pre-shuffle) ids, anywhere or inside a planted class."""
-
-    def __init__(self, count: int, num_classes: int, skew: float, generator: torch.Generator) -> None:
-        self.count = count
-        self.bounds = torch.arange(num_classes + 1, dtype=torch.int64) * count // num_classes
-        rank = torch.randperm(count, generator=generator)
-        weight = (rank.to(torch.float64) + 1.0).pow_(-skew)
-        del rank
-        self.cdf = torch.cumsum(weight, 0)
-        del weight
-        self.cdf0 = torch.cat([self.cdf.new_zeros(1), self.cdf])  # cdf0[k] = total weight of ids < k
-        self.total = float(self.cdf[-1])
-
-    def classes(self) -> torch.Tensor:
-        """The planted class of every pre-shuffle id."""
-        return torch.repeat_interleave(torch.arange(self.bounds.numel() - 1), self.bounds.diff())
-
-    def class_of(self, ids: torch.Tensor) -> torch.Tensor:
-        return torch.searchsorted(self.bounds, ids, right=True) - 1
-
-    def draw(
-        self, u: torch.Tensor, cls: Optional[torch.Tensor] = None, inside: Optional[torch.Tensor] = None
-    ) -> torch.Tensor:
-        """Ids for the uniform ``u`` in ``[0, 1)``: by weight over the whole type, or, where ``inside``, by weight
-        inside class ``cls`` (a class with no node of this type falls back to the whole type)."""
-        lo = torch.zeros_like(u)
-        hi = torch.full_like(u, self.total)
-        if cls is not None and inside is not None:
-            first, last = self.bounds[cls], self.bounds[cls + 1]
-            inside = inside & (last > first)
-            lo = torch.where(inside, self.cdf0[first], lo)
-            hi = torch.where(inside, self.cdf0[last], hi)
-        return _search(self.cdf, lo + u * (hi - lo)).clamp_(max=self.count - 1)
-
-
-def _search(cdf: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """``searchsorted(cdf, values, right=True)``; over a ``cdf`` larger than the CPU caches, the values are searched
-    in sorted order (the same result, about twice as fast: the binary searches then walk the table in order)."""
-    if cdf.numel() < _SORTED_SEARCH_FROM or values.numel() < 2:
-        return torch.searchsorted(cdf, values, right=True)
-    ordered, order = torch.sort(values)
-    found = torch.empty_like(order)
-    found[order] = torch.searchsorted(cdf, ordered, right=True)
-    return found
 
 
 class SyntheticHeteroGraph(CachedHeteroNodeDataset):
@@ -334,19 +285,10 @@ class SyntheticHeteroGraph(CachedHeteroNodeDataset):
         return torch.cat(srcs), torch.cat(dsts)
 
     def _write_features(self, out: Path, type_index: int, node_type: str, cls: torch.Tensor) -> None:
-        cfg = self.config
-        seed, f = cfg["seed"], cfg["num_features"]
-        dtype = _FEATURE_DTYPES[cfg["feature_dtype"]]
-        means = torch.randn(cfg["num_classes"], f, generator=_stream(seed, 4, type_index)) * cfg["feature_signal"]
-
-        def rows(start: int, stop: int) -> torch.Tensor:
-            noise = torch.randn(stop - start, f, generator=_stream(seed, 5, type_index, start))
-            return noise.add_(means[cls[start:stop]]).to(dtype)
-
-        write_rows_chunked(
-            out / f"{x_name(node_type)}.npy", cls.numel(), f, cfg["feature_dtype"], rows,
-            f"synthetic hetero graph: {node_type} features",
-        )  # fmt: skip
+        seed = self.config["seed"]
+        _write_class_features(out / f"{x_name(node_type)}.npy", cls, self.config, _stream(seed, 4, type_index),
+                              lambda start: _stream(seed, 5, type_index, start),
+                              f"synthetic hetero graph: {node_type} features")  # fmt: skip
 
     def _splits(self) -> dict[str, torch.Tensor]:
         cfg = self.config

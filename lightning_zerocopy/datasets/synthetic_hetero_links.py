@@ -36,7 +36,7 @@ from lightning_zerocopy.datasets.hetero_links import CachedHeteroLinkDataset, he
 from lightning_zerocopy.datasets.link_checks import PairSet, pair_keys
 from lightning_zerocopy.datasets.links import LinkSplit, save_link_split
 from lightning_zerocopy.datasets.synthetic import _stream
-from lightning_zerocopy.datasets.synthetic_links import _repeated_in_group
+from lightning_zerocopy.datasets.synthetic_links import check_link_fractions, draw_negatives, hold_out
 from lightning_zerocopy.graph.shared_memory import save_npy
 
 __all__ = ["SyntheticHeteroLinkGraph"]
@@ -44,7 +44,6 @@ __all__ = ["SyntheticHeteroLinkGraph"]
 USER, ITEM = "user", "item"
 RATES: EdgeType = (USER, "rates", ITEM)
 REV_RATES: EdgeType = (ITEM, "rev_rates", USER)
-_REDRAWS = 64
 
 
 class SyntheticHeteroLinkGraph(CachedHeteroLinkDataset):
@@ -92,10 +91,8 @@ class SyntheticHeteroLinkGraph(CachedHeteroLinkDataset):
             raise ValueError(f"avg_ratings must be positive, got {avg_ratings}")
         if not 0.0 <= homophily <= 1.0:
             raise ValueError(f"homophily must be in [0, 1], got {homophily}")
-        if not (0 < val_fraction and 0 < test_fraction and val_fraction + test_fraction < 1):
-            raise ValueError(f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must be positive "
-                             "and sum to less than 1 (the rest are the train edges)")  # fmt: skip
-        if neg_per_positive < 1 or neg_per_positive >= num_items:
+        check_link_fractions(val_fraction, test_fraction, neg_per_positive)
+        if neg_per_positive >= num_items:
             raise ValueError(f"neg_per_positive must be in [1, num_items), got {neg_per_positive}")
         unknown = [t for t in featured_types if t not in (USER, ITEM)]
         if unknown:
@@ -156,11 +153,8 @@ class SyntheticHeteroLinkGraph(CachedHeteroLinkDataset):
             dst[pick] = members[torch.randint(members.numel(), (pick.numel(),), generator=gen)]
         n = max(users, items)  # one key space for typed pairs
         keys = pair_keys(src, dst, n).unique()  # sorted distinct ratings
-        order = torch.randperm(keys.numel(), generator=_stream(seed, 204))
-        num_val = max(1, round(keys.numel() * cfg["val_fraction"]))
-        num_test = max(1, round(keys.numel() * cfg["test_fraction"]))
-        held = {"val": order[:num_val], "test": order[num_val : num_val + num_test]}
-        train = order[num_val + num_test :].sort().values
+        held = hold_out(keys.numel(), cfg["val_fraction"], cfg["test_fraction"], _stream(seed, 204))
+        train = held["train"].sort().values
         rates = torch.stack([keys[train] // n, keys[train] % n])
         write_edge_index(out, RATES, rates)
         if cfg["add_reverse_edges"]:
@@ -182,14 +176,8 @@ class SyntheticHeteroLinkGraph(CachedHeteroLinkDataset):
 
     def _negatives(self, users: torch.Tensor, rated: PairSet, n: int, items: int, gen: torch.Generator) -> torch.Tensor:
         """``K`` distinct items per positive's user that the user did not rate."""
-        k = self.config["neg_per_positive"]
-        src = users.repeat_interleave(k)
-        dst = torch.randint(items, (src.numel(),), generator=gen)
-        for _ in range(_REDRAWS):
-            bad = rated.contains(pair_keys(src, dst, n)) | _repeated_in_group(dst, k, n)
-            bad = bad.nonzero().view(-1)
-            if bad.numel() == 0:
-                return torch.stack([src, dst])
-            dst[bad] = torch.randint(items, (bad.numel(),), generator=gen)
-        raise ValueError(f"could not draw {k} distinct unrated items per positive after {_REDRAWS} rounds: some users "
-                         "rated nearly every item; lower neg_per_positive or avg_ratings")  # fmt: skip
+        return draw_negatives(
+            users, self.config["neg_per_positive"], items, n, lambda s, d: rated.contains(pair_keys(s, d, n)), gen,
+            "could not draw {k} distinct unrated items per positive after {rounds} rounds: some users rated nearly "
+            "every item; lower neg_per_positive or avg_ratings",
+        )  # fmt: skip

@@ -20,7 +20,7 @@ carry the class, so neighbourhood-averaged features score true edges well above 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -33,6 +33,54 @@ from lightning_zerocopy.graph.shared_memory import save_npy
 __all__ = ["SyntheticLinkGraph"]
 
 _REDRAWS = 64  # rounds of redrawing negatives that hit an edge before giving up (a nearly complete graph)
+
+
+def check_link_fractions(val_fraction: float, test_fraction: float, neg_per_positive: int) -> None:
+    """The link generators' shared arguments: a ``ValueError`` naming the one that is out of range."""
+    if not (0 < val_fraction and 0 < test_fraction and val_fraction + test_fraction < 1):
+        raise ValueError(
+            f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must be positive and sum to less"
+            " than 1 (the rest are the train edges)"
+        )
+    if neg_per_positive < 1:
+        raise ValueError(f"neg_per_positive must be >= 1, got {neg_per_positive}")
+
+
+def hold_out(count: int, val_fraction: float, test_fraction: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Positions ``val``, ``test`` and ``train`` (the rest) into ``count`` distinct edges: a seeded permutation cut
+    by the shares (at least one val and one test edge; a ``ValueError`` where no train edge is left)."""
+    order = torch.randperm(count, generator=generator)
+    num_val = max(1, round(count * val_fraction))
+    num_test = max(1, round(count * test_fraction))
+    if num_val + num_test >= count:
+        raise ValueError(
+            f"the graph has {count:,} distinct edges, too few to hold out {num_val:,} val and {num_test:,}"
+            " test edges and keep train edges: lower val_fraction/test_fraction or grow the graph"
+        )
+    return {"val": order[:num_val], "test": order[num_val : num_val + num_test], "train": order[num_val + num_test :]}
+
+
+def draw_negatives(
+    src: torch.Tensor,
+    k: int,
+    num_dst: int,
+    key_space: int,
+    is_edge: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    generator: torch.Generator,
+    failure: str,
+) -> torch.Tensor:
+    """``k`` distinct negatives per source (``[2, len(src) * k]``, grouped per source): uniform destinations below
+    ``num_dst``, redrawn where ``is_edge(src, dst)`` or where one repeats an earlier one of its group (pair keys in
+    ``key_space``); a ``ValueError`` with ``failure`` where some are still bad after the last round."""
+    src = src.repeat_interleave(k)
+    dst = torch.randint(num_dst, (src.numel(),), generator=generator)
+    for _ in range(_REDRAWS):
+        bad = is_edge(src, dst) | _repeated_in_group(dst, k, key_space)
+        bad = bad.nonzero().view(-1)
+        if bad.numel() == 0:
+            return torch.stack([src, dst])
+        dst[bad] = torch.randint(num_dst, (bad.numel(),), generator=generator)
+    raise ValueError(failure.format(k=k, rounds=_REDRAWS))
 
 
 class SyntheticLinkGraph(CachedLinkDataset):
@@ -58,15 +106,9 @@ class SyntheticLinkGraph(CachedLinkDataset):
         seed: int = 0,
         cache_dir: Optional[str] = None,
     ) -> None:
-        if not (0 < val_fraction and 0 < test_fraction and val_fraction + test_fraction < 1):
-            raise ValueError(
-                f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must be positive and sum to less"
-                " than 1 (the rest are the train edges)"
-            )
+        check_link_fractions(val_fraction, test_fraction, neg_per_positive)
         if not 0 < train_fraction <= 1:
             raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction}")
-        if neg_per_positive < 1:
-            raise ValueError(f"neg_per_positive must be >= 1, got {neg_per_positive}")
         self.graph = graph if graph is not None else SyntheticGraph()
         self.config: dict[str, Any] = dict(
             graph=self.graph.config,
@@ -113,15 +155,8 @@ class SyntheticLinkGraph(CachedLinkDataset):
         # an undirected graph is stored as the drawn edges followed by their reverses (SyntheticGraph._write_edges)
         drawn = edge_index[:, : edge_index.shape[1] // 2] if undirected else edge_index
         edges = pair_keys(drawn[0], drawn[1], n, undirected).unique()  # sorted distinct edges
-        order = torch.randperm(edges.numel(), generator=_stream(seed, 101))
-        num_val = max(1, round(edges.numel() * cfg["val_fraction"]))
-        num_test = max(1, round(edges.numel() * cfg["test_fraction"]))
-        if num_val + num_test >= edges.numel():
-            raise ValueError(
-                f"the graph has {edges.numel():,} distinct edges, too few to hold out {num_val:,} val and {num_test:,}"
-                " test edges and keep train edges: lower val_fraction/test_fraction or grow the graph"
-            )
-        held = {"val": edges[order[:num_val]], "test": edges[order[num_val : num_val + num_test]]}
+        parts = hold_out(edges.numel(), cfg["val_fraction"], cfg["test_fraction"], _stream(seed, 101))
+        held = {name: edges[parts[name]] for name in ("val", "test")}
         removed = pairs_in(edge_index, PairSet(torch.cat(list(held.values())).sort().values), n, undirected, "held-out edges")
         save_npy(edge_index[:, ~removed].contiguous(), out / "edge_index.npy")
 
@@ -153,19 +188,12 @@ class SyntheticLinkGraph(CachedLinkDataset):
     ) -> torch.Tensor:
         """``K`` distinct negatives per source: uniform destinations that are not the source, not joined to it, and not
         drawn for the same positive before."""
-        k = self.config["neg_per_positive"]
-        src = src.repeat_interleave(k)
-        dst = torch.randint(n, (src.numel(),), generator=gen)
-        for _ in range(_REDRAWS):
-            bad = (dst == src) | edges.contains(pair_keys(src, dst, n, undirected)) | _repeated_in_group(dst, k, n)
-            bad = bad.nonzero().view(-1)
-            if bad.numel() == 0:
-                return torch.stack([src, dst])
-            dst[bad] = torch.randint(n, (bad.numel(),), generator=gen)
-        raise ValueError(
-            f"could not draw {k} distinct negatives per positive that are not edges after {_REDRAWS} rounds: the "
-            "graph is nearly complete around some sources; lower neg_per_positive or avg_degree"
-        )
+        return draw_negatives(
+            src, self.config["neg_per_positive"], n, n,
+            lambda s, d: (d == s) | edges.contains(pair_keys(s, d, n, undirected)), gen,
+            "could not draw {k} distinct negatives per positive that are not edges after {rounds} rounds: the graph "
+            "is nearly complete around some sources; lower neg_per_positive or avg_degree",
+        )  # fmt: skip
 
 
 def _first_copies(keys: torch.Tensor) -> torch.Tensor:

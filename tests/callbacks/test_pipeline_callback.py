@@ -1,4 +1,5 @@
-"""PipelineCallback through the real ZeroCopyDataModule on the CPU: same batches, same training, faults."""
+"""PipelineCallback through the real ZeroCopyDataModule on the CPU: same batches, same training, faults; the batches,
+training and predictions on both graph kinds (``kind``: ``helpers.kinds``)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
 from helpers import RecordBatches, process_gone, read_ready_line, sigint_at_default
+from helpers.kinds import NODE_KINDS, assert_same_fields, fields
 from pytorch_lightning.callbacks import Callback
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
+from lightning_zerocopy.callbacks.predictions import PredictionWriter
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.datasets import SyntheticGraph
@@ -30,18 +34,35 @@ from lightning_zerocopy.pipeline.source import PlanSource
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-FIELDS = ("x", "y", "n_id", "e_id", "edge_index", "input_id", "num_sampled_nodes", "num_sampled_edges", "batch_size")
+UNTYPED, TYPED = NODE_KINDS
 
 
-def _datamodule(cache: Path) -> ZeroCopyDataModule:
+def _datamodule(cache: Path, kind=UNTYPED) -> Any:
+    """The untyped kind: a 1,500-node synthetic graph (cached in ``cache``), 5 + 5 neighbors, batches of 128; the typed
+    one: ``TinyHeteroDataset``, 3 + 2 neighbors, batches of 6, eval batches of 4."""
+    if kind.typed:
+        return kind.datamodule(batch_size=6, eval_batch_size=4)
     dataset = SyntheticGraph(num_nodes=1500, avg_degree=8, num_features=16, num_classes=4, cache_dir=str(cache))
     return ZeroCopyDataModule(dataset, fanouts=[5, 5], batch_size=128, seed=7)
 
 
-def _fit(tmp_path: Path, *callbacks: Callback) -> tuple[RecordBatches, pl.Trainer]:
+class _Record(RecordBatches):
+    """Every field of every store of each batch (:func:`helpers.kinds.fields`), every training loss, the loader."""
+
+    loader = ""
+
+    def _freeze(self, batch) -> dict:
+        return fields(batch)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.loader = type(trainer.train_dataloader).__name__
+
+
+def _fit(tmp_path: Path, kind, *callbacks: Callback) -> tuple[_Record, pl.Trainer]:
     pl.seed_everything(0)
-    dm = _datamodule(tmp_path / "cache")
-    record = RecordBatches(FIELDS)
+    dm = _datamodule(tmp_path / "cache", kind)
+    model = kind.model(dm) if kind.typed else GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=16, dropout=0.0)
+    record = _Record(())
     trainer = pl.Trainer(
         accelerator="cpu",
         max_epochs=2,
@@ -52,43 +73,58 @@ def _fit(tmp_path: Path, *callbacks: Callback) -> tuple[RecordBatches, pl.Traine
         default_root_dir=str(tmp_path),
         callbacks=[*callbacks, record],
     )
-    trainer.fit(GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=16, dropout=0.0), datamodule=dm)
+    trainer.fit(model, datamodule=dm)
     return record, trainer
 
 
 def _assert_same_batches(got: dict, want: dict) -> None:
     assert got.keys() == want.keys() and len(want) > 0
     for key, batch in want.items():
-        for field, value in batch.items():
-            other = got[key][field]
-            if isinstance(value, torch.Tensor):
-                assert other.dtype == value.dtype and torch.equal(other, value), (key, field)
-            else:
-                assert other == value, (key, field)
+        assert_same_fields(got[key], batch, key)
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    record, _ = _fit(tmp_path_factory.mktemp("baseline"))
-    return record
+def baselines(tmp_path_factory):
+    """The batches, losses and trained model without the pipeline, by kind, fitted on first use."""
+    fitted = {}
+
+    def get(kind):
+        if str(kind) not in fitted:
+            record, trainer = _fit(tmp_path_factory.mktemp(f"baseline-{kind}"), kind)
+            fitted[str(kind)] = record, trainer.lightning_module
+        return fitted[str(kind)]
+
+    return get
 
 
 @pytest.mark.parametrize("mode, lookahead", [("worker", True), ("in_process", True), ("in_process", False)])
-def test_toggling_the_callback_changes_no_batch(tmp_path, baseline, mode, lookahead):
-    """Same train and val batches (every field, bitwise) and the same losses with and without the pipeline,
-    with three stages (sampling one batch ahead of the gather) or two."""
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_toggling_the_callback_changes_no_batch(tmp_path, baselines, kind, mode, lookahead):
+    """Same train and val batches (every field of every store, bitwise; a typed batch crosses the slots flattened),
+    the same losses and the same trained weights with and without the pipeline, with three stages (sampling one batch
+    ahead of the gather) or two."""
+    want, want_model = baselines(kind)
     pipeline = PipelineCallback(mode=mode, lookahead=lookahead)
     telemetry = DataTelemetry()
-    record, trainer = _fit(tmp_path, pipeline, telemetry)
-    _assert_same_batches(record.train, baseline.train)
-    _assert_same_batches(record.val, baseline.val)
-    assert record.losses == baseline.losses
+    record, trainer = _fit(tmp_path, kind, pipeline, telemetry)
+    assert record.loader == "PipelineLoader" and want.loader == "PlanLoader"
+    _assert_same_batches(record.train, want.train)
+    _assert_same_batches(record.val, want.val)
+    assert record.losses == want.losses and {epoch for epoch, _ in record.train} == {0, 1}
+    for a, b in zip(trainer.lightning_module.parameters(), want_model.parameters()):
+        assert torch.equal(a, b)
     assert pipeline.client is None  # torn down after fit
     assert trainer.datamodule.loader_factory is None  # handed back at teardown
     assert not any(name.endswith("_dataloader") for name in vars(trainer.datamodule))  # nothing patched
     for key in ("data/stall_ms", "data/stall_frac", "data/step_ms", "data/wait_ms", "data/seps", "data/gather_GBps", "data/build_ms"):
         assert f"{key}_epoch" in trainer.callback_metrics, key
-    assert len(telemetry.history) > 0 and all(0 <= m["data/stall_frac"] <= 1 for m in telemetry.history)
+    steps = telemetry.history  # an epoch's first step has no interval; the producer's build time beside the others
+    counted = [f for (epoch, step), f in sorted(record.train.items()) if step > 0]
+    assert len(steps) == len(counted) > 0
+    assert all(0 <= s["data/stall_frac"] <= 1 and s["data/build_ms"] > 0 and s["data/seps"] > 0 for s in steps)
+    if kind.typed:  # the slot views' sizes, counted per type; a type without features has no x
+        assert [s["data/rows_author"] for s in steps] == [float(f[("author", "n_id")].numel()) for f in counted]
+        assert any(("author", "x") not in f for f in record.train.values())
 
 
 def test_predict_outputs_survive_later_batches(tmp_path):
@@ -101,6 +137,26 @@ def test_predict_outputs_survive_later_batches(tmp_path):
     assert len(got) == len(want) > 1
     for a, b in zip(got, want):
         assert torch.equal(a["n_id"], b["n_id"]) and torch.equal(a["logits"], b["logits"])
+
+
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_predictions_written_through_the_pipeline_equal_those_without(tmp_path: Path, kind) -> None:
+    """predict_split=all through PredictionWriter: the same rows (ids, logits, pred, prob) with and without the
+    pipeline; a typed graph's rows are its input type's and say so."""
+    files = []
+    for callbacks in ([], [PipelineCallback(mode="in_process")]):
+        out = tmp_path / str(len(callbacks))
+        dm = kind.datamodule(batch_size=6, eval_batch_size=3, predict_split="all")
+        torch.manual_seed(0)
+        model = kind.model(dm).eval()
+        pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                   callbacks=[*callbacks, PredictionWriter(str(out))]).predict(model, datamodule=dm,
+                                                                               return_predictions=False)  # fmt: skip
+        files.append(dict(np.load(out / "predictions.npz")))
+    assert files[0]["node_id"].tolist() == list(range(40))
+    assert ("node_type" in files[1]) == kind.typed and (not kind.typed or str(files[1]["node_type"]) == "paper")
+    for key in ("node_id", "logits", "pred", "prob"):
+        assert np.array_equal(files[0][key], files[1][key]), key
 
 
 @contextlib.contextmanager

@@ -1,8 +1,11 @@
-"""ZeroCopyDataModule as a drop-in for PyG's LightningNodeData; loaders; resume mid-epoch."""
+"""ZeroCopyDataModule as a drop-in for PyG's LightningNodeData; loaders; resume mid-epoch. What the node DataModules
+do alike for untyped and typed graphs is checked on both (``kind``: ``helpers.kinds``)."""
 
 from __future__ import annotations
 
 import os
+import pickle
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -10,8 +13,10 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from helpers.kinds import NODE_KINDS, edges, fields, nodes
 from torch_geometric.data import Data
 from torch_geometric.nn import SAGEConv
+from torch_geometric.utils import trim_to_layer
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.data.loader import PlanLoader
@@ -118,29 +123,144 @@ def test_transfer_batch_to_device_keeps_the_batch(tmp_path: Path) -> None:
     dm.teardown("fit")
 
 
-def test_resume_mid_epoch_repeats_the_remaining_batches(tmp_path: Path) -> None:
+class _RecordIds(Callback):
+    """Every training batch's node ids per type, its seeds and each edge type's edge ids, by ``(epoch, batch_idx)``."""
+
+    def __init__(self, kind) -> None:
+        self.kind, self.seen = kind, {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        seeds = self.kind.seeds(batch)
+        ids = {("n_id", t): s.n_id.clone() for t, s in nodes(batch).items()}
+        ids.update({("e_id", et): s.e_id.clone() for et, s in edges(batch).items()})
+        self.seen[(trainer.current_epoch, batch_idx)] = dict(ids, seeds=seeds.n_id[: seeds.batch_size].clone())
+
+
+def _fit_kind(tmp_path: Path, kind, dm, callbacks: list, ckpt_path=None) -> pl.Trainer:
     pl.seed_everything(0)
-    dm = _datamodule(tmp_path, batch_size=100)
-    record = RecordBatches()
+    trainer = _trainer(tmp_path, max_epochs=2, limit_val_batches=0, callbacks=callbacks)
+    trainer.fit(kind.model(dm), datamodule=dm, ckpt_path=ckpt_path)
+    return trainer
+
+
+def _first_run(tmp_path: Path, kind) -> tuple[_RecordIds, int]:
+    record = _RecordIds(kind)
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=-1, filename="{step}")
-    trainer = _trainer(tmp_path, max_epochs=2, callbacks=[record, ckpt], limit_val_batches=0)
-    trainer.fit(PyGStyleSAGE(dm.num_features, dm.num_classes), datamodule=dm)
-    steps_per_epoch = trainer.num_training_batches  # 9
-    assert steps_per_epoch % 4 != 0
-    resume_step = 12  # epoch 1, batch 3: mid-epoch
-    assert (tmp_path / "ckpt" / f"step={resume_step}.ckpt").exists()
+    trainer = _fit_kind(tmp_path, kind, kind.datamodule(batch_size=3), [record, ckpt])
+    assert trainer.num_training_batches == 7  # 20 training nodes, 3 a batch: not a multiple of the checkpoints' 4
+    return record, trainer.num_training_batches
 
-    pl.seed_everything(0)
-    dm2 = _datamodule(tmp_path, batch_size=100)
-    resumed = RecordBatches()
-    trainer2 = _trainer(tmp_path, max_epochs=2, callbacks=[resumed], limit_val_batches=0)
-    trainer2.fit(PyGStyleSAGE(dm.num_features, dm.num_classes), datamodule=dm2, ckpt_path=tmp_path / "ckpt" / f"step={resume_step}.ckpt")
 
-    expected = {key: value for key, value in record.seen.items() if key[0] * steps_per_epoch + key[1] >= resume_step}
-    assert sorted(resumed.seen) == sorted(expected)
-    for key, (n_id, e_id) in expected.items():
-        assert torch.equal(resumed.seen[key][0], n_id), key
-        assert torch.equal(resumed.seen[key][1], e_id), key
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_resume_mid_epoch_trains_the_remaining_batches_unchanged(tmp_path: Path, kind) -> None:
+    record, steps_per_epoch = _first_run(tmp_path, kind)
+    resume_step = 8  # epoch 1, batch 1: mid-epoch
+    resumed = _RecordIds(kind)
+    _fit_kind(tmp_path, kind, kind.datamodule(batch_size=3), [resumed], tmp_path / "ckpt" / f"step={resume_step}.ckpt")
+    expected = {key: v for key, v in record.seen.items() if key[0] * steps_per_epoch + key[1] >= resume_step}
+    assert sorted(resumed.seen) == sorted(expected) and len(expected) == 6
+    for key, ids in expected.items():
+        for name, value in ids.items():
+            assert torch.equal(resumed.seen[key][name], value), (key, name)
+
+
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_resume_with_another_batch_size_trains_each_remaining_seed_once(tmp_path: Path, kind) -> None:
+    record, _ = _first_run(tmp_path, kind)
+    resume_step = 8  # epoch 1 trained its batch 0 (3 seeds) before the checkpoint
+    resumed = _RecordIds(kind)
+    _fit_kind(tmp_path, kind, kind.datamodule(batch_size=5), [resumed], tmp_path / "ckpt" / f"step={resume_step}.ckpt")
+    epoch_seeds = [int(s) for (epoch, _), f in record.seen.items() if epoch == 1 for s in f["seeds"]]
+    before = [int(s) for s in record.seen[(1, 0)]["seeds"]]
+    after = [int(s) for (epoch, _), f in resumed.seen.items() if epoch == 1 for s in f["seeds"]]
+    counts = Counter(before + after)
+    assert set(counts) == set(epoch_seeds) and len(counts) == 20 and max(counts.values()) == 1
+    assert max(f["seeds"].numel() for (epoch, _), f in resumed.seen.items() if epoch == 1) <= 5
+
+
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_same_seed_same_batches_and_the_builder_pickles(kind) -> None:
+    first, again = kind.datamodule(), kind.datamodule()
+    first.setup("fit")
+    again.setup("fit")
+    try:
+        for a, b in zip(first.train_dataloader(), again.train_dataloader()):
+            want = fields(a)
+            assert fields(b).keys() == want.keys()
+            for key, value in fields(b).items():
+                assert torch.equal(value, want[key]) if isinstance(value, torch.Tensor) else value == want[key], key
+        builder = pickle.loads(pickle.dumps(first.builder("train")))
+        assert not builder.is_open
+        item = first.plan("train").item(0, 1)
+        one = fields(first.builder("train").open(first.resources).build_batch(item))
+        two = fields(builder.open(first.resources).build_batch(item))
+        assert one.keys() == two.keys() and all(torch.equal(two[k], v) for k, v in one.items() if isinstance(v, torch.Tensor))
+        builder.close()
+    finally:
+        first.teardown("fit")
+        again.teardown("fit")
+
+
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_trim_to_layer_from_pyg_works_on_the_batch(kind) -> None:
+    dm = kind.datamodule()
+    dm.setup("fit")
+    try:
+        batch = next(iter(dm.train_dataloader()))
+    finally:
+        dm.teardown("fit")
+    by_type, by_edge = nodes(batch), edges(batch)
+    xs = {t: s.n_id.float().unsqueeze(1) for t, s in by_type.items()}
+    if kind.typed:
+        x, edge_index, _ = trim_to_layer(1, batch.num_sampled_nodes_dict, batch.num_sampled_edges_dict, xs,
+                                         batch.edge_index_dict)  # fmt: skip
+    else:  # one type: PyG's lists and tensors
+        out = trim_to_layer(1, batch.num_sampled_nodes, batch.num_sampled_edges, *xs.values(), batch.edge_index)
+        x, edge_index = dict(zip(xs, out[:1])), dict(zip(by_edge, out[1:2]))
+    for node_type, store in by_type.items():
+        assert x[node_type].shape[0] == sum(store.num_sampled_nodes[:-1])
+    for et, index in edge_index.items():
+        assert index.shape[1] == sum(by_edge[et].num_sampled_edges[:-1])
+        if index.numel():
+            assert int(index[0].max()) < x[et[0]].shape[0] and int(index[1].max()) < x[et[2]].shape[0]
+
+
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_eval_is_node_keyed_and_x_dtype_casts(kind) -> None:
+    eval_fanouts = {"eval_num_neighbors": [2, 2]} if kind.typed else {"eval_fanouts": [2, 2]}
+    module = kind.datamodule(x_dtype="float16", **eval_fanouts)
+    module.setup("fit")
+    try:
+        assert module.builder("val").node_keyed and not module.builder("train").node_keyed
+        batch = next(iter(module.val_dataloader()))
+        assert kind.seeds(batch).batch_size == 8
+        featured = [s for s in nodes(batch).values() if "x" in s]
+        assert len(featured) == (2 if kind.typed else 1) and all(s.x.dtype == torch.float16 for s in featured)
+    finally:
+        module.teardown("fit")
+
+
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_predict_all_covers_every_input_node(kind) -> None:
+    module = kind.datamodule(predict_split="all", eval_batch_size=16)
+    module.setup("predict")
+    try:
+        seeds = torch.cat([kind.seeds(b).n_id[: kind.seeds(b).batch_size] for b in module.predict_dataloader()])
+        assert sorted(seeds.tolist()) == list(range(40))
+    finally:
+        module.teardown("predict")
+
+
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_fit_a_few_steps_and_release_everything(tmp_path: Path, kind) -> None:
+    module = kind.datamodule()
+    model = kind.model(module)
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = _trainer(tmp_path, max_epochs=1, limit_train_batches=3, limit_val_batches=1, enable_checkpointing=False)
+    trainer.fit(model, datamodule=module)
+    assert trainer.global_step == 3
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert module.resources is None and not _lzc_segments()  # released at teardown
 
 
 def test_epochs_reshuffle_and_eval_is_stable(tmp_path: Path) -> None:

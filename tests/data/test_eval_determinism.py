@@ -14,6 +14,8 @@ import torch
 
 import pytorch_lightning as pl
 
+from helpers.kinds import NODE_KINDS
+
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.callbacks.predictions import PredictionWriter
 from lightning_zerocopy.datasets import SyntheticGraph
@@ -82,40 +84,47 @@ def test_training_batches_keep_their_per_batch_sample(dataset: SyntheticGraph) -
     assert not full._eval_node_keyed  # all neighbors: a batch's sample is already exact
 
 
-class _RecordedTest(GraphSAGE):
-    """GraphSAGE that keeps the seed logits of every test batch, by node id."""
-
-    def on_test_start(self) -> None:
-        self.tested: dict[int, torch.Tensor] = {}
-
-    def test_step(self, batch, batch_idx):
-        logits, _ = self._seed_logits(batch)
-        for node, row in zip(batch.n_id[: batch.batch_size].tolist(), logits):
-            self.tested[node] = row.clone()
-        return super().test_step(batch, batch_idx)
+def _predicting(tmp_path: Path, kind, **kwargs):
+    """A kind's DataModule (eval batches of 4), its model (seeded, ``tested`` by node id) and a trainer writing
+    ``tmp_path / "predictions.npz"``."""
+    dm = kind.datamodule(eval_batch_size=4, **kwargs)
+    torch.manual_seed(0)
+    model = kind.model(dm).eval()
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=str(tmp_path),
+                         callbacks=[PredictionWriter(str(tmp_path))])  # fmt: skip
+    return dm, model, trainer
 
 
 @pytest.mark.parametrize("predict_split", ["test", "val"])
-def test_predict_gives_a_node_the_logits_its_evaluation_gave_bitwise(dataset: SyntheticGraph, tmp_path: Path,
-                                                                      predict_split: str) -> None:  # fmt: skip
-    """``predict`` samples its split with that split's seed: a test node's predicted logits are its test-step logits."""
-    torch.manual_seed(0)
-    model = _RecordedTest(16, 5, hidden_channels=32, num_layers=2)
-    dm = ZeroCopyDataModule(dataset, fanouts=[10, 5], batch_size=64, eval_batch_size=256, predict_split=predict_split)
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[PredictionWriter(str(tmp_path))])  # fmt: skip
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_predict_gives_a_node_the_logits_its_evaluation_gave_bitwise(tmp_path: Path, kind, predict_split: str) -> None:
+    """``predict`` samples its split with that split's seed: a test node's predicted logits are its test-step logits.
+    The file holds the seeds' node type (typed graphs)."""
+    dm, model, trainer = _predicting(tmp_path, kind, predict_split=predict_split)
     if predict_split == "test":
-        trainer.test(model, datamodule=dm)
+        trainer.test(model, datamodule=dm, verbose=False)
     else:  # validate: the same node-keyed sampling with the val split's seed
-        model.on_test_start()
         model.validation_step = model.test_step  # type: ignore[method-assign]
-        trainer.validate(model, datamodule=dm)
+        trainer.validate(model, datamodule=dm, verbose=False)
     trainer.predict(model, datamodule=dm, return_predictions=False)
-    saved = np.load(tmp_path / "predictions.npz")
-    predicted = dict(zip(saved["node_id"].tolist(), saved["logits"]))
-    assert len(model.tested) == len(predicted) > 256  # the whole split, in several batches
-    for node, logits in model.tested.items():
-        assert np.array_equal(predicted[node], logits.numpy()), node
+    saved = dict(np.load(tmp_path / "predictions.npz"))  # no pickle: node_type is a plain string array
+    assert ("node_type" in saved) == kind.typed and (not kind.typed or str(saved["node_type"]) == kind.input_type)
+    split_ids = sorted(dm.dataset.load().split(predict_split).tolist())
+    assert saved["node_id"].tolist() == split_ids == sorted(model.tested)  # 10 nodes, in 3 batches of 4
+    for row, node in enumerate(saved["node_id"].tolist()):
+        assert np.array_equal(saved["logits"][row], model.tested[node].numpy()), node
+    assert saved["pred"].tolist() == saved["logits"].argmax(1).tolist()
+
+
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_predict_all_writes_one_row_per_input_node(tmp_path: Path, kind) -> None:
+    dm, model, trainer = _predicting(tmp_path, kind, predict_split="all")
+    trainer.predict(model, datamodule=dm, return_predictions=False)
+    saved = dict(np.load(tmp_path / "predictions.npz"))
+    assert not kind.typed or str(saved["node_type"]) == kind.input_type
+    assert saved["node_id"].tolist() == list(range(40))  # every seed-type node once: no other type's ids
+    assert saved["logits"].shape == (40, 3)
 
 
 def _predict(tmp_path: Path, devices: int, eval_batch_size: int) -> dict[str, np.ndarray]:

@@ -8,22 +8,25 @@ loaders, a fit, the pipeline) and its errors. CUDA tests (``@pytest.mark.cuda``)
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers.kinds import NODE_KINDS, nodes
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.callbacks import PipelineCallback
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.data.host.disk_cache import feature_cache_dir
-from lightning_zerocopy.data.host.share import share_node_data
+from lightning_zerocopy.data.host.share import share_node_data, type_feature_dir, typed_arrays
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.stage_bounds import h2d_bandwidth, time_sampling
 from lightning_zerocopy.datasets import SyntheticGraph
-from lightning_zerocopy.datasets.base import InputDataError, NodeData
+from lightning_zerocopy.datasets.base import ArrayCache, InputDataError, NodeData
 from lightning_zerocopy.gather.host_table import (
     FeatureOverflowError,
     HostFeatureTable,
@@ -213,7 +216,23 @@ def _dataset(root: Path) -> SyntheticGraph:
     return SyntheticGraph(num_nodes=1200, avg_degree=6, num_features=16, num_classes=4, cache_dir=str(root / "cache"))
 
 
-def _first_batches(dm: ZeroCopyDataModule, count: int = 3) -> list:
+def _with_files(kind, root: Path):
+    """The kind's tiny dataset with each featured type's ``x`` in an ``.npy`` file and an on-disk ``cache`` (where
+    node-order caches and converted feature files go, next to it)."""
+    dataset = kind.dataset()
+    dataset.cache = ArrayCache(root / "tiny")
+    data = dataset.load()  # the dataset's one object: the file names stay on it
+    for node_type, x in typed_arrays(data).x.items():
+        path = root / f"{node_type}.npy"
+        np.save(path, x.numpy())
+        if kind.typed:
+            data.x_files[node_type] = str(path)
+        else:
+            data.x_file = str(path)
+    return dataset
+
+
+def _first_batches(dm, count: int = 3) -> list:
     batches = []
     for batch in dm.train_dataloader():
         batches.append(batch)
@@ -222,68 +241,87 @@ def _first_batches(dm: ZeroCopyDataModule, count: int = 3) -> list:
     return batches
 
 
+_DM_CASES = [("shared_memory", "none", "bfloat16"), ("shared_memory", "none", "float16"), ("shared_memory", "bfs", "float16"),
+             ("mmap", "none", "float16"), ("mmap", "none", "bfloat16"), ("mmap", "degree", "bfloat16")]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    "feature_storage, node_order, dtype",
-    [("shared_memory", "none", "bfloat16"), ("shared_memory", "bfs", "float16"), ("mmap", "none", "float16"),
-     ("mmap", "degree", "bfloat16")],
-)  # fmt: skip
-def test_the_datamodule_stores_half_and_delivers_float32(tmp_path, feature_storage, node_order, dtype):
-    dataset = _dataset(tmp_path)
-    x = dataset.load().x
-    kwargs = dict(fanouts=[5, 5], batch_size=100, feature_storage=feature_storage, node_order=node_order)
-    reference = ZeroCopyDataModule(dataset, **kwargs)
-    dm = ZeroCopyDataModule(dataset, feature_dtype=dtype, **kwargs)
+    "kind, feature_storage, node_order, dtype",
+    [(k, *case) for k in NODE_KINDS for case in _DM_CASES if not k.typed or case[1] == "none"],  # typed: no node order
+    ids=lambda v: str(v),
+)
+def test_the_datamodule_stores_every_featured_table_half_and_delivers_float32(tmp_path, kind, feature_storage,
+                                                                              node_order, dtype):  # fmt: skip
+    dataset = _with_files(kind, tmp_path)
+    view, half = typed_arrays(dataset.load()), feature_dtype_of(dtype)
+    kwargs = dict(feature_storage=feature_storage, node_order=node_order)
+    reference = kind.datamodule(dataset, **kwargs)
+    dm = kind.datamodule(dataset, feature_dtype=dtype, **kwargs)
     dm.prepare_data()
     reference.prepare_data()
-    if feature_storage == "mmap":  # prepare_data built the converted file once per machine
-        assert (feature_cache_dir(dataset, node_order, feature_dtype_of(dtype)) / "meta.json").is_file()
     dm.setup("fit")
     reference.setup("fit")
     try:
-        stored = dm.resources.host.features.data
-        assert stored.dtype == feature_dtype_of(dtype)
-        assert _nbytes(stored) * 2 == _nbytes(reference.resources.host.features.data)  # half the shared bytes
-        for batch, full in zip(_first_batches(dm), _first_batches(reference)):
-            assert batch.x.dtype == torch.float32
-            assert torch.equal(batch.x, x[batch.n_id].to(feature_dtype_of(dtype)).float())
-            assert torch.equal(batch.n_id, full.n_id)  # the same batches, only x rounded
-            torch.testing.assert_close(batch.x, full.x, rtol=1e-2, atol=1e-2)
+        for node_type in view.x:
+            stored, full = dm.resources.host.tables[node_type].data, reference.resources.host.tables[node_type].data
+            assert stored.dtype == half and _nbytes(stored) * 2 == _nbytes(full)  # half the shared bytes
+            assert node_order != "none" or torch.equal(stored, view.x[node_type].to(half))
+            if feature_storage == "mmap":  # one converted file per featured type, next to the dataset's cache
+                folder = type_feature_dir(feature_cache_dir(dataset, node_order, half), view.schema, node_type)
+                assert (folder / "x.npy").is_file() and folder.parent == tmp_path
+        for batch, unrounded in zip(_first_batches(dm), _first_batches(reference)):
+            for node_type, store in nodes(batch).items():
+                assert torch.equal(store.n_id, nodes(unrounded)[node_type].n_id)  # the same batches, only x rounded
+                if node_type in view.x:
+                    want = view.x[node_type][store.n_id]
+                    assert store.x.dtype == torch.float32 and torch.equal(store.x, want.to(half).float())
+                    assert not torch.equal(store.x, want)  # it did round
+                    torch.testing.assert_close(store.x, nodes(unrounded)[node_type].x, rtol=1e-2, atol=1e-2)
     finally:
         dm.teardown("fit")
         reference.teardown("fit")
 
 
-def test_x_dtype_null_keeps_the_stored_dtype(tmp_path):
-    dm = ZeroCopyDataModule(_dataset(tmp_path), fanouts=[5], batch_size=64, feature_dtype="bfloat16", x_dtype=None)
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_x_dtype_null_keeps_the_stored_dtype(kind):
+    dm = kind.datamodule(feature_dtype="bfloat16", x_dtype=None)
     dm.setup("fit")
     try:
-        assert _first_batches(dm, 1)[0].x.dtype == torch.bfloat16
+        featured = [s for s in nodes(_first_batches(dm, 1)[0]).values() if "x" in s]
+        assert len(featured) == (2 if kind.typed else 1) and all(s.x.dtype == torch.bfloat16 for s in featured)
     finally:
         dm.teardown("fit")
 
 
 @pytest.mark.parametrize("key, value", [("feature_dtype", "float64"), ("x_dtype", "half"), ("feature_dtype", 16)])
-def test_a_bad_dtype_is_one_line_naming_its_key(tmp_path, key, value):
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_a_bad_dtype_is_one_line_naming_its_key(kind, key, value):
     with pytest.raises(ValueError) as info:
-        ZeroCopyDataModule(_dataset(tmp_path), **{key: value})
+        kind.datamodule(**{key: value})
     message = str(info.value)
     assert message.startswith(f"data.init_args.{key} must be 'float32', 'bfloat16' or 'float16'") and "\n" not in message
 
 
-def test_a_feature_float16_cannot_hold_fails_the_setup_naming_node_and_key(tmp_path):
-    from lightning_zerocopy.datasets.pyg import PyGNodeDataset
-    from torch_geometric.data import Data
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_a_feature_float16_cannot_hold_fails_the_setup_naming_type_node_and_key(kind):
+    dataset = kind.dataset()
+    last = list(typed_arrays(dataset.load()).x)[-1]
+    typed_arrays(dataset.load()).x[last][5, 2] = 1e6  # the dataset's one object
+    dm = kind.datamodule(dataset, feature_dtype="float16")
+    what = f"features of {last!r}: " if kind.typed else "features: "
+    with pytest.raises(InputDataError, match=re.escape(what) + r"the value 1000000.0 at node 5, column 2 does not fit "
+                                             r"float16.*set data\.init_args\.feature_dtype"):  # fmt: skip
+        dm.setup("fit")
+    assert dm.resources is None
 
-    graph = _graph()
-    x = graph.x.clone()
-    x[11, 2] = 7e4
-    train = torch.zeros(NUM_NODES, dtype=torch.bool)
-    train[graph.train_idx] = True
-    odd = torch.arange(NUM_NODES) % 2 == 1
-    data = Data(x=x, y=graph.y, edge_index=graph.edge_index, train_mask=train, val_mask=~train & odd,
-                test_mask=~train & ~odd)  # fmt: skip
-    dm = ZeroCopyDataModule(PyGNodeDataset(data), fanouts=[5], batch_size=64, feature_dtype="float16")
-    with pytest.raises(InputDataError, match=r"node 11, column 2 does not fit float16.*data\.init_args\.feature_dtype"):
+
+@pytest.mark.parametrize("kind", NODE_KINDS, ids=str)
+def test_mmap_cast_without_a_cache_is_refused_naming_the_key(tmp_path, kind):
+    dataset = _with_files(kind, tmp_path)
+    del dataset.cache  # the files, but nowhere to put a converted one
+    dm = kind.datamodule(dataset, feature_dtype="float16", feature_storage="mmap")
+    with pytest.raises(ValueError, match=r"`data.init_args.feature_dtype`='float16' with `feature_storage`='mmap' "
+                                         r"needs a dataset with an on-disk cache"):  # fmt: skip
         dm.setup("fit")
 
 

@@ -1,16 +1,14 @@
-"""ZeroCopyHeteroDataModule and HeteroBatchBuilder: HeteroData batches as PyG's hetero NeighborLoader yields them."""
+"""What only ZeroCopyHeteroDataModule has: its shape properties, ``num_neighbors`` per edge type, the refusal of an
+untyped dataset, hot rows per featured type and the recipe (the batches, determinism, resume, eval, predict and a fit
+are checked for both graph kinds in test_batch.py and test_datamodule.py)."""
 
 from __future__ import annotations
 
-import pickle
-
 import pytest
-import pytorch_lightning as pl
 import torch
 from torch_geometric.data import HeteroData
-from torch_geometric.utils import trim_to_layer
 
-from helpers.hetero import CITES, EDGE_TYPES, EMPLOYS, TinyHeteroDataset, TinyHeteroSAGE
+from helpers.hetero import CITES, EDGE_TYPES, EMPLOYS, TinyHeteroDataset
 from lightning_zerocopy import ZeroCopyHeteroDataModule
 from lightning_zerocopy.data.batch import HeteroBatchBuilder
 from lightning_zerocopy.data.hetero_datamodule import resolve_num_neighbors
@@ -23,14 +21,6 @@ def _datamodule(**kwargs) -> ZeroCopyHeteroDataModule:
     return ZeroCopyHeteroDataModule(TinyHeteroDataset(), **options)
 
 
-@pytest.fixture
-def dm():
-    module = _datamodule()
-    module.setup("fit")
-    yield module
-    module.teardown("fit")
-
-
 def test_shape_properties_come_from_the_dataset_without_loading() -> None:
     dataset = TinyHeteroDataset()
     module = ZeroCopyHeteroDataModule(dataset, num_neighbors=[2])
@@ -39,89 +29,6 @@ def test_shape_properties_come_from_the_dataset_without_loading() -> None:
     assert module.num_nodes == {"paper": 40, "author": 60, "institution": 7}
     assert module.num_classes == 3 and module.input_type == "paper"
     assert dataset._data is None  # nothing loaded
-
-
-def test_batch_fields_dtypes_and_values(dm) -> None:
-    data = dm.dataset.load()
-    batch = next(iter(dm.train_dataloader()))
-    assert isinstance(batch, HeteroData)
-    assert set(batch.node_types) == set(data.num_nodes) and set(batch.edge_types) == set(EDGE_TYPES)
-    paper = batch["paper"]
-    assert paper.batch_size == 8 and paper.input_id.dtype == torch.int64
-    assert torch.equal(paper.n_id[:8], data.train_idx[paper.input_id])  # seeds first, input_id into the split
-    assert torch.equal(paper.y, data.y[paper.n_id])  # every sampled input-type node, as PyG slices y
-    for node_type in data.num_nodes:
-        store = batch[node_type]
-        assert store.n_id.dtype == torch.int64 and isinstance(store.num_sampled_nodes, list)
-        if node_type in data.x:
-            assert store.x.dtype == torch.float32 and torch.equal(store.x, data.x[node_type][store.n_id])
-        else:
-            assert "x" not in store and store.num_nodes == store.n_id.numel()
-    assert batch["institution"].n_id.numel() > 0  # reached through (institution, employs, author) at hop 2
-    for et in EDGE_TYPES:
-        store = batch[et]
-        src, _, dst = et
-        assert store.edge_index.dtype == torch.int64 and store.e_id.dtype == torch.int64
-        original = data.edge_index[et][:, store.e_id]
-        assert torch.equal(batch[src].n_id[store.edge_index[0]], original[0])
-        assert torch.equal(batch[dst].n_id[store.edge_index[1]], original[1])
-        assert isinstance(store.num_sampled_edges, list) and len(store.num_sampled_edges) == 2
-
-
-def test_trim_to_layer_from_pyg_works_on_the_batch(dm) -> None:
-    batch = next(iter(dm.train_dataloader()))
-    xs = {t: batch[t].n_id.float().unsqueeze(1) for t in batch.node_types}
-    x, edge_index, _ = trim_to_layer(1, batch.num_sampled_nodes_dict, batch.num_sampled_edges_dict, xs,
-                                     batch.edge_index_dict)  # fmt: skip
-    for node_type in batch.node_types:
-        assert x[node_type].shape[0] == sum(batch[node_type].num_sampled_nodes[:-1])
-    for et, index in edge_index.items():
-        assert index.shape[1] == sum(batch[et].num_sampled_edges[:-1])
-        if index.numel():
-            assert int(index[0].max()) < x[et[0]].shape[0] and int(index[1].max()) < x[et[2]].shape[0]
-
-
-def test_same_seed_same_batches_and_the_builder_pickles(dm) -> None:
-    again = _datamodule()
-    again.setup("fit")
-    try:
-        for a, b in zip(dm.train_dataloader(), again.train_dataloader()):
-            for key in ("n_id", "x", "y"):
-                assert torch.equal(a["paper"][key], b["paper"][key])
-            for et in EDGE_TYPES:
-                assert torch.equal(a[et].edge_index, b[et].edge_index) and torch.equal(a[et].e_id, b[et].e_id)
-        builder = pickle.loads(pickle.dumps(dm.builder("train")))
-        assert isinstance(builder, HeteroBatchBuilder) and not builder.is_open
-        item = dm.plan("train").item(0, 1)
-        first = dm.builder("train").open(dm.resources).build_batch(item)
-        second = builder.open(dm.resources).build_batch(item)
-        for et in EDGE_TYPES:
-            assert torch.equal(first[et].e_id, second[et].e_id)
-        builder.close()
-    finally:
-        again.teardown("fit")
-
-
-def test_eval_is_node_keyed_and_x_dtype_casts() -> None:
-    module = _datamodule(x_dtype="float16", eval_num_neighbors={edge_type_str(et): [2, 2] for et in EDGE_TYPES})
-    module.setup("fit")
-    try:
-        assert module.builder("val").node_keyed and not module.builder("train").node_keyed
-        batch = next(iter(module.val_dataloader()))
-        assert batch["paper"].x.dtype == torch.float16 and batch["institution"].x.dtype == torch.float16
-        assert batch["paper"].batch_size == 8
-    finally:
-        module.teardown("fit")
-
-
-def test_predict_all_covers_every_input_node() -> None:
-    module = _datamodule(predict_split="all", eval_batch_size=16)
-    module.setup("predict")
-    try:
-        seeds = torch.cat([b["paper"].n_id[: b["paper"].batch_size] for b in module.predict_dataloader()])
-        assert sorted(seeds.tolist()) == list(range(40))
-    finally:
-        module.teardown("predict")
 
 
 def test_num_neighbors_per_edge_type_and_its_errors() -> None:
@@ -145,19 +52,6 @@ def test_homogeneous_datasets_are_refused() -> None:
     # (hybrid/auto placements are taken: tests/data/test_hetero_hybrid_placement.py)
     with pytest.raises(TypeError, match="HeteroNodeDataset"):
         ZeroCopyHeteroDataModule(object(), num_neighbors=[2])  # type: ignore[arg-type]
-
-
-def test_fit_a_hetero_sage_for_a_few_steps(tmp_path) -> None:
-    module = _datamodule()
-    model = TinyHeteroSAGE(module.metadata, module.num_features, module.num_nodes, module.num_classes)
-    before = [p.detach().clone() for p in model.parameters()]
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, limit_train_batches=3, limit_val_batches=1,
-                         default_root_dir=str(tmp_path), logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
-    trainer.fit(model, datamodule=module)
-    assert trainer.global_step == 3
-    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    assert module.resources is None  # released at teardown
 
 
 def _cpu_batch(module, split="train", step=0):

@@ -1,5 +1,5 @@
-"""Predictions of heterogeneous batches: the writer's file holds input-type ids and records their type, and a node's
-predicted logits are its test logits bitwise (node-keyed evaluation, the predict split's seed)."""
+"""Predictions of heterogeneous batches: a dict prediction's own ids, the node type through the ranks' merge, two
+types refused (a node's predicted logits equal its test logits for both graph kinds: test_eval_determinism.py)."""
 
 from __future__ import annotations
 
@@ -25,36 +25,6 @@ def _trainer(tmp_path: Path) -> pl.Trainer:
     return pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
                       enable_checkpointing=False, default_root_dir=str(tmp_path),
                       callbacks=[PredictionWriter(str(tmp_path))])  # fmt: skip
-
-
-def _model(dm: ZeroCopyHeteroDataModule) -> TinyHeteroSAGE:
-    torch.manual_seed(0)
-    return TinyHeteroSAGE(dm.metadata, dm.num_features, dm.num_nodes, dm.num_classes).eval()
-
-
-def test_predict_gives_a_test_node_its_test_logits_bitwise_and_names_the_type(tmp_path: Path) -> None:
-    dm = _datamodule(predict_split="test")
-    model = _model(dm)
-    trainer = _trainer(tmp_path)
-    trainer.test(model, datamodule=dm, verbose=False)
-    trainer.predict(model, datamodule=dm, return_predictions=False)
-    saved = dict(np.load(tmp_path / "predictions.npz"))  # no pickle: node_type is a plain string array
-    assert str(saved["node_type"]) == PAPER
-    test_ids = sorted(TinyHeteroDataset().load().test_idx.tolist())
-    assert saved["node_id"].tolist() == test_ids == sorted(model.tested)  # 10 papers, in 3 batches of 4
-    for row, node in enumerate(saved["node_id"].tolist()):
-        assert np.array_equal(saved["logits"][row], model.tested[node].numpy()), node
-    assert saved["pred"].tolist() == saved["logits"].argmax(1).tolist()
-
-
-def test_predict_all_writes_one_row_per_input_type_node(tmp_path: Path) -> None:
-    dm = _datamodule(predict_split="all", eval_batch_size=16)
-    model = _model(dm)
-    _trainer(tmp_path).predict(model, datamodule=dm, return_predictions=False)
-    saved = dict(np.load(tmp_path / "predictions.npz"))
-    assert str(saved["node_type"]) == PAPER
-    assert saved["node_id"].tolist() == list(range(40))  # every paper once: not the authors' or institutions' ids
-    assert saved["logits"].shape == (40, 3)
 
 
 def test_a_dict_prediction_gives_its_own_ids(tmp_path: Path) -> None:

@@ -1,18 +1,27 @@
-"""ZeroCopyLinkDataModule: a PyG-style link module trains unchanged; setup checks; loaders; predict."""
+"""ZeroCopyLinkDataModule: a PyG-style link module trains unchanged; setup checks; loaders; predict. What the link
+DataModules do alike for untyped and typed graphs (PyG's LinkNeighborLoader fields checked against the graph, binary
+and triplet, fixed negatives, determinism, resume, predict rows) is checked on both (``kind``: ``helpers.kinds``)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers.kinds import LINK_KINDS, assert_same_fields, edges, fields, nodes
 from helpers.link import PyGLinkModule, TinyLinkGraph, auroc
 
 from lightning_zerocopy import ZeroCopyLinkDataModule
-from lightning_zerocopy.models import LinkPredictor
+from lightning_zerocopy.callbacks.predictions import PredictionWriter
+from lightning_zerocopy.data.host.share import typed_arrays
 from lightning_zerocopy.data.link_plan import LinkBatchPlan
 from lightning_zerocopy.data.loader import PlanLoader
+from lightning_zerocopy.datasets.link_checks import pair_keys
+from lightning_zerocopy.graph.schema import edge_type_str
+from lightning_zerocopy.models import LinkPredictor
 
 
 def _trainer(tmp_path: Path, **kwargs) -> pl.Trainer:
@@ -39,23 +48,6 @@ def test_pyg_style_link_module_trains_unchanged_and_learns(tmp_path: Path) -> No
     scores, labels = (torch.cat(t) for t in zip(*model.val_scores[-val_steps:]))
     assert labels.sum() > 0 and (labels == 0).sum() == 3 * labels.sum()  # K = 3 fixed negatives per positive
     assert auroc(scores, labels) > 0.9  # chance is 0.5; community features make the pairs separable
-
-
-def test_loaders_are_plan_loaders_over_link_plans() -> None:
-    dm = _datamodule()
-    dm.setup("fit")
-    try:
-        loader = dm.train_dataloader()
-        assert isinstance(loader, PlanLoader) and isinstance(loader.plan, LinkBatchPlan)
-        positives = dm.link_splits["train"].num_positives
-        assert len(loader) == -(-positives // 64)
-        batches = list(loader)
-        assert sum(b.batch_size for b in batches) == positives
-        seen = torch.cat([b.input_id for b in batches])
-        assert torch.equal(seen.sort().values, torch.arange(positives))  # every positive once per epoch
-        assert all(not hasattr(b, "y") or b.y is None for b in batches)  # no node labels in a link batch
-    finally:
-        dm.teardown("fit")
 
 
 def test_num_classes_is_absent_and_num_features_is_the_datasets() -> None:
@@ -190,28 +182,6 @@ def test_degree_weighted_negatives_never_draw_a_node_without_edges() -> None:
         dm.teardown("fit")
 
 
-def test_a_restored_loader_state_resumes_the_epoch_with_the_same_link_batches() -> None:
-    dm = _datamodule(seed=5)
-    dm.setup("fit")
-    try:
-        loader = dm.train_dataloader()
-        loader.set_epoch(1)
-        it = iter(loader)
-        for _ in range(2):
-            next(it)
-        state = loader.state_dict()
-        rest = list(it)
-        resumed = dm.train_dataloader()
-        resumed.load_state_dict(state)
-        again = list(resumed)
-        assert len(again) == len(rest) > 0
-        for a, b in zip(again, rest):
-            for key in ("input_id", "n_id", "edge_label_index", "edge_label", "edge_index"):
-                assert torch.equal(a[key], b[key]), key
-    finally:
-        dm.teardown("fit")
-
-
 def test_without_negative_sampling_batches_hold_the_positives_only() -> None:
     dm = _datamodule(neg_sampling=None, dataset=TinyLinkGraph(with_labels=True))
     dm.setup("fit")
@@ -328,3 +298,173 @@ def test_feature_dtype_halves_the_host_table_and_x_is_delivered_as_x_dtype(x_dty
 def test_a_bad_feature_dtype_names_the_link_key() -> None:
     with pytest.raises(ValueError, match=r"data\.init_args\.feature_dtype"):
         _datamodule(feature_dtype="int8")
+
+
+# ---- on both graph kinds -----------------------------------------------------------------------------------------
+
+
+def _check_subgraph(batch, view, node_keyed: bool = False) -> None:
+    """Every sampled edge is an edge of its type in the graph (through ``n_id`` and ``e_id``); ``n_id`` unique per type
+    (``node_keyed``, evaluation: unique per hop, a node may come again at a later level); ``x`` the rows of ``n_id``."""
+    by_type = nodes(batch)
+    for (src, rel, dst), store in edges(batch).items():
+        sampled = torch.stack([by_type[src].n_id[store.edge_index[0]], by_type[dst].n_id[store.edge_index[1]]])
+        assert torch.equal(sampled, view.edge_index[(src, rel, dst)][:, store.e_id])
+        assert sum(store.num_sampled_edges) == store.edge_index.shape[1]
+    for node_type, store in by_type.items():
+        assert sum(store.num_sampled_nodes) == store.n_id.numel()
+        levels = store.n_id.split(store.num_sampled_nodes) if node_keyed else [store.n_id]
+        assert all(level.unique().numel() == level.numel() for level in levels)
+        if node_type in view.x:
+            assert torch.equal(store.x, view.x[node_type][store.n_id])
+
+
+def _assert_seeds(batch, endpoints: dict) -> None:
+    """Each endpoint type's seeds (hop 0 of its ``n_id``) are its endpoints in the batch, unique and sorted."""
+    for node_type, ids in endpoints.items():
+        store = nodes(batch)[node_type]
+        assert torch.equal(store.n_id[: store.num_sampled_nodes[0]], torch.cat(ids).unique()), node_type
+
+
+@pytest.mark.parametrize("kind", LINK_KINDS, ids=str)
+def test_binary_batches_map_back_to_the_graph_and_seed_each_endpoint_type(tmp_path: Path, kind) -> None:
+    dm = kind.datamodule(tmp_path=tmp_path, batch_size=40, neg_sampling_ratio=2.0)
+    dm.setup("fit")
+    try:
+        data, et = dm.dataset.load(), kind.supervised(dm)
+        view, train = typed_arrays(data), data.splits["train"].pos_edge_index
+        loader = dm.train_dataloader()
+        assert isinstance(loader, PlanLoader) and isinstance(loader.plan, LinkBatchPlan)
+        batches = list(loader)
+        assert len(batches) == len(loader) == -(-train.shape[1] // 40)
+        seen = []
+        for batch in batches:
+            store = kind.label_store(batch, et)
+            b = store.batch_size
+            assert not any("y" in s for s in nodes(batch).values())  # no node labels in a link batch
+            pairs = kind.pairs(batch, et)
+            assert pairs.shape == (2, 3 * b)  # B positives, then ceil(2 B) negatives
+            assert torch.equal(pairs[:, :b], train[:, store.input_id])  # each endpoint through its own type's n_id
+            assert torch.equal(store.edge_label, torch.cat([torch.ones(b), torch.zeros(2 * b)]))
+            assert int(pairs[0].max()) < view.num_nodes[et[0]] and int(pairs[1].max()) < view.num_nodes[et[2]]
+            endpoints = defaultdict(list)  # one node type on both ends: its seeds are both rows' endpoints
+            endpoints[et[0]].append(pairs[0])
+            endpoints[et[2]].append(pairs[1])
+            _assert_seeds(batch, endpoints)
+            _check_subgraph(batch, view)
+            seen.append(store.input_id)
+        assert torch.equal(torch.cat(seen).sort().values, torch.arange(train.shape[1]))  # every positive once
+    finally:
+        dm.teardown("fit")
+
+
+@pytest.mark.parametrize("kind", LINK_KINDS, ids=str)
+def test_triplet_batches_put_the_indices_on_the_endpoint_types(tmp_path: Path, kind) -> None:
+    dm = kind.datamodule(tmp_path=tmp_path, batch_size=40, neg_sampling={"mode": "triplet", "amount": 3})
+    dm.setup("fit")
+    try:
+        data, et = dm.dataset.load(), kind.supervised(dm)
+        train = data.splits["train"].pos_edge_index
+        batch = next(iter(dm.train_dataloader()))
+        store, src, dst = kind.label_store(batch, et), nodes(batch)[et[0]], nodes(batch)[et[2]]
+        b = store.batch_size
+        assert "edge_label_index" not in store and src.src_index.shape == (b,)
+        assert dst.dst_pos_index.shape == (b,) and dst.dst_neg_index.shape == (b, 3)
+        assert torch.equal(src.n_id[src.src_index], train[0, store.input_id])
+        assert torch.equal(dst.n_id[dst.dst_pos_index], train[1, store.input_id])
+        assert int(dst.dst_neg_index.max()) < dst.num_sampled_nodes[0]  # negatives are seeds of the destination type
+        endpoints = defaultdict(list)
+        endpoints[et[0]].append(src.n_id[src.src_index])
+        endpoints[et[2]] += [dst.n_id[dst.dst_pos_index], dst.n_id[dst.dst_neg_index].view(-1)]
+        _assert_seeds(batch, endpoints)
+        _check_subgraph(batch, typed_arrays(data))
+    finally:
+        dm.teardown("fit")
+
+
+@pytest.mark.parametrize("kind", LINK_KINDS, ids=str)
+def test_val_batches_score_the_fixed_negatives_of_their_positives(tmp_path: Path, kind) -> None:
+    dm = kind.datamodule(tmp_path=tmp_path, eval_batch_size=16)
+    dm.setup("fit")
+    try:
+        data, et = dm.dataset.load(), kind.supervised(dm)
+        view, val = typed_arrays(data), data.splits["val"]
+        k, space = val.neg_per_positive, max(view.num_nodes[et[0]], view.num_nodes[et[2]])
+        positives = torch.cat([s.pos_edge_index for s in data.splits.values()], 1)
+        linked = pair_keys(positives[0], positives[1], space)
+        count = 0
+        for batch in dm.val_dataloader():
+            store = kind.label_store(batch, et)
+            b, ids = store.batch_size, store.input_id
+            pairs = kind.pairs(batch, et)
+            negatives = val.neg_edge_index.view(2, -1, k)[:, ids].reshape(2, -1)
+            assert torch.equal(pairs, torch.cat([val.pos_edge_index[:, ids], negatives], 1))
+            assert torch.equal(store.edge_label_query, torch.cat([ids, ids.repeat_interleave(k)]))
+            assert torch.equal(pairs[0, b:], pairs[0, :b].repeat_interleave(k))  # the same source
+            assert not torch.isin(pair_keys(pairs[0, b:], pairs[1, b:], space), linked).any()  # never a positive
+            if kind.typed:  # the generator draws each positive's negatives distinct
+                assert all(row.unique().numel() == k for row in pairs[1, b:].view(b, k))
+            _check_subgraph(batch, view, node_keyed=True)
+            count += b
+        assert count == val.num_positives
+    finally:
+        dm.teardown("fit")
+
+
+@pytest.mark.parametrize("kind", LINK_KINDS, ids=str)
+def test_batches_are_deterministic_and_the_epochs_differ(tmp_path: Path, kind) -> None:
+    def epoch_batches(epoch: int) -> list[dict]:
+        dm = kind.datamodule(tmp_path=tmp_path, seed=3)
+        dm.setup("fit")
+        try:
+            loader = dm.train_dataloader()
+            loader.set_epoch(epoch)
+            return [fields(batch) for batch in loader]
+        finally:
+            dm.teardown("fit")
+
+    first, again, other = epoch_batches(1), epoch_batches(1), epoch_batches(2)
+    assert len(first) == len(again) > 1
+    for i, (a, b) in enumerate(zip(first, again)):
+        assert_same_fields(a, b, i)
+    label_index = next(k for k in first[0] if k[1] == "edge_label_index")
+    assert not torch.equal(first[0][label_index], other[0][label_index])
+
+
+@pytest.mark.parametrize("kind", LINK_KINDS, ids=str)
+def test_a_restored_loader_state_resumes_the_epoch_with_the_same_batches(tmp_path: Path, kind) -> None:
+    dm = kind.datamodule(tmp_path=tmp_path, seed=5)
+    dm.setup("fit")
+    try:
+        loader = dm.train_dataloader()
+        loader.set_epoch(1)
+        it = iter(loader)
+        next(it), next(it)
+        state = loader.state_dict()
+        rest = [fields(batch) for batch in it]
+        resumed = dm.train_dataloader()
+        resumed.load_state_dict(state)
+        again = [fields(batch) for batch in resumed]
+        assert len(again) == len(rest) > 0
+        for i, (a, b) in enumerate(zip(again, rest)):
+            assert_same_fields(a, b, i)
+    finally:
+        dm.teardown("fit")
+
+
+@pytest.mark.parametrize("kind", LINK_KINDS, ids=str)
+def test_predict_writes_one_row_per_scored_edge(tmp_path: Path, kind) -> None:
+    dm = kind.datamodule(tmp_path=tmp_path, eval_batch_size=32)
+    writer = PredictionWriter(output_dir=str(tmp_path / "out"))
+    _trainer(tmp_path, callbacks=[writer]).predict(kind.model(dm), datamodule=dm, return_predictions=False)
+    rows, et = dict(np.load(tmp_path / "out" / "predictions.npz")), kind.supervised(dm)
+    assert ("edge_type" in rows) == kind.typed and (not kind.typed or str(rows["edge_type"]) == edge_type_str(et))
+    test, view = dm.dataset.load().splits["test"], typed_arrays(dm.dataset.load())
+    assert rows["src"].shape == (test.num_positives * (1 + test.neg_per_positive),)
+    assert set(rows) >= {"score", "logit", "label", "query"}
+    space = max(view.num_nodes[et[0]], view.num_nodes[et[2]])
+    expected = torch.cat([test.pos_edge_index, test.neg_edge_index], 1)
+    got = torch.stack([torch.from_numpy(rows["src"]), torch.from_numpy(rows["dst"])])
+    key = lambda e: pair_keys(e[0], e[1], space).sort().values  # noqa: E731
+    assert torch.equal(key(got), key(expected))
+    assert int(rows["label"].sum()) == test.num_positives and ((rows["score"] > 0) & (rows["score"] < 1)).all()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 
 from lightning_zerocopy.datasets import DatasetFileError, InputDataError
 from lightning_zerocopy.datasets.base import ArrayCache
-from lightning_zerocopy.datasets.hetero import HeteroNodeData, edge_type_str, first_out_of_range, parse_edge_type
+from lightning_zerocopy.datasets.hetero import HeteroNodeData, Metadata, edge_type_str, first_out_of_range, parse_edge_type
 from lightning_zerocopy.datasets.hetero_cache import (
     check_type_name,
     coalesce_undirected,
@@ -19,8 +20,8 @@ from lightning_zerocopy.datasets.hetero_cache import (
     to_undirected_types,
     write_edge_index,
     write_labels_and_splits,
-    write_rows_chunked,
 )
+from lightning_zerocopy.datasets.synthetic import write_rows_chunked
 
 WRITES = ("author", "writes", "paper")
 CITES = ("paper", "cites", "paper")
@@ -160,3 +161,15 @@ def test_damaged_cache_names_the_file(tmp_path: Path) -> None:
     (cache.path / "meta.json").write_text(json.dumps({"node_types": ["paper"]}))
     with pytest.raises(DatasetFileError, match="meta.json: is not a heterogeneous dataset's metadata"):
         hetero_data_from_cache(cache)
+
+
+def test_metadata_in_a_modules_hyperparameters_loads_with_weights_only(tmp_path: Path) -> None:
+    """A module built with ``metadata=dm.metadata`` saves a :class:`Metadata`; Lightning resumes with
+    ``torch.load(weights_only=True)``, which refused it (``Unsupported global: GLOBAL tuple``) when it pickled as a call
+    of ``tuple``."""
+    metadata = Metadata(["paper", "author"], [WRITES, CITES])
+    path = tmp_path / "hparams.ckpt"
+    torch.save({"hyper_parameters": {"metadata": metadata}}, path)
+    loaded = torch.load(path, weights_only=True)["hyper_parameters"]["metadata"]
+    assert loaded == metadata and loaded() == (["paper", "author"], [WRITES, CITES])
+    assert pickle.loads(pickle.dumps(metadata)) == metadata

@@ -137,3 +137,13 @@ def test_a_damaged_cache_names_the_file_and_says_to_delete_it(tmp_path) -> None:
     (ds.cache.path / "meta.json").write_text("{")
     with pytest.raises(ValueError, match=r"meta\.json: is not valid JSON"):
         ds.cache.meta()
+
+
+def test_sorted_search_of_large_node_types_is_searchsorted() -> None:
+    from lightning_zerocopy.datasets.synthetic import _SORTED_SEARCH_FROM, _search
+
+    g = torch.Generator().manual_seed(0)
+    cdf = torch.cumsum(torch.rand(_SORTED_SEARCH_FROM + 5, generator=g, dtype=torch.float64), 0)
+    values = torch.rand(10_000, generator=g, dtype=torch.float64) * float(cdf[-1])
+    values[:3] = torch.tensor([0.0, float(cdf[10]), float(cdf[-1])])  # ties and the ends
+    assert torch.equal(_search(cdf, values), torch.searchsorted(cdf, values, right=True))

@@ -1,15 +1,13 @@
-"""A heterogeneous DataModule under several CPU ranks (gloo, jobs launched by ``scripts/hetero_ddp_script.py``): one
-host copy per machine built by local rank 0 and mapped by the others, disjoint equal shares of the input type's
-training seeds, predictions bitwise equal to one rank's, a resume on another world size; ``ZeroCopyDDPStrategy``
-runs it without a cache and with one over typed rows (decided alike on both ranks; CPU ranks place nothing); another
-host-memory consumer is refused in one line before any rank starts."""
+"""A node DataModule under several CPU ranks (gloo, jobs launched by ``scripts/ddp_script.py``): on both graph kinds
+(``kind``: ``helpers.kinds``) one host copy per machine built by local rank 0 and mapped by the others, disjoint equal
+shares of the input type's training seeds; for the typed graph predictions bitwise equal to one rank's, a resume on
+another world size; ``ZeroCopyDDPStrategy`` runs it without a cache and with one over typed rows (decided alike on
+both ranks; CPU ranks place nothing); another host-memory consumer is refused in one line before any rank starts."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,15 +16,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import free_port
+from helpers.ddp_jobs import run_ddp_script
 from helpers.hetero import TinyHeteroDataset
+from helpers.kinds import NODE_KINDS
 from lightning_zerocopy import ZeroCopyHeteroDataModule
 from lightning_zerocopy.options import RecipeError
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tests" / "scripts" / "hetero_ddp_script.py"
-BATCH_SIZE = 16  # the script's
+SCRIPT = ROOT / "tests" / "scripts" / "ddp_script.py"
+UNTYPED, TYPED = NODE_KINDS
+BATCH_SIZE = 16  # the script's, of the typed kind (the untyped: 64)
 
 
 def _shm() -> set[str]:
@@ -36,20 +36,7 @@ def _shm() -> set[str]:
 def _run(tmp_path: Path, name: str, **config: Any) -> Path:
     """Run the script with ``config`` (its ``out`` is ``tmp_path/name``, the dataset cache shared by the runs of a
     test); the output folder."""
-    out = tmp_path / name
-    out.mkdir()
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(dict(config, out=str(out), cache=str(tmp_path / "cache"))))
-    path_entries = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path_entries))  # fmt: skip
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GLOBAL_RANK", "RANK"):
-        env.pop(key, None)
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "batch plan changed" not in proc.stderr
-    return out
+    return run_ddp_script(SCRIPT, tmp_path, name, str(tmp_path / "cache"), **config)
 
 
 def _reports(out: Path, world_size: int) -> list[dict[str, Any]]:
@@ -57,16 +44,16 @@ def _reports(out: Path, world_size: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "zerocopy_ddp"])
-def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_seed_shares(tmp_path: Path, strategy: str) -> None:
+@pytest.mark.parametrize(("kind", "strategy"), [(TYPED, "ddp"), (TYPED, "zerocopy_ddp"), (UNTYPED, "ddp")], ids=str)
+def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_seed_shares(tmp_path: Path, kind, strategy: str) -> None:
     before = _shm()
-    reports = _reports(_run(tmp_path, "fit", devices=2, strategy=strategy, cache_budget=0), 2)
+    reports = _reports(_run(tmp_path, "fit", kind=str(kind), devices=2, strategy=strategy, cache_budget=0), 2)
     assert [r["world_size"] for r in reports] == [2, 2] and reports[0]["pid"] != reports[1]["pid"]
 
     # one set of segments: every rank maps all of them (each edge type's CSC, each featured type's table, labels,
     # splits), and every one was created by rank 0 (the creator's pid is in the name), so rank 1 opened rank 0's
     paths = reports[0]["paths"]
-    assert len(paths) == 2 * 7 + 2 + 1 + 3  # 7 edge types (the MAG shape), paper and institution features
+    assert len(paths) == (2 * 7 + 2 if kind.typed else 2 + 1) + 1 + 3  # typed: 7 edge types (the MAG shape), 2 tables
     for report in reports:
         assert report["paths"] == paths and report["mapped"] == paths
     assert all(os.path.basename(p).startswith(f"lzc-{reports[0]['pid']}-") for p in paths), paths
@@ -78,7 +65,7 @@ def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_seed_shares(tmp_pa
     train = set(reports[0]["train_idx"])
     assert reports[1]["train_idx"] == reports[0]["train_idx"]
     assert set(shares[0]) | set(shares[1]) <= train
-    assert len(train) - len(shares[0]) - len(shares[1]) < 2 * BATCH_SIZE
+    assert len(train) - len(shares[0]) - len(shares[1]) < 2 * (BATCH_SIZE if kind.typed else 64)
 
     pids = {str(r["pid"]) for r in reports}
     left = {n for n in _shm() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids)}

@@ -1,15 +1,14 @@
-"""A heterogeneous link DataModule under several CPU ranks (gloo, jobs launched by
-``scripts/hetero_link_ddp_script.py``): one host copy per machine built by local rank 0 and mapped by the others,
-disjoint equal shares of the supervised edge type's training edges, predictions bitwise equal to one rank's, a resume on another world size that trains each
-positive edge of the interrupted epoch once; ``ZeroCopyDDPStrategy`` without a cache runs it, with a cache refuses it
-in one line before any data is built."""
+"""A link DataModule under several CPU ranks (gloo, jobs launched by ``scripts/link_ddp_script.py``): on both graph
+kinds (``kind``: ``helpers.kinds``) one host copy per machine built by local rank 0 and mapped by the others, disjoint
+equal shares of the supervised edges, telemetry and predictions merged by rank 0; for the typed graph predictions
+bitwise equal to one rank's and a resume on another world size that trains each positive edge of the interrupted
+epoch once; ``ZeroCopyDDPStrategy`` with a cache takes link builders, other host-memory consumers are refused in one
+line before any data is built."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,16 +17,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import free_port
+from helpers.ddp_jobs import run_ddp_script
 from helpers.hetero_link import small_graph
+from helpers.kinds import LINK_KINDS
 from lightning_zerocopy import ZeroCopyHeteroLinkDataModule
 from lightning_zerocopy.datasets import SyntheticHeteroLinkGraph
 from lightning_zerocopy.options import RecipeError
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tests" / "scripts" / "hetero_link_ddp_script.py"
-BATCH_SIZE = 32  # the script's
+SCRIPT = ROOT / "tests" / "scripts" / "link_ddp_script.py"
+UNTYPED, TYPED = LINK_KINDS
+BATCH_SIZE = 32  # the script's, of the typed kind (the untyped: 64)
 
 
 def _shm() -> set[str]:
@@ -57,20 +58,7 @@ def one_rank_predictions(cache: str, tmp_path_factory: pytest.TempPathFactory) -
 def _run(tmp_path: Path, name: str, cache: str, **config: Any) -> Path:
     """Run the script with ``config`` (its ``out`` is ``tmp_path/name``, the dataset cache ``cache``); the output
     folder."""
-    out = tmp_path / name
-    out.mkdir()
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(dict(config, out=str(out), cache=cache)))
-    path_entries = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path_entries))  # fmt: skip
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GLOBAL_RANK", "RANK"):
-        env.pop(key, None)
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "batch plan changed" not in proc.stderr
-    return out
+    return run_ddp_script(SCRIPT, tmp_path, name, cache, **config)
 
 
 def _reports(out: Path, world_size: int) -> list[dict[str, Any]]:
@@ -83,35 +71,48 @@ def _edges(report: dict[str, Any], epoch: int, before_step: int = 1 << 30) -> li
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("strategy", "cache_budget"), [("ddp", 0), ("zerocopy_ddp", 0), ("zerocopy_ddp", "4KiB")])
-def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_edge_shares(tmp_path: Path, cache: str, strategy: str,
-                                                                         cache_budget: Any) -> None:  # fmt: skip
-    """With a ``cache_budget`` too: both ranks decide the Strategy's cache over typed rows (degree ranking; CPU ranks
-    place nothing) and train as without it."""
+@pytest.mark.parametrize(("kind", "strategy", "cache_budget"), [
+    (TYPED, "ddp", 0), (TYPED, "zerocopy_ddp", 0), (TYPED, "zerocopy_ddp", "4KiB"), (UNTYPED, "zerocopy_ddp", "2KiB"),
+], ids=str)  # fmt: skip
+def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_edge_shares(
+    tmp_path: Path, cache: str, kind, strategy: str, cache_budget: Any
+) -> None:
+    """With a ``cache_budget`` too: both ranks decide the Strategy's cache (degree ranking; CPU ranks place nothing)
+    from the link plan and train as without it; the ranks' epoch figures reach the logger and rank 0 merges both
+    ranks' predictions."""
     before = _shm()
-    reports = _reports(_run(tmp_path, "fit", cache, devices=2, strategy=strategy, cache_budget=cache_budget), 2)
+    out = _run(tmp_path, "fit", cache, kind=str(kind).split("-")[0], devices=2, strategy=strategy,
+               cache_budget=cache_budget, cache_ranking="degree", stage="fit_predict", telemetry=True,
+               limit_val_batches=2)  # fmt: skip
+    reports = _reports(out, 2)
     assert [r["world_size"] for r in reports] == [2, 2] and reports[0]["pid"] != reports[1]["pid"]
 
     # one set of segments: every rank maps all of them (each edge type's CSC, each featured type's table, the link
     # splits' tensors), and every one was created by rank 0 (the creator's pid is in the name)
     paths = reports[0]["paths"]
-    assert len(paths) >= 2 * 2 + 2 + 5  # rates and rev_rates, user and item features, train/val/test edges
+    assert len(paths) >= (2 * 2 + 2 if kind.typed else 2 + 1) + 5  # CSCs, feature tables, train/val/test edges
     for report in reports:
         assert report["paths"] == paths and report["mapped"] == paths
     assert all(os.path.basename(p).startswith(f"lzc-{reports[0]['pid']}-") for p in paths), paths
 
     # disjoint, equal shares of the train split's positive edges (drop_last: less than a batch per rank left out),
     # each batch's positives the train edges at its input_id, read through each endpoint type's n_id
+    batch_size = BATCH_SIZE if kind.typed else 64
     train = [tuple(p) for p in reports[0]["train_pairs"]]
     assert reports[1]["train_pairs"] == reports[0]["train_pairs"]
     for report in reports:
         assert len(report["batches"]) == report["steps_per_epoch"] > 1
         for *_, input_id, pairs in report["batches"]:
-            assert len(input_id) == BATCH_SIZE and [train[i] for i in input_id] == [tuple(p) for p in pairs]
+            assert len(input_id) == batch_size and [train[i] for i in input_id] == [tuple(p) for p in pairs]
     shares = [_edges(r, 0) for r in reports]
     assert len(shares[0]) == len(shares[1]) == len(set(shares[0])) and not set(shares[0]) & set(shares[1])
-    assert len(train) - len(shares[0]) - len(shares[1]) < 2 * BATCH_SIZE
+    assert len(train) - len(shares[0]) - len(shares[1]) < 2 * batch_size
+    assert all((r["cache_rows"] > 0) == bool(cache_budget) for r in reports)  # the strategy planned from the link plan
+    assert all("data/stall_frac_epoch" in r["logged"] for r in reports)  # telemetry reached the logger (epoch figures)
 
+    p = np.load(out / "predictions.npz")  # rank 0 merged both shares
+    assert {"src", "dst", "score", "label", "query"} <= set(p.files) and len(p["src"]) > 0
+    assert ("edge_type" in p.files) == kind.typed and not list(out.glob("predictions.rank*.npz"))
     pids = {str(r["pid"]) for r in reports}
     left = {n for n in _shm() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids)}
     assert not left, left
