@@ -41,7 +41,7 @@ mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_ca
 # pipeline worker, auto's measured choice, the fault cases of a two-GPU recipe run) and why shards are opened for the
 # reading GPU (scripts/diagnostics/torch_ipc_peer_read.py); REQUIRE_TWO_GPUS=1 fails a skipped two-GPU test
 two_gpu_tests="tests/graph/test_cuda_ipc.py tests/cache/test_feature_cache_cuda.py tests/strategies/test_strategy_ddp.py
-  tests/test_faults_two_gpus.py tests/data/test_ddp.py tests/data/test_layerwise_ddp.py"
+  tests/test_faults_two_gpus.py tests/data/test_ddp.py tests/test_cli_weighted_gcn.py tests/data/test_layerwise_ddp.py"
 export GPU_CHECK_EXTRA_STAGE_TWO_GPUS="python3 scripts/diagnostics/torch_ipc_peer_read.py; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_TIMEOUT:-480} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=240 -m 'two_gpus or cuda' $(echo $two_gpu_tests)"
 export GPU_CHECK_STAGES="${GPU_CHECK_STAGES:-build,tests,mps_tests,e2e,link}"
 export GPU_CHECK_TEST_PATHS="$(echo $parallel_tests)" GPU_CHECK_TEST_WORKERS="${GPU_CHECK_TEST_WORKERS:-10}"
@@ -54,7 +54,7 @@ export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_T
 # SIGABRT / SIGKILL stopped by its supervisor
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,faults_gpu bash scripts/gpu_session.sh                  # .wheels/
 # (one case: GPU_CHECK_FAULTS_GPU_SELECT=killed; the confirm stage's two-GPU cases: GPU_CHECK_CONFIRM_FAULTS_SELECT)
-export GPU_CHECK_EXTRA_STAGE_FAULTS_GPU="REQUIRE_CUDA=1 timeout ${GPU_CHECK_FAULTS_GPU_TIMEOUT:-300} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/test_faults_gpu.py -k '${GPU_CHECK_FAULTS_GPU_SELECT:-sigterm or killed}'"
+export GPU_CHECK_EXTRA_STAGE_FAULTS_GPU="REQUIRE_CUDA=1 timeout ${GPU_CHECK_FAULTS_GPU_TIMEOUT:-420} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/test_faults_gpu.py -k '${GPU_CHECK_FAULTS_GPU_SELECT:-sigterm or killed}'"
 # stage bench_tests: the e2e benchmark's CUDA tests (every GPU row on the ci graph, one process a row)
 export GPU_CHECK_EXTRA_STAGE_BENCH_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_BENCH_TEST_TIMEOUT:-540} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=520 -m cuda tests/benchmarks/test_e2e_benchmark.py"
 # stage pyg_parity (with .pyg/ carried): the link and heterogeneous drop-in tests against PyG's real loaders (torch-sparse)

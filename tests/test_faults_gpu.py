@@ -20,6 +20,7 @@ import pytest
 
 from helpers import free_port, load_test_module
 from helpers.job_log import output_of, process_report, start_logged
+from lightning_zerocopy.process_state import process_alive, process_dying
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -60,20 +61,26 @@ def _until_training(proc: subprocess.Popen, markers: Path) -> dict[str, int]:
 
 
 def _ended_within(processes: dict[str, int], proc: subprocess.Popen, start: float) -> str:
+    """Every process of the job gone or dying (:func:`process_alive`: a SIGABRT's core dump of the trainer, which
+    the kernel writes before the process ends, can take minutes with a CUDA context) within :data:`BOUND_S`."""
     ended: dict[str, float] = {}  # role -> seconds after the signal when it was first seen gone
     while len(ended) < len(processes) and time.monotonic() - start < BOUND_S:
         for role, pid in processes.items():
-            if role not in ended and not _two._alive(pid):
+            if role not in ended and not process_alive(pid):
                 ended[role] = round(time.monotonic() - start, 2)
         time.sleep(0.05)
-    print(f"ended after the signal (s): {ended}")
-    left = {role: pid for role, pid in processes.items() if role not in ended and _two._alive(pid)}
+    print(f"ended after the signal (s): {ended}; dying, not yet gone: "
+          f"{[role for role, pid in processes.items() if process_dying(pid)]}")  # fmt: skip
+    left = {role: pid for role, pid in processes.items() if role not in ended and process_alive(pid)}
     report = "\n".join(process_report(pid) for pid in left.values())  # what each straggler waits in
     try:
-        output = output_of(proc, timeout=30)
+        output = output_of(proc, timeout=60)  # a core dump of the trainer may still be written
     except subprocess.TimeoutExpired:
+        print(f"the command still ran {time.monotonic() - start:.0f} s after the signal (dying: "
+              f"{process_dying(proc.pid)}): killed")  # fmt: skip
         os.killpg(proc.pid, signal.SIGKILL)
         output = output_of(proc)
+    print(f"the command ended {time.monotonic() - start:.1f} s after the signal")
     for pid in left.values():
         with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
             os.kill(pid, signal.SIGKILL)

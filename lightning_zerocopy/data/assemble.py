@@ -1,11 +1,12 @@
-"""Assembling a batch from a sample: the gather of every featured type's rows, the labels and edge features, into a
-PyG ``Data`` (an untyped schema) or ``HeteroData`` (a typed one), chosen at the last step as PyG's
-``NodeLoader.filter_fn`` chooses.
+"""Assembling a batch from a sample: the gather of every featured type's rows, the labels and the user's node- and
+edge-level attributes (``edge_attr`` among them), into a PyG ``Data`` (an untyped schema) or ``HeteroData`` (a typed
+one), chosen at the last step as PyG's ``NodeLoader.filter_fn`` chooses.
 
 The second stage of :meth:`~lightning_zerocopy.data.batch.BatchBuilder.build_batch`: :func:`assemble` gathers with
 the host tables' CPU threads (a host batch) or, on the GPU, with the resources' zero-copy table of each type (or a CPU
 gather of GPU-sampled ids, sent over pinned memory), writing into preallocated ``out`` buffers where they fit (an
-untyped batch's ``x``, ``y``, ``edge_attr``).
+untyped batch's ``x``, ``y`` and attributes, by name). Attributes (:mod:`lightning_zerocopy.data.attributes`) are
+read at the batch's ``n_id`` (the dataset's ids) / ``e_id`` and placed under their own names, on their type's store.
 
 ``x`` leaves in the builder's ``x_dtype``: the rows are gathered in the host table's dtype (half the bytes over PCIe
 for a ``bfloat16``/``float16`` table) and cast where the batch is built, on the GPU for a GPU builder (into the slot
@@ -29,9 +30,10 @@ import torch
 from torch_geometric.data import Data, HeteroData
 
 from lightning_zerocopy.cache.provider import FeatureGather
+from lightning_zerocopy.data.attributes import HostAttribute
 from lightning_zerocopy.data.plan import PlanItem
 from lightning_zerocopy.data.resources import HostData, row_width
-from lightning_zerocopy.graph.schema import NODE
+from lightning_zerocopy.graph.schema import EDGE, NODE, AttributeKey
 from lightning_zerocopy.sampling.hetero import HeteroSampledBatch
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch
 
@@ -65,7 +67,8 @@ class SampledItem:
         item: the plan item it was sampled for.
         sample: the sampled structure (a typed graph's per type); ``n_id`` holds *internal* ids (rows of the host
             memory), which :meth:`BatchBuilder.gather_batch` maps back to the dataset's ids.
-        input_id: positions of the seeds in their split, on the same device.
+        input_id: the batch's ``input_id`` (:attr:`PlanItem.batch_input_id`: positions of the seeds in their split, or
+            their node ids for a split given as a boolean mask), on the same device.
     """
 
     item: PlanItem
@@ -80,7 +83,7 @@ class GpuSide:
     device: torch.device
     sampler: Optional[NeighborSampler]  # None: the CPU sampler, ids copied over
     features: Optional[Mapping[str, FeatureGather]]  # per featured type; None: CPU gather of GPU-sampled ids
-    edge_attr: Optional[FeatureGather]
+    attributes: Optional[Mapping[AttributeKey, FeatureGather]]  # None: CPU gather of GPU-sampled ids
     labels: Optional[torch.Tensor]  # None: no node labels (link prediction)
     order: Optional[torch.Tensor]
 
@@ -128,7 +131,10 @@ def assemble(
         else:
             y = torch.index_select(host.labels, 0, seeds, out=y_out) if y_out is not None else host.labels[seeds]
     if typed:
-        return _hetero_data(sample, xs, y, sampled.input_id)  # type: ignore[arg-type]
+        data = _hetero_data(sample, xs, y, sampled.input_id)  # type: ignore[arg-type]
+        for key, value in _attributes(host, gpu, n_ids, sample.e_id, {}, device).items():  # type: ignore[arg-type]
+            data[key.type][key.name] = value
+        return data
     n_id = n_ids[NODE]
     order = host.order if gpu is None else gpu.order
     if order is not None:  # internal -> original ids, where the batch is built
@@ -137,21 +143,45 @@ def assemble(
     data = Data(x=xs.get(NODE), edge_index=sample.edge_index, **labels, n_id=n_id, e_id=sample.e_id,
                 input_id=sampled.input_id, batch_size=sample.batch_size, num_sampled_nodes=sample.num_sampled_nodes,
                 num_sampled_edges=sample.num_sampled_edges)  # fmt: skip
-    if host.edge_attr is not None:
-        data.edge_attr = _edge_attr(host.edge_attr, gpu, sample.e_id, out, device)  # type: ignore[arg-type]
+    for key, value in _attributes(host, gpu, {NODE: n_id}, {EDGE: sample.e_id}, out, device).items():
+        data[key.name] = value
     return data
 
 
-def _edge_attr(
-    attr: torch.Tensor, gpu: Optional[GpuSide], e_id: torch.Tensor, out: Mapping[str, torch.Tensor], device: torch.device
+def _attributes(
+    host: HostData,
+    gpu: Optional[GpuSide],
+    n_ids: Mapping[str, torch.Tensor],
+    e_ids: Mapping[object, torch.Tensor],
+    out: Mapping[str, torch.Tensor],
+    device: torch.device,
+) -> dict[AttributeKey, torch.Tensor]:
+    """Every attribute's rows at the batch's ``n_id`` (the dataset's ids) or ``e_id`` of its type, in the user's
+    layout; an untyped batch's into ``out[name]`` where given."""
+    values = {}
+    for key, attribute in host.attributes.items():
+        ids = (n_ids if key.level == "node" else e_ids)[key.type]  # type: ignore[index]
+        values[key] = attribute.batch_value(_attribute_rows(key, attribute, gpu, ids, out, device))
+    return values
+
+
+def _attribute_rows(
+    key: AttributeKey,
+    attribute: HostAttribute,
+    gpu: Optional[GpuSide],
+    ids: torch.Tensor,
+    out: Mapping[str, torch.Tensor],
+    device: torch.device,
 ) -> torch.Tensor:
-    attr_out = _rows(out, "edge_attr", e_id.numel(), device)
+    """``attribute``'s 2-D rows of ``ids``: by the CPU (a host batch), the resources' GPU path, or the CPU for
+    GPU-sampled ids sent back (``gather="cpu"``)."""
+    buffer = _rows(out, key.name, ids.numel(), device) if attribute.dim == 0 else None
+    flat = None if buffer is None else buffer.view(ids.numel(), row_width(attribute.rows))
     if gpu is None:
-        return torch.index_select(attr, 0, e_id, out=attr_out) if attr_out is not None else attr[e_id]
-    if gpu.edge_attr is not None:
-        flat = None if attr_out is None else attr_out.view(e_id.numel(), row_width(attr))
-        return gpu.edge_attr.gather(e_id, out=flat).view((e_id.numel(), *attr.shape[1:]))
-    return host_gather_to(attr, e_id, attr_out, device)
+        return attribute.gather(ids, out=flat)
+    if gpu.attributes is not None:
+        return gpu.attributes[key].gather(ids, out=flat)
+    return host_gather_to(attribute.table, ids, flat, device)
 
 
 def _hetero_data(
@@ -242,13 +272,13 @@ def sample_to_device(item: PlanItem, sample: Union[SampledBatch, HeteroSampledBa
     """A CPU sample and its item's ``input_id`` on ``device``: every int64 tensor in one pinned, non-blocking copy."""
     if isinstance(sample, SampledBatch):
         n_id, edge_index, e_id, input_id = to_device_packed([sample.n_id, sample.edge_index, sample.e_id,
-                                                             item.input_id], device)  # fmt: skip
+                                                             item.batch_input_id], device)  # fmt: skip
         moved = SampledBatch(n_id, edge_index, e_id, sample.num_sampled_nodes, sample.num_sampled_edges,
                              sample.batch_size)  # fmt: skip
         return SampledItem(item, moved, input_id)
     node_types, edge_types = list(sample.n_id), list(sample.edge_index)
     tensors = [sample.n_id[t] for t in node_types] + [sample.edge_index[et] for et in edge_types]
-    tensors += [sample.e_id[et] for et in edge_types] + [item.input_id]
+    tensors += [sample.e_id[et] for et in edge_types] + [item.batch_input_id]
     out = iter(to_device_packed(tensors, device))
     n_ids = {t: next(out) for t in node_types}
     edges = {et: next(out) for et in edge_types}

@@ -8,8 +8,9 @@ pipeline worker, a DDP rank) and opened there with :meth:`BatchBuilder.open`, wh
 (:class:`~lightning_zerocopy.sampling.NeighborSampler`: one fused call for one type, a per-hop loop for several) ->
 gather per featured type -> assemble (:func:`~lightning_zerocopy.data.assemble.assemble`). The batch has PyG
 ``NeighborLoader``'s fields: ``n_id`` (the ``batch_size`` seeds first), ``edge_index`` (local ids, neighbor ->
-target), ``x = features[n_id]`` (in ``x_dtype``), ``y = labels[n_id]``, ``e_id``, ``edge_attr = edge_attr[e_id]``,
-``batch_size``, ``input_id`` (positions of the seeds in the split), ``num_sampled_nodes``/``_edges``.
+target), ``x = features[n_id]`` (in ``x_dtype``), ``y = labels[n_id]``, ``e_id``, each node/edge attribute of the
+dataset at ``n_id``/``e_id`` (:mod:`~.attributes`), ``batch_size``, ``input_id`` (the seeds' positions in the split;
+node ids for a split given as a mask, as PyG), ``num_sampled_nodes``/``_edges``.
 
 Where a batch is built: with ``gather="cpu"`` and the CPU sampler in host memory (the trainer moves it); otherwise
 on the GPU, on the current CUDA stream (a pipeline may run it on a side stream). A CPU sample's ids go to the GPU in
@@ -22,9 +23,8 @@ Node order (``HostGraphHandles.node_order``, one node type): the plan's seed ids
 sampling, and ``n_id`` back on the device the batch is built on, so batches carry the dataset's ids; only which
 neighbors are drawn differs (random streams are keyed by frontier position), with the same distribution.
 
-What a typed builder does not do yet: ``out`` buffers and a slot capacity bound (the pipeline flattens a typed batch
-into per-type slot fields, each with an axis of its own, and copies the batch into its slot, sized from the first
-batch), and a node order (:mod:`lightning_zerocopy.data.host.share` says why).
+Not yet typed: ``out`` buffers and a slot capacity bound (the pipeline copies a flattened typed batch into its slot,
+sized from the first batch), and a node order (:mod:`lightning_zerocopy.data.host.share` says why).
 """
 
 from __future__ import annotations
@@ -164,9 +164,10 @@ class BatchBuilder:
         self.gpu_sampler_placement = self._lanes.gpu_placement
         #: the devices a hybrid builder samples on (``None``: one device)
         self.hybrid_lanes: Optional[tuple[str, ...]] = self._lanes.lanes
-        #: the fields a pipeline's slot hands to ``gather_batch`` as ``out`` (a typed batch: none, the producer
-        #: copies it into its slot)
-        self.slot_fields: tuple[str, ...] = () if handles.schema.is_typed else ("x", "y")
+        #: the fields a pipeline's slot hands to ``gather_batch`` as ``out``: ``x``, ``y`` and the node attributes (a
+        #: slot holds as many rows as nodes; a typed batch: none, the producer copies it into its slot)
+        nodes = tuple(key.name for key, a in handles.attributes if key.level == "node" and a.dim == 0)
+        self.slot_fields: tuple[str, ...] = () if handles.schema.is_typed else ("x", "y", *nodes)
         self._reset()
 
     def _reset(self) -> None:
@@ -265,9 +266,9 @@ class BatchBuilder:
                 sampler = self._sampler(graphs, placement=placement, device=device)
             zerocopy = self.gather == "zerocopy"
             features = {t: r.feature_table(t, self.gather_mode, self.cache) for t in host.tables} if zerocopy else None
-            self._gpu = GpuSide(device=device, sampler=sampler, features=features,
-                                edge_attr=r.edge_attr_table() if zerocopy else None, labels=r.labels(),
-                                order=r.node_order())  # fmt: skip
+            attributes = {k: r.attribute_table(k, self.gather_mode) for k in host.attributes} if zerocopy else None
+            self._gpu = GpuSide(device=device, sampler=sampler, features=features, attributes=attributes,
+                                labels=r.labels(), order=r.node_order())  # fmt: skip
 
     def close(self) -> None:
         """Unbind from the resources (closing them if the builder created them). Idempotent; a later
@@ -308,7 +309,7 @@ class BatchBuilder:
         Args:
             item: the plan item (seed ids, their positions in the split, the batch's sampler seed).
             out: optional preallocated buffers of an untyped batch, by field: ``"x"`` (``[rows, num_features]`` of
-                the dtype ``x_dtype`` gives), ``"y"`` (``[rows]`` int64), ``"edge_attr"`` (``[rows, ...]``). Each
+                the dtype ``x_dtype`` gives), ``"y"`` (``[rows]`` int64), an attribute's name (its rows). Each
                 buffer must have at least as many rows as the batch needs; the batch's tensor is then the view
                 ``buf[:n]``. Buffers on the device the batch is built on (:attr:`device`) are written in place; a
                 buffer on another device is left alone and that field is returned as a new tensor.
@@ -342,16 +343,16 @@ class BatchBuilder:
         assert sampler is not None
         seeds, input_type = self._seeds(item)
         if not self.on_gpu:
-            return SampledItem(item, sampler.sample(seeds, item.batch_seed, input_type), item.input_id)
+            return SampledItem(item, sampler.sample(seeds, item.batch_seed, input_type), item.batch_input_id)
         gpu = self._gpu
         assert gpu is not None
         with torch.cuda.device(gpu.device):  # the current stream of that device: a caller's side stream is kept
             if gpu.sampler is None or lane == "cpu":  # CPU sampler, then every id goes over in one pinned copy
                 return sample_to_device(item, sampler.sample(seeds, item.batch_seed, input_type), gpu.device)
             if isinstance(seeds, torch.Tensor):
-                seeds, input_id = to_device_packed([seeds, item.input_id], gpu.device)
+                seeds, input_id = to_device_packed([seeds, item.batch_input_id], gpu.device)
             else:
-                *moved, input_id = to_device_packed([*seeds.values(), item.input_id], gpu.device)
+                *moved, input_id = to_device_packed([*seeds.values(), item.batch_input_id], gpu.device)
                 seeds = dict(zip(seeds, moved))
             return SampledItem(item, gpu.sampler.sample(seeds, item.batch_seed, input_type), input_id)
 

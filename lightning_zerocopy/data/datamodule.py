@@ -20,6 +20,7 @@ from lightning_zerocopy.data.graph_datamodule import GraphDataModule, Split
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory
 from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, check_layerwise_fanouts
 from lightning_zerocopy.data.tasks import NodeTask
+from lightning_zerocopy.datasets.attributes import AttributeChoice
 from lightning_zerocopy.datasets.base import NodeDataset
 from lightning_zerocopy.graph.schema import GraphSchema
 from lightning_zerocopy.options import (
@@ -107,6 +108,10 @@ class ZeroCopyDataModule(GraphDataModule):
             ``embeddings``, ``embeddings_path``: :class:`~lightning_zerocopy.data.layerwise_options.LayerwiseOptions`).
         allow_split_overlap: train on a dataset whose val or test split holds training nodes (their labels leak
             into the scores), with a warning; by default ``setup`` refuses it, naming how many and the first.
+        attributes: which other node- and edge-level tensors of the dataset reach every batch under their own names,
+            indexed by ``n_id`` / ``e_id`` as PyG's loaders index them (``edge_weight``, masks, ``edge_attr``, any
+            custom one): ``all`` (default, as PyG), ``none``, or a list of names (e.g. ``[edge_weight]``; every type's
+            of that name). Each is one more table in the shared host copy: leave out what the model never reads.
     """
 
     def __init__(
@@ -132,6 +137,7 @@ class ZeroCopyDataModule(GraphDataModule):
         feature_dtype: Optional[FeatureDtype] = None,
         x_dtype: Optional[FeatureDtype] = "float32",
         allow_split_overlap: bool = False,
+        attributes: AttributeChoice = "all",
         predict_mode: PredictMode = "sampled",
         layerwise: Optional[LayerwiseOptions] = None,
     ) -> None:
@@ -144,7 +150,7 @@ class ZeroCopyDataModule(GraphDataModule):
             num_threads=num_threads, seed=seed, predict_split=predict_split, feature_storage=feature_storage,
             sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, hot_rows=hot_rows,
             node_order=node_order, check_features=check_features, feature_dtype=feature_dtype, x_dtype=x_dtype,
-            allow_split_overlap=allow_split_overlap,
+            allow_split_overlap=allow_split_overlap, attributes=attributes,
             predict_mode=predict_mode, layerwise=layerwise,
         )  # fmt: skip
 

@@ -52,6 +52,7 @@ from lightning_zerocopy.data.resume import align_fit_progress
 from lightning_zerocopy.data.split_builders import SplitBuilders
 from lightning_zerocopy.data.tasks import LinkTask, NodeTask
 from lightning_zerocopy.data.x_dtype_precision import check_x_dtype_fits_precision
+from lightning_zerocopy.datasets.attributes import AttributeChoice, check_attribute_choice
 from lightning_zerocopy.datasets.splits import check_trainable
 from lightning_zerocopy.graph.schema import NODE, GraphSchema
 from lightning_zerocopy.options import (
@@ -90,8 +91,8 @@ class GraphDataModule(pl.LightningDataModule):
         num_threads: Optional[int], seed: int, predict_split: str, feature_storage: FeatureStorage,
         sampler_placement: SamplerPlacement, gather: GatherChoice, gather_mode: GatherMode, hot_rows: int,
         node_order: NodeOrderKind, check_features: bool, feature_dtype: Optional[FeatureDtype],
-        x_dtype: Optional[FeatureDtype], allow_split_overlap: bool = False, predict_mode: PredictMode = "sampled",
-        layerwise: Optional[LayerwiseOptions] = None,
+        x_dtype: Optional[FeatureDtype], allow_split_overlap: bool = False, attributes: AttributeChoice = "all",
+        predict_mode: PredictMode = "sampled", layerwise: Optional[LayerwiseOptions] = None,
     ) -> None:  # fmt: skip
         super().__init__()
         check_count(batch_size, _KEY + "batch_size", minimum=1)
@@ -103,6 +104,7 @@ class GraphDataModule(pl.LightningDataModule):
             if value is not None:
                 check_choice(value, FeatureDtype, _KEY + key)
         check_gpu_options(sampler_placement, gather, gather_mode, hot_rows)
+        check_attribute_choice(attributes, _KEY + "attributes")
         self.dataset, self.task, self.schema = dataset, task, schema
         self.fanouts, self.eval_fanouts = fanouts, eval_fanouts
         self.batch_size = int(batch_size)
@@ -120,8 +122,8 @@ class GraphDataModule(pl.LightningDataModule):
         self.feature_dtype: Optional[FeatureDtype] = feature_dtype
         self.x_dtype: Optional[FeatureDtype] = x_dtype
         self.allow_split_overlap = bool(allow_split_overlap)
-        self.predict_mode: PredictMode = predict_mode  # "layerwise": data/layerwise.py, set up by its callback
-        self.layerwise = layerwise if layerwise is not None else LayerwiseOptions()
+        self.attributes = attributes if isinstance(attributes, str) else list(attributes)
+        self.predict_mode, self.layerwise = predict_mode, layerwise or LayerwiseOptions()  # layerwise: data/layerwise.py
         self._gpu: Optional[ResolvedGpuOptions] = None  # decided in setup, from the trainer
         self._feature_cache: Optional[Any] = HotRowsCache(self.hot_rows) if self.hot_rows > 0 else None
         self._handles: Optional[HostGraphHandles] = None
@@ -134,7 +136,7 @@ class GraphDataModule(pl.LightningDataModule):
             dataset, feature_storage, node_order, _KEY + "dataset", check_features, _KEY + "check_features: false",
             feature_dtype=feature_dtype, dtype_key=_KEY + "feature_dtype", allow_split_overlap=self.allow_split_overlap,
             overlap_opt_out=_KEY + "allow_split_overlap: true", link=task.link, typed=schema.is_typed,
-            x_dtype=x_dtype, x_dtype_key=_KEY + "x_dtype",
+            x_dtype=x_dtype, x_dtype_key=_KEY + "x_dtype", attributes=self.attributes, attributes_key=_KEY + "attributes",
         )  # fmt: skip
         self._loader_factory: Optional[LoaderFactory] = None
 
@@ -285,15 +287,14 @@ class GraphDataModule(pl.LightningDataModule):
         return "split" if split != "train" and self._eval_node_keyed else "batch"
 
     def builder(self, split: Split, fanouts: Any = None) -> BatchBuilder:
-        """A new, unopened (picklable) builder for ``split``; call ``.open()`` in the process that uses it. Given
-        ``fanouts`` (e.g. ``[-1]`` for layer-wise inference), it samples those, not node-keyed.
+        """A new, unopened (picklable) builder for ``split`` (given ``fanouts``, e.g. ``[-1]``: those, not node-keyed);
+        call ``.open()`` in the process that uses it.
 
         Raises:
             RuntimeError: before :meth:`setup`.
         """
         handles = self._require_setup()
         gpu = self._gpu_options()
-        keyed = split != "train" and self._eval_node_keyed and fanouts is None
         return BatchBuilder(
             handles,
             fanouts if fanouts is not None else self.fanouts if split == "train" else self.eval_fanouts,
@@ -304,7 +305,7 @@ class GraphDataModule(pl.LightningDataModule):
             gather_mode=self.gather_mode,
             cache=self._feature_cache,
             device=gpu.device_index,
-            node_keyed=keyed,
+            node_keyed=split != "train" and self._eval_node_keyed and fanouts is None,
             x_dtype=self.x_dtype,
         )
 

@@ -11,10 +11,24 @@ from typing import Any, Mapping, Optional
 
 from lightning_zerocopy.gather.host_table import FeatureTableHandle
 from lightning_zerocopy.graph.csc import CSCGraphHandle
-from lightning_zerocopy.graph.schema import EdgeType, GraphSchema
+from lightning_zerocopy.graph.schema import AttributeKey, EdgeType, GraphSchema
 from lightning_zerocopy.graph.shared_memory import SharedTensorHandle, TensorHandle
 
-__all__ = ["HeteroHostGraphHandles", "HostGraphHandles", "NodeOrderHandles"]
+__all__ = ["AttributeHandle", "HeteroHostGraphHandles", "HostGraphHandles", "NodeOrderHandles"]
+
+
+@dataclass(frozen=True)
+class AttributeHandle:
+    """Picklable name of one node- or edge-level attribute of the dataset in shared host memory (no data).
+
+    Attributes:
+        rows: the attribute with its node/edge dimension first, contiguous: row ``i`` is node or edge ``i`` of its
+            type, in the dataset's ids (never renumbered by a node order).
+        dim: where the batch puts that dimension back (PyG's ``__cat_dim__``).
+    """
+
+    rows: TensorHandle
+    dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,9 +71,10 @@ class HostGraphHandles:
         splits: the split tensors, by name: int64 input-type ids of each node split (``"train"``, ``"val"``,
             ``"test"``) or the supervision edges of each link split (``"train.pos_edge_index"``...), always the
             dataset's ids.
-        edge_attr: edge features in the dataset's edge order (one edge type only), if the dataset has them.
+        attributes: ``(key, handle)`` of every node- and edge-level attribute that reaches the batches
+            (``edge_attr`` among them), keyed by ``(level, type, name)``.
         node_order: the renumbering the graph, features and labels are stored in (one node type only), or ``None``
-            when they use the dataset's ids. Splits, ``edge_attr`` and the graph's edge ids (``edge_perm``) are
+            when they use the dataset's ids. Splits, attributes and the graph's edge ids (``edge_perm``) are
             never renumbered, and the builder yields the dataset's ids either way.
     """
 
@@ -69,7 +84,7 @@ class HostGraphHandles:
     tables: tuple[tuple[str, FeatureTableHandle], ...]
     labels: Optional[TensorHandle]
     splits: Mapping[str, TensorHandle]
-    edge_attr: Optional[TensorHandle] = None
+    attributes: tuple[tuple[AttributeKey, AttributeHandle], ...] = ()
     node_order: Optional[NodeOrderHandles] = None
 
     @property
@@ -97,7 +112,7 @@ class HostGraphHandles:
 
     def key(self) -> tuple:
         """What identifies this host memory (hashable: ``splits`` is a dict), e.g. to share one placement of it."""
-        return (self.schema, self.graphs, self.tables, self.labels, self.edge_attr, self.node_order)
+        return (self.schema, self.graphs, self.tables, self.labels, self.attributes, self.node_order)
 
     def unlink(self) -> None:
         """Remove the names of every shared segment (files on disk are kept); mappings stay valid."""
@@ -107,7 +122,7 @@ class HostGraphHandles:
             table.unlink()
         if self.node_order is not None:
             self.node_order.unlink()
-        for handle in (self.labels, self.edge_attr, *self.splits.values()):
+        for handle in (self.labels, *(a.rows for _, a in self.attributes), *self.splits.values()):
             if isinstance(handle, SharedTensorHandle):
                 handle.unlink()
 

@@ -26,6 +26,7 @@ from lightning_zerocopy.data.graph_datamodule import GraphDataModule
 from lightning_zerocopy.data.hooks import check_typed_consumers
 from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, check_layerwise_fanouts
 from lightning_zerocopy.data.tasks import NodeTask
+from lightning_zerocopy.datasets.attributes import AttributeChoice
 from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeDataset, Metadata, edge_type_str
 from lightning_zerocopy.graph.schema import GraphSchema
 from lightning_zerocopy.options import (
@@ -140,8 +141,9 @@ class ZeroCopyHeteroDataModule(TypedShapes, GraphDataModule):
             is ``-1``, evaluation samples node-keyed (:mod:`lightning_zerocopy.sampling.hetero`).
         eval_batch_size: seeds per evaluation batch (default: ``batch_size``).
         replace, shuffle, drop_last, num_threads, seed, predict_split, feature_storage, gather, gather_mode,
-        check_features, x_dtype, allow_split_overlap: as :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule`
-            takes them (``predict_split: all`` predicts every input-type node).
+        check_features, x_dtype, allow_split_overlap, attributes: as
+            :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them (``predict_split: all``
+            predicts every input-type node; each attribute goes on its own type's store).
         sampler_placement: ``"cpu"``, ``"uva"``, ``"gpu"``, ``"hybrid"`` or ``"auto"``, as
             :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them (``hybrid``/``auto``: per batch
             the C++ threads or the ``gpu`` samplers of every edge type; on a CPU trainer they say so in one line and
@@ -179,6 +181,7 @@ class ZeroCopyHeteroDataModule(TypedShapes, GraphDataModule):
         allow_split_overlap: bool = False,
         feature_dtype: Optional[FeatureDtype] = None,
         node_order: NodeOrderKind = "none",
+        attributes: AttributeChoice = "all",
         predict_mode: PredictMode = "sampled",
         layerwise: Optional[LayerwiseOptions] = None,
     ) -> None:
@@ -199,7 +202,7 @@ class ZeroCopyHeteroDataModule(TypedShapes, GraphDataModule):
             replace=replace, shuffle=shuffle, drop_last=drop_last, num_threads=num_threads, seed=seed,
             predict_split=predict_split, feature_storage=feature_storage, sampler_placement=sampler_placement,
             gather=gather, gather_mode=gather_mode, hot_rows=0, node_order=node_order, check_features=check_features,
-            feature_dtype=feature_dtype, x_dtype=x_dtype, allow_split_overlap=allow_split_overlap,
+            feature_dtype=feature_dtype, x_dtype=x_dtype, allow_split_overlap=allow_split_overlap, attributes=attributes,
             predict_mode=predict_mode, layerwise=layerwise,
         )  # fmt: skip
 

@@ -38,6 +38,7 @@ from lightning_zerocopy.data.hetero_datamodule import (
 from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, check_layerwise_fanouts
 from lightning_zerocopy.data.negatives import NegativeSampling, parse_neg_sampling
 from lightning_zerocopy.data.tasks import LinkTask
+from lightning_zerocopy.datasets.attributes import AttributeChoice
 from lightning_zerocopy.datasets.hetero import EdgeType, edge_type_str
 from lightning_zerocopy.datasets.hetero_links import HeteroLinkDataset, unknown_edge_type
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkSplit
@@ -100,8 +101,8 @@ class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
         replace, shuffle, drop_last, num_threads, seed: as the node DataModules take them.
         subgraph_type, disjoint: PyG's loader arguments, accepted only at the values these batches have.
         predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives).
-        feature_storage, sampler_placement, gather, gather_mode, check_features, feature_dtype, x_dtype, node_order:
-            as :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` takes them
+        feature_storage, sampler_placement, gather, gather_mode, check_features, feature_dtype, x_dtype, node_order,
+        attributes: as :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` takes them
             (every ``sampler_placement``, ``hybrid``/``auto`` included; ``node_order`` ``none``).
         predict_mode, layerwise: exact layer-wise ``predict`` (``layerwise``) instead of sampled, and its options, as
             :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them (a link module's layer-wise
@@ -137,6 +138,7 @@ class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
         feature_dtype: Optional[FeatureDtype] = None,
         x_dtype: Optional[FeatureDtype] = "float32",
         node_order: NodeOrderKind = "none",
+        attributes: AttributeChoice = "all",
         predict_mode: PredictMode = "sampled",
         layerwise: Optional[LayerwiseOptions] = None,
     ) -> None:
@@ -163,7 +165,7 @@ class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
             drop_last=drop_last, num_threads=num_threads, seed=seed, predict_split=predict_split,
             feature_storage=feature_storage, sampler_placement=sampler_placement, gather=gather,
             gather_mode=gather_mode, hot_rows=0, node_order=node_order, check_features=check_features,
-            feature_dtype=feature_dtype, x_dtype=x_dtype,
+            feature_dtype=feature_dtype, x_dtype=x_dtype, attributes=attributes,
             predict_mode=predict_mode, layerwise=layerwise,
         )  # fmt: skip
         self.neg_sampling = neg_sampling

@@ -17,6 +17,7 @@ from lightning_zerocopy.data.graph_datamodule import GraphDataModule
 from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, check_layerwise_fanouts
 from lightning_zerocopy.data.negatives import NegativeSampling, parse_neg_sampling
 from lightning_zerocopy.data.tasks import LinkTask
+from lightning_zerocopy.datasets.attributes import AttributeChoice
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkDataset, LinkSplit
 from lightning_zerocopy.graph.schema import GraphSchema
 from lightning_zerocopy.options import (
@@ -68,8 +69,9 @@ class ZeroCopyLinkDataModule(GraphDataModule):
         predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives), sampled
             with that split's seed: an edge's scores from ``predict`` and ``test`` are the same.
         feature_storage, sampler_placement, gather, gather_mode, hot_rows, node_order, check_features, feature_dtype,
-            x_dtype: the data path, the NaN/inf feature scan and the feature dtypes, exactly as
-            :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them.
+            x_dtype, attributes: the data path, the NaN/inf feature scan, the feature dtypes and the node/edge
+            attributes that reach the batches, exactly as :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule`
+            takes them.
         predict_mode, layerwise: exact layer-wise ``predict`` (``layerwise``) instead of sampled, and its options, as
             :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them (a link module's layer-wise
             output: the node embeddings of its last layer, ``embeddings.npy``).
@@ -104,6 +106,7 @@ class ZeroCopyLinkDataModule(GraphDataModule):
         check_features: bool = True,
         feature_dtype: Optional[FeatureDtype] = None,
         x_dtype: Optional[FeatureDtype] = "float32",
+        attributes: AttributeChoice = "all",
         predict_mode: PredictMode = "sampled",
         layerwise: Optional[LayerwiseOptions] = None,
     ) -> None:
@@ -129,6 +132,7 @@ class ZeroCopyLinkDataModule(GraphDataModule):
             num_threads=num_threads, seed=seed, predict_split=predict_split, feature_storage=feature_storage,
             sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, hot_rows=hot_rows,
             node_order=node_order, check_features=check_features, feature_dtype=feature_dtype, x_dtype=x_dtype,
+            attributes=attributes,
             predict_mode=predict_mode, layerwise=layerwise,
         )  # fmt: skip
         self.neg_sampling = neg_sampling

@@ -47,11 +47,13 @@ class PlanItem:
 
     Attributes:
         seed_ids: int64 global ids of the batch's seed (target) nodes, in batch order.
-        input_id: int64 positions of these seeds in the plan's input nodes (PyG's ``input_id``).
+        input_id: int64 positions of these seeds in the plan's input nodes (what a resume deals).
         batch_seed: seed for the neighbor sampler of this batch.
         epoch: epoch of the batch.
         step: index of the batch within the rank's epoch.
         rank: rank the batch belongs to.
+        ids_as_input_id: the batch's ``input_id`` holds the seeds' node ids (a split given as a boolean mask, as PyG's
+            ``get_input_nodes`` makes it), not their positions.
     """
 
     seed_ids: torch.Tensor
@@ -60,6 +62,13 @@ class PlanItem:
     epoch: int
     step: int
     rank: int
+    ids_as_input_id: bool = False
+
+    @property
+    def batch_input_id(self) -> torch.Tensor:
+        """The batch's ``input_id`` as PyG's loaders set it: the seeds' positions in the split, or their node ids
+        where the split was a boolean mask (:attr:`ids_as_input_id`)."""
+        return self.seed_ids if self.ids_as_input_id else self.input_id
 
     @property
     def batch_size(self) -> int:
@@ -101,6 +110,8 @@ class BatchPlan:
         sampler_seed: ``"batch"``: every batch gets its own sampler seed, from (seed, stream, epoch, world size,
             rank, step); ``"split"``: every batch of every epoch gets the one seed of (seed, stream), for node-keyed
             (evaluation) sampling, where a node's sample then depends on neither its batch, rank nor world size.
+        input_id_kind: what a batch's ``input_id`` holds, as PyG's loaders: ``"position"`` (the seeds' positions in
+            ``input_nodes``: a split given as ids) or ``"node"`` (their node ids: a split given as a boolean mask).
     """
 
     def __init__(
@@ -115,6 +126,7 @@ class BatchPlan:
         world_size: int = 1,
         stream: int = 0,
         sampler_seed: Literal["batch", "split"] = "batch",
+        input_id_kind: Literal["position", "node"] = "position",
     ) -> None:
         if input_nodes.dim() != 1:
             raise ValueError(f"input_nodes must be a 1-D tensor of node ids, got shape {tuple(input_nodes.shape)}")
@@ -124,6 +136,9 @@ class BatchPlan:
             raise ValueError(f"rank must be in [0, world_size); got rank={rank}, world_size={world_size}")
         if sampler_seed not in ("batch", "split"):
             raise ValueError(f"sampler_seed must be 'batch' or 'split', got {sampler_seed!r}")
+        if input_id_kind not in ("position", "node"):
+            raise ValueError(f"input_id_kind must be 'position' or 'node', got {input_id_kind!r}")
+        self.input_id_kind = input_id_kind
         self.input_nodes = input_nodes.to(torch.int64).contiguous()
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
@@ -184,6 +199,7 @@ class BatchPlan:
             epoch=epoch,
             step=step,
             rank=self.rank,
+            ids_as_input_id=self.input_id_kind == "node",
         )
 
     @property

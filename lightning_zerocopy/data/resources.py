@@ -11,7 +11,8 @@
 ``feature_table(node_type, mode, cache)``  the zero-copy gather path of a featured type; ``cache`` a
                                            :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec` (e.g. hot
                                            rows) or one per type (``provider(node_type)``, the Strategy's)
-``edge_attr_table()``                      the zero-copy gather path for edge features
+``attribute_table(key, mode)``             the GPU gather path of a node- or edge-level attribute (``edge_attr``
+                                           among them): a GPU copy when small, else zero-copy (``data/attributes.py``)
 =========================================  ==============================================================
 
 Both are keyed by type (:class:`~lightning_zerocopy.graph.schema.GraphSchema`); an untyped graph is the one-type case,
@@ -32,10 +33,11 @@ from typing import Any, Callable, Hashable, Optional, Union
 import torch
 
 from lightning_zerocopy.cache.provider import CacheContext, FeatureCacheSpec, FeatureGather, plain_feature_table
+from lightning_zerocopy.data.attributes import HostAttribute, open_attribute_table
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.gather.host_table import HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph
-from lightning_zerocopy.graph.schema import NODE, EdgeType, GraphSchema
+from lightning_zerocopy.graph.schema import NODE, AttributeKey, EdgeType, GraphSchema
 from lightning_zerocopy.options import GatherMode, SamplerDevice, check_choice
 from lightning_zerocopy.sampling.topology import PlacedTopology, place_topology
 
@@ -52,7 +54,7 @@ class HostData:
         tables: per featured node type, its feature table.
         labels: int64 labels of the input type (``None``: a task without node labels).
         num_nodes: nodes per type.
-        edge_attr: edge features in the dataset's edge order (one edge type), or ``None``.
+        attributes: every node- and edge-level attribute that reaches the batches, by ``(level, type, name)``.
         order: int64 internal -> original id map (``None``: no node order).
         rank: int64 original -> internal id map.
     """
@@ -62,7 +64,7 @@ class HostData:
     tables: dict[str, HostFeatureTable]
     labels: Optional[torch.Tensor]
     num_nodes: dict[str, int]
-    edge_attr: Optional[torch.Tensor] = None
+    attributes: dict[AttributeKey, HostAttribute]
     order: Optional[torch.Tensor] = None
     rank: Optional[torch.Tensor] = None
 
@@ -76,7 +78,7 @@ class HostData:
             tables={t: table.open() for t, table in handles.tables},
             labels=None if handles.labels is None else handles.labels.open(),
             num_nodes=dict(handles.num_nodes),
-            edge_attr=None if handles.edge_attr is None else handles.edge_attr.open(),
+            attributes={key: HostAttribute.open(handle) for key, handle in handles.attributes},
             order=None if node_order is None else node_order.order.open(),
             rank=None if node_order is None else node_order.rank.open(),
         )
@@ -193,8 +195,7 @@ class DeviceResources:
         self._topology: dict[tuple[EdgeType, str], PlacedTopology] = {}
         self._labels: Optional[torch.Tensor] = None
         self._order: Optional[torch.Tensor] = None
-        self._tables: dict[Hashable, FeatureGather] = {}
-        self._edge_attr: Optional[FeatureGather] = None
+        self._tables: dict[Hashable, FeatureGather] = {}  # feature and attribute tables
         self._registrations: dict[str, Any] = {}
         self._closed = False
 
@@ -306,20 +307,20 @@ class DeviceResources:
             name = f"features[{node_type}]" if self.host.schema.is_typed else "features"
             return self._register(self.host.tables[node_type].data, name)
 
-    def edge_attr_table(self) -> Optional[FeatureGather]:
-        """The zero-copy gather path for edge features viewed ``(num_edges, -1)``; ``None`` without (or with
-        zero) edge features."""
-        attr = self.host.edge_attr
-        if attr is None or attr.shape[0] == 0:
-            return None
+    def attribute_table(self, key: AttributeKey, mode: GatherMode = "auto") -> FeatureGather:
+        """The GPU gather path of the attribute ``key`` (rows as a 2-D table), one per ``(key, mode)``: a copy on the
+        GPU when small, else a zero-copy table over its registered host rows
+        (:func:`~lightning_zerocopy.data.attributes.open_attribute_table`)."""
+        check_choice(mode, GatherMode, "mode")
         with self._lock:
-            if self._edge_attr is None:
+            table = self._tables.get(("attribute", key, mode))
+            if table is None:
                 self._check_open()
-                flat = self._register(attr.reshape(attr.shape[0], row_width(attr)), "edge_attr")
-                context = CacheContext(flat, self.device, "direct", flat.shape[0], lambda: flat.new_empty(0))
-                with torch.cuda.device(self.device):
-                    self._edge_attr = plain_feature_table(context)
-            return self._edge_attr
+                attribute = self.host.attributes[key]
+                name = f"attribute {key.describe()} of {key.type}"
+                table = open_attribute_table(attribute, lambda: self._register(attribute.table, name), self.device, mode)
+                self._tables[("attribute", key, mode)] = table
+            return table
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -340,11 +341,9 @@ class DeviceResources:
 
     def _free(self) -> None:
         closers: list[Callable[[], None]] = [t.close for t in self._tables.values()]
-        if self._edge_attr is not None:
-            closers.append(self._edge_attr.close)
         closers += [p.close for p in self._topology.values()]
         closers += [r.close for r in reversed(list(self._registrations.values()))]
-        self._tables, self._edge_attr, self._topology, self._registrations = {}, None, {}, {}
+        self._tables, self._topology, self._registrations = {}, {}, {}
         self._labels = self._order = None
         errors = []
         for close in closers:

@@ -152,6 +152,7 @@ class ResumedPlan:
             epoch=epoch,
             step=step,
             rank=p.rank,
+            ids_as_input_id=getattr(p, "input_id_kind", "position") == "node",
         )
         return self.base.expand(item)
 

@@ -63,7 +63,16 @@ class NodeTask:
             world_size=world_size,
             stream=dm._stream(split),
             sampler_seed=dm._sampler_seed(split),
+            input_id_kind=self.input_id_kind(dm, split),
         )
+
+    @staticmethod
+    def input_id_kind(dm: Any, split: Split) -> str:
+        """What the batches' ``input_id`` holds, as PyG's loaders: ``"node"`` ids where the dataset gives the split as
+        a boolean mask (``split_is_mask``, the PyG wrappers), else ``"position"`` s in the split."""
+        name = dm.predict_split if split == "predict" else split
+        is_mask = getattr(dm.dataset, "split_is_mask", None)
+        return "node" if name != "all" and callable(is_mask) and is_mask(name) else "position"
 
     def input_nodes(self, dm: Any, split: Split) -> torch.Tensor:
         """The seed nodes of ``split`` (input-type ids)."""

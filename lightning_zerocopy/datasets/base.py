@@ -4,8 +4,10 @@ Every dataset, node or link, untyped or typed, is a :class:`GraphDataset`: cheap
 ``__init__`` (so LightningCLI can link them into the model), a one-time :meth:`GraphDataset.prepare` (called from
 ``LightningDataModule.prepare_data``, one process per machine) and :meth:`GraphDataset.load`. Its arrays are a graph
 half (untyped :class:`GraphSizes`, typed ``TypedGraphViews``) and a task half (:class:`NodeSplits`, or the link
-splits), checked by the functions here (:func:`check_edge_index`, :func:`check_edge_attr`). A :class:`NodeDataset`
-(``num_features``, ``num_classes``) returns a :class:`NodeData`.
+splits), checked by the functions here (:func:`check_edge_index`, :func:`check_edge_attr`), and, in every data class,
+the graph's other node- and edge-level tensors for the batches (``attributes``:
+:mod:`~lightning_zerocopy.datasets.attributes`). A :class:`NodeDataset` (``num_features``, ``num_classes``) returns a
+:class:`NodeData`.
 
 Cached arrays are ``.npy`` files in one directory per dataset configuration, written to a temporary
 directory and renamed into place, so a reader never sees a half-written cache and concurrent builders
@@ -158,6 +160,8 @@ class NodeData(GraphSizes, NodeSplits):
         edge_attr: optional ``[num_edges, ...]`` edge features, row ``i`` belonging to ``edge_index[:, i]``.
         x_file: the ``.npy`` file ``x`` is mapped from, if any (lets every process map the same file instead
             of copying the features into shared memory).
+        attributes: the graph's other node- and edge-level tensors, which reach the batches
+            (:mod:`~lightning_zerocopy.datasets.attributes`: ``AttributeKey -> Attribute``), or ``None``.
     """
 
     edge_index: torch.Tensor
@@ -168,6 +172,7 @@ class NodeData(GraphSizes, NodeSplits):
     test_idx: torch.Tensor
     edge_attr: Optional[torch.Tensor] = None
     x_file: Optional[str] = None
+    attributes: Optional[dict[Any, Any]] = None
 
     def __post_init__(self) -> None:
         """Shapes and dtypes; a mismatch is the dataset's content, so an :class:`InputDataError`."""
@@ -350,7 +355,7 @@ class BuiltIntoCache(GraphDataset):
 def node_data_from_cache(cache: ArrayCache) -> NodeData:
     """Open the standard array names (``edge_index``, ``x``, ``y``, ``*_idx``, optional ``edge_attr``)."""
     optional = {"edge_attr"}
-    names = {f.name for f in fields(NodeData)} - {"x_file"}
+    names = {f.name for f in fields(NodeData)} - {"x_file", "attributes"}
     arrays = {name: cache.tensor(name) for name in names if name not in optional or cache.has(name)}
     return NodeData(**arrays, x_file=str(cache.file("x")))
 

@@ -18,6 +18,8 @@ import socket
 import tempfile
 from pathlib import Path
 
+from lightning_zerocopy.process_state import process_alive
+
 __all__ = ["build_folder", "sweep_abandoned_builds"]
 
 
@@ -29,20 +31,6 @@ def build_folder(cache_path: Path) -> Path:
     """A new temporary folder for building the cache ``cache_path``, next to it, named after this host and process."""
     prefix = f".{cache_path.name}.tmp-{_host()}-{os.getpid()}-"
     return Path(tempfile.mkdtemp(prefix=prefix, dir=cache_path.parent))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return True
 
 
 def sweep_abandoned_builds(cache_path: Path) -> list[Path]:
@@ -59,7 +47,7 @@ def sweep_abandoned_builds(cache_path: Path) -> list[Path]:
     removed = []
     for entry in entries:
         match = pattern.match(entry.name)
-        if match is None or not entry.is_dir(follow_symlinks=False) or _alive(int(match.group(1))):
+        if match is None or not entry.is_dir(follow_symlinks=False) or process_alive(int(match.group(1))):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         if not os.path.exists(entry.path):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -104,6 +104,8 @@ class HeteroNodeData(TypedGraphViews, NodeSplits):
         y: int64 ``[num_nodes[input_type]]`` labels; ``-1`` marks an unlabeled node.
         train_idx, val_idx, test_idx: int64 ids of ``input_type`` nodes.
         x_files: the ``.npy`` file each type's ``x`` is mapped from, where there is one.
+        attributes: other node- and edge-level tensors for the batches, by (level, type, name)
+            (``datasets.attributes``), or ``None``.
     """
 
     num_nodes: dict[str, int]
@@ -115,6 +117,7 @@ class HeteroNodeData(TypedGraphViews, NodeSplits):
     val_idx: torch.Tensor
     test_idx: torch.Tensor
     x_files: dict[str, str] = field(default_factory=dict)
+    attributes: Optional[dict[Any, Any]] = None
 
     def __post_init__(self) -> None:
         """Types, shapes and dtypes; a mismatch is the dataset's content, so an :class:`InputDataError` naming the

@@ -71,6 +71,8 @@ class HeteroLinkData(TypedGraphViews, LinkSplits):
         splits: the supervision edges of each split present (a subset of ``train``/``val``/``test``): row 0 holds
             ``edge_type[0]`` ids, row 1 ``edge_type[2]`` ids.
         x_files: the ``.npy`` file each type's ``x`` is mapped from, where there is one.
+        attributes: other node- and edge-level tensors for the batches, by (level, type, name)
+            (``datasets.attributes``), or ``None``.
     """
 
     num_nodes: dict[str, int]
@@ -79,6 +81,7 @@ class HeteroLinkData(TypedGraphViews, LinkSplits):
     edge_type: EdgeType
     splits: dict[str, LinkSplit] = field(default_factory=dict)
     x_files: dict[str, str] = field(default_factory=dict)
+    attributes: Optional[dict[Any, Any]] = None
 
     def __post_init__(self) -> None:
         """Types, shapes and dtypes (an :class:`InputDataError` naming the type); ids are checked by

@@ -104,6 +104,7 @@ class LinkData(GraphSizes, LinkSplits):
         splits: the supervision edges of each split present (a subset of :data:`LINK_SPLITS`).
         edge_attr: optional ``[num_edges, ...]`` edge features.
         x_file: the ``.npy`` file ``x`` is mapped from, if any.
+        attributes: other node- and edge-level tensors for the batches (``datasets.attributes``), or ``None``.
     """
 
     edge_index: torch.Tensor
@@ -111,6 +112,7 @@ class LinkData(GraphSizes, LinkSplits):
     splits: dict[str, LinkSplit] = field(default_factory=dict)
     edge_attr: Optional[torch.Tensor] = None
     x_file: Optional[str] = None
+    attributes: Optional[dict[Any, Any]] = None
 
     def __post_init__(self) -> None:
         """Shapes and dtypes (an :class:`~lightning_zerocopy.datasets.base.InputDataError`)."""

@@ -8,10 +8,12 @@ from typing import Optional, Union
 import torch
 from torch_geometric.data import Data, Dataset
 
+from lightning_zerocopy.datasets.attributes import pyg_attributes, split_is_mask
 from lightning_zerocopy.datasets.base import InputDataError, NodeData, NodeDataset
 from lightning_zerocopy.datasets.saved_graph import GraphFile, load_saved_graph
 
 _SPLIT_NAMES = {"train": ("train_mask", "train_idx"), "val": ("val_mask", "val_idx"), "test": ("test_mask", "test_idx")}
+_SPLIT_IDS = ("train_idx", "val_idx", "test_idx")  # the splits' ids (masks are node attributes, as in PyG)
 
 
 def _split_attribute(data: Data, split: str) -> str:
@@ -121,7 +123,8 @@ class PyGNodeDataset(NodeDataset):
     """Wraps a PyG ``Data`` (or the first graph of a PyG ``Dataset``, or a ``torch.save``d ``Data`` file).
 
     The graph needs ``x`` (float64 or integer features are converted to float32), ``y``, ``edge_index`` and, per split, a boolean ``<split>_mask`` or an index
-    tensor ``<split>_idx`` (``train``, ``val``, ``test``); ``edge_attr`` is kept when present.
+    tensor ``<split>_idx`` (``train``, ``val``, ``test``). Every other node- and edge-level tensor (``edge_attr``,
+    ``edge_weight``, masks, ...) reaches the batches, as PyG's loaders carry it (:mod:`~.attributes`).
 
     Args:
         data: the ``Data`` object, a PyG ``Dataset`` (its graph 0 is used) or the path of a ``.pt`` file.
@@ -150,6 +153,10 @@ class PyGNodeDataset(NodeDataset):
         """The ``Data`` attribute that defines the split, e.g. ``data.train_mask``."""
         return f"data.{_split_attribute(self.data, split)}"
 
+    def split_is_mask(self, split: str) -> bool:
+        """Whether ``split`` is a boolean mask (batches' ``input_id`` then holds node ids, as in PyG)."""
+        return split_is_mask(self.data, split)
+
     def load(self) -> NodeData:
         """The graph's arrays.
 
@@ -168,4 +175,5 @@ class PyGNodeDataset(NodeDataset):
             val_idx=_split_ids(d, "val", origin),
             test_idx=_split_ids(d, "test", origin),
             edge_attr=d.get("edge_attr"),
+            attributes=pyg_attributes(d, ("x", "y", "edge_attr", *_SPLIT_IDS), origin=origin),
         )

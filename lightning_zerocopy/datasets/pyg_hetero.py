@@ -8,6 +8,7 @@ from typing import Optional, Union
 import torch
 from torch_geometric.data import Dataset, HeteroData
 
+from lightning_zerocopy.datasets.attributes import pyg_attributes, split_is_mask
 from lightning_zerocopy.datasets.base import InputDataError, progress_bar
 from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeData, HeteroNodeDataset, first_out_of_range
 from lightning_zerocopy.datasets.saved_graph import GraphFile, load_saved_graph
@@ -52,7 +53,8 @@ class PyGHeteroDataset(HeteroNodeDataset):
     Each node type needs ``x`` or ``num_nodes`` (both: they must agree); the types with ``x`` have features (float64
     or integer features are converted to float32). Each edge type needs ``edge_index`` of ids local to its source and
     destination types. The input type needs ``y`` and, per split, a boolean ``<split>_mask`` or an index tensor
-    ``<split>_idx`` (``train``, ``val``, ``test``). The graph is held in memory as given (no cache).
+    ``<split>_idx`` (``train``, ``val``, ``test``). The graph is held in memory as given (no cache). Every other node- and
+    edge-level tensor reaches the batches on its store, as PyG's loaders carry it (:mod:`~.attributes`).
 
     Args:
         data: the ``HeteroData``, a PyG ``Dataset`` (its graph 0 is used) or the path of a ``.pt`` file.
@@ -142,6 +144,10 @@ class PyGHeteroDataset(HeteroNodeDataset):
         store = self.data[self._input_type]
         return f"{_node(self._input_type)}.{mask_name if mask_name in store else idx_name}"
 
+    def split_is_mask(self, split: str) -> bool:
+        """Whether ``split`` is a boolean mask (batches' ``input_id`` then holds node ids, as in PyG)."""
+        return split_is_mask(self.data[self._input_type], split)
+
     def load(self) -> HeteroNodeData:
         """The graph's arrays, checked.
 
@@ -178,6 +184,7 @@ class PyGHeteroDataset(HeteroNodeDataset):
             train_idx=self._split_ids("train"),
             val_idx=self._split_ids("val"),
             test_idx=self._split_ids("test"),
+            attributes=pyg_attributes(d, ("x", "train_idx", "val_idx", "test_idx"), labelled_type=t, origin=origin),
         )
 
     def _edge_index(self, edge_type: EdgeType) -> torch.Tensor:

@@ -22,11 +22,16 @@ import torch
 from torch_geometric.data import Data, Dataset
 from torch_geometric.transforms import RandomLinkSplit
 
+from lightning_zerocopy.datasets.attributes import pyg_attributes
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkData, LinkDataset, LinkSplit
 from lightning_zerocopy.datasets.pyg import graph_of
 from lightning_zerocopy.datasets.saved_graph import GraphFile
 
 __all__ = ["PyGLinkDataset"]
+
+#: what the link contract carries itself: features, edge features and RandomLinkSplit's supervision edges
+_CARRIED = ("x", "edge_attr", "edge_label", "edge_label_index", "pos_edge_label", "pos_edge_label_index",
+            "neg_edge_label", "neg_edge_label_index")  # fmt: skip
 
 
 def _features(x: torch.Tensor) -> torch.Tensor:
@@ -129,4 +134,5 @@ class PyGLinkDataset(LinkDataset):
             x=_features(graph.x),
             splits={name: _link_split(d, name, keep_negatives=name != "train") for name, d in self.splits.items()},
             edge_attr=graph.get("edge_attr"),
+            attributes=pyg_attributes(graph, _CARRIED, origin="val_data: "),
         )

@@ -8,14 +8,16 @@ untyped schema, ``HeteroData`` otherwise (PyG's ``NodeLoader.filter_fn``).
 
 A typed graph names its node types and edge types ``(source type, relation, destination type)`` as PyG's
 ``HeteroData.metadata()`` does; the order of :attr:`GraphSchema.edge_types` is the order the sampler draws them in.
+A node- or edge-level attribute of the graph is keyed by :class:`AttributeKey` ``(level, type, name)`` (GraphBolt's
+``FeatureKey(domain, type, name)``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Literal, NamedTuple, Optional, Sequence, Union
 
-__all__ = ["EDGE", "NODE", "EdgeType", "GraphSchema", "edge_type_str", "parse_edge_type"]
+__all__ = ["EDGE", "NODE", "AttributeKey", "EdgeType", "GraphSchema", "edge_type_str", "parse_edge_type"]
 
 #: ``(source node type, relation, destination node type)``, PyG's key of an edge type.
 EdgeType = tuple[str, str, str]
@@ -109,3 +111,19 @@ class GraphSchema:
     def edge_types_from(self, node_type: str) -> list[EdgeType]:
         """The edge types whose source is ``node_type`` (whose CSC ``indices`` hold its ids)."""
         return [et for et in self.edge_types if et[0] == node_type]
+
+
+class AttributeKey(NamedTuple):
+    """Where an attribute lives: ``level`` ``"node"`` (indexed by ``n_id``) or ``"edge"`` (by ``e_id``), the node or
+    edge type (an untyped graph's ``_N`` / ``("_N", "_E", "_N")``) and the attribute's name."""
+
+    level: Literal["node", "edge"]
+    type: Union[str, EdgeType]
+    name: str
+
+    def describe(self) -> str:
+        """How messages name it, as the user wrote it: ``data.edge_weight``, ``data['paper'].train_mask``."""
+        if self.type in (NODE, EDGE):
+            return f"data.{self.name}"
+        parts = (self.type,) if isinstance(self.type, str) else self.type
+        return "data[" + ", ".join(repr(p) for p in parts) + f"].{self.name}"

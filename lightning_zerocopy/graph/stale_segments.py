@@ -13,20 +13,11 @@ import warnings
 from typing import Union
 
 from lightning_zerocopy.graph.shared_memory import SEGMENT_RE, shared_memory_dir
+from lightning_zerocopy.process_state import process_alive
 
 __all__ = ["cleanup_stale_segments"]
 
 _warned: set[str] = set()  # paths already named in a warning by this process
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def cleanup_stale_segments(directory: Union[str, os.PathLike, None] = None) -> list[str]:
@@ -47,7 +38,7 @@ def cleanup_stale_segments(directory: Union[str, os.PathLike, None] = None) -> l
         return []
     for entry in entries:
         match = SEGMENT_RE.match(entry.name)
-        if match is None or not entry.is_file(follow_symlinks=False) or _pid_alive(int(match.group(1))):
+        if match is None or not entry.is_file(follow_symlinks=False) or process_alive(int(match.group(1))):
             continue
         try:
             os.unlink(entry.path)

@@ -6,9 +6,9 @@ The pipeline's slots, their growth, the producer's writes and the trainer's view
 field becomes ``n<i>/<field>`` (node type ``i``) or ``e<i>/<field>`` (edge type ``i``), and the types themselves ride
 along as the scalar :data:`HETERO_TYPES` (with the other scalars: ``batch_size``, the per-hop counts). Every flat
 field has an axis of its own (:func:`is_typed_field`: the slot layout does not match its length against other
-fields', which belong to other types), ``edge_index`` and ``edge_label_index`` fields vary along their second
-dimension. The trainer's side
-rebuilds the ``HeteroData`` of slot views (:func:`unflatten_hetero`), with the stores in the batch's type order.
+fields', which belong to other types); an edge store's fields with ``index`` in their name (``edge_index``,
+``edge_label_index``, a user's ``[2, E]`` attribute) vary along their last dimension, as PyG concatenates them. The
+trainer's side rebuilds the ``HeteroData`` of slot views (:func:`unflatten_hetero`), with the stores in the batch's type order.
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ def is_typed_field(name: str) -> bool:
     return _SEP in name
 
 
-def typed_var_dim(name: str) -> int:
-    """The dimension along which a flattened field's length varies: 1 for ``edge_index`` and a link batch's
-    ``edge_label_index`` (``[2, E]``), else 0."""
-    return 1 if name.rsplit(_SEP, 1)[-1] in ("edge_index", "edge_label_index") else 0
+def typed_var_dim(name: str, ndim: int) -> int:
+    """The dimension along which a flattened field of ``ndim`` dimensions varies, by PyG's ``HeteroData.__cat_dim__``:
+    the last one for an edge store's field with ``index`` in its name (``edge_index``, a link batch's
+    ``edge_label_index``, a user's ``[2, E]`` edge attribute), else 0."""
+    prefix, field = name.split(_SEP, 1)
+    return ndim - 1 if prefix.startswith("e") and "index" in field else 0
 
 
 def flatten_hetero(batch: HeteroData) -> Data:

@@ -39,6 +39,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+if __package__:
+    from lightning_zerocopy.process_state import process_alive as _alive
+else:  # the supervisor runs this file alone (``python -I``, no package on the path): load the helper by its path
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("_lzc_process_state", Path(__file__).parents[1] / "process_state.py")
+    _process_state = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_process_state)
+    _alive = _process_state.process_alive
+
 CONTROL_BINARY = "nvidia-cuda-mps-control"
 #: Exported by the process that started the daemon; inherited by ranks and workers that should join it.
 ROOT_ENV = "LZC_MPS_ROOT"
@@ -72,20 +82,6 @@ def found_unavailable() -> bool:
 
 
 # ---- processes ---------------------------------------------------------------------------------------------------
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(line.startswith("State:") and "Z" in line for line in f)
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-            return True
-        except OSError:
-            return False
-
-
 def _comm(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
@@ -375,6 +371,9 @@ def _kill_mps_of(pipe: str) -> None:
 #: What the owner sends the supervisor to stop the daemon now (:meth:`MPSDaemon.stop`). Not SIGTERM: a scheduler that
 #: pre-empts a job sends that to every process of it, and the trainer, still a client, saves its checkpoint first.
 _STOP_NOW = signal.SIGUSR1
+#: Seconds the daemon gets to quit once its owner is gone or dying, before it is killed: its clients are dead or
+#: dying, and a client still writing its core dump would hold ``quit`` for the owner's full grace.
+OWNER_GONE_GRACE_S = 3.0
 
 
 def _supervise(owner_pid: int, root: str, binary: str, daemon_pid: int, grace: float = 30.0) -> None:
@@ -388,7 +387,8 @@ def _supervise(owner_pid: int, root: str, binary: str, daemon_pid: int, grace: f
     Path(root, "supervisor.ready").touch()
     while not stop_now and _alive(owner_pid):
         time.sleep(0.1)
-    _stop_daemon(root, binary, daemon_pid, grace)
+    # an owner gone or dying (a core dump) is a client that never disconnects: do not wait the full grace for it
+    _stop_daemon(root, binary, daemon_pid, grace if stop_now else min(grace, OWNER_GONE_GRACE_S))
 
 
 def _stop_daemon(root: str, binary: str, daemon_pid: int, grace: float = 30.0) -> None:

@@ -72,7 +72,7 @@ from lightning_zerocopy.pipeline.hybrid_ahead import HybridAhead
 from lightning_zerocopy.pipeline.lookahead import Lookahead
 from lightning_zerocopy.sampling.hybrid import Dispatch
 from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch
-from lightning_zerocopy.pipeline.source import takes_marks, two_stage
+from lightning_zerocopy.pipeline.source import field_levels, takes_marks, two_stage
 from lightning_zerocopy.pipeline.stage_times import SampleTime, StageClock, h2d_bandwidth_or_none, x_bytes
 
 
@@ -308,7 +308,7 @@ class Producer:
             out = None if slot is None else st.buffers[slot]
             data, build_s = self._build(name, st, step, out, clock)
             if st.layout is None:
-                st.layout = SlotLayout.from_batch(data)
+                st.layout = SlotLayout.from_batch(data, field_levels(st.source))
                 sizes = st.layout.sizes(data)
                 st.pending, st.waiting = (st.gen, step, data, sizes, build_s), True
                 self._send(("layout", name, st.gen, st.layout, sizes))

@@ -93,14 +93,15 @@ class SlotLayout:
     fields: tuple[FieldSpec, ...]
 
     @staticmethod
-    def from_batch(data: Data) -> "SlotLayout":
+    def from_batch(data: Data, levels: Optional[Mapping[str, tuple[str, int]]] = None) -> "SlotLayout":
         """Infer the layout from one real batch.
 
         Known PyG names decide a field's axis (``x``/``y``/``n_id`` follow the nodes, ``e_id``/``edge_attr``
         the edges, ``input_id`` and a triplet batch's ``src_index``/``dst_*_index`` the seeds, a link batch's
         ``edge_label_index`` (along its second dimension), ``edge_label`` and ``edge_label_query`` the supervision
-        edges); other tensors follow whichever count their first dimension
-        matches, else their own length. A flattened heterogeneous batch's fields
+        edges); a field ``levels`` names (the builder's node- and edge-level attributes: ``("node" | "edge", dim)``)
+        follows the nodes or edges along that dimension; other tensors follow whichever count their first
+        dimension matches, else their own length. A flattened heterogeneous batch's fields
         (:mod:`~lightning_zerocopy.pipeline.hetero_slots`) each follow their own length. Scalars and lists
         (``batch_size``, list-valued counters) are not stored in slots: they travel with each batch's sizes.
         """
@@ -114,13 +115,16 @@ class SlotLayout:
                 continue
             var_dim, axis = 0, None
             if is_typed_field(name):  # a heterogeneous batch's field (hetero_slots): its length is its own
-                var_dim, axis = typed_var_dim(name), name
+                var_dim, axis = typed_var_dim(name, value.dim()), name
             elif name == "edge_index":
                 var_dim, axis = 1, EDGES
             elif name == "edge_label_index":
                 var_dim, axis = 1, LABELS
             elif name in _LABEL_FIELDS:
                 axis = LABELS
+            elif levels and name in levels:
+                level, var_dim = levels[name]
+                axis = NODES if level == "node" else EDGES
             elif name in _NODE_FIELDS:
                 axis = NODES
             elif name in _EDGE_FIELDS:

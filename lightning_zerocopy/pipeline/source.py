@@ -60,6 +60,13 @@ def takes_marks(gather_batch: Any) -> bool:
     return any(p.name == "marks" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
+def field_levels(source: Any) -> dict[str, tuple[str, int]]:
+    """``name -> (level, dim)`` of the source's attribute fields (``"node"`` / ``"edge"`` and the dimension that runs
+    over them), if it says (``field_levels()``): a slot layout follows them rather than the first batch's sizes."""
+    fn = getattr(source, "field_levels", None)
+    return dict(fn()) if callable(fn) else {}
+
+
 def capacity_hint(source: Any) -> Optional[dict[str, int]]:
     """The source's upper bound on batch sizes per axis, if it offers one (``capacity_hint()``)."""
     fn = getattr(source, "capacity_hint", None)
@@ -123,6 +130,14 @@ class PlanSource:
             return None
         return capacity_bound(seeds, self.builder.fanouts, num_nodes=self.builder.num_nodes,
                               node_keyed=bool(getattr(self.builder, "node_keyed", False)))  # fmt: skip
+
+    def field_levels(self) -> dict[str, tuple[str, int]]:
+        """``name -> (level, dim)`` of the attributes of the builder's untyped batches (a typed batch's fields are
+        flattened per type, each with an axis of its own: none)."""
+        handles = getattr(self.builder, "handles", None)
+        if handles is None or handles.schema.is_typed:
+            return {}
+        return {key.name: (key.level, attribute.dim) for key, attribute in handles.attributes}
 
     def build_batch(self, item: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
         """``builder.build_batch(item, out)``: :meth:`gather_batch` of :meth:`sample_batch`."""

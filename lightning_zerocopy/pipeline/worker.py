@@ -37,6 +37,7 @@ import torch.multiprocessing as mp
 
 from lightning_zerocopy.graph.cuda_ipc import CudaTensorHandle, export_cuda_tensor
 from lightning_zerocopy.pipeline.client import PipelineError
+from lightning_zerocopy.process_state import process_alive
 from lightning_zerocopy.pipeline.channel import ChannelClosed
 from lightning_zerocopy.pipeline.producer import Producer
 
@@ -64,9 +65,11 @@ class _PipeChannel:
 
 
 def _watch_parent(parent_pid: int, period: float = 0.5) -> None:
+    """End this worker once its parent is gone (re-parented) or dying: a parent that writes a core dump after a
+    SIGABRT still exists, for minutes with a CUDA context, but will never ask for another batch."""
     while True:
         time.sleep(period)
-        if os.getppid() != parent_pid:
+        if os.getppid() != parent_pid or not process_alive(parent_pid):
             os._exit(0)
 
 

@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from lightning_zerocopy.process_state import process_alive
+
 __all__ = [
     "LAUNCHER_ENV",
     "PeerRankExited",
@@ -94,22 +96,6 @@ class RankInfo:
     @classmethod
     def here(cls, rank: int) -> "RankInfo":
         return cls(rank=rank, host=socket.gethostname(), pid=os.getpid())
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (an exited, unreaped child -- a zombie -- counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
-    except (OSError, IndexError):
-        return True  # no /proc: os.kill said it exists
 
 
 class RankLiveness:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import free_port
+from helpers.ddp_jobs import run_ddp_script
 from helpers.hetero import TinyHeteroDataset
 from helpers.kinds import NODE_KINDS
 from lightning_zerocopy import ZeroCopyHeteroDataModule
@@ -38,20 +36,7 @@ def _shm() -> set[str]:
 def _run(tmp_path: Path, name: str, **config: Any) -> Path:
     """Run the script with ``config`` (its ``out`` is ``tmp_path/name``, the dataset cache shared by the runs of a
     test); the output folder."""
-    out = tmp_path / name
-    out.mkdir()
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(dict(config, out=str(out), cache=str(tmp_path / "cache"))))
-    path_entries = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path_entries))  # fmt: skip
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GLOBAL_RANK", "RANK"):
-        env.pop(key, None)
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "batch plan changed" not in proc.stderr
-    return out
+    return run_ddp_script(SCRIPT, tmp_path, name, str(tmp_path / "cache"), **config)
 
 
 def _reports(out: Path, world_size: int) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from helpers import sigint_at_default
+from helpers.core_dumps import core_dumps_unavailable, remove_cores, start_heavy_child
 from lightning_zerocopy.pipeline import mps
 
 FAKE = textwrap.dedent(
@@ -254,6 +255,34 @@ def test_supervisor_stops_the_daemon_after_the_owner_dies(fake_mps, sig):
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def test_the_daemon_stops_while_an_aborted_owner_still_writes_its_core(fake_mps, tmp_path):
+    """A SIGABRT makes the kernel write the owner's memory to a core file before it ends (minutes for a CUDA
+    process): the supervisor stops the daemon at once, not when the dump is done (before, it waited)."""
+    reason = core_dumps_unavailable()
+    if reason:
+        pytest.skip(reason)
+    root_dir = str(Path(__file__).resolve().parents[2])
+    owner = start_heavy_child(tmp_path, gib=1.5, code=_OWNER.format(root=root_dir).replace("\n", "; ").strip("; "))
+    try:
+        root, daemon_pid, supervisor_pid = owner.stdout.readline().split()
+        daemon_pid, supervisor_pid = int(daemon_pid), int(supervisor_pid)
+        start = time.monotonic()
+        owner.send_signal(signal.SIGABRT)
+        assert _wait(lambda: not _alive(daemon_pid) or owner.poll() is not None, 60)
+        owner_still_dumping = owner.poll() is None
+        owner.wait(timeout=120)
+        took = time.monotonic() - start
+        if not owner_still_dumping and took < 1.0:
+            pytest.skip(f"the core dump took only {took:.2f} s: too short to observe")
+        assert owner_still_dumping, f"the daemon ran until its owner's {took:.1f} s core dump ended"
+        assert _wait(lambda: not _alive(supervisor_pid), 5) and not Path(root).exists()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        owner.wait()
+        remove_cores(tmp_path)
 
 
 def test_a_sigterm_to_the_whole_job_leaves_the_daemon_until_its_owner_exits(fake_mps):

@@ -151,3 +151,40 @@ def test_slots_allocated_in_inference_mode_stay_writable():
         ring = SlotRing(layout, layout.sizes(data), depth=1, shared=False)
     assert not any(t.is_inference() for t in ring.slots[0].values())
     write_batch(layout, ring.slots[0], data, layout.sizes(data))
+
+
+def test_an_attributes_level_decides_its_axis_when_the_first_batch_has_as_many_nodes_as_edges():
+    """A user's edge attribute on a first batch of 5 nodes and 5 edges: its size alone says nodes; the builder's
+    levels (``PlanSource.field_levels``) say edges, and along which dimension (``[2, E]``: the last)."""
+
+    def batch(nodes: int, edges: int) -> Data:
+        return Data(x=torch.randn(nodes, 2), edge_index=torch.zeros(2, edges, dtype=torch.int64),
+                    n_id=torch.arange(nodes), weight=torch.rand(edges), pair_index=torch.zeros(2, edges))  # fmt: skip
+
+    first, later = batch(5, 5), batch(7, 4)
+    guessed = SlotLayout.from_batch(first)
+    assert {f.name: f.axis for f in guessed.fields}["weight"] == NODES
+    with pytest.raises(ValueError, match="weight|pair_index"):  # the sizes alone guessed wrong
+        guessed.sizes(later)
+    told = SlotLayout.from_batch(first, {"weight": ("edge", 0), "pair_index": ("edge", 1)})
+    axes = {f.name: (f.axis, f.var_dim) for f in told.fields}
+    assert axes["weight"] == (EDGES, 0) and axes["pair_index"] == (EDGES, 1)
+    sizes = told.sizes(later)
+    assert sizes[EDGES] == 4 and sizes[NODES] == 7
+    ring = SlotRing(told, sizes, depth=1, shared=False)
+    write_batch(told, ring.slots[0], later, sizes)
+    _assert_same(ring.view(0, sizes, told.scalars(later)), later)
+
+
+def test_a_typed_batchs_edge_field_with_index_in_its_name_varies_along_its_last_dimension():
+    """PyG's ``HeteroData.__cat_dim__``: ``-1`` for an edge store's field with ``index`` in its name."""
+    from lightning_zerocopy.pipeline.hetero_slots import flatten_hetero
+    from torch_geometric.data import HeteroData
+
+    data = HeteroData()
+    data["a"].x, data["a"].pos_index = torch.randn(3, 2), torch.arange(3)
+    data["a", "r", "a"].edge_index = torch.zeros(2, 6, dtype=torch.int64)
+    data["a", "r", "a"].pair_index = torch.zeros(2, 6, dtype=torch.int64)
+    layout = SlotLayout.from_batch(flatten_hetero(data))
+    dims = {f.name: f.var_dim for f in layout.fields}
+    assert dims == {"n0/x": 0, "n0/pos_index": 0, "e0/edge_index": 1, "e0/pair_index": 1}

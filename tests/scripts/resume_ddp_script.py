@@ -12,7 +12,7 @@ import os
 import sys
 
 import pytorch_lightning as pl
-from ddp_script import TinySAGE  # this script's folder: the one-layer model of the shared-memory DDP test
+from tiny_sage import TinySAGE  # this script's folder
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from lightning_zerocopy import ZeroCopyDataModule

@@ -19,7 +19,7 @@ import pytorch_lightning as pl
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddp_script import TinySAGE  # noqa: E402  (the suite's two-rank DDP model)
+from tiny_sage import TinySAGE  # noqa: E402  (this script's folder)
 
 from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback

@@ -17,6 +17,12 @@ from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.data.host.disk_cache import feature_cache_dir, node_order_cache_dir
 from lightning_zerocopy.data.host.links import link_split_tensors
 from lightning_zerocopy.data.host.share import TypedArrays, share_host_data, shared_node_order, typed_arrays
+from lightning_zerocopy.datasets.attributes import (
+    AttributeChoice,
+    check_attribute_names,
+    check_attribute_rows,
+    select_attributes,
+)
 from lightning_zerocopy.datasets.base import DatasetFileError, InputDataError, out_of_range_edge
 from lightning_zerocopy.datasets.features import check_finite_features
 from lightning_zerocopy.datasets.hetero_links import check_hetero_link_splits
@@ -51,6 +57,8 @@ class HostCopyBuilder:
             (:func:`~lightning_zerocopy.data.host.links.link_split_tensors`) and checked as link splits.
         x_dtype, x_dtype_key: the dtype batches cast ``x`` to, checked once here like ``feature_dtype`` (a value it
             cannot hold, or many it turns into 0; its YAML key for the message).
+        attributes, attributes_key: which node- and edge-level attributes of the dataset reach the batches
+            (``"all"``, ``"none"`` or a list of names) and its YAML key for the messages.
         typed: the dataset is typed: its load errors (the typed contract's checks, which name the type but not the
             dataset) are prefixed with ``key``; an untyped dataset's name their own source (a file, a field).
     """
@@ -71,8 +79,11 @@ class HostCopyBuilder:
         typed: bool = False,
         x_dtype: Optional[FeatureDtype] = None,
         x_dtype_key: str = "x_dtype",
+        attributes: AttributeChoice = "all",
+        attributes_key: str = "attributes",
     ):
         self.dataset = dataset
+        self.attributes, self.attributes_key = attributes, attributes_key
         self.x_dtype, self.x_dtype_key = x_dtype, x_dtype_key
         self.feature_dtype: Optional[FeatureDtype] = feature_dtype
         self.dtype_key = dtype_key
@@ -112,6 +123,10 @@ class HostCopyBuilder:
             raise InputDataError(f"{self._where}: {exc}") from exc
         arrays = typed_arrays(data)
         self._check(arrays)
+        chosen = select_attributes(arrays.attributes, self.attributes, self.attributes_key)
+        check_attribute_names(chosen, self._where, f"{self.attributes_key} (the names to keep, or none)", self.link)
+        num_edges = {et: int(ei.shape[1]) for et, ei in arrays.edge_index.items()}
+        check_attribute_rows(chosen, arrays.num_nodes, num_edges, self._where)  # the ones left out are not read
         cache_dir = node_order_cache_dir(self.dataset, self.node_order)
         dtype = None if self.feature_dtype is None else feature_dtype_of(self.feature_dtype, self.dtype_key)
         try:
@@ -119,6 +134,7 @@ class HostCopyBuilder:
                 data, self.feature_storage, node_order=self.node_order, cache_dir=cache_dir, order=self._order,
                 splits=link_split_tensors(data) if self.link else None, feature_dtype=dtype,
                 feature_dir=feature_cache_dir(self.dataset, self.node_order, dtype), dtype_key=self.dtype_key,
+                attributes=chosen,
             )  # fmt: skip
         except FeatureRangeError as exc:
             raise InputDataError(f"{self._where} {exc}") from exc

@@ -50,7 +50,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from lightning_zerocopy.data.handles import HostGraphHandles, NodeOrderHandles
+from lightning_zerocopy.data.handles import AttributeHandle, HostGraphHandles, NodeOrderHandles
 from lightning_zerocopy.data.host.disk_cache import (
     _check_cache_matches,
     _feature_file_handle,
@@ -58,6 +58,7 @@ from lightning_zerocopy.data.host.disk_cache import (
     feature_file,
 )
 from lightning_zerocopy.data.host.relabel import _compute_order, _labels, _relabel_rows_into, _Steps
+from lightning_zerocopy.datasets.attributes import Attribute, AttributeKey
 from lightning_zerocopy.gather.host_table import (
     FeatureOverflowError,
     FeatureTableHandle,
@@ -100,6 +101,7 @@ class TypedArrays:
         x_files: the ``.npy`` file each type's ``x`` is mapped from, where there is one.
         y: the input type's labels, or ``None``.
         data: the dataset's own object (node-order caches and splits read it).
+        attributes: its other node- and edge-level tensors (an untyped dataset's ``edge_attr`` among them).
     """
 
     schema: GraphSchema
@@ -109,18 +111,22 @@ class TypedArrays:
     x_files: dict[str, str]
     y: Optional[torch.Tensor]
     data: Any
+    attributes: dict[AttributeKey, Attribute]
 
 
 def typed_arrays(data: Any) -> TypedArrays:
     """The arrays of a loaded dataset keyed by type: a typed one's as they are, an untyped one's as its one type."""
+    attributes = dict(getattr(data, "attributes", None) or {})
     if isinstance(data.edge_index, Mapping):  # HeteroNodeData / HeteroLinkData
         input_type = getattr(data, "input_type", None)
         schema = GraphSchema.typed(list(data.num_nodes), list(data.edge_index), input_type)
         return TypedArrays(schema, dict(data.num_nodes), {tuple(k): v for k, v in data.edge_index.items()},
-                           dict(data.x), dict(data.x_files), _labels(data), data)  # fmt: skip
+                           dict(data.x), dict(data.x_files), _labels(data), data, attributes)  # fmt: skip
     files = {} if data.x_file is None else {NODE: data.x_file}
+    if getattr(data, "edge_attr", None) is not None:  # the untyped contract's edge features: one more attribute
+        attributes[AttributeKey("edge", EDGE, "edge_attr")] = Attribute(data.edge_attr)
     return TypedArrays(GraphSchema.untyped(), {NODE: int(data.num_nodes)}, {EDGE: data.edge_index}, {NODE: data.x},
-                       files, _labels(data), data)  # fmt: skip
+                       files, _labels(data), data, attributes)  # fmt: skip
 
 
 def type_feature_dir(base: Optional[os.PathLike], schema: GraphSchema, node_type: str) -> Optional[Path]:
@@ -142,6 +148,7 @@ def share_host_data(
     feature_dtype: Optional[torch.dtype] = None,
     feature_dir: Optional[os.PathLike] = None,
     dtype_key: str = "feature_dtype",
+    attributes: Optional[Mapping[AttributeKey, Attribute]] = None,
 ) -> HostGraphHandles:
     """Build the CSC of every edge type of ``data`` and copy graphs, features, labels and splits into shared memory.
 
@@ -160,6 +167,8 @@ def share_host_data(
         feature_dir: where ``mmap`` storage keeps the features cast to ``feature_dtype`` (a typed graph's in
             ``<feature_dir>-<node type>``); needed for ``mmap`` when ``feature_dtype`` differs from the dataset's.
         dtype_key: how errors name ``feature_dtype`` (e.g. its YAML key).
+        attributes: the node- and edge-level attributes to share (rows first, in the dataset's ids; each one
+            segment); default: all of :func:`typed_arrays`'.
 
     Returns:
         The handles. The caller owns the segments and must call ``handles.unlink()`` once every local process has
@@ -255,7 +264,9 @@ def share_host_data(
         if splits is None:
             splits = {name: arrays.data.split(name).to(torch.int64) for name in ("train", "val", "test")}
         shared_splits = {name: share(tensor, f"{name.replace('.', '_')}_idx") for name, tensor in splits.items()}
-        edge_attr = getattr(arrays.data, "edge_attr", None)
+        chosen = arrays.attributes if attributes is None else attributes
+        shared_attributes = tuple((key, AttributeHandle(share(a.rows, f"attr_{index}"), a.dim))
+                                  for index, (key, a) in enumerate(chosen.items()))  # fmt: skip
         handles = HostGraphHandles(
             schema=schema,
             num_nodes=tuple((t, int(n)) for t, n in arrays.num_nodes.items()),
@@ -263,7 +274,7 @@ def share_host_data(
             tables=tuple(tables.items()),  # the dataset's order of featured types
             labels=labels,
             splits=shared_splits,
-            edge_attr=share(edge_attr, "edge_attr") if edge_attr is not None else None,
+            attributes=shared_attributes,
             node_order=order_handles,
         )
         undo.pop_all()  # success: the caller owns the segments now

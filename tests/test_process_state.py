@@ -1,0 +1,52 @@
+"""Whether a process runs: gone, zombie, and dying while it writes its core dump."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.core_dumps import core_dumps_unavailable, remove_cores, start_heavy_child
+from lightning_zerocopy.process_state import process_alive, process_dying
+
+
+def test_a_running_process_is_alive_and_an_unreaped_exited_one_is_not() -> None:
+    assert process_alive(os.getpid()) and not process_dying(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child.pid}").exists() and process_alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not process_alive(child.pid)  # a zombie until waited for
+    child.wait()
+    assert not process_alive(child.pid) and not process_dying(child.pid)
+
+
+def test_a_process_writing_its_core_dump_is_dying_before_it_ends(tmp_path: Path) -> None:
+    """Before, a watcher saw such a process as alive until the whole core was written."""
+    reason = core_dumps_unavailable()
+    if reason:
+        pytest.skip(reason)
+    child = start_heavy_child(tmp_path, gib=1.5)
+    try:
+        assert process_alive(child.pid)
+        start = time.monotonic()
+        child.send_signal(signal.SIGABRT)
+        seen_dying_while_there = False
+        while child.poll() is None:
+            if not process_alive(child.pid) and Path(f"/proc/{child.pid}").exists():
+                seen_dying_while_there = True
+            time.sleep(0.005)
+        took = time.monotonic() - start
+        if not seen_dying_while_there and took < 0.5:
+            pytest.skip(f"the core dump took only {took:.2f} s: too short to observe")
+        assert seen_dying_while_there, f"alive during its whole {took:.1f} s core dump"
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        remove_cores(tmp_path)
