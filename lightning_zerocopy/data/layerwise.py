@@ -194,7 +194,7 @@ class LayerwisePass:
         """The one-hop block of destination nodes ``ids`` and the feature bytes it read: ``x`` from the features
         (layer 0), from the previous layer's tables, or zeros of the given widths (a shape probe)."""
         typed = self.schema.is_typed
-        item = (_TypedItem(ids, ids, 0, 0, 0, 0, node_type) if typed else PlanItem(ids, ids, 0, 0, 0, 0))
+        item = (_TypedItem(ids, ids, 0, 0, 0, 0, node_type=node_type) if typed else PlanItem(ids, ids, 0, 0, 0, 0))
         sampled = self.builder.sample_batch(item)
         read = 0
         if layer == 0:
