@@ -25,6 +25,7 @@ from typing import Any, Optional
 import torch
 
 from benchmarks.common.rows import RowUnavailable
+from benchmarks.e2e.rows import MODELS as E2E_MODELS
 
 __all__ = ["MODELS", "PRESETS", "ROWS", "InferenceRow", "Preset", "run_row"]
 
@@ -45,7 +46,9 @@ ROWS: dict[str, InferenceRow] = {row.name: row for row in [
 ]}  # fmt: skip
 
 #: name: (hidden, layers, fanouts of the sampled row) -- the e2e benchmark's light and heavy models
-MODELS: dict[str, tuple[int, int, tuple[int, ...]]] = {"light": (128, 2, (10, 5)), "heavy": (256, 3, (15, 10, 5))}
+MODELS: dict[str, tuple[int, int, tuple[int, ...]]] = {
+    name: (E2E_MODELS[name].hidden, E2E_MODELS[name].layers, E2E_MODELS[name].fanouts) for name in ("light", "heavy")
+}
 
 
 @dataclass(frozen=True)

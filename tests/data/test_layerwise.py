@@ -20,6 +20,7 @@ from torch_geometric.nn.models import GraphSAGE as PyGGraphSAGE
 
 from helpers.hetero import PAPER, TinyHeteroDataset
 from helpers.layerwise import run_pass
+from helpers.layerwise_user import UserGNN
 from lightning_zerocopy import ZeroCopyDataModule, ZeroCopyHeteroDataModule
 from lightning_zerocopy.data.layer_tables import LayerTable
 from lightning_zerocopy.data.layerwise_options import LayerwiseOptions
@@ -32,17 +33,6 @@ from lightning_zerocopy.options import RecipeError, RunEnvironmentError
 TOL = dict(atol=1e-5, rtol=1e-5)
 CPU = torch.device("cpu")
 FEATURES = 8
-
-
-class UserGNN(pl.LightningModule):
-    """A user's module built on a PyG BasicGNN, without the contract's methods (found through its BasicGNN)."""
-
-    def __init__(self, gnn: torch.nn.Module) -> None:
-        super().__init__()
-        self.gnn = gnn
-
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        return self.gnn(x, edge_index)
 
 
 def _with_running_stats(net: torch.nn.Module) -> torch.nn.Module:

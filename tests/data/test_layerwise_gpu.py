@@ -20,6 +20,7 @@ from torch_geometric.nn.models import GIN
 
 from helpers.hetero import PAPER, TinyHeteroDataset
 from helpers.layerwise import run_pass
+from helpers.layerwise_user import UserGNN
 from lightning_zerocopy import ZeroCopyDataModule, ZeroCopyHeteroDataModule
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.models import GAT, GraphSAGE, HeteroNodeClassifier
@@ -29,17 +30,6 @@ pytestmark = pytest.mark.cuda
 GPU_TOL = dict(atol=1e-4, rtol=1e-4)
 FEATURES = 8
 CUDA = torch.device("cuda", 0)
-
-
-class UserGNN(pl.LightningModule):
-    """A user's module holding a PyG BasicGNN, without the contract's methods."""
-
-    def __init__(self, gnn: torch.nn.Module) -> None:
-        super().__init__()
-        self.gnn = gnn
-
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        return self.gnn(x, edge_index)
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,6 @@
-"""A user's LightningModule built on a PyG ``BasicGNN`` as PyG's examples write one: no layer-wise methods of its own
-(``tests/test_cli_layerwise.py`` predicts with it layer-wise from the command, unchanged)."""
+"""A user's LightningModules built on a PyG ``BasicGNN`` as PyG's examples write them, with no layer-wise methods of
+their own (``tests/test_cli_layerwise.py`` predicts with :class:`UserSAGE` layer-wise from the command, unchanged;
+``tests/data/test_layerwise*.py`` wrap any BasicGNN in :class:`UserGNN`)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,14 @@ class UserSAGE(pl.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=0.01)
+
+
+class UserGNN(pl.LightningModule):
+    """A user's module holding any PyG BasicGNN, without the contract's methods (found through its BasicGNN)."""
+
+    def __init__(self, gnn: torch.nn.Module) -> None:
+        super().__init__()
+        self.gnn = gnn
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.gnn(x, edge_index)
