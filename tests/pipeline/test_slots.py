@@ -164,8 +164,9 @@ def test_an_attributes_level_decides_its_axis_when_the_first_batch_has_as_many_n
     first, later = batch(5, 5), batch(7, 4)
     guessed = SlotLayout.from_batch(first)
     assert {f.name: f.axis for f in guessed.fields}["weight"] == NODES
-    # the sizes alone guessed wrong: the nodes axis no longer agrees (which field is named first follows set order)
-    with pytest.raises(ValueError, match=r"rows along axis 'nodes', but another field of that axis has"):
+    # the sizes alone guessed wrong: the nodes axis or pair_index's fixed shape no longer fits (which is found first
+    # follows set order)
+    with pytest.raises(ValueError, match=r"rows along axis 'nodes', but another field|'pair_index' has shape \(2, 4\)"):
         guessed.sizes(later)
     told = SlotLayout.from_batch(first, {"weight": ("edge", 0), "pair_index": ("edge", 1)})
     axes = {f.name: (f.axis, f.var_dim) for f in told.fields}
