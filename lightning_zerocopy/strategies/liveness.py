@@ -304,9 +304,10 @@ class RankLiveness:
             os._exit(1)
 
     def _end_now(self, dead: RankInfo) -> None:
-        """A rank whose GPU memory this process reads is gone: see :meth:`depend_on`."""
+        """A rank whose GPU memory this process reads is gone: see :meth:`depend_on`. The line is the run's error
+        line, as the command writes one for an exception (no exception path runs here)."""
         print(
-            f"[ZeroCopyDDPStrategy] rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
+            f"error: rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
             f"was running, and the GPU memory of it that rank {self.me.rank} reads went with it: stopping rank "
             f"{self.me.rank} now",
             file=sys.stderr,

@@ -108,7 +108,8 @@ def test_a_pipeline_on_a_gpu_trainer_yields_the_attributes(tmp_path: Path, mode:
 
     class _Record(pl.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-            seen.append({"batch": batch.cpu(), "attributes": _cpu(batch)})
+            # a copy: PyG's Data.cpu() moves the batch itself, and the training step would get CPU tensors
+            seen.append({"batch": batch.clone().cpu(), "attributes": _cpu(batch)})
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

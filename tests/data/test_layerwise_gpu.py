@@ -168,10 +168,12 @@ def test_the_gpu_holds_a_batchs_working_set_only(tmp_path: Path) -> None:
 
 
 def test_a_graph_beyond_the_gpus_allowance_runs(tmp_path: Path) -> None:
-    """The caching allocator capped below the features alone (``set_per_process_memory_fraction``): the pass runs."""
-    width = 128
-    dataset = _dataset(tmp_path, 120_000, width)
-    features = 120_000 * width * 4
+    """The caching allocator capped below the features alone (``set_per_process_memory_fraction``): the pass runs.
+    The graph is large enough that half its features leave room for the allocator's 20 MiB segments (a 2 MiB block
+    takes one): at 120,000 nodes the 30 MiB left once failed on such a segment (2 x H200, 2026-11-28)."""
+    width, num_nodes = 128, 400_000
+    dataset = _dataset(tmp_path, num_nodes, width)
+    features = num_nodes * width * 4
     dm = _on_gpu(ZeroCopyDataModule(dataset, fanouts=[4, 4], batch_size=64, num_threads=1, sampler_placement="uva"))
     total = torch.cuda.get_device_properties(CUDA).total_memory
     try:
@@ -185,7 +187,7 @@ def test_a_graph_beyond_the_gpus_allowance_runs(tmp_path: Path) -> None:
             result = run_pass(dm, net, CUDA, storage="host", batch_size=512, max_batch_edges=4096)
         finally:
             torch.cuda.set_per_process_memory_fraction(1.0, CUDA)
-        assert result.tables["_N"].data.shape == (120_000, 3) and torch.isfinite(result.tables["_N"].data).all()
+        assert result.tables["_N"].data.shape == (num_nodes, 3) and torch.isfinite(result.tables["_N"].data).all()
         result.close()
     finally:
         dm.teardown()

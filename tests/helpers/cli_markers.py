@@ -1,16 +1,21 @@
 """A callback that CLI fault tests add to a recipe (``--trainer.callbacks+=helpers.cli_markers.MarkTraining``): each
 rank writes ``pid<rank>`` at setup (``processes<rank>.json``: ``{"pid", "worker_pid", "mps_daemon_pid"}`` once training
 runs) and ``training<rank>`` at its second training batch into ``$LZC_TEST_MARKERS``, then sleeps a little per batch, so
-that a test can interrupt training mid-epoch."""
+that a test can interrupt training mid-epoch. A test that writes ``abort<rank>`` there makes that rank call ``abort()``
+at its next batch, as a C++ ``std::terminate`` does (a SIGABRT sent from outside is not the same fault: a library may
+catch it and carry on)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
 from pytorch_lightning.callbacks import Callback
+
+from helpers.signal_handlers import native_handler
 
 
 class MarkTraining(Callback):
@@ -25,13 +30,16 @@ class MarkTraining(Callback):
         if batch_idx == 1:
             (self.out / f"processes{trainer.global_rank}.json").write_text(json.dumps(_processes(trainer)))
             (self.out / f"training{trainer.global_rank}").touch()
+        if (self.out / f"abort{trainer.global_rank}").exists():
+            os.abort()
         time.sleep(self.dawdle)
 
 
 def _processes(trainer) -> dict:
     from lightning_zerocopy.callbacks import PipelineCallback
 
-    found = {"pid": os.getpid(), "worker_pid": None, "mps_daemon_pid": None, "mps_root": None}
+    found = {"pid": os.getpid(), "worker_pid": None, "mps_daemon_pid": None, "mps_root": None,
+             "sigabrt_handler": native_handler(signal.SIGABRT)}
     pipeline = next((cb for cb in trainer.callbacks if isinstance(cb, PipelineCallback)), None)
     if pipeline is not None and pipeline.client is not None:
         found["worker_pid"] = getattr(pipeline.client.transport, "pid", None)
