@@ -43,6 +43,8 @@ mkdir -p "$OUT"
 stages=",${GPU_CHECK_STAGES:-build,tests,gather,sampling},"
 commit="${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 export PYTHONUNBUFFERED=1
+# every failing test's report, written when it fails (tests/conftest.py): a stage cut by its timeout keeps them
+export LZC_TEST_FAILURE_LOG="${LZC_TEST_FAILURE_LOG:-$OUT/failures.log}"
 # The extension is built in place, not installed: subprocesses that tests start (DDP ranks, worker scripts, the
 # CLI entry point) find the package through PYTHONPATH.
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"

@@ -9,6 +9,9 @@ them); ``REQUIRE_TWO_GPUS=1`` turns a skipped one into a failure on a two-GPU ma
 ``LZC_TEST_STACKS_AFTER_S=N`` writes every thread's stack of the pytest process to ``LZC_TEST_STACKS_FILE``
 (default ``test_stacks.log``; a file, since pytest captures stderr) when one test has run for N seconds, and again
 every N seconds while it runs, so a test that hangs shows where it waits even if a timeout kills the run.
+
+``LZC_TEST_FAILURE_LOG=PATH`` appends each failure's report to PATH as soon as the test fails, so a run cut by a
+time limit before pytest's summary still says why each test failed (the GPU sessions set it).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ REQUIRE_CUDA = os.environ.get("REQUIRE_CUDA", "0") == "1"
 REQUIRE_TWO_GPUS = os.environ.get("REQUIRE_TWO_GPUS", "0") == "1"
 STACKS_AFTER_S = float(os.environ.get("LZC_TEST_STACKS_AFTER_S", "0") or 0)
 STACKS_FILE = os.environ.get("LZC_TEST_STACKS_FILE", "test_stacks.log")
+FAILURE_LOG = os.environ.get("LZC_TEST_FAILURE_LOG", "")
 _stacks_log = None
 
 
@@ -73,6 +77,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if REQUIRE_TWO_GPUS and "two_gpus" in item.keywords and report.skipped:
         report.outcome = "failed"
         report.longrepr = f"REQUIRE_TWO_GPUS=1 but this two-GPU test was skipped: {report.longrepr}"
+    if FAILURE_LOG and report.failed:
+        with open(FAILURE_LOG, "a") as log:
+            log.write(f"==== {report.nodeid} ({report.when}) failed\n{report.longreprtext}\n")
+            for name, text in report.sections:  # captured stdout/stderr/log of the test
+                log.write(f"---- {name}\n{text[-20000:]}\n")
 
 
 @pytest.hookimpl(hookwrapper=True)
