@@ -294,7 +294,7 @@ class RankLiveness:
                 print(f"[ZeroCopyDDPStrategy] {self.message}", file=sys.stderr, flush=True)
             # the exception path gets `grace` seconds (it may itself wait in a collective with the dead rank, or the
             # rendezvous may hold the main thread in native code, where no Python signal handler runs)
-            threading.Event().wait(self.grace)
+            self._wait_out_grace()
             print(
                 f"[ZeroCopyDDPStrategy] {self.message}; rank {self.me.rank} did not exit within {self.grace:.0f} s: "
                 "exiting",
@@ -303,11 +303,24 @@ class RankLiveness:
             )
             os._exit(1)
 
-    def _end_now(self, dead: RankInfo) -> None:
-        """A rank whose GPU memory this process reads is gone: see :meth:`depend_on`. The line is the run's error
-        line, as the command writes one for an exception (no exception path runs here)."""
+    def _wait_out_grace(self) -> None:
+        """``grace`` seconds for this rank's exception path, cut short by :meth:`_end_now` when a rank whose GPU
+        memory this process reads exits meanwhile: after that, the exception path's CUDA calls may never return
+        (a peer that failed and announced it is still alive when this rank starts stopping, and exits soon after)."""
+        deadline = time.monotonic() + self.grace
+        while (left := deadline - time.monotonic()) > 0:
+            gone = next((p for p in self.peers if p.rank in self._mapped and not self._alive(p.pid)), None)
+            if gone is not None:
+                self._end_now(gone, named=True)
+            time.sleep(min(self.interval, left))
+
+    def _end_now(self, dead: RankInfo, named: bool = False) -> None:
+        """A rank whose GPU memory this process reads is gone: see :meth:`depend_on`. Unless this rank already
+        stops on that rank's account (``named``: its error line says so), the line is the run's error line, as the
+        command writes one for an exception (no exception path runs here)."""
+        prefix = "[ZeroCopyDDPStrategy] " if named else "error: "
         print(
-            f"error: rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
+            f"{prefix}rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
             f"was running, and the GPU memory of it that rank {self.me.rank} reads went with it: stopping rank "
             f"{self.me.rank} now",
             file=sys.stderr,

@@ -178,3 +178,41 @@ def test_a_gone_rank_whose_memory_this_process_maps_ends_it_at_once(tmp_path) ->
     assert proc.returncode == 1 and time.monotonic() - start < 10, out + err
     assert err.startswith("error: rank 1 (pid 999999 on h) exited while rank 0 was running") and "went with it" in err, err
     assert err.count("\n") == 1 and "still here" not in out
+
+
+def test_a_mapped_peer_exiting_after_its_note_ends_a_hung_exception_path_at_once(tmp_path) -> None:
+    """Rank 1 fails (its exit note names why), rank 0 starts stopping on its account, then rank 1 exits and frees
+    the shard rank 0 reads: rank 0's exception path, which may now wait forever in a CUDA call, is not given the
+    rest of ``grace``; the watch ends the process at once (the two-GPU ``kill_worker1`` case)."""
+    from lightning_zerocopy.strategies import liveness
+
+    script = tmp_path / "hung.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from lightning_zerocopy.strategies.liveness import PeerRankExited, RankInfo, RankLiveness\n"
+        "class Store:\n"
+        f"    notes = {{{liveness._NOTE_KEY.format(rank=1)!r}: b'its pipeline worker was killed by SIGKILL'}}\n"
+        "    def check(self, keys): return all(k in self.notes for k in keys)\n"
+        "    def get(self, key): return self.notes[key]\n"
+        "    def set(self, key, value): self.notes[key] = value\n"
+        "exited = {}\n"
+        "def alive(pid):\n"
+        "    return not (pid == 999999 and 'at' in exited and time.monotonic() > exited['at'])\n"
+        "me = RankInfo(0, 'h', os.getpid())\n"
+        "watch = RankLiveness(me, [me, RankInfo(1, 'h', 999999)], interval=0.05, grace=60, alive=alive, store=Store())\n"
+        "watch.depend_on({0, 1})\n"
+        "watch.start()\n"
+        "try:\n"
+        "    time.sleep(30)\n"
+        "except PeerRankExited as error:\n"
+        "    print('stopping:', error, flush=True)\n"
+        "    exited['at'] = time.monotonic() + 0.5\n"
+        "    time.sleep(30)  # an exception path stuck in a call that a freed shard never lets return\n"
+        "print('still here', flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    start = time.monotonic()
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 1 and time.monotonic() - start < 15, out + err
+    assert "stopping: rank 1 (pid 999999 on h) failed while rank 0 was running" in out, out + err
+    assert "went with it: stopping rank 0 now" in err and "error:" not in err and "still here" not in out, out + err
