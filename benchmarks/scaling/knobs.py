@@ -86,6 +86,8 @@ KNOBS: dict[str, Knob] = {
     "worker_sm_percent": Knob("run", _percent, "the pipeline worker's MPS share (the trainer gets the rest)"),
     "mps": Knob("run", _switch, "ranks as MPS clients with the trainer's share, with or without a worker"),
     "comm_timing": Knob("run", _switch, "time each bucket's all-reduce through a DDP comm hook"),
+    "sync_debug_steps": Knob("run", _positive_int, "data-phase steps whose synchronizing CUDA calls are counted by "
+                             "caller (benchmarks.scaling.sync_finder)"),
 }
 
 

@@ -40,7 +40,7 @@ from torch_geometric.nn.models.basic_gnn import BasicGNN
 
 from lightning_zerocopy.options import RecipeError
 
-__all__ = ["BasicGNNLayers", "basic_gnn_layers", "layerwise_module"]
+__all__ = ["BasicGNNLayers", "LayerwiseByBasicGNN", "basic_gnn_layers", "layerwise_module"]
 
 _HINT = ("add layerwise_layers() (its number of layers; on a typed graph, per layer the node types it outputs) and "
          "layerwise_step(layer, block) (that layer's outputs of the block's first batch_size nodes; see "
@@ -124,3 +124,26 @@ def basic_gnn_layers(net: nn.Module, owner: str) -> BasicGNNLayers:
         raise RecipeError(f"{owner} is a {type(net).__name__}, not a PyG BasicGNN, so it cannot run layer-wise "
                           f"(data.init_args.predict_mode: layerwise): {_HINT}")  # fmt: skip
     return BasicGNNLayers(net, owner)
+
+
+class LayerwiseByBasicGNN:
+    """The layer-wise contract of a module that runs one PyG ``BasicGNN`` (the reference models' ``net`` or
+    ``encoder``): its layers run as PyG's ``BasicGNN.inference`` runs them; any other net gets one line saying what
+    to add. A subclass names the net in :meth:`_layerwise_net`."""
+
+    def _layerwise_net(self) -> tuple[nn.Module, str]:
+        """The ``BasicGNN`` and how to name it in errors."""
+        raise NotImplementedError
+
+    def layerwise_layers(self) -> int:
+        """How many layers the net runs layer-wise."""
+        return self._layerwise().layerwise_layers()
+
+    def layerwise_step(self, layer: int, block: Any) -> torch.Tensor:
+        """Layer ``layer``'s rows of ``block``'s first ``batch_size`` nodes (the last layer's: logits or embeddings)."""
+        return self._layerwise().layerwise_step(layer, block)
+
+    def _layerwise(self) -> BasicGNNLayers:
+        if getattr(self, "_layerwise_layers", None) is None:
+            self._layerwise_layers = basic_gnn_layers(*self._layerwise_net())
+        return self._layerwise_layers

@@ -29,7 +29,7 @@ from lightning_zerocopy.models.link_scorer import (
     num_positives,
     sigmoid_by_value,
 )
-from lightning_zerocopy.models.layerwise import BasicGNNLayers, basic_gnn_layers
+from lightning_zerocopy.models.layerwise import LayerwiseByBasicGNN
 from lightning_zerocopy.models.trim import batch_hop_counts, can_trim
 
 __all__ = ["LinkPredictor", "batch_mode", "num_positives", "sigmoid_by_value"]
@@ -54,7 +54,7 @@ class MLPDecoder(nn.Module):
         return self.mlp(z_src * z_dst).squeeze(-1)
 
 
-class LinkPredictor(LinkScorer):
+class LinkPredictor(LayerwiseByBasicGNN, LinkScorer):
     """GraphSAGE encoder + dot/MLP decoder trained on link batches (see the module docstring).
 
     Labels: an edge is a positive when its ``edge_label`` is above 0 (PyG's convention: negatives are 0; labels the
@@ -136,19 +136,8 @@ class LinkPredictor(LinkScorer):
         return self.encoder(hops.x, hops.edge_index, num_sampled_nodes_per_hop=hops.nodes_per_hop,
                             num_sampled_edges_per_hop=hops.edges_per_hop)  # fmt: skip
 
-    def layerwise_layers(self) -> int:
-        """Layer-wise node embeddings (:mod:`~lightning_zerocopy.models.layerwise`): the encoder's layers, run as PyG's
-        ``BasicGNN.inference`` runs them (an encoder that is no ``BasicGNN`` gets one line saying what to add)."""
-        return self._layerwise().layerwise_layers()
-
-    def layerwise_step(self, layer: int, block: Any) -> torch.Tensor:
-        """Encoder layer ``layer``'s rows of ``block``'s first ``batch_size`` nodes (the last: their embeddings)."""
-        return self._layerwise().layerwise_step(layer, block)
-
-    def _layerwise(self) -> BasicGNNLayers:
-        if getattr(self, "_layerwise_layers", None) is None:
-            self._layerwise_layers = basic_gnn_layers(self.encoder, "LinkPredictor's encoder")
-        return self._layerwise_layers
+    def _layerwise_net(self) -> tuple[nn.Module, str]:
+        return self.encoder, "LinkPredictor's encoder"
 
     def score(self, z: torch.Tensor, edge_label_index: torch.Tensor) -> torch.Tensor:
         """Logits of the node pairs ``edge_label_index`` (local ids, ``[2, M]``)."""

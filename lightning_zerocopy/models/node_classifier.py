@@ -22,14 +22,14 @@ from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import nn
 
-from lightning_zerocopy.models.layerwise import BasicGNNLayers, basic_gnn_layers
+from lightning_zerocopy.models.layerwise import LayerwiseByBasicGNN
 from lightning_zerocopy.models.seed_classifier import SeedClassifier
 from lightning_zerocopy.models.trim import batch_hop_counts, can_trim
 
 __all__ = ["NodeClassifier"]
 
 
-class NodeClassifier(SeedClassifier):
+class NodeClassifier(LayerwiseByBasicGNN, SeedClassifier):
     """Cross-entropy training of ``net(x, edge_index)`` on the seed nodes of each mini-batch.
 
     Subclasses build ``net`` (any module taking ``(x, edge_index)`` and returning per-node logits).
@@ -90,19 +90,8 @@ class NodeClassifier(SeedClassifier):
         return self.net(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes_per_hop,
                         num_sampled_edges_per_hop=num_sampled_edges_per_hop)  # fmt: skip
 
-    def layerwise_layers(self) -> int:
-        """Layer-wise predictions (:mod:`~lightning_zerocopy.models.layerwise`): the net's layers, run as PyG's
-        ``BasicGNN.inference`` runs them (a net that is no ``BasicGNN`` gets one line saying what to add)."""
-        return self._layerwise().layerwise_layers()
-
-    def layerwise_step(self, layer: int, block: Any) -> torch.Tensor:
-        """Layer ``layer``'s logits or hidden rows of ``block``'s first ``batch_size`` nodes."""
-        return self._layerwise().layerwise_step(layer, block)
-
-    def _layerwise(self) -> BasicGNNLayers:
-        if getattr(self, "_layerwise_layers", None) is None:
-            self._layerwise_layers = basic_gnn_layers(self.net, f"{type(self).__name__}'s net")
-        return self._layerwise_layers
+    def _layerwise_net(self) -> tuple[nn.Module, str]:
+        return self.net, f"{type(self).__name__}'s net"
 
     def _seed_store(self, batch: Any) -> Any:
         return batch
