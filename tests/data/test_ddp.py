@@ -6,7 +6,6 @@ both ranks; CPU ranks place nothing); another host-memory consumer is refused in
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers.ddp_jobs import run_ddp_script
+from helpers.ddp_jobs import rank_reports, run_ddp_script, shm_names
 from helpers.hetero import TinyHeteroDataset
 from helpers.kinds import NODE_KINDS
 from lightning_zerocopy import ZeroCopyHeteroDataModule
@@ -29,9 +28,6 @@ UNTYPED, TYPED = NODE_KINDS
 BATCH_SIZE = 16  # the script's, of the typed kind (the untyped: 64)
 
 
-def _shm() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
 
 def _run(tmp_path: Path, name: str, **config: Any) -> Path:
     """Run the script with ``config`` (its ``out`` is ``tmp_path/name``, the dataset cache shared by the runs of a
@@ -39,15 +35,12 @@ def _run(tmp_path: Path, name: str, **config: Any) -> Path:
     return run_ddp_script(SCRIPT, tmp_path, name, str(tmp_path / "cache"), **config)
 
 
-def _reports(out: Path, world_size: int) -> list[dict[str, Any]]:
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world_size)]
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "strategy"), [(TYPED, "ddp"), (TYPED, "zerocopy_ddp"), (UNTYPED, "ddp")], ids=str)
 def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_seed_shares(tmp_path: Path, kind, strategy: str) -> None:
-    before = _shm()
-    reports = _reports(_run(tmp_path, "fit", kind=str(kind), devices=2, strategy=strategy, cache_budget=0), 2)
+    before = shm_names()
+    reports = rank_reports(_run(tmp_path, "fit", kind=str(kind), devices=2, strategy=strategy, cache_budget=0), 2)
     assert [r["world_size"] for r in reports] == [2, 2] and reports[0]["pid"] != reports[1]["pid"]
 
     # one set of segments: every rank maps all of them (each edge type's CSC, each featured type's table, labels,
@@ -68,7 +61,7 @@ def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_seed_shares(tmp_pa
     assert len(train) - len(shares[0]) - len(shares[1]) < 2 * (BATCH_SIZE if kind.typed else 64)
 
     pids = {str(r["pid"]) for r in reports}
-    left = {n for n in _shm() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids)}
+    left = {n for n in shm_names() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids)}
     assert not left, left
 
 
@@ -92,11 +85,11 @@ def test_predictions_on_two_ranks_are_one_ranks_bitwise(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("before", "after", "epoch_step"), [(1, 2, 6), (2, 1, 3)])
 def test_resume_on_another_world_size_trains_each_seed_of_the_epoch_once(tmp_path: Path, before: int, after: int,
                                                                          epoch_step: int) -> None:  # fmt: skip
-    first = _reports(_run(tmp_path, "first", devices=before, max_epochs=2, drop_last=False, every_n_steps=3), before)
+    first = rank_reports(_run(tmp_path, "first", devices=before, max_epochs=2, drop_last=False, every_n_steps=3), before)
     step = first[0]["steps_per_epoch"] + epoch_step  # epoch 1, after `epoch_step` batches
     ckpt = tmp_path / "first" / "ckpt" / f"step={step}.ckpt"
     assert ckpt.exists(), sorted(os.listdir(ckpt.parent))
-    resumed = _reports(_run(tmp_path, "resumed", devices=after, max_epochs=3, drop_last=False, ckpt=str(ckpt)), after)
+    resumed = rank_reports(_run(tmp_path, "resumed", devices=after, max_epochs=3, drop_last=False, ckpt=str(ckpt)), after)
 
     epoch_seeds = {s for r in first for e, _, _, seeds in r["batches"] if e == 1 for s in seeds}
     trained_before = [s for r in first for e, i, _, seeds in r["batches"] if e == 1 and i < epoch_step for s in seeds]
@@ -130,8 +123,8 @@ def test_the_strategy_with_a_cache_takes_heterogeneous_builders_and_other_consum
 @pytest.mark.slow
 @pytest.mark.parametrize("ranking", ["degree", "presample"])
 def test_two_ranks_decide_one_cache_over_typed_rows_and_train(tmp_path: Path, ranking: str) -> None:
-    before = _shm()
-    reports = _reports(_run(tmp_path, "fit", devices=2, strategy="zerocopy_ddp", cache_budget="4KiB",
+    before = shm_names()
+    reports = rank_reports(_run(tmp_path, "fit", devices=2, strategy="zerocopy_ddp", cache_budget="4KiB",
                             cache_ranking=ranking), 2)  # fmt: skip
     caches = [r["cache"] for r in reports]
     assert caches[0] == caches[1]  # the same plans on both ranks (CPU ranks: decided, nothing placed)
@@ -139,7 +132,7 @@ def test_two_ranks_decide_one_cache_over_typed_rows_and_train(tmp_path: Path, ra
     assert 0 < sum(caches[0]["rows"].values()) and caches[0]["bytes_per_gpu"] <= 4096
     shares = [[s for _, _, _, seeds in r["batches"] for s in seeds] for r in reports]
     assert len(shares[0]) == len(shares[1]) > 0 and not set(shares[0]) & set(shares[1])
-    assert not {n for n in _shm() - before if n.startswith(f"lzc-{reports[0]['pid']}-")}
+    assert not {n for n in shm_names() - before if n.startswith(f"lzc-{reports[0]['pid']}-")}
 
 
 # ---- two GPUs (NCCL, GPU sampler, zero-copy gather through the typed cache; every batch checked) ---------------------
@@ -155,8 +148,8 @@ def test_a_clique_on_two_gpus_shards_every_type_reads_the_peer_and_builds_the_un
     every training batch (built in the trainer or in a pipeline worker) is bitwise the batch an uncached CPU builder
     makes from the same plan item. A 48 KiB budget holds 1482 of 6000 papers and all 72 institutions over the two
     shards (degree ranking), so papers are read from both shards and from host memory."""
-    before = _shm()
-    reports = _reports(_run(tmp_path, "fit", accelerator="gpu", devices=2, strategy="zerocopy_ddp", num_papers=6000,
+    before = shm_names()
+    reports = rank_reports(_run(tmp_path, "fit", accelerator="gpu", devices=2, strategy="zerocopy_ddp", num_papers=6000,
                             cache_policy="clique", cache_budget="48KiB", pipeline=pipeline), 2)  # fmt: skip
     assert reports[0]["cache"] == reports[1]["cache"]  # one decision: the same plans on both ranks
     assert reports[0]["cache"]["rows"]["paper"] > 0 and reports[0]["cache"]["rows"]["institution"] > 0
@@ -174,5 +167,5 @@ def test_a_clique_on_two_gpus_shards_every_type_reads_the_peer_and_builds_the_un
     shares = [[s for _, _, _, seeds in r["batches"] for s in seeds] for r in reports]
     assert not set(shares[0]) & set(shares[1])
     pids = {str(r["pid"]) for r in reports}
-    left = {n for n in _shm() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids) or n.startswith("cuda.shm.")}
+    left = {n for n in shm_names() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids) or n.startswith("cuda.shm.")}
     assert not left, left

@@ -7,7 +7,6 @@ line before any data is built."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers.ddp_jobs import run_ddp_script
+from helpers.ddp_jobs import rank_reports, run_ddp_script, shm_names
 from helpers.hetero_link import small_graph
 from helpers.kinds import LINK_KINDS
 from lightning_zerocopy import ZeroCopyHeteroLinkDataModule
@@ -30,9 +29,6 @@ SCRIPT = ROOT / "tests" / "scripts" / "link_ddp_script.py"
 UNTYPED, TYPED = LINK_KINDS
 BATCH_SIZE = 32  # the script's, of the typed kind (the untyped: 64)
 
-
-def _shm() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
 def _graph(cache: str) -> SyntheticHeteroLinkGraph:
@@ -61,9 +57,6 @@ def _run(tmp_path: Path, name: str, cache: str, **config: Any) -> Path:
     return run_ddp_script(SCRIPT, tmp_path, name, cache, **config)
 
 
-def _reports(out: Path, world_size: int) -> list[dict[str, Any]]:
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world_size)]
-
 
 def _edges(report: dict[str, Any], epoch: int, before_step: int = 1 << 30) -> list[int]:
     """Positions (in the train split) of the positive edges of ``report``'s batches of ``epoch`` before a step."""
@@ -80,11 +73,11 @@ def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_edge_shares(
     """With a ``cache_budget`` too: both ranks decide the Strategy's cache (degree ranking; CPU ranks place nothing)
     from the link plan and train as without it; the ranks' epoch figures reach the logger and rank 0 merges both
     ranks' predictions."""
-    before = _shm()
+    before = shm_names()
     out = _run(tmp_path, "fit", cache, kind=str(kind).split("-")[0], devices=2, strategy=strategy,
                cache_budget=cache_budget, cache_ranking="degree", stage="fit_predict", telemetry=True,
                limit_val_batches=2)  # fmt: skip
-    reports = _reports(out, 2)
+    reports = rank_reports(out, 2)
     assert [r["world_size"] for r in reports] == [2, 2] and reports[0]["pid"] != reports[1]["pid"]
 
     # one set of segments: every rank maps all of them (each edge type's CSC, each featured type's table, the link
@@ -114,7 +107,7 @@ def test_two_ranks_map_one_host_copy_and_train_disjoint_equal_edge_shares(
     assert {"src", "dst", "score", "label", "query"} <= set(p.files) and len(p["src"]) > 0
     assert ("edge_type" in p.files) == kind.typed and not list(out.glob("predictions.rank*.npz"))
     pids = {str(r["pid"]) for r in reports}
-    left = {n for n in _shm() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids)}
+    left = {n for n in shm_names() - before if any(n.startswith(f"lzc-{pid}-") for pid in pids)}
     assert not left, left
 
 
@@ -145,12 +138,12 @@ def test_resume_on_another_world_size_trains_each_edge_of_the_epoch_once(tmp_pat
     positives = _graph(cache).load().splits["train"].num_positives
     step = -(-positives // before // BATCH_SIZE) + epoch_step  # epoch 1, after `epoch_step` batches
     first_out = _run(tmp_path, "first", cache, devices=before, max_epochs=2, drop_last=False, every_n_steps=step)
-    first = _reports(first_out, before)
+    first = rank_reports(first_out, before)
     assert step == first[0]["steps_per_epoch"] + epoch_step
     ckpt = tmp_path / "first" / "ckpt" / f"step={step}.ckpt"
     assert ckpt.exists(), sorted(os.listdir(ckpt.parent))
     resumed_out = _run(tmp_path, "resumed", cache, devices=after, max_epochs=3, drop_last=False, ckpt=str(ckpt))
-    resumed = _reports(resumed_out, after)
+    resumed = rank_reports(resumed_out, after)
 
     epoch_edges = {i for r in first for i in _edges(r, 1)}
     trained = [i for r in first for i in _edges(r, 1, epoch_step)] + [i for r in resumed for i in _edges(r, 1)]

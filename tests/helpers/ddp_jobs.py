@@ -31,3 +31,13 @@ def run_ddp_script(script: Path, tmp_path: Path, name: str, cache: str, **config
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert "batch plan changed" not in proc.stderr
     return out
+
+
+def shm_names() -> set[str]:
+    """The names in ``/dev/shm`` now (a job must leave none of its own behind)."""
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def rank_reports(out: Path, world_size: int) -> list[dict[str, Any]]:
+    """The ``rank<r>.json`` that each rank of a script's job wrote into ``out``."""
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world_size)]
