@@ -103,6 +103,11 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_DIAG="timeout -s TERM ${GPU_CHECK_SCALING_D
 # the signal handler, which hung under static_graph on CPU ranks). Expected: build ~25 s + ~330 s + ~165 s ~ 8.7 min,
 # at most 25 + 345 + 190 = 560 s:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_confirm bash scripts/gpu_session.sh     # .wheels/ carried
+# Measured on 2 x H200 (2026-11-28, docs/scaling/h200x2-confirm-2026-11-28): the warm-up 52 s, 1 GPU 37 s, 2 GPUs
+# 51-55 s: the heavy blocks alone took the deadline (324 s). The light model in a call of its own:
+#   GPU_CHECK_SCALING_CONFIRM_ARGS='--num-nodes 4000000 --configs 1gpu,2gpu --models light --repeats 2 --warmup-run 2x1
+#   --deadline-s 335 --timeout 90 --min-run-s 34 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1
+#   --presample-batches 16' GPU_CHECK_STAGES=build,scaling_confirm bash scripts/gpu_session.sh
 export GPU_CHECK_EXTRA_STAGE_SCALING_CONFIRM="timeout -s TERM ${GPU_CHECK_SCALING_CONFIRM_TIMEOUT:-345} python3 -m benchmarks.scaling.confirm --cache-dir /tmp/lzc --out \$OUT/scaling_confirm.json ${GPU_CHECK_SCALING_CONFIRM_ARGS:---num-nodes 4000000 --configs 1gpu,2gpu-torch,2gpu --models heavy,light --repeats 2 --warmup-run 2x1 --deadline-s 335 --timeout 90 --min-run-s 34 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_CONFIRM_FAULTS_TIMEOUT:-190} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=90 -m two_gpus tests/test_faults_two_gpus.py -k '${GPU_CHECK_CONFIRM_FAULTS_SELECT:-kill_rank1 or sigterm or ctrl_c}'"
 # Where the data-phase forward waits for the GPU (issue 39): the diagnostic's knob run on 2 GPUs with the CUDA sync
 # debug mode on for 20 data-phase steps of each rank (benchmarks/scaling/sync_finder.py; each rank's report gains
