@@ -2,9 +2,9 @@
 tensorboardX notice, no "💡 Tip" advertisements, no ``LeafSpec`` deprecation, no "The dirpath has changed" on
 ``test``/``predict`` with a checkpoint, no "No seed found" for a recipe without ``seed_everything``. The filters are targeted: another warning still shows.
 
-And the README's commands run as written from a fresh clone: each ``lightning-zerocopy`` command of a shell block
-starts with ``.venv/bin/`` (what ``scripts/setup_env.sh`` creates), and none names a version folder (which run is
-``version_0`` depends on what ran first; ``--ckpt_path last`` is this recipe's last run)."""
+And the README's commands (and ``docs/USAGE.md``'s) run as written from a fresh clone: each ``lightning-zerocopy``
+command of a shell block starts with ``.venv/bin/`` (what ``scripts/setup_env.sh`` creates), and none names a version
+folder (which run is ``version_0`` depends on what ran first; ``--ckpt_path last`` is this recipe's last run)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,7 @@ def _shell_commands(readme: str) -> list[str]:
 def test_the_readmes_commands_run_from_a_fresh_clone_in_any_order() -> None:
     commands = _shell_commands((ROOT / "README.md").read_text())
     assert len(commands) >= 8
+    commands += _shell_commands((ROOT / "docs" / "USAGE.md").read_text())  # the README's details, moved there
     for command in commands:
         program = command.split()[0]
         assert program.startswith(".venv/bin/") or program == "bash", command

@@ -165,11 +165,12 @@ def test_the_datamodules_metadata_is_called_as_pyg_and_read_as_a_tuple() -> None
     assert torch.load(buffer, weights_only=True)["metadata"] == source.metadata()
 
 
-def test_the_readmes_to_hetero_example_runs_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """The README's module, recipe and commands, as written (a smaller graph and one short epoch)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("**A PyG `to_hetero` module through the command.**"):]
+def test_the_documented_to_hetero_example_runs_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The module, recipe and commands of ``docs/USAGE.md``'s ``to_hetero`` example (the README links to it), as
+    written (a smaller graph and one short epoch)."""
+    usage = (ROOT / "docs" / "USAGE.md").read_text()
+    section = usage[usage.index("**A PyG `to_hetero` module through the command.**"):]
     blocks = {kind: re.search(rf"```{kind}\n(.*?)```", section, flags=re.S).group(1) for kind in ("python", "yaml", "bash")}
     (tmp_path / "my_module.py").write_text(blocks["python"])
     (tmp_path / "my_mag.yaml").write_text(blocks["yaml"])
