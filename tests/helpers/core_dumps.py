@@ -1,8 +1,9 @@
 """A child process that writes a long core dump when it aborts, for the watchers that must not wait for one.
 
 A CUDA process holds gigabytes of mapped memory; after a SIGABRT the kernel writes all of it to a core file before
-the process ends (the H200 job stayed alive more than 10 s after SIGABRT). Here a child touches ``gib`` GiB of
-anonymous memory and allows core files, so its SIGABRT takes seconds to end.
+the process ends, where core files are allowed (a 6 GB process took 37 s on the CPU machine). Here a child touches
+``gib`` GiB of anonymous memory and allows core files, so its SIGABRT takes seconds to end. (The H200 job that stayed
+alive after ``kill -ABRT`` was not dumping: a native handler there caught the signal; see ``tests/test_faults_gpu.py``.)
 """
 
 from __future__ import annotations
