@@ -36,6 +36,7 @@ from lightning_zerocopy.graph.schema import EdgeType
 __all__ = [
     "EdgeType",
     "HeteroSampledBatch",
+    "dedup_by_type",
     "first_appearance",
     "hop_seed",
     "sample_hetero",
@@ -85,6 +86,48 @@ def first_appearance(existing: torch.Tensor, candidates: torch.Tensor) -> tuple[
     local_of[order] = torch.arange(order.numel(), device=ids.device)
     count = existing.numel()  # existing ids are unique, so they keep their positions 0 .. count - 1
     return uniq[order[count:]], local_of[inverse[count:]]
+
+
+def dedup_by_type(n_id: Mapping[str, torch.Tensor], picked: Mapping[str, Sequence[tuple[Any, torch.Tensor]]],
+                  node_keyed: bool) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+    """One hop's picks deduplicated per node type in one :func:`first_appearance` over every type (keys
+    ``id * types + type``), not one per type: on a GPU each call waits for its unique count.
+
+    Args:
+        n_id: every node type's ids so far (unique per type).
+        picked: per node type, the hop's ``(edge type, picked ids)`` in edge-type order (types without picks: empty).
+        node_keyed: deduplicate within the hop only (every pick is new to its type's ``n_id``).
+
+    Returns:
+        per node type with picks: ``(new, local)`` as :func:`first_appearance` gives them for that type alone
+        (``local`` indexes ``cat([n_id[type], new])``), bitwise.
+    """
+    types = list(n_id)
+    width = len(types)
+    picking = [(i, t) for i, t in enumerate(types) if picked.get(t)]
+    if not picking:
+        return {}
+    candidates = [torch.cat([ids for _, ids in picked[t]]).to(torch.int64) for _, t in picking]
+    existing = [n_id[t][:0] if node_keyed else n_id[t] for _, t in picking]
+    keys = [c * width + i for c, (i, _) in zip(candidates, picking)]
+    new, local = first_appearance(torch.cat([e * width + i for e, (i, _) in zip(existing, picking)]), torch.cat(keys))
+    # new keys come grouped by type, in the order the candidates were concatenated (first appearance)
+    new_counts = torch.bincount(new % width, minlength=width).tolist()
+    old_total = sum(int(e.numel()) for e in existing)
+    out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    old_offset = new_offset = start = 0
+    for (i, t), c, e in zip(picking, candidates, existing):
+        part = local[start : start + c.numel()]
+        start += c.numel()
+        held = int(e.numel())  # ids of this type before the hop, as the type's own first_appearance numbers them
+        fresh = part - (old_total + new_offset) + held
+        mine = torch.where(part < old_total, part - old_offset, fresh)
+        if node_keyed:
+            mine = mine + int(n_id[t].numel())
+        out[t] = (new[new_offset : new_offset + new_counts[i]] // width, mine)
+        old_offset += held
+        new_offset += new_counts[i]
+    return out
 
 
 @dataclass(frozen=True)
@@ -168,21 +211,16 @@ def sample_hetero(
             e_ids[et].append(e_id)
             edge_counts[et].append(int(src_ids.numel()))
             picked[src].append((et, src_ids))
-        for node_type in node_types:
-            before = int(n_id[node_type].numel())
+        before = {t: int(n_id[t].numel()) for t in node_types}
+        for node_type, (new, local) in dedup_by_type(n_id, picked, node_keyed).items():
             parts = picked[node_type]
-            if parts:
-                candidates = torch.cat([ids for _, ids in parts])
-                existing = n_id[node_type] if not node_keyed else n_id[node_type][:0]
-                new, local = first_appearance(existing, candidates)
-                if node_keyed:
-                    local = local + before
-                n_id[node_type] = torch.cat([n_id[node_type], new])
-                for (et, ids), part in zip(parts, torch.split(local, [int(i.numel()) for _, i in parts])):
-                    rows[et].append(part)
+            n_id[node_type] = torch.cat([n_id[node_type], new])
+            for (et, ids), part in zip(parts, torch.split(local, [int(i.numel()) for _, i in parts])):
+                rows[et].append(part)
+        for node_type in node_types:
             after = int(n_id[node_type].numel())
-            frontier[node_type] = (before, after)
-            counts[node_type].append(after - before)
+            frontier[node_type] = (before[node_type], after)
+            counts[node_type].append(after - before[node_type])
     empty = seeds.new_empty(0)
     edge_index = {
         et: torch.stack([torch.cat(rows[et]), torch.cat(cols[et])]) if rows[et] else seeds.new_empty((2, 0))

@@ -7,7 +7,7 @@ import torch
 
 from helpers.hetero import CITES, EDGE_TYPES, EMPLOYS, WRITES, make_hetero_data, reference_hetero_sample
 from lightning_zerocopy.graph.csc import CSCGraph
-from lightning_zerocopy.sampling.hetero import first_appearance, hop_seed
+from lightning_zerocopy.sampling.hetero import dedup_by_type, first_appearance, hop_seed
 from lightning_zerocopy.sampling.neighbor_sampler import HeteroNeighborSampler
 
 FANOUTS = {CITES: [3, 2], WRITES: [2, 2], EDGE_TYPES[2]: [4, 1], EMPLOYS: [1, 1]}
@@ -41,6 +41,30 @@ def test_first_appearance_keeps_existing_ids_and_orders_new_ones_by_first_pick()
     assert local.tolist() == [2, 1, 3, 2, 0, 4]
     new, local = first_appearance(torch.tensor([1]), torch.tensor([], dtype=torch.int64))
     assert new.numel() == 0 and local.numel() == 0
+
+
+@pytest.mark.parametrize("node_keyed", [False, True], ids=["set", "node_keyed"])
+def test_one_dedup_over_every_type_equals_one_per_type(node_keyed: bool) -> None:
+    """The hop's joint dedup gives each type what its own first_appearance would, bitwise (random hops, types that
+    pick nothing, existing ids that reappear, ids that two types share)."""
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        types = ["a", "b", "c", "d"][: 1 + trial % 4]
+        n_id = {t: torch.randperm(50, generator=gen)[: int(torch.randint(0, 12, (1,), generator=gen))] for t in types}
+        picked = {t: [(("x", str(k), t), torch.randint(0, 50, (int(torch.randint(0, 30, (1,), generator=gen)),),
+                                                      generator=gen)) for k in range(int(torch.randint(0, 3, (1,), generator=gen)))]
+                  for t in types}  # fmt: skip
+        picked = {t: [(et, ids) for et, ids in parts if ids.numel()] for t, parts in picked.items()}
+        joint = dedup_by_type(n_id, picked, node_keyed)
+        for t in types:
+            if not picked[t]:
+                assert t not in joint
+                continue
+            existing = n_id[t][:0] if node_keyed else n_id[t]
+            new, local = first_appearance(existing, torch.cat([ids for _, ids in picked[t]]))
+            if node_keyed:
+                local = local + n_id[t].numel()
+            assert torch.equal(joint[t][0], new) and torch.equal(joint[t][1], local), (trial, t)
 
 
 def test_fields_dtypes_and_counts() -> None:
