@@ -1,7 +1,7 @@
 """Where a rank's training step waits for its GPU: for a few steps of one phase, PyTorch's CUDA sync debug mode
 (``torch.cuda.set_sync_debug_mode("warn")``) warns at every synchronizing call, and :class:`SyncFinder` counts them
 by the Python stack that made them (the innermost frames outside torch and Lightning first). Issue 39: the data
-phase's forward took 1.5–2.5 ms more host time than the model phase's, with the GPU forward lasting exactly the host
+phase's forward took 1.2–2.7 ms more host time than the model phase's, with the GPU forward lasting exactly the host
 forward; a sync inside it would explain both. Run it as a knob variant of the diagnostic on the largest GPU count:
 ``python -m benchmarks.scaling.diag --plan knobs --knobs sync_debug_steps=20`` (each rank's report gains ``syncs``)."""
 
