@@ -53,8 +53,9 @@ export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_T
 # 143, every process and the MPS daemon gone within 10 s, then the resume), and the MPS daemon of a command killed by
 # SIGABRT / SIGKILL stopped by its supervisor
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,faults_gpu bash scripts/gpu_session.sh                  # .wheels/
-# (one case: GPU_CHECK_FAULTS_GPU_SELECT=killed; the confirm stage's two-GPU cases: GPU_CHECK_CONFIRM_FAULTS_SELECT)
-export GPU_CHECK_EXTRA_STAGE_FAULTS_GPU="REQUIRE_CUDA=1 timeout ${GPU_CHECK_FAULTS_GPU_TIMEOUT:-420} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/test_faults_gpu.py -k '${GPU_CHECK_FAULTS_GPU_SELECT:-sigterm or killed}'"
+# (one case: GPU_CHECK_FAULTS_GPU_SELECT=killed; the confirm stage's two-GPU cases: GPU_CHECK_CONFIRM_FAULTS_SELECT);
+# -rP prints what passing cases print: how long each took to end, and which library's handler the trainer has for SIGABRT
+export GPU_CHECK_EXTRA_STAGE_FAULTS_GPU="REQUIRE_CUDA=1 timeout ${GPU_CHECK_FAULTS_GPU_TIMEOUT:-420} python3 -m pytest -v -rfEP -p no:cacheprovider --timeout=200 -m cuda tests/test_faults_gpu.py -k '${GPU_CHECK_FAULTS_GPU_SELECT:-sigterm or killed}'"
 # stage bench_tests: the e2e benchmark's CUDA tests (every GPU row on the ci graph, one process a row)
 export GPU_CHECK_EXTRA_STAGE_BENCH_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_BENCH_TEST_TIMEOUT:-540} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=520 -m cuda tests/benchmarks/test_e2e_benchmark.py"
 # stage pyg_parity (with .pyg/ carried): the link and heterogeneous drop-in tests against PyG's real loaders (torch-sparse)
