@@ -364,6 +364,7 @@ def main(args: ArgsType = None) -> None:
         if traceback_requested():
             raise
         preemption.exit_if_preempted(exc)
+        _note_error_line()
         if isinstance(exc, CommandError) or _is_input_data_error(exc):
             sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
             raise SystemExit(2) from None
@@ -375,6 +376,14 @@ def main(args: ArgsType = None) -> None:
         raise
     preemption.RECORD.stopping = True  # the run finished: a SIGTERM from now on is only noted
     release_the_run(cli)
+
+
+def _note_error_line() -> None:
+    """Tell the rank-liveness watch (if this run has one) that the run's error is being written: should it still have
+    to end this process, it adds no second error line."""
+    liveness = sys.modules.get("lightning_zerocopy.strategies.liveness")  # no watch runs if it was never imported
+    if liveness is not None:
+        liveness.error_line_written()
 
 
 #: The exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports a process that SIGINT ended).

@@ -296,8 +296,7 @@ class RankLiveness:
             # rendezvous may hold the main thread in native code, where no Python signal handler runs)
             self._wait_out_grace()
             print(
-                f"[ZeroCopyDDPStrategy] {self.message}; rank {self.me.rank} did not exit within {self.grace:.0f} s: "
-                "exiting",
+                f"{_line_prefix()}{self.message}; rank {self.me.rank} did not exit within {self.grace:.0f} s: exiting",
                 file=sys.stderr,
                 flush=True,
             )
@@ -318,9 +317,8 @@ class RankLiveness:
         """A rank whose GPU memory this process reads is gone: see :meth:`depend_on`. Unless this rank already
         stops on that rank's account (``named``: its error line says so), the line is the run's error line, as the
         command writes one for an exception (no exception path runs here)."""
-        prefix = "[ZeroCopyDDPStrategy] " if named else "error: "
         print(
-            f"{prefix}rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
+            f"{_line_prefix(named)}rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
             f"was running, and the GPU memory of it that rank {self.me.rank} reads went with it: stopping rank "
             f"{self.me.rank} now",
             file=sys.stderr,
@@ -335,6 +333,21 @@ class RankLiveness:
 
     def _raise_in_main(self, signum: int, frame: Any) -> None:
         raise PeerRankExited(self.message or "another rank of this machine exited")
+
+
+_error_line_written = threading.Event()
+
+
+def error_line_written() -> None:
+    """The command calls this as it writes the run's ``error:`` line for an exception: a watch that must still end
+    the process afterwards writes its line as a note, not as a second error line."""
+    _error_line_written.set()
+
+
+def _line_prefix(named: bool = False) -> str:
+    """A watch that ends the process writes the run's error line, unless the cause was already named (``named``,
+    or the command's own error line was written)."""
+    return "[ZeroCopyDDPStrategy] " if named or _error_line_written.is_set() else "error: "
 
 
 def caused_by_a_peer(exception: BaseException) -> bool:
