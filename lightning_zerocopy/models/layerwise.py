@@ -129,11 +129,10 @@ def basic_gnn_layers(net: nn.Module, owner: str) -> BasicGNNLayers:
 class LayerwiseByBasicGNN:
     """The layer-wise contract of a module that runs one PyG ``BasicGNN`` (the reference models' ``net`` or
     ``encoder``): its layers run as PyG's ``BasicGNN.inference`` runs them; any other net gets one line saying what
-    to add. A subclass names the net in :meth:`_layerwise_net`."""
+    to add. A subclass names the attribute that holds the net in :attr:`layerwise_net_attribute`."""
 
-    def _layerwise_net(self) -> tuple[nn.Module, str]:
-        """The ``BasicGNN`` and how to name it in errors."""
-        raise NotImplementedError
+    #: the attribute of the module that holds its ``BasicGNN``
+    layerwise_net_attribute: str = "net"
 
     def layerwise_layers(self) -> int:
         """How many layers the net runs layer-wise."""
@@ -145,5 +144,6 @@ class LayerwiseByBasicGNN:
 
     def _layerwise(self) -> BasicGNNLayers:
         if getattr(self, "_layerwise_layers", None) is None:
-            self._layerwise_layers = basic_gnn_layers(*self._layerwise_net())
+            name = self.layerwise_net_attribute
+            self._layerwise_layers = basic_gnn_layers(getattr(self, name), f"{type(self).__name__}'s {name}")
         return self._layerwise_layers

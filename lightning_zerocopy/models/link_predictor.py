@@ -87,6 +87,8 @@ class LinkPredictor(LayerwiseByBasicGNN, LinkScorer):
             ``encoder`` that cannot trim.
     """
 
+    layerwise_net_attribute = "encoder"
+
     def __init__(
         self,
         in_channels: int,
@@ -135,9 +137,6 @@ class LinkPredictor(LayerwiseByBasicGNN, LinkScorer):
             return self(batch.x, batch.edge_index)
         return self.encoder(hops.x, hops.edge_index, num_sampled_nodes_per_hop=hops.nodes_per_hop,
                             num_sampled_edges_per_hop=hops.edges_per_hop)  # fmt: skip
-
-    def _layerwise_net(self) -> tuple[nn.Module, str]:
-        return self.encoder, "LinkPredictor's encoder"
 
     def score(self, z: torch.Tensor, edge_label_index: torch.Tensor) -> torch.Tensor:
         """Logits of the node pairs ``edge_label_index`` (local ids, ``[2, M]``)."""

@@ -90,9 +90,6 @@ class NodeClassifier(LayerwiseByBasicGNN, SeedClassifier):
         return self.net(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes_per_hop,
                         num_sampled_edges_per_hop=num_sampled_edges_per_hop)  # fmt: skip
 
-    def _layerwise_net(self) -> tuple[nn.Module, str]:
-        return self.net, f"{type(self).__name__}'s net"
-
     def _seed_store(self, batch: Any) -> Any:
         return batch
 
