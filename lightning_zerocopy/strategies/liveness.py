@@ -310,15 +310,14 @@ class RankLiveness:
         while (left := deadline - time.monotonic()) > 0:
             gone = next((p for p in self.peers if p.rank in self._mapped and not self._alive(p.pid)), None)
             if gone is not None:
-                self._end_now(gone, named=True)
+                self._end_now(gone)
             time.sleep(min(self.interval, left))
 
-    def _end_now(self, dead: RankInfo, named: bool = False) -> None:
-        """A rank whose GPU memory this process reads is gone: see :meth:`depend_on`. Unless this rank already
-        stops on that rank's account (``named``: its error line says so), the line is the run's error line, as the
-        command writes one for an exception (no exception path runs here)."""
+    def _end_now(self, dead: RankInfo) -> None:
+        """A rank whose GPU memory this process reads is gone: see :meth:`depend_on`. The line is the run's error
+        line unless the command wrote one already (:func:`error_line_written`)."""
         print(
-            f"{_line_prefix(named)}rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
+            f"{_line_prefix()}rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
             f"was running, and the GPU memory of it that rank {self.me.rank} reads went with it: stopping rank "
             f"{self.me.rank} now",
             file=sys.stderr,
@@ -344,10 +343,9 @@ def error_line_written() -> None:
     _error_line_written.set()
 
 
-def _line_prefix(named: bool = False) -> str:
-    """A watch that ends the process writes the run's error line, unless the cause was already named (``named``,
-    or the command's own error line was written)."""
-    return "[ZeroCopyDDPStrategy] " if named or _error_line_written.is_set() else "error: "
+def _line_prefix() -> str:
+    """A watch that ends the process writes the run's error line, unless the command's own was written."""
+    return "[ZeroCopyDDPStrategy] " if _error_line_written.is_set() else "error: "
 
 
 def caused_by_a_peer(exception: BaseException) -> bool:

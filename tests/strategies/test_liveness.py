@@ -189,6 +189,7 @@ def test_a_mapped_peer_exiting_after_its_note_ends_a_hung_exception_path_at_once
     script = tmp_path / "hung.py"
     script.write_text(
         "import os, sys, time\n"
+        "from lightning_zerocopy.strategies import liveness\n"
         "from lightning_zerocopy.strategies.liveness import PeerRankExited, RankInfo, RankLiveness\n"
         "class Store:\n"
         f"    notes = {{{liveness._NOTE_KEY.format(rank=1)!r}: b'its pipeline worker was killed by SIGKILL'}}\n"
@@ -205,6 +206,7 @@ def test_a_mapped_peer_exiting_after_its_note_ends_a_hung_exception_path_at_once
         "try:\n"
         "    time.sleep(30)\n"
         "except PeerRankExited as error:\n"
+        "    liveness.error_line_written()  # as the command does when it writes the run's error line\n"
         "    print('stopping:', error, flush=True)\n"
         "    exited['at'] = time.monotonic() + 0.5\n"
         "    time.sleep(30)  # an exception path stuck in a call that a freed shard never lets return\n"
