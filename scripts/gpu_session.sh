@@ -115,6 +115,25 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_CONFIRM="timeout -s TERM ${GPU_CHECK_SCALIN
 # `syncs`, per caller); ~3 min:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_syncs bash scripts/gpu_session.sh       # .wheels/ carried
 export GPU_CHECK_EXTRA_STAGE_SCALING_SYNCS="timeout -s TERM ${GPU_CHECK_SCALING_SYNCS_TIMEOUT:-200} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_syncs.json ${GPU_CHECK_SCALING_SYNCS_ARGS:---num-nodes 4000000 --gpus 1,2 --plan knobs --knobs sync_debug_steps=20 --deadline-s 190 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}"
+# Issue 42, on 4 or 8 GPUs (nvidia-h200-x4 / -x8; N = the GPUs this machine has), three calls of <= 10 min:
+# (1) many_faults + many_heavy: the fault cases on N ranks with the worker under MPS (SIGKILL of rank 1 mid-epoch,
+#     SIGTERM and Ctrl-C of the command; ~55 s each on 2 GPUs), then one interleaved block of the heavy model (a
+#     discarded warm-up of N independent 1-GPU fits, then 1 GPU, N GPUs replicate / clique / auto, 2 GPUs) with each
+#     run's model-only epoch (the model-only DDP row), the topology and the NVLink cliques in $OUT/many_heavy.json:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,many_faults,many_heavy bash scripts/gpu_session.sh    # .wheels/
+# (2) many_light + many_pyg: the light model's block (1 GPU, N replicate, N clique); then benchmarks.scaling's N-GPU
+#     auto run (host PSS over the data, its choice) and PyG's NeighborLoader under DDP on N GPUs; then kill_rank0 and
+#     kill_worker1 on N ranks:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,many_light,many_pyg bash scripts/gpu_session.sh      # .wheels/, .pyg/
+# (3) many_hetero: benchmarks.scaling --graph hetero (mag), 1 and N GPUs x replicate / clique, PyG's hetero loader on N:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,many_hetero bash scripts/gpu_session.sh              # .wheels/, .pyg/
+many_n='n=$(nvidia-smi -L | grep -c ^GPU);'
+many_confirm='--num-nodes 4000000 --repeats 1 --timeout 100 --min-run-s 34 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16'
+export GPU_CHECK_EXTRA_STAGE_MANY_FAULTS="$many_n LZC_FAULT_RANKS=\$n REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_MANY_FAULTS_TIMEOUT:-190} python3 -m pytest -v -rfEP -p no:cacheprovider --timeout=90 -m two_gpus tests/test_faults_two_gpus.py -k '${GPU_CHECK_MANY_FAULTS_SELECT:-kill_rank1 or sigterm or ctrl_c}'"
+export GPU_CHECK_EXTRA_STAGE_MANY_HEAVY="$many_n timeout -s TERM ${GPU_CHECK_MANY_HEAVY_TIMEOUT:-345} python3 -m benchmarks.scaling.confirm --cache-dir /tmp/lzc --out \$OUT/many_heavy.json --models heavy --configs 1gpu,\${n}gpu,\${n}gpu-clique,\${n}gpu-auto,2gpu --warmup-run \${n}x1 --deadline-s ${GPU_CHECK_MANY_HEAVY_DEADLINE:-335} $many_confirm"
+export GPU_CHECK_EXTRA_STAGE_MANY_LIGHT="$many_n timeout -s TERM ${GPU_CHECK_MANY_LIGHT_TIMEOUT:-230} python3 -m benchmarks.scaling.confirm --cache-dir /tmp/lzc --out \$OUT/many_light.json --models light --configs 1gpu,\${n}gpu,\${n}gpu-clique --warmup-run none --deadline-s 220 $many_confirm"
+export GPU_CHECK_EXTRA_STAGE_MANY_PYG="$many_n timeout -s TERM ${GPU_CHECK_MANY_PYG_TIMEOUT:-200} python3 -m benchmarks.scaling --cache-dir /tmp/lzc --out \$OUT/many_pyg.json --gpus \$n --policies auto --pyg-gpus \$n --pyg-workers 8 --pyg-site /tmp/pygsite --budgets 0.1 --pipelines worker --num-nodes 4000000 --epochs 2 --warmup-batches 30 --limit-batches 400 --run-budget-s 12 --presample-batches 16 --timeout 90; LZC_FAULT_RANKS=\$n REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout 130 python3 -m pytest -v -rfEP -p no:cacheprovider --timeout=60 -m two_gpus tests/test_faults_two_gpus.py -k 'kill_rank0 or kill_worker1'"
+export GPU_CHECK_EXTRA_STAGE_MANY_HETERO="$many_n timeout ${GPU_CHECK_MANY_HETERO_TIMEOUT:-500} python3 -m benchmarks.scaling --graph hetero --cache-dir /tmp/lzc --out \$OUT/many_hetero.json --preset mag --gpus 1,\$n --policies replicate,clique --budgets 0.1 --pipelines worker --epochs 2 --warmup-batches 30 --limit-batches 400 --run-budget-s 12 --presample-batches 16 --timeout 100 --prepare-timeout 150 --pyg-gpus \$n --pyg-workers 8 --pyg-site /tmp/pygsite"
 # stage inference_tests (issue 41, one GPU, ~2 min estimated): the layer-wise CUDA tests (exact on every placement and
 # storage, typed too, the GPU memory bound, a graph beyond the GPU's allowance, the benchmark's GPU rows).
 # stage inference (one GPU, .pyg/ carried): benchmarks.inference on the e2e benchmark's 24M-node graph (drawn ~1 min into

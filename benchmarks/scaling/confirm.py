@@ -13,13 +13,13 @@ taken minutes apart measures that drift as much as any setting. So this module:
 * starts a block only while its first two runs fit ``--deadline-s`` (a lone run holds no ratio), and any later run
   only while a run like it fits;
 * takes every ratio inside its block (a configuration against the block's ``1gpu`` run; ``Ngpu`` against
-  ``Ngpu-torch``; ``Ngpu-clique`` against ``Ngpu``) and reports per configuration the median over the blocks of its rates and of its ratios
+  ``Ngpu-torch``; ``Ngpu-clique`` and ``Ngpu-auto`` against ``Ngpu``) and reports per configuration the median over the blocks of its rates and of its ratios
   (:mod:`.confirm_report`), with the issue's aims against them.
 
 Configurations (``--configs``): ``1gpu`` (the baseline: one rank), ``Ngpu`` (N ranks under ZeroCopyDDPStrategy's
 defaults: DDP ``static_graph`` auto and ``gradient_as_bucket_view``), ``Ngpu-torch`` (N ranks with torch's DDP
-defaults, both off: the defaults before issue 39), ``Ngpu-clique`` (as ``Ngpu`` with the ``clique`` cache policy at the
-same per-GPU budget; the others use ``--policy``), ``Nx1`` (N independent 1-GPU fits at once, no DDP). Every run is a
+defaults, both off: the defaults before issue 39), ``Ngpu-clique`` and ``Ngpu-auto`` (as ``Ngpu`` with the ``clique``
+or ``auto`` cache policy at the same per-GPU budget; the others use ``--policy``), ``Nx1`` (N independent 1-GPU fits at once, no DDP). Every run is a
 fit of :mod:`benchmarks.scaling.diag`'s kind (``--path``: ``worker``, the pipeline worker under MPS as the recipe
 runs it; ``off``) with a warm-up epoch, then a ``data`` epoch (the data path) and a ``model`` epoch (the model-only
 row: real batches staged on each GPU, replayed), each about ``--phase-s``; DDP's built-in all-reduce (no timing
@@ -64,7 +64,7 @@ from benchmarks.scaling.report import topology  # noqa: E402
 
 __all__ = ["Config", "block_order", "build_plan", "main", "needed_s", "parse_config", "parse_confirm_args", "run_args"]
 
-_CONFIG = re.compile(r"^(\d+)(gpu|gpu-torch|gpu-clique|x1)$")
+_CONFIG = re.compile(r"^(\d+)(gpu|gpu-torch|gpu-clique|gpu-auto|x1)$")
 #: the DDP options before issue 39 (torch's defaults), as knobs
 TORCH_DDP = "static_graph=0+gradient_as_bucket_view=0"
 BASE = "1gpu"
@@ -83,17 +83,17 @@ class Config:
 
 
 def parse_config(token: str) -> Config:
-    """``1gpu``, ``Ngpu``, ``Ngpu-torch``, ``Ngpu-clique`` or ``Nx1`` (see the module docstring).
+    """``1gpu``, ``Ngpu``, ``Ngpu-torch``, ``Ngpu-clique``, ``Ngpu-auto`` or ``Nx1`` (see the module docstring).
 
     Raises:
         ValueError: another token (the message names ``--configs`` and the forms).
     """
     found = _CONFIG.match(token.strip())
     if found is None or int(found.group(1)) < 1 or (found.group(2) != "gpu" and int(found.group(1)) < 2):
-        raise ValueError(f"--configs {token!r}: write 1gpu, Ngpu, Ngpu-torch, Ngpu-clique or Nx1 with N >= 2")
+        raise ValueError(f"--configs {token!r}: write 1gpu, Ngpu, Ngpu-torch, Ngpu-clique, Ngpu-auto or Nx1 with N >= 2")
     gpus, kind = int(found.group(1)), found.group(2)
     return Config(token.strip(), gpus, independent=kind == "x1", torch_ddp=kind == "gpu-torch",
-                  policy="clique" if kind == "gpu-clique" else None)  # fmt: skip
+                  policy=kind[len("gpu-"):] if kind in ("gpu-clique", "gpu-auto") else None)  # fmt: skip
 
 
 def block_order(configs: list[Config], block: int) -> list[Config]:
@@ -181,11 +181,11 @@ def run_args(args: argparse.Namespace, planned: PlannedRun) -> argparse.Namespac
 
 def _pairs(configs: list[Config]) -> dict[str, str]:
     """What a configuration is compared with besides ``1gpu``: ``Ngpu -> Ngpu-torch`` (the new DDP defaults against
-    the old) and ``Ngpu-clique -> Ngpu`` (clique against replicate), where both are configured."""
+    the old), ``Ngpu-clique -> Ngpu`` and ``Ngpu-auto -> Ngpu`` (the policy against replicate), where both are
+    configured."""
     labels = {c.label for c in configs}
     pairs = {c.label: f"{c.label}-torch" for c in configs if f"{c.label}-torch" in labels}
-    pairs.update({c.label: c.label[: -len("-clique")] for c in configs if c.policy == "clique"
-                  and c.label[: -len("-clique")] in labels})  # fmt: skip
+    pairs.update({c.label: f"{c.gpus}gpu" for c in configs if c.policy in ("clique", "auto") and f"{c.gpus}gpu" in labels})
     return pairs
 
 

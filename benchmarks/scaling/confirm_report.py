@@ -15,9 +15,13 @@ from typing import Any, Optional
 
 __all__ = ["AIMS", "block_ratios", "print_summary", "run_rates", "summarize"]
 
-#: the issue's aims per model, on the data path: seeds/s of the N-GPU run over the 1-GPU run's (``speedup``, at N = 2)
-#: and each rank's steps/s over the 1-GPU run's (``per_rank``)
-AIMS: dict[str, dict[str, float]] = {"heavy": {"speedup": 1.9, "per_rank": 0.95}, "light": {"speedup": 1.8, "per_rank": 0.95}}
+#: the issues' aims per GPU count and model, on the data path: seeds/s of the N-GPU run over the 1-GPU run's
+#: (``speedup``) and each rank's steps/s over the 1-GPU run's (``per_rank``); 2 GPUs: issue 39, 4 and 8: issue 42
+AIMS: dict[int, dict[str, dict[str, float]]] = {
+    2: {"heavy": {"speedup": 1.9, "per_rank": 0.95}, "light": {"speedup": 1.8, "per_rank": 0.95}},
+    4: {"heavy": {"speedup": 3.7, "per_rank": 0.92}, "light": {"speedup": 3.4, "per_rank": 0.92}},
+    8: {"heavy": {"speedup": 7.0, "per_rank": 0.92}, "light": {"speedup": 6.5, "per_rank": 0.92}},
+}
 
 
 def run_rates(run: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -102,15 +106,16 @@ def summarize(runs: list[dict[str, Any]], base: str, pairs: dict[str, str]) -> d
 def _aims(model: str, table: dict[str, Any], base: str) -> dict[str, Any]:
     """The data path's median ratios of the ``Ngpu`` label with the most GPUs against :data:`AIMS`."""
     candidates = [(e["gpus"], label) for label, e in table.items() if label.endswith("gpu") and label != base]
-    aims = AIMS.get(model)
-    if not candidates or aims is None:
+    if not candidates:
         return {}
     gpus, label = max(candidates)
+    aims = AIMS.get(gpus, {}).get(model)
+    if aims is None:
+        return {}
     ratios = (table[label].get("data") or {}).get("ratios") or {}
     out: dict[str, Any] = {"config": label, "gpus": gpus}
-    for name, aim in aims.items():
+    for name, target in aims.items():
         value = ratios.get(name)
-        target = aim * gpus / 2 if name == "speedup" else aim  # the aims are stated for 2 GPUs
         out[name] = {"value": value, "aim": target, "met": None if value is None else value >= target}
     return out
 

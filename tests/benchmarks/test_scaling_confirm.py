@@ -23,7 +23,8 @@ def test_configurations_and_the_interleaved_block_order() -> None:
     assert (one.gpus, one.independent, one.torch_ddp, one.policy) == (1, False, False, None)
     assert (torch_ddp.gpus, torch_ddp.torch_ddp, ours.torch_ddp, pair.independent) == (2, True, False, True)
     assert parse_config("4gpu-clique").policy == "clique" and parse_config("4gpu-clique").gpus == 4
-    for bad in ("2gpus", "1x1", "1gpu-torch", "1gpu-clique", "gpu"):
+    assert parse_config("4gpu-auto").policy == "auto" and parse_config("4gpu-auto").gpus == 4
+    for bad in ("2gpus", "1x1", "1gpu-torch", "1gpu-clique", "1gpu-auto", "gpu"):
         with pytest.raises(ValueError, match="--configs"):
             parse_config(bad)
     configs = [one, torch_ddp, ours]
@@ -41,6 +42,8 @@ def test_configurations_and_the_interleaved_block_order() -> None:
     assert [run_args(args, p).policy for p in args.plan] == ["replicate", "replicate", "replicate", "clique"]
 
     assert _pairs([one, torch_ddp, ours, parse_config("2gpu-clique")]) == {"2gpu": "2gpu-torch", "2gpu-clique": "2gpu"}
+    four = [parse_config(t) for t in ("1gpu", "2gpu", "4gpu", "4gpu-clique", "4gpu-auto", "2gpu-auto")]
+    assert _pairs(four) == {"4gpu-clique": "4gpu", "4gpu-auto": "4gpu", "2gpu-auto": "2gpu"}
     knobs = {p.config: p.spec.knobs for p in plan}
     assert knobs["2gpu-torch"]["ddp"] == {"static_graph": False, "gradient_as_bucket_view": False}
     assert "ddp" not in knobs["2gpu"] and knobs["2gpu"]["run"] == {"comm_timing": False}  # DDP's own all-reduce
@@ -139,3 +142,16 @@ def test_a_deadline_skips_what_no_longer_fits_and_the_json_keeps_the_rest(tmp_pa
                       "--warmup-run", "none", "--deadline-s", "1", timeout=300)  # fmt: skip
     assert [(r["config"], r["status"]) for r in report["runs"]] == [("1gpu", "skipped"), ("2gpu", "skipped")]
     assert "--deadline-s" in report["runs"][0]["reason"] and report["summary"] == {}
+
+
+def test_four_gpus_are_judged_against_issue_42s_aims() -> None:
+    """The most GPUs of the ``Ngpu`` labels are judged, against the aims for that count (4: 3.7x, 0.92 a rank)."""
+    from benchmarks.scaling.confirm_report import summarize
+
+    runs = [_run("1gpu", 0, 1, [100.0], [200.0], 10.0), _run("4gpu", 0, 4, [93.0] * 4, [190.0] * 4, 10.7),
+            _run("4gpu-clique", 0, 4, [95.0] * 4, [190.0] * 4, 10.5), _run("2gpu", 0, 2, [97.0] * 2, [195.0] * 2, 10.3)]
+    aims = summarize(runs, "1gpu", {"4gpu-clique": "4gpu"})["heavy"]["aims"]
+    assert aims["config"] == "4gpu" and aims["gpus"] == 4
+    assert aims["speedup"] == {"value": pytest.approx(3.72), "aim": 3.7, "met": True}
+    assert aims["per_rank"] == {"value": pytest.approx(0.93), "aim": 0.92, "met": True}
+    assert summarize([runs[0], _run("3gpu", 0, 3, [90.0] * 3, [1.0] * 3, 11.0)], "1gpu", {})["heavy"]["aims"] == {}
