@@ -368,10 +368,10 @@ def main(args: ArgsType = None) -> None:
         if isinstance(exc, CommandError) or _is_input_data_error(exc):
             sys.stderr.write(f"error: {exc}\n({TRACEBACK_ENV}=1 shows the full traceback)\n")
             raise SystemExit(2) from None
-        if _is_run_fault(exc):  # another rank or the pipeline worker died: say which, once, without a traceback
-            # (a collective's error that the liveness watch tied to a gone rank: its line says all that matters)
-            sys.stderr.write(f"error: {getattr(exc, 'peer_rank_exit', None) or exc}\n"
-                             f"({TRACEBACK_ENV}=1 shows the full traceback)\n")  # fmt: skip
+        if _is_run_fault(exc):  # another rank or the pipeline worker died: say which, once a job, without a traceback
+            from lightning_zerocopy.strategies.error_line import write_fault_line  # (imported by _is_run_fault)
+
+            write_fault_line(exc, f"({TRACEBACK_ENV}=1 shows the full traceback)")
             raise SystemExit(1) from None
         raise
     preemption.RECORD.stopping = True  # the run finished: a SIGTERM from now on is only noted

@@ -19,6 +19,7 @@ from lightning_fabric.utilities.distributed import _set_num_threads_if_needed
 from pytorch_lightning.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from typing_extensions import override
 
+from lightning_zerocopy.strategies import error_line
 from lightning_zerocopy.strategies.liveness import LAUNCHER_ENV, RankLiveness
 from lightning_zerocopy.strategies.liveness_lifecycle import launch_watch
 
@@ -54,6 +55,7 @@ class ZeroCopyScriptLauncher(_SubprocessScriptLauncher):
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if not self.cluster_environment.creates_processes_externally:
             os.environ[LAUNCHER_ENV] = str(os.getpid())  # the ranks started next inherit it
+            error_line.hand_down()  # and claim the job's one error line through this process's file
             self._call_children_scripts()
         _set_num_threads_if_needed(num_processes=self.num_processes)
         return function(*args, **kwargs)

@@ -21,7 +21,8 @@ polls the notes of the ranks it watches too, and a rank that announces waits (at
 every live peer has read its note. So whichever rank fails first, the error every other rank of the machine raises
 names the root cause, and a Ctrl-C reads "rank 1 ... was interrupted (SIGINT)" instead of blaming a rank that was
 interrupted like this one. A rank that is itself stopping (interrupted, or failed) is not interrupted again by a
-peer's note or exit.
+peer's note or exit. Of the ranks of a machine that stop on one cause, one writes the job's ``error:`` line and the
+others notes (:mod:`~lightning_zerocopy.strategies.error_line`).
 
 This module is the watch itself (:class:`RankLiveness`) and what it knows of a rank (:class:`RankInfo`, exit notes,
 :func:`process_alive`); when a process starts, switches over and stops its watch (at launch, once the process group
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from lightning_zerocopy.process_state import process_alive
+from lightning_zerocopy.strategies.error_line import NOTE_PREFIX, claim, error_line_written, line_prefix
 
 __all__ = [
     "LAUNCHER_ENV",
@@ -47,6 +49,7 @@ __all__ = [
     "RankLiveness",
     "RankInfo",
     "caused_by_a_peer",
+    "error_line_written",
     "exit_note",
     "is_interrupt",
     "process_alive",
@@ -136,7 +139,10 @@ class RankLiveness:
         self._store = store
         self._stopping = stopping
         self._announced = False
+        self._interrupted = False  # this rank stops on Ctrl-C or SIGTERM: the job's line is the interrupt's
         self._notes: dict[int, str] = {}  # exit notes of peers, as read
+        self._readers: frozenset[int] = frozenset()  # the peers that read this rank's own exit note (see explain)
+        self._gone: Optional[RankInfo] = None  # the first peer found gone (see check)
         self._mapped: frozenset[int] = frozenset()  # ranks whose GPU memory this process reads (see depend_on)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -176,6 +182,7 @@ class RankLiveness:
         if me is not None:
             self.me = me
         self.peers = _machine_peers(self.me, ranks)
+        self._gone = None
         if store is not None:
             self._store = store
         if stopping is not None:
@@ -193,14 +200,18 @@ class RankLiveness:
         self._mapped = frozenset(int(r) for r in ranks if r != self.me.rank)
 
     def check(self) -> Optional[RankInfo]:
-        """The first watched rank that is gone, else the first that has left an exit note, else ``None``.
+        """The first watched rank found gone (the same one from then on), else the first that has left an exit note,
+        else ``None``.
 
         A gone rank comes first: when one rank dies, every survivor's next collective fails at once, and a survivor
         that leaves its note ("failed: Connection reset by peer") before the others look must not be blamed for the
-        death it only reports."""
-        for peer in self.peers:
-            if not self._alive(peer.pid):
-                return peer
+        death it only reports. The first one found stays the one named: a rank that ended on its account afterwards
+        (they end at once, see :mod:`~lightning_zerocopy.strategies.error_line`) is gone too by the time this rank
+        explains its own error, and may come before it in rank order."""
+        if self._gone is None:
+            self._gone = next((peer for peer in self.peers if not self._alive(peer.pid)), None)
+        if self._gone is not None:
+            return self._gone
         for peer in self.peers:
             if self.note_of(peer) is not None:
                 return peer
@@ -224,7 +235,15 @@ class RankLiveness:
 
     def announce(self, exception: BaseException) -> None:
         """Leave this rank's exit note for ``exception`` (first thing when it stops on one), then wait until every
-        live watched peer has read it, at most ``2 * interval + 1`` seconds. Once; later calls do nothing."""
+        live watched peer has read it, at most ``2 * interval + 1`` seconds. Once; later calls do nothing.
+
+        An error of this rank's own (not an interrupt, not a peer's) claims the job's error line first
+        (:mod:`~lightning_zerocopy.strategies.error_line`): the ranks that stop on its note write theirs as notes."""
+        if not self._announced and is_interrupt(exception):
+            self._interrupted = True
+        elif not self._announced and not caused_by_a_peer(exception):
+            self.check()  # a peer already gone is the one this rank's explain() names (before any other ends)
+            claim()
         if self._announced or self._store is None:
             self._announced = True
             return
@@ -238,10 +257,15 @@ class RankLiveness:
             waiting = [p for p in self.peers if self._alive(p.pid) and p.rank not in self._notes]
             try:
                 if not waiting or self._store.check([_ACK_KEY.format(rank=self.me.rank, reader=p.rank) for p in waiting]):
-                    return
+                    break
             except Exception:  # noqa: BLE001
                 return
             time.sleep(0.05)
+        try:
+            acks = {p.rank: _ACK_KEY.format(rank=self.me.rank, reader=p.rank) for p in self.peers}
+            self._readers = frozenset(rank for rank, key in acks.items() if self._store.check([key]))
+        except Exception:  # noqa: BLE001 - the store went meanwhile
+            pass
 
     def describe(self, dead: RankInfo) -> str:
         """The one-line error for ``dead`` (gone, or stopping with an exit note)."""
@@ -258,7 +282,8 @@ class RankLiveness:
         """If a watched rank is gone (checked for up to ``wait`` seconds: a collective can fail the moment a peer's
         socket closes, before the peer is reaped), prefix ``exception``'s message with :meth:`describe` and return
         that line; else ``None``. For errors of collectives (e.g. gloo's "Connection reset by peer") that do not
-        say which rank went away."""
+        say which rank went away. A rank that read this rank's exit note before it went (or left its own) stopped
+        on this rank's account: it explains nothing (the pipeline worker's death on this rank stays the cause)."""
         if isinstance(exception, PeerRankExited) or is_interrupt(exception):
             return None  # already names the rank; or this rank was interrupted itself (Ctrl-C reaches every rank)
         deadline = time.monotonic() + wait
@@ -266,7 +291,7 @@ class RankLiveness:
         while dead is None and time.monotonic() < deadline:
             time.sleep(0.05)
             dead = self.check()
-        if dead is None:
+        if dead is None or dead.rank in self._readers:
             return None
         line = self.describe(dead)
         if exception.args and isinstance(exception.args[0], str):
@@ -283,11 +308,13 @@ class RankLiveness:
             dead = self.check()
             if dead is None or self._stop.is_set():
                 continue
-            if dead.rank in self._mapped and not self._alive(dead.pid):
-                self._end_now(dead)
+            mapped = self._mapped_gone()
+            if mapped is not None:
+                self._end_now(mapped)
             if self._announced or self._stopping():
                 continue  # this rank is stopping on its own exception already: let it finish (explain() names peers)
             self.message = self.describe(dead)
+            claim()  # now, before this rank's line (the command's, or the grace's below) says whether it is the error
             if self._previous_handler is not None or signal.getsignal(_SIGNAL) == self._raise_in_main:
                 os.kill(os.getpid(), _SIGNAL)  # PeerRankExited carries the message
             else:
@@ -296,7 +323,7 @@ class RankLiveness:
             # rendezvous may hold the main thread in native code, where no Python signal handler runs)
             self._wait_out_grace()
             print(
-                f"{_line_prefix()}{self.message}; rank {self.me.rank} did not exit within {self.grace:.0f} s: exiting",
+                f"{line_prefix()}{self.message}; rank {self.me.rank} did not exit within {self.grace:.0f} s: exiting",
                 file=sys.stderr,
                 flush=True,
             )
@@ -308,16 +335,22 @@ class RankLiveness:
         (a peer that failed and announced it is still alive when this rank starts stopping, and exits soon after)."""
         deadline = time.monotonic() + self.grace
         while (left := deadline - time.monotonic()) > 0:
-            gone = next((p for p in self.peers if p.rank in self._mapped and not self._alive(p.pid)), None)
+            gone = self._mapped_gone()
             if gone is not None:
                 self._end_now(gone)
             time.sleep(min(self.interval, left))
 
+    def _mapped_gone(self) -> Optional[RankInfo]:
+        """The first gone rank whose GPU memory this process reads, else ``None``."""
+        return next((p for p in self.peers if p.rank in self._mapped and not self._alive(p.pid)), None)
+
     def _end_now(self, dead: RankInfo) -> None:
-        """A rank whose GPU memory this process reads is gone: see :meth:`depend_on`. The line is the run's error
-        line unless the command wrote one already (:func:`error_line_written`)."""
+        """A rank whose GPU memory this process reads is gone: see :meth:`depend_on`. The line is the job's error
+        line if this process holds it (:func:`~lightning_zerocopy.strategies.error_line.line_prefix`), else a note
+        (so also where this rank stops on an interrupt, which names the cause)."""
+        prefix = NOTE_PREFIX if self._interrupted else line_prefix()
         print(
-            f"{_line_prefix()}rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
+            f"{prefix}rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
             f"was running, and the GPU memory of it that rank {self.me.rank} reads went with it: stopping rank "
             f"{self.me.rank} now",
             file=sys.stderr,
@@ -332,20 +365,6 @@ class RankLiveness:
 
     def _raise_in_main(self, signum: int, frame: Any) -> None:
         raise PeerRankExited(self.message or "another rank of this machine exited")
-
-
-_error_line_written = threading.Event()
-
-
-def error_line_written() -> None:
-    """The command calls this as it writes the run's ``error:`` line for an exception: a watch that must still end
-    the process afterwards writes its line as a note, not as a second error line."""
-    _error_line_written.set()
-
-
-def _line_prefix() -> str:
-    """A watch that ends the process writes the run's error line, unless the command's own was written."""
-    return "[ZeroCopyDDPStrategy] " if _error_line_written.is_set() else "error: "
 
 
 def caused_by_a_peer(exception: BaseException) -> bool:

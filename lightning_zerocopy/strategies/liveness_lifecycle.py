@@ -18,6 +18,7 @@ import os
 import socket
 from typing import Any, Callable, Optional, Sequence
 
+from lightning_zerocopy.strategies import error_line
 from lightning_zerocopy.strategies.liveness import LAUNCHER_ENV, RankInfo, RankLiveness, process_alive
 
 __all__ = [
@@ -61,6 +62,7 @@ def launch_watch(
         # (a launcher that is gone already is watched too: the watch stops this rank at once)
         launcher_rank = rank - int(os.environ.get("LOCAL_RANK", "0") or 0)  # the launcher is local rank 0
         peers = [RankInfo(launcher_rank, host, pid)]
+        error_line.take_up(pid)  # the launcher's claim of the job's one error line, while the launcher runs
     watch = RankLiveness(RankInfo.here(rank), peers, interval=interval, grace=grace, starting=True)
     watch.start()
     _LAUNCH_WATCH = watch
@@ -78,8 +80,9 @@ def watch_ranks(
     watch: Optional[RankLiveness], rank: int, world_size: int, interval: float, stopping: Callable[[], bool]
 ) -> RankLiveness:
     """Once the process group exists: every rank's :class:`RankInfo` exchanged, and the other ranks of this machine
-    watched, by ``watch`` (the launch's, switched over to them) or by a new watch. A collective; call from the main
-    thread.
+    watched, by ``watch`` (the launch's, switched over to them) or by a new watch. The ranks of a machine claim the
+    job's error line through the claim file of its lowest rank (:mod:`~lightning_zerocopy.strategies.error_line`),
+    exchanged with them. A collective; call from the main thread.
 
     Args:
         watch: the watch :func:`launch_watch` started in this process, or ``None``.
@@ -90,9 +93,12 @@ def watch_ranks(
     import torch.distributed as dist
 
     me = RankInfo.here(rank)
-    ranks: list[Any] = [None] * world_size
-    dist.all_gather_object(ranks, me)
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, (me, error_line.share()))
+    ranks = [info for info, _ in gathered]
     store = _default_store()
+    keeper = next((ref for info, ref in gathered if info.host == me.host and ref is not None), None)
+    error_line.join(keeper, store)
     if watch is None:
         watch = RankLiveness(me, ranks, interval=interval, store=store, stopping=stopping)
     else:

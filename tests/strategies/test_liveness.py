@@ -249,3 +249,28 @@ def test_a_rank_that_does_not_exit_within_grace_ends_with_the_runs_error_line(tm
     [line] = [line for line in proc.stderr.splitlines() if "did not exit within" in line]
     assert "rank 2 (pid 999999 on h) exited while rank 0 was running; stopping rank 0" in line, line
     assert line.startswith("[ZeroCopyDDPStrategy] " if written else "error: "), line
+
+
+def test_a_rank_that_went_after_reading_this_ranks_note_does_not_explain_its_error() -> None:
+    """Rank 1 fails on its own (its pipeline worker died) and announces it; rank 0 reads the note, stops on its
+    account and is gone by the time rank 1 explains its error: the worker stays the cause, not rank 0 (on four GPUs
+    that was the job's one error line)."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    alive = {100: True, 101: True}
+    rank0, rank1 = _pair(store, alive=lambda pid: alive[pid], interval=0.05)
+    error = RuntimeError("the pipeline worker process (pid 4242) was killed by SIGKILL")
+    announcer = threading.Thread(target=rank1.announce, args=(error,))
+    announcer.start()
+    deadline = time.monotonic() + 10
+    while rank0.note_of(rank1.me) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    announcer.join(timeout=10)
+    alive[100] = False  # rank 0 ended on rank 1's account
+    assert rank1.explain(error, wait=0) is None
+    assert str(error) == "the pipeline worker process (pid 4242) was killed by SIGKILL"
+    # a rank that went without reading it explains it as before
+    other = RuntimeError("[gloo] Connection reset by peer")
+    fresh = RankLiveness(rank1.me, [rank0.me, rank1.me], store=dist.HashStore(), alive=lambda pid: pid != 100)
+    assert fresh.explain(other, wait=0) == "rank 0 (pid 100 on host) exited while rank 1 was running; stopping rank 1"
