@@ -180,6 +180,27 @@ def test_a_gone_rank_whose_memory_this_process_maps_ends_it_at_once(tmp_path) ->
     assert err.count("\n") == 1 and "still here" not in out
 
 
+def test_the_watch_wakes_the_moment_a_mapped_rank_exits_not_at_its_next_poll() -> None:
+    """Between a clique peer's exit and the watch's next look, every kernel this process starts reads freed memory
+    (issue 42: SIGKILL of rank 0 on 4 GPUs printed illegal memory accesses): the pause between polls ends as the
+    mapped rank exits, here within 1 s of a 30 s interval."""
+    from lightning_zerocopy.strategies.liveness import RankInfo, RankLiveness
+
+    peer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        me = RankInfo(0, "h", os.getpid())
+        watch = RankLiveness(me, [me, RankInfo(1, "h", peer.pid)], interval=30.0)
+        watch.depend_on({1})
+        threading.Timer(0.3, peer.kill).start()
+        start = time.monotonic()
+        watch._pause()
+        assert time.monotonic() - start < 1.3
+        assert watch._mapped_gone() is not None and watch._mapped_gone().rank == 1
+    finally:
+        peer.kill()
+        peer.wait()
+
+
 def test_a_mapped_peer_exiting_after_its_note_ends_a_hung_exception_path_at_once(tmp_path) -> None:
     """Rank 1 fails (its exit note names why), rank 0 starts stopping on its account, then rank 1 exits and frees
     the shard rank 0 reads: rank 0's exception path, which may now wait forever in a CUDA call, is not given the
