@@ -11,8 +11,8 @@ SIGTERM (issue 39's gate, written for issue 38's pre-emption): the command exits
 handling ends with status 1 and one ``error:`` line naming SIGTERM; the test accepts that too (and says which it saw),
 but never status 0, which a scheduler would record as a finished job.
 
-``LZC_FAULT_RANKS=N`` (default 2) runs the same cases on N ranks, one per GPU (issue 42: 4 and 8 GPUs); the case
-skips where the machine has fewer GPUs (``REQUIRE_TWO_GPUS=1`` turns that skip into a failure)."""
+``LZC_TEST_GPUS=N`` (default 2, :mod:`helpers.test_gpus`) runs the same cases on N ranks, one per GPU (issue 42: 4
+and 8 GPUs); the case skips where the machine has fewer GPUs (``REQUIRE_TWO_GPUS=1`` turns that skip into a failure)."""
 
 from __future__ import annotations
 
@@ -31,12 +31,13 @@ import pytest
 
 from helpers import free_port
 from helpers.job_log import output_of, process_report, start_logged
+from helpers.test_gpus import TEST_GPUS, skip_unless_enough_gpus
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 BOUND_S = 10.0
 SHM = Path("/dev/shm")
-RANKS = int(os.environ.get("LZC_FAULT_RANKS", "2"))
+RANKS = TEST_GPUS
 
 
 def _shm() -> set[str]:
@@ -122,11 +123,7 @@ def _check_sigterm(output: str, returncode: int, tmp_path: Path) -> str:
 @pytest.mark.two_gpus
 @pytest.mark.parametrize("fault", ["none", "kill_rank0", "kill_rank1", "kill_worker1", "sigterm", "ctrl_c"])
 def test_a_two_gpu_run_ends_cleanly(tmp_path: Path, graph_cache: Path, fault: str) -> None:
-    if RANKS > 2:
-        import torch
-
-        if torch.cuda.device_count() < RANKS:
-            pytest.skip(f"LZC_FAULT_RANKS={RANKS} but this machine has {torch.cuda.device_count()} GPUs")
+    skip_unless_enough_gpus()
     before, mps_before = _shm(), _mps_now()
     proc = _start(tmp_path, *(["--trainer.max_steps=40"] if fault == "none" else []), cache=graph_cache)
     markers = tmp_path / "markers"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from helpers import free_port, sigint_at_default
+from helpers.test_gpus import TEST_GPUS, skip_unless_enough_gpus
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "strategy_ddp_script.py"
 
@@ -229,13 +230,15 @@ def test_rank_0_killed_while_rank_1_starts_stops_rank_1(tmp_path: Path) -> None:
 @pytest.mark.two_gpus
 @pytest.mark.parametrize("pipeline", [False, True], ids=["in_process", "worker"])
 def test_clique_on_two_gpus_reads_peer_shards_and_gathers_the_right_rows(tmp_path: Path, pipeline: bool) -> None:
-    """Each rank's cache reads its own shard, the peer's shard (opened over CUDA IPC for its GPU) and host memory;
+    """Each rank's cache reads its own shard, the peers' shards (opened over CUDA IPC for its GPU) and host memory;
     before the shards were opened for the reading GPU, the peer reads faulted (illegal address), in the trainer and
-    in the pipeline worker."""
+    in the pipeline worker. ``LZC_TEST_GPUS=N``: one clique of N shards on N ranks."""
+    skip_unless_enough_gpus()
     before = _shm()
-    reports = _run(tmp_path, {"accelerator": "gpu", "devices": 2, "policy": "clique", "budget": "64KiB",
+    reports = _run(tmp_path, {"accelerator": "gpu", "devices": TEST_GPUS, "policy": "clique", "budget": "64KiB",
                               "num_nodes_graph": 20000, "pipeline": pipeline})  # fmt: skip
-    assert [r["group"] for r in reports] == [[0, 1], [0, 1]] and reports[0]["policy"] == "clique"
+    everyone = list(range(TEST_GPUS))
+    assert [r["group"] for r in reports] == [everyone] * TEST_GPUS and reports[0]["policy"] == "clique"
     for r in reports:
         rows = r["cache_rows"]
         assert rows["local_rows"] > 0 and rows["peer_rows"] > 0 and rows["host_rows"] > 0, rows
@@ -247,7 +250,8 @@ def test_clique_on_two_gpus_reads_peer_shards_and_gathers_the_right_rows(tmp_pat
 
 @pytest.mark.two_gpus
 def test_auto_on_two_gpus_measures_reads_and_says_why(tmp_path: Path) -> None:
-    reports = _run(tmp_path, {"accelerator": "gpu", "devices": 2, "policy": "auto", "budget": "64KiB",
+    skip_unless_enough_gpus()
+    reports = _run(tmp_path, {"accelerator": "gpu", "devices": TEST_GPUS, "policy": "auto", "budget": "64KiB",
                               "num_nodes_graph": 20000})  # fmt: skip
     assert len({(r["policy"], r["digest"]) for r in reports}) == 1  # every rank decided alike
     note = reports[0]["note"]
