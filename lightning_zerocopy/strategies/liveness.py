@@ -302,7 +302,7 @@ class RankLiveness:
             exception.peer_rank_exit = line  # see caused_by_a_peer
         except AttributeError:  # an exception type without a __dict__
             pass
-        print(f"[ZeroCopyDDPStrategy] {line}", file=sys.stderr, flush=True)
+        _say(f"[ZeroCopyDDPStrategy] {line}")
         return line
 
     def _watch(self) -> None:
@@ -323,15 +323,11 @@ class RankLiveness:
             if self._previous_handler is not None or signal.getsignal(_SIGNAL) == self._raise_in_main:
                 os.kill(os.getpid(), _SIGNAL)  # PeerRankExited carries the message
             else:
-                print(f"[ZeroCopyDDPStrategy] {self.message}", file=sys.stderr, flush=True)
+                _say(f"[ZeroCopyDDPStrategy] {self.message}")
             # the exception path gets `grace` seconds (it may itself wait in a collective with the dead rank, or the
             # rendezvous may hold the main thread in native code, where no Python signal handler runs)
             self._wait_out_grace()
-            print(
-                f"{line_prefix()}{self.message}; rank {self.me.rank} did not exit within {self.grace:.0f} s: exiting",
-                file=sys.stderr,
-                flush=True,
-            )
+            _say(f"{line_prefix()}{self.message}; rank {self.me.rank} did not exit within {self.grace:.0f} s: exiting")
             os._exit(1)
 
     def _wait_out_grace(self) -> None:
@@ -387,12 +383,10 @@ class RankLiveness:
         line if this process holds it (:func:`~lightning_zerocopy.strategies.error_line.line_prefix`), else a note
         (so also where this rank stops on an interrupt, which names the cause)."""
         prefix = NOTE_PREFIX if self._interrupted else line_prefix()
-        print(
+        _say(
             f"{prefix}rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
             f"was running, and the GPU memory of it that rank {self.me.rank} reads went with it: stopping rank "
-            f"{self.me.rank} now",
-            file=sys.stderr,
-            flush=True,
+            f"{self.me.rank} now"
         )
         try:
             workers = sys.modules.get("lightning_zerocopy.pipeline.worker")  # none started if it was never imported
@@ -403,6 +397,14 @@ class RankLiveness:
 
     def _raise_in_main(self, signum: int, frame: Any) -> None:
         raise PeerRankExited(self.message or "another rank of this machine exited")
+
+
+def _say(line: str) -> None:
+    """``line`` and its newline to stderr in one write: the ranks of a machine share the launcher's stderr, and
+    ``print`` writes the text and the newline apart (two writes when unbuffered), so two ranks ending at once could
+    run their lines together (``...: exitingerror: rank 1 ...``) and a line would no longer start with ``error:``."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def caused_by_a_peer(exception: BaseException) -> bool:

@@ -295,3 +295,25 @@ def test_a_rank_that_went_after_reading_this_ranks_note_does_not_explain_its_err
     other = RuntimeError("[gloo] Connection reset by peer")
     fresh = RankLiveness(rank1.me, [rank0.me, rank1.me], store=dist.HashStore(), alive=lambda pid: pid != 100)
     assert fresh.explain(other, wait=0) == "rank 0 (pid 100 on host) exited while rank 1 was running; stopping rank 1"
+
+
+def test_a_watch_line_reaches_stderr_in_one_write(monkeypatch) -> None:
+    """The ranks of a machine share one stderr: a line written as text, then its newline (``print``, unbuffered) let
+    two ranks ending at once run their lines together, so the job's ``error:`` line no longer started a line (CI, 4
+    gloo ranks stuck past grace: ``...: exitingerror: rank 1 ...``)."""
+    writes: list[str] = []
+
+    class Recorder:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    me = RankInfo(0, "h", os.getpid())
+    watch = RankLiveness(me, [me, RankInfo(1, "h", 999999)], alive=lambda pid: pid != 999999)
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    line = watch.explain(RuntimeError("Connection reset by peer"), wait=0.0)
+    assert line is not None and "rank 1 (pid 999999 on h) exited" in line
+    assert len(writes) == 1 and writes[0].endswith("\n") and writes[0].count("\n") == 1, writes
