@@ -53,14 +53,11 @@ def test_a_killed_rank_is_named_in_one_error_line(tmp_path: Path, how: str, vict
         time.sleep(0.3)  # every watch has polled its peers once
         os.kill(procs[victim].pid, signal.SIGKILL)
         start = time.monotonic()
-        for proc in procs:
-            proc.wait(timeout=30)
-        took = time.monotonic() - start
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    except BaseException:
+        _kill_rest(procs)
+        raise
+    _end_all(procs, 30)
+    took = time.monotonic() - start
     output = log.read_text()
     survivors = [r for r in range(RANKS) if r != victim]
     assert [procs[r].returncode for r in survivors] == [1] * len(survivors), output[-4000:]
@@ -78,14 +75,7 @@ def test_a_rank_failing_on_its_own_is_the_one_that_writes_the_error_line(tmp_pat
     an ``error:`` line, and rank 1's could name a rank that had ended on its account instead of its worker."""
     log = tmp_path / "job.log"
     procs = _start_ranks(tmp_path, "failing", log)
-    try:
-        for proc in procs:
-            proc.wait(timeout=150)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    _end_all(procs, 150)
     output = log.read_text()
     assert [p.returncode for p in procs] == [1] * RANKS, output[-4000:]
     errors = [line for line in output.splitlines() if line.startswith("error:")]
@@ -127,3 +117,19 @@ def test_a_launcher_killed_before_the_rendezvous_is_named_in_one_error_line(tmp_
     errors = [line for line in output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, output[-4000:]
     assert errors[0].startswith(f"error: rank 0 (pid {launcher.pid} on ") and "was starting" in errors[0], output
+
+
+def _end_all(procs: list[subprocess.Popen], timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for each rank to end (raising if one does not), killing whatever is left."""
+    try:
+        for proc in procs:
+            proc.wait(timeout=timeout)
+    finally:
+        _kill_rest(procs)
+
+
+def _kill_rest(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
