@@ -98,7 +98,12 @@ def _sync(device: torch.device) -> None:
 
 
 def _probe_ids(num_nodes: int, count: int) -> torch.Tensor:
-    return torch.linspace(0, num_nodes - 1, min(count, num_nodes)).round().long().unique()
+    """``count`` evenly spaced node ids from 0 to ``num_nodes - 1``, in integers (a float32 ``linspace`` rounds ids
+    above 2**24 up to ``num_nodes``, past the last node)."""
+    count = min(count, num_nodes)
+    if count <= 1:
+        return torch.zeros(count, dtype=torch.int64)
+    return (torch.arange(count, dtype=torch.int64) * (num_nodes - 1) // (count - 1)).unique()
 
 
 def run_row(row: InferenceRow, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:

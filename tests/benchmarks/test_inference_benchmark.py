@@ -17,7 +17,17 @@ from helpers.one_model_runs import run_benchmark
 
 from benchmarks.inference.__main__ import graph_kwargs, parse_args
 from benchmarks.inference.report import render
-from benchmarks.inference.rows import ROWS, probe_diff, run_row
+from benchmarks.inference.rows import ROWS, _probe_ids, probe_diff, run_row
+
+
+
+@pytest.mark.parametrize("num_nodes", [1, 2, 3_000, 24_000_000, 100_000_001])
+def test_probe_ids_stay_within_the_graph(num_nodes: int) -> None:
+    # float32 ids above 2**24 round up: the 24M-node GPU run indexed row 24,000,000 of 24M (a device-side assert)
+    ids = _probe_ids(num_nodes, 512)
+    assert ids.dtype == torch.int64 and ids.numel() == min(512, num_nodes)
+    assert int(ids[0]) == 0 and int(ids[-1]) == num_nodes - 1
+    assert bool((ids[1:] > ids[:-1]).all())
 
 
 @pytest.mark.slow
