@@ -143,10 +143,12 @@ export GPU_CHECK_EXTRA_STAGE_MANY_PYG="$many_n timeout -s TERM ${GPU_CHECK_MANY_
 export GPU_CHECK_EXTRA_STAGE_MANY_HETERO="$many_n timeout ${GPU_CHECK_MANY_HETERO_TIMEOUT:-500} python3 -m benchmarks.scaling --graph hetero --cache-dir /tmp/lzc --out \$OUT/many_hetero.json --preset mag --gpus 1,\$n --policies replicate,clique --budgets 0.1 --pipelines worker --epochs 2 --warmup-batches 30 --limit-batches 400 --run-budget-s 12 --presample-batches 16 --timeout 100 --prepare-timeout 150 --pyg-gpus \$n --pyg-workers 8 --pyg-site /tmp/pygsite"
 # stage inference_tests (issue 41, one GPU, ~2 min estimated): the layer-wise CUDA tests (exact on every placement and
 # storage, typed too, the GPU memory bound, a graph beyond the GPU's allowance, the benchmark's GPU rows).
-# stage inference (one GPU, .pyg/ carried): benchmarks.inference on the e2e benchmark's 24M-node graph (drawn ~1 min into
-# /tmp/lzc the first time), one model a call: ours, PyG's BasicGNN.inference and the sampled predict, ~5 min estimated
-# (never run; a row cut by the timeout still leaves results.json and report.md); GPU_CHECK_INFERENCE_ARGS=--models heavy
-# in a second call:
+# stage inference (one GPU, .pyg/ carried): benchmarks.inference on the e2e benchmark's 24M-node graph (drawn 19 s into
+# /tmp/lzc the first time). Measured on an H200 (2026-11-28): the row processes, light: ours 62 s (36.6 s pass at batch
+# 4096), PyG 294 s (201.5 s pass, ~80 s loading), sampled 30 s; heavy: ours 48 s, PyG > 410 s (cut at the stage's 465 s);
+# the layer-wise CUDA tests 72 s. So one model a call, and PyG's heavy row alone in a call:
+#   GPU_CHECK_INFERENCE_ARGS="--models light,heavy --configs ours,sampled --sampler-placement gpu"
+#   GPU_CHECK_INFERENCE_ARGS="--models heavy --configs pyg --pyg-workers 12 --row-timeout-s 540" GPU_CHECK_INFERENCE_TIMEOUT=550
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,inference_tests bash scripts/gpu_session.sh     # .wheels/
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,inference bash scripts/gpu_session.sh           # .pyg/
 export GPU_CHECK_EXTRA_STAGE_INFERENCE_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_INFERENCE_TEST_TIMEOUT:-400} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/data/test_layerwise_gpu.py tests/benchmarks/test_inference_benchmark.py"

@@ -27,7 +27,8 @@ def _seconds(run: Optional[dict[str, Any]]) -> str:
 def _layers(run: Optional[dict[str, Any]]) -> str:
     if not run or not run.get("layers"):
         return "–"
-    return " / ".join(f"{layer['seconds']:.2f} s, {layer['gb_per_s']:.1f} GB/s" for layer in run["layers"])
+    return " / ".join(f"{layer['seconds']:.2f} s, {layer['gb_per_s']:.1f} GB/s"
+                      + (f", sampler {layer['sample_s']:.2f} s" if "sample_s" in layer else "") for layer in run["layers"])
 
 
 def render(results: dict[str, Any]) -> str:
@@ -44,7 +45,8 @@ def render(results: dict[str, Any]) -> str:
                      f"{graph['features']} fp32 features ({graph['features_gb']:.2f} GB)")  # fmt: skip
     lines += ["", "Seconds for the logits of every node (one pass; setup excluded: ours the host copy, PyG its worker "
               "sweep). Per layer: seconds and GB/s of input rows read (layer 0 the features, then the previous "
-              "layer's outputs; PyG: `x_all[batch.n_id]` rows). `sampled`: its steady rate over the batches it ran, "
+              "layer's outputs; PyG: `x_all[batch.n_id]` rows); ours: the host seconds in the sampler's calls (near the "
+              "layer's seconds: the sampler bounds it). `sampled`: its steady rate over the batches it ran, "
               "times the batches of every node.", ""]  # fmt: skip
     models = sorted({m for r in runs.values() for m in r.get("models", {})}, key=lambda m: ("light", "heavy").index(m)
                     if m in ("light", "heavy") else 9)  # fmt: skip
@@ -66,7 +68,8 @@ def render(results: dict[str, Any]) -> str:
             figures = run["models"].get(model)
             if figures is None:
                 continue
-            notes = (f"batch {figures['batch_size']}, storage {figures['storage']}" if "storage" in figures else
+            notes = (f"batch {figures['batch_size']}, storage {figures['storage']}, sampler "
+                     f"{figures.get('sampler_placement', 'cpu')}" if "storage" in figures else
                      f"batch {figures['batch_size']}, {figures['pyg_workers']} workers ({', '.join(figures['pyg_backends'])})"
                      if "pyg_workers" in figures
                      else f"{figures['measured_batches']} of {figures['batches']:,} batches, {figures['batches_per_s']:.1f}/s, "

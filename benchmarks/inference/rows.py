@@ -169,8 +169,10 @@ def _ours(row: InferenceRow, args: Any, dataset: Any, name: str, device: torch.d
     finally:
         dm.teardown()
     layers = [{"layer": s.layer, "seconds": s.seconds, "batches": s.batches, "edges": s.edges,
-               "bytes_read": s.bytes_read, "gb_per_s": s.bytes_read / max(s.seconds, 1e-9) / 1e9} for s in result.stats]  # fmt: skip
+               "bytes_read": s.bytes_read, "gb_per_s": s.bytes_read / max(s.seconds, 1e-9) / 1e9,
+               "sample_s": s.sample_seconds} for s in result.stats]  # fmt: skip
     return {"total_s": total, "setup_s": setup_s, "layers": layers, "storage": storage, "batch_size": options.batch_size,
+            "sampler_placement": args.sampler_placement,
             "probe": probe.float().cpu().tolist()}  # fmt: skip
 
 

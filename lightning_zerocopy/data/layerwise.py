@@ -51,7 +51,9 @@ _PROBE_WINDOW = 4096  # the probe node: the fewest in-edges among the first node
 @dataclass(frozen=True)
 class LayerStats:
     """What one rank did in one layer: wall time (its device synchronized), batches, destination nodes, sampled
-    edges, and the bytes of input rows it read (features at layer 0, the previous layer's table after)."""
+    edges, the bytes of input rows it read (features at layer 0, the previous layer's table after), and the host
+    seconds spent in the sampler's calls (a CPU sampler's whole work, which the GPU's work of earlier batches
+    overlaps; for a GPU sampler its launches and count readbacks): near ``seconds``, the sampler bounds the layer."""
 
     layer: int
     seconds: float
@@ -59,6 +61,7 @@ class LayerStats:
     dst_nodes: int
     edges: int
     bytes_read: int
+    sample_seconds: float = 0.0
 
 
 @dataclass
@@ -131,6 +134,7 @@ class LayerwisePass:
         self.progress = progress and self.ranks.local_rank == 0
         self._dtype = feature_dtype_of(options.dtype, _KEY + "dtype")
         self._cum: dict[tuple[str, bool], np.ndarray] = {}
+        self._sample_seconds = 0.0  # host time in the sampler, summed over a layer's batches
         self._check()
 
     # ---- the pass --------------------------------------------------------------------------------------------
@@ -174,6 +178,7 @@ class LayerwisePass:
             mine = range(self.ranks.local_rank, len(bounds) - 1, self.ranks.local_world_size)
             work += [(node_type, ids, bounds[k], bounds[k + 1]) for k in mine]
         read_before = sum(t.bytes_read for t in inputs.values())
+        self._sample_seconds = 0.0
         edges = nodes = features = 0
         desc = f"layer {layer + 1}/{len(self.layers)}"
         for node_type, ids, lo, hi in tqdm(work, desc=desc, unit="batch", disable=not self.progress):
@@ -185,7 +190,7 @@ class LayerwisePass:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # the rows are in the tables before other ranks read them
         read = features + sum(t.bytes_read for t in inputs.values()) - read_before
-        return LayerStats(layer, time.perf_counter() - start, len(work), nodes, edges, read)
+        return LayerStats(layer, time.perf_counter() - start, len(work), nodes, edges, read, self._sample_seconds)
 
     # ---- one batch -------------------------------------------------------------------------------------------
 
@@ -195,7 +200,9 @@ class LayerwisePass:
         (layer 0), from the previous layer's tables, or zeros of the given widths (a shape probe)."""
         typed = self.schema.is_typed
         item = (_TypedItem(ids, ids, 0, 0, 0, 0, node_type=node_type) if typed else PlanItem(ids, ids, 0, 0, 0, 0))
+        start = time.perf_counter()
         sampled = self.builder.sample_batch(item)
+        self._sample_seconds += time.perf_counter() - start
         read = 0
         if layer == 0:
             block = self.builder.gather_batch(sampled)

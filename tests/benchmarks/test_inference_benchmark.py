@@ -41,6 +41,7 @@ def test_ci_run_times_ours_and_the_sampled_predict_and_reports_them(tmp_path: Pa
     ours, sampled = runs["ours"]["models"]["light"], runs["sampled"]["models"]["light"]
     assert runs["ours"]["status"] == "ok" and runs["sampled"]["status"] == "ok", runs
     assert [layer["layer"] for layer in ours["layers"]] == [0, 1] and all(layer["bytes_read"] > 0 for layer in ours["layers"])
+    assert all(0 < layer["sample_s"] < layer["seconds"] for layer in ours["layers"])
     assert ours["total_s"] > 0 and len(ours["probe"]) == 512 and ours["storage"] == "host"
     assert sampled["extrapolated"] and sampled["batches"] == 24 and sampled["measured_batches"] == 5
     report = (out / "report.md").read_text()

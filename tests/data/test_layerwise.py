@@ -83,6 +83,7 @@ def test_untyped_outputs_equal_a_full_graph_forward(dataset: SyntheticGraph, mak
         assert out.shape == full.shape and result.node_ids["_N"] is None
         torch.testing.assert_close(out, full, **TOL)
         assert all(s.batches > 1 for s in result.stats)  # the graph was cut into batches, every layer
+        assert all(0 < s.sample_seconds < s.seconds for s in result.stats)  # the sampler's share, timed
         result.close()
     finally:
         dm.teardown()

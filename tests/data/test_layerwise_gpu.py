@@ -87,6 +87,7 @@ def test_untyped_outputs_on_a_gpu_equal_a_full_graph_forward(dataset: SyntheticG
         assert table.storage == ("gpu" if storage == "auto" else storage)  # auto: a small graph's layers fit
         torch.testing.assert_close(table.data.to("cpu", torch.float32), full, **GPU_TOL)
         assert all(s.batches > 1 for s in result.stats)
+        assert all(0 < s.sample_seconds < s.seconds for s in result.stats)
         result.close()
     finally:
         dm.teardown()
