@@ -147,6 +147,8 @@ class RankLiveness:
         self._mapped: frozenset[int] = frozenset()  # ranks whose GPU memory this process reads (see depend_on)
         self._pidfds: dict[int, int] = {}  # pid -> process file descriptor of a mapped rank (see _pause)
         self._stop = threading.Event()
+        self._settled = threading.Event()  # the watch polls no more: it ended, or it runs out its grace (see stop)
+        self._wake: Optional[tuple[int, int]] = None  # a pipe that ends a pidfd wait when the watch stops (_pause)
         self._thread: Optional[threading.Thread] = None
         self._previous_handler: Any = None
         self.message: Optional[str] = None
@@ -155,6 +157,7 @@ class RankLiveness:
         """Start watching (call from the main thread: it installs the signal handler). Idempotent."""
         if self._thread is not None or not self.peers:
             return
+        self._settled.clear()
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(_SIGNAL, self._raise_in_main)
         self._thread = threading.Thread(target=self._watch, name="zerocopy-rank-liveness", daemon=True)
@@ -162,11 +165,17 @@ class RankLiveness:
 
     def stop(self) -> None:
         """Stop watching (before this rank leaves its last collective, so that ranks exiting normally after it are
-        not taken for dead). Idempotent."""
+        not taken for dead). Idempotent.
+
+        Returns once the watch polls no more. A watch that already acts on a gone rank runs out its ``grace`` in the
+        background (it still ends a process whose exception path hangs): waiting for it to end, as a join did, held
+        a stopping rank for ``interval + 1`` s (issue 42: rank 0 of ``kill_worker1``)."""
         self._stop.set()
+        if self._wake is not None:
+            os.write(self._wake[1], b"x")
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=self.interval + 1)
+            self._settled.wait(timeout=self.interval + 1)
         if self._previous_handler is not None and threading.current_thread() is threading.main_thread():
             signal.signal(_SIGNAL, self._previous_handler)
             self._previous_handler = None
@@ -285,9 +294,13 @@ class RankLiveness:
         socket closes, before the peer is reaped), prefix ``exception``'s message with :meth:`describe` and return
         that line; else ``None``. For errors of collectives (e.g. gloo's "Connection reset by peer") that do not
         say which rank went away. A rank that read this rank's exit note before it went (or left its own) stopped
-        on this rank's account: it explains nothing (the pipeline worker's death on this rank stays the cause)."""
+        on this rank's account: it explains nothing (the pipeline worker's death on this rank stays the cause); so
+        where every watched rank read it, there is nothing to wait for (that wait held rank 1 of ``kill_worker1``
+        for ``wait`` seconds, issue 42)."""
         if isinstance(exception, PeerRankExited) or is_interrupt(exception):
             return None  # already names the rank; or this rank was interrupted itself (Ctrl-C reaches every rank)
+        if self.peers and all(peer.rank in self._readers for peer in self.peers):
+            return None
         deadline = time.monotonic() + wait
         dead = self.check()
         while dead is None and time.monotonic() < deadline:
@@ -306,6 +319,12 @@ class RankLiveness:
         return line
 
     def _watch(self) -> None:
+        try:
+            self._poll()
+        finally:
+            self._settled.set()
+
+    def _poll(self) -> None:
         while not self._stop.is_set():
             self._pause()
             if self._stop.is_set():
@@ -326,20 +345,22 @@ class RankLiveness:
                 _say(f"[ZeroCopyDDPStrategy] {self.message}")
             # the exception path gets `grace` seconds (it may itself wait in a collective with the dead rank, or the
             # rendezvous may hold the main thread in native code, where no Python signal handler runs)
+            self._settled.set()
             self._wait_out_grace()
             _say(f"{line_prefix()}{self.message}; rank {self.me.rank} did not exit within {self.grace:.0f} s: exiting")
             os._exit(1)
 
     def _wait_out_grace(self) -> None:
         """``grace`` seconds for this rank's exception path, cut short by :meth:`_end_now` when a rank whose GPU
-        memory this process reads exits meanwhile: after that, the exception path's CUDA calls may never return
-        (a peer that failed and announced it is still alive when this rank starts stopping, and exits soon after)."""
+        memory this process reads exits meanwhile (the moment it exits, as in :meth:`_pause`): after that, the
+        exception path's CUDA calls may never return (a peer that failed and announced it is still alive when this
+        rank starts stopping, and exits soon after)."""
         deadline = time.monotonic() + self.grace
         while (left := deadline - time.monotonic()) > 0:
             gone = self._mapped_gone()
             if gone is not None:
                 self._end_now(gone)
-            time.sleep(min(self.interval, left))
+            self._wait_on_mapped(min(self.interval, left), stoppable=False)  # stop() does not end the grace
 
     def _pause(self) -> None:
         """One ``interval`` between polls, cut short the moment a rank whose GPU memory this process reads exits.
@@ -348,15 +369,25 @@ class RankLiveness:
         freed memory (an illegal memory access, printed as the context's teardown warnings); a 0.5 s poll left room
         for many such kernels (issue 42: SIGKILL of rank 0 on 4 GPUs under ``clique``). So the watch waits on a
         process file descriptor of each such rank (``pidfd``, Linux 5.3+), which becomes readable as it exits, and
-        only sleeps where there is none."""
+        only sleeps where there is none; :meth:`stop` ends the wait through a pipe of its own."""
+        self._wait_on_mapped(self.interval, stoppable=True)
+
+    def _wait_on_mapped(self, seconds: float, stoppable: bool) -> None:
+        """``seconds``, ended by a mapped rank's exit, and by :meth:`stop` if ``stoppable``."""
         fds = self._mapped_pidfds()
         if not fds:
-            self._stop.wait(self.interval)
+            if stoppable:
+                self._stop.wait(seconds)
+            else:
+                time.sleep(seconds)
             return
+        if stoppable and self._wake is None:
+            self._wake = os.pipe()  # kept for the process's life, like the pidfds
         poller = select.poll()
-        for fd in fds:
+        for fd in (*fds, self._wake[0]) if stoppable else fds:
             poller.register(fd, select.POLLIN)
-        poller.poll(self.interval * 1000.0)
+        if not (stoppable and self._stop.is_set()):  # (stop() may have looked for the pipe before it existed)
+            poller.poll(seconds * 1000.0)
 
     def _mapped_pidfds(self) -> list[int]:
         """Process file descriptors of the live mapped ranks, opened once each (kept for the process's life: a few)."""

@@ -241,6 +241,45 @@ def test_a_mapped_peer_exiting_after_its_note_ends_a_hung_exception_path_at_once
     assert "went with it: stopping rank 0 now" in err and "error:" not in err and "still here" not in out, out + err
 
 
+
+def test_a_mapped_peer_exiting_during_the_grace_ends_this_rank_the_moment_it_exits(tmp_path) -> None:
+    """As above, with a real peer process: the grace waits on its process file descriptor, so this rank ends as
+    the peer exits, not at the grace's next look (here ``interval`` = 5 s; it slept in steps of ``interval``)."""
+    from lightning_zerocopy.strategies import liveness
+
+    script = tmp_path / "grace.py"
+    script.write_text(
+        "import os, subprocess, sys, threading, time\n"
+        "from lightning_zerocopy.strategies import liveness\n"
+        "from lightning_zerocopy.strategies.liveness import PeerRankExited, RankInfo, RankLiveness\n"
+        "class Store:\n"
+        f"    notes = {{{liveness._NOTE_KEY.format(rank=1)!r}: b'its pipeline worker was killed by SIGKILL'}}\n"
+        "    def check(self, keys): return all(k in self.notes for k in keys)\n"
+        "    def get(self, key): return self.notes[key]\n"
+        "    def set(self, key, value): self.notes[key] = value\n"
+        "peer = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "me = RankInfo(0, 'h', os.getpid())\n"
+        "watch = RankLiveness(me, [me, RankInfo(1, 'h', peer.pid)], interval=5.0, grace=60, store=Store())\n"
+        "watch.depend_on({0, 1})\n"
+        "watch.start()\n"
+        "try:\n"
+        "    time.sleep(30)\n"
+        "except PeerRankExited:\n"
+        "    liveness.error_line_written()\n"
+        "    time.sleep(1.0)  # the watch runs out its grace\n"
+        "    peer.kill()\n"
+        "    print('killed at', time.monotonic(), flush=True)\n"
+        "    peer.wait()\n"
+        "    time.sleep(30)\n"
+        "print('still here', flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=90)
+    ended = time.monotonic()
+    assert proc.returncode == 1 and "went with it: stopping rank 0 now" in err, out + err
+    [killed] = [float(line.split()[2]) for line in out.splitlines() if line.startswith("killed at")]
+    assert ended - killed < 2.5, (ended - killed, out + err)
+
 @pytest.mark.parametrize("written", [False, True], ids=["no_error_line_yet", "error_line_written"])
 def test_a_rank_that_does_not_exit_within_grace_ends_with_the_runs_error_line(tmp_path, written: bool) -> None:
     """The main thread cannot act on the gone peer in time (here it swallows PeerRankExited, as a rank blocked in
@@ -296,6 +335,72 @@ def test_a_rank_that_went_after_reading_this_ranks_note_does_not_explain_its_err
     fresh = RankLiveness(rank1.me, [rank0.me, rank1.me], store=dist.HashStore(), alive=lambda pid: pid != 100)
     assert fresh.explain(other, wait=0) == "rank 0 (pid 100 on host) exited while rank 1 was running; stopping rank 1"
 
+
+
+def test_a_rank_whose_note_every_peer_read_explains_its_error_without_waiting() -> None:
+    """Rank 1 fails on its own and rank 0 reads its note: no rank can be to blame for rank 1's error, so explain()
+    returns at once instead of waiting ``wait`` seconds for a rank to go (issue 42: rank 1 of ``kill_worker1`` spent
+    2 s there before its error line)."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    rank0, rank1 = _pair(store, interval=0.05)
+    error = RuntimeError("the pipeline worker process (pid 4242) was killed by SIGKILL")
+    announcer = threading.Thread(target=rank1.announce, args=(error,))
+    announcer.start()
+    deadline = time.monotonic() + 10
+    while rank0.note_of(rank1.me) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    announcer.join(timeout=10)
+    start = time.monotonic()
+    assert rank1.explain(error, wait=30) is None
+    assert time.monotonic() - start < 5
+
+
+def test_stopping_a_watch_that_runs_out_its_grace_returns_at_once_and_the_grace_still_holds(tmp_path) -> None:
+    """The watch found a gone peer and raised in the main thread, whose exception path stops the watch: stop()
+    returns at once (it waited ``interval + 1`` s for a thread that sleeps out its grace: 1.5 s of rank 0's exit in
+    ``kill_worker1``, issue 42), and the grace still ends a process whose exit path then hangs."""
+    script = tmp_path / "stopping.py"
+    script.write_text(
+        "import os, time\n"
+        "from lightning_zerocopy.strategies import liveness\n"
+        "me = liveness.RankInfo(0, 'h', os.getpid())\n"
+        "watch = liveness.RankLiveness(me, [me, liveness.RankInfo(1, 'h', 999999)], interval=2.0, grace=4.0,\n"
+        "                              alive=lambda pid: pid != 999999)\n"
+        "watch.start()\n"
+        "try:\n"
+        "    time.sleep(30)\n"
+        "except liveness.PeerRankExited:\n"
+        "    start = time.monotonic()\n"
+        "    watch.stop()\n"
+        "    print(f'stopped in {time.monotonic() - start:.3f} s', flush=True)\n"
+        "    time.sleep(30)  # an exit path that hangs\n"
+        "print('still here', flush=True)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "still here" not in proc.stdout, proc.stdout + proc.stderr
+    [took] = [float(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith("stopped in")]
+    assert took < 1.0, proc.stdout
+    assert "did not exit within 4 s: exiting" in proc.stderr, proc.stderr
+
+
+def test_stopping_a_watch_that_waits_on_a_mapped_rank_ends_its_wait() -> None:
+    """A watch waiting on a clique peer's process file descriptor (:meth:`RankLiveness._pause`) stops when asked,
+    not when its ``interval`` is up (here 30 s)."""
+    peer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        me = RankInfo(0, "h", os.getpid())
+        watch = RankLiveness(me, [me, RankInfo(1, "h", peer.pid)], interval=30.0)
+        watch.depend_on({1})
+        watch.start()
+        time.sleep(0.3)  # the watch waits on the peer's pidfd
+        start = time.monotonic()
+        watch.stop()
+        assert time.monotonic() - start < 5
+    finally:
+        peer.kill()
+        peer.wait()
 
 def test_a_watch_line_reaches_stderr_in_one_write(monkeypatch) -> None:
     """The ranks of a machine share one stderr: a line written as text, then its newline (``print``, unbuffered) let
