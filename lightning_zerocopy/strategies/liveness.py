@@ -249,7 +249,11 @@ class RankLiveness:
         live watched peer has read it, at most ``2 * interval + 1`` seconds. Once; later calls do nothing.
 
         An error of this rank's own (not an interrupt, not a peer's) claims the job's error line first
-        (:mod:`~lightning_zerocopy.strategies.error_line`): the ranks that stop on its note write theirs as notes."""
+        (:mod:`~lightning_zerocopy.strategies.error_line`): the ranks that stop on its note write theirs as notes.
+
+        A rank stopping on a peer's account leaves its note and does not wait: the cause is that peer's, which the
+        others read from it, and the survivors' watches, already stopping too, no longer acknowledge notes (issue 42:
+        with 4 ranks, two survivors of ``kill_worker1`` each waited out the 2 s, holding the fourth in a collective)."""
         if not self._announced and is_interrupt(exception):
             self._interrupted = True
         elif not self._announced and not caused_by_a_peer(exception):
@@ -262,6 +266,8 @@ class RankLiveness:
         try:
             self._store.set(_NOTE_KEY.format(rank=self.me.rank), exit_note(exception))
         except Exception:  # noqa: BLE001 - no store (its host rank is gone): the peers see only the exit
+            return
+        if caused_by_a_peer(exception):
             return
         deadline = time.monotonic() + 2 * self.interval + 1.0
         while time.monotonic() < deadline:

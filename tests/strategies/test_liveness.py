@@ -357,6 +357,27 @@ def test_a_rank_whose_note_every_peer_read_explains_its_error_without_waiting() 
     assert time.monotonic() - start < 5
 
 
+def test_a_rank_stopping_on_a_peers_account_leaves_its_note_without_waiting_for_acks() -> None:
+    """Rank 1 failed; rank 0 stops on its account while rank 2, alive, no longer reads notes (its watch is stopping
+    too): rank 0's note is left at once, not after ``2 * interval + 1`` s of waiting for rank 2's acknowledgement
+    (issue 42: on 4 ranks two survivors of ``kill_worker1`` each waited 2 s there, holding the fourth in gloo)."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    ranks = [RankInfo(r, "host", 100 + r) for r in range(3)]
+    rank0 = RankLiveness(ranks[0], ranks, store=store, alive=lambda pid: True, interval=2.0)
+    stopping = PeerRankExited("rank 1 (pid 101 on host) failed while rank 0 was running: RuntimeError: boom")
+    start = time.monotonic()
+    rank0.announce(stopping)
+    assert time.monotonic() - start < 1.0
+    assert store.check(["lightning_zerocopy/liveness/note/0"])
+    # a rank's own error still waits for its live peers to read it (at most 2 * interval + 1 s)
+    rank2 = RankLiveness(ranks[2], ranks, store=store, alive=lambda pid: True, interval=0.2)
+    start = time.monotonic()
+    rank2.announce(RuntimeError("an error of rank 2's own"))
+    assert 1.3 <= time.monotonic() - start < 5
+
+
 def test_stopping_a_watch_that_runs_out_its_grace_returns_at_once_and_the_grace_still_holds(tmp_path) -> None:
     """The watch found a gone peer and raised in the main thread, whose exception path stops the watch: stop()
     returns at once (it waited ``interval + 1`` s for a thread that sleeps out its grace: 1.5 s of rank 0's exit in
