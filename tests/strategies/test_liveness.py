@@ -201,22 +201,30 @@ def test_the_watch_wakes_the_moment_a_mapped_rank_exits_not_at_its_next_poll() -
         peer.wait()
 
 
+def _store_with_rank_1s_note() -> str:
+    """Script lines: the liveness imports and a process-group store stand-in holding rank 1's exit note."""
+    from lightning_zerocopy.strategies import liveness
+
+    return ("from lightning_zerocopy.strategies import liveness\n"
+            "from lightning_zerocopy.strategies.liveness import PeerRankExited, RankInfo, RankLiveness\n"
+            "class Store:\n"
+            f"    notes = {{{liveness._NOTE_KEY.format(rank=1)!r}: b'its pipeline worker was killed by SIGKILL'}}\n"
+            "    def check(self, keys): return all(k in self.notes for k in keys)\n"
+            "    def get(self, key): return self.notes[key]\n"
+            "    def set(self, key, value): self.notes[key] = value\n")  # fmt: skip
+
+
+_STORE_WITH_RANK_1S_NOTE = _store_with_rank_1s_note()
+
+
 def test_a_mapped_peer_exiting_after_its_note_ends_a_hung_exception_path_at_once(tmp_path) -> None:
     """Rank 1 fails (its exit note names why), rank 0 starts stopping on its account, then rank 1 exits and frees
     the shard rank 0 reads: rank 0's exception path, which may now wait forever in a CUDA call, is not given the
     rest of ``grace``; the watch ends the process at once (the two-GPU ``kill_worker1`` case)."""
-    from lightning_zerocopy.strategies import liveness
-
     script = tmp_path / "hung.py"
     script.write_text(
         "import os, sys, time\n"
-        "from lightning_zerocopy.strategies import liveness\n"
-        "from lightning_zerocopy.strategies.liveness import PeerRankExited, RankInfo, RankLiveness\n"
-        "class Store:\n"
-        f"    notes = {{{liveness._NOTE_KEY.format(rank=1)!r}: b'its pipeline worker was killed by SIGKILL'}}\n"
-        "    def check(self, keys): return all(k in self.notes for k in keys)\n"
-        "    def get(self, key): return self.notes[key]\n"
-        "    def set(self, key, value): self.notes[key] = value\n"
+        + _STORE_WITH_RANK_1S_NOTE +
         "exited = {}\n"
         "def alive(pid):\n"
         "    return not (pid == 999999 and 'at' in exited and time.monotonic() > exited['at'])\n"
@@ -245,18 +253,10 @@ def test_a_mapped_peer_exiting_after_its_note_ends_a_hung_exception_path_at_once
 def test_a_mapped_peer_exiting_during_the_grace_ends_this_rank_the_moment_it_exits(tmp_path) -> None:
     """As above, with a real peer process: the grace waits on its process file descriptor, so this rank ends as
     the peer exits, not at the grace's next look (here ``interval`` = 5 s; it slept in steps of ``interval``)."""
-    from lightning_zerocopy.strategies import liveness
-
     script = tmp_path / "grace.py"
     script.write_text(
         "import os, subprocess, sys, threading, time\n"
-        "from lightning_zerocopy.strategies import liveness\n"
-        "from lightning_zerocopy.strategies.liveness import PeerRankExited, RankInfo, RankLiveness\n"
-        "class Store:\n"
-        f"    notes = {{{liveness._NOTE_KEY.format(rank=1)!r}: b'its pipeline worker was killed by SIGKILL'}}\n"
-        "    def check(self, keys): return all(k in self.notes for k in keys)\n"
-        "    def get(self, key): return self.notes[key]\n"
-        "    def set(self, key, value): self.notes[key] = value\n"
+        + _STORE_WITH_RANK_1S_NOTE +
         "peer = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
         "me = RankInfo(0, 'h', os.getpid())\n"
         "watch = RankLiveness(me, [me, RankInfo(1, 'h', peer.pid)], interval=5.0, grace=60, store=Store())\n"
@@ -279,6 +279,7 @@ def test_a_mapped_peer_exiting_during_the_grace_ends_this_rank_the_moment_it_exi
     assert proc.returncode == 1 and "went with it: stopping rank 0 now" in err, out + err
     [killed] = [float(line.split()[2]) for line in out.splitlines() if line.startswith("killed at")]
     assert ended - killed < 2.5, (ended - killed, out + err)
+
 
 @pytest.mark.parametrize("written", [False, True], ids=["no_error_line_yet", "error_line_written"])
 def test_a_rank_that_does_not_exit_within_grace_ends_with_the_runs_error_line(tmp_path, written: bool) -> None:
@@ -320,13 +321,7 @@ def test_a_rank_that_went_after_reading_this_ranks_note_does_not_explain_its_err
     store = dist.HashStore()
     alive = {100: True, 101: True}
     rank0, rank1 = _pair(store, alive=lambda pid: alive[pid], interval=0.05)
-    error = RuntimeError("the pipeline worker process (pid 4242) was killed by SIGKILL")
-    announcer = threading.Thread(target=rank1.announce, args=(error,))
-    announcer.start()
-    deadline = time.monotonic() + 10
-    while rank0.note_of(rank1.me) is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    announcer.join(timeout=10)
+    error = _rank1_fails_and_rank0_reads_its_note(rank0, rank1)
     alive[100] = False  # rank 0 ended on rank 1's account
     assert rank1.explain(error, wait=0) is None
     assert str(error) == "the pipeline worker process (pid 4242) was killed by SIGKILL"
@@ -335,6 +330,17 @@ def test_a_rank_that_went_after_reading_this_ranks_note_does_not_explain_its_err
     fresh = RankLiveness(rank1.me, [rank0.me, rank1.me], store=dist.HashStore(), alive=lambda pid: pid != 100)
     assert fresh.explain(other, wait=0) == "rank 0 (pid 100 on host) exited while rank 1 was running; stopping rank 1"
 
+
+def _rank1_fails_and_rank0_reads_its_note(rank0: RankLiveness, rank1: RankLiveness) -> RuntimeError:
+    """Rank 1 announces an error of its own (its pipeline worker died) and rank 0 reads the note; the error."""
+    error = RuntimeError("the pipeline worker process (pid 4242) was killed by SIGKILL")
+    announcer = threading.Thread(target=rank1.announce, args=(error,))
+    announcer.start()
+    deadline = time.monotonic() + 10
+    while rank0.note_of(rank1.me) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    announcer.join(timeout=10)
+    return error
 
 
 def test_a_rank_whose_note_every_peer_read_explains_its_error_without_waiting() -> None:
@@ -345,13 +351,7 @@ def test_a_rank_whose_note_every_peer_read_explains_its_error_without_waiting() 
 
     store = dist.HashStore()
     rank0, rank1 = _pair(store, interval=0.05)
-    error = RuntimeError("the pipeline worker process (pid 4242) was killed by SIGKILL")
-    announcer = threading.Thread(target=rank1.announce, args=(error,))
-    announcer.start()
-    deadline = time.monotonic() + 10
-    while rank0.note_of(rank1.me) is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    announcer.join(timeout=10)
+    error = _rank1_fails_and_rank0_reads_its_note(rank0, rank1)
     start = time.monotonic()
     assert rank1.explain(error, wait=30) is None
     assert time.monotonic() - start < 5
