@@ -408,7 +408,7 @@ def _is_run_fault(exc: BaseException) -> bool:
     """Whether ``exc`` says that another process of the run died (a rank, the pipeline worker): its message names it
     and why; a traceback adds nothing."""
     from lightning_zerocopy.pipeline.client import PipelineError
-    from lightning_zerocopy.strategies.liveness import caused_by_a_peer
+    from lightning_zerocopy.strategies.exit_notes import caused_by_a_peer
 
     return caused_by_a_peer(exc) or isinstance(exc, PipelineError)
 

@@ -24,8 +24,8 @@ interrupted like this one. A rank that is itself stopping (interrupted, or faile
 peer's note or exit. Of the ranks of a machine that stop on one cause, one writes the job's ``error:`` line and the
 others notes (:mod:`~lightning_zerocopy.strategies.error_line`).
 
-This module is the watch itself (:class:`RankLiveness`) and what it knows of a rank (:class:`RankInfo`, exit notes,
-:func:`process_alive`); when a process starts, switches over and stops its watch (at launch, once the process group
+This module is the watch itself (:class:`RankLiveness`) and what it knows of a rank (:class:`RankInfo`,
+:func:`process_alive`); what a stopping rank says and how a cause is read is :mod:`~lightning_zerocopy.strategies.exit_notes`; when a process starts, switches over and stops its watch (at launch, once the process group
 exists, at the end of the run) is :mod:`~lightning_zerocopy.strategies.liveness_lifecycle`.
 """
 
@@ -43,50 +43,25 @@ from typing import Any, Callable, Optional, Sequence
 
 from lightning_zerocopy.process_state import process_alive
 from lightning_zerocopy.strategies.error_line import NOTE_PREFIX, claim, error_line_written, line_prefix
+from lightning_zerocopy.strategies.exit_notes import PeerRankExited, caused_by_a_peer, exit_note, is_interrupt
 
 __all__ = [
     "LAUNCHER_ENV",
-    "PeerRankExited",
     "RankLiveness",
     "RankInfo",
-    "caused_by_a_peer",
     "error_line_written",
-    "exit_note",
-    "is_interrupt",
     "process_alive",
 ]
 
 _SIGNAL = signal.SIGUSR2  # Lightning uses SIGUSR1 (SLURM requeue) and SIGTERM
 
 
-class PeerRankExited(RuntimeError):
-    """Another rank of the job exited while this one was still running."""
-
-
 #: where exit notes and their acknowledgements live in the process group's store
 _NOTE_KEY = "lightning_zerocopy/liveness/note/{rank}"
 _ACK_KEY = "lightning_zerocopy/liveness/ack/{rank}/{reader}"
-_NOTE_CHARS = 600
 #: Set by the process that launches this machine's other ranks (to its pid), before it starts them: a rank whose
 #: parent has this pid knows its launcher, and stops if the launcher dies.
 LAUNCHER_ENV = "LZC_LAUNCHER_PID"
-
-
-def exit_note(exception: BaseException) -> str:
-    """What a rank stopping on ``exception`` tells the others: ``interrupted (SIGINT|SIGTERM)`` for Ctrl-C and
-    Lightning's SIGTERM exception, else ``"<Type>: <first line of the message>"`` (shortened)."""
-    if isinstance(exception, KeyboardInterrupt):
-        return "interrupted (SIGINT)"
-    if any(c.__name__ == "SIGTERMException" for c in type(exception).__mro__):  # Lightning's (a SystemExit), or
-        return "interrupted (SIGTERM)"  # lightning_zerocopy.preemption.PreemptedNow
-    text = str(exception).strip().splitlines()
-    line = f"{type(exception).__name__}: {text[0]}" if text else type(exception).__name__
-    return line if len(line) <= _NOTE_CHARS else line[: _NOTE_CHARS - 3] + "..."
-
-
-def is_interrupt(exception: BaseException) -> bool:
-    """Whether ``exception`` is how Ctrl-C (``KeyboardInterrupt``) or SIGTERM (Lightning's exception) arrive."""
-    return exit_note(exception).startswith("interrupted")
 
 
 @dataclass(frozen=True)
@@ -442,12 +417,6 @@ def _say(line: str) -> None:
     run their lines together (``...: exitingerror: rank 1 ...``) and a line would no longer start with ``error:``."""
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
-
-
-def caused_by_a_peer(exception: BaseException) -> bool:
-    """Whether ``exception`` stopped this rank because another rank of the machine went away: a
-    :class:`PeerRankExited`, or an error of a collective that :meth:`RankLiveness.explain` tied to the gone rank."""
-    return isinstance(exception, PeerRankExited) or isinstance(getattr(exception, "peer_rank_exit", None), str)
 
 
 def _machine_peers(me: RankInfo, ranks: Sequence[RankInfo]) -> list[RankInfo]:

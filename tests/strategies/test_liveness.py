@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from lightning_zerocopy.strategies.liveness import PeerRankExited, RankInfo, RankLiveness, process_alive
+from lightning_zerocopy.strategies.exit_notes import PeerRankExited
+from lightning_zerocopy.strategies.liveness import RankInfo, RankLiveness, process_alive
 
 
 def test_watches_only_the_other_ranks_of_this_host() -> None:
@@ -80,7 +81,7 @@ def test_the_dead_rank_is_blamed_not_a_survivor_that_reported_first() -> None:
 def test_exit_notes_say_interrupted_for_sigint_and_sigterm_else_the_error() -> None:
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-    from lightning_zerocopy.strategies.liveness import exit_note
+    from lightning_zerocopy.strategies.exit_notes import exit_note
 
     assert exit_note(KeyboardInterrupt()) == "interrupted (SIGINT)"
     assert exit_note(SIGTERMException()) == "interrupted (SIGTERM)"
