@@ -146,7 +146,9 @@ export GPU_CHECK_EXTRA_STAGE_MANY_HETERO="$many_n timeout ${GPU_CHECK_MANY_HETER
 # stage inference (one GPU, .pyg/ carried): benchmarks.inference on the e2e benchmark's 24M-node graph (drawn 19 s into
 # /tmp/lzc the first time). Measured on an H200 (2026-11-28): the row processes, light: ours 62 s (36.6 s pass at batch
 # 4096), PyG 294 s (201.5 s pass, ~80 s loading), sampled 30 s; heavy: ours 48 s, PyG > 410 s (cut at the stage's 465 s);
-# the layer-wise CUDA tests 72 s. So one model a call, and PyG's heavy row alone in a call:
+# the layer-wise CUDA tests 72 s. 2026-11-29 (commit ac926cf): `--models light,heavy --configs ours,sampled
+# --sampler-placement gpu` 138 s in all (ours light 6.1 s, heavy 10.0 s a pass); light ours alone on the CPU sampler 59 s,
+# on uva 47 s (the graph cached by the stage before). So one model a call for PyG, its heavy row alone in a call:
 #   GPU_CHECK_INFERENCE_ARGS="--models light,heavy --configs ours,sampled --sampler-placement gpu"
 #   GPU_CHECK_INFERENCE_ARGS="--models heavy --configs pyg --pyg-workers 12 --row-timeout-s 540" GPU_CHECK_INFERENCE_TIMEOUT=550
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,inference_tests bash scripts/gpu_session.sh     # .wheels/
