@@ -145,13 +145,14 @@ def _ours(row: InferenceRow, args: Any, dataset: Any, name: str, device: torch.d
     from lightning_zerocopy.data.layerwise_options import LayerwiseOptions
     from lightning_zerocopy.models.layerwise import layerwise_module
 
+    placement = args.sampler_placement if args.sampler_placement in ("cpu", "uva", "gpu") else "auto"
     options = LayerwiseOptions(batch_size=args.ours_batch_size, max_batch_edges=args.max_batch_edges, storage=args.storage,
-                               dtype=args.layerwise_dtype)  # fmt: skip
+                               dtype=args.layerwise_dtype, sampler_placement=placement)  # fmt: skip
     dm, setup_s = _datamodule(args, dataset, device, fanouts=list(MODELS[name][2]), predict_mode="layerwise",
                               layerwise=options)  # fmt: skip
     try:
         model = _model(args, name).to(device)
-        builder = dm.builder("predict", fanouts=[-1]).open(dm.resources)
+        builder = dm.builder("predict", layerwise=True).open(dm.resources)
         try:
             _sync(device)
             t0 = time.perf_counter()
@@ -172,7 +173,7 @@ def _ours(row: InferenceRow, args: Any, dataset: Any, name: str, device: torch.d
                "bytes_read": s.bytes_read, "gb_per_s": s.bytes_read / max(s.seconds, 1e-9) / 1e9,
                "sample_s": s.sample_seconds} for s in result.stats]  # fmt: skip
     return {"total_s": total, "setup_s": setup_s, "layers": layers, "storage": storage, "batch_size": options.batch_size,
-            "sampler_placement": args.sampler_placement,
+            "sampler_placement": builder.sampler_placement,
             "probe": probe.float().cpu().tolist()}  # fmt: skip
 
 

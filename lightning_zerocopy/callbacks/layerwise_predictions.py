@@ -99,8 +99,7 @@ class LayerwisePredictionWriter(BasePredictionWriter):
         if link and options.embeddings is None:
             options = dataclasses.replace(options, embeddings=-1)  # a link module's output: its node embeddings
         folder = Path(trainer.strategy.broadcast(str(self._folder(trainer)), src=0))
-        fanouts: Any = {et: [-1] for et in schema.edge_types} if schema.is_typed else [-1]
-        builder = datamodule.builder("predict", fanouts=fanouts).open(datamodule.resources)
+        builder = datamodule.builder("predict", layerwise=True).open(datamodule.resources)
         model = layerwise_module(pl_module)
         targets = nodes = None
         if not link:  # the predicted nodes; the last layer runs on them only unless it is exported

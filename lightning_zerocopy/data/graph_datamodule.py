@@ -43,7 +43,7 @@ from lightning_zerocopy.data.host.builder import HostCopyBuilder
 from lightning_zerocopy.data.host.prepare import prepare_disk_caches
 from lightning_zerocopy.data.host.share import exchange_handles
 from lightning_zerocopy.data.layerwise_plan import layerwise_pass_loader
-from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode
+from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, layerwise_placement
 from lightning_zerocopy.data.loader import PlanLoader
 from lightning_zerocopy.data.plan import SPLIT_STREAMS
 from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit, run_failed
@@ -55,16 +55,8 @@ from lightning_zerocopy.data.x_dtype_precision import check_x_dtype_fits_precisi
 from lightning_zerocopy.datasets.attributes import AttributeChoice, check_attribute_choice
 from lightning_zerocopy.datasets.splits import check_trainable
 from lightning_zerocopy.graph.schema import NODE, GraphSchema
-from lightning_zerocopy.options import (
-    FeatureDtype,
-    FeatureStorage,
-    GatherChoice,
-    GatherMode,
-    NodeOrderKind,
-    SamplerPlacement,
-    check_choice,
-    check_count,
-)
+from lightning_zerocopy.options import (FeatureDtype, FeatureStorage, GatherChoice, GatherMode, NodeOrderKind,
+                                        SamplerPlacement, check_choice, check_count)  # fmt: skip
 
 __all__ = ["GraphDataModule", "Split"]
 
@@ -286,21 +278,25 @@ class GraphDataModule(pl.LightningDataModule):
         """``"split"`` (one sampler seed per split, node-keyed sampling) for val/test/predict, else ``"batch"``."""
         return "split" if split != "train" and self._eval_node_keyed else "batch"
 
-    def builder(self, split: Split, fanouts: Any = None) -> BatchBuilder:
-        """A new, unopened (picklable) builder for ``split`` (given ``fanouts``, e.g. ``[-1]``: those, not node-keyed);
-        call ``.open()`` in the process that uses it.
+    def builder(self, split: Split, fanouts: Any = None, *, layerwise: bool = False) -> BatchBuilder:
+        """A new, unopened (picklable) builder for ``split`` (given ``fanouts``, e.g. ``[-1]``: those, not node-keyed;
+        ``layerwise``: a layer-wise pass's, every in-neighbor on ``layerwise.sampler_placement``'s placement); call
+        ``.open()`` in the process that uses it.
 
         Raises:
             RuntimeError: before :meth:`setup`.
         """
-        handles = self._require_setup()
-        gpu = self._gpu_options()
+        handles, gpu = self._require_setup(), self._gpu_options()
+        placement = gpu.placement
+        if layerwise:
+            fanouts = {et: [-1] for et in self.schema.edge_types} if self.schema.is_typed else [-1]
+            placement = layerwise_placement(self.layerwise.sampler_placement, gpu.placement, gpu.gather, gpu.device_index)
         return BatchBuilder(
             handles,
             fanouts if fanouts is not None else self.fanouts if split == "train" else self.eval_fanouts,
             replace=self.replace,
             num_threads=self.num_threads,
-            sampler_placement=gpu.placement,  # type: ignore[arg-type]
+            sampler_placement=placement,  # type: ignore[arg-type]
             gather=gpu.gather,  # type: ignore[arg-type]
             gather_mode=self.gather_mode,
             cache=self._feature_cache,

@@ -23,7 +23,8 @@ from helpers.layerwise import run_pass
 from helpers.layerwise_user import UserGNN
 from lightning_zerocopy import ZeroCopyDataModule, ZeroCopyHeteroDataModule
 from lightning_zerocopy.data.layer_tables import LayerTable
-from lightning_zerocopy.data.layerwise_options import LayerwiseOptions
+from lightning_zerocopy.data import layerwise_options
+from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, layerwise_placement
 from lightning_zerocopy.data.layerwise_plan import batch_bounds
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.models import GAT, GraphSAGE, HeteroLinkPredictor, HeteroNodeClassifier, NodeClassifier
@@ -322,6 +323,52 @@ def test_options_that_do_not_fit_are_one_line(dataset: SyntheticGraph) -> None:
             LayerwiseOptions(max_batch_edges=0)
     finally:
         dm.teardown()
+
+
+@pytest.mark.parametrize("choice,placement,gather,device,expected", [
+    ("auto", "gpu", "zerocopy", 0, "gpu"),
+    ("auto", "uva", "zerocopy", 0, "uva"),
+    ("auto", "cpu", "zerocopy", 0, "uva"),  # CPU threads give way to the GPU sampler reading the graph in place
+    ("auto", "hybrid", "zerocopy", 0, "uva"),
+    ("auto", "cpu", "cpu", 0, "cpu"),  # a GPU run that gathers on the CPU keeps the CPU
+    ("auto", "cpu", "cpu", None, "cpu"),
+    ("cpu", "gpu", "zerocopy", 0, "cpu"),
+    ("gpu", "cpu", "zerocopy", 0, "gpu"),
+])  # fmt: skip
+def test_the_passs_sampler_placement(monkeypatch: pytest.MonkeyPatch, choice: str, placement: str, gather: str,
+                                     device: Any, expected: str) -> None:  # fmt: skip
+    monkeypatch.setattr(layerwise_options, "cuda_build_problem", lambda: None)  # as on a CUDA build
+    assert layerwise_placement(choice, placement, gather, device) == expected
+
+
+def test_auto_keeps_the_cpu_where_the_build_has_no_cuda_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layerwise_options, "cuda_build_problem", lambda: "this torch is a CPU-only build")
+    assert layerwise_placement("auto", "cpu", "zerocopy", 0) == "cpu"
+
+
+def test_a_gpu_sampler_placement_without_a_gpu_is_one_line(dataset: SyntheticGraph) -> None:
+    with pytest.raises(ValueError, match=r"layerwise.sampler_placement='uva' samples on a CUDA GPU, but this run has "
+                                         r"none: use 'auto' or 'cpu'"):  # fmt: skip
+        layerwise_placement("uva", "cpu", "cpu", None)
+    with pytest.raises(ValueError, match="data.init_args.layerwise.sampler_placement"):
+        LayerwiseOptions(sampler_placement="tpu")  # type: ignore[arg-type]
+    dm = _datamodule(dataset, layerwise=LayerwiseOptions(sampler_placement="gpu"))
+    try:
+        with pytest.raises(ValueError, match="layerwise.sampler_placement='gpu' samples on a CUDA GPU"):
+            dm.builder("predict", layerwise=True)
+    finally:
+        dm.teardown()
+
+
+def test_the_commands_builder_takes_every_in_neighbor_on_the_cpu(dataset: SyntheticGraph, typed_dm: Any) -> None:
+    dm = _datamodule(dataset)
+    try:
+        builder = dm.builder("predict", layerwise=True)
+        assert (builder.sampler_placement, builder.fanouts, builder.node_keyed) == ("cpu", [-1], False)
+    finally:
+        dm.teardown()
+    typed = typed_dm.builder("predict", layerwise=True)
+    assert typed.fanouts == {et: [-1] for et in typed_dm.schema.edge_types}
 
 
 def test_a_closed_table_says_so() -> None:

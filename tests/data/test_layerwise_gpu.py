@@ -93,6 +93,26 @@ def test_untyped_outputs_on_a_gpu_equal_a_full_graph_forward(dataset: SyntheticG
         dm.teardown()
 
 
+@pytest.mark.parametrize("placement,expected", [("cpu", "uva"), ("hybrid", "uva"), ("gpu", "gpu")])
+def test_the_command_samples_the_pass_on_the_gpu_with_the_same_outputs(dataset: SyntheticGraph, placement: str,
+                                                                      expected: str) -> None:  # fmt: skip
+    """``layerwise.sampler_placement: auto`` (the default): a DataModule that samples on CPU threads (or hybrid) runs
+    the predict command's pass on the GPU sampler reading the graph in place; the outputs are a full-graph forward's."""
+    torch.manual_seed(0)
+    net = MODELS["sage"]().eval()
+    data = dataset.load()
+    with torch.no_grad():
+        full = net(data.x, data.edge_index)
+    dm = _on_gpu(ZeroCopyDataModule(dataset, fanouts=[4, 4], batch_size=64, num_threads=1, sampler_placement=placement))
+    try:
+        assert dm.builder("predict", layerwise=True).sampler_placement == expected
+        result = run_pass(dm, net, CUDA, as_the_command=True)
+        torch.testing.assert_close(result.tables["_N"].data.to("cpu", torch.float32), full, **GPU_TOL)
+        result.close()
+    finally:
+        dm.teardown()
+
+
 def test_a_hidden_layers_embeddings_and_bfloat16_tables_on_a_gpu(dataset: SyntheticGraph, tmp_path: Path) -> None:
     torch.manual_seed(0)
     net = GraphSAGE(FEATURES, 3, hidden_channels=16, num_layers=3).eval()
