@@ -176,14 +176,76 @@ def seeds_by_type(
     return dict(seeds)
 
 
+def fanout_groups(fanouts: Mapping[EdgeType, Sequence[int]], edge_types: Sequence[EdgeType], hop: int) -> list[tuple[int, list[int]]]:
+    """The kernel calls of one hop: ``(fanout, edge type indices)`` per distinct fanout, in order of first use (one
+    group in the usual case of one fanout per hop). Fixed by the fanouts alone, so a group's call seed
+    (:func:`hop_seed` of its position) does not depend on which frontiers a batch leaves empty."""
+    groups: dict[int, list[int]] = {}
+    for index, et in enumerate(edge_types):
+        groups.setdefault(int(fanouts[et][hop]), []).append(index)
+    return list(groups.items())
+
+
+@dataclass
+class _Drawn:
+    """One edge type's picks of one hop: picked ids (local to the source type), targets (local to the destination
+    type's ``n_id``) and edge ids."""
+
+    src_ids: torch.Tensor
+    col: torch.Tensor
+    e_id: torch.Tensor
+
+
+def _draw_hop(
+    sampler: Any, n_id: Mapping[str, torch.Tensor], frontier: Mapping[str, tuple[int, int]], hop: int, seed: int
+) -> dict[int, _Drawn]:
+    """Every edge type's picks of hop ``hop``: one kernel call per fanout group over the fused CSC (the frontier:
+    each member edge type's destination frontier shifted to its fused targets, in edge-type order), then the picks
+    split by edge type (they come ordered by target, so each edge type is a contiguous range: one ``searchsorted``
+    per call and one host read-back for the hop) and mapped back to per-type ids."""
+    layout = sampler.fused.layout
+    edge_types = layout.edge_types
+    calls = []
+    for group, (fanout, members) in enumerate(fanout_groups(sampler.fanouts, edge_types, hop)):
+        members = [k for k in members if frontier[edge_types[k][2]][1] > frontier[edge_types[k][2]][0]]
+        if not members:
+            continue
+        parts = []
+        for k in members:
+            begin, end = frontier[edge_types[k][2]]
+            parts.append(n_id[edge_types[k][2]][begin:end] + layout.target_offset[k])
+        sizes = [int(p.numel()) for p in parts]
+        out, e_id = sampler.fused_kernel.run(torch.cat(parts), [fanout], hop_seed(seed, hop, group), sampler.replace,
+                                             sampler.node_keyed)  # fmt: skip
+        ends = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(out.col.device)
+        calls.append((members, sizes, out, e_id, torch.searchsorted(out.col, ends)))
+    if not calls:
+        return {}
+    bounds = torch.cat([c[-1] for c in calls]).tolist()  # the hop's one read-back
+    drawn: dict[int, _Drawn] = {}
+    at = 0
+    for members, sizes, out, e_id, _ in calls:
+        picked = out.n_id[out.row]  # the kernel's n_id keeps the id values (see the module docstring)
+        lo = start = 0
+        for k, size in zip(members, sizes):
+            hi = bounds[at]
+            at += 1
+            src, _, dst = edge_types[k]
+            col = out.col[lo:hi] + (frontier[dst][0] - start)
+            drawn[k] = _Drawn(picked[lo:hi] - layout.node_base(src), col, e_id[lo:hi])
+            lo, start = hi, start + size
+    return drawn
+
+
 def sample_hetero(
     sampler: Any, by_type: Mapping[str, torch.Tensor], seed: int, input_type: Optional[str]
 ) -> HeteroSampledBatch:
     """The per-hop sample of a typed graph of several types (see the module docstring): per hop, every edge type in
-    order draws for the destination nodes the previous hop added, then each node type's picks are deduplicated.
+    order draws for the destination nodes the previous hop added (one fused kernel call per fanout group), then each
+    node type's picks are deduplicated.
 
     ``sampler`` is the :class:`~lightning_zerocopy.sampling.NeighborSampler` (its types, fanouts per edge type,
-    ``kernels`` by edge type, ``replace`` and ``node_keyed``)."""
+    ``fused`` CSC and ``fused_kernel``, ``replace`` and ``node_keyed``)."""
     node_types, edge_types = sampler.node_types, sampler.edge_types
     node_keyed = sampler.node_keyed
     first = next(iter(by_type.values()))
@@ -197,20 +259,15 @@ def sample_hetero(
     e_ids: dict[EdgeType, list[torch.Tensor]] = {et: [] for et in edge_types}
     edge_counts: dict[EdgeType, list[int]] = {et: [] for et in edge_types}
     for hop in range(sampler.num_hops):
+        drawn = _draw_hop(sampler, n_id, frontier, hop, seed)
         picked: dict[str, list[tuple[EdgeType, torch.Tensor]]] = {t: [] for t in node_types}
         for index, et in enumerate(edge_types):
-            src, _, dst = et
-            begin, end = frontier[dst]
-            if end == begin:
-                edge_counts[et].append(0)
-                continue
-            out, e_id = sampler.kernels[et].run(n_id[dst][begin:end], [sampler.fanouts[et][hop]],
-                                                hop_seed(seed, hop, index), sampler.replace, node_keyed)  # fmt: skip
-            src_ids = out.n_id[out.row]  # the kernel's n_id keeps the id values (see the module docstring)
-            cols[et].append(out.col + begin)
-            e_ids[et].append(e_id)
-            edge_counts[et].append(int(src_ids.numel()))
-            picked[src].append((et, src_ids))
+            got = drawn.get(index)
+            edge_counts[et].append(0 if got is None else int(got.src_ids.numel()))
+            if got is not None and got.src_ids.numel() > 0:
+                cols[et].append(got.col)
+                e_ids[et].append(got.e_id)
+                picked[et[0]].append((et, got.src_ids))
         before = {t: int(n_id[t].numel()) for t in node_types}
         for node_type, (new, local) in dedup_by_type(n_id, picked, node_keyed).items():
             parts = picked[node_type]
@@ -229,4 +286,3 @@ def sample_hetero(
     e_id_of = {et: torch.cat(e_ids[et]) if e_ids[et] else empty for et in edge_types}
     size = counts[input_type][0] if input_type is not None else sum(c[0] for c in counts.values())
     return HeteroSampledBatch(n_id, edge_index, e_id_of, counts, edge_counts, size, input_type)
-
