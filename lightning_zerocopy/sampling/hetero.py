@@ -7,18 +7,23 @@ deduplicated per node type across hops, in order of first appearance (seeds firs
 ``hetero_neighbor_sample`` does: within a hop, the edge types in order, each edge type's picks by target, then pick.
 
 :class:`~lightning_zerocopy.sampling.NeighborSampler` calls :func:`sample_hetero` for a typed graph of several types
-(one type is one fused multi-hop call). Each (hop, edge type) is one call of the one-hop kernel (``fanouts=[k]``) on
-that edge type's :class:`~lightning_zerocopy.sampling.neighbor_sampler.CSCKernel`, so every placement (CPU threads,
-``uva``, ``gpu``) runs the same code. The call's random seed is derived from (batch seed, hop, edge type index) (:func:`hop_seed`); the
-kernel keys a target's picks by (call seed, position of the target in the frontier) (``csrc/ops/pick_policy.h``),
-and the frontier is the same on every device, so every placement draws the same sample. The kernel deduplicates
-ids in one id space, so its ``n_id`` mixes the frontier's ``dst`` ids with the picked ``src`` ids; the picked
-source *id* is still ``n_id[row]`` (deduplication keeps values) and its target is ``col``, which is all this module
-reads. The per-type deduplication and relabeling (:func:`first_appearance`) is vectorised torch (sort-based), on
-the device the sample lives on.
+(one type is one fused multi-hop call). Each hop is one call of the one-hop kernel (``fanouts=[k]``) over the graph's
+CSC of every edge type (:class:`~lightning_zerocopy.graph.fused_csc.FusedCSC`, GraphBolt's CSC with edge-type
+offsets), one per distinct fanout among the edge types at that hop (:func:`fanout_groups`; one in the usual case), so
+every placement (CPU threads, ``uva``, ``gpu``) runs the same code. The frontier of a call is, in edge-type order, each
+edge type's destination frontier shifted to its fused targets; the kernel returns the picks ordered by target, so each
+edge type's picks are one contiguous range (one ``searchsorted`` per call, one host read-back per hop), mapped back
+from the typed node space to per-type ids; ``e_id`` comes per edge type from the fused ``edge_perm``. The call's
+random seed is derived from (batch seed, hop, fanout group) (:func:`hop_seed`); the kernel keys a target's picks by
+(call seed, position of the target in the fused frontier) (``csrc/ops/pick_policy.h``), and the frontier is the same
+on every device, so every placement draws the same sample. The kernel deduplicates ids in one id space, so its
+``n_id`` mixes the frontier's fused target ids with the picked typed ids; the picked id is still ``n_id[row]``
+(deduplication keeps values) and its target is ``col``, which is all this module reads. The per-type deduplication
+and relabeling (:func:`first_appearance`) is vectorised torch (sort-based), on the device the sample lives on.
 
 Node-keyed (evaluation) sampling passes the kernel's ``node_keyed`` flag: a target's picks are then keyed by
-(call seed, node id), i.e. by (split seed, hop, edge type, node id), and nodes are deduplicated per hop and type
+(call seed, fused target id), i.e. by (split seed, hop, edge type, node id) (the fanout groups are fixed by the
+fanouts, not by the batch), and nodes are deduplicated per hop and type
 only (hop ``k``'s picks of a type form level ``k + 1`` of that type's ``n_id`` even when they sit at a lower level
 too; edges run from level ``k + 1`` to level ``k``), so a seed's sampled computation graph does not depend on its
 batch -- the homogeneous node-keyed contract, per node type.
@@ -37,6 +42,7 @@ __all__ = [
     "EdgeType",
     "HeteroSampledBatch",
     "dedup_by_type",
+    "fanout_groups",
     "first_appearance",
     "hop_seed",
     "sample_hetero",
@@ -53,11 +59,12 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def hop_seed(batch_seed: int, hop: int, edge_type_index: int) -> int:
-    """The kernel seed of one (hop, edge type) call: a splitmix64 chain over the three, a non-negative 63-bit int
-    (the same mixing as the plan's ``derive_seed``); pure, so every device and process gets the same."""
+def hop_seed(batch_seed: int, hop: int, group: int) -> int:
+    """The kernel seed of one (hop, fanout group) call (``group``: its position in :func:`fanout_groups`): a
+    splitmix64 chain over the three, a non-negative 63-bit int (the same mixing as the plan's ``derive_seed``); pure,
+    so every device and process gets the same."""
     state = 0
-    for part in (batch_seed, hop, edge_type_index):
+    for part in (batch_seed, hop, group):
         state = _splitmix64(state ^ (int(part) & _MASK64))
     return state >> 1
 
@@ -176,7 +183,9 @@ def seeds_by_type(
     return dict(seeds)
 
 
-def fanout_groups(fanouts: Mapping[EdgeType, Sequence[int]], edge_types: Sequence[EdgeType], hop: int) -> list[tuple[int, list[int]]]:
+def fanout_groups(
+    fanouts: Mapping[EdgeType, Sequence[int]], edge_types: Sequence[EdgeType], hop: int
+) -> list[tuple[int, list[int]]]:
     """The kernel calls of one hop: ``(fanout, edge type indices)`` per distinct fanout, in order of first use (one
     group in the usual case of one fanout per hop). Fixed by the fanouts alone, so a group's call seed
     (:func:`hop_seed` of its position) does not depend on which frontiers a batch leaves empty."""
