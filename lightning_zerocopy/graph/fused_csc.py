@@ -26,8 +26,9 @@ from tqdm.auto import tqdm
 
 from lightning_zerocopy.graph.csc import CSCGraph, CSCGraphHandle
 from lightning_zerocopy.graph.schema import EdgeType
+from lightning_zerocopy.graph.shared_memory import TensorSliceHandle
 
-__all__ = ["FusedCSC", "FusedCSCHandle", "FusedLayout", "fuse_csc", "fused_index_dtype"]
+__all__ = ["FusedCSC", "FusedCSCHandle", "FusedLayout", "edge_perm_views", "fuse_csc", "fused_index_dtype"]
 
 #: Fusing more edges than this shows a progress bar (a few seconds of copies).
 _PROGRESS_EDGES = 10_000_000
@@ -177,3 +178,18 @@ def fuse_csc(
                 bar.update(hi - lo)
     handle = CSCGraphHandle(num_ids, h_indptr, h_indices, h_perm) if h_indptr is not None else None
     return FusedCSC(layout, CSCGraph(indptr, indices, edge_perm, num_ids, _handles=handle))
+
+
+def edge_perm_views(fused: FusedCSCHandle, graphs: Mapping[EdgeType, CSCGraphHandle]) -> dict[EdgeType, CSCGraphHandle]:
+    """The per-edge-type CSC handles with ``edge_perm`` as views of the fused one (edge type ``k``'s block holds
+    the same values, in the same order), so the host copy holds the edge ids once (8 bytes per edge); the caller
+    unlinks the per-type ``edge_perm`` segments these replace."""
+    layout, perm = fused.layout, fused.graph.edge_perm
+    if perm is None:
+        raise ValueError("the fused CSC has no `edge_perm`")
+    out = {}
+    for k, et in enumerate(layout.edge_types):
+        graph = graphs[et]
+        view = TensorSliceHandle(perm, layout.edge_offset[k], layout.edge_offset[k + 1])  # type: ignore[arg-type]
+        out[et] = CSCGraphHandle(graph.num_nodes, graph.indptr, graph.indices, view)
+    return out

@@ -11,6 +11,7 @@ from lightning_zerocopy.data.host.share import share_host_data
 from lightning_zerocopy.data.resources import HostData
 from lightning_zerocopy.graph.csc import CSCGraph
 from lightning_zerocopy.graph.fused_csc import fuse_csc, fused_index_dtype
+from lightning_zerocopy.graph.shared_memory import SharedTensorHandle, TensorSliceHandle
 
 
 def _graphs(data):
@@ -74,6 +75,9 @@ def test_the_host_copy_shares_one_fused_csc_and_its_builders_read_it() -> None:
         assert handles.fused is not None and handles.fused in handles.key()  # one placement per host memory
         host = HostData.open(handles)
         _assert_fuses(host.fused, host.graphs, host.num_nodes)
+        for k, (et, graph) in enumerate(handles.graphs):  # the edge ids are held once: views of the fused ones
+            assert graph.edge_perm == TensorSliceHandle(handles.fused.graph.edge_perm, *host.fused.layout.edge_offset[k : k + 2])
+            assert isinstance(graph.indices, SharedTensorHandle) and graph.indices.exists()
         from lightning_zerocopy.data.batch import HeteroBatchBuilder
         from lightning_zerocopy.data.resources import DeviceResources
 

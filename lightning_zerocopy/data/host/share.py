@@ -69,7 +69,7 @@ from lightning_zerocopy.gather.host_table import (
 )
 from lightning_zerocopy.gather.precision_loss import FeatureUnderflowError
 from lightning_zerocopy.graph.csc import CSCGraph
-from lightning_zerocopy.graph.fused_csc import FusedCSCHandle, fuse_csc
+from lightning_zerocopy.graph.fused_csc import FusedCSCHandle, edge_perm_views, fuse_csc
 from lightning_zerocopy.graph.reorder import NodeOrder
 from lightning_zerocopy.graph.schema import EDGE, NODE, EdgeType, GraphSchema
 from lightning_zerocopy.graph.shared_memory import NpyTensorHandle, TensorHandle, create_shared_tensor, share_tensor
@@ -264,6 +264,7 @@ def share_host_data(
                     node_order, share(order.order, "node_order"), share(order.rank, "node_rank")
                 )
 
+        graph_handles = {et: graphs[et].handle() for et in schema.edge_types}
         fused: Optional[FusedCSCHandle] = None
         if schema.is_typed and not schema.one_type:
 
@@ -274,6 +275,10 @@ def share_host_data(
 
             in_order = {et: graphs[et] for et in schema.edge_types}
             fused = fuse_csc(in_order, arrays.num_nodes, schema.node_types, allocate=segment).handle()
+            graph_handles = edge_perm_views(fused, graph_handles)  # the edge ids once, in the fused CSC
+            for graph in in_order.values():
+                graph.handle().edge_perm.unlink()  # type: ignore[union-attr]
+            in_order, graphs = {}, {}  # drop this process's mappings of those segments
         if splits is None:
             splits = {name: arrays.data.split(name).to(torch.int64) for name in ("train", "val", "test")}
         shared_splits = {name: share(tensor, f"{name.replace('.', '_')}_idx") for name, tensor in splits.items()}
@@ -283,7 +288,7 @@ def share_host_data(
         handles = HostGraphHandles(
             schema=schema,
             num_nodes=tuple((t, int(n)) for t, n in arrays.num_nodes.items()),
-            graphs=tuple((et, graphs[et].handle()) for et in schema.edge_types),
+            graphs=tuple((et, graph_handles[et]) for et in schema.edge_types),
             tables=tuple(tables.items()),  # the dataset's order of featured types
             labels=labels,
             splits=shared_splits,
