@@ -1,7 +1,7 @@
 """Where does a heterogeneous batch's sampling time go? Per hop: the fused kernel calls, the per-type deduplication.
 
-The heterogeneous sampler (:mod:`lightning_zerocopy.sampling.hetero`) makes one call of the one-hop kernel per hop
-over the CSC of every edge type (one per distinct fanout of the hop), splits the picks by edge type, then
+The heterogeneous sampler (:mod:`lightning_zerocopy.sampling.hetero`) makes one call of the one-hop picking kernel per
+hop over the CSC of every edge type (one per distinct fanout of the hop), splits the picks by edge type, then
 deduplicates each node type's picks (:func:`~lightning_zerocopy.sampling.hetero.dedup_by_type`: a sort-based
 ``unique``, a ``scatter_reduce``, an ``argsort``). This benchmark samples training batches of the heterogeneous
 benchmark's graph (``benchmarks.e2e.hetero`` presets, the same cache) through the DataModule's own builder and
@@ -102,7 +102,7 @@ def instrumented(clock: SectionClock) -> Iterator[None]:
     from lightning_zerocopy.sampling import hetero
     from lightning_zerocopy.sampling.neighbor_sampler import CSCKernel
 
-    plain_draw, plain_run, plain_dedup = hetero._draw_hop, CSCKernel.run, hetero.dedup_by_type
+    plain_draw, plain_call, plain_dedup = hetero._draw_hop, CSCKernel._call, hetero.dedup_by_type
 
     def draw(sampler: Any, n_id: Any, frontier: Any, hop: int, seed: int) -> Any:
         if clock.batch is None:
@@ -112,13 +112,13 @@ def instrumented(clock: SectionClock) -> Iterator[None]:
         clock.hop(hop).draw_ms += ms
         return drawn
 
-    def run(self: Any, seeds: torch.Tensor, *args: Any) -> Any:
+    def call(self: Any, op: Any, seeds: torch.Tensor, *args: Any) -> Any:  # every kernel call of a CSCKernel
         if clock.batch is None:
-            return plain_run(self, seeds, *args)
-        (out, e_id), ms = clock.timed(lambda: plain_run(self, seeds, *args))
+            return plain_call(self, op, seeds, *args)
+        (out, e_id), ms = clock.timed(lambda: plain_call(self, op, seeds, *args))
         figures = clock.hop(clock.current_hop)
         figures.frontier += int(seeds.numel())
-        figures.candidates += int(out.row.numel())
+        figures.candidates += int(out.edge_pos.numel())
         figures.kernel_calls += 1
         figures.kernel_ms += ms
         return out, e_id
@@ -133,11 +133,11 @@ def instrumented(clock: SectionClock) -> Iterator[None]:
         figures.dedup_ms += ms
         return out
 
-    hetero._draw_hop, CSCKernel.run, hetero.dedup_by_type = draw, run, dedup  # type: ignore[method-assign]
+    hetero._draw_hop, CSCKernel._call, hetero.dedup_by_type = draw, call, dedup  # type: ignore[method-assign]
     try:
         yield
     finally:
-        hetero._draw_hop, CSCKernel.run, hetero.dedup_by_type = plain_draw, plain_run, plain_dedup  # type: ignore[method-assign]
+        hetero._draw_hop, CSCKernel._call, hetero.dedup_by_type = plain_draw, plain_call, plain_dedup  # type: ignore[method-assign]
 
 
 def sort_bound_ms(count: int, device: torch.device, repeats: int = 5) -> float:

@@ -7,19 +7,19 @@ deduplicated per node type across hops, in order of first appearance (seeds firs
 ``hetero_neighbor_sample`` does: within a hop, the edge types in order, each edge type's picks by target, then pick.
 
 :class:`~lightning_zerocopy.sampling.NeighborSampler` calls :func:`sample_hetero` for a typed graph of several types
-(one type is one fused multi-hop call). Each hop is one call of the one-hop kernel (``fanouts=[k]``) over the graph's
-CSC of every edge type (:class:`~lightning_zerocopy.graph.fused_csc.FusedCSC`, GraphBolt's CSC with edge-type
-offsets), one per distinct fanout among the edge types at that hop (:func:`fanout_groups`; one in the usual case), so
-every placement (CPU threads, ``uva``, ``gpu``) runs the same code. The frontier of a call is, in edge-type order, each
-edge type's destination frontier shifted to its fused targets; the kernel returns the picks ordered by target, so each
-edge type's picks are one contiguous range (one ``searchsorted`` per call, one host read-back per hop), mapped back
-from the typed node space to per-type ids; ``e_id`` comes per edge type from the fused ``edge_perm``. The call's
-random seed is derived from (batch seed, hop, fanout group) (:func:`hop_seed`); the kernel keys a target's picks by
-(call seed, position of the target in the fused frontier) (``csrc/ops/pick_policy.h``), and the frontier is the same
-on every device, so every placement draws the same sample. The kernel deduplicates ids in one id space, so its
-``n_id`` mixes the frontier's fused target ids with the picked typed ids; the picked id is still ``n_id[row]``
-(deduplication keeps values) and its target is ``col``, which is all this module reads. The per-type deduplication
-and relabeling (:func:`first_appearance`) is vectorised torch (sort-based), on the device the sample lives on.
+(one type is one fused multi-hop call). Each hop is one kernel call over the graph's CSC of every edge type
+(:class:`~lightning_zerocopy.graph.fused_csc.FusedCSC`, GraphBolt's CSC with edge-type offsets), one per distinct
+fanout among the edge types at that hop (:func:`fanout_groups`; one in the usual case), so every placement (CPU
+threads, ``uva``, ``gpu``) runs the same code. The frontier of a call is, in edge-type order, each edge type's
+destination frontier shifted to its fused targets. The call is ``pick_neighbors`` (:mod:`lightning_zerocopy.ops`):
+the one-hop sampler's picks without its deduplication and relabeling (this module deduplicates per type anyway),
+ordered by target, so each edge type's picks are one contiguous range, whose end the call's one host read-back
+returns; the picked ids are mapped back from the typed node space to per-type ids and ``e_id`` comes per edge type
+from the fused ``edge_perm``. The call's random seed is derived from (batch seed, hop, fanout group)
+(:func:`hop_seed`); the kernel keys a target's picks by (call seed, position of the target in the fused frontier)
+(``csrc/ops/pick_policy.h``), and the frontier is the same on every device, so every placement draws the same sample.
+The per-type deduplication and relabeling (:func:`first_appearance`) is vectorised torch (sort-based), on the
+device the sample lives on.
 
 Node-keyed (evaluation) sampling passes the kernel's ``node_keyed`` flag: a target's picks are then keyed by
 (call seed, fused target id), i.e. by (split seed, hop, edge type, node id) (the fanout groups are fixed by the
@@ -31,6 +31,7 @@ batch -- the homogeneous node-keyed contract, per node type.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -210,11 +211,11 @@ def _draw_hop(
 ) -> dict[int, _Drawn]:
     """Every edge type's picks of hop ``hop``: one kernel call per fanout group over the fused CSC (the frontier:
     each member edge type's destination frontier shifted to its fused targets, in edge-type order), then the picks
-    split by edge type (they come ordered by target, so each edge type is a contiguous range: one ``searchsorted``
-    per call and one host read-back for the hop) and mapped back to per-type ids."""
+    split by edge type (they come ordered by target, so each edge type is a contiguous range, whose end the call's
+    one read-back returns) and mapped back to per-type ids."""
     layout = sampler.fused.layout
     edge_types = layout.edge_types
-    calls = []
+    drawn: dict[int, _Drawn] = {}
     for group, (fanout, members) in enumerate(fanout_groups(sampler.fanouts, edge_types, hop)):
         members = [k for k in members if frontier[edge_types[k][2]][1] > frontier[edge_types[k][2]][0]]
         if not members:
@@ -224,24 +225,14 @@ def _draw_hop(
             begin, end = frontier[edge_types[k][2]]
             parts.append(n_id[edge_types[k][2]][begin:end] + layout.target_offset[k])
         sizes = [int(p.numel()) for p in parts]
-        out, e_id = sampler.fused_kernel.run(torch.cat(parts), [fanout], hop_seed(seed, hop, group), sampler.replace,
-                                             sampler.node_keyed)  # fmt: skip
-        ends = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(out.col.device)
-        calls.append((members, sizes, out, e_id, torch.searchsorted(out.col, ends)))
-    if not calls:
-        return {}
-    bounds = torch.cat([c[-1] for c in calls]).tolist()  # the hop's one read-back
-    drawn: dict[int, _Drawn] = {}
-    at = 0
-    for members, sizes, out, e_id, _ in calls:
-        picked = out.n_id[out.row]  # the kernel's n_id keeps the id values (see the module docstring)
+        ends = list(itertools.accumulate(sizes))
+        out, e_id = sampler.fused_kernel.pick(torch.cat(parts), fanout, hop_seed(seed, hop, group), sampler.replace,
+                                              sampler.node_keyed, ends)  # fmt: skip
         lo = start = 0
-        for k, size in zip(members, sizes):
-            hi = bounds[at]
-            at += 1
+        for k, size, hi in zip(members, sizes, out.edge_ends.tolist()):  # edge_ends: on the host already
             src, _, dst = edge_types[k]
             col = out.col[lo:hi] + (frontier[dst][0] - start)
-            drawn[k] = _Drawn(picked[lo:hi] - layout.node_base(src), col, e_id[lo:hi])
+            drawn[k] = _Drawn(out.nbr[lo:hi] - layout.node_base(src), col, e_id[lo:hi])
             lo, start = hi, start + size
     return drawn
 

@@ -155,22 +155,30 @@ class CSCKernel:
         self, seeds: torch.Tensor, fanouts: list[int], seed: int, replace: bool, node_keyed: bool
     ) -> tuple[ops.SampledSubgraph, torch.Tensor]:
         """One call of the multi-hop kernel: its raw output and the sampled edges' ids (``edge_perm[edge_pos]``)."""
+        return self._call(ops.sample_neighbors, seeds, fanouts, replace, seed, node_keyed)
+
+    def pick(
+        self, targets: torch.Tensor, fanout: int, seed: int, replace: bool, node_keyed: bool, target_ends: list[int]
+    ) -> tuple[ops.PickedEdges, torch.Tensor]:
+        """One hop without relabeling (:func:`~lightning_zerocopy.ops.pick_neighbors`): its raw output and the
+        picked edges' ids."""
+        return self._call(ops.pick_neighbors, targets, fanout, replace, seed, node_keyed, target_ends)
+
+    def _call(self, op: Any, seeds: torch.Tensor, *args: Any) -> tuple[Any, torch.Tensor]:
         if self.placement == "cpu":
-            args = (self.indptr, self.indices, seeds, fanouts, replace, seed, node_keyed)
             if self.num_threads is None:
-                out = ops.sample_neighbors(*args)
+                out = op(self.indptr, self.indices, seeds, *args)
             else:
                 previous = torch.get_num_threads()
                 torch.set_num_threads(self.num_threads)
                 try:
-                    out = ops.sample_neighbors(*args)
+                    out = op(self.indptr, self.indices, seeds, *args)
                 finally:
                     torch.set_num_threads(previous)
             return out, out.edge_pos if self.edge_perm is None else self.edge_perm[out.edge_pos]
         placed = self._place()
         with torch.cuda.device(self.device):
-            out = ops.sample_neighbors(placed.indptr, placed.indices, seeds.to(self.device), fanouts, replace, seed,
-                                       node_keyed)  # fmt: skip
+            out = op(placed.indptr, placed.indices, seeds.to(self.device), *args)
             if placed.edge_perm is None:
                 e_id = out.edge_pos
             elif placed.edge_perm.is_cuda:

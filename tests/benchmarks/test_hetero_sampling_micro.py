@@ -41,10 +41,10 @@ def hetero_sampling_edge_types(tmp_path: Path) -> list[str]:
 
 
 def test_instrumentation_is_undone_even_when_sampling_fails() -> None:
-    originals = (hetero._draw_hop, CSCKernel.run, hetero.dedup_by_type)
+    originals = (hetero._draw_hop, CSCKernel._call, hetero.dedup_by_type)
     clock = hetero_sampling.SectionClock(torch.device("cpu"))
     with pytest.raises(RuntimeError, match="boom"):
         with hetero_sampling.instrumented(clock):
             assert hetero.dedup_by_type is not originals[2] and hetero._draw_hop is not originals[0]
             raise RuntimeError("boom")
-    assert (hetero._draw_hop, CSCKernel.run, hetero.dedup_by_type) == originals
+    assert (hetero._draw_hop, CSCKernel._call, hetero.dedup_by_type) == originals

@@ -125,17 +125,17 @@ def test_all_neighbors_in_csc_order_exactly() -> None:
 
 
 class _CountingRun:
-    """Counts CSCKernel.run calls and the frontier each was given."""
+    """Counts the kernel calls of every CSCKernel (``_call``: ``run`` and ``pick``) and the frontier each was given."""
 
     def __init__(self, monkeypatch) -> None:
         self.calls: list[int] = []
-        plain = CSCKernel.run
+        plain = CSCKernel._call
 
-        def run(kernel, seeds, *args):
+        def call(kernel, op, seeds, *args):
             self.calls.append(int(seeds.numel()))
-            return plain(kernel, seeds, *args)
+            return plain(kernel, op, seeds, *args)
 
-        monkeypatch.setattr(CSCKernel, "run", run)
+        monkeypatch.setattr(CSCKernel, "_call", call)
 
 
 def test_one_kernel_call_per_hop_with_one_fanout(monkeypatch) -> None:
