@@ -225,11 +225,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         **summarize(batches, [sort_bound_ms(int(c), device) for c in hop_candidates]),
     }
     print(f"hetero sampling ({args.placement}, {args.preset}, fanouts {list(graph.fanouts)}, batch "
-          f"{graph.batch_size}): {report['plain_ms_median']:.2f} ms a batch, {report['kernel_calls_per_batch']:.0f} "
-          f"kernel calls (kernels {report['kernel_ms_median']:.2f}, dedup {report['dedup_ms_median']:.2f}, synced)")  # fmt: skip
+          f"{graph.batch_size}): {report['plain_ms_median']:.2f} ms a batch, "
+          f"{report['kernel_calls_per_batch']:.0f} kernel calls (kernels {report['kernel_ms_median']:.2f}, "
+          f"dedup {report['dedup_ms_median']:.2f}, synced)")  # fmt: skip
     for index, hop in enumerate(report["hops"]):
-        print(f"  hop {index}: {hop['hop_ms']:.2f} ms; frontier {hop['frontier']:,.0f}, picked {hop['candidates']:,.0f}, "
-              f"new {hop['new_nodes']:,.0f}; {hop['kernel_calls']:.0f} kernel calls {hop['kernel_ms']:.2f} ms, "
+        print(f"  hop {index}: {hop['hop_ms']:.2f} ms; frontier {hop['frontier']:,.0f}, "
+              f"picked {hop['candidates']:,.0f}, new {hop['new_nodes']:,.0f}; "
+              f"{hop['kernel_calls']:.0f} kernel calls {hop['kernel_ms']:.2f} ms, "
               f"{hop['dedup_calls']:.0f} dedups {hop['dedup_ms']:.2f} ms (a sort of as many keys: "
               f"{hop['sort_bound_ms']:.2f} ms)")  # fmt: skip
     if args.out:

@@ -263,8 +263,10 @@ class BatchBuilder:
                 raise ValueError(f"BatchBuilder(device={self.device_index}) opened with resources on {device}")
             sampler, placement = None, self.gpu_sampler_placement
             if placement != "cpu":
-                fused = r.fused_topology(placement) if host.fused is not None else None  # type: ignore[arg-type]
-                graphs = host.graphs if fused is not None else {et: r.topology(et, placement) for et in host.graphs}  # type: ignore[arg-type]
+                if host.fused is not None:  # several types: the fused CSC is all the sampler reads
+                    graphs, fused = host.graphs, r.fused_topology(placement)  # type: ignore[arg-type]
+                else:
+                    graphs, fused = {et: r.topology(et, placement) for et in host.graphs}, None  # type: ignore[arg-type]
                 sampler = self._sampler(graphs, fused, placement=placement, device=device)
             zerocopy = self.gather == "zerocopy"
             features = {t: r.feature_table(t, self.gather_mode, self.cache) for t in host.tables} if zerocopy else None

@@ -49,7 +49,8 @@ class FusedLayout:
         node_types: every node type, in order; ``node_offset[i]`` is the first fused id of ``node_types[i]``.
         edge_types: every edge type, in sampling order; ``target_offset[k]`` is the first target of ``edge_types[k]``,
             which has ``num_targets[k]`` targets (its destination type's node count).
-        edge_offset: ``len(edge_types) + 1`` entries: edge type ``k``'s edges are ``[edge_offset[k], edge_offset[k + 1])``.
+        edge_offset: ``len(edge_types) + 1`` entries: edge type ``k``'s edges are
+            ``[edge_offset[k], edge_offset[k + 1])``.
         num_ids: ``max(targets, nodes)``: the kernel's id space (``indptr`` has ``num_ids + 1`` entries).
     """
 
@@ -134,7 +135,8 @@ def fuse_csc(
         ValueError: a CSC with edges into a target past ``num_nodes`` of its destination type.
     """
     edge_types = [(et[0], et[1], et[2]) for et in graphs]
-    types = list(node_types) if node_types is not None else list(dict.fromkeys(t for s, _, d in edge_types for t in (s, d)))
+    named = dict.fromkeys(t for s, _, d in edge_types for t in (s, d))
+    types = list(node_types) if node_types is not None else list(named)
     counts = {t: int(n) for t, n in (num_nodes or _node_counts(graphs, types)).items()}
     node_offset, total_nodes = [], 0
     for t in types:

@@ -331,7 +331,8 @@ class NeighborSampler:
         if self.schema.is_typed and not self.schema.one_type:
             self.fused = fused if fused is not None else fuse_csc(graphs, num_nodes, self.schema.node_types)
             if list(self.fused.layout.edge_types) != edge_types:
-                raise ValueError(f"`fused` covers the edge types {list(self.fused.layout.edge_types)}, not {edge_types}")
+                covered = list(self.fused.layout.edge_types)
+                raise ValueError(f"`fused` covers the edge types {covered}, not {edge_types}")
             self.fused_kernel = CSCKernel(self.fused.graph, placement, device, uva_indptr, num_threads)
         else:
             self.kernels = {et: CSCKernel(g, placement, device, uva_indptr, num_threads) for et, g in graphs.items()}

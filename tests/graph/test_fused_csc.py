@@ -76,7 +76,8 @@ def test_the_host_copy_shares_one_fused_csc_and_its_builders_read_it() -> None:
         host = HostData.open(handles)
         _assert_fuses(host.fused, host.graphs, host.num_nodes)
         for k, (et, graph) in enumerate(handles.graphs):  # the edge ids are held once: views of the fused ones
-            assert graph.edge_perm == TensorSliceHandle(handles.fused.graph.edge_perm, *host.fused.layout.edge_offset[k : k + 2])
+            block = host.fused.layout.edge_offset[k : k + 2]
+            assert graph.edge_perm == TensorSliceHandle(handles.fused.graph.edge_perm, *block)
             assert isinstance(graph.indices, SharedTensorHandle) and graph.indices.exists()
         from lightning_zerocopy.data.batch import HeteroBatchBuilder
         from lightning_zerocopy.data.resources import DeviceResources

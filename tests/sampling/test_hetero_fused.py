@@ -47,7 +47,7 @@ def _keyed_picks(graph, target_base, position, targets, fanout, call_seed, repla
 
 
 def reference(data, seeds, fanouts, seed, replace=False, node_keyed=False):
-    """``(n_id, edges, num_sampled_edges)``: per type the ids in order, per edge type ``[(row, col, e_id)]`` in order."""
+    """``(n_id, edges, num_sampled_edges)``: per type the ids in order, per edge type ``[(row, col, e_id)]``."""
     graphs, num_nodes = _graphs(data), data.num_nodes
     target_base, start = {}, 0
     for et in EDGE_TYPES:
@@ -227,7 +227,8 @@ def test_cuda_placements_sample_bitwise_the_cpu_sample(placement, fanouts, node_
             for t in a.n_id:
                 assert b.n_id[t].is_cuda and torch.equal(b.n_id[t].cpu(), a.n_id[t]), t
             for et in EDGE_TYPES:
-                assert torch.equal(b.edge_index[et].cpu(), a.edge_index[et]) and torch.equal(b.e_id[et].cpu(), a.e_id[et])
+                assert torch.equal(b.edge_index[et].cpu(), a.edge_index[et])
+                assert torch.equal(b.e_id[et].cpu(), a.e_id[et])
             assert a.num_sampled_nodes == b.num_sampled_nodes and a.num_sampled_edges == b.num_sampled_edges
     finally:
         cuda.close()
