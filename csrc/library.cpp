@@ -26,6 +26,16 @@ TORCH_LIBRARY(zerocopy, m) {
       " -> (Tensor n_id, Tensor row, Tensor col, Tensor edge_pos, Tensor num_sampled_nodes,"
       " Tensor num_sampled_edges)");
 
+  // One hop of sample_neighbors without its deduplication and relabeling: the picks of every target, drawn exactly as
+  // sample_neighbors(indptr, indices, targets, [fanout], replace, seed, node_keyed) draws them (same keys, same
+  // order: by target, then pick). nbr = global id of each picked neighbor, col = position of its target in
+  // `targets`, edge_pos = position in `indices`; targets need not be unique. edge_ends[s] (int64, CPU) = number of
+  // edges of targets[0 : target_ends[s]] (the picks are ordered by target, so a range of targets owns a range of
+  // edges): the one read-back a caller that splits the picks by target range needs.
+  m.def(
+      "pick_neighbors(Tensor indptr, Tensor indices, Tensor targets, int fanout, bool replace, int seed,"
+      " bool node_keyed, int[] target_ends) -> (Tensor nbr, Tensor col, Tensor edge_pos, Tensor edge_ends)");
+
   // out[i] = table[ids[i]] for a 2-D row-major table. The CUDA kernel reads the table directly from
   // registered (pinned, mapped) host memory or from device memory, with two locality levers: sort_ids reads
   // the rows in ascending id (address) order and writes each back to its batch position (the CPU kernel

@@ -137,6 +137,47 @@ def _sample_neighbors_fake(indptr, indices, seeds, fanouts, replace, seed, node_
     )
 
 
+class PickedEdges(NamedTuple):
+    """Raw output of :func:`pick_neighbors`: per picked edge, the neighbor's id, its target's position and the
+    edge's position in ``indices``; the edge counts at ``target_ends`` (int64, CPU)."""
+
+    nbr: torch.Tensor
+    col: torch.Tensor
+    edge_pos: torch.Tensor
+    edge_ends: torch.Tensor
+
+
+def pick_neighbors(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    targets: torch.Tensor,
+    fanout: int,
+    replace: bool = False,
+    seed: int = 0,
+    node_keyed: bool = False,
+    target_ends: Sequence[int] = (),
+) -> PickedEdges:
+    """One hop of :func:`sample_neighbors` without its deduplication and relabeling: the same picks (``nbr[k]`` is
+    ``n_id[row[k]]`` of ``sample_neighbors(indptr, indices, targets, [fanout], replace, seed, node_keyed)``, ``col``
+    and ``edge_pos`` are its ``col`` and ``edge_pos``), without the node map of a relabel (on the CPU a dense array
+    of ``num_nodes`` entries), and on a GPU with one read-back. ``targets`` need not be unique.
+
+    Args:
+        target_ends: positions in ``targets`` (non-decreasing); ``edge_ends[s]`` is the number of edges of
+            ``targets[:target_ends[s]]`` (the picks come ordered by target, so a range of targets owns a range of
+            edges): how a caller splits the picks by target range without another read-back.
+    """
+    return PickedEdges(*_ops.pick_neighbors(indptr, indices, targets, int(fanout), bool(replace), int(seed),
+                                            bool(node_keyed), [int(e) for e in target_ends]))  # fmt: skip
+
+
+@torch.library.register_fake("zerocopy::pick_neighbors")
+def _pick_neighbors_fake(indptr, indices, targets, fanout, replace, seed, node_keyed, target_ends):
+    num_edges = torch.library.get_ctx().new_dynamic_size()
+    edges = [targets.new_empty((num_edges,), dtype=torch.int64) for _ in range(3)]
+    return (*edges, torch.empty((len(target_ends),), dtype=torch.int64, device="cpu"))
+
+
 def gather_rows(
     table: torch.Tensor,
     ids: torch.Tensor,

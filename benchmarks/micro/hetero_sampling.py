@@ -1,11 +1,13 @@
-"""Where does a heterogeneous batch's sampling time go? Per hop: the one-hop kernel calls, the per-type deduplication.
+"""Where does a heterogeneous batch's sampling time go? Per hop: the fused kernel calls, the per-type deduplication.
 
-The heterogeneous sampler (:mod:`lightning_zerocopy.sampling.hetero`) makes one call of the homogeneous one-hop
-kernel per (hop, edge type), then deduplicates each node type's picks (:func:`~lightning_zerocopy.sampling.hetero.
-first_appearance`: a sort-based ``unique``, a ``scatter_reduce``, an ``argsort``). This benchmark samples training
-batches of the heterogeneous benchmark's graph (``benchmarks.e2e.hetero`` presets, the same cache) through the
-DataModule's own builder and reports, per hop: the frontier, the candidates picked, the new nodes kept, the kernel
-milliseconds and the deduplication milliseconds; beside them, two bounds measured on the same device: a
+The heterogeneous sampler (:mod:`lightning_zerocopy.sampling.hetero`) makes one call of the one-hop picking kernel per
+hop over the CSC of every edge type (one per distinct fanout of the hop), splits the picks by edge type, then
+deduplicates each node type's picks (:func:`~lightning_zerocopy.sampling.hetero.dedup_by_type`: a sort-based
+``unique``, a ``scatter_reduce``, an ``argsort``). This benchmark samples training batches of the heterogeneous
+benchmark's graph (``benchmarks.e2e.hetero`` presets, the same cache) through the DataModule's own builder and
+reports the kernel calls per batch and, per hop: the frontier, the candidates picked, the new nodes kept, the
+milliseconds of the hop (``hop_ms``: the draw, i.e. kernel calls + split by edge type, plus the deduplication), of
+its kernel calls and of its deduplication; beside them, two bounds measured on the same device: a
 ``torch.sort`` of as many int64 keys as the hop's candidates (the least a sort-based deduplication costs) and the
 whole batch un-instrumented (the sections are timed with a device sync on each side, which removes the overlap of
 host and device work, so their sum exceeds the plain batch time).
@@ -50,8 +52,13 @@ class HopFigures:
     new_nodes: int = 0  # nodes the hop added (after deduplication, over every node type)
     kernel_calls: int = 0
     kernel_ms: float = 0.0
+    draw_ms: float = 0.0  # the kernel calls, the split of their picks by edge type and the id maps
     dedup_calls: int = 0
     dedup_ms: float = 0.0
+
+    @property
+    def hop_ms(self) -> float:
+        return self.draw_ms + self.dedup_ms
 
 
 @dataclass
@@ -90,43 +97,47 @@ class SectionClock:
 
 @contextmanager
 def instrumented(clock: SectionClock) -> Iterator[None]:
-    """Wrap the typed sampler's kernel calls and deduplications with ``clock`` for the ``with`` block (the hop of a
-    kernel call is the one its seed was derived for, ``hetero.hop_seed``)."""
+    """Wrap the typed sampler's draws (``hetero._draw_hop``, which names its hop), their kernel calls and its
+    deduplications with ``clock`` for the ``with`` block."""
     from lightning_zerocopy.sampling import hetero
     from lightning_zerocopy.sampling.neighbor_sampler import CSCKernel
 
-    plain_seed, plain_run, plain_dedup = hetero.hop_seed, CSCKernel.run, hetero.first_appearance
+    plain_draw, plain_call, plain_dedup = hetero._draw_hop, CSCKernel._call, hetero.dedup_by_type
 
-    def hop_seed(batch_seed: int, hop: int, edge_type_index: int) -> int:
-        clock.current_hop = hop
-        return plain_seed(batch_seed, hop, edge_type_index)
-
-    def run(self: Any, seeds: torch.Tensor, *args: Any) -> Any:
+    def draw(sampler: Any, n_id: Any, frontier: Any, hop: int, seed: int) -> Any:
         if clock.batch is None:
-            return plain_run(self, seeds, *args)
-        (out, e_id), ms = clock.timed(lambda: plain_run(self, seeds, *args))
+            return plain_draw(sampler, n_id, frontier, hop, seed)
+        clock.current_hop = hop
+        drawn, ms = clock.timed(lambda: plain_draw(sampler, n_id, frontier, hop, seed))
+        clock.hop(hop).draw_ms += ms
+        return drawn
+
+    def call(self: Any, op: Any, seeds: torch.Tensor, *args: Any) -> Any:  # every kernel call of a CSCKernel
+        if clock.batch is None:
+            return plain_call(self, op, seeds, *args)
+        (out, e_id), ms = clock.timed(lambda: plain_call(self, op, seeds, *args))
         figures = clock.hop(clock.current_hop)
         figures.frontier += int(seeds.numel())
-        figures.candidates += int(out.row.numel())
+        figures.candidates += int(out.edge_pos.numel())
         figures.kernel_calls += 1
         figures.kernel_ms += ms
         return out, e_id
 
-    def dedup(existing: torch.Tensor, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def dedup(n_id: Any, picked: Any, node_keyed: bool) -> Any:
         if clock.batch is None:
-            return plain_dedup(existing, candidates)
-        (new, local), ms = clock.timed(lambda: plain_dedup(existing, candidates))
+            return plain_dedup(n_id, picked, node_keyed)
+        out, ms = clock.timed(lambda: plain_dedup(n_id, picked, node_keyed))
         figures = clock.hop(clock.current_hop)
-        figures.new_nodes += int(new.numel())
+        figures.new_nodes += sum(int(new.numel()) for new, _ in out.values())
         figures.dedup_calls += 1
         figures.dedup_ms += ms
-        return new, local
+        return out
 
-    hetero.hop_seed, CSCKernel.run, hetero.first_appearance = hop_seed, run, dedup  # type: ignore[method-assign]
+    hetero._draw_hop, CSCKernel._call, hetero.dedup_by_type = draw, call, dedup  # type: ignore[method-assign]
     try:
         yield
     finally:
-        hetero.hop_seed, CSCKernel.run, hetero.first_appearance = plain_seed, plain_run, plain_dedup  # type: ignore[method-assign]
+        hetero._draw_hop, CSCKernel._call, hetero.dedup_by_type = plain_draw, plain_call, plain_dedup  # type: ignore[method-assign]
 
 
 def sort_bound_ms(count: int, device: torch.device, repeats: int = 5) -> float:
@@ -164,11 +175,13 @@ def summarize(batches: list[BatchFigures], sort_ms: list[float]) -> dict[str, An
     for index in range(max(len(b.hops) for b in batches)):
         rows = [b.hops[index] for b in batches if len(b.hops) > index]
         hop = {name: statistics.median(getattr(r, name) for r in rows) for name in asdict(rows[0])}
+        hop["hop_ms"] = statistics.median(r.hop_ms for r in rows)
         hop["sort_bound_ms"] = sort_ms[index]
         hops.append(hop)
     return {
         "hops": hops,
         "plain_ms_median": statistics.median(b.plain_ms for b in batches),
+        "kernel_calls_per_batch": statistics.median(sum(h.kernel_calls for h in b.hops) for b in batches),
         "kernel_ms_median": statistics.median(sum(h.kernel_ms for h in b.hops) for b in batches),
         "dedup_ms_median": statistics.median(sum(h.dedup_ms for h in b.hops) for b in batches),
     }
@@ -212,11 +225,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         **summarize(batches, [sort_bound_ms(int(c), device) for c in hop_candidates]),
     }
     print(f"hetero sampling ({args.placement}, {args.preset}, fanouts {list(graph.fanouts)}, batch "
-          f"{graph.batch_size}): {report['plain_ms_median']:.2f} ms a batch (kernels {report['kernel_ms_median']:.2f}, "
+          f"{graph.batch_size}): {report['plain_ms_median']:.2f} ms a batch, "
+          f"{report['kernel_calls_per_batch']:.0f} kernel calls (kernels {report['kernel_ms_median']:.2f}, "
           f"dedup {report['dedup_ms_median']:.2f}, synced)")  # fmt: skip
     for index, hop in enumerate(report["hops"]):
-        print(f"  hop {index}: frontier {hop['frontier']:,.0f}, picked {hop['candidates']:,.0f}, new "
-              f"{hop['new_nodes']:,.0f}; {hop['kernel_calls']:.0f} kernel calls {hop['kernel_ms']:.2f} ms, "
+        print(f"  hop {index}: {hop['hop_ms']:.2f} ms; frontier {hop['frontier']:,.0f}, "
+              f"picked {hop['candidates']:,.0f}, new {hop['new_nodes']:,.0f}; "
+              f"{hop['kernel_calls']:.0f} kernel calls {hop['kernel_ms']:.2f} ms, "
               f"{hop['dedup_calls']:.0f} dedups {hop['dedup_ms']:.2f} ms (a sort of as many keys: "
               f"{hop['sort_bound_ms']:.2f} ms)")  # fmt: skip
     if args.out:

@@ -85,9 +85,11 @@ def graph_shape(dataset: Any) -> SimpleNamespace:
 
 
 def segment_paths(handles: Any) -> tuple[list[str], int]:
-    """The shared host copy of a heterogeneous DataModule: the paths of every edge type's CSC, every featured type's
-    table, the labels and the splits, and their bytes (for the ranks' PSS of it)."""
+    """The shared host copy of a heterogeneous DataModule: the paths of every edge type's CSC, the fused CSC, every
+    featured type's table, the labels and the splits, and their bytes (for the ranks' PSS of it)."""
     parts = [t for _, graph in handles.graphs for t in (graph.indptr, graph.indices)]
+    if handles.fused is not None:  # the sampler's CSC of every edge type (it holds the edge ids of all)
+        parts += [handles.fused.graph.indptr, handles.fused.graph.indices, handles.fused.graph.edge_perm]
     parts += [table.data for _, table in handles.features]
     parts += [handles.labels, *handles.splits.values()]
     return [p.path for p in parts], sum(int(p.nbytes) for p in parts)

@@ -234,7 +234,7 @@ class BatchBuilder:
             elif resources.handles.key() != self.handles.key():
                 raise ValueError("`resources` map other host memory than this builder's handles")
             self._resources, self._owns_resources, self._host = resources, owns, resources.host
-            self._cpu_sampler = self._sampler(self._host.graphs)
+            self._cpu_sampler = self._sampler(self._host.graphs, self._host.fused)
             host = self._host
             self._lanes.open(lambda: size_estimator(host.graphs, host.num_nodes, self.fanouts, self.replace))
         elif resources is not None and resources is not self._resources:
@@ -243,12 +243,13 @@ class BatchBuilder:
             self._place()
         return self
 
-    def _sampler(self, graphs: Mapping[EdgeType, Any], **placement: Any) -> NeighborSampler:
-        """The sampler over ``graphs`` (host CSCs, or topologies placed by the resources)."""
+    def _sampler(self, graphs: Mapping[EdgeType, Any], fused: Any = None, **placement: Any) -> NeighborSampler:
+        """The sampler over ``graphs`` (host CSCs, or topologies placed by the resources; several types: ``fused``)."""
         options = dict(fanouts=self.fanouts, replace=self.replace, node_keyed=self.node_keyed, **placement)
         if not self.handles.schema.is_typed:
             return NeighborSampler(next(iter(graphs.values())), num_threads=self.num_threads, **options)
-        return NeighborSampler(graphs, num_threads=self.num_threads, node_types=self.handles.node_types, **options)
+        return NeighborSampler(graphs, num_threads=self.num_threads, node_types=self.handles.node_types,
+                               num_nodes=dict(self.handles.num_nodes), fused=fused, **options)  # fmt: skip
 
     def _place(self) -> None:
         with self._lock:
@@ -262,8 +263,11 @@ class BatchBuilder:
                 raise ValueError(f"BatchBuilder(device={self.device_index}) opened with resources on {device}")
             sampler, placement = None, self.gpu_sampler_placement
             if placement != "cpu":
-                graphs = {et: r.topology(et, placement) for et in host.graphs}  # type: ignore[arg-type]
-                sampler = self._sampler(graphs, placement=placement, device=device)
+                if host.fused is not None:  # several types: the fused CSC is all the sampler reads
+                    graphs, fused = host.graphs, r.fused_topology(placement)  # type: ignore[arg-type]
+                else:
+                    graphs, fused = {et: r.topology(et, placement) for et in host.graphs}, None  # type: ignore[arg-type]
+                sampler = self._sampler(graphs, fused, placement=placement, device=device)
             zerocopy = self.gather == "zerocopy"
             features = {t: r.feature_table(t, self.gather_mode, self.cache) for t in host.tables} if zerocopy else None
             attributes = {k: r.attribute_table(k, self.gather_mode) for k in host.attributes} if zerocopy else None

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional
 
 from lightning_zerocopy.gather.host_table import FeatureTableHandle
 from lightning_zerocopy.graph.csc import CSCGraphHandle
+from lightning_zerocopy.graph.fused_csc import FusedCSCHandle
 from lightning_zerocopy.graph.schema import AttributeKey, EdgeType, GraphSchema
 from lightning_zerocopy.graph.shared_memory import SharedTensorHandle, TensorHandle
 
@@ -76,6 +77,9 @@ class HostGraphHandles:
         node_order: the renumbering the graph, features and labels are stored in (one node type only), or ``None``
             when they use the dataset's ids. Splits, attributes and the graph's edge ids (``edge_perm``) are
             never renumbered, and the builder yields the dataset's ids either way.
+        fused: a typed graph of several types: the CSC of every edge type with edge-type offsets that its sampler
+            reads (:mod:`lightning_zerocopy.graph.fused_csc`), built once with the per-edge-type CSCs; ``None``
+            otherwise.
     """
 
     schema: GraphSchema
@@ -86,6 +90,7 @@ class HostGraphHandles:
     splits: Mapping[str, TensorHandle]
     attributes: tuple[tuple[AttributeKey, AttributeHandle], ...] = ()
     node_order: Optional[NodeOrderHandles] = None
+    fused: Optional[FusedCSCHandle] = None
 
     @property
     def node_types(self) -> list[str]:
@@ -112,7 +117,7 @@ class HostGraphHandles:
 
     def key(self) -> tuple:
         """What identifies this host memory (hashable: ``splits`` is a dict), e.g. to share one placement of it."""
-        return (self.schema, self.graphs, self.tables, self.labels, self.attributes, self.node_order)
+        return (self.schema, self.graphs, self.tables, self.labels, self.attributes, self.node_order, self.fused)
 
     def unlink(self) -> None:
         """Remove the names of every shared segment (files on disk are kept); mappings stay valid."""
@@ -122,6 +127,8 @@ class HostGraphHandles:
             table.unlink()
         if self.node_order is not None:
             self.node_order.unlink()
+        if self.fused is not None:
+            self.fused.unlink()
         for handle in (self.labels, *(a.rows for _, a in self.attributes), *self.splits.values()):
             if isinstance(handle, SharedTensorHandle):
                 handle.unlink()

@@ -6,6 +6,7 @@
 =========================================  ==============================================================
 ``topology(edge_type, placement)``         an edge type's CSC for the CUDA sampler: a GPU copy (``gpu``) or host
                                            registrations (``uva``), :func:`~lightning_zerocopy.sampling.topology.place_topology`
+``fused_topology(placement)``              the same of a typed graph's fused CSC (several types: all its sampler reads)
 ``labels()``                               a compact integer copy of the input type's labels on the GPU
 ``node_order()``                           the internal -> original id map on the GPU (node-ordered host memory)
 ``feature_table(node_type, mode, cache)``  the zero-copy gather path of a featured type; ``cache`` a
@@ -37,6 +38,7 @@ from lightning_zerocopy.data.attributes import HostAttribute, open_attribute_tab
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.gather.host_table import HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph
+from lightning_zerocopy.graph.fused_csc import FusedCSC
 from lightning_zerocopy.graph.schema import NODE, AttributeKey, EdgeType, GraphSchema
 from lightning_zerocopy.options import GatherMode, SamplerDevice, check_choice
 from lightning_zerocopy.sampling.topology import PlacedTopology, place_topology
@@ -57,6 +59,7 @@ class HostData:
         attributes: every node- and edge-level attribute that reaches the batches, by ``(level, type, name)``.
         order: int64 internal -> original id map (``None``: no node order).
         rank: int64 original -> internal id map.
+        fused: a typed graph of several types: the CSC of every edge type its sampler reads (else ``None``).
     """
 
     schema: GraphSchema
@@ -67,6 +70,7 @@ class HostData:
     attributes: dict[AttributeKey, HostAttribute]
     order: Optional[torch.Tensor] = None
     rank: Optional[torch.Tensor] = None
+    fused: Optional[FusedCSC] = None
 
     @classmethod
     def open(cls, handles: HostGraphHandles) -> "HostData":
@@ -81,6 +85,7 @@ class HostData:
             attributes={key: HostAttribute.open(handle) for key, handle in handles.attributes},
             order=None if node_order is None else node_order.order.open(),
             rank=None if node_order is None else node_order.rank.open(),
+            fused=None if handles.fused is None else handles.fused.open(),
         )
 
     @property
@@ -192,7 +197,7 @@ class DeviceResources:
         self._device_arg = device
         self._device: Optional[torch.device] = None
         self._lock = threading.RLock()  # a pipeline samples on one thread and gathers on another
-        self._topology: dict[tuple[EdgeType, str], PlacedTopology] = {}
+        self._topology: dict[tuple[Hashable, str], PlacedTopology] = {}  # by (edge type or "fused", placement)
         self._labels: Optional[torch.Tensor] = None
         self._order: Optional[torch.Tensor] = None
         self._tables: dict[Hashable, FeatureGather] = {}  # feature and attribute tables
@@ -223,17 +228,27 @@ class DeviceResources:
     def topology(self, edge_type: Optional[EdgeType], placement: SamplerDevice) -> PlacedTopology:
         """The CSC of ``edge_type`` (``None``: the only one) for the CUDA sampler: a GPU copy (``"gpu"``) or
         registered host memory (``"uva"``)."""
-        check_choice(placement, SamplerDevice, "placement")
         edge_type = self._edge_type(edge_type)
+        return self._placed(edge_type, placement, lambda: self.host.graphs[edge_type])
+
+    def fused_topology(self, placement: SamplerDevice) -> FusedCSC:
+        """A typed graph's fused CSC (:attr:`HostData.fused`) placed as :meth:`topology` places an edge type's."""
+        fused = self.host.fused
+        if fused is None:
+            raise ValueError("this host memory has no fused CSC: only a typed graph of several types has one")
+        return FusedCSC(fused.layout, self._placed("fused", placement, lambda: fused.graph))
+
+    def _placed(self, key: Hashable, placement: SamplerDevice, graph_of: Callable[[], CSCGraph]) -> PlacedTopology:
+        check_choice(placement, SamplerDevice, "placement")
         with self._lock:
-            placed = self._topology.get((edge_type, placement))
+            placed = self._topology.get((key, placement))
             if placed is None:
                 self._check_open()
-                graph = self.host.graphs[edge_type]
+                graph = graph_of()
                 placed = place_topology(
                     graph.indptr, graph.indices, graph.edge_perm, placement, self.device, register=_pin
                 )
-                self._topology[(edge_type, placement)] = placed
+                self._topology[(key, placement)] = placed
             return placed
 
     def labels(self) -> Optional[torch.Tensor]:

@@ -52,6 +52,7 @@ __all__ = [
     "SharedMemoryFullError",
     "SharedTensorHandle",
     "TensorHandle",
+    "TensorSliceHandle",
     "create_shared_tensor",
     "mapped_footprint",
     "open_npy_memmap",
@@ -164,8 +165,35 @@ class NpyTensorHandle:
         return open_npy_memmap(self.path, dtype=None if self.dtype is None else _torch_dtype(self.dtype))
 
 
+@dataclass(frozen=True)
+class TensorSliceHandle:
+    """Picklable name of the rows ``[start, stop)`` of the tensor another handle names: no memory of its own (the
+    base's owner unlinks it), so two views of one array (a typed graph's per-edge-type ``edge_perm`` inside the fused
+    one) are held once.
+
+    Attributes:
+        base: the whole tensor's handle.
+        start, stop: the rows.
+    """
+
+    base: Union[SharedTensorHandle, NpyTensorHandle]
+    start: int
+    stop: int
+
+    @property
+    def path(self) -> str:
+        return self.base.path
+
+    @property
+    def nbytes(self) -> int:
+        return 0  # counted with its base
+
+    def open(self) -> torch.Tensor:
+        return self.base.open()[self.start : self.stop]
+
+
 #: Anything with an ``open() -> torch.Tensor`` that pickles without data.
-TensorHandle = Union[SharedTensorHandle, NpyTensorHandle]
+TensorHandle = Union[SharedTensorHandle, NpyTensorHandle, TensorSliceHandle]
 
 
 def _segment_path(directory: Path, name: str) -> Path:

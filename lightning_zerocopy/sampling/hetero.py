@@ -7,18 +7,23 @@ deduplicated per node type across hops, in order of first appearance (seeds firs
 ``hetero_neighbor_sample`` does: within a hop, the edge types in order, each edge type's picks by target, then pick.
 
 :class:`~lightning_zerocopy.sampling.NeighborSampler` calls :func:`sample_hetero` for a typed graph of several types
-(one type is one fused multi-hop call). Each (hop, edge type) is one call of the one-hop kernel (``fanouts=[k]``) on
-that edge type's :class:`~lightning_zerocopy.sampling.neighbor_sampler.CSCKernel`, so every placement (CPU threads,
-``uva``, ``gpu``) runs the same code. The call's random seed is derived from (batch seed, hop, edge type index) (:func:`hop_seed`); the
-kernel keys a target's picks by (call seed, position of the target in the frontier) (``csrc/ops/pick_policy.h``),
-and the frontier is the same on every device, so every placement draws the same sample. The kernel deduplicates
-ids in one id space, so its ``n_id`` mixes the frontier's ``dst`` ids with the picked ``src`` ids; the picked
-source *id* is still ``n_id[row]`` (deduplication keeps values) and its target is ``col``, which is all this module
-reads. The per-type deduplication and relabeling (:func:`first_appearance`) is vectorised torch (sort-based), on
-the device the sample lives on.
+(one type is one fused multi-hop call). Each hop is one kernel call over the graph's CSC of every edge type
+(:class:`~lightning_zerocopy.graph.fused_csc.FusedCSC`, GraphBolt's CSC with edge-type offsets), one per distinct
+fanout among the edge types at that hop (:func:`fanout_groups`; one in the usual case), so every placement (CPU
+threads, ``uva``, ``gpu``) runs the same code. The frontier of a call is, in edge-type order, each edge type's
+destination frontier shifted to its fused targets. The call is ``pick_neighbors`` (:mod:`lightning_zerocopy.ops`):
+the one-hop sampler's picks without its deduplication and relabeling (this module deduplicates per type anyway),
+ordered by target, so each edge type's picks are one contiguous range, whose end the call's one host read-back
+returns; the picked ids are mapped back from the typed node space to per-type ids and ``e_id`` comes per edge type
+from the fused ``edge_perm``. The call's random seed is derived from (batch seed, hop, fanout group)
+(:func:`hop_seed`); the kernel keys a target's picks by (call seed, position of the target in the fused frontier)
+(``csrc/ops/pick_policy.h``), and the frontier is the same on every device, so every placement draws the same sample.
+The per-type deduplication and relabeling (:func:`first_appearance`) is vectorised torch (sort-based), on the
+device the sample lives on.
 
 Node-keyed (evaluation) sampling passes the kernel's ``node_keyed`` flag: a target's picks are then keyed by
-(call seed, node id), i.e. by (split seed, hop, edge type, node id), and nodes are deduplicated per hop and type
+(call seed, fused target id), i.e. by (split seed, hop, edge type, node id) (the fanout groups are fixed by the
+fanouts, not by the batch), and nodes are deduplicated per hop and type
 only (hop ``k``'s picks of a type form level ``k + 1`` of that type's ``n_id`` even when they sit at a lower level
 too; edges run from level ``k + 1`` to level ``k``), so a seed's sampled computation graph does not depend on its
 batch -- the homogeneous node-keyed contract, per node type.
@@ -26,6 +31,7 @@ batch -- the homogeneous node-keyed contract, per node type.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -37,6 +43,7 @@ __all__ = [
     "EdgeType",
     "HeteroSampledBatch",
     "dedup_by_type",
+    "fanout_groups",
     "first_appearance",
     "hop_seed",
     "sample_hetero",
@@ -53,11 +60,12 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def hop_seed(batch_seed: int, hop: int, edge_type_index: int) -> int:
-    """The kernel seed of one (hop, edge type) call: a splitmix64 chain over the three, a non-negative 63-bit int
-    (the same mixing as the plan's ``derive_seed``); pure, so every device and process gets the same."""
+def hop_seed(batch_seed: int, hop: int, group: int) -> int:
+    """The kernel seed of one (hop, fanout group) call (``group``: its position in :func:`fanout_groups`): a
+    splitmix64 chain over the three, a non-negative 63-bit int (the same mixing as the plan's ``derive_seed``); pure,
+    so every device and process gets the same."""
     state = 0
-    for part in (batch_seed, hop, edge_type_index):
+    for part in (batch_seed, hop, group):
         state = _splitmix64(state ^ (int(part) & _MASK64))
     return state >> 1
 
@@ -176,14 +184,68 @@ def seeds_by_type(
     return dict(seeds)
 
 
+def fanout_groups(
+    fanouts: Mapping[EdgeType, Sequence[int]], edge_types: Sequence[EdgeType], hop: int
+) -> list[tuple[int, list[int]]]:
+    """The kernel calls of one hop: ``(fanout, edge type indices)`` per distinct fanout, in order of first use (one
+    group in the usual case of one fanout per hop). Fixed by the fanouts alone, so a group's call seed
+    (:func:`hop_seed` of its position) does not depend on which frontiers a batch leaves empty."""
+    groups: dict[int, list[int]] = {}
+    for index, et in enumerate(edge_types):
+        groups.setdefault(int(fanouts[et][hop]), []).append(index)
+    return list(groups.items())
+
+
+@dataclass
+class _Drawn:
+    """One edge type's picks of one hop: picked ids (local to the source type), targets (local to the destination
+    type's ``n_id``) and edge ids."""
+
+    src_ids: torch.Tensor
+    col: torch.Tensor
+    e_id: torch.Tensor
+
+
+def _draw_hop(
+    sampler: Any, n_id: Mapping[str, torch.Tensor], frontier: Mapping[str, tuple[int, int]], hop: int, seed: int
+) -> dict[int, _Drawn]:
+    """Every edge type's picks of hop ``hop``: one kernel call per fanout group over the fused CSC (the frontier:
+    each member edge type's destination frontier shifted to its fused targets, in edge-type order), then the picks
+    split by edge type (they come ordered by target, so each edge type is a contiguous range, whose end the call's
+    one read-back returns) and mapped back to per-type ids."""
+    layout = sampler.fused.layout
+    edge_types = layout.edge_types
+    drawn: dict[int, _Drawn] = {}
+    for group, (fanout, members) in enumerate(fanout_groups(sampler.fanouts, edge_types, hop)):
+        members = [k for k in members if frontier[edge_types[k][2]][1] > frontier[edge_types[k][2]][0]]
+        if not members:
+            continue
+        parts = []
+        for k in members:
+            begin, end = frontier[edge_types[k][2]]
+            parts.append(n_id[edge_types[k][2]][begin:end] + layout.target_offset[k])
+        sizes = [int(p.numel()) for p in parts]
+        ends = list(itertools.accumulate(sizes))
+        out, e_id = sampler.fused_kernel.pick(torch.cat(parts), fanout, hop_seed(seed, hop, group), sampler.replace,
+                                              sampler.node_keyed, ends)  # fmt: skip
+        lo = start = 0
+        for k, size, hi in zip(members, sizes, out.edge_ends.tolist()):  # edge_ends: on the host already
+            src, _, dst = edge_types[k]
+            col = out.col[lo:hi] + (frontier[dst][0] - start)
+            drawn[k] = _Drawn(out.nbr[lo:hi] - layout.node_base(src), col, e_id[lo:hi])
+            lo, start = hi, start + size
+    return drawn
+
+
 def sample_hetero(
     sampler: Any, by_type: Mapping[str, torch.Tensor], seed: int, input_type: Optional[str]
 ) -> HeteroSampledBatch:
     """The per-hop sample of a typed graph of several types (see the module docstring): per hop, every edge type in
-    order draws for the destination nodes the previous hop added, then each node type's picks are deduplicated.
+    order draws for the destination nodes the previous hop added (one fused kernel call per fanout group), then each
+    node type's picks are deduplicated.
 
     ``sampler`` is the :class:`~lightning_zerocopy.sampling.NeighborSampler` (its types, fanouts per edge type,
-    ``kernels`` by edge type, ``replace`` and ``node_keyed``)."""
+    ``fused`` CSC and ``fused_kernel``, ``replace`` and ``node_keyed``)."""
     node_types, edge_types = sampler.node_types, sampler.edge_types
     node_keyed = sampler.node_keyed
     first = next(iter(by_type.values()))
@@ -197,20 +259,15 @@ def sample_hetero(
     e_ids: dict[EdgeType, list[torch.Tensor]] = {et: [] for et in edge_types}
     edge_counts: dict[EdgeType, list[int]] = {et: [] for et in edge_types}
     for hop in range(sampler.num_hops):
+        drawn = _draw_hop(sampler, n_id, frontier, hop, seed)
         picked: dict[str, list[tuple[EdgeType, torch.Tensor]]] = {t: [] for t in node_types}
         for index, et in enumerate(edge_types):
-            src, _, dst = et
-            begin, end = frontier[dst]
-            if end == begin:
-                edge_counts[et].append(0)
-                continue
-            out, e_id = sampler.kernels[et].run(n_id[dst][begin:end], [sampler.fanouts[et][hop]],
-                                                hop_seed(seed, hop, index), sampler.replace, node_keyed)  # fmt: skip
-            src_ids = out.n_id[out.row]  # the kernel's n_id keeps the id values (see the module docstring)
-            cols[et].append(out.col + begin)
-            e_ids[et].append(e_id)
-            edge_counts[et].append(int(src_ids.numel()))
-            picked[src].append((et, src_ids))
+            got = drawn.get(index)
+            edge_counts[et].append(0 if got is None else int(got.src_ids.numel()))
+            if got is not None and got.src_ids.numel() > 0:
+                cols[et].append(got.col)
+                e_ids[et].append(got.e_id)
+                picked[et[0]].append((et, got.src_ids))
         before = {t: int(n_id[t].numel()) for t in node_types}
         for node_type, (new, local) in dedup_by_type(n_id, picked, node_keyed).items():
             parts = picked[node_type]
@@ -229,4 +286,3 @@ def sample_hetero(
     e_id_of = {et: torch.cat(e_ids[et]) if e_ids[et] else empty for et in edge_types}
     size = counts[input_type][0] if input_type is not None else sum(c[0] for c in counts.values())
     return HeteroSampledBatch(n_id, edge_index, e_id_of, counts, edge_counts, size, input_type)
-

@@ -9,7 +9,9 @@ An untyped graph (one CSC, fanouts a list) is the one-type case: one call of the
 returning a :class:`SampledBatch`. A typed graph (a dict of CSCs by edge type, fanouts per edge type) returns a
 :class:`~lightning_zerocopy.sampling.hetero.HeteroSampledBatch` (PyG's choice of output by graph, as its
 ``NeighborSampler`` returns ``SamplerOutput`` or ``HeteroSamplerOutput``): with one node type and one edge type it is
-the same fused call; with several, one call of the kernel per (hop, edge type) (:func:`~.hetero.sample_hetero`).
+the same fused call; with several, one call of the kernel per hop over a CSC of every edge type
+(:class:`~lightning_zerocopy.graph.fused_csc.FusedCSC`; one call per distinct fanout of the hop,
+:func:`~.hetero.sample_hetero`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Literal, Mapping, Optional, Protocol, Sequence, Union
 import torch
 
 from lightning_zerocopy import ops
+from lightning_zerocopy.graph.fused_csc import FusedCSC, fuse_csc
 from lightning_zerocopy.graph.schema import EDGE, EdgeType, GraphSchema
 from lightning_zerocopy.options import SamplerDevice, check_choice, check_fanouts
 from lightning_zerocopy.sampling.hetero import HeteroSampledBatch, sample_hetero, seeds_by_type
@@ -152,22 +155,30 @@ class CSCKernel:
         self, seeds: torch.Tensor, fanouts: list[int], seed: int, replace: bool, node_keyed: bool
     ) -> tuple[ops.SampledSubgraph, torch.Tensor]:
         """One call of the multi-hop kernel: its raw output and the sampled edges' ids (``edge_perm[edge_pos]``)."""
+        return self._call(ops.sample_neighbors, seeds, fanouts, replace, seed, node_keyed)
+
+    def pick(
+        self, targets: torch.Tensor, fanout: int, seed: int, replace: bool, node_keyed: bool, target_ends: list[int]
+    ) -> tuple[ops.PickedEdges, torch.Tensor]:
+        """One hop without relabeling (:func:`~lightning_zerocopy.ops.pick_neighbors`): its raw output and the
+        picked edges' ids."""
+        return self._call(ops.pick_neighbors, targets, fanout, replace, seed, node_keyed, target_ends)
+
+    def _call(self, op: Any, seeds: torch.Tensor, *args: Any) -> tuple[Any, torch.Tensor]:
         if self.placement == "cpu":
-            args = (self.indptr, self.indices, seeds, fanouts, replace, seed, node_keyed)
             if self.num_threads is None:
-                out = ops.sample_neighbors(*args)
+                out = op(self.indptr, self.indices, seeds, *args)
             else:
                 previous = torch.get_num_threads()
                 torch.set_num_threads(self.num_threads)
                 try:
-                    out = ops.sample_neighbors(*args)
+                    out = op(self.indptr, self.indices, seeds, *args)
                 finally:
                     torch.set_num_threads(previous)
             return out, out.edge_pos if self.edge_perm is None else self.edge_perm[out.edge_pos]
         placed = self._place()
         with torch.cuda.device(self.device):
-            out = ops.sample_neighbors(placed.indptr, placed.indices, seeds.to(self.device), fanouts, replace, seed,
-                                       node_keyed)  # fmt: skip
+            out = op(placed.indptr, placed.indices, seeds.to(self.device), *args)
             if placed.edge_perm is None:
                 e_id = out.edge_pos
             elif placed.edge_perm.is_cuda:
@@ -256,6 +267,10 @@ class NeighborSampler:
             all batches a seed's sampled computation graph does not depend on its batch (ids in ``n_id`` may
             repeat across hops, as in PyG's disjoint mode). ``False`` (training): the sample of a batch.
         node_types: a typed graph's node types, in order (default: as its edge types name them).
+        num_nodes: a typed graph's nodes per type (default: what its CSCs imply), for the fused CSC it builds.
+        fused: a typed graph of several types: its CSC of every edge type (:func:`~lightning_zerocopy.graph.fused_csc.
+            fuse_csc` of the per-edge-type CSCs, or that topology placed by its owner, e.g. the host copy's shared
+            one), which is all this sampler reads; default: fused here, in private memory.
     """
 
     def __init__(
@@ -272,6 +287,8 @@ class NeighborSampler:
         node_keyed: bool = False,
         *,
         node_types: Optional[Sequence[str]] = None,
+        num_nodes: Optional[Mapping[str, int]] = None,
+        fused: Optional[FusedCSC] = None,
     ) -> None:
         check_choice(placement, SamplerDevice, "placement")
         if isinstance(indptr, Mapping):  # a typed graph: one CSC per edge type
@@ -307,7 +324,18 @@ class NeighborSampler:
         self.placement: Placement = placement
         self.uva_indptr = uva_indptr
         device = None if device is None else torch.device(device)
-        self.kernels = {et: CSCKernel(g, placement, device, uva_indptr, num_threads) for et, g in graphs.items()}
+        #: the fused CSC of a typed graph of several types, and its kernel (the per-edge-type CSCs are not read)
+        self.fused: Optional[FusedCSC] = None
+        self.fused_kernel: Optional[CSCKernel] = None
+        self.kernels: dict[EdgeType, CSCKernel] = {}
+        if self.schema.is_typed and not self.schema.one_type:
+            self.fused = fused if fused is not None else fuse_csc(graphs, num_nodes, self.schema.node_types)
+            if list(self.fused.layout.edge_types) != edge_types:
+                covered = list(self.fused.layout.edge_types)
+                raise ValueError(f"`fused` covers the edge types {covered}, not {edge_types}")
+            self.fused_kernel = CSCKernel(self.fused.graph, placement, device, uva_indptr, num_threads)
+        else:
+            self.kernels = {et: CSCKernel(g, placement, device, uva_indptr, num_threads) for et, g in graphs.items()}
 
     # ---- the one CSC of an untyped graph -----------------------------------------------------------------------
 
@@ -383,12 +411,12 @@ class NeighborSampler:
     def close(self) -> None:
         """Release the GPU copies / host registrations the ``gpu``/``uva`` placements made (nothing for ``cpu``, or
         for topologies placed by their owner)."""
-        for kernel in self.kernels.values():
+        for kernel in [*self.kernels.values(), *([self.fused_kernel] if self.fused_kernel is not None else [])]:
             kernel.close()
 
     def __repr__(self) -> str:
         if self.schema.is_typed:
-            shape = f"edge_types={len(self.kernels)}, hops={self.num_hops}"
+            shape = f"edge_types={len(self.schema.edge_types)}, hops={self.num_hops}"
         else:
             shape = f"num_nodes={self.num_nodes}, num_edges={self.indices.shape[0]}, fanouts={self.fanouts}"
         return (f"{type(self).__name__}({shape}, replace={self.replace}, placement={self.placement!r}, "

@@ -89,6 +89,8 @@ def test_gpu_placements_and_zerocopy_gather_equal_the_cpu_batch(placement: str, 
         for step in range(2):
             gpu = module.builder(split).open(module.resources).build_batch(module.plan(split).item(0, step))
             _assert_same_batch(gpu, _cpu_batch(module, split, step))
+        # the sampler reads one topology, the fused CSC of every edge type: no per-edge-type copy on the GPU
+        assert sorted(module.resources._topology) == [("fused", placement)]
     finally:
         module.teardown("fit")
 

@@ -12,8 +12,10 @@ Every edge type ``(s, r, d)`` gets its own CSC (the ``build_csc`` op): targets a
 ``edge_index[(s, r, d)]``, as PyG's). The CSC is built over ``max(num_nodes[s], num_nodes[d])`` ids (``build_csc``
 range-checks both endpoints against one count), so ``indptr`` has a flat tail past the last ``d`` id that no seed
 reads, and the sampler kernel's bounds, which cap a hop's new nodes at the graph's node count, hold for the ``s`` side
-too (8 bytes per id of the larger type per edge type). One CSC with edge-type offsets (GraphBolt's layout) would
-sample every edge type of a hop in one launch but needs a typed kernel; to be measured on a GPU first.
+too (8 bytes per id of the larger type per edge type). Those CSCs serve the cache ranking, the link tasks, the
+layer-wise path and the cost model; the sampler of a typed graph of several types reads one more CSC, of every edge
+type with edge-type offsets (:mod:`lightning_zerocopy.graph.fused_csc`, GraphBolt's layout), built here once from them
+into shared memory, so one kernel call draws a hop for every edge type; only that one is ever placed on a GPU.
 
 Node order (one node type)
 --------------------------
@@ -67,6 +69,7 @@ from lightning_zerocopy.gather.host_table import (
 )
 from lightning_zerocopy.gather.precision_loss import FeatureUnderflowError
 from lightning_zerocopy.graph.csc import CSCGraph
+from lightning_zerocopy.graph.fused_csc import FusedCSCHandle, edge_perm_views, fuse_csc
 from lightning_zerocopy.graph.reorder import NodeOrder
 from lightning_zerocopy.graph.schema import EDGE, NODE, EdgeType, GraphSchema
 from lightning_zerocopy.graph.shared_memory import NpyTensorHandle, TensorHandle, create_shared_tensor, share_tensor
@@ -261,6 +264,21 @@ def share_host_data(
                     node_order, share(order.order, "node_order"), share(order.rank, "node_rank")
                 )
 
+        graph_handles = {et: graphs[et].handle() for et in schema.edge_types}
+        fused: Optional[FusedCSCHandle] = None
+        if schema.is_typed and not schema.one_type:
+
+            def segment(name: str, numel: int, dtype: torch.dtype) -> tuple[torch.Tensor, TensorHandle]:
+                tensor, handle = create_shared_tensor((numel,), dtype, name=name)
+                undo.callback(handle.unlink)
+                return tensor, handle
+
+            in_order = {et: graphs[et] for et in schema.edge_types}
+            fused = fuse_csc(in_order, arrays.num_nodes, schema.node_types, allocate=segment).handle()
+            graph_handles = edge_perm_views(fused, graph_handles)  # the edge ids once, in the fused CSC
+            for graph in in_order.values():
+                graph.handle().edge_perm.unlink()  # type: ignore[union-attr]
+            in_order, graphs = {}, {}  # drop this process's mappings of those segments
         if splits is None:
             splits = {name: arrays.data.split(name).to(torch.int64) for name in ("train", "val", "test")}
         shared_splits = {name: share(tensor, f"{name.replace('.', '_')}_idx") for name, tensor in splits.items()}
@@ -270,12 +288,13 @@ def share_host_data(
         handles = HostGraphHandles(
             schema=schema,
             num_nodes=tuple((t, int(n)) for t, n in arrays.num_nodes.items()),
-            graphs=tuple((et, graphs[et].handle()) for et in schema.edge_types),
+            graphs=tuple((et, graph_handles[et]) for et in schema.edge_types),
             tables=tuple(tables.items()),  # the dataset's order of featured types
             labels=labels,
             splits=shared_splits,
             attributes=shared_attributes,
             node_order=order_handles,
+            fused=fused,
         )
         undo.pop_all()  # success: the caller owns the segments now
     return handles
