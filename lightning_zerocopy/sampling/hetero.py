@@ -79,21 +79,25 @@ def first_appearance(existing: torch.Tensor, candidates: torch.Tensor) -> tuple[
 
     Returns:
         ``(new, local)``: the ids of ``candidates`` not in ``existing``, in order of first appearance, and the
-        local index of every candidate in ``cat([existing, new])``. One sort (``torch.unique``) and one
-        ``scatter_reduce``; no loop over nodes, on the tensors' device.
+        local index of every candidate in ``cat([existing, new])``. One stable sort (equal ids keep their order, so
+        a run's head is the id's first position), then prefix sums, gathers and scatters in place of a second sort;
+        one host read-back (the number of new ids); no loop over nodes, on the tensors' device.
     """
     if candidates.numel() == 0:
         return candidates.new_empty(0), candidates.new_empty(0)
     ids = torch.cat([existing, candidates])
-    uniq, inverse = torch.unique(ids, return_inverse=True)
-    positions = torch.arange(ids.numel(), device=ids.device)
-    first = torch.full((uniq.numel(),), ids.numel(), dtype=torch.int64, device=ids.device)
-    first.scatter_reduce_(0, inverse, positions, reduce="amin")
-    order = torch.argsort(first)  # first positions are distinct: the order is unique
-    local_of = torch.empty_like(order)
-    local_of[order] = torch.arange(order.numel(), device=ids.device)
-    count = existing.numel()  # existing ids are unique, so they keep their positions 0 .. count - 1
-    return uniq[order[count:]], local_of[inverse[count:]]
+    keys, perm = torch.sort(ids, stable=True)
+    head = torch.ones_like(keys, dtype=torch.bool)
+    head[1:] = keys[1:] != keys[:-1]
+    run = torch.cumsum(head, 0) - 1  # the run (distinct id) of every sorted position
+    first_pos = perm[head]  # each distinct id's first position in ids
+    is_first = torch.zeros_like(head)
+    is_first[first_pos] = True
+    rank = torch.cumsum(is_first, 0) - 1  # at a first position: the id's number in order of first appearance
+    local = torch.empty_like(ids)
+    local[perm] = rank[first_pos[run]]
+    count = existing.numel()  # existing ids are unique: each is its own first position, numbered 0 .. count - 1
+    return ids[is_first][count:], local[count:]
 
 
 def dedup_by_type(n_id: Mapping[str, torch.Tensor], picked: Mapping[str, Sequence[tuple[Any, torch.Tensor]]],

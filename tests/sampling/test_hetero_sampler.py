@@ -43,6 +43,20 @@ def test_first_appearance_keeps_existing_ids_and_orders_new_ones_by_first_pick()
     assert new.numel() == 0 and local.numel() == 0
 
 
+def test_first_appearance_equals_a_dictionary_walk() -> None:
+    """Random existing sets and picks (repeats, existing ids picked again, none new) against the plain definition."""
+    gen = torch.Generator().manual_seed(3)
+    for trial in range(300):
+        existing = torch.randperm(40, generator=gen)[: trial % 9]
+        candidates = torch.randint(0, 40, (trial % 50,), generator=gen)
+        number = {int(v): i for i, v in enumerate(existing)}
+        for v in candidates.tolist():
+            number.setdefault(v, len(number))
+        new, local = first_appearance(existing, candidates)
+        assert new.tolist() == list(number)[existing.numel():], trial
+        assert local.tolist() == [number[v] for v in candidates.tolist()], trial
+
+
 @pytest.mark.parametrize("node_keyed", [False, True], ids=["set", "node_keyed"])
 def test_one_dedup_over_every_type_equals_one_per_type(node_keyed: bool) -> None:
     """The hop's joint dedup gives each type what its own first_appearance would, bitwise (random hops, types that
