@@ -85,8 +85,9 @@ def test_predict_writes_the_exact_logits_of_the_predicted_split_and_a_layers_emb
     torch.testing.assert_close(torch.from_numpy(np.array(embeddings)), hidden, **TOL)
 
 
-def test_a_sampled_fanout_or_a_second_writer_is_one_line(untyped_run: tuple[Path, Path, Path],
-                                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_sampled_fanout_a_second_writer_or_a_gpu_sampler_without_a_gpu_is_one_line(
+    untyped_run: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     tmp, recipe, ckpt = untyped_run
     line = _one_line_exit(capsys, ["predict", "--config", str(recipe), f"--ckpt_path={ckpt}",
                                    "--data.init_args.predict_mode=layerwise", "--data.init_args.eval_fanouts=[10,-1]"])  # fmt: skip
@@ -95,6 +96,10 @@ def test_a_sampled_fanout_or_a_second_writer_is_one_line(untyped_run: tuple[Path
                                    f"--trainer.default_root_dir={tmp / 'two'}", "--data.init_args.predict_mode=layerwise",
                                    "--trainer.callbacks+=lightning_zerocopy.callbacks.predictions.PredictionWriter"])  # fmt: skip
     assert "replace trainer.callbacks' PredictionWriter (sampled predictions) by" in line
+    line = _one_line_exit(capsys, ["predict", "--config", str(recipe), f"--ckpt_path={ckpt}",
+                                   f"--trainer.default_root_dir={tmp / 'uva'}", "--data.init_args.predict_mode=layerwise",
+                                   "--data.init_args.layerwise.sampler_placement=uva"])  # fmt: skip
+    assert "data.init_args.layerwise.sampler_placement='uva' samples on a CUDA GPU, but this run has none" in line
 
 
 def test_a_module_without_the_contract_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from lightning_zerocopy.data.gpu_options import cuda_build_problem
-from lightning_zerocopy.options import FeatureDtype, check_choice, check_count
+from lightning_zerocopy.options import FeatureDtype, RecipeError, check_choice, check_count
 
 __all__ = ["LayerSampler", "LayerStorage", "LayerwiseOptions", "PredictMode", "check_layerwise_fanouts",
            "layerwise_placement"]  # fmt: skip
@@ -100,7 +100,8 @@ def layerwise_placement(choice: str, placement: str, gather: str, device_index: 
     whose options resolved to ``placement``, ``gather`` (``cpu`` / ``zerocopy``) on ``device_index`` (``None``: no GPU).
 
     Raises:
-        ValueError: ``uva`` or ``gpu`` chosen where the run has no CUDA device, naming the key.
+        RecipeError: ``uva`` or ``gpu`` chosen where the run has no CUDA device, naming the key (the command prints it
+            as one line).
     """
     if choice == "auto":
         if placement in ("uva", "gpu"):
@@ -108,6 +109,6 @@ def layerwise_placement(choice: str, placement: str, gather: str, device_index: 
         on_gpu = gather == "zerocopy" and device_index is not None and cuda_build_problem() is None
         return "uva" if on_gpu else "cpu"
     if choice != "cpu" and device_index is None:
-        raise ValueError(f"{_KEY}sampler_placement={choice!r} samples on a CUDA GPU, but this run has none: "
+        raise RecipeError(f"{_KEY}sampler_placement={choice!r} samples on a CUDA GPU, but this run has none: "
                          "use 'auto' or 'cpu'")  # fmt: skip
     return choice

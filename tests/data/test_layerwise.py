@@ -347,14 +347,14 @@ def test_auto_keeps_the_cpu_where_the_build_has_no_cuda_kernels(monkeypatch: pyt
 
 
 def test_a_gpu_sampler_placement_without_a_gpu_is_one_line(dataset: SyntheticGraph) -> None:
-    with pytest.raises(ValueError, match=r"layerwise.sampler_placement='uva' samples on a CUDA GPU, but this run has "
+    with pytest.raises(RecipeError, match=r"layerwise.sampler_placement='uva' samples on a CUDA GPU, but this run has "
                                          r"none: use 'auto' or 'cpu'"):  # fmt: skip
         layerwise_placement("uva", "cpu", "cpu", None)
     with pytest.raises(ValueError, match="data.init_args.layerwise.sampler_placement"):
         LayerwiseOptions(sampler_placement="tpu")  # type: ignore[arg-type]
     dm = _datamodule(dataset, layerwise=LayerwiseOptions(sampler_placement="gpu"))
     try:
-        with pytest.raises(ValueError, match="layerwise.sampler_placement='gpu' samples on a CUDA GPU"):
+        with pytest.raises(RecipeError, match="layerwise.sampler_placement='gpu' samples on a CUDA GPU"):
             dm.builder("predict", layerwise=True)
     finally:
         dm.teardown()
