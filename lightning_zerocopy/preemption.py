@@ -47,6 +47,7 @@ __all__ = [
     "install",
     "is_preemption",
     "report",
+    "skip_lightnings_step_broadcast",
 ]
 
 #: The exit status of a run stopped by SIGTERM (128 + 15, as a shell reports a process that SIGTERM ended).
@@ -133,6 +134,25 @@ def report() -> str:
             "(`fit --ckpt_path last` resumes from the last checkpoint written, if any)")  # fmt: skip
 
 
+def skip_lightnings_step_broadcast(trainer: "pl.Trainer") -> None:
+    """Under several ranks Lightning's training loop starts every step with ``_broadcast_sigterm_tensor``: a tensor made
+    on the device, a broadcast from rank 0 and ``.item()``, i.e. a host-device synchronization every step, after
+    which the host can no longer queue a step's kernels ahead of the GPU. While :func:`handle_sigterm` handles SIGTERM,
+    :class:`PreemptionCheckpoint` already stops every rank after the same step through the process group's store and
+    Lightning's flag is set by nothing else, so the step's broadcast is skipped; under any other handler it runs."""
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    lightnings = getattr(loop, "_broadcast_sigterm_tensor", None)
+    if lightnings is None or getattr(lightnings, "_lzc_skips", False):
+        return
+
+    def broadcast_unless_ours() -> None:
+        if signal.getsignal(signal.SIGTERM) is not handle_sigterm:
+            lightnings()
+
+    broadcast_unless_ours._lzc_skips = True  # type: ignore[attr-defined]
+    loop._broadcast_sigterm_tensor = broadcast_unless_ours  # type: ignore[union-attr]
+
+
 class PreemptionCheckpoint(Callback):
     """Saves the state after the last finished training step as ``last.ckpt`` when SIGTERM stops a fit.
 
@@ -168,6 +188,7 @@ class PreemptionCheckpoint(Callback):
 
         register_then_ours._lzc_wrapped = True  # type: ignore[attr-defined]
         connector.register_signal_handlers = register_then_ours
+        skip_lightnings_step_broadcast(trainer)
 
     def stop_after_this_step(self) -> bool:
         """Called by :func:`handle_sigterm` on the first SIGTERM: whether this fit stops after its current step."""

@@ -122,9 +122,12 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_DIAG="timeout -s TERM ${GPU_CHECK_SCALING_D
 export GPU_CHECK_EXTRA_STAGE_SCALING_CONFIRM="timeout -s TERM ${GPU_CHECK_SCALING_CONFIRM_TIMEOUT:-345} python3 -m benchmarks.scaling.confirm --cache-dir /tmp/lzc --out \$OUT/scaling_confirm.json ${GPU_CHECK_SCALING_CONFIRM_ARGS:---num-nodes 4000000 --configs 1gpu,2gpu-torch,2gpu --models heavy,light --repeats 2 --warmup-run 2x1 --deadline-s 335 --timeout 90 --min-run-s 34 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_CONFIRM_FAULTS_TIMEOUT:-190} python3 -m pytest -v -rfEP -p no:cacheprovider --timeout=90 -m two_gpus tests/test_faults_two_gpus.py -k '${GPU_CHECK_CONFIRM_FAULTS_SELECT:-kill_rank1 or sigterm or ctrl_c}'"
 # Where the data-phase forward waits for the GPU (issue 39): the diagnostic's knob run on 2 GPUs with the CUDA sync
 # debug mode on for 20 data-phase steps of each rank (benchmarks/scaling/sync_finder.py; each rank's report gains
-# `syncs`, per caller); ~3 min:
+# `syncs`, per caller), then the same run with Lightning's per-step SIGTERM broadcast skipped (found on the CPU,
+# 2026-11-29: under several ranks every step starts with a device tensor, a broadcast and `.item()`, a host-device
+# sync a step that one rank never makes; the command skips it, benchmarks.scaling makes it unless
+# `--knobs step_sigterm_broadcast=0`); ~4.5 min:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_syncs bash scripts/gpu_session.sh       # .wheels/ carried
-export GPU_CHECK_EXTRA_STAGE_SCALING_SYNCS="timeout -s TERM ${GPU_CHECK_SCALING_SYNCS_TIMEOUT:-200} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_syncs.json ${GPU_CHECK_SCALING_SYNCS_ARGS:---num-nodes 4000000 --gpus 1,2 --plan knobs --knobs sync_debug_steps=20 --deadline-s 190 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}"
+export GPU_CHECK_EXTRA_STAGE_SCALING_SYNCS="timeout -s TERM ${GPU_CHECK_SCALING_SYNCS_TIMEOUT:-290} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_syncs.json ${GPU_CHECK_SCALING_SYNCS_ARGS:---num-nodes 4000000 --gpus 1,2 --plan knobs --knobs sync_debug_steps=20,step_sigterm_broadcast=0 --deadline-s 280 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}"
 # Issue 42, on 4 or 8 GPUs (nvidia-h200-x4 / -x8; N = the GPUs this machine has), three calls of <= 10 min:
 # (1) many_faults + many_heavy: the fault cases on N ranks with the worker under MPS (SIGKILL of rank 1 mid-epoch,
 #     SIGTERM and Ctrl-C of the command; ~55 s each on 2 GPUs), then one interleaved block of the heavy model (a

@@ -73,3 +73,24 @@ def test_a_sigterm_in_a_step_saves_the_state_after_that_step_as_last_ckpt(sigter
     with pytest.raises(SystemExit) as exited:
         preemption.exit_if_preempted(SIGTERMException())
     assert exited.value.code == preemption.PREEMPTED_EXIT
+
+
+def test_lightnings_per_step_sigterm_broadcast_runs_only_under_another_handler(sigterm_handled) -> None:
+    """Lightning's step-start broadcast (a device tensor, a broadcast, ``.item()``: a host-device sync every step under
+    several ranks) is skipped while our handler runs the SIGTERM stop through the store, and runs under any other."""
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    calls: list[int] = []
+    trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = lambda: calls.append(1)  # Lightning's, standing in
+    preemption.PreemptionCheckpoint().setup(trainer, pl.LightningModule(), "fit")
+    trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor()
+    assert calls == []
+    preemption.skip_lightnings_step_broadcast(trainer)  # a second call wraps nothing twice
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor()
+    assert calls == [1]
+
+
+def test_this_lightning_still_broadcasts_at_the_start_of_a_step() -> None:
+    """What the skip above replaces exists (a Lightning without it makes the skip a no-op, and this test says so)."""
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    assert callable(getattr(trainer.fit_loop.epoch_loop, "_broadcast_sigterm_tensor", None))

@@ -155,6 +155,8 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          precision=args.precision if cuda else "32-true", use_distributed_sampler=not pyg,
                          callbacks=callbacks)  # fmt: skip
+    if not (knobs.get("run") or {}).get("step_sigterm_broadcast", True):  # as the command runs (preemption.py)
+        trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = lambda: None
     trainer.fit(model, datamodule=dm)
     decision = getattr(strategy, "cache_decision", None)
     rows = None if decision is None else decision.rows_per_type  # homogeneous: the one type's total, as reports had

@@ -15,7 +15,9 @@ variants separated by commas, each one run (``benchmarks.scaling.diag``). The kn
   variable as ``env.NAME=value`` (e.g. ``env.NCCL_ALGO=Ring``);
 * the run: ``worker_sm_percent`` (the pipeline worker's MPS share), ``mps`` (the ranks as MPS clients with the
   trainer's share even without a worker), ``comm_timing`` (time every gradient bucket's all-reduce through a
-  DDP comm hook: on by default in the diagnostic runs; ``comm_timing=0`` keeps DDP's built-in all-reduce).
+  DDP comm hook: on by default in the diagnostic runs; ``comm_timing=0`` keeps DDP's built-in all-reduce),
+  ``step_sigterm_broadcast=0`` (skip Lightning's per-step SIGTERM broadcast and its ``.item()``, as the command does:
+  :func:`lightning_zerocopy.preemption.skip_lightnings_step_broadcast`).
 
 Nothing here imports PyG or touches CUDA: :func:`apply_process_knobs` runs before the run starts MPS.
 """
@@ -88,6 +90,9 @@ KNOBS: dict[str, Knob] = {
     "comm_timing": Knob("run", _switch, "time each bucket's all-reduce through a DDP comm hook"),
     "sync_debug_steps": Knob("run", _positive_int, "data-phase steps whose synchronizing CUDA calls are counted by "
                              "caller (benchmarks.scaling.sync_finder)"),
+    "step_sigterm_broadcast": Knob("run", _switch, "Lightning's broadcast of its SIGTERM flag at the start of every "
+                                   "step under several ranks (a device tensor and .item(): a host-device sync a step); "
+                                   "off: skipped, as the lightning-zerocopy command skips it"),
 }
 
 
