@@ -36,6 +36,15 @@ TORCH_LIBRARY(zerocopy, m) {
       "pick_neighbors(Tensor indptr, Tensor indices, Tensor targets, int fanout, bool replace, int seed,"
       " bool node_keyed, int[] target_ends) -> (Tensor nbr, Tensor col, Tensor edge_pos, Tensor edge_ends)");
 
+  // A typed sample's per-hop deduplication over keys id * num_types + type (all >= 0): new_keys = the candidate
+  // keys not in existing_keys (unique), in order of first appearance; local[q] = the index of candidate_keys[q] in
+  // cat([existing_keys, new_keys]); type_counts[t] (int64, CPU) = the new keys with key % num_types == t. A hash
+  // table on both devices; the CUDA kernel synchronizes once (the counts). The Python wrapper and its fake live in
+  // lightning_zerocopy/sampling/typed_dedup.py.
+  m.def(
+      "dedup_typed_keys(Tensor existing_keys, Tensor candidate_keys, int num_types)"
+      " -> (Tensor new_keys, Tensor local, Tensor type_counts)");
+
   // out[i] = table[ids[i]] for a 2-D row-major table. The CUDA kernel reads the table directly from
   // registered (pinned, mapped) host memory or from device memory, with two locality levers: sort_ids reads
   // the rows in ascending id (address) order and writes each back to its batch position (the CPU kernel

@@ -67,7 +67,7 @@ export GPU_CHECK_EXTRA_STAGE_HETERO="for layers in \${GPU_CHECK_HETERO_FANOUTS:-
 # stage hetero_sampling (after hetero_prep): where a typed batch's sampling time goes, per hop (kernels, dedup, a sort
 # of as many keys), on the whole GPU, 2 and 3 hops
 export GPU_CHECK_EXTRA_STAGE_HETERO_SAMPLING="for layers in 10,10 10,10,10; do timeout 150 python3 -m benchmarks.micro.hetero_sampling --preset ${GPU_CHECK_HETERO_SAMPLING_PRESET:-mag10x} --cache-dir /tmp/lzc --num-neighbors \$layers --out \$OUT/hetero_sampling-\${layers//,/-}.json; done"
-# stage typed_sampler (issue 40 item 1, one GPU): the typed sampler's fused calls and pick_neighbors on every placement,
+# stage typed_sampler (issue 40 item 1, one GPU): the typed sampler's fused calls, pick_neighbors and dedup_typed_keys,
 # bitwise the CPU's; then hetero_prep,hetero_sampling time a mag10x batch per hop. Measured on an H200 (2026-11-29):
 # the stage 204 tests in 27 s; drawing mag10x ~90 s; a hetero_sampling run ~25 s; an e2e.hetero row ~90 s:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,typed_sampler,hetero_prep,hetero_sampling bash scripts/gpu_session.sh
@@ -76,7 +76,7 @@ export GPU_CHECK_EXTRA_STAGE_HETERO_SAMPLING="for layers in 10,10 10,10,10; do t
 #   SPEED_GATE_ARGS="--preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision
 #   32-true --models light --steps 1500 --warmup 100 --row-budget-s 30" SPEED_GATE_CONFIGS_EXTRA= \
 #   bash scripts/diagnostics/speed_gate.sh
-export GPU_CHECK_EXTRA_STAGE_TYPED_SAMPLER="REQUIRE_CUDA=1 timeout 300 python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/sampling/test_pick_neighbors.py tests/sampling/test_hetero_fused.py tests/data/test_hetero_datamodule.py tests/data/test_hetero_link_gpu_data_path.py tests/sampling/test_sample_neighbors_cuda.py"
+export GPU_CHECK_EXTRA_STAGE_TYPED_SAMPLER="REQUIRE_CUDA=1 timeout 300 python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/sampling/test_pick_neighbors.py tests/sampling/test_typed_dedup.py tests/sampling/test_hetero_fused.py tests/data/test_hetero_datamodule.py tests/data/test_hetero_link_gpu_data_path.py tests/sampling/test_sample_neighbors_cuda.py"
 # stage hetero_clique (two GPUs): the typed cache's clique on two ranks, every batch against the uncached CPU one
 export GPU_CHECK_EXTRA_STAGE_HETERO_CLIQUE="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_HETERO_CLIQUE_TIMEOUT:-120} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=110 -m two_gpus tests/data/test_ddp.py"
 # stage hetero_scaling (two GPUs, .pyg/ carried): benchmarks.scaling --graph hetero on the mag preset (drawn first, ~1

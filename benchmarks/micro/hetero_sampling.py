@@ -2,13 +2,13 @@
 
 The heterogeneous sampler (:mod:`lightning_zerocopy.sampling.hetero`) makes one call of the one-hop picking kernel per
 hop over the CSC of every edge type (one per distinct fanout of the hop), splits the picks by edge type, then
-deduplicates each node type's picks (:func:`~lightning_zerocopy.sampling.hetero.dedup_by_type`: a sort-based
-``unique``, a ``scatter_reduce``, an ``argsort``). This benchmark samples training batches of the heterogeneous
+deduplicates each node type's picks (:func:`~lightning_zerocopy.sampling.hetero.dedup_by_type`: one call of the op
+``dedup_typed_keys`` over every node type, a hash table). This benchmark samples training batches of the heterogeneous
 benchmark's graph (``benchmarks.e2e.hetero`` presets, the same cache) through the DataModule's own builder and
 reports the kernel calls per batch and, per hop: the frontier, the candidates picked, the new nodes kept, the
 milliseconds of the hop (``hop_ms``: the draw, i.e. kernel calls + split by edge type, plus the deduplication), of
 its kernel calls and of its deduplication; beside them, two bounds measured on the same device: a
-``torch.sort`` of as many int64 keys as the hop's candidates (the least a sort-based deduplication costs) and the
+``torch.sort`` of as many int64 keys as the hop's candidates (the yardstick the deduplication is held to) and the
 whole batch un-instrumented (the sections are timed with a device sync on each side, which removes the overlap of
 host and device work, so their sum exceeds the plain batch time).
 

@@ -18,8 +18,9 @@ returns; the picked ids are mapped back from the typed node space to per-type id
 from the fused ``edge_perm``. The call's random seed is derived from (batch seed, hop, fanout group)
 (:func:`hop_seed`); the kernel keys a target's picks by (call seed, position of the target in the fused frontier)
 (``csrc/ops/pick_policy.h``), and the frontier is the same on every device, so every placement draws the same sample.
-The per-type deduplication and relabeling (:func:`first_appearance`) is vectorised torch (sort-based), on the
-device the sample lives on.
+The per-type deduplication and relabeling (:func:`~lightning_zerocopy.sampling.typed_dedup.dedup_by_type`) is one
+call of the op ``dedup_typed_keys`` per hop over every node type (a hash table, on the device the sample lives on;
+one host read-back on a GPU).
 
 Node-keyed (evaluation) sampling passes the kernel's ``node_keyed`` flag: a target's picks are then keyed by
 (call seed, fused target id), i.e. by (split seed, hop, edge type, node id) (the fanout groups are fixed by the
@@ -38,6 +39,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import torch
 
 from lightning_zerocopy.graph.schema import EdgeType
+from lightning_zerocopy.sampling.typed_dedup import dedup_by_type, first_appearance
 
 __all__ = [
     "EdgeType",
@@ -68,78 +70,6 @@ def hop_seed(batch_seed: int, hop: int, group: int) -> int:
     for part in (batch_seed, hop, group):
         state = _splitmix64(state ^ (int(part) & _MASK64))
     return state >> 1
-
-
-def first_appearance(existing: torch.Tensor, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Deduplicate ``candidates`` against the unique ids ``existing``, keeping the order of first appearance.
-
-    Args:
-        existing: int64 unique ids already numbered ``0 .. len(existing) - 1``.
-        candidates: int64 ids (repeats allowed), in the order they were picked.
-
-    Returns:
-        ``(new, local)``: the ids of ``candidates`` not in ``existing``, in order of first appearance, and the
-        local index of every candidate in ``cat([existing, new])``. One stable sort (equal ids keep their order, so
-        a run's head is the id's first position), then prefix sums, gathers and scatters in place of a second sort;
-        one host read-back (the number of new ids); no loop over nodes, on the tensors' device.
-    """
-    if candidates.numel() == 0:
-        return candidates.new_empty(0), candidates.new_empty(0)
-    ids = torch.cat([existing, candidates])
-    keys, perm = torch.sort(ids, stable=True)
-    head = torch.ones_like(keys, dtype=torch.bool)
-    head[1:] = keys[1:] != keys[:-1]
-    run = torch.cumsum(head, 0) - 1  # the run (distinct id) of every sorted position
-    first_pos = perm[head]  # each distinct id's first position in ids
-    is_first = torch.zeros_like(head)
-    is_first[first_pos] = True
-    rank = torch.cumsum(is_first, 0) - 1  # at a first position: the id's number in order of first appearance
-    local = torch.empty_like(ids)
-    local[perm] = rank[first_pos[run]]
-    count = existing.numel()  # existing ids are unique: each is its own first position, numbered 0 .. count - 1
-    return ids[is_first][count:], local[count:]
-
-
-def dedup_by_type(n_id: Mapping[str, torch.Tensor], picked: Mapping[str, Sequence[tuple[Any, torch.Tensor]]],
-                  node_keyed: bool) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
-    """One hop's picks deduplicated per node type in one :func:`first_appearance` over every type (keys
-    ``id * types + type``), not one per type: on a GPU each call waits for its unique count.
-
-    Args:
-        n_id: every node type's ids so far (unique per type).
-        picked: per node type, the hop's ``(edge type, picked ids)`` in edge-type order (types without picks: empty).
-        node_keyed: deduplicate within the hop only (every pick is new to its type's ``n_id``).
-
-    Returns:
-        per node type with picks: ``(new, local)`` as :func:`first_appearance` gives them for that type alone
-        (``local`` indexes ``cat([n_id[type], new])``), bitwise.
-    """
-    types = list(n_id)
-    width = len(types)
-    picking = [(i, t) for i, t in enumerate(types) if picked.get(t)]
-    if not picking:
-        return {}
-    candidates = [torch.cat([ids for _, ids in picked[t]]).to(torch.int64) for _, t in picking]
-    existing = [n_id[t][:0] if node_keyed else n_id[t] for _, t in picking]
-    keys = [c * width + i for c, (i, _) in zip(candidates, picking)]
-    new, local = first_appearance(torch.cat([e * width + i for e, (i, _) in zip(existing, picking)]), torch.cat(keys))
-    # new keys come grouped by type, in the order the candidates were concatenated (first appearance)
-    new_counts = torch.bincount(new % width, minlength=width).tolist()
-    old_total = sum(int(e.numel()) for e in existing)
-    out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    old_offset = new_offset = start = 0
-    for (i, t), c, e in zip(picking, candidates, existing):
-        part = local[start : start + c.numel()]
-        start += c.numel()
-        held = int(e.numel())  # ids of this type before the hop, as the type's own first_appearance numbers them
-        fresh = part - (old_total + new_offset) + held
-        mine = torch.where(part < old_total, part - old_offset, fresh)
-        if node_keyed:
-            mine = mine + int(n_id[t].numel())
-        out[t] = (new[new_offset : new_offset + new_counts[i]] // width, mine)
-        old_offset += held
-        new_offset += new_counts[i]
-    return out
 
 
 @dataclass(frozen=True)
