@@ -131,10 +131,13 @@ def dedup_by_type(n_id: Mapping[str, torch.Tensor], picked: Mapping[str, Sequenc
         part = local[start : start + c.numel()]
         start += c.numel()
         held = int(e.numel())  # ids of this type before the hop, as the type's own first_appearance numbers them
-        fresh = part - (old_total + new_offset) + held
-        mine = torch.where(part < old_total, part - old_offset, fresh)
-        if node_keyed:
-            mine = mine + int(n_id[t].numel())
+        # a new id's index in cat([existing, new]) less the new ids of the types before it and the existing ids of
+        # the other types; constants folded on the host (each tensor op is a launch on a GPU)
+        shift = old_total + new_offset - held
+        if node_keyed:  # nothing existing (old_total = held = 0): every pick is new, numbered after the type's n_id
+            mine = part - (shift - int(n_id[t].numel()))
+        else:
+            mine = torch.where(part < old_total, part - old_offset, part - shift)
         out[t] = (new[new_offset : new_offset + new_counts[i]] // width, mine)
         old_offset += held
         new_offset += new_counts[i]
