@@ -95,6 +95,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    "(default auto: bf16-mixed on a GPU, 32-true on the CPU)")  # fmt: skip
     t.add_argument("--trim", action=argparse.BooleanOptionalAction, default=True, help="the model trims each layer to "
                    "the hops it still needs (models' trim=True); --no-trim: every layer on the whole subgraph")  # fmt: skip
+    t.add_argument("--compile", action="store_true", help="every row's model with compile=True (torch.compile, "
+                   "dynamic shapes), as `model.init_args.compile: true` in a recipe")  # fmt: skip
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--row-budget-s", type=float, help="stop a row's training after this many seconds (0: none)")
@@ -196,7 +198,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                "rows": {r.name: r.doc for r in rows}, "runs": []}  # fmt: skip
     start = time.monotonic()
     print(f"e2e: preparing the graph ({args.num_nodes:,} nodes, avg degree {args.avg_degree}, {args.features} features); "
-          f"models {args.models}, precision {args.precision}, trim {'on' if args.trim else 'off'}", flush=True)  # fmt: skip
+          f"models {args.models}, precision {args.precision}, trim {'on' if args.trim else 'off'}"
+          f"{', compiled' if args.compile else ''}", flush=True)  # fmt: skip
     if args.gen_device == "auto":
         import torch
 

@@ -253,6 +253,7 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
              f"seed {args.get('seed')}; row budget {args.get('row_budget_s')} s of training",
              f"- Model, the same in every row (PyG's and model-only's too): precision {args.get('precision', '32 (not recorded)')}, "
              f"per-hop trimming {({True: 'on', False: 'off'}).get(args.get('trim'), 'off (not recorded)')}"
+             + ("; `torch.compile`d (`compile=True`, dynamic shapes)" if args.get("compile") else "")
              + (f"; our rows store the host features as {args['feature_dtype']} (`x` delivered as float32)"
                 if args.get("feature_dtype") else ""),
              "", "Steps/s: steady state after warm-up, training time only (host timer between device syncs, validation "

@@ -102,6 +102,8 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
         model_kwargs["trim"] = args.trim
     elif args.trim:
         raise RowUnavailable(f"--trim: this build's models.{spec.arch} has no trim argument (run with --no-trim)")
+    if getattr(args, "compile", False):  # every row, model-only included: the same compiled net on each
+        model_kwargs["compile"] = True
     model = model_class(data.num_features, dataset.num_classes, **model_kwargs)
     precision = resolve_precision(args.precision, cuda)
     out_dir = getattr(args, "out", None)
@@ -117,6 +119,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
         enable_model_summary=False, callbacks=callbacks, precision=precision,
     )  # fmt: skip
     extra: dict[str, Any] = {"precision": precision, "trim": bool(getattr(model, "trim", False)),
+                             "compile": bool(getattr(args, "compile", False)),
                              "features_in_host_memory": row.features_in_host_memory,
                              "metrics_csv": os.path.join(logger.log_dir, "metrics.csv") if logger else None}  # fmt: skip
     common = dict(fanouts=list(spec.fanouts), batch_size=args.batch_size, drop_last=True, seed=args.seed)

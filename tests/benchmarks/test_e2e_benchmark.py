@@ -417,6 +417,30 @@ def test_rows_take_precision_and_trim(tmp_path: Path) -> None:
         assert new["status"] == "skipped" and "--no-trim" in new["reason"], new
 
 
+def test_compile_flag_compiles_every_rows_net(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--compile`` builds the row's module with ``compile=True`` (``net.compile(dynamic=True)``, recorded here
+    instead of run: inductor on this CPU takes minutes) and the row records it; without it nothing is compiled."""
+    from benchmarks.e2e.__main__ import parse_args
+    from benchmarks.e2e.rows import graph_kwargs
+    from benchmarks.e2e.train import run_row
+    from lightning_zerocopy import SyntheticGraph
+
+    compiled: list[dict] = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: compiled.append(kw))
+
+    def run(*flags: str) -> dict:
+        args = parse_args(["--preset", "ci", "--steps", "4", "--warmup", "2", "--val-every", "2", "--stage-batches", "2",
+                           "--cache-dir", str(tmp_path), *flags])  # fmt: skip
+        kwargs = graph_kwargs(args, "cpu")
+        SyntheticGraph(**kwargs).prepare()
+        return run_row(ROWS["model_only"], [MODELS["light"]], args, kwargs)[0]
+
+    plain = run()
+    assert plain["status"] == "ok" and plain["compile"] is False and compiled == []
+    result = run("--compile")
+    assert result["status"] == "ok" and result["compile"] is True and compiled == [{"dynamic": True}]
+
+
 def test_issue20_preset_is_the_issues_graph() -> None:
     from benchmarks.e2e.__main__ import parse_args
 
