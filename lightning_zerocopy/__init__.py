@@ -15,8 +15,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "ZeroCopyDataModule": "lightning_zerocopy.data.datamodule",
     "ZeroCopyLinkDataModule": "lightning_zerocopy.data.link_datamodule",
-    "ZeroCopyHeteroDataModule": "lightning_zerocopy.data.hetero_datamodule",
-    "ZeroCopyHeteroLinkDataModule": "lightning_zerocopy.data.hetero_link_datamodule",
+    "ZeroCopyHeteroDataModule": "lightning_zerocopy.data.datamodule",
+    "ZeroCopyHeteroLinkDataModule": "lightning_zerocopy.data.link_datamodule",
     "BatchBuilder": "lightning_zerocopy.data.batch",
     "BatchPlan": "lightning_zerocopy.data.plan",
     "PlanItem": "lightning_zerocopy.data.plan",

@@ -1,16 +1,16 @@
 """The GPU feature cache: which feature rows a process serves from GPU memory, and how the Strategy decides them.
 
 * :mod:`.provider` — the extension point every cache implements (``FeatureCacheSpec.open(CacheContext) ->
-  FeatureGather``) and the simplest cache, :class:`HotRowsCache`;
+  FeatureGather``), the simplest cache, :class:`HotRowsCache`, and the decided cache as the DataModule's spec
+  (:class:`TypedFeatureCache`, a shard spec per type);
 * :mod:`.plan`, :mod:`.shards`, :mod:`.segmented` — the Strategy's cache: which rows each shard holds, shards filled
   and exported over CUDA IPC, the one-launch gather over local shard, peer shards and host memory;
   :mod:`.sharded_provider` — that cache as a provider, and the counters of the caches open in this process;
 * :mod:`.budget`, :mod:`.ranking`, :mod:`.cached_rows`, :mod:`.cliques`, :mod:`.read_rates`, :mod:`.probe`,
   :mod:`.cost`, :mod:`.decide` — deciding it over the rows of every featured node type (a graph without types has
   one): bytes per GPU, hot rows, the rows one budget holds, GPU cliques, measured read rates, replicate against
-  clique, and the same decision on every rank of a group (one plan per type); :mod:`.typed_provider` — the decided
-  cache as the DataModule's spec (a shard spec per type); :mod:`.setup` — one DDP rank's cache set up with the other
-  ranks (:class:`RankCache`, what the Strategy's hooks call).
+  clique, and the same decision on every rank of a group (one plan per type); :mod:`.setup` — one DDP rank's
+  cache set up with the other ranks (:class:`RankCache`, what the Strategy's hooks call).
 
 Importing this package imports none of its modules (names are imported on first access). No module imports PyG;
 only :mod:`.setup` imports Lightning.
@@ -46,7 +46,7 @@ _LAZY = {
     "CacheDecision": "lightning_zerocopy.cache.decide",
     "RankFacts": "lightning_zerocopy.cache.decide",
     "decide_cache": "lightning_zerocopy.cache.decide",
-    "TypedFeatureCache": "lightning_zerocopy.cache.typed_provider",
+    "TypedFeatureCache": "lightning_zerocopy.cache.provider",
     "CacheOptions": "lightning_zerocopy.cache.setup",
     "RankCache": "lightning_zerocopy.cache.setup",
 }

@@ -14,6 +14,13 @@ A provider implements :class:`FeatureCacheSpec` (``open(context) -> FeatureGathe
 from GPU memory (replicated hot rows, this rank's shard, peer GPUs' shards opened over CUDA IPC) and returns
 the object that gathers. :class:`HotRowsCache` (the ``hot_rows`` option) is the simplest: the ``rows`` nodes
 sampled most often (:func:`~lightning_zerocopy.graph.reorder.most_frequent_neighbors`), copied to this GPU.
+
+A cache may also hold one spec per featured node type (``provider(node_type) -> Optional[FeatureCacheSpec]``, which
+``DeviceResources.feature_table`` asks first): :class:`TypedFeatureCache`, the Strategy's decided cache that
+:class:`~lightning_zerocopy.cache.setup.RankCache` hands a DataModule (a graph without types has one featured type,
+:data:`~lightning_zerocopy.graph.schema.NODE`), a
+:class:`~lightning_zerocopy.cache.sharded_provider.ShardedFeatureCache` per type (one cached gather per type and
+batch, the segmented gather kernel unchanged).
 """
 
 from __future__ import annotations
@@ -23,13 +30,22 @@ from typing import TYPE_CHECKING, Callable, Optional, Protocol, runtime_checkabl
 
 import torch
 
+from lightning_zerocopy.cache.segmented import SegmentedCacheSpec
+from lightning_zerocopy.cache.sharded_provider import ShardedFeatureCache
 from lightning_zerocopy.graph.reorder import most_frequent_neighbors
 from lightning_zerocopy.options import GatherMode, check_count
 
 if TYPE_CHECKING:
     from lightning_zerocopy.gather.cuda_table import CudaFeatureTable
 
-__all__ = ["CacheContext", "FeatureCacheSpec", "FeatureGather", "HotRowsCache", "plain_feature_table"]
+__all__ = [
+    "CacheContext",
+    "FeatureCacheSpec",
+    "FeatureGather",
+    "HotRowsCache",
+    "TypedFeatureCache",
+    "plain_feature_table",
+]
 
 
 @runtime_checkable
@@ -100,3 +116,51 @@ class HotRowsCache:
     def open(self, context: CacheContext) -> FeatureGather:
         hot = most_frequent_neighbors(context.neighbor_indices(), context.num_nodes, self.rows)
         return plain_feature_table(context, hot_rows=hot)
+
+
+@dataclass(frozen=True)
+class TypedFeatureCache:
+    """A GPU feature cache over the rows of every featured node type (picklable, hashable).
+
+    Attributes:
+        specs: ``(node type, SegmentedCacheSpec)`` pairs, one per featured type (its plan may cache no row).
+
+    Raises:
+        TypeError / ValueError: a spec that is no ``SegmentedCacheSpec``, or a type named twice.
+    """
+
+    specs: tuple[tuple[str, SegmentedCacheSpec], ...]
+
+    def __post_init__(self) -> None:
+        specs = tuple((str(t), s) for t, s in self.specs)
+        object.__setattr__(self, "specs", specs)
+        names = [t for t, _ in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"TypedFeatureCache: a node type is named twice in {names}")
+        for t, spec in specs:
+            if not isinstance(spec, SegmentedCacheSpec):
+                raise TypeError(f"TypedFeatureCache: the spec of {t!r} must be a SegmentedCacheSpec, "
+                                f"got {type(spec).__name__}")  # fmt: skip
+
+    @property
+    def node_types(self) -> tuple[str, ...]:
+        return tuple(t for t, _ in self.specs)
+
+    @property
+    def digest(self) -> str:
+        """One hash over every type's plan (equal on every rank of a cache group)."""
+        from lightning_zerocopy.cache.decide import plans_digest
+
+        return plans_digest({t: s.plan for t, s in self.specs})
+
+    def provider(self, node_type: str) -> Optional[ShardedFeatureCache]:
+        """The cache provider of ``node_type`` (``None`` for a type this cache does not cover)."""
+        for t, spec in self.specs:
+            if t == node_type:
+                return ShardedFeatureCache(spec)
+        return None
+
+    def __repr__(self) -> str:
+        rows = ", ".join(f"{t}: {s.plan.num_cached}" for t, s in self.specs)
+        return f"TypedFeatureCache(rows={{{rows}}}, digest={self.digest[:8]})"
+

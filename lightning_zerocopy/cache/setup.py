@@ -15,7 +15,7 @@ memory can still be opened by name and before any pipeline worker opens a builde
 5. the decision, the same on every rank of a group (:func:`~lightning_zerocopy.cache.decide.decide_cache`: one
    budget over the rows of every featured type, one layout, one plan per type with the same shard count);
 6. this rank's shard of every type filled and exported, the group's shard handles swapped, and the spec
-   (:class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache`, a shard spec per type) set on the
+   (:class:`~lightning_zerocopy.cache.provider.TypedFeatureCache`, a shard spec per type) set on the
    DataModule.
 
 The host memory is read by node type (``resources.host``: ``tables`` per featured type, ``graphs`` per edge
@@ -43,7 +43,7 @@ from lightning_zerocopy.cache.decide import CacheDecision, RankFacts, decide_cac
 from lightning_zerocopy.cache.ranking import CacheScores, check_ranking, degree_scores_by_type
 from lightning_zerocopy.cache.segmented import CacheCounts, SegmentedCacheSpec
 from lightning_zerocopy.cache.shards import fill_shard
-from lightning_zerocopy.cache.typed_provider import TypedFeatureCache
+from lightning_zerocopy.cache.provider import TypedFeatureCache
 
 __all__ = ["CacheOptions", "CachedDataModule", "RankCache", "RankPlace"]
 

@@ -2,7 +2,7 @@
 
 :class:`ShardedFeatureCache` wraps the :class:`~lightning_zerocopy.cache.segmented.SegmentedCacheSpec` of one
 featured type that :class:`~lightning_zerocopy.strategies.ZeroCopyDDPStrategy` builds (plan + shard handles); the
-DataModule's spec (:class:`~lightning_zerocopy.cache.typed_provider.TypedFeatureCache`, picklable and hashable, with
+DataModule's spec (:class:`~lightning_zerocopy.cache.provider.TypedFeatureCache`, picklable and hashable, with
 every builder) hands it out per type, and each process that builds batches (a trainer rank, a pipeline worker)
 opens it once through its device resources. The caches a process opened are remembered (weakly,
 :func:`track_cache`), so :func:`open_cache_counts` (the trainer's, by plan) and :func:`process_cache_counts` (a

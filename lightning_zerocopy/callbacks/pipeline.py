@@ -91,7 +91,7 @@ class PipelineCallback(Callback):
     """
 
     #: A heterogeneous DataModule's builders are built here as the homogeneous ones are (their batches cross the
-    #: slots flattened: :mod:`lightning_zerocopy.pipeline.hetero_slots`).
+    #: slots flattened: :func:`lightning_zerocopy.pipeline.slots.flatten_hetero`).
     takes_hetero_builders = True
 
     def __init__(

@@ -38,8 +38,8 @@ _LAZY = {
     "share_node_data": "lightning_zerocopy.data.host.share",
     "HeteroHostGraphHandles": "lightning_zerocopy.data.handles",
     "HeteroBatchBuilder": "lightning_zerocopy.data.batch",
-    "ZeroCopyHeteroDataModule": "lightning_zerocopy.data.hetero_datamodule",
-    "ZeroCopyHeteroLinkDataModule": "lightning_zerocopy.data.hetero_link_datamodule",
+    "ZeroCopyHeteroDataModule": "lightning_zerocopy.data.datamodule",
+    "ZeroCopyHeteroLinkDataModule": "lightning_zerocopy.data.link_datamodule",
 }
 
 __all__ = sorted(_LAZY)

@@ -1,23 +1,51 @@
-"""``ZeroCopyLinkDataModule``: link-prediction mini-batches like PyG's ``LinkNeighborLoader``, on the node data path.
+"""The link-prediction DataModules: ``ZeroCopyLinkDataModule`` (an untyped graph, batches like PyG's
+``LinkNeighborLoader``) and ``ZeroCopyHeteroLinkDataModule`` (one edge type of a typed graph, like PyG's hetero
+``LinkNeighborLoader(data, num_neighbors, edge_label_index=(edge_type, pairs), ...)``), on the node data path.
 
-A constructor of the one DataModule core (:class:`~lightning_zerocopy.data.graph_datamodule.GraphDataModule`): an
-untyped schema and a :class:`~lightning_zerocopy.data.tasks.LinkTask`, whose plans are
+Both are constructors of the one DataModule core (:class:`~lightning_zerocopy.data.graph_datamodule.GraphDataModule`)
+with a :class:`~lightning_zerocopy.data.tasks.LinkTask`, whose plans are
 :class:`~lightning_zerocopy.data.link_plan.LinkBatchPlan` s: a plan item's seeds are the endpoints of its supervision
 edges and negatives, so the sampler, the gather, the pipeline worker, the DDP strategy and the telemetry build and
 move link batches without knowing the task. Only the plan and the host copy's split tensors differ
-(:mod:`~lightning_zerocopy.data.host.links`).
+(:mod:`~lightning_zerocopy.data.host.links`). On a typed graph the plan's endpoints are typed (``edge_type=``):
+negatives are drawn by :class:`~lightning_zerocopy.data.negatives.NegativeDraws` from the source type's ids (binary
+sources) and the destination type's ids, and each item's seeds are split per endpoint type, which the builder hands
+to the sampler as a ``seed_dict``; ``sampler_placement`` ``hybrid``/``auto`` works as for the node DataModules, the
+cost model sizing a batch by both endpoint types' seeds.
+
+Under several ranks (Lightning's ``ddp``, or ``ZeroCopyDDPStrategy``; on a typed graph with ``cache_budget: 0``)
+each machine's local rank 0 builds the link host copy and the others map it, each rank's plan deals it a disjoint,
+equal share of the split's positive edges, node-keyed evaluation makes predictions of any rank count bitwise one
+rank's, and a resume on another world size deals the positive edges the epoch had left
+(:mod:`~lightning_zerocopy.data.resume`).
+
+Typed batch fields (PyG's hetero ``LinkNeighborLoader``): per node type ``n_id``, ``x`` (featured types) or
+``num_nodes``, ``num_sampled_nodes``; per edge type ``edge_index``, ``e_id``, ``num_sampled_edges``; on the supervised
+edge type ``edge_label_index`` (row 0 indexes ``n_id`` of its source type, row 1 of its destination type),
+``edge_label``, ``edge_label_query`` (fixed negatives grouped per positive), ``input_id`` and ``batch_size`` (the
+positives; PyG's batch has no ``batch_size``); triplet mode puts ``src_index`` on the source type and
+``dst_pos_index`` / ``dst_neg_index`` on the destination type instead. There is no ``y``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
+from lightning_zerocopy.data.datamodule import (
+    NumNeighbors,
+    TypedShapes,
+    check_edge_types,
+    check_typed_node_order,
+    resolve_num_neighbors,
+)
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.graph_datamodule import GraphDataModule
 from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, check_layerwise_fanouts
 from lightning_zerocopy.data.negatives import NegativeSampling, parse_neg_sampling
 from lightning_zerocopy.data.tasks import LinkTask
 from lightning_zerocopy.datasets.attributes import AttributeChoice
+from lightning_zerocopy.datasets.hetero import EdgeType
+from lightning_zerocopy.datasets.hetero_links import HeteroLinkDataset, unknown_edge_type
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkDataset, LinkSplit
 from lightning_zerocopy.graph.schema import GraphSchema
 from lightning_zerocopy.options import (
@@ -31,9 +59,24 @@ from lightning_zerocopy.options import (
     check_subgraph_options,
 )
 
-__all__ = ["ZeroCopyLinkDataModule"]
+__all__ = ["ZeroCopyHeteroLinkDataModule", "ZeroCopyLinkDataModule", "check_link_metadata"]
 
 _KEY = KEY_PREFIX  # how errors name this class's arguments: the recipe's YAML keys
+
+
+def _check_link_options(neg_sampling: Union[None, str, dict[str, Any]], neg_sampling_ratio: float,
+                        subgraph_type: str, disjoint: bool, predict_split: str) -> Optional[NegativeSampling]:  # fmt: skip
+    """The link arguments both link DataModules check (one line naming the YAML key); the parsed negatives."""
+    check_subgraph_options(subgraph_type, disjoint, _KEY)
+    if predict_split not in LINK_SPLITS:
+        raise ValueError(f"{_KEY}predict_split must be one of {LINK_SPLITS}, got {predict_split!r}")
+    return parse_neg_sampling(neg_sampling, neg_sampling_ratio, _KEY)
+
+
+def _link_splits(self: GraphDataModule) -> Mapping[str, LinkSplit]:
+    """The supervision edges of each split (after ``setup``; fixed negatives included)."""
+    self._require_setup()
+    return self.task.splits  # type: ignore[union-attr]
 
 
 class ZeroCopyLinkDataModule(GraphDataModule):
@@ -117,12 +160,10 @@ class ZeroCopyLinkDataModule(GraphDataModule):
                 "node datasets go to ZeroCopyDataModule"
             )
         check_fanouts(list(num_neighbors), _KEY + "num_neighbors")
-        check_subgraph_options(subgraph_type, disjoint, _KEY)
         if eval_num_neighbors is not None:
             check_fanouts(list(eval_num_neighbors), _KEY + "eval_num_neighbors")
-        if predict_split not in LINK_SPLITS:
-            raise ValueError(f"{_KEY}predict_split must be one of {LINK_SPLITS}, got {predict_split!r}")
-        self.negative_sampling: Optional[NegativeSampling] = parse_neg_sampling(neg_sampling, neg_sampling_ratio, _KEY)
+        self.negative_sampling = _check_link_options(neg_sampling, neg_sampling_ratio, subgraph_type, disjoint,
+                                                     predict_split)  # fmt: skip
         self.num_neighbors = list(num_neighbors)
         self.eval_num_neighbors = list(eval_num_neighbors) if eval_num_neighbors is not None else self.num_neighbors
         super().__init__(
@@ -139,8 +180,111 @@ class ZeroCopyLinkDataModule(GraphDataModule):
         self.neg_sampling_ratio = float(neg_sampling_ratio)
         self.subgraph_type, self.disjoint = subgraph_type, disjoint
 
-    @property
-    def link_splits(self) -> Mapping[str, LinkSplit]:
-        """The supervision edges of each split (after ``setup``; fixed negatives included)."""
-        self._require_setup()
-        return self.task.splits  # type: ignore[union-attr]
+    link_splits = property(_link_splits)
+
+
+def check_link_metadata(dataset: HeteroLinkDataset, key: str) -> EdgeType:
+    """The dataset's types fit together and its supervised edge type is one of its edge types (cheap: its shape
+    properties, nothing loaded); returns the supervised edge type.
+
+    Raises:
+        ValueError: an edge type naming an unknown node type, or an unknown supervised edge type (one line naming
+            ``key``, the dataset's class and the valid edge types).
+    """
+    edge_types = check_edge_types(dataset, key)
+    supervised = dataset.edge_type
+    supervised = tuple(supervised) if isinstance(supervised, list) else supervised  # a list from YAML
+    if supervised not in edge_types:
+        raise ValueError(f"{key} ({type(dataset).__name__}): {unknown_edge_type(supervised, edge_types)}")
+    return supervised[0], supervised[1], supervised[2]
+
+
+class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
+    """Link-prediction mini-batches on one edge type of a heterogeneous graph (``HeteroData``, PyG's hetero
+    ``LinkNeighborLoader`` fields; see the module docstring), sampled from host memory shared by all ranks.
+
+    Args:
+        dataset: the :class:`~lightning_zerocopy.datasets.hetero_links.HeteroLinkDataset` (its ``edge_type`` is the
+            supervised edge type).
+        num_neighbors: neighbors per hop for training: one list for every edge type or a dict keyed by PyG's
+            edge-type string (as :class:`~lightning_zerocopy.data.datamodule.ZeroCopyHeteroDataModule`).
+        batch_size: positive supervision edges per training batch (per rank).
+        neg_sampling, neg_sampling_ratio: negatives of the training batches (and of val/test splits that store
+            none), as :class:`ZeroCopyLinkDataModule` takes them; random
+            sources are ids of the edge type's source type, destinations of its destination type; ``"degree"``
+            weights are the out-degree (sources) and in-degree (destinations) in the supervised edge type.
+        eval_num_neighbors, eval_batch_size: the same for validation/test/predict (default: the training ones);
+            evaluation samples node-keyed unless every fanout is ``-1``.
+        replace, shuffle, drop_last, num_threads, seed: as the node DataModules take them.
+        subgraph_type, disjoint: PyG's loader arguments, accepted only at the values these batches have.
+        predict_split: the split whose edges ``predict`` scores (its positives, then its fixed negatives).
+        feature_storage, sampler_placement, gather, gather_mode, check_features, feature_dtype, x_dtype, node_order,
+        attributes: as :class:`~lightning_zerocopy.data.datamodule.ZeroCopyHeteroDataModule` takes them
+            (every ``sampler_placement``, ``hybrid``/``auto`` included; ``node_order`` ``none``).
+        predict_mode, layerwise: exact layer-wise ``predict`` (``layerwise``) instead of sampled, and its options, as
+            :class:`~lightning_zerocopy.data.datamodule.ZeroCopyDataModule` takes them (a link module's layer-wise
+            output: the last layer's embeddings of every node type).
+
+    Raises:
+        ValueError / TypeError: a bad argument (naming its recipe key), an unknown supervised edge type, before any
+            data is built.
+    """
+
+    def __init__(
+        self,
+        dataset: HeteroLinkDataset,
+        num_neighbors: NumNeighbors = (10, 10),
+        batch_size: int = 512,
+        neg_sampling: Union[None, str, dict[str, Any]] = "binary",
+        neg_sampling_ratio: float = 1.0,
+        eval_num_neighbors: Optional[NumNeighbors] = None,
+        eval_batch_size: Optional[int] = None,
+        replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        num_threads: Optional[int] = None,
+        seed: int = 0,
+        predict_split: Literal["train", "val", "test"] = "test",
+        feature_storage: FeatureStorage = "shared_memory",
+        sampler_placement: SamplerPlacement = "cpu",
+        gather: GatherChoice = "auto",
+        gather_mode: GatherMode = "auto",
+        check_features: bool = True,
+        feature_dtype: Optional[FeatureDtype] = None,
+        x_dtype: Optional[FeatureDtype] = "float32",
+        node_order: NodeOrderKind = "none",
+        attributes: AttributeChoice = "all",
+        predict_mode: PredictMode = "sampled",
+        layerwise: Optional[LayerwiseOptions] = None,
+    ) -> None:
+        check_layerwise_fanouts(predict_mode, eval_num_neighbors, _KEY + "eval_num_neighbors")
+        if not isinstance(dataset, HeteroLinkDataset):
+            raise TypeError(f"{_KEY}dataset must be a HeteroLinkDataset (a typed graph with a supervised edge type), "
+                            f"got {type(dataset).__name__}; homogeneous link datasets go to "
+                            "ZeroCopyLinkDataModule")  # fmt: skip
+        check_typed_node_order(node_order)
+        self.edge_type: EdgeType = check_link_metadata(dataset, _KEY + "dataset")
+        edge_types = [(et[0], et[1], et[2]) for et in dataset.edge_types]
+        train = resolve_num_neighbors(num_neighbors, edge_types, _KEY + "num_neighbors")
+        evaluation = train if eval_num_neighbors is None else resolve_num_neighbors(
+            eval_num_neighbors, edge_types, _KEY + "eval_num_neighbors")  # fmt: skip
+        self.negative_sampling = _check_link_options(neg_sampling, neg_sampling_ratio, subgraph_type, disjoint,
+                                                     predict_split)  # fmt: skip
+        self.num_neighbors, self.eval_num_neighbors = num_neighbors, eval_num_neighbors
+        super().__init__(
+            dataset, LinkTask(self.edge_type, self.negative_sampling),
+            schema=GraphSchema.typed(dataset.node_types, edge_types), fanouts=train, eval_fanouts=evaluation,
+            batch_size=batch_size, eval_batch_size=eval_batch_size, replace=replace, shuffle=shuffle,
+            drop_last=drop_last, num_threads=num_threads, seed=seed, predict_split=predict_split,
+            feature_storage=feature_storage, sampler_placement=sampler_placement, gather=gather,
+            gather_mode=gather_mode, hot_rows=0, node_order=node_order, check_features=check_features,
+            feature_dtype=feature_dtype, x_dtype=x_dtype, attributes=attributes,
+            predict_mode=predict_mode, layerwise=layerwise,
+        )  # fmt: skip
+        self.neg_sampling = neg_sampling
+        self.neg_sampling_ratio = float(neg_sampling_ratio)
+        self.subgraph_type, self.disjoint = subgraph_type, disjoint
+
+    link_splits = property(_link_splits)

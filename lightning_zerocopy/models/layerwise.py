@@ -40,7 +40,7 @@ from torch_geometric.nn.models.basic_gnn import BasicGNN
 
 from lightning_zerocopy.options import RecipeError
 
-__all__ = ["BasicGNNLayers", "LayerwiseByBasicGNN", "basic_gnn_layers", "layerwise_module"]
+__all__ = ["BasicGNNLayers", "LayerwiseByBasicGNN", "basic_gnn_layers", "block_destination", "layerwise_module"]
 
 _HINT = ("add layerwise_layers() (its number of layers; on a typed graph, per layer the node types it outputs) and "
          "layerwise_step(layer, block) (that layer's outputs of the block's first batch_size nodes; see "
@@ -72,6 +72,11 @@ class BasicGNNLayers:
 
     def layerwise_step(self, layer: int, block: Any) -> torch.Tensor:
         return self.net.inference_per_layer(layer, block.x, block.edge_index, int(block.batch_size))
+
+
+def block_destination(block: Any) -> str:
+    """The destination type of a typed ``block``: the node type whose store holds ``batch_size``."""
+    return next(t for t in block.node_types if "batch_size" in block[t])
 
 
 def _warn_if_inexact(net: nn.Module, owner: str) -> None:

@@ -24,8 +24,7 @@ from torch_geometric.data import Data
 
 from lightning_zerocopy.options import check_depth
 from lightning_zerocopy.pipeline.batch_timeout import BatchTimeout, process_state
-from lightning_zerocopy.pipeline.hetero_slots import HETERO_TYPES, unflatten_hetero
-from lightning_zerocopy.pipeline.slots import SlotLayout, SlotRing
+from lightning_zerocopy.pipeline.slots import HETERO_TYPES, SlotLayout, SlotRing, unflatten_hetero
 from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
 from lightning_zerocopy.pipeline.stage_times import BuildStages, StageTotals
 from lightning_zerocopy.sampling.hybrid.policy import HybridStats

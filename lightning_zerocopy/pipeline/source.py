@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, runtime_chec
 import torch
 from torch_geometric.data import Data, HeteroData
 
-from lightning_zerocopy.pipeline.hetero_slots import flatten_hetero
+from lightning_zerocopy.pipeline.slots import flatten_hetero
 
 if TYPE_CHECKING:
     from lightning_zerocopy.data.resources import ResourceScope
@@ -171,7 +171,7 @@ class PlanSource:
         asynchronously. ``out`` is only handed over when every batch is guaranteed to fit, so the builder never
         fails on a small buffer (the slot grows instead).
 
-        A heterogeneous batch is returned flattened (:func:`~lightning_zerocopy.pipeline.hetero_slots.flatten_hetero`)
+        A heterogeneous batch is returned flattened (:func:`~lightning_zerocopy.pipeline.slots.flatten_hetero`)
         for the slots; the trainer's side rebuilds it.
         """
         extra = {"marks": marks} if marks is not None and self._builder_takes_marks() else {}

@@ -65,7 +65,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
             row, 8 for shards over 2**(31 - shard bits) rows: :func:`~lightning_zerocopy.cache.plan.lookup_bytes`),
             charged before the first row; a budget below it caches nothing. When the budget holds the whole
             feature table and its lookup, the table is placed on the GPU(s) entirely.
-            Under a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` (a table per
+            Under a :class:`~lightning_zerocopy.data.datamodule.ZeroCopyHeteroDataModule` (a table per
             featured node type) the budget covers the rows of every featured type: one ranking of ``(type, row)``
             by expected reads per byte, each type's lookup charged first, one shard per type and GPU
             (:mod:`~lightning_zerocopy.cache.cached_rows`); ``auto`` prices the two layouts with the same measured
@@ -232,7 +232,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
 
     @property
     def takes_hetero_builders(self) -> bool:
-        """Whether a :class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule` may run under this
+        """Whether a :class:`~lightning_zerocopy.data.datamodule.ZeroCopyHeteroDataModule` may run under this
         strategy: always. One host copy per machine, the seed shares of the plan and the rank watch hold for typed
         data as they are; a ``cache_budget`` covers the rows of every featured type
         (:class:`~lightning_zerocopy.cache.setup.RankCache` reads the host's tables by node type)."""
@@ -241,7 +241,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
     def _preflight(self, trainer: Optional["pl.Trainer"], datamodule: Optional[Any]) -> None:
         """The DataModule's refusals of the trainer's components, before the launcher starts any other rank (so a
         refusal is one error of one process, not one per rank racing the rank watch). A DataModule that refuses some
-        (:class:`~lightning_zerocopy.data.hetero_datamodule.ZeroCopyHeteroDataModule`) has ``check_consumers``; it
+        (:class:`~lightning_zerocopy.data.datamodule.ZeroCopyHeteroDataModule`) has ``check_consumers``; it
         checks them again in its ``setup`` (launchers that start no rank here, e.g. ``torchrun``)."""
         check = getattr(datamodule, "check_consumers", None)
         if trainer is not None and callable(check):

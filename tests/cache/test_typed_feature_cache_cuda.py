@@ -16,7 +16,7 @@ from helpers.hetero import TinyHeteroDataset
 from lightning_zerocopy import ZeroCopyHeteroDataModule
 from lightning_zerocopy.cache import CachePlan, SegmentedCacheSpec, SegmentedFeatureCache, fill_shard
 from lightning_zerocopy.cache.decide import CacheDecision
-from lightning_zerocopy.cache.typed_provider import TypedFeatureCache
+from lightning_zerocopy.cache.provider import TypedFeatureCache
 from lightning_zerocopy.datasets import SyntheticHeteroGraph
 from lightning_zerocopy.models import HeteroNodeClassifier
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy

@@ -16,7 +16,7 @@ from helpers.hetero import EDGE_TYPES, TinyHeteroDataset, TinyHeteroSAGE
 from helpers.kinds import assert_same_fields, fields
 from lightning_zerocopy import ZeroCopyHeteroDataModule
 from lightning_zerocopy.callbacks import PipelineCallback
-from lightning_zerocopy.pipeline.hetero_slots import HETERO_TYPES, flatten_hetero, unflatten_hetero
+from lightning_zerocopy.pipeline.slots import HETERO_TYPES, flatten_hetero, unflatten_hetero
 from lightning_zerocopy.pipeline.slots import SlotLayout, view_batch
 
 

@@ -11,7 +11,7 @@ from torch_geometric.data import HeteroData
 from helpers.hetero import CITES, EDGE_TYPES, EMPLOYS, TinyHeteroDataset
 from lightning_zerocopy import ZeroCopyHeteroDataModule
 from lightning_zerocopy.data.batch import HeteroBatchBuilder
-from lightning_zerocopy.data.hetero_datamodule import resolve_num_neighbors
+from lightning_zerocopy.data.datamodule import resolve_num_neighbors
 from lightning_zerocopy.datasets.hetero import edge_type_str
 
 

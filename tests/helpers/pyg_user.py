@@ -12,7 +12,7 @@ import torch
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.nn import SAGEConv
 
-from lightning_zerocopy.data.hetero_datamodule import ZeroCopyHeteroDataModule
+from lightning_zerocopy.data.datamodule import ZeroCopyHeteroDataModule
 
 MAG_NODES = {"paper": 120, "author": 90, "institution": 12}
 MAG_CLASSES = 4

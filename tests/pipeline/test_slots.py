@@ -180,7 +180,7 @@ def test_an_attributes_level_decides_its_axis_when_the_first_batch_has_as_many_n
 
 def test_a_typed_batchs_edge_field_with_index_in_its_name_varies_along_its_last_dimension():
     """PyG's ``HeteroData.__cat_dim__``: ``-1`` for an edge store's field with ``index`` in its name."""
-    from lightning_zerocopy.pipeline.hetero_slots import flatten_hetero
+    from lightning_zerocopy.pipeline.slots import flatten_hetero
     from torch_geometric.data import HeteroData
 
     data = HeteroData()
