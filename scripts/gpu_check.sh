@@ -10,18 +10,18 @@
 #                       build     pip-install the carried wheels (.wheels/*.whl), unpack the PyG baseline
 #                                 (.pyg/*.tgz), `python3 setup.py build_ext --inplace` with the CUDA kernels
 #                       tests     REQUIRE_CUDA=1 python3 -m pytest -q tests
-#                       gather    python3 -m benchmarks.micro.gather (zero-copy gather vs baselines; host table >= 8 GiB)
-#                       sampling  python3 -m benchmarks.micro.sampling (SEPS: cpu, pyg, gpu, uva)
-#                       pipeline  python3 -m benchmarks.micro.pipeline (training steps/s with/without the pipeline, MPS splits;
+#                       gather    python3 -m benchmarks.parts.gather (zero-copy gather vs baselines; host table >= 8 GiB)
+#                       sampling  python3 -m benchmarks.parts.sampling (SEPS: cpu, pyg, gpu, uva)
+#                       pipeline  python3 -m benchmarks.parts.pipeline (training steps/s with/without the pipeline, MPS splits;
 #                                 not in the default list: GPU_CHECK_STAGES=...,pipeline)
 #                       scaling   python3 -m benchmarks.scaling: 1, 2, 4 and 8 GPUs (those this machine has) x policies
 #                                 replicate, clique, auto x budgets 10 % / 30 %: epoch time, speed-up, hit rates,
 #                                 local/peer/host rows, host PSS per rank, `nvidia-smi topo -m` (not in the default
 #                                 list: GPU_CHECK_STAGES=build,scaling on a multi-GPU machine)
-#                       step      python3 -m benchmarks.step (ms per training step on pre-staged batches: plain loop, bare
+#                       step      python3 -m benchmarks.parts.step (ms per training step on pre-staged batches: plain loop, bare
 #                                 module, ours, telemetry, bf16, trimmed, compiled; issue 20's graph)
-#                       e2e       python3 -m benchmarks.e2e --preset issue20 (end to end vs model-only vs PyG, both models)
-#                       link      python3 -m benchmarks.link --preset gpu (link prediction vs PyG's LinkNeighborLoader)
+#                       e2e       python3 -m benchmarks.end_to_end --preset issue20 (end to end vs model-only vs PyG, both models)
+#                       link      python3 -m benchmarks.end_to_end.link --preset gpu (link prediction vs PyG's LinkNeighborLoader)
 #   GPU_CHECK_TEST_PATHS  what the tests stage runs (default: tests)
 #   GPU_CHECK_COMMIT  the commit being checked (the device copy of the tree may have no .git)
 #   GPU_CHECK_TEST_WORKERS  pytest-xdist workers for the tests (default 0 = one process)
@@ -148,7 +148,7 @@ if want gather; then
   start=$SECONDS
   echo "== gather benchmark"
   # shellcheck disable=SC2086
-  timeout "${GPU_CHECK_GATHER_TIMEOUT:-240}" python3 -m benchmarks.micro.gather --out "$OUT/gather.json" \
+  timeout "${GPU_CHECK_GATHER_TIMEOUT:-240}" python3 -m benchmarks.parts.gather --out "$OUT/gather.json" \
     ${GPU_CHECK_GATHER_ARGS:---table-gib 8 --row-bytes 128,512,2048 --batches 5 --warmup 2} >"$OUT/bench.log" 2>&1
   rc=$?
   record gather $rc $((SECONDS - start))
@@ -170,20 +170,20 @@ bench_stage() {  # name, timeout, module, args
   tar czf "$OUT/$name.tgz" -C /tmp/gpu_check_bench "$name"
 }
 if want step; then
-  bench_stage step "${GPU_CHECK_STEP_TIMEOUT:-400}" benchmarks.step "${GPU_CHECK_STEP_ARGS:-}"
+  bench_stage step "${GPU_CHECK_STEP_TIMEOUT:-400}" benchmarks.parts.step "${GPU_CHECK_STEP_ARGS:-}"
 fi
 if want e2e; then
-  bench_stage e2e "${GPU_CHECK_E2E_TIMEOUT:-480}" benchmarks.e2e "${GPU_CHECK_E2E_ARGS:---preset issue20} ${pyg_site:+--pyg-site $pyg_site}"
+  bench_stage e2e "${GPU_CHECK_E2E_TIMEOUT:-480}" benchmarks.end_to_end "${GPU_CHECK_E2E_ARGS:---preset issue20} ${pyg_site:+--pyg-site $pyg_site}"
 fi
 if want link; then
-  bench_stage link "${GPU_CHECK_LINK_TIMEOUT:-420}" benchmarks.link "${GPU_CHECK_LINK_ARGS:---preset gpu} ${pyg_site:+--pyg-site $pyg_site}"
+  bench_stage link "${GPU_CHECK_LINK_TIMEOUT:-420}" benchmarks.end_to_end.link "${GPU_CHECK_LINK_ARGS:---preset gpu} ${pyg_site:+--pyg-site $pyg_site}"
 fi
 
 if want sampling; then
   start=$SECONDS
   echo "== sampling benchmark"
   # shellcheck disable=SC2086
-  timeout "${GPU_CHECK_SAMPLING_TIMEOUT:-200}" python3 -m benchmarks.micro.sampling --out "$OUT/sampling.json" \
+  timeout "${GPU_CHECK_SAMPLING_TIMEOUT:-200}" python3 -m benchmarks.parts.sampling --out "$OUT/sampling.json" \
     ${pyg_site:+--pyg-site $pyg_site} \
     ${GPU_CHECK_SAMPLING_ARGS:---nodes 2000000 --avg-degree 50 --modes gpu,uva,cpu,pyg --threads all --batches 20} \
     >>"$OUT/bench.log" 2>&1
@@ -196,7 +196,7 @@ if want pipeline; then
   start=$SECONDS
   echo "== pipeline benchmark (steps/s: no pipeline, in-process, worker, worker + MPS, GPU-resident bound)"
   # shellcheck disable=SC2086
-  timeout "${GPU_CHECK_PIPELINE_TIMEOUT:-420}" python3 -m benchmarks.micro.pipeline --out "$OUT/pipeline.json" \
+  timeout "${GPU_CHECK_PIPELINE_TIMEOUT:-420}" python3 -m benchmarks.parts.pipeline --out "$OUT/pipeline.json" \
     ${GPU_CHECK_PIPELINE_ARGS:---gib 8 --steps 100 --warmup 15 --config-timeout 100} >"$OUT/pipeline.log" 2>&1
   rc=$?
   record pipeline $rc $((SECONDS - start))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A session's CUDA check and benchmarks in device calls of at most 10 minutes: build; the CUDA tests that start no
 # MPS daemon in parallel (pytest-xdist, one file per process, -v so a cut run still names each result); the MPS
-# tests one at a time; `python3 -m benchmarks.e2e` (issue 20's graph) and `python3 -m benchmarks.link`, each with a time budget.
+# tests one at a time; `python3 -m benchmarks.end_to_end` (issue 20's graph) and `python3 -m benchmarks.end_to_end.link`, each with a time budget.
 # Everything goes through scripts/gpu_check.sh, so gpu_results.json holds the stages, the test counts and both
 # benchmarks. Measured on an H100 (2026-11-25): build ~35 s, the parallel tests ~220 s with 10 processes, the MPS
 # tests ~400 s one at a time (the auto-share recipe test alone 91 s, the GPU recipe 46-66 s, the console tests with
@@ -31,11 +31,11 @@ OUT="${OUT:-$root/results/gpu_session}"
 # The parallel stage: every test file with a `cuda` marker except the MPS files below and the two-GPU-only ones, found
 # by grep so a new CUDA test file cannot be left out of the session
 mps_files="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
-  tests/pipeline/test_share_auto_cuda.py tests/test_console.py tests/benchmarks/test_e2e_rows.py
-  tests/benchmarks/test_e2e_benchmark.py tests/test_faults_gpu.py"
+  tests/pipeline/test_share_auto_cuda.py tests/test_console.py tests/benchmarks/end_to_end/test_e2e_rows.py
+  tests/benchmarks/end_to_end/test_e2e_benchmark.py tests/test_faults_gpu.py"
 parallel_tests="$(grep -rlE 'mark\.cuda' tests --include='test_*.py' | sort | grep -vxF -f <(echo $mps_files | tr ' ' '\n'))"
 mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
-  tests/callbacks/test_share_auto_cuda.py tests/benchmarks/test_e2e_rows.py::test_share_rows_train_under_mps
+  tests/callbacks/test_share_auto_cuda.py tests/benchmarks/end_to_end/test_e2e_rows.py::test_share_rows_train_under_mps
   tests/test_console.py"
 # stage two_gpus (on nvidia-h100-x2): the two-GPU tests (peer shards over CUDA IPC, clique in the trainer and the
 # pipeline worker, auto's measured choice, the fault cases of a two-GPU recipe run) and why shards are opened for the
@@ -57,16 +57,16 @@ export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_T
 # -rP prints what passing cases print: how long each took to end, and which library's handler the trainer has for SIGABRT
 export GPU_CHECK_EXTRA_STAGE_FAULTS_GPU="REQUIRE_CUDA=1 timeout ${GPU_CHECK_FAULTS_GPU_TIMEOUT:-420} python3 -m pytest -v -rfEP -p no:cacheprovider --timeout=200 -m cuda tests/test_faults_gpu.py -k '${GPU_CHECK_FAULTS_GPU_SELECT:-sigterm or killed}'"
 # stage bench_tests: the e2e benchmark's CUDA tests (every GPU row on the ci graph, one process a row)
-export GPU_CHECK_EXTRA_STAGE_BENCH_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_BENCH_TEST_TIMEOUT:-540} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=520 -m cuda tests/benchmarks/test_e2e_benchmark.py"
+export GPU_CHECK_EXTRA_STAGE_BENCH_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_BENCH_TEST_TIMEOUT:-540} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=520 -m cuda tests/benchmarks/end_to_end/test_e2e_benchmark.py"
 # stage pyg_parity (with .pyg/ carried): the link and heterogeneous drop-in tests against PyG's real loaders (torch-sparse)
 export GPU_CHECK_EXTRA_STAGE_PYG_PARITY="PYTHONPATH=/tmp/pygsite:\$PYTHONPATH REQUIRE_CUDA=1 timeout 240 python3 -m pytest -v -rfEs -p no:cacheprovider tests/test_link_dropin.py tests/test_hetero_dropin.py"
 # stage hetero_prep / hetero: draw and cache the 10x-ogbn-mag graph; heterogeneous rows against PyG's hetero
 # NeighborLoader (2- and 3-layer), in GPU_CHECK_HETERO_ARGS' budget
-export GPU_CHECK_EXTRA_STAGE_HETERO_PREP="timeout ${GPU_CHECK_HETERO_PREP_TIMEOUT:-300} python3 -m benchmarks.e2e.hetero --prepare-only --cache-dir /tmp/lzc"
-export GPU_CHECK_EXTRA_STAGE_HETERO="for layers in \${GPU_CHECK_HETERO_FANOUTS:-10,10 10,10,10}; do timeout ${GPU_CHECK_HETERO_TIMEOUT:-280} python3 -m benchmarks.e2e.hetero --cache-dir /tmp/lzc --pyg-site /tmp/pygsite --num-neighbors \$layers --out /tmp/gpu_check_bench/hetero/layers-\${layers//,/-} ${GPU_CHECK_HETERO_ARGS:---configs model_only,pyg,zc_gpu_mps --row-budget-s 40 --pyg-workers 8,12}; done; tar czf \$OUT/hetero.tgz -C /tmp/gpu_check_bench hetero"
+export GPU_CHECK_EXTRA_STAGE_HETERO_PREP="timeout ${GPU_CHECK_HETERO_PREP_TIMEOUT:-300} python3 -m benchmarks.end_to_end.hetero --prepare-only --cache-dir /tmp/lzc"
+export GPU_CHECK_EXTRA_STAGE_HETERO="for layers in \${GPU_CHECK_HETERO_FANOUTS:-10,10 10,10,10}; do timeout ${GPU_CHECK_HETERO_TIMEOUT:-280} python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --pyg-site /tmp/pygsite --num-neighbors \$layers --out /tmp/gpu_check_bench/hetero/layers-\${layers//,/-} ${GPU_CHECK_HETERO_ARGS:---configs model_only,pyg,zc_gpu_mps --row-budget-s 40 --pyg-workers 8,12}; done; tar czf \$OUT/hetero.tgz -C /tmp/gpu_check_bench hetero"
 # stage hetero_sampling (after hetero_prep): where a typed batch's sampling time goes, per hop (kernels, dedup, a sort
 # of as many keys), on the whole GPU, 2 and 3 hops
-export GPU_CHECK_EXTRA_STAGE_HETERO_SAMPLING="for layers in 10,10 10,10,10; do timeout 150 python3 -m benchmarks.micro.hetero_sampling --preset ${GPU_CHECK_HETERO_SAMPLING_PRESET:-mag10x} --cache-dir /tmp/lzc --num-neighbors \$layers --out \$OUT/hetero_sampling-\${layers//,/-}.json; done"
+export GPU_CHECK_EXTRA_STAGE_HETERO_SAMPLING="for layers in 10,10 10,10,10; do timeout 150 python3 -m benchmarks.parts.hetero_sampling --preset ${GPU_CHECK_HETERO_SAMPLING_PRESET:-mag10x} --cache-dir /tmp/lzc --num-neighbors \$layers --out \$OUT/hetero_sampling-\${layers//,/-}.json; done"
 # stage typed_sampler (issue 40 item 1, one GPU): the typed sampler's fused calls, pick_neighbors and dedup_typed_keys,
 # bitwise the CPU's; then hetero_prep,hetero_sampling time a mag10x batch per hop. Measured on an H200 (2026-11-29):
 # the stage 204 tests in 27 s; drawing mag10x ~90 s; a hetero_sampling run ~25 s; an e2e.hetero row ~90 s:
@@ -166,7 +166,7 @@ export GPU_CHECK_EXTRA_STAGE_MANY_HETERO="$many_n timeout ${GPU_CHECK_MANY_HETER
 #   GPU_CHECK_INFERENCE_ARGS="--models heavy --configs pyg --pyg-workers 12 --row-timeout-s 540" GPU_CHECK_INFERENCE_TIMEOUT=550
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,inference_tests bash scripts/gpu_session.sh     # .wheels/
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,inference bash scripts/gpu_session.sh           # .pyg/
-export GPU_CHECK_EXTRA_STAGE_INFERENCE_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_INFERENCE_TEST_TIMEOUT:-400} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/data/test_layerwise_gpu.py tests/benchmarks/test_inference_benchmark.py"
+export GPU_CHECK_EXTRA_STAGE_INFERENCE_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_INFERENCE_TEST_TIMEOUT:-400} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/data/test_layerwise_gpu.py tests/benchmarks/inference/test_inference_benchmark.py"
 export GPU_CHECK_EXTRA_STAGE_INFERENCE="timeout -s TERM ${GPU_CHECK_INFERENCE_TIMEOUT:-520} python3 -m benchmarks.inference --preset 24m --pyg-site /tmp/pygsite --cache-dir /tmp/lzc --out \$OUT/inference ${GPU_CHECK_INFERENCE_ARGS:---models light}"
 export GPU_CHECK_E2E_TIMEOUT="${GPU_CHECK_E2E_TIMEOUT:-330}"
 export GPU_CHECK_E2E_ARGS="${GPU_CHECK_E2E_ARGS:---preset issue20 --configs model_only,zc_gpu_mps,pyg --steps 300 --warmup 30 --row-budget-s 15 --total-budget-s 300 --cache-dir /tmp/lzc}"

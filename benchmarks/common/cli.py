@@ -1,4 +1,4 @@
-"""The command-line flags and checks that the one-model benchmarks (``benchmarks.link``, ``benchmarks.e2e.hetero``)
+"""The command-line flags and checks that the one-model benchmarks (``benchmarks.end_to_end.link``, ``benchmarks.end_to_end.hetero``)
 share: where a run writes, which rows, the training and measuring budget, the child-process flags, and filling a
 run's unset flags from its preset."""
 

@@ -1,4 +1,4 @@
-"""The command of a one-model benchmark (``python -m benchmarks.link``, ``python -m benchmarks.e2e.hetero``): its
+"""The command of a one-model benchmark (``python -m benchmarks.end_to_end.link``, ``python -m benchmarks.end_to_end.hetero``): its
 parser's frame and checks, its rows by name, a run's scaffolding (the output folder and results, the graph prepared in
 a process of its own, every row in a process of its own, the report), ``--list``, ``--report-only`` and a row
 process's side. What differs between the benchmarks (rows, presets, their own flags, the graph, the report) comes in

@@ -1,4 +1,4 @@
-"""The PyG baseline's helpers, shared by the node (``benchmarks/e2e/``) and link (``benchmarks/link/``) benchmarks:
+"""The PyG baseline's helpers, shared by the node (``benchmarks/end_to_end/``) and link (``benchmarks/end_to_end/link/``) benchmarks:
 which sampling backend PyG's loaders can use here, and the worker-count sweep with a fit on the fastest loader."""
 
 from __future__ import annotations

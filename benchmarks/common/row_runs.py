@@ -1,4 +1,4 @@
-"""Running a one-model benchmark's rows (``benchmarks.link``, ``benchmarks.e2e.hetero``): each row in a process of
+"""Running a one-model benchmark's rows (``benchmarks.end_to_end.link``, ``benchmarks.end_to_end.hetero``): each row in a process of
 its own, the results file rewritten after every row, and the row process's side (:func:`child_main`,
 :func:`guarded_row`)."""
 

@@ -25,7 +25,7 @@ from typing import Any, Optional
 import torch
 
 from benchmarks.common.rows import RowUnavailable
-from benchmarks.e2e.rows import MODELS as E2E_MODELS
+from benchmarks.end_to_end.rows import MODELS as E2E_MODELS
 
 __all__ = ["MODELS", "PRESETS", "ROWS", "InferenceRow", "Preset", "run_row"]
 

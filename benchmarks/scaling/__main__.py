@@ -19,7 +19,7 @@ in an epoch: scaling is measured as throughput. Reported per run (steady state: 
 
 plus ``nvidia-smi topo -m`` and the GPU names, all in the JSON (``--out``) and a table.
 
-``--graph hetero`` runs the same sweep on the MAG-shaped ``SyntheticHeteroGraph`` of ``benchmarks.e2e.hetero``'s
+``--graph hetero`` runs the same sweep on the MAG-shaped ``SyntheticHeteroGraph`` of ``benchmarks.end_to_end.hetero``'s
 ``--preset`` (default ``mag``: ogbn-mag's counts; drawn and cached once before the runs), its ``HeteroNodeClassifier``
 (the preset's fanouts for every edge type, its width) and batch size: ours through ``ZeroCopyHeteroDataModule`` (GPU
 sampler, zero-copy gather) under ``ZeroCopyDDPStrategy``, whose cache then covers every featured type's rows under one
@@ -64,7 +64,7 @@ import torch  # noqa: E402
 
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
-from benchmarks.e2e.hetero.__main__ import PRESETS as HETERO_PRESETS  # noqa: E402
+from benchmarks.end_to_end.hetero.__main__ import PRESETS as HETERO_PRESETS  # noqa: E402
 from benchmarks.scaling.budget import EpochTimer, RunBudget  # noqa: E402
 from benchmarks.scaling.diag_run import DiagRun, phase_figures  # noqa: E402
 from benchmarks.scaling.knobs import apply_process_knobs, ddp_kwargs  # noqa: E402
@@ -202,7 +202,7 @@ def _homogeneous_parts(args: argparse.Namespace, config: dict[str, Any], cuda: b
     if config["loader"] == "pyg":
         import functools
 
-        from benchmarks.e2e.pyg_hops import add_hop_counts
+        from benchmarks.end_to_end.pyg_hops import add_hop_counts
         from benchmarks.scaling.pyg_ddp import pyg_ddp_datamodule
 
         data = dataset.load()
@@ -347,11 +347,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         "together in a run: their steps are cut to fit at the warm-up's step time, the same on every "
                         "rank (0 = no cap; --timeout still kills a run)")
     parser.add_argument("--graph", default="homogeneous", choices=("homogeneous", "hetero"),
-                        help="hetero: the MAG-shaped SyntheticHeteroGraph of benchmarks.e2e.hetero's --preset, its "
+                        help="hetero: the MAG-shaped SyntheticHeteroGraph of benchmarks.end_to_end.hetero's --preset, its "
                         "HeteroNodeClassifier, ZeroCopyHeteroDataModule and the Strategy's cache over typed rows; "
                         "PyG rows: the hetero NeighborLoader")
     parser.add_argument("--preset", default=None, choices=sorted(HETERO_PRESETS),
-                        help="--graph hetero: the graph and model preset of benchmarks.e2e.hetero (default: mag, "
+                        help="--graph hetero: the graph and model preset of benchmarks.end_to_end.hetero (default: mag, "
                         "ogbn-mag's counts); --num-nodes, --avg-degree, --features and --model do not apply")
     parser.add_argument("--prepare-timeout", type=float, default=900.0, help="--graph hetero: seconds to draw and "
                         "cache the graph before the runs")

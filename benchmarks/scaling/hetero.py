@@ -1,6 +1,6 @@
 """``python -m benchmarks.scaling --graph hetero``: the parts of a scaling run that differ on a heterogeneous graph.
 
-The graph, its preset, the model and PyG's baseline are the heterogeneous benchmark's (``benchmarks/e2e/hetero/``):
+The graph, its preset, the model and PyG's baseline are the heterogeneous benchmark's (``benchmarks/end_to_end/hetero/``):
 a ``SyntheticHeteroGraph`` of ogbn-mag's shape from one of its presets (``mag`` by default: ogbn-mag's own counts),
 drawn and cached once by that benchmark's ``--prepare-only`` in a process of its own, and its
 ``HeteroNodeClassifier`` (the preset's fanouts for every edge type and its width). Everything a run measures, how it
@@ -30,7 +30,7 @@ import pytorch_lightning as pl
 __all__ = ["HeteroParts", "TypeCacheCounts", "hetero_args", "hetero_parts", "prepare_graph", "segment_paths"]
 
 #: the heterogeneous benchmark's module (its presets, dataset arguments, model and ``--prepare-only``)
-HETERO_MODULE = "benchmarks.e2e.hetero"
+HETERO_MODULE = "benchmarks.end_to_end.hetero"
 
 
 def hetero_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -39,7 +39,7 @@ def hetero_args(args: argparse.Namespace) -> argparse.Namespace:
 
     The result carries the preset's graph counts, ``fanouts``, ``hidden``, ``conv``, ``lr`` and ``batch_size``.
     """
-    from benchmarks.e2e.hetero.__main__ import parse_args
+    from benchmarks.end_to_end.hetero.__main__ import parse_args
 
     return parse_args(_hetero_flags(args))
 
@@ -114,8 +114,8 @@ def hetero_parts(args: argparse.Namespace, config: dict[str, Any], cuda: bool) -
     seed; the Strategy's cache then covers every featured type's rows under one budget. PyG: ``NeighborLoader`` over
     a ``HeteroData`` of the same arrays, each rank its share of the training papers.
     """
-    from benchmarks.e2e.hetero.__main__ import dataset_kwargs
-    from benchmarks.e2e.hetero.train import build_dataset, build_model
+    from benchmarks.end_to_end.hetero.__main__ import dataset_kwargs
+    from benchmarks.end_to_end.hetero.train import build_dataset, build_model
 
     hargs = hetero_args(args)
     dataset = build_dataset(dataset_kwargs(hargs))
@@ -124,7 +124,7 @@ def hetero_parts(args: argparse.Namespace, config: dict[str, Any], cuda: bool) -
     feature_bytes = sum(row_bytes[t] * int(dataset.num_nodes[t]) for t in row_bytes)
     budget = int(config["budget"] * feature_bytes)
     if config["loader"] == "pyg":
-        from benchmarks.e2e.hetero.train import hetero_data
+        from benchmarks.end_to_end.hetero.train import hetero_data
         from benchmarks.scaling.pyg_ddp import pyg_ddp_datamodule
 
         data = dataset.load()

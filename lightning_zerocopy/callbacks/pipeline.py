@@ -51,7 +51,7 @@ class PipelineCallback(Callback):
     Args:
         mode: ``"worker"``: a worker process builds batches into GPU (or shared host) slots it shares with
             the trainer over CUDA IPC; ``"in_process"``: a producer thread of the trainer builds them on side
-            CUDA streams; ``"auto"``: the fastest mode for the setup in ``benchmarks/micro/pipeline.py`` (see
+            CUDA streams; ``"auto"``: the fastest mode for the setup in ``benchmarks/parts/pipeline.py`` (see
             :meth:`resolve_mode`).
         depth: batch slots per loader; 2 is ping-pong (one being trained on, one being filled).
         mps: run the trainer and the worker as clients of a private CUDA MPS daemon, the worker limited to
@@ -144,7 +144,7 @@ class PipelineCallback(Callback):
         With a running MPS daemon: the worker. Without MPS (not asked for, or unavailable): ``in_process`` for a
         GPU builder (a worker process outside MPS time-slices the GPU with the trainer), ``worker`` for a CPU
         builder (it keeps the trainer's interpreter free). On the CPU: ``in_process`` (a second process only
-        competes for the same cores and costs a spawn). The figures behind this choice (``benchmarks/micro/pipeline.py``)
+        competes for the same cores and costs a spawn). The figures behind this choice (``benchmarks/parts/pipeline.py``)
         are in ``docs/BENCHMARK_NOTES.md``, "Three-stage producer, green contexts and the ``auto`` mode".
         """
         if self.mode != "auto":

@@ -116,7 +116,7 @@ class DataTelemetry(Callback):
         """Every counted step's figures, on the host (``data/stall_ms``, ``data/stall_frac``, ...), oldest first.
 
         A step keeps its raw record (times, sizes) until this is read: turning it into figures every step cost
-        ~20 µs of host time a step in the training loop (cProfile, ``python -m benchmarks.step --profile``)."""
+        ~20 µs of host time a step in the training loop (cProfile, ``python -m benchmarks.parts.step --profile``)."""
         if self._uncounted:
             self._history += [{name: ratio.value for name, ratio in StepSums.of(step).figures().items()}
                               for step in self._uncounted]  # fmt: skip

@@ -111,7 +111,7 @@ class ZeroCopyDataModule(GraphDataModule):
             (breadth-first over in-edges: a node's neighbors get nearby ids) or ``"degree"`` (the nodes that
             sampling picks most often, i.e. the highest out-degree, first). With an order, the rows a batch reads
             can share memory pages, so the zero-copy gather touches fewer pages (the lever for narrow rows; how
-            much depends on the graph's locality: measure with ``benchmarks/micro/gather.py --pages-only``). The graph,
+            much depends on the graph's locality: measure with ``benchmarks/parts/gather.py --pages-only``). The graph,
             features and labels are relabeled once when the host memory is built (cached on disk next to the
             dataset's cache when it has one); batches are the same as with ``"none"`` in meaning -- ``n_id`` and
             ``e_id`` are the dataset's ids, ``x``/``y`` their rows, same seeds per step, ``input_id`` unchanged --

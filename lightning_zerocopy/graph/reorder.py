@@ -8,7 +8,7 @@ vectorized torch ops (no Python loop over nodes), and :class:`NodeOrder` relabel
 labels and seed ids consistently.
 
 :func:`bfs_order`, :func:`degree_order` and :class:`NodeOrder` work on the device of the graph's tensors (a
-CUDA graph is ordered on the GPU, e.g. in ``benchmarks/micro/gather.py``); :meth:`NodeOrder.relabel_graph` needs a
+CUDA graph is ordered on the GPU, e.g. in ``benchmarks/parts/gather.py``); :meth:`NodeOrder.relabel_graph` needs a
 CPU graph (it rebuilds the CSC with the CPU kernel).
 """
 

@@ -17,7 +17,7 @@ from lightning_zerocopy.pipeline.mps import MPSDaemon
 
 __all__ = ["DEFAULT_WORKER_SM_PERCENT", "WORKER_PERCENT_ENV", "join_for_trainer", "launch", "start_for_trainer"]
 
-#: The pipeline worker's share of SMs when none is given (the fastest in ``benchmarks/micro/pipeline.py``, see ``docs/BENCHMARK_NOTES.md``).
+#: The pipeline worker's share of SMs when none is given (the fastest in ``benchmarks/parts/pipeline.py``, see ``docs/BENCHMARK_NOTES.md``).
 DEFAULT_WORKER_SM_PERCENT = 10
 #: Set by :func:`start_for_trainer` for the worker's share (the trainer's own is ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``).
 WORKER_PERCENT_ENV = "LZC_MPS_WORKER_PERCENT"

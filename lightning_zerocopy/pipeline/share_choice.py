@@ -7,7 +7,7 @@ build time per batch under each share of a ladder, measured side by side with th
 take the smallest share whose build time fits in the step with some headroom; if none does, the share that builds
 fastest, and say that the data path bounds the step.
 
-Two users of the rule: ``benchmarks/micro/pipeline.py`` (``worker_mps_X`` rows give the build time under X %, the
+Two users of the rule: ``benchmarks/parts/pipeline.py`` (``worker_mps_X`` rows give the build time under X %, the
 ``model_only`` row the step time; its report prints the choice), and :class:`ShareCalibrator`, which
 ``PipelineCallback(worker_sm_percent="auto")`` feeds with each training step's figures. A running worker's share
 cannot change, and a worker started later could not map the DataModule's host memory (its names are unlinked after

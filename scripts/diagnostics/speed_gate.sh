@@ -8,7 +8,7 @@
 #
 # Environment:
 #   SPEED_GATE_BEFORE   the older tree (default .before)
-#   SPEED_GATE_KIND     e2e (default): the homogeneous rows of benchmarks.e2e; hetero: benchmarks.e2e.hetero's rows
+#   SPEED_GATE_KIND     e2e (default): the homogeneous rows of benchmarks.end_to_end; hetero: benchmarks.end_to_end.hetero's rows
 #   SPEED_GATE_ARGS     the benchmark's arguments (defaults below: the 24M-node graph of issue 40, fp32, both models)
 #   SPEED_GATE_CONFIGS_BEFORE  the rows run on both trees (default zc_gpu_mps)
 #   SPEED_GATE_CONFIGS_EXTRA   rows run on this tree alone, last (default model_only; empty: none)
@@ -21,10 +21,10 @@ OUT="${OUT:-$root/results/speed_gate}"
 mkdir -p "$OUT"
 site="/tmp/site"
 if [[ "$kind" == e2e ]]; then
-  module=benchmarks.e2e
+  module=benchmarks.end_to_end
   args="${SPEED_GATE_ARGS:---preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision 32-true --steps 300 --warmup 30 --row-budget-s 14}"
 else
-  module=benchmarks.e2e.hetero
+  module=benchmarks.end_to_end.hetero
   args="${SPEED_GATE_ARGS:---num-neighbors 10,10,10 --row-budget-s 30}"
 fi
 after_configs="${SPEED_GATE_CONFIGS_EXTRA-model_only}"  # rows of this tree alone, last (empty: none)

@@ -1,4 +1,4 @@
-"""Running the one-model benchmarks (``python -m benchmarks.link``, ``python -m benchmarks.e2e.hetero``) from the tests,
+"""Running the one-model benchmarks (``python -m benchmarks.end_to_end.link``, ``python -m benchmarks.end_to_end.hetero``) from the tests,
 as a user runs them: in a process of their own, from the checkout."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: the one-model benchmarks: their ``python -m`` modules by name
-ONE_MODEL = {"link": "benchmarks.link", "hetero": "benchmarks.e2e.hetero"}
+ONE_MODEL = {"link": "benchmarks.end_to_end.link", "hetero": "benchmarks.end_to_end.hetero"}
 
 
 def run_benchmark(module: str, *flags: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -164,7 +164,7 @@ def test_bounded_fanouts_beyond_the_lean_budget_equal_cpu(replace: bool) -> None
 
 @pytest.mark.parametrize("replace", [False, True])
 def test_lean_switch_off_takes_the_per_hop_path_with_the_same_sample(replace: bool) -> None:
-    """``ops.set_lean_sampler(False)`` (what benchmarks/micro/lean_sampler.py compares) sends bounded batches down the
+    """``ops.set_lean_sampler(False)`` (what benchmarks/parts/lean_sampler.py compares) sends bounded batches down the
     per-hop path; both give the CPU sample, and the switch returns its previous setting."""
     gen = torch.Generator().manual_seed(13)
     graph = cpu_tests.random_graph(50000, 500000, gen, torch.int64)

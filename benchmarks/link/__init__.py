@@ -1,1 +1,0 @@
-"""Link prediction against PyG's ``LinkNeighborLoader``: ``python -m benchmarks.link`` (the command is ``__main__.py``)."""

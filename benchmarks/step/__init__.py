@@ -1,1 +1,0 @@
-"""The training step on pre-staged batches: ``python -m benchmarks.step`` (the command is ``__main__.py``)."""
