@@ -420,9 +420,9 @@ def test_rows_take_precision_and_trim(tmp_path: Path) -> None:
 def test_compile_flag_compiles_every_rows_net(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--compile`` builds the row's module with ``compile=True`` (``net.compile(dynamic=True)``, recorded here
     instead of run: inductor on this CPU takes minutes) and the row records it; without it nothing is compiled."""
-    from benchmarks.e2e.__main__ import parse_args
-    from benchmarks.e2e.rows import graph_kwargs
-    from benchmarks.e2e.train import run_row
+    from benchmarks.end_to_end.__main__ import parse_args
+    from benchmarks.end_to_end.rows import graph_kwargs
+    from benchmarks.end_to_end.train import run_row
     from lightning_zerocopy import SyntheticGraph
 
     compiled: list[dict] = []
