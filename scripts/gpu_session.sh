@@ -77,6 +77,15 @@ export GPU_CHECK_EXTRA_STAGE_HETERO_SAMPLING="for layers in 10,10 10,10,10; do t
 #   32-true --models light --steps 1500 --warmup 100 --row-budget-s 30" SPEED_GATE_CONFIGS_EXTRA= \
 #   bash scripts/diagnostics/speed_gate.sh
 export GPU_CHECK_EXTRA_STAGE_TYPED_SAMPLER="REQUIRE_CUDA=1 timeout 300 python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 -m cuda tests/sampling/test_pick_neighbors.py tests/sampling/test_typed_dedup.py tests/sampling/test_hetero_fused.py tests/data/test_hetero_datamodule.py tests/data/test_hetero_link_gpu_data_path.py tests/sampling/test_sample_neighbors_cuda.py"
+# stage share_check (issue 40, one GPU, ~7 min): the heavy 24M-node rows trained at chance with the worker's MPS share
+# at 20 % (one H200, 2026-11-29, commit b96e94e: train loss stuck at ln 47, val acc 0.02-0.03, in fp32 and bf16 host
+# tables; the same rows at 10 % reached 0.968, and at 20 % on an H100 of an older tree 0.963). Where it breaks: every
+# 10th batch checked against the dataset when its step starts AND ends (a slot rewritten during its step shows at the
+# end), at 20 % / 10 % / in-process; then model-only with this process under an MPS daemon at 80 % (the trainer's share
+# at 20 %) and no worker, which separates the data path from the trainer's compute under a share:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,share_check bash scripts/gpu_session.sh                # .wheels/
+share_args="--preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc --precision bf16-mixed --models heavy --steps 300 --warmup 60 --val-every 50 --row-budget-s 12 --check-every 10"
+export GPU_CHECK_EXTRA_STAGE_SHARE_CHECK="timeout 330 python3 -m benchmarks.end_to_end $share_args --configs zc_gpu_mps_20,zc_gpu_mps,zc_gpu_inproc --out \$OUT/share_check; timeout 150 python3 -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent 20 -- python3 -m benchmarks.end_to_end $share_args --configs model_only --out \$OUT/share_check_model_only_80; rm -rf \$OUT/share_check*/logs/*/hparams.yaml \$OUT/share_check*/*.png"
 # stage hetero_clique (two GPUs): the typed cache's clique on two ranks, every batch against the uncached CPU one
 export GPU_CHECK_EXTRA_STAGE_HETERO_CLIQUE="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_HETERO_CLIQUE_TIMEOUT:-120} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=110 -m two_gpus tests/data/test_ddp.py"
 # stage hetero_scaling (two GPUs, .pyg/ carried): benchmarks.scaling --graph hetero on the mag preset (drawn first, ~1

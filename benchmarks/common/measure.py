@@ -96,23 +96,41 @@ class TrainClock(Callback):
 
 class FirstBatchesCheck(Callback, metaclass=ABCMeta):
     """Checks the first ``count`` training batches against the dataset (:meth:`check`, which appends what it finds
-    wrong to ``result["problems"]``); ``result`` holds ``checked``, ``ok`` and ``problems`` (and what a check adds)."""
+    wrong to ``result["problems"]``); ``result`` holds ``checked``, ``ok`` and ``problems`` (and what a check adds).
 
-    def __init__(self, count: int) -> None:
-        self.count = count
+    With ``every`` > 0 it also checks every ``every``-th batch after those, each twice: when its step starts and
+    again when it ends (a problem found then names "at the step's end"): a batch that was right when handed over
+    and wrong after its step was rewritten while the step ran (a slot reused too early)."""
+
+    def __init__(self, count: int, every: int = 0) -> None:
+        self.count, self.every = count, every
         self.result: dict[str, Any] = {"checked": 0, "ok": True, "problems": []}
 
     @abstractmethod
     def check(self, step: int, batch: Any, pl_module: Any) -> None:
         """Append ``batch``'s problems (each naming ``step``) to ``result["problems"]``."""
 
+    def _sampled(self, step: int) -> bool:
+        return self.every > 0 and step >= self.count and step % self.every == 0
+
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
-        if step >= self.count:
+        if step >= self.count and not self._sampled(step):
             return
         self.check(step, batch, pl_module)
         self.result["checked"] += 1
         self.result["ok"] = not self.result["problems"]
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step - 1  # the optimizer step of this batch has counted
+        if not self._sampled(step):
+            return
+        problems = self.result["problems"]
+        before = len(problems)
+        self.check(step, batch, pl_module)
+        problems[before:] = [f"{p} (at the step's end)" for p in problems[before:]]
+        self.result["checked_at_end"] = self.result.get("checked_at_end", 0) + 1
+        self.result["ok"] = not problems
 
 
 class BatchCheck(FirstBatchesCheck):
@@ -123,8 +141,8 @@ class BatchCheck(FirstBatchesCheck):
     ``trim`` is on and the batch has the counts). Speed must not come from wrong batches."""
 
     def __init__(self, expected_seeds: Callable[[int], torch.Tensor], x: torch.Tensor, y: torch.Tensor, count: int,
-                 stored_dtype: Optional[torch.dtype] = None) -> None:  # fmt: skip
-        super().__init__(count)
+                 stored_dtype: Optional[torch.dtype] = None, every: int = 0) -> None:  # fmt: skip
+        super().__init__(count, every)
         self.expected_seeds, self.x, self.y = expected_seeds, x, y
         self.stored_dtype = stored_dtype  # the host table's dtype (feature_dtype): x is the dataset's rows cast to it
 

@@ -95,6 +95,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    "(default auto: bf16-mixed on a GPU, 32-true on the CPU)")  # fmt: skip
     t.add_argument("--trim", action=argparse.BooleanOptionalAction, default=True, help="the model trims each layer to "
                    "the hops it still needs (models' trim=True); --no-trim: every layer on the whole subgraph")  # fmt: skip
+    t.add_argument("--check-every", type=int, default=0, help="also check every N-th training batch against the "
+                   "dataset, when its step starts and when it ends (a slot rewritten during its step); 0: only the "
+                   "first batches")  # fmt: skip
     t.add_argument("--compile", action="store_true", help="every row's model with compile=True (torch.compile, "
                    "dynamic shapes), as `model.init_args.compile: true` in a recipe")  # fmt: skip
     t.add_argument("--lr", type=float, default=3e-3)
@@ -125,6 +128,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     for name in ("num_nodes", "features", "classes", "batch_size", "steps", "val_every", "val_batches", "stage_batches"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.check_every < 0:
+        p.error(f"--check-every must be >= 0 (0: only the first batches), got {args.check_every}")
     if not 0 <= args.warmup < args.steps:
         p.error(f"--warmup must be in [0, --steps), got {args.warmup} with --steps {args.steps}")
     if not args.report_only and not args.list and not args._spec:

@@ -86,7 +86,8 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     clock = TrainClock(args.warmup, args.row_budget_s, sync, stop_at=args.target_acc if args.stop_at_target else None)
     telemetry = DataTelemetry(prog_bar=False)
     stored = None if feature_dtype is None else getattr(torch, feature_dtype)
-    check = BatchCheck(expected_seeds, data.x, data.y, count=min(3, max(1, args.warmup)), stored_dtype=stored)
+    check = BatchCheck(expected_seeds, data.x, data.y, count=min(3, max(1, args.warmup)), stored_dtype=stored,
+                       every=getattr(args, "check_every", 0) or 0)
     callbacks: list[Callback] = [clock, telemetry, check]
     if pipeline is not None:
         callbacks.append(pipeline)

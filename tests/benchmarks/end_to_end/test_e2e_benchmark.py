@@ -182,7 +182,7 @@ def test_unknown_row_names_the_known_ones() -> None:
 
 
 @pytest.mark.parametrize("flags", [["--configs", "cpu,nope"], ["--steps", "5", "--warmup", "5"], ["--batch-size", "0"],
-                                   ["--precision", "fp8"]])  # fmt: skip
+                                   ["--precision", "fp8"], ["--check-every", "-1"]])  # fmt: skip
 def test_bad_flags_fail_before_any_work(flags: list[str], capsys: pytest.CaptureFixture) -> None:
     from benchmarks.end_to_end.__main__ import parse_args
 
@@ -243,6 +243,28 @@ def test_batch_check_catches_wrong_rows() -> None:
     bad.x = x[torch.tensor([3, 1, 6])]  # one row from the wrong node
     check.on_train_batch_start(_Trainer(), None, bad, 0)
     assert not check.result["ok"] and "x differs" in check.result["problems"][0]
+
+
+def test_batch_check_every_nth_batch_at_its_steps_start_and_end() -> None:
+    """With ``every``, batches past the first ones are checked every N steps, when the step starts and when it ends:
+    a batch rewritten during its step (a slot reused before the step that reads it ran) is caught at the end."""
+    from torch_geometric.data import Data
+
+    x, y = torch.randn(10, 4), torch.arange(10)
+    n_id = torch.tensor([3, 1, 7])
+    check = BatchCheck(lambda step: torch.tensor([3]), x, y, count=1, every=4)
+    trainer = _Trainer()
+    for step in range(9):
+        trainer.global_step = step
+        batch = Data(x=x[n_id], y=y[n_id], n_id=n_id, edge_index=torch.tensor([[1, 2], [0, 0]]), batch_size=1)
+        check.on_train_batch_start(trainer, None, batch, step)
+        if step == 8:
+            batch.x[1] = x[6]  # the step's slot refilled while it ran
+        trainer.global_step = step + 1
+        check.on_train_batch_end(trainer, None, None, batch, step)
+    assert check.result["checked"] == 3 and check.result["checked_at_end"] == 2  # steps 0, 4, 8; ends of 4, 8
+    assert check.result["problems"] == ["step 8: x differs from the dataset's rows at n_id (at the step's end)"]
+    assert not check.result["ok"]
 
 
 def test_pyg_row_trains_through_neighbor_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
