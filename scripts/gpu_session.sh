@@ -81,7 +81,9 @@ export GPU_CHECK_EXTRA_STAGE_TYPED_SAMPLER="REQUIRE_CUDA=1 timeout 300 python3 -
 # at 20 % (one H200, 2026-11-29, commit b96e94e: train loss stuck at ln 47, val acc 0.02-0.03, in fp32 and bf16 host
 # tables; the same rows at 10 % reached 0.968, and at 20 % on an H100 of an older tree 0.963). Where it breaks: every
 # 10th batch checked against the dataset when its step starts AND ends (a slot rewritten during its step shows at the
-# end), at 20 % / 10 % / in-process; then model-only with this process under an MPS daemon at 80 % (the trainer's share
+# end), at 20 % / 10 % / in-process (a suspect fixed on the CPU after that call: the producer freed each sample before
+# its stream synchronized, so the next sample on the lookahead stream could reuse its memory mid-gather, a race that a
+# larger worker share makes likelier; tests/pipeline/test_producer.py); then model-only with this process under an MPS daemon at 80 % (the trainer's share
 # at 20 %) and no worker, which separates the data path from the trainer's compute under a share:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,share_check bash scripts/gpu_session.sh                # .wheels/
 share_args="--preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc --precision bf16-mixed --models heavy --steps 300 --warmup 60 --val-every 50 --row-budget-s 12 --check-every 10"

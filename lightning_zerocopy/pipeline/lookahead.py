@@ -9,8 +9,10 @@ On CUDA the thread samples on a stream of its own and records timing events arou
 from a small pool, :class:`~.stage_times.EventPairs`); :meth:`take` makes the caller's current stream wait for the
 end event, so the gather kernels see the finished structure without a host sync, and :meth:`take_timed` hands the
 events on, so the producer reads the sample's GPU time once its own stream has synchronized. The sampled tensors
-were allocated on the sampling stream and are only read by the gather stream until the producer synchronizes that
-stream (before it announces the slot), so freeing them afterwards is safe.
+were allocated on the sampling stream and are read by the gather stream until the producer synchronizes that
+stream (before it announces the slot). The producer holds each sample until then: freed earlier, its memory would go
+back to the caching allocator as the sampling stream's, and the next sample, already running, could overwrite it
+while the gather still reads it.
 """
 
 from __future__ import annotations

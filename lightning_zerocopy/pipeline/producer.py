@@ -88,7 +88,7 @@ class _Stage:
     stop: int = 0
     order: int = 0
     waiting: bool = False
-    pending: Optional[tuple] = None  # (gen, step, data, sizes, build_s)
+    pending: Optional[tuple] = None  # (gen, step, data, sizes, build_s, sample)
     hybrid: Optional[bool] = None  # whether the source is sampled through the hybrid dispatcher (decided once)
     dispatch: Optional[Dispatch] = None  # where the batch being produced was sampled (hybrid only)
     clock: Optional[StageClock] = None  # the stage boundaries of the batch being produced (events reused)
@@ -299,18 +299,18 @@ class Producer:
             st.clock = StageClock(self._stream)
         clock = st.clock
         if st.pending is not None:
-            _, step, data, sizes, build_s = st.pending
+            _, step, data, sizes, build_s, sample = st.pending
             st.pending = None
             slot = st.free[0]
         else:
             step = st.next_step
             slot = st.free[0] if st.free else None
             out = None if slot is None else st.buffers[slot]
-            data, build_s = self._build(name, st, step, out, clock)
+            data, build_s, sample = self._build(name, st, step, out, clock)
             if st.layout is None:
                 st.layout = SlotLayout.from_batch(data, field_levels(st.source))
                 sizes = st.layout.sizes(data)
-                st.pending, st.waiting = (st.gen, step, data, sizes, build_s), True
+                st.pending, st.waiting = (st.gen, step, data, sizes, build_s, sample), True
                 self._send(("layout", name, st.gen, st.layout, sizes))
                 return
             sizes = st.layout.sizes(data)
@@ -318,7 +318,7 @@ class Producer:
                 raise RuntimeError("pipeline producer built a batch without a free slot")
         buffers = st.buffers[slot]
         if not _fits(st.layout, buffers, sizes):
-            st.pending, st.waiting = (st.gen, step, data, sizes, build_s), True
+            st.pending, st.waiting = (st.gen, step, data, sizes, build_s, sample), True
             self._send(("grow", name, st.gen, slot, sizes))
             return
         t0 = time.perf_counter()
@@ -331,7 +331,9 @@ class Producer:
         build_s += synced - t0
         scalars = st.layout.scalars(data)
         gather_bytes = x_bytes(data) if clock.split and not clock.marked else 0
-        del data
+        # only now, with this stream synchronized, may the sample's memory go back to the allocator: it was allocated
+        # on the sampling thread's stream, whose next sample would otherwise reuse it while the gather still read it
+        del data, sample
         st.free.popleft()
         st.next_step = step + 1
         dispatch, st.dispatch = st.dispatch, None
@@ -346,8 +348,9 @@ class Producer:
 
     def _build(
         self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]], clock: StageClock
-    ) -> tuple[Any, float]:
-        """Build batch ``step`` of a stage into ``out``; returns it and the seconds its sampling and gather took.
+    ) -> tuple[Any, float, Any]:
+        """Build batch ``step`` of a stage into ``out``; returns it, the seconds its sampling and gather took and
+        its sample (``None`` for a one-stage source), which the caller keeps until its stream has synchronized.
 
         A two-stage source is sampled on the lookahead thread (batch ``step`` was usually sampled there while
         the previous batch was gathered) and the sample of ``step + 1`` is started before this gather; without
@@ -358,13 +361,13 @@ class Producer:
         if not two_stage(source):
             t0 = time.perf_counter()
             data = source.build_batch(source.plan(st.epoch, step), out=out)
-            return data, time.perf_counter() - t0
+            return data, time.perf_counter() - t0, None
         if not self.lookahead:
             t0 = time.perf_counter()
             clock.record("sample_start")
             sampled = source.sample_batch(source.plan(st.epoch, step))
             data = self._gather(st, sampled, out, clock)
-            return data, time.perf_counter() - t0
+            return data, time.perf_counter() - t0, sampled
         if self._hybrid.uses(st):
             return self._build_hybrid(name, st, step, out, clock)
         assert self._sampler is not None
@@ -375,7 +378,7 @@ class Producer:
             self._sampler.submit((name, st.gen, step + 1), lambda: source.sample_batch(source.plan(epoch, step + 1)))
         t0 = time.perf_counter()
         data = self._gather(st, sampled, out, clock)
-        return data, timing.host_s + time.perf_counter() - t0
+        return data, timing.host_s + time.perf_counter() - t0, sampled
 
     def _gather(self, st: _Stage, sampled: Any, out: Optional[dict[str, torch.Tensor]], clock: StageClock) -> Any:
         """``source.gather_batch(sampled, out)`` between the clock's ``start`` and ``built`` boundaries, handing the
@@ -390,14 +393,14 @@ class Producer:
 
     def _build_hybrid(
         self, name: str, st: _Stage, step: int, out: Optional[dict[str, torch.Tensor]], clock: StageClock
-    ) -> tuple[Any, float]:
+    ) -> tuple[Any, float, Any]:
         """:meth:`_build` of a hybrid source: batch ``step`` taken from :class:`~.hybrid_ahead.HybridAhead`, then
         gathered."""
         sampled, sample_s = self._hybrid.take(name, st, step)
         clock.sample = SampleTime(sample_s)  # the dispatcher's measured (host) time
         t0 = time.perf_counter()
         data = self._gather(st, sampled, out, clock)
-        return data, sample_s + time.perf_counter() - t0
+        return data, sample_s + time.perf_counter() - t0, sampled
 
     def _send(self, msg: tuple) -> None:
         try:

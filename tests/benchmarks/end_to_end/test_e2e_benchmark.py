@@ -245,28 +245,6 @@ def test_batch_check_catches_wrong_rows() -> None:
     assert not check.result["ok"] and "x differs" in check.result["problems"][0]
 
 
-def test_batch_check_every_nth_batch_at_its_steps_start_and_end() -> None:
-    """With ``every``, batches past the first ones are checked every N steps, when the step starts and when it ends:
-    a batch rewritten during its step (a slot reused before the step that reads it ran) is caught at the end."""
-    from torch_geometric.data import Data
-
-    x, y = torch.randn(10, 4), torch.arange(10)
-    n_id = torch.tensor([3, 1, 7])
-    check = BatchCheck(lambda step: torch.tensor([3]), x, y, count=1, every=4)
-    trainer = _Trainer()
-    for step in range(9):
-        trainer.global_step = step
-        batch = Data(x=x[n_id], y=y[n_id], n_id=n_id, edge_index=torch.tensor([[1, 2], [0, 0]]), batch_size=1)
-        check.on_train_batch_start(trainer, None, batch, step)
-        if step == 8:
-            batch.x[1] = x[6]  # the step's slot refilled while it ran
-        trainer.global_step = step + 1
-        check.on_train_batch_end(trainer, None, None, batch, step)
-    assert check.result["checked"] == 3 and check.result["checked_at_end"] == 2  # steps 0, 4, 8; ends of 4, 8
-    assert check.result["problems"] == ["step 8: x differs from the dataset's rows at n_id (at the step's end)"]
-    assert not check.result["ok"]
-
-
 def test_pyg_row_trains_through_neighbor_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The PyG row end to end (worker sweep, plan seed order, batch check), with PyG's torch-sparse sampling call
     answered by our sampler where neither backend is installed (on the GPU box the real torch-sparse runs)."""
@@ -437,30 +415,6 @@ def test_rows_take_precision_and_trim(tmp_path: Path) -> None:
         assert new["batch_check"]["trimmed"] is True
     else:
         assert new["status"] == "skipped" and "--no-trim" in new["reason"], new
-
-
-def test_compile_flag_compiles_every_rows_net(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--compile`` builds the row's module with ``compile=True`` (``net.compile(dynamic=True)``, recorded here
-    instead of run: inductor on this CPU takes minutes) and the row records it; without it nothing is compiled."""
-    from benchmarks.end_to_end.__main__ import parse_args
-    from benchmarks.end_to_end.rows import graph_kwargs
-    from benchmarks.end_to_end.train import run_row
-    from lightning_zerocopy import SyntheticGraph
-
-    compiled: list[dict] = []
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: compiled.append(kw))
-
-    def run(*flags: str) -> dict:
-        args = parse_args(["--preset", "ci", "--steps", "4", "--warmup", "2", "--val-every", "2", "--stage-batches", "2",
-                           "--cache-dir", str(tmp_path), *flags])  # fmt: skip
-        kwargs = graph_kwargs(args, "cpu")
-        SyntheticGraph(**kwargs).prepare()
-        return run_row(ROWS["model_only"], [MODELS["light"]], args, kwargs)[0]
-
-    plain = run()
-    assert plain["status"] == "ok" and plain["compile"] is False and compiled == []
-    result = run("--compile")
-    assert result["status"] == "ok" and result["compile"] is True and compiled == [{"dynamic": True}]
 
 
 def test_issue20_preset_is_the_issues_graph() -> None:
