@@ -7,16 +7,7 @@ namespace zerocopy {
 void check_sample_neighbors_args(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                                  c10::IntArrayRef fanouts) {
   const char* op = kSampleNeighbors;
-  check_dtype(indptr, at::kLong, op, "indptr");
-  check_index_dtype(indices, op, "indices");
-  check_dtype(seeds, at::kLong, op, "seeds");
-  check_dim(indptr, 1, op, "indptr");
-  check_dim(indices, 1, op, "indices");
-  check_dim(seeds, 1, op, "seeds");
-  check_contiguous(indptr, op, "indptr");
-  check_contiguous(indices, op, "indices");
-  check_contiguous(seeds, op, "seeds");
-  TORCH_CHECK_VALUE(indptr.numel() >= 1, op, ": `indptr` must have num_nodes + 1 >= 1 entries, got none");
+  check_csc_and_nodes(indptr, indices, seeds, op, "seeds");
   TORCH_CHECK_VALUE(seeds.numel() > 0, op, ": `seeds` is empty; a batch needs at least one seed node");
   TORCH_CHECK_VALUE(indices.device() == indptr.device() && seeds.device() == indptr.device(), op,
                     ": `indptr`, `indices` and `seeds` must be on one device, got ", indptr.device(), ", ",

@@ -17,6 +17,7 @@
 #include "ops/checks.h"
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/sample_neighbors/pick_neighbors_kernel.cuh"
+#include "ops/cuda/sample_neighbors/sample_neighbors_glue.h"
 #include "ops/cuda/sample_neighbors/sample_neighbors_kernel.cuh"
 #include "ops/pick_neighbors.h"
 #include "ops/pick_policy.h"
@@ -27,25 +28,6 @@ namespace {
 constexpr const char* kOp = kPickNeighbors;
 constexpr int kStatus = cuda::kSampleStatusSlots;
 
-void raise_status(const int64_t* status, int64_t num_nodes, int64_t num_edges) {
-  switch (status[0]) {
-    case cuda::kSampleOk:
-      break;
-    case cuda::kSampleBadSeed:
-      TORCH_CHECK_INDEX(false, kOp, ": `targets[", status[1], "]` = ", status[2], " is not a node id in [0, ",
-                        num_nodes, ")");
-    case cuda::kSampleBadIndptr:
-      TORCH_CHECK_VALUE(false, kOp, ": `indptr` is not a valid CSC pointer at node ", status[1], " (indptr[",
-                        status[1], "] = ", status[2], ", indptr[", status[1] + 1, "] = ", status[3], ", indices has ",
-                        num_edges, " entries); it must be non-decreasing from 0 to indices.numel()");
-    case cuda::kSampleBadNeighbor:
-      TORCH_CHECK_INDEX(false, kOp, ": `indices[", status[1], "]` = ", status[2], " is not a node id in [0, ",
-                        num_nodes, ")");
-    default:
-      TORCH_CHECK(false, kOp, ": internal error code ", status[0], " from the CUDA kernels");
-  }
-}
-
 // Copies `slots` device int64 values to the host (one synchronization of `stream`) and raises a reported error.
 std::vector<int64_t> read_back(const at::Tensor& slots, const cuda::Topology& graph, cudaStream_t stream) {
   std::vector<int64_t> host(slots.numel());
@@ -53,7 +35,7 @@ std::vector<int64_t> read_back(const at::Tensor& slots, const cuda::Topology& gr
                                    cudaMemcpyDeviceToHost, stream),
                    kOp, "reading back the status");
   cuda::check_cuda(cudaStreamSynchronize(stream), kOp, "the picking kernels");
-  raise_status(host.data(), graph.num_nodes, graph.num_edges);
+  raise_sample_status(host.data(), graph.num_nodes, graph.num_edges, kOp, "targets");
   return host;
 }
 
@@ -68,12 +50,7 @@ PickedEdges pick_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indi
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
   const at::TensorOptions opts = targets.options().dtype(at::kLong);
 
-  cuda::Topology graph;
-  graph.indptr = static_cast<const int64_t*>(cuda::device_readable_pointer(indptr, device, kOp, "indptr"));
-  graph.indices = cuda::device_readable_pointer(indices, device, kOp, "indices");
-  graph.indices_int64 = indices.scalar_type() == at::kLong;
-  graph.num_nodes = indptr.numel() - 1;
-  graph.num_edges = indices.numel();
+  const cuda::Topology graph = topology_view(indptr, indices, device, kOp);
   const int64_t count = targets.numel();
   const auto num_ends = static_cast<int64_t>(target_ends.size());
 

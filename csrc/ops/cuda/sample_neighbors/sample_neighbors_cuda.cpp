@@ -41,16 +41,7 @@ constexpr int kReadbackSlots = cuda::kSampleStatusSlots + 1;
 // memory while `seeds` is on the GPU (that shared helper requires one device for all three).
 void check_args(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                 c10::IntArrayRef fanouts) {
-  check_dtype(indptr, at::kLong, kOp, "indptr");
-  check_index_dtype(indices, kOp, "indices");
-  check_dtype(seeds, at::kLong, kOp, "seeds");
-  check_dim(indptr, 1, kOp, "indptr");
-  check_dim(indices, 1, kOp, "indices");
-  check_dim(seeds, 1, kOp, "seeds");
-  check_contiguous(indptr, kOp, "indptr");
-  check_contiguous(indices, kOp, "indices");
-  check_contiguous(seeds, kOp, "seeds");
-  TORCH_CHECK_VALUE(indptr.numel() >= 1, kOp, ": `indptr` must have num_nodes + 1 >= 1 entries, got none");
+  check_csc_and_nodes(indptr, indices, seeds, kOp, "seeds");
   TORCH_CHECK_VALUE(seeds.numel() > 0, kOp, ": `seeds` is empty; a batch needs at least one seed node");
   TORCH_CHECK_VALUE(seeds.device().is_cuda(), kOp, ": `seeds` must be a CUDA tensor for GPU sampling, got ",
                     seeds.device());
@@ -114,7 +105,7 @@ class Readback {
     cuda::check_cuda(cudaMemcpyAsync(host, slots_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream_), kOp,
                      "reading back the status");
     cuda::check_cuda(cudaStreamSynchronize(stream_), kOp, "the sampling kernels");
-    raise_sample_status(host, num_nodes, num_edges);
+    raise_sample_status(host, num_nodes, num_edges, kOp, "seeds");
     return host[kCountSlot];
   }
 
@@ -131,12 +122,7 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
   const at::TensorOptions opts = seeds.options().dtype(at::kLong);
 
-  cuda::Topology graph;
-  graph.indptr = static_cast<const int64_t*>(cuda::device_readable_pointer(indptr, device, kOp, "indptr"));
-  graph.indices = cuda::device_readable_pointer(indices, device, kOp, "indices");
-  graph.indices_int64 = indices.scalar_type() == at::kLong;
-  graph.num_nodes = indptr.numel() - 1;
-  graph.num_edges = indices.numel();
+  const cuda::Topology graph = topology_view(indptr, indices, device, kOp);
   const int64_t num_seeds = seeds.numel();
   // With every fanout >= 0 the sample's size is bounded up front and nothing below ever grows; with a -1 hop
   // the table and n_id start small and grow once that hop's edge count is known.
@@ -270,31 +256,41 @@ Sample sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices
 
 }  // namespace
 
-void raise_sample_status(const int64_t* status, int64_t num_nodes, int64_t num_edges) {
+void raise_sample_status(const int64_t* status, int64_t num_nodes, int64_t num_edges, const char* op,
+                         const char* inputs) {
   switch (status[0]) {
     case cuda::kSampleOk:
       break;
     case cuda::kSampleBadSeed:
-      TORCH_CHECK_INDEX(false, kOp, ": `seeds[", status[1], "]` = ", status[2], " is not a node id in [0, ", num_nodes,
-                        ")");
+      TORCH_CHECK_INDEX(false, op, ": `", inputs, "[", status[1], "]` = ", status[2], " is not a node id in [0, ",
+                        num_nodes, ")");
     case cuda::kSampleDuplicateSeed:
-      TORCH_CHECK_VALUE(false, kOp, ": `seeds` must be unique, but node ", status[2],
-                        " appears more than once (again at seeds[", status[1], "] or before it)");
+      TORCH_CHECK_VALUE(false, op, ": `", inputs, "` must be unique, but node ", status[2],
+                        " appears more than once (again at ", inputs, "[", status[1], "] or before it)");
     case cuda::kSampleBadIndptr:
-      TORCH_CHECK_VALUE(false, kOp, ": `indptr` is not a valid CSC pointer at node ", status[1], " (indptr[",
+      TORCH_CHECK_VALUE(false, op, ": `indptr` is not a valid CSC pointer at node ", status[1], " (indptr[",
                         status[1], "] = ", status[2], ", indptr[", status[1] + 1, "] = ", status[3], ", indices has ",
                         num_edges, " entries); it must be non-decreasing from 0 to indices.numel()");
     case cuda::kSampleBadNeighbor:
-      TORCH_CHECK_INDEX(false, kOp, ": `indices[", status[1], "]` = ", status[2], " is not a node id in [0, ",
+      TORCH_CHECK_INDEX(false, op, ": `indices[", status[1], "]` = ", status[2], " is not a node id in [0, ",
                         num_nodes, ")");
     case cuda::kSampleBoundExceeded:
-      TORCH_CHECK_VALUE(false, kOp, ": hop ", status[1], " needs room for ", status[2],
-                        " entries, more than the bound ", status[3],
-                        " of the CUDA sampler: `indptr` has overlapping neighborhoods, or `seeds` repeat or hold ids "
-                        "out of range");
+      TORCH_CHECK_VALUE(false, op, ": hop ", status[1], " needs room for ", status[2],
+                        " entries, more than the bound ", status[3], " of the CUDA sampler: `indptr` has overlapping "
+                        "neighborhoods, or `", inputs, "` repeat or hold ids out of range");
     default:
-      TORCH_CHECK(false, kOp, ": internal error code ", status[0], " from the CUDA sampler");
+      TORCH_CHECK(false, op, ": internal error code ", status[0], " from the CUDA sampler");
   }
+}
+
+cuda::Topology topology_view(const at::Tensor& indptr, const at::Tensor& indices, int device, const char* op) {
+  cuda::Topology graph;
+  graph.indptr = static_cast<const int64_t*>(cuda::device_readable_pointer(indptr, device, op, "indptr"));
+  graph.indices = cuda::device_readable_pointer(indices, device, op, "indices");
+  graph.indices_int64 = indices.scalar_type() == at::kLong;
+  graph.num_nodes = indptr.numel() - 1;
+  graph.num_edges = indices.numel();
+  return graph;
 }
 
 NodeTableStorage make_node_table(int64_t expected_nodes, const at::TensorOptions& options, cudaStream_t stream) {

@@ -1,5 +1,5 @@
 // Device helpers shared by the CUDA sampler's kernels (sample_neighbors_kernel.cu, sample_neighbors_lean_kernel.cu):
-// the error slot, the batch's global -> local hash table, and reading one neighbor id. CUDA sources only.
+// the error slot, the batch's global -> local hash table, a node's CSC range and reading one neighbor id. CUDA sources only.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +41,25 @@ __device__ inline int64_t table_insert(const NodeTable& t, long long key, bool* 
     }
     s = (s + 1) & mask;
   }
+}
+
+// The CSC range [*begin, *begin + *degree) of `node`'s in-neighbors. False, with an empty range, for a node outside
+// [0, num_nodes) (never indexed with; the caller reports it where it is the caller's input) and for a bad `indptr`
+// entry (reported here).
+__device__ inline bool in_neighbors(const Topology& g, int64_t node, long long* status, int64_t* begin,
+                                    int64_t* degree) {
+  *begin = 0;
+  *degree = 0;
+  if (node < 0 || node >= g.num_nodes) return false;
+  const int64_t b = g.indptr[node];
+  const int64_t e = g.indptr[node + 1];
+  if (!(0 <= b && b <= e && e <= g.num_edges)) {
+    report(status, kSampleBadIndptr, node, b, e);
+    return false;
+  }
+  *begin = b;
+  *degree = e - b;
+  return true;
 }
 
 __device__ __forceinline__ int64_t load_index(const void* indices, bool is64, int64_t pos) {

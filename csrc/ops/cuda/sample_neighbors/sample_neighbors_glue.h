@@ -1,6 +1,6 @@
 // Host-side pieces shared by the two CUDA sampler paths (sample_neighbors_cuda.cpp: per-hop read-backs, any
 // fanouts; sample_neighbors_lean.cpp: bounded fanouts, one read-back per batch, replayed from a CUDA graph per
-// batch shape by sample_neighbors_lean_graph.cpp). CUDA builds only.
+// batch shape by sample_neighbors_lean_graph.cpp) and by pick_neighbors_cuda.cpp. CUDA builds only.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,8 +18,14 @@ namespace zerocopy {
 
 using CudaSample = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
-// Raises the error a kernel reported in `status` (cuda::kSampleStatusSlots host entries), if any.
-void raise_sample_status(const int64_t* status, int64_t num_nodes, int64_t num_edges);
+// Raises the error a kernel reported in `status` (cuda::kSampleStatusSlots host entries), if any, as op `op`'s whose
+// input node ids are the argument `inputs` ("seeds", "targets").
+void raise_sample_status(const int64_t* status, int64_t num_nodes, int64_t num_edges, const char* op,
+                         const char* inputs);
+
+// The kernels' view of a CSC (`indptr` int64, `indices` int32 or int64) in GPU memory or in host memory `device`
+// can read (else the error names `op` and the tensor).
+cuda::Topology topology_view(const at::Tensor& indptr, const at::Tensor& indices, int device, const char* op);
 
 // A CPU int64 tensor holding `counts`.
 at::Tensor counts_tensor(const std::vector<int64_t>& counts);

@@ -31,19 +31,9 @@ __global__ void count_picks_kernel(const int64_t* n_id, int64_t t0, int64_t coun
                                    long long* status) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
-  const int64_t node = n_id[t0 + i];
-  int64_t begin = 0, degree = 0, k = 0;
-  if (node >= 0 && node < g.num_nodes) {  // a bad seed is already reported; never index with it
-    const int64_t b = g.indptr[node];
-    const int64_t e = g.indptr[node + 1];
-    if (0 <= b && b <= e && e <= g.num_edges) {
-      begin = b;
-      degree = e - b;
-      k = pick::num_picks(degree, fanout, replace);
-    } else {
-      report(status, kSampleBadIndptr, node, b, e);
-    }
-  }
+  const int64_t node = n_id[t0 + i];  // a bad seed is already reported
+  int64_t begin, degree;
+  const int64_t k = in_neighbors(g, node, status, &begin, &degree) ? pick::num_picks(degree, fanout, replace) : 0;
   starts[i] = begin;
   degrees[i] = degree;
   picks[i] = k;

@@ -152,7 +152,7 @@ CudaSample finish_lean(const LeanBatch& batch, const cuda::Topology& graph, int6
                                    cudaMemcpyDeviceToHost, stream),
                    kOp, "reading back the status");
   cuda::check_cuda(cudaStreamSynchronize(stream), kOp, "the sampling kernels");
-  raise_sample_status(host.data(), graph.num_nodes, graph.num_edges);
+  raise_sample_status(host.data(), graph.num_nodes, graph.num_edges, kOp, "seeds");
 
   const int64_t* nodes = host.data() + cuda::kSampleStatusSlots;
   const int64_t* edges = nodes + num_hops + 1;

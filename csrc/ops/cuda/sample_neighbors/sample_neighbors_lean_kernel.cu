@@ -58,18 +58,13 @@ __global__ void lean_count_pick_kernel(LeanHop h, const int64_t* n_id, Topology 
   const auto seed = static_cast<uint64_t>(*h.rng_seed);
   int64_t k = 0;
   if (i < frontier) {
-    const int64_t node = n_id[t0 + i];
-    if (node >= 0 && node < g.num_nodes) {  // a bad seed is already reported; never index with it
-      const int64_t b = g.indptr[node];
-      const int64_t e = g.indptr[node + 1];
-      if (0 <= b && b <= e && e <= g.num_edges) {
-        k = pick::num_picks(e - b, h.fanout, h.replace);
-        int64_t* scratch = h.scratch == nullptr ? nullptr : h.scratch + pick::kScratchPerPick * i * h.fanout;
-        pick::pick_positions(pick::target_key(seed, h.hop, i, node, h.node_keyed), b, e - b, h.fanout, h.replace, k,
-                             h.padded_pos + i * h.fanout, scratch);
-      } else {
-        report(status, kSampleBadIndptr, node, b, e);
-      }
+    const int64_t node = n_id[t0 + i];  // a bad seed is already reported
+    int64_t b, degree;
+    if (in_neighbors(g, node, status, &b, &degree)) {
+      k = pick::num_picks(degree, h.fanout, h.replace);
+      int64_t* scratch = h.scratch == nullptr ? nullptr : h.scratch + pick::kScratchPerPick * i * h.fanout;
+      pick::pick_positions(pick::target_key(seed, h.hop, i, node, h.node_keyed), b, degree, h.fanout, h.replace, k,
+                           h.padded_pos + i * h.fanout, scratch);
     }
   }
   h.picks[i] = k;
