@@ -23,6 +23,7 @@ rest; DDP ranks started later by Lightning's launcher inherit the variables and 
 from __future__ import annotations
 
 import functools
+import os
 from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence, Union
 
 import pytorch_lightning as pl
@@ -30,9 +31,10 @@ import torch
 from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
-from lightning_zerocopy.pipeline import mps_launcher
+from lightning_zerocopy.pipeline import mps, mps_launcher
 from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
 from lightning_zerocopy.pipeline.session import PipelineSession, check_pipeline_options, first_share
+from lightning_zerocopy.pipeline.share_numerics import ensure_share_computes_right
 
 if TYPE_CHECKING:
     from lightning_zerocopy.pipeline.client import PipelineClient, PipelineStats
@@ -162,6 +164,7 @@ class PipelineCallback(Callback):
         self._shutdown()
         self.join_mps()  # before the worker starts: it gets its share from the daemon's variables
         device = trainer.strategy.root_device
+        self._check_share_numerics(trainer, device)
         mode = self.resolve_mode(device, gpu_builder=getattr(datamodule, "batch_device_type", "cpu") == "cuda")
         run = trainer.state.fn.value if trainer.state.fn is not None else "fit"
         try:
@@ -176,6 +179,16 @@ class PipelineCallback(Callback):
         except BaseException:
             self._shutdown()
             raise
+
+    def _check_share_numerics(self, trainer: "pl.Trainer", device: torch.device) -> None:
+        """As an MPS client with a share of the SMs, this trainer's half-precision GEMMs must be right: on an H200 they
+        were wrong at some shares (:mod:`~lightning_zerocopy.pipeline.share_numerics`), and training went on at
+        chance with no error. Raises :class:`~.share_numerics.MPSShareNumericsError` before the worker starts."""
+        percent = os.environ.get(mps.PERCENT_ENV)
+        if self.mps_daemon is None or device.type != "cuda" or percent is None or int(percent) >= 100:
+            return
+        ensure_share_computes_right(device, str(trainer.precision), int(percent), self._first_share,
+                                    trainer.lightning_module)  # fmt: skip
 
     # ---- Lightning hooks ---------------------------------------------------------------------------------------
     @override
