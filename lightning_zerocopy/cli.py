@@ -277,9 +277,32 @@ def mps_requested_by(args: Sequence[str]) -> Optional[int]:
     The last recipe that sets ``trainer.callbacks`` decides, as when LightningCLI merges them. A recipe that
     cannot be read, or an invalid share, is skipped here: LightningCLI reports it.
     """
-    import yaml
-
     from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
+
+    init_args = _mps_pipeline_args(args)
+    if init_args is None:
+        return None
+    percent = init_args.get("worker_sm_percent", DEFAULT_WORKER_SM_PERCENT)
+    if percent == "auto":  # the trainer gets 100 - the smallest share of the ladder the callback tries
+        from lightning_zerocopy.pipeline.share_choice import SHARE_LADDER
+
+        percent = SHARE_LADDER[0]
+    # anything else is a recipe error that LightningCLI reports, naming the key
+    return percent if isinstance(percent, int) and not isinstance(percent, bool) and 1 <= percent <= 99 else None
+
+
+def trainer_share_requested_by(args: Sequence[str]) -> Optional[int]:
+    """The trainer's own SM share (``PipelineCallback(trainer_sm_percent=...)``) in the recipe that asks for MPS, or
+    ``None`` (``100 - worker_sm_percent``); an invalid one is left to LightningCLI to report."""
+    init_args = _mps_pipeline_args(args) or {}
+    percent = init_args.get("trainer_sm_percent")
+    return percent if isinstance(percent, int) and not isinstance(percent, bool) and 1 <= percent <= 100 else None
+
+
+def _mps_pipeline_args(args: Sequence[str]) -> Optional[dict]:
+    """The ``init_args`` of the recipes' ``PipelineCallback`` with ``mps: true`` (not ``in_process``) for a run
+    subcommand, or ``None``."""
+    import yaml
 
     if not any(a in _RUN_SUBCOMMANDS for a in args) or any(a in ("-h", "--help", "--print_config") or
                                                             a.startswith("--print_config=") for a in args):  # fmt: skip
@@ -298,13 +321,7 @@ def mps_requested_by(args: Sequence[str]) -> Optional[int]:
             continue
         init_args = entry.get("init_args") or {}
         if init_args.get("mps") is True and init_args.get("mode", "auto") != "in_process":
-            percent = init_args.get("worker_sm_percent", DEFAULT_WORKER_SM_PERCENT)
-            if percent == "auto":  # the trainer gets 100 - the smallest share of the ladder the callback tries
-                from lightning_zerocopy.pipeline.share_choice import SHARE_LADDER
-
-                percent = SHARE_LADDER[0]
-            # anything else is a recipe error that LightningCLI reports, naming the key
-            return percent if isinstance(percent, int) and 1 <= percent <= 99 else None
+            return init_args
     return None
 
 
@@ -347,7 +364,8 @@ def main(args: ArgsType = None) -> None:
     if worker_percent is not None:  # before build_cli imports the DataModule, the model and PyG
         from lightning_zerocopy.pipeline.mps_launcher import start_for_trainer
 
-        start_for_trainer(worker_percent)  # a DDP rank re-running this command joins its parent's daemon
+        # a DDP rank re-running this command joins its parent's daemon
+        start_for_trainer(worker_percent, trainer_share_requested_by(argv))
     _watch_the_launch()
     from lightning_zerocopy import preemption
 

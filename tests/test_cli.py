@@ -182,6 +182,22 @@ def test_the_command_reads_an_mps_request_from_the_recipes(tmp_path: Path) -> No
         assert mps_requested_by(args) is None, args
 
 
+def test_the_command_reads_the_trainers_own_share_from_the_recipe(tmp_path: Path) -> None:
+    from lightning_zerocopy.cli import mps_requested_by, trainer_share_requested_by
+
+    pipeline = "lightning_zerocopy.callbacks.PipelineCallback"
+
+    def recipe(**init_args) -> list[str]:
+        return ["fit", "--config", _recipe(tmp_path, "r.yaml", [{"class_path": pipeline, "init_args": init_args}])]
+
+    assert trainer_share_requested_by(recipe(mps=True, worker_sm_percent=20, trainer_sm_percent=100)) == 100
+    assert mps_requested_by(recipe(mps=True, worker_sm_percent=20, trainer_sm_percent=100)) == 20
+    assert trainer_share_requested_by(recipe(mps=True, worker_sm_percent=20)) is None  # 100 - 20
+    assert trainer_share_requested_by(recipe(mps=False, trainer_sm_percent=100)) is None  # no MPS asked for
+    for bad in (0, 101, "all", True):  # left to LightningCLI, whose error names the key
+        assert trainer_share_requested_by(recipe(mps=True, trainer_sm_percent=bad)) is None, bad
+
+
 def test_the_command_starts_mps_before_anything_imports_pyg(tmp_path: Path) -> None:
     """``import torch_geometric`` initializes CUDA, after which the trainer could no longer become an MPS client:
     the command must have started the daemon (here: recorded by a stand-in) before the recipe's classes load."""

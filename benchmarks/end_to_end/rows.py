@@ -78,6 +78,9 @@ def _share_rows() -> list[Row]:
     data, mps = {"sampler_placement": "gpu", "gather": "zerocopy"}, {"mode": "worker", "mps": True}
     rows = [Row(f"zc_gpu_mps_{p}", "ours", f"as zc_gpu_mps, the worker's MPS share {p} % (the trainer {100 - p} %)", data,
                 pipeline={**mps, "worker_sm_percent": p}) for p in (20, 30)]  # fmt: skip
+    rows += [Row(f"zc_gpu_mps{'' if p == 10 else f'_{p}'}_full", "ours", f"as zc_gpu_mps, the worker's MPS share {p} % "
+                 "and the trainer not limited (trainer_sm_percent 100: MPS caps each client)", data,
+                 pipeline={**mps, "worker_sm_percent": p, "trainer_sm_percent": 100}) for p in (10, 20)]  # fmt: skip
     return rows + [Row("zc_gpu_mps_auto", "ours", "as zc_gpu_mps, worker_sm_percent='auto': the smallest of 10/20/30 % "
                        "whose build time fits in the step, calibrated while training (the trainer keeps 90 %; steps/s "
                        "include the calibration's steps); the report gives the share chosen", data,
@@ -291,4 +294,6 @@ def mps_prefix(args: argparse.Namespace, row: Row) -> list[str]:
     while mps.mps_processes() and time.monotonic() < deadline:
         time.sleep(0.2)
     share = launcher_share(worker_share(row, args.worker_sm_percent))
-    return [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", str(share), "--"]
+    trainer = (row.pipeline or {}).get("trainer_sm_percent")
+    own = [] if trainer is None else ["--trainer-sm-percent", str(trainer)]
+    return [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", str(share), *own, "--"]

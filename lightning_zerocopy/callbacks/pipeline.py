@@ -63,6 +63,9 @@ class PipelineCallback(Callback):
             ``100 - worker_sm_percent``), or the in-process producer's with ``green_context``. ``"auto"`` (worker
             under MPS on a GPU): the smallest of 10, 20 and 30 % whose measured build time fits in the step
             (:mod:`~lightning_zerocopy.pipeline.share_auto`; the trainer gets 90 %).
+        trainer_sm_percent: the trainer's own MPS share, default ``100 - worker_sm_percent``; 100 leaves it the whole
+            GPU (MPS caps each client, the two may add up to more than 100). Read by the ``lightning-zerocopy``
+            command from the recipe before CUDA starts, as ``worker_sm_percent`` is.
         lookahead: three stages: the producer samples batch ``t + 2`` on a thread of its own while it gathers
             batch ``t + 1`` into a slot and the trainer trains on batch ``t``.
         green_context: in-process mode on a GPU: run the producer's kernels on CUDA green-context streams
@@ -106,8 +109,9 @@ class PipelineCallback(Callback):
         copy_stages: Sequence[str] = ("predict",),
         lookahead: bool = True,
         green_context: bool = False,
+        trainer_sm_percent: Optional[int] = None,
     ) -> None:
-        check_pipeline_options(mode, depth, mps, worker_sm_percent, copy_stages, green_context)
+        check_pipeline_options(mode, depth, mps, worker_sm_percent, copy_stages, green_context, trainer_sm_percent)
         self.mode: Mode = mode
         self.depth = depth
         self.mps = mps
@@ -116,6 +120,7 @@ class PipelineCallback(Callback):
         self.copy_stages = tuple(copy_stages)
         self.lookahead = bool(lookahead)
         self.green_context = bool(green_context)
+        self.trainer_sm_percent = trainer_sm_percent
         self.mps_daemon: Optional["MPSDaemon"] = None
         #: the client whose producer builds the batches now (``None`` outside a run)
         self.client: Optional["PipelineClient"] = None
@@ -131,7 +136,8 @@ class PipelineCallback(Callback):
         when the run is set up (the DataModule attaching the callback, ``setup``, :meth:`resolve_mode`)."""
         if self.mps and not self._mps_checked:
             self._mps_checked = True
-            self.mps_daemon = mps_launcher.join_for_trainer(self._first_share, self.worker_sm_percent)
+            self.mps_daemon = mps_launcher.join_for_trainer(self._first_share, self.worker_sm_percent,
+                                                            self.trainer_sm_percent)  # fmt: skip
         return self.mps_daemon
 
     @property

@@ -44,6 +44,7 @@ def check_pipeline_options(
     worker_sm_percent: Union[int, Literal["auto"]],
     copy_stages: Sequence[str],
     green_context: bool,
+    trainer_sm_percent: Optional[int] = None,
 ) -> None:
     """Check :class:`~lightning_zerocopy.callbacks.PipelineCallback`'s arguments together.
 
@@ -63,6 +64,11 @@ def check_pipeline_options(
         raise ValueError(
             f"PipelineCallback(worker_sm_percent=...) must be in [1, 99] or 'auto', got {worker_sm_percent!r}"
         )
+    if trainer_sm_percent is not None:
+        if isinstance(trainer_sm_percent, bool) or not isinstance(trainer_sm_percent, int) or not 1 <= trainer_sm_percent <= 100:
+            raise ValueError(f"PipelineCallback(trainer_sm_percent=...) must be in [1, 100], got {trainer_sm_percent!r}")
+        if not mps:
+            raise ValueError("PipelineCallback(trainer_sm_percent=...) is the trainer's MPS share: set mps: true, or drop it")
     if mps and mode == "in_process":
         raise ValueError("PipelineCallback(mps=True) needs a worker process: use mode 'worker' or 'auto'")
     if green_context and (mps or mode == "worker"):

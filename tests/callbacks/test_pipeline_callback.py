@@ -361,3 +361,18 @@ def test_pipeline_loader_deals_an_epoch_resumed_on_another_world_size_like_the_p
             assert not done & set(later) and len(done) + len(later) == dm.plan("train").input_nodes.numel()
     finally:
         dm.teardown("fit")
+
+
+@pytest.mark.parametrize("trainer_share, expected", [(None, "80"), (100, "100")])
+def test_the_callback_starts_mps_with_the_trainers_own_share(monkeypatch, trainer_share, expected):
+    from lightning_zerocopy.pipeline import mps, mps_launcher
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(mps, "cuda_driver_initialized", lambda: False)
+    monkeypatch.setattr(mps, "start_mps", lambda: mps.MPSDaemon("/nonexistent", 1, None, owner=True))
+    monkeypatch.delenv(mps.ROOT_ENV, raising=False)
+    monkeypatch.setenv(mps.PERCENT_ENV, "unset")  # restored after the test: start_for_trainer writes os.environ
+    monkeypatch.setenv(mps_launcher.WORKER_PERCENT_ENV, "unset")
+    callback = PipelineCallback(mode="worker", mps=True, worker_sm_percent=20, trainer_sm_percent=trainer_share)
+    assert callback.join_mps() is not None
+    assert os.environ[mps.PERCENT_ENV] == expected and os.environ[mps_launcher.WORKER_PERCENT_ENV] == "20"

@@ -320,18 +320,28 @@ def test_daemon_that_ignores_quit_is_killed(fake_mps, monkeypatch):
     assert not Path(daemon.root).exists()
 
 
-def test_launcher_runs_the_command_as_a_client_and_stops_the_daemon_after_it(fake_mps, tmp_path):
-    """``python -m ...mps_launcher --worker-sm-percent 10 -- CMD``: CMD starts with the MPS variables (the trainer's 90 %)."""
+@pytest.mark.parametrize("extra, expected", [([], ("90", "10")), (["--trainer-sm-percent", "100"], ("100", "10"))])
+def test_launcher_runs_the_command_as_a_client_and_stops_the_daemon_after_it(fake_mps, tmp_path, extra, expected):
+    """``python -m ...mps_launcher --worker-sm-percent 10 -- CMD``: CMD starts with the MPS variables (the trainer's
+    90 %, or its own ``--trainer-sm-percent``: MPS caps each client, the shares may add up to more than 100)."""
     out = tmp_path / "env.txt"
     show = (
         "import os; e = os.environ; open(%r, 'w').write(' '.join([e['CUDA_MPS_PIPE_DIRECTORY'], "
         "e['CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'], e['LZC_MPS_WORKER_PERCENT'], str(os.getpid())]))" % str(out)
     )
-    launcher = [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", "10", "--", sys.executable, "-c", show]
+    launcher = [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", "10", *extra,
+                "--", sys.executable, "-c", show]  # fmt: skip
     proc = subprocess.run(launcher, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     pipe, trainer_percent, worker_percent, _ = out.read_text().split()
-    assert (trainer_percent, worker_percent) == ("90", "10")
+    assert (trainer_percent, worker_percent) == expected
     root = Path(pipe).parent
     assert _wait(lambda: not root.exists(), 15), "the daemon's directory outlived the command"
     assert mps.mps_processes() == []
+
+
+@pytest.mark.parametrize("bad", ["0", "101"])
+def test_launcher_rejects_a_trainer_share_outside_1_to_100(bad):
+    launcher = [sys.executable, "-m", "lightning_zerocopy.pipeline.mps_launcher", "--trainer-sm-percent", bad, "--", "true"]
+    proc = subprocess.run(launcher, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--trainer-sm-percent must be in [1, 100]" in proc.stderr, proc.stderr

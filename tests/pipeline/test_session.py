@@ -59,3 +59,12 @@ def test_options_are_checked_together_and_auto_starts_at_the_smallest_share() ->
     with pytest.raises(ValueError, match="copy_stages"):
         check_pipeline_options("auto", 2, False, 10, ("training",), False)
     assert first_share("auto") == 10 and first_share(25) == 25
+
+
+def test_the_trainers_share_is_checked_with_the_others() -> None:
+    check_pipeline_options("worker", 2, True, 20, (), False, trainer_sm_percent=100)
+    for bad in (0, 101, True, "90"):
+        with pytest.raises(ValueError, match=r"trainer_sm_percent=...\) must be in \[1, 100\]"):
+            check_pipeline_options("worker", 2, True, 20, (), False, trainer_sm_percent=bad)
+    with pytest.raises(ValueError, match="trainer's MPS share: set mps: true"):
+        check_pipeline_options("worker", 2, False, 20, (), False, trainer_sm_percent=100)

@@ -70,6 +70,19 @@ def test_the_launcher_gets_the_rows_share(row: str, flag: object, launched: int,
     assert launcher_share(worker_share(ROWS[row], flag)) == launched
 
 
+@pytest.mark.parametrize("row, worker", [("zc_gpu_mps_full", 10), ("zc_gpu_mps_20_full", 20)])
+def test_full_rows_leave_the_trainer_unlimited(row: str, worker: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_full`` rows: the worker's share as named, the trainer's own share 100 % (launcher and callback alike)."""
+    from benchmarks.end_to_end.rows import mps_prefix
+    from lightning_zerocopy.pipeline import mps
+
+    monkeypatch.setattr(mps, "mps_processes", lambda: [])
+    prefix = mps_prefix(SimpleNamespace(worker_sm_percent=30), ROWS[row])
+    assert prefix[3:] == ["--worker-sm-percent", str(worker), "--trainer-sm-percent", "100", "--"]
+    callback = PipelineCallback(**pipeline_options(ROWS[row], SimpleNamespace(worker_sm_percent=30)))
+    assert (callback.worker_sm_percent, callback.trainer_sm_percent) == (worker, 100)
+
+
 def test_the_callback_gets_the_rows_share() -> None:
     args = SimpleNamespace(worker_sm_percent=30)
     assert pipeline_options(ROWS["zc_gpu_mps_20"], args) == {"mode": "worker", "mps": True, "worker_sm_percent": 20}
