@@ -147,8 +147,9 @@ def ensure_share_computes_right(
             f"cuBLAS's {', '.join(str(c.dtype)[6:] for c in bad)} GEMMs come back wrong there (relative error against "
             f"fp64: {cases}); training at precision {precision!r} would go on without an error and learn nothing. "
             "Change one of: PipelineCallback's worker_sm_percent (see which trainer shares compute right on this GPU "
-            "with `python -m lightning_zerocopy.pipeline.share_numerics`; 10 % was right on an H200), the trainer's "
-            "precision to '32-true', or mps: false."
+            "with `python -m lightning_zerocopy.pipeline.share_numerics`; 10 % was right on an H200), its "
+            "trainer_sm_percent to 100 (the trainer unlimited, slower where measured), the trainer's precision to "
+            "'32-true', or mps: false."
         )
     return checks
 

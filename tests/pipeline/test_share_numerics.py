@@ -92,7 +92,8 @@ def test_a_wrong_share_raises_naming_what_to_change() -> None:
         ensure_share_computes_right(CPU, "bf16-mixed", 80, 20, nn.Linear(100, 64), linear=wrong_in_half, rows=ROWS)
     message = str(info.value)
     for part in ("80 % of the SMs", "worker's share is 20 %", "bfloat16", "64x256 @ 256x256", "worker_sm_percent",
-                 "python -m lightning_zerocopy.pipeline.share_numerics", "'32-true'", "mps: false"):  # fmt: skip
+                 "python -m lightning_zerocopy.pipeline.share_numerics", "trainer_sm_percent to 100", "'32-true'",
+                 "mps: false"):  # fmt: skip
         assert part in message, (part, message)
 
 
