@@ -27,8 +27,9 @@ User errors (a bad key, type or value in the recipe) print one message naming th
 
 MPS: when a recipe lists ``PipelineCallback`` with ``mps: true``, the command starts the private MPS daemon
 before it imports anything that initializes CUDA (``import torch_geometric`` does), so that the trainer becomes
-an MPS client with ``100 - worker_sm_percent`` % of the SMs; the callback then joins that daemon. Only the
-recipe files (``--config``) are read for this, not command-line overrides of the callback.
+an MPS client with ``100 - worker_sm_percent`` % of the SMs (or ``trainer_sm_percent``); the callback then joins that
+daemon. Only the recipe files (``--config``) are read for this (:mod:`~lightning_zerocopy.cli_mps`), not command-line
+overrides of the callback.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from lightning_zerocopy._cli_errors import (
 )
 from lightning_zerocopy.cli_output import quiet_lightning_notices
 from lightning_zerocopy.cli_links import ModelInstantiator, add_data_links, predict_step_hint, yaml_metadata
+from lightning_zerocopy.cli_mps import mps_requested_by, trainer_share_requested_by
 from lightning_zerocopy.cli_runs import (
     check_checkpoint_class,
     default_logger,
@@ -63,9 +65,9 @@ from lightning_zerocopy.cli_runs import (
     saved_class_path,
 )
 
-__all__ = ["CommandError", "ZeroCopyCLI", "build_cli", "find_last_checkpoint", "main", "mps_requested_by"]
+__all__ = ["CommandError", "ZeroCopyCLI", "build_cli", "find_last_checkpoint", "main", "mps_requested_by",
+           "trainer_share_requested_by"]
 
-_RUN_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 _RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 DESCRIPTION = f"""lightning-zerocopy: train, evaluate and predict with a PyTorch Lightning + PyG GNN on mini-batches
 sampled from a graph in shared host memory. A YAML recipe names the data, the model and the trainer.
@@ -268,71 +270,6 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ZeroCopyCLI:
             "formatter_class": _RawDescriptionFormatter,
         },
     )
-
-
-def mps_requested_by(args: Sequence[str]) -> Optional[int]:
-    """The pipeline worker's SM share if the recipes named in ``args`` (``--config``/``-c``) list a
-    ``PipelineCallback`` with ``mps: true`` for a run subcommand, else ``None``.
-
-    The last recipe that sets ``trainer.callbacks`` decides, as when LightningCLI merges them. A recipe that
-    cannot be read, or an invalid share, is skipped here: LightningCLI reports it.
-    """
-    from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
-
-    init_args = _mps_pipeline_args(args)
-    if init_args is None:
-        return None
-    percent = init_args.get("worker_sm_percent", DEFAULT_WORKER_SM_PERCENT)
-    if percent == "auto":  # the trainer gets 100 - the smallest share of the ladder the callback tries
-        from lightning_zerocopy.pipeline.share_choice import SHARE_LADDER
-
-        percent = SHARE_LADDER[0]
-    # anything else is a recipe error that LightningCLI reports, naming the key
-    return percent if isinstance(percent, int) and not isinstance(percent, bool) and 1 <= percent <= 99 else None
-
-
-def trainer_share_requested_by(args: Sequence[str]) -> Optional[int]:
-    """The trainer's own SM share (``PipelineCallback(trainer_sm_percent=...)``) in the recipe that asks for MPS, or
-    ``None`` (``100 - worker_sm_percent``); an invalid one is left to LightningCLI to report."""
-    init_args = _mps_pipeline_args(args) or {}
-    percent = init_args.get("trainer_sm_percent")
-    return percent if isinstance(percent, int) and not isinstance(percent, bool) and 1 <= percent <= 100 else None
-
-
-def _mps_pipeline_args(args: Sequence[str]) -> Optional[dict]:
-    """The ``init_args`` of the recipes' ``PipelineCallback`` with ``mps: true`` (not ``in_process``) for a run
-    subcommand, or ``None``."""
-    import yaml
-
-    if not any(a in _RUN_SUBCOMMANDS for a in args) or any(a in ("-h", "--help", "--print_config") or
-                                                            a.startswith("--print_config=") for a in args):  # fmt: skip
-        return None
-    callbacks: Any = None
-    for path in _config_paths(args):
-        try:
-            recipe = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError):
-            continue
-        trainer = recipe.get("trainer") if isinstance(recipe, dict) else None
-        if isinstance(trainer, dict) and "callbacks" in trainer:
-            callbacks = trainer["callbacks"]
-    for entry in callbacks if isinstance(callbacks, list) else [callbacks]:
-        if not isinstance(entry, dict) or str(entry.get("class_path", "")).rsplit(".", 1)[-1] != "PipelineCallback":
-            continue
-        init_args = entry.get("init_args") or {}
-        if init_args.get("mps") is True and init_args.get("mode", "auto") != "in_process":
-            return init_args
-    return None
-
-
-def _config_paths(args: Sequence[str]) -> list[str]:
-    paths = []
-    for i, arg in enumerate(args):
-        if arg in ("--config", "-c") and i + 1 < len(args):
-            paths.append(args[i + 1])
-        elif arg.startswith("--config="):
-            paths.append(arg.split("=", 1)[1])
-    return paths
 
 
 def _import_from_the_current_folder() -> None:

@@ -201,20 +201,21 @@ def test_the_command_reads_the_trainers_own_share_from_the_recipe(tmp_path: Path
 def test_the_command_starts_mps_before_anything_imports_pyg(tmp_path: Path) -> None:
     """``import torch_geometric`` initializes CUDA, after which the trainer could no longer become an MPS client:
     the command must have started the daemon (here: recorded by a stand-in) before the recipe's classes load."""
-    recipe = _recipe(tmp_path, "on.yaml", [{"class_path": "PipelineCallback", "init_args": {"mps": True, "worker_sm_percent": 30}}])
+    recipe = _recipe(tmp_path, "on.yaml", [{"class_path": "PipelineCallback",
+                                            "init_args": {"mps": True, "worker_sm_percent": 30, "trainer_sm_percent": 100}}])
     script = f"""
 import sys
 import lightning_zerocopy.cli as cli
 import lightning_zerocopy.pipeline.mps_launcher as mps_launcher
 calls = []
-mps_launcher.start_for_trainer = lambda percent: calls.append((percent, "torch_geometric" in sys.modules))
+mps_launcher.start_for_trainer = lambda percent, trainer: calls.append((percent, trainer, "torch_geometric" in sys.modules))
 cli.build_cli = lambda args: calls.append(("cli", "torch_geometric" in sys.modules))
 cli.main(["fit", "--config", {recipe!r}])
 print(calls)
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == "[(30, False), ('cli', False)]"
+    assert proc.stdout.strip() == "[(30, 100, False), ('cli', False)]"
 
 
 @pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")))
