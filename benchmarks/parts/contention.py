@@ -1,0 +1,231 @@
+"""What does the pipeline worker contend for? The training step beside one kind of load at a time (issue 40, item 3).
+
+Beside the pipeline worker the heavy model's step grows (7.80 → 9.63 ms on an H100, 4.01 → 5.51 ms for the light
+model in bf16 on an H200) although the worker has only its MPS share of the SMs. The worker does three things at
+once: kernels on its SMs (sampling), reads of host memory over PCIe by those SMs (the zero-copy gather), and traffic
+to device memory (slots, the sampler's buffers). Here each is a separate load, run as an MPS client at the worker's
+share in a process of its own, continuously, while a trainer process (an MPS client at the trainer's share) times the
+heavy GraphSAGE's training step on one synthetic batch of the heavy shape already in GPU memory:
+
+``none``   nothing beside the trainer (its own step time at its share)
+``sm``     a bf16 matmul of 2048² tiles in a loop: tensor cores and L2-resident data, little DRAM or PCIe traffic
+``hbm``    a copy between two 2 GiB device buffers in a loop: device-memory bandwidth, L2 evicted
+``pcie``   the zero-copy gather (``ops.gather_rows``, rows in address order) of random 400-byte rows of a 4 GiB
+           pinned host table: PCIe reads issued by SMs, as the worker's gather
+``dma``    a 1 GiB pinned host → device copy in a loop: PCIe by the copy engines, no SMs
+
+Reported per load: the step's p50 / mean ms (CUDA events), its slowdown against ``none``, and the load's own rate.
+The load that slows the step most is what the worker's effect is made of; the one that does not is not worth
+reducing. Needs a GPU and MPS (``nvidia-cuda-mps-control``)::
+
+    python -m benchmarks.parts.contention --loads none,sm,hbm,pcie,dma --worker-percent 10 --steps 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Optional, Sequence
+
+LOADS = ("none", "sm", "hbm", "pcie", "dma")
+SEEDS, FANOUTS, FEATURES, CLASSES, HIDDEN = 1024, (15, 10, 5), 100, 47, 256
+
+
+def heavy_batch(device: Any, seed: int = 0) -> dict[str, Any]:
+    """A batch in NeighborLoader's layout with the heavy batch's shape (nodes and edges by hop), drawn on ``device``."""
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    nodes = [SEEDS]
+    for f in FANOUTS:
+        nodes.append(int(nodes[-1] * f * 0.8))
+    starts = [sum(nodes[:k]) for k in range(len(nodes) + 1)]
+    edges = []
+    for k, f in enumerate(FANOUTS, start=1):
+        dst = torch.arange(starts[k - 1], starts[k], device=device).repeat_interleave(f)
+        src = torch.randint(0, starts[k + 1], (dst.numel(),), generator=g, device=device)
+        edges.append(torch.stack([src, dst]))
+    return {"x": torch.randn(starts[-1], FEATURES, generator=g, device=device),
+            "edge_index": torch.cat(edges, dim=1), "y": torch.randint(0, CLASSES, (SEEDS,), generator=g, device=device),
+            "nodes": nodes, "edges": [e.shape[1] for e in edges]}  # fmt: skip
+
+
+def train_steps(steps: int, warmup: int, precision: str, device: Any = "cuda") -> list[float]:
+    """The heavy GraphSAGE's training step (forward, backward, Adam) on one batch, ``steps`` times after ``warmup``;
+    each step's ms from CUDA events (wall time on the CPU)."""
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.nn.models import GraphSAGE
+
+    device = torch.device(device)
+    torch.manual_seed(0)
+    model = GraphSAGE(FEATURES, HIDDEN, len(FANOUTS), CLASSES, dropout=0.5).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    batch = heavy_batch(device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        if device.type == "cuda":
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+        with autocast:
+            out = model(batch["x"], batch["edge_index"], num_sampled_nodes_per_hop=batch["nodes"],
+                        num_sampled_edges_per_hop=batch["edges"])[:SEEDS]  # fmt: skip
+            loss = F.cross_entropy(out.float(), batch["y"])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            end.record()
+            end.synchronize()
+            ms = begin.elapsed_time(end)
+        else:
+            ms = (time.perf_counter() - start) * 1e3
+        if i >= warmup:
+            times.append(ms)
+    return times
+
+
+def run_load(kind: str, stop: Any) -> dict[str, float]:
+    """Run load ``kind`` on the GPU until ``stop()``; its rate (GB/s, or TFLOP/s for ``sm``)."""
+    import torch
+
+    dev = torch.device("cuda")
+    if kind == "sm":
+        a = torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16)
+        work, unit, step = (lambda: torch.mm(a, a)), "TFLOP/s", 2 * 2048**3 / 1e12
+    elif kind == "hbm":
+        src, dst = (torch.empty(2 << 30, dtype=torch.uint8, device=dev) for _ in range(2))
+        work, unit, step = (lambda: dst.copy_(src)), "GB/s", 2 * (2 << 30) / 1e9  # read + write
+    elif kind == "pcie":
+        from lightning_zerocopy import ops
+
+        row_floats = 100
+        table = torch.empty((4 << 30) // (4 * row_floats), row_floats, pin_memory=True)
+        ids = torch.randint(0, table.shape[0], (400_000,), device=dev)
+        out = torch.empty(ids.numel(), row_floats, device=dev)
+        work, unit, step = (lambda: ops.gather_rows(table, ids, out, sort_ids=True)), "GB/s", out.numel() * 4 / 1e9
+    elif kind == "dma":
+        host = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
+        dst = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
+        work, unit, step = (lambda: dst.copy_(host, non_blocking=True)), "GB/s", (1 << 30) / 1e9
+    else:
+        raise ValueError(f"unknown load {kind!r}: one of {', '.join(LOADS[1:])}")
+    work()
+    torch.cuda.synchronize()
+    print("ready", flush=True)
+    count, start = 0, time.perf_counter()
+    while not stop():
+        for _ in range(8):
+            work()
+        torch.cuda.synchronize()
+        count += 8
+    return {"rate": count * step / (time.perf_counter() - start), "unit": unit}  # type: ignore[dict-item]
+
+
+def summarize(times: Sequence[float], alone_p50: Optional[float]) -> dict[str, Optional[float]]:
+    """p50 / mean / p90 ms of the steps and the p50's ratio to the step alone (None for the step alone)."""
+    p50 = statistics.median(times)
+    return {"p50_ms": round(p50, 3), "mean_ms": round(statistics.fmean(times), 3),
+            "p90_ms": round(sorted(times)[int(0.9 * (len(times) - 1))], 3),
+            "slowdown": None if alone_p50 is None else round(p50 / alone_p50, 3)}  # fmt: skip
+
+
+def _child(args: argparse.Namespace) -> None:
+    if args.child == "trainer":
+        print(json.dumps({"times": train_steps(args.steps, args.warmup, args.precision)}), flush=True)
+        return
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    print(json.dumps(run_load(args.child, lambda: bool(stopping))), flush=True)
+
+
+def _stop_load(proc: Optional[subprocess.Popen]) -> dict[str, Any]:
+    """Stop a load process (SIGTERM) and read its rate: ``{"load_rate", "load_unit"}``, or ``{}``."""
+    if proc is None:
+        return {}
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    rates = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return {"load_rate": round(rates[-1]["rate"], 1), "load_unit": rates[-1]["unit"]} if rates else {}
+
+
+def _run_one(daemon: Any, load: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The trainer's steps beside ``load`` (started first, at the worker's share, stopped after)."""
+    me = [sys.executable, "-m", "benchmarks.parts.contention", "--steps", str(args.steps), "--warmup", str(args.warmup),
+          "--precision", args.precision]  # fmt: skip
+    load_proc = None
+    if load != "none":
+        env = {**os.environ, **daemon.client_env(args.worker_percent)}
+        load_proc = subprocess.Popen(me + ["--child", load], env=env, stdout=subprocess.PIPE, text=True)
+        if load_proc.stdout is None or load_proc.stdout.readline().strip() != "ready":
+            load_proc.kill()
+            raise RuntimeError(f"load {load!r} did not start (exit {load_proc.wait()})")
+    try:
+        env = {**os.environ, **daemon.client_env(args.trainer_percent)}
+        done = subprocess.run(me + ["--child", "trainer"], env=env, capture_output=True, text=True, timeout=args.timeout)
+    finally:
+        rate = _stop_load(load_proc)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the trainer beside {load!r} failed:\n{done.stderr[-2000:]}")
+    return {"load": load, "times": json.loads(lines[-1])["times"], **rate}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--loads", default=",".join(LOADS), help=f"comma-separated, of {', '.join(LOADS)}")
+    parser.add_argument("--worker-percent", type=int, default=10, help="the load's MPS share (the worker's)")
+    parser.add_argument("--trainer-percent", type=int, default=None, help="the trainer's (default: 100 - the worker's)")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--precision", choices=("bf16-mixed", "32-true"), default="bf16-mixed")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds for one trainer process")
+    parser.add_argument("--out", help="write the rows as JSON here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(args)
+        return 0
+    loads = [load.strip() for load in args.loads.split(",") if load.strip()]
+    unknown = sorted(set(loads) - set(LOADS))
+    if unknown:
+        parser.error(f"--loads: unknown {', '.join(unknown)}; choose from {', '.join(LOADS)}")
+    if not 1 <= args.worker_percent <= 99:
+        parser.error(f"--worker-percent must be in [1, 99], got {args.worker_percent}")
+    args.trainer_percent = args.trainer_percent or 100 - args.worker_percent
+    from lightning_zerocopy.pipeline import mps
+
+    daemon = mps.start_mps()
+    if daemon is None:
+        print("no MPS daemon could be started (see the warning above)", file=sys.stderr)
+        return 1
+    rows = []
+    try:
+        for load in ["none"] + [load for load in loads if load != "none"]:
+            rows.append(_run_one(daemon, load, args))
+    finally:
+        daemon.stop()
+    alone = statistics.median(rows[0]["times"])
+    print(f"trainer {args.trainer_percent} %, loads at {args.worker_percent} %, {args.precision}, {args.steps} steps")
+    print("| load | step p50 ms | mean ms | p90 ms | × alone | load's rate |\n|---|---|---|---|---|---|")
+    for row in rows:
+        row.update(summarize(row.pop("times"), None if row["load"] == "none" else alone))
+        rate = f"{row['load_rate']} {row['load_unit']}" if "load_rate" in row else "–"
+        slow = "–" if row["slowdown"] is None else f"{row['slowdown']:.3f}"
+        print(f"| {row['load']} | {row['p50_ms']} | {row['mean_ms']} | {row['p90_ms']} | {slow} | {rate} |")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"args": {k: v for k, v in vars(args).items() if k != "child"}, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
