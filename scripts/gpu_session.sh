@@ -32,11 +32,12 @@ OUT="${OUT:-$root/results/gpu_session}"
 # by grep so a new CUDA test file cannot be left out of the session
 mps_files="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
   tests/pipeline/test_share_auto_cuda.py tests/test_console.py tests/benchmarks/end_to_end/test_e2e_rows.py
-  tests/benchmarks/end_to_end/test_e2e_benchmark.py tests/test_faults_gpu.py"
+  tests/benchmarks/end_to_end/test_e2e_benchmark.py tests/test_faults_gpu.py tests/pipeline/test_share_numerics_cuda.py
+  tests/benchmarks/parts/test_contention.py"
 parallel_tests="$(grep -rlE 'mark\.cuda' tests --include='test_*.py' | sort | grep -vxF -f <(echo $mps_files | tr ' ' '\n'))"
 mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
   tests/callbacks/test_share_auto_cuda.py tests/benchmarks/end_to_end/test_e2e_rows.py::test_share_rows_train_under_mps
-  tests/test_console.py"
+  tests/test_console.py tests/pipeline/test_share_numerics_cuda.py tests/benchmarks/parts/test_contention.py"
 # stage two_gpus (on nvidia-h100-x2): the two-GPU tests (peer shards over CUDA IPC, clique in the trainer and the
 # pipeline worker, auto's measured choice, the fault cases of a two-GPU recipe run) and why shards are opened for the
 # reading GPU (scripts/diagnostics/torch_ipc_peer_read.py); REQUIRE_TWO_GPUS=1 fails a skipped two-GPU test
