@@ -164,12 +164,13 @@ def test_report_says_every_mps_rows_share_and_the_auto_choice(tmp_path: Path) ->
 @pytest.mark.cuda
 def test_share_rows_train_under_mps(tmp_path: Path) -> None:
     """Every share row trains under MPS on the ci graph and records its share; the auto row's calibration decides
-    within 300 steps (three shares x 50 steps at most) and says which share it chose."""
+    within 300 steps (three shares x 50 steps at most) and says which share it chose. In fp32: the trainer at 80 or
+    70 % got wrong bf16 GEMMs on an H200 (share_numerics), which stops those rows, a check tested on its own."""
     from test_e2e_benchmark import TRIM_FLAGS, _run_e2e
 
     out = _run_e2e(tmp_path, "--configs", "zc_gpu_mps,zc_gpu_mps_20,zc_gpu_mps_30,zc_gpu_mps_auto", "--models", "light",
                    "--steps", "300", "--warmup", "10", "--val-every", "100", "--row-budget-s", "0", "--threads", "0",
-                   *TRIM_FLAGS)  # fmt: skip
+                   "--precision", "32-true", *TRIM_FLAGS)  # fmt: skip
     runs = {r["row"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
     for name, share in zip(("zc_gpu_mps", *SHARE_ROWS), (10, 20, 30, "auto")):
         r = runs[name]
