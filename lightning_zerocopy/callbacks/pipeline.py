@@ -34,7 +34,11 @@ from typing_extensions import override
 from lightning_zerocopy.pipeline import mps, mps_launcher
 from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
 from lightning_zerocopy.pipeline.session import PipelineSession, check_pipeline_options, first_share
-from lightning_zerocopy.pipeline.share_numerics import ensure_share_computes_right
+from lightning_zerocopy.pipeline.share_numerics import (
+    MPSShareNumericsError,
+    ensure_share_computes_right,
+    suggest_shares,
+)
 
 if TYPE_CHECKING:
     from lightning_zerocopy.pipeline.client import PipelineClient, PipelineStats
@@ -193,8 +197,12 @@ class PipelineCallback(Callback):
         percent = os.environ.get(mps.PERCENT_ENV)
         if self.mps_daemon is None or device.type != "cuda" or percent is None or int(percent) >= 100:
             return
-        ensure_share_computes_right(device, str(trainer.precision), int(percent), self._first_share,
-                                    trainer.lightning_module)  # fmt: skip
+        precision = str(trainer.precision)
+        try:
+            ensure_share_computes_right(device, precision, int(percent), self._first_share, trainer.lightning_module)
+        except MPSShareNumericsError as exc:  # which shares would work, probed in processes of their own
+            hint = suggest_shares(self.mps_daemon, int(percent), precision)
+            raise MPSShareNumericsError(f"{exc} {hint}".strip()) from None
 
     # ---- Lightning hooks ---------------------------------------------------------------------------------------
     @override

@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,9 @@ __all__ = [
     "ensure_share_computes_right",
     "gemm_dtypes",
     "linear_widths",
+    "probe_shares",
+    "right_shares",
+    "suggest_shares",
 ]
 
 #: Rows of the checked GEMMs: a seed batch, a 2-hop frontier, a 3-hop one (the heavy model's layer sizes).
@@ -166,14 +169,17 @@ def _child(precision: str) -> None:
     }), flush=True)  # fmt: skip
 
 
-def probe_shares(percents: Sequence[int], precision: str, timeout: float = 120.0) -> list[dict]:
-    """Each trainer share's check in a process of its own, an MPS client of a daemon started here (this process
-    must not have initialized CUDA). Rows: the share, the SMs it gets, per dtype right or not."""
+def probe_shares(percents: Sequence[int], precision: str, timeout: float = 120.0, daemon: Any = None) -> list[dict]:
+    """Each trainer share's check in a process of its own, an MPS client of ``daemon`` (default: one started here and
+    stopped after, so this process must not have initialized CUDA). Rows: the share, the SMs it gets, per dtype right
+    or not (``error`` instead when the process gave no answer)."""
     from lightning_zerocopy.pipeline import mps
 
-    daemon = mps.start_mps()
-    if daemon is None:
-        raise RuntimeError("no MPS daemon could be started here (see the warning above): nothing to probe")
+    own = daemon is None
+    if own:
+        daemon = mps.start_mps()
+        if daemon is None:
+            raise RuntimeError("no MPS daemon could be started here (see the warning above): nothing to probe")
     rows = []
     try:
         for percent in percents:
@@ -183,8 +189,32 @@ def probe_shares(percents: Sequence[int], precision: str, timeout: float = 120.0
             lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
             rows.append(json.loads(lines[-1]) if lines else {"percent": str(percent), "error": done.stderr[-2000:]})
     finally:
-        daemon.stop()
+        if own:
+            daemon.stop()
     return rows
+
+
+def right_shares(rows: Sequence[dict]) -> list[int]:
+    """The probed trainer shares whose every dtype computed right."""
+    return [int(r["percent"]) for r in rows if "checks" in r and all(c["ok"] for c in r["checks"].values())]
+
+
+def suggest_shares(daemon: Any, wrong_percent: int, precision: str, candidates: Sequence[int] = (90, 80, 70, 60, 50),
+                   timeout: float = 60.0) -> str:  # fmt: skip
+    """A sentence for the error: which other trainer shares compute right on this GPU, probed now (one process each,
+    clients of this job's ``daemon``); empty when the probe itself fails."""
+    shares = [p for p in candidates if p != wrong_percent][:4]
+    try:
+        rows = probe_shares(shares, precision, timeout, daemon=daemon)
+    except Exception:  # noqa: BLE001 - the error being raised matters more than this hint
+        return ""
+    right = right_shares(rows)
+    wrong = [p for p in shares if p not in right]
+    if not right:
+        return f"Probed just now on this GPU: the trainer at {', '.join(map(str, shares))} % computes wrong too."
+    return (f"Probed just now on this GPU: the trainer computes right at {', '.join(map(str, right))} % "
+            f"(worker_sm_percent {', '.join(str(100 - p) for p in right)})"
+            + (f", wrong at {', '.join(map(str, wrong))} %." if wrong else "."))  # fmt: skip
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

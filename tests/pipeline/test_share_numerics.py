@@ -126,3 +126,54 @@ def test_the_callback_checks_its_share_only_as_an_mps_client(monkeypatch, daemon
         assert calls == [(torch.device(device), "bf16-mixed", int(percent), 100 - int(percent), module)]
     else:
         assert calls == []
+
+
+def _row(percent: int, ok: bool) -> dict:
+    return {"percent": str(percent), "sm_count": 132 * percent // 100,
+            "checks": {"bfloat16": {"ok": ok, "worst_rel_err": 0.002 if ok else 0.8, "failures": []}}}  # fmt: skip
+
+
+def test_the_hint_names_the_shares_probed_right(monkeypatch) -> None:
+    from lightning_zerocopy.pipeline import share_numerics
+
+    asked = []
+
+    def probe(percents, precision, timeout, daemon):
+        asked.append((list(percents), precision, daemon))
+        return [_row(p, p in (90, 50)) for p in percents]
+
+    monkeypatch.setattr(share_numerics, "probe_shares", probe)
+    hint = share_numerics.suggest_shares("daemon", 80, "bf16-mixed")
+    assert asked == [([90, 70, 60, 50], "bf16-mixed", "daemon")]  # the failing share is not probed again
+    assert hint == ("Probed just now on this GPU: the trainer computes right at 90, 50 % (worker_sm_percent 10, 50), "
+                    "wrong at 70, 60 %.")  # fmt: skip
+    monkeypatch.setattr(share_numerics, "probe_shares", lambda p, *a, **k: [_row(x, False) for x in p])
+    assert "computes wrong too" in share_numerics.suggest_shares("daemon", 90, "bf16-mixed")
+
+    def broken(*args, **kwargs):
+        raise OSError("no python")
+
+    monkeypatch.setattr(share_numerics, "probe_shares", broken)
+    assert share_numerics.suggest_shares("daemon", 80, "bf16-mixed") == ""  # the error still goes out, without a hint
+
+
+def test_right_shares_need_every_dtype_right_and_an_answer() -> None:
+    from lightning_zerocopy.pipeline.share_numerics import right_shares
+
+    mixed = _row(70, True)
+    mixed["checks"]["float16"] = {"ok": False, "worst_rel_err": 9.0, "failures": ["x"]}
+    assert right_shares([_row(90, True), _row(80, False), mixed, {"percent": "60", "error": "killed"}]) == [90]
+
+
+def test_the_callbacks_error_carries_the_probed_hint(monkeypatch) -> None:
+    def wrong(*args):
+        raise MPSShareNumericsError("wrong GEMMs at 80 %.")
+
+    monkeypatch.setattr(callback_module, "ensure_share_computes_right", wrong)
+    monkeypatch.setattr(callback_module, "suggest_shares", lambda daemon, percent, precision: f"hint {percent} {precision}")
+    monkeypatch.setenv(mps.PERCENT_ENV, "80")
+    callback = PipelineCallback(mps=True, worker_sm_percent=20)
+    callback.mps_daemon = object()
+    trainer = _Trainer(precision="bf16-mixed", lightning_module=nn.Linear(4, 4))
+    with pytest.raises(MPSShareNumericsError, match=r"^wrong GEMMs at 80 %\. hint 80 bf16-mixed$"):
+        callback._check_share_numerics(trainer, torch.device("cuda"))
