@@ -389,20 +389,28 @@ def test_hop_counts_recover_a_hop_ordered_sample(tmp_path: Path) -> None:
         assert add_hop_counts(shuffled, num_hops=3).num_sampled_nodes is None
 
 
-def test_rows_take_precision_and_trim(tmp_path: Path) -> None:
-    """``--precision`` and ``--trim/--no-trim`` reach the model-only row's Trainer and module (the same code path
-    builds every row's); ``--trim`` on a build whose models cannot trim skips the row, naming the flag."""
+def model_only_row(cache_dir: Path, steps: int, *flags: str) -> dict:
+    """The light model's ``model_only`` row on the ci graph, in this process (the code path that builds every row's
+    Trainer and module): ``steps`` steps after 2 of warm-up, validation and staged batches every ``steps // 2``."""
     from benchmarks.end_to_end.__main__ import parse_args
     from benchmarks.end_to_end.rows import graph_kwargs
     from benchmarks.end_to_end.train import run_row
     from lightning_zerocopy import SyntheticGraph
 
+    half = str(steps // 2)
+    args = parse_args(["--preset", "ci", "--steps", str(steps), "--warmup", "2", "--val-every", half, "--stage-batches",
+                       half, "--cache-dir", str(cache_dir), *flags])  # fmt: skip
+    kwargs = graph_kwargs(args, "cpu")
+    SyntheticGraph(**kwargs).prepare()
+    return run_row(ROWS["model_only"], [MODELS["light"]], args, kwargs)[0]
+
+
+def test_rows_take_precision_and_trim(tmp_path: Path) -> None:
+    """``--precision`` and ``--trim/--no-trim`` reach the model-only row's Trainer and module (the same code path
+    builds every row's); ``--trim`` on a build whose models cannot trim skips the row, naming the flag."""
+
     def run(*flags: str) -> dict:
-        args = parse_args(["--preset", "ci", "--steps", "6", "--warmup", "2", "--val-every", "3", "--stage-batches", "3",
-                           "--cache-dir", str(tmp_path), *flags])  # fmt: skip
-        kwargs = graph_kwargs(args, "cpu")
-        SyntheticGraph(**kwargs).prepare()
-        return run_row(ROWS["model_only"], [MODELS["light"]], args, kwargs)[0]
+        return model_only_row(tmp_path, 6, *flags)
 
     old = run("--no-trim", "--precision", "bf16-mixed")
     assert old["status"] == "ok", old

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from benchmarks.common.measure import BatchCheck
-from benchmarks.end_to_end.rows import MODELS, ROWS
 
 
 class _Trainer:
@@ -41,20 +40,13 @@ def test_batch_check_every_nth_batch_at_its_steps_start_and_end() -> None:
 def test_compile_flag_compiles_every_rows_net(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--compile`` builds the row's module with ``compile=True`` (``net.compile(dynamic=True)``, recorded here
     instead of run: inductor on this CPU takes minutes) and the row records it; without it nothing is compiled."""
-    from benchmarks.end_to_end.__main__ import parse_args
-    from benchmarks.end_to_end.rows import graph_kwargs
-    from benchmarks.end_to_end.train import run_row
-    from lightning_zerocopy import SyntheticGraph
+    from test_e2e_benchmark import model_only_row
 
     compiled: list[dict] = []
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: compiled.append(kw))
 
     def run(*flags: str) -> dict:
-        args = parse_args(["--preset", "ci", "--steps", "4", "--warmup", "2", "--val-every", "2", "--stage-batches", "2",
-                           "--cache-dir", str(tmp_path), *flags])  # fmt: skip
-        kwargs = graph_kwargs(args, "cpu")
-        SyntheticGraph(**kwargs).prepare()
-        return run_row(ROWS["model_only"], [MODELS["light"]], args, kwargs)[0]
+        return model_only_row(tmp_path, 4, *flags)
 
     plain = run()
     assert plain["status"] == "ok" and plain["compile"] is False and compiled == []
