@@ -33,29 +33,9 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
+from benchmarks.common.heavy_batch import CLASSES, FANOUTS, FEATURES, HIDDEN, SEEDS, heavy_batch
+
 LOADS = ("none", "sm", "hbm", "pcie", "dma")
-SEEDS, FANOUTS, FEATURES, CLASSES, HIDDEN = 1024, (15, 10, 5), 100, 47, 256
-
-
-def heavy_batch(device: Any, seed: int = 0) -> dict[str, Any]:
-    """A batch in NeighborLoader's layout with the heavy batch's shape (nodes and edges by hop), drawn on ``device``."""
-    import torch
-
-    g = torch.Generator(device=device).manual_seed(seed)
-    nodes = [SEEDS]
-    for f in FANOUTS:
-        nodes.append(int(nodes[-1] * f * 0.8))
-    starts = [sum(nodes[:k]) for k in range(len(nodes) + 1)]
-    edges = []
-    for k, f in enumerate(FANOUTS, start=1):
-        dst = torch.arange(starts[k - 1], starts[k], device=device).repeat_interleave(f)
-        src = torch.randint(0, starts[k + 1], (dst.numel(),), generator=g, device=device)
-        edges.append(torch.stack([src, dst]))
-    return {"x": torch.randn(starts[-1], FEATURES, generator=g, device=device),
-            "edge_index": torch.cat(edges, dim=1), "y": torch.randint(0, CLASSES, (SEEDS,), generator=g, device=device),
-            "nodes": nodes, "edges": [e.shape[1] for e in edges]}  # fmt: skip
-
-
 def train_steps(steps: int, warmup: int, precision: str, device: Any = "cuda") -> list[float]:
     """The heavy GraphSAGE's training step (forward, backward, Adam) on one batch, ``steps`` times after ``warmup``;
     each step's ms from CUDA events (wall time on the CPU)."""
@@ -67,7 +47,7 @@ def train_steps(steps: int, warmup: int, precision: str, device: Any = "cuda") -
     torch.manual_seed(0)
     model = GraphSAGE(FEATURES, HIDDEN, len(FANOUTS), CLASSES, dropout=0.5).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    batch = heavy_batch(device)
+    batch = heavy_batch(0, device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
     times = []
     for i in range(warmup + steps):

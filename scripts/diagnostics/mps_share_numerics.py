@@ -3,13 +3,13 @@
 Issue 40's share check (one H200, commit 70774ce) found the heavy model training at chance with the trainer at 80 % of
 the SMs even with no worker and no data path (`model_only` under ``mps_launcher --worker-sm-percent 20``), while at
 90 % and without MPS it learns. This script separates the model's arithmetic from everything else: one synthetic
-batch of the heavy batch's shape (1024 seeds, fanouts [15, 10, 5], 100 features, 47 planted classes), drawn on the
-CPU from a fixed seed, so every process sees the same bytes. ``--dump DIR``: forward with a hook on every submodule,
+batch of the heavy batch's shape (``benchmarks.common.heavy_batch``: 1024 seeds, fanouts [15, 10, 5], 100 features,
+47 planted classes), drawn on the CPU from a fixed seed, so every process sees the same bytes. ``--dump DIR``: forward with a hook on every submodule,
 the loss, backward, one Adam step, then ``--train-steps`` Adam steps over 4 such batches, all saved to
 ``DIR/<tag>.pt`` (the tensors) and printed as one JSON line (the losses, the SM count the process sees).
 ``--compare DIR --reference plain``: each other tag's tensors against the reference's, the first module whose
 output leaves the tolerance named, a JSON report. Run each tag in its own process (the share is read when the CUDA
-context is created)::
+context is created; the repository root on ``PYTHONPATH``)::
 
     python scripts/diagnostics/mps_share_numerics.py --dump /tmp/num --tag plain
     nvidia-cuda-mps-control -d    # with CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY set for the daemon and clients
@@ -30,31 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-SEEDS, FANOUTS, FEATURES, CLASSES, HIDDEN = 1024, (15, 10, 5), 100, 47, 256
-
-
-def synthetic_batch(seed: int) -> dict[str, Any]:
-    """A batch in NeighborLoader's layout (nodes and edges by hop), drawn on the CPU: hop k's edges go from nodes of
-    hops <= k into hop k-1's nodes; labels planted from the seeds' features and their neighbors' mean."""
-    g = torch.Generator().manual_seed(seed)
-    nodes = [SEEDS]
-    for f in FANOUTS:
-        nodes.append(int(nodes[-1] * f * 0.8))  # some neighbors repeat
-    starts = [sum(nodes[:k]) for k in range(len(nodes) + 1)]
-    edges, per_hop = [], []
-    for k, f in enumerate(FANOUTS, start=1):
-        dst = torch.arange(starts[k - 1], starts[k]).repeat_interleave(f)
-        src = torch.randint(0, starts[k + 1], (dst.numel(),), generator=g)
-        edges.append(torch.stack([src, dst]))
-        per_hop.append(dst.numel())
-    edge_index = torch.cat(edges, dim=1)
-    x = torch.randn(starts[-1], FEATURES, generator=g)
-    w = torch.randn(FEATURES, CLASSES, generator=torch.Generator().manual_seed(12345))
-    first = edges[0]
-    agg = torch.zeros(SEEDS, FEATURES).index_add_(0, first[1], x[first[0]]) / FANOUTS[0]
-    y = ((x[:SEEDS] + agg) @ w).argmax(dim=1)
-    return {"x": x, "edge_index": edge_index, "y": y, "nodes": nodes, "edges": per_hop}
-
+from benchmarks.common.heavy_batch import CLASSES, FANOUTS, FEATURES, HIDDEN, SEEDS, heavy_batch
 
 def _checksum(t: torch.Tensor) -> dict[str, float]:
     d = t.detach().double()
@@ -68,7 +44,7 @@ def dump(out_dir: Path, tag: str, precision: str, train_steps: int, device: str 
     dev = torch.device(device)
     torch.manual_seed(0)
     model = GraphSAGE(FEATURES, HIDDEN, len(FANOUTS), CLASSES, dropout=0.0).to(dev)
-    batches = [{k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in synthetic_batch(s).items()} for s in range(4)]
+    batches = [heavy_batch(s, dev) for s in range(4)]
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     saved: dict[str, torch.Tensor] = {}

@@ -1,4 +1,4 @@
-"""benchmarks.parts.contention: the heavy-shaped batch, the summary, the argument checks on the CPU; the loads beside a
+"""benchmarks.parts.contention: the summary, the argument checks on the CPU; the loads beside a
 trainer under MPS on a GPU (tests/benchmarks/parts/test_contention.py::test_loads_beside_the_trainer_under_mps)."""
 
 from __future__ import annotations
@@ -10,18 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.parts.contention import FANOUTS, SEEDS, heavy_batch, main, summarize
-
-
-def test_the_batch_has_the_heavy_shape_in_neighbor_loaders_layout() -> None:
-    batch = heavy_batch("cpu")
-    nodes, edges = batch["nodes"], batch["edges"]
-    assert nodes[0] == SEEDS and len(nodes) == len(FANOUTS) + 1 and sum(nodes) == batch["x"].shape[0]
-    assert edges == [n * f for n, f in zip(nodes, FANOUTS)]
-    src, dst = batch["edge_index"]
-    first = slice(0, edges[0])  # hop 1's edges go into the seeds, from nodes of hops <= 1
-    assert int(dst[first].max()) < SEEDS and int(src[first].max()) < nodes[0] + nodes[1]
-    assert torch.equal(heavy_batch("cpu")["x"], batch["x"])  # drawn from a fixed seed
+from benchmarks.parts.contention import main, summarize
 
 
 def test_summary_is_the_median_against_the_step_alone() -> None:
