@@ -31,16 +31,19 @@ def mps_requested_by(args: Sequence[str]) -> Optional[int]:
         from lightning_zerocopy.pipeline.share_choice import SHARE_LADDER
 
         percent = SHARE_LADDER[0]
-    # anything else is a recipe error that LightningCLI reports, naming the key
-    return percent if isinstance(percent, int) and not isinstance(percent, bool) and 1 <= percent <= 99 else None
+    return _share(percent, 99)
 
 
 def trainer_share_requested_by(args: Sequence[str]) -> Optional[int]:
     """The trainer's own SM share (``PipelineCallback(trainer_sm_percent=...)``) in the recipe that asks for MPS, or
     ``None`` (``100 - worker_sm_percent``); an invalid one is left to LightningCLI to report."""
-    init_args = _mps_pipeline_args(args) or {}
-    percent = init_args.get("trainer_sm_percent")
-    return percent if isinstance(percent, int) and not isinstance(percent, bool) and 1 <= percent <= 100 else None
+    return _share((_mps_pipeline_args(args) or {}).get("trainer_sm_percent"), 100)
+
+
+def _share(percent: object, top: int) -> Optional[int]:
+    """``percent`` if it is an int in [1, ``top``]; anything else is a recipe error LightningCLI reports, naming the
+    key, so it is skipped here."""
+    return percent if isinstance(percent, int) and not isinstance(percent, bool) and 1 <= percent <= top else None
 
 
 def _mps_pipeline_args(args: Sequence[str]) -> Optional[dict]:

@@ -37,6 +37,7 @@ from lightning_zerocopy.pipeline.session import PipelineSession, check_pipeline_
 from lightning_zerocopy.pipeline.share_numerics import (
     MPSShareNumericsError,
     ensure_share_computes_right,
+    linear_widths,
     suggest_shares,
 )
 
@@ -131,6 +132,7 @@ class PipelineCallback(Callback):
         self._session: Optional[PipelineSession] = None  # the producers of the run being set up or run
         self._last_choice: Optional["ShareChoice"] = None  # the last calibrating session's choice (None: undecided)
         self._mps_checked = False
+        self._numerics_checked: set[tuple] = set()  # (precision, trainer share, linear widths) found right
         self._datamodule: Any = None  # the DataModule using this session's loader factory
 
     # ---- set-up: called by the DataModule's setup, before the callbacks' ------------------------------------------
@@ -197,12 +199,16 @@ class PipelineCallback(Callback):
         percent = os.environ.get(mps.PERCENT_ENV)
         if self.mps_daemon is None or device.type != "cuda" or percent is None or int(percent) >= 100:
             return
-        precision = str(trainer.precision)
+        precision, module = str(trainer.precision), trainer.lightning_module
+        checked = (precision, int(percent), tuple(linear_widths(module)) if module is not None else ())
+        if checked in self._numerics_checked:  # fit, then test or predict in the same process: checked once
+            return
         try:
-            ensure_share_computes_right(device, precision, int(percent), self._first_share, trainer.lightning_module)
+            ensure_share_computes_right(device, precision, int(percent), self._first_share, module)
         except MPSShareNumericsError as exc:  # which shares would work, probed in processes of their own
             hint = suggest_shares(self.mps_daemon, int(percent), precision)
             raise MPSShareNumericsError(f"{exc} {hint}".strip()) from None
+        self._numerics_checked.add(checked)
 
     # ---- Lightning hooks ---------------------------------------------------------------------------------------
     @override

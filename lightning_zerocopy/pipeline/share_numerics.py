@@ -80,12 +80,12 @@ def gemm_dtypes(precision: str) -> tuple[torch.dtype, ...]:
 def linear_widths(module: torch.nn.Module, limit: int = 6) -> list[tuple[int, int]]:
     """The distinct (in, out) widths of ``module``'s initialized linear layers (``torch.nn.Linear`` and PyG's
     ``Linear``), at most ``limit``, widest first."""
+    from torch_geometric.nn import Linear as PyGLinear  # here, not at import: PyG initializes CUDA when imported
+
     widths = set()
     for sub in module.modules():
         weight = getattr(sub, "weight", None)
-        if type(sub).__name__ != "Linear" or not isinstance(weight, torch.Tensor):
-            continue
-        if isinstance(weight, torch.nn.parameter.UninitializedParameter) or weight.dim() != 2:
+        if not isinstance(sub, (torch.nn.Linear, PyGLinear)) or isinstance(weight, torch.nn.parameter.UninitializedParameter):
             continue
         widths.add((int(weight.shape[1]), int(weight.shape[0])))
     return sorted(widths, key=lambda w: -w[0] * w[1])[:limit]

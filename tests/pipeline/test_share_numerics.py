@@ -177,3 +177,18 @@ def test_the_callbacks_error_carries_the_probed_hint(monkeypatch) -> None:
     trainer = _Trainer(precision="bf16-mixed", lightning_module=nn.Linear(4, 4))
     with pytest.raises(MPSShareNumericsError, match=r"^wrong GEMMs at 80 %\. hint 80 bf16-mixed$"):
         callback._check_share_numerics(trainer, torch.device("cuda"))
+
+
+def test_the_callback_checks_a_share_once_per_precision_and_module(monkeypatch) -> None:
+    """fit, then test and predict in the same process: the same share, precision and widths are checked once."""
+    calls = []
+    monkeypatch.setattr(callback_module, "ensure_share_computes_right", lambda *args: calls.append(args[1]))
+    monkeypatch.setenv(mps.PERCENT_ENV, "90")
+    callback = PipelineCallback(mps=True, worker_sm_percent=10)
+    callback.mps_daemon = object()
+    module = nn.Linear(4, 4)
+    for precision in ("bf16-mixed", "bf16-mixed", "16-mixed", "bf16-mixed"):
+        callback._check_share_numerics(_Trainer(precision=precision, lightning_module=module), torch.device("cuda"))
+    callback._check_share_numerics(_Trainer(precision="bf16-mixed", lightning_module=nn.Linear(4, 8)),
+                                   torch.device("cuda"))  # fmt: skip
+    assert calls == ["bf16-mixed", "16-mixed", "bf16-mixed"]
