@@ -12,6 +12,8 @@
 #   SPEED_GATE_ARGS     the benchmark's arguments (defaults below: the 24M-node graph of issue 40, fp32, both models)
 #   SPEED_GATE_CONFIGS_BEFORE  the rows run on both trees (default zc_gpu_mps)
 #   SPEED_GATE_CONFIGS_EXTRA   rows run on this tree alone, last (default model_only; empty: none)
+#   SPEED_GATE_ORDER    the interleaved runs (default "after before again"; e.g. "after before again before2" for a
+#                       second run of the older tree: a name starting with "before" runs the older tree)
 #   OUT                 where the reports go ($OUT/gate_<kind>_{after,before,again,extra})
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -34,14 +36,23 @@ echo "== building the older tree ($before)"
 (cd "$before" && CXX=/usr/bin/g++ CC=/usr/bin/gcc python3 setup.py build_ext --inplace >"$OUT/gate_before_build.log" 2>&1) \
   || { echo "the older tree did not build: $OUT/gate_before_build.log"; exit 1; }
 
+# The e2e benchmark was benchmarks.e2e before benchmarks/ was grouped by question (benchmarks.end_to_end since).
+module_in() {  # tree
+  if [[ "$kind" == e2e && ! -d "$1/benchmarks/end_to_end" ]]; then echo benchmarks.e2e
+  elif [[ "$kind" != e2e && ! -d "$1/benchmarks/end_to_end" ]]; then echo benchmarks.e2e.hetero
+  else echo "$module"; fi
+}
+
 run() {  # tree, cache, configs, name
-  echo "== $4: $module $3 in $1"
-  (cd "$1" && PYTHONPATH="$1:$site" timeout -s TERM "${SPEED_GATE_ROW_TIMEOUT:-240}" python3 -m $module $args \
+  local tree_module; tree_module="$(module_in "$1")"
+  echo "== $4: $tree_module $3 in $1"
+  (cd "$1" && PYTHONPATH="$1:$site" timeout -s TERM "${SPEED_GATE_ROW_TIMEOUT:-240}" python3 -m $tree_module $args \
      --configs "$3" --cache-dir "$2" --out "$OUT/gate_${kind}_$4" >"$OUT/gate_${kind}_$4.log" 2>&1)
   echo "   exit $? ($4)"
 }
 # Each tree keeps its own dataset cache: an older tree may not read a newer cache format.
-run "$root" /tmp/lzc "$before_configs" after
-run "$before" /tmp/lzc_before "$before_configs" before
-run "$root" /tmp/lzc "$before_configs" again
+for name in ${SPEED_GATE_ORDER:-after before again}; do
+  if [[ "$name" == before* ]]; then run "$before" /tmp/lzc_before "$before_configs" "$name"
+  else run "$root" /tmp/lzc "$before_configs" "$name"; fi
+done
 [[ -n "$after_configs" ]] && run "$root" /tmp/lzc "$after_configs" extra
