@@ -95,10 +95,14 @@ export GPU_CHECK_EXTRA_STAGE_SHARE_CHECK="REQUIRE_CUDA=1 timeout 90 python3 -m p
 # then the 1M-node graph's heavy rows at a 20 % worker share (must stop with the check's error) and at 10 % (trains):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,share_numerics bash scripts/gpu_session.sh              # .wheels/
 export GPU_CHECK_EXTRA_STAGE_SHARE_NUMERICS="REQUIRE_CUDA=1 timeout 200 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/pipeline/test_share_numerics_cuda.py; for p in bf16-mixed 16-mixed; do timeout 150 python3 -m lightning_zerocopy.pipeline.share_numerics --trainer-percent 90,80,70,60,50 --precision \$p > \$OUT/share_numerics_\$p.txt 2>&1; done; timeout 240 python3 -m benchmarks.end_to_end --preset small --models heavy --precision bf16-mixed --cache-dir /tmp/lzc --steps 300 --warmup 30 --val-every 50 --row-budget-s 10 --configs zc_gpu_mps_20,zc_gpu_mps --out \$OUT/share_rows; rm -rf \$OUT/share_rows/logs/*/hparams.yaml \$OUT/share_rows/*.png"
-# stage contention (issue 40 item 3, one GPU, ~3 min estimated; not yet run): the heavy step beside each load at the
-# worker's 10 % share (benchmarks/parts/contention.py), then its CUDA test:
+# stage contention (issue 40 item 3, one GPU): the heavy step beside each load at the worker's 10 % share
+# (benchmarks/parts/contention.py), then its CUDA test. Ran on an H200 (2026-11-29, dbe46e6, 196 s with the loads
+# none,sm,hbm,pcie,dma: the SM-issued PCIe reads slowed the step x1.262 at 40 GB/s, the copy engines x1.028 at 54.5).
+# The default loads now ask why, and at the worker's real rates: the same bytes over few pages (pcie_seq: address
+# translation or the reads?), held to 10 and 20 GB/s, and the copy engines' gather (staged: host threads + one copy);
+# ~8 loads x ~25 s + the test ~70 s:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,contention bash scripts/gpu_session.sh                  # .wheels/
-export GPU_CHECK_EXTRA_STAGE_CONTENTION="timeout 300 python3 -m benchmarks.parts.contention --loads none,sm,hbm,pcie,dma --worker-percent 10 --steps 200 --out \$OUT/contention.json; REQUIRE_CUDA=1 timeout 120 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/parts/test_contention.py"
+export GPU_CHECK_EXTRA_STAGE_CONTENTION="timeout 330 python3 -m benchmarks.parts.contention --loads ${GPU_CHECK_CONTENTION_LOADS:-none,pcie,pcie@20,pcie@10,pcie_seq,staged,staged@10,dma@20} --worker-percent 10 --steps 200 --out \$OUT/contention.json; REQUIRE_CUDA=1 timeout 120 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/parts/test_contention.py"
 # stage hetero_clique (two GPUs): the typed cache's clique on two ranks, every batch against the uncached CPU one
 export GPU_CHECK_EXTRA_STAGE_HETERO_CLIQUE="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_HETERO_CLIQUE_TIMEOUT:-120} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=110 -m two_gpus tests/data/test_ddp.py"
 # stage hetero_scaling (two GPUs, .pyg/ carried): benchmarks.scaling --graph hetero on the mag preset (drawn first, ~1

@@ -13,12 +13,22 @@ heavy GraphSAGE's training step on one synthetic batch of the heavy shape alread
 ``pcie``   the zero-copy gather (``ops.gather_rows``, rows in address order) of random 400-byte rows of a 4 GiB
            pinned host table: PCIe reads issued by SMs, as the worker's gather
 ``dma``    a 1 GiB pinned host → device copy in a loop: PCIe by the copy engines, no SMs
+``pcie_seq``  the zero-copy gather of as many rows as ``pcie``, but consecutive ones: the same PCIe bytes by SMs over
+           about a ninth of the host pages (400-byte rows), which separates the reads from their address translation
+``staged`` host threads gather the same random rows into a pinned buffer (``--staged-threads``), then one
+           copy-engine copy: the gather of the copy engines, paid in host cores and memory bandwidth instead
+
+A load named ``<load>@<GB/s>`` (``pcie@10``) is held to that rate by pausing between its chunks, so that a load can be
+compared with another at the bytes the worker really moves (the heavy row's ~13-20 GB/s), not only at its peak.
 
 Reported per load: the step's p50 / mean ms (CUDA events), its slowdown against ``none``, and the load's own rate.
 The load that slows the step most is what the worker's effect is made of; the one that does not is not worth
-reducing. Needs a GPU and MPS (``nvidia-cuda-mps-control``)::
+reducing. Measured on one H200 (2026-11-29, ``docs/gpu_checks/h200-2026-11-29/contention_dbe46e6``): the step alone
+5.29 ms; beside ``sm`` ×1.045, ``hbm`` ×1.145 (933 GB/s), ``pcie`` ×1.262 (40.1 GB/s), ``dma`` ×1.028 (54.5 GB/s).
+Needs a GPU and MPS (``nvidia-cuda-mps-control``)::
 
     python -m benchmarks.parts.contention --loads none,sm,hbm,pcie,dma --worker-percent 10 --steps 200
+    python -m benchmarks.parts.contention --loads none,pcie@10,pcie@20,pcie_seq,staged@10,dma@20
 """
 
 from __future__ import annotations
@@ -35,7 +45,8 @@ from typing import Any, Optional, Sequence
 
 from benchmarks.common.heavy_batch import CLASSES, FANOUTS, FEATURES, HIDDEN, SEEDS, heavy_batch
 
-LOADS = ("none", "sm", "hbm", "pcie", "dma")
+LOADS = ("none", "sm", "hbm", "pcie", "dma", "pcie_seq", "staged")
+BYTE_LOADS = ("hbm", "pcie", "dma", "pcie_seq", "staged")  # the loads a rate (``@GB/s``) can hold
 def train_steps(steps: int, warmup: int, precision: str, device: Any = "cuda") -> list[float]:
     """The heavy GraphSAGE's training step (forward, backward, Adam) on one batch, ``steps`` times after ``warmup``;
     each step's ms from CUDA events (wall time on the CPU)."""
@@ -73,40 +84,83 @@ def train_steps(steps: int, warmup: int, precision: str, device: Any = "cuda") -
     return times
 
 
-def run_load(kind: str, stop: Any) -> dict[str, float]:
-    """Run load ``kind`` on the GPU until ``stop()``; its rate (GB/s, or TFLOP/s for ``sm``)."""
+def parse_load(name: str) -> tuple[str, Optional[float]]:
+    """``"pcie@10"`` → ``("pcie", 10.0)``, ``"pcie"`` → ``("pcie", None)``; ``ValueError`` naming what is wrong."""
+    kind, _, rate = name.partition("@")
+    if kind not in LOADS:
+        raise ValueError(f"unknown load {kind!r}: one of {', '.join(LOADS)}")
+    if not rate:
+        return kind, None
+    if kind not in BYTE_LOADS:
+        raise ValueError(f"load {name!r}: only {', '.join(BYTE_LOADS)} take a rate (@GB/s)")
+    try:
+        gbps = float(rate)
+    except ValueError:
+        gbps = 0.0
+    if not gbps > 0:
+        raise ValueError(f"load {name!r}: the rate after '@' must be a positive number of GB/s")
+    return kind, gbps
+
+
+def _load_work(kind: str, staged_threads: int, small: bool = False) -> tuple[Any, str, float]:
+    """The unit of work of load ``kind``: (a callable that enqueues it, the rate's unit, the unit's amount). ``small``
+    (a load held to a rate): units of ~1/8 the size, so that the pauses between them are shorter than a step."""
     import torch
 
     dev = torch.device("cuda")
     if kind == "sm":
         a = torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16)
-        work, unit, step = (lambda: torch.mm(a, a)), "TFLOP/s", 2 * 2048**3 / 1e12
-    elif kind == "hbm":
-        src, dst = (torch.empty(2 << 30, dtype=torch.uint8, device=dev) for _ in range(2))
-        work, unit, step = (lambda: dst.copy_(src)), "GB/s", 2 * (2 << 30) / 1e9  # read + write
-    elif kind == "pcie":
-        from lightning_zerocopy import ops
+        return (lambda: torch.mm(a, a)), "TFLOP/s", 2 * 2048**3 / 1e12
+    if kind == "hbm":
+        size = (1 << 28) if small else (2 << 30)
+        src, dst = (torch.empty(size, dtype=torch.uint8, device=dev) for _ in range(2))
+        return (lambda: dst.copy_(src)), "GB/s", 2 * size / 1e9  # read + write
+    if kind == "dma":
+        size = (1 << 27) if small else (1 << 30)
+        host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+        dst = torch.empty(size, dtype=torch.uint8, device=dev)
+        return (lambda: dst.copy_(host, non_blocking=True)), "GB/s", size / 1e9
+    from lightning_zerocopy import ops
 
-        row_floats = 100
-        table = torch.empty((4 << 30) // (4 * row_floats), row_floats, pin_memory=True)
-        ids = torch.randint(0, table.shape[0], (400_000,), device=dev)
-        out = torch.empty(ids.numel(), row_floats, device=dev)
-        work, unit, step = (lambda: ops.gather_rows(table, ids, out, sort_ids=True)), "GB/s", out.numel() * 4 / 1e9
-    elif kind == "dma":
-        host = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
-        dst = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
-        work, unit, step = (lambda: dst.copy_(host, non_blocking=True)), "GB/s", (1 << 30) / 1e9
-    else:
-        raise ValueError(f"unknown load {kind!r}: one of {', '.join(LOADS[1:])}")
+    row_floats, rows = 100, 50_000 if small else 400_000  # 400-byte rows, as the e2e graphs'
+    table = torch.empty((4 << 30) // (4 * row_floats), row_floats, pin_memory=True)
+    out = torch.empty(rows, row_floats, device=dev)
+    nbytes = out.numel() * 4 / 1e9
+    if kind == "pcie_seq":
+        start = torch.randint(0, table.shape[0] - rows, ()).item()
+        ids = torch.arange(start, start + rows, device=dev)
+        return (lambda: ops.gather_rows(table, ids, out, sort_ids=True)), "GB/s", nbytes
+    ids = torch.randint(0, table.shape[0], (rows,), device=dev)
+    if kind == "pcie":
+        return (lambda: ops.gather_rows(table, ids, out, sort_ids=True)), "GB/s", nbytes
+    if kind == "staged":
+        torch.set_num_threads(staged_threads)
+        ids_cpu, pinned = ids.cpu(), torch.empty(rows, row_floats, pin_memory=True)
+        return (lambda: out.copy_(ops.gather_rows(table, ids_cpu, pinned), non_blocking=True)), "GB/s", nbytes
+    raise ValueError(f"unknown load {kind!r}: one of {', '.join(LOADS[1:])}")
+
+
+def run_load(name: str, stop: Any, staged_threads: int = 8) -> dict[str, float]:
+    """Run load ``name`` (``kind`` or ``kind@GB/s``) on the GPU until ``stop()``; its rate (GB/s, or TFLOP/s for
+    ``sm``). A load with a rate enqueues one unit at a time and pauses while it is ahead of that rate."""
+    import torch
+
+    kind, cap = parse_load(name)
+    work, unit, step = _load_work(kind, staged_threads, small=cap is not None)
     work()
     torch.cuda.synchronize()
     print("ready", flush=True)
+    chunk = 1 if cap else 8
     count, start = 0, time.perf_counter()
     while not stop():
-        for _ in range(8):
+        for _ in range(chunk):
             work()
         torch.cuda.synchronize()
-        count += 8
+        count += chunk
+        if cap:
+            ahead = count * step / cap - (time.perf_counter() - start)
+            if ahead > 0:
+                time.sleep(ahead)
     return {"rate": count * step / (time.perf_counter() - start), "unit": unit}  # type: ignore[dict-item]
 
 
@@ -124,7 +178,7 @@ def _child(args: argparse.Namespace) -> None:
         return
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    print(json.dumps(run_load(args.child, lambda: bool(stopping))), flush=True)
+    print(json.dumps(run_load(args.child, lambda: bool(stopping), args.staged_threads)), flush=True)
 
 
 def _stop_load(proc: Optional[subprocess.Popen]) -> dict[str, Any]:
@@ -140,7 +194,7 @@ def _stop_load(proc: Optional[subprocess.Popen]) -> dict[str, Any]:
 def _run_one(daemon: Any, load: str, args: argparse.Namespace) -> dict[str, Any]:
     """The trainer's steps beside ``load`` (started first, at the worker's share, stopped after)."""
     me = [sys.executable, "-m", "benchmarks.parts.contention", "--steps", str(args.steps), "--warmup", str(args.warmup),
-          "--precision", args.precision]  # fmt: skip
+          "--precision", args.precision, "--staged-threads", str(args.staged_threads)]  # fmt: skip
     load_proc = None
     if load != "none":
         env = {**os.environ, **daemon.client_env(args.worker_percent)}
@@ -161,7 +215,9 @@ def _run_one(daemon: Any, load: str, args: argparse.Namespace) -> dict[str, Any]
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--loads", default=",".join(LOADS), help=f"comma-separated, of {', '.join(LOADS)}")
+    parser.add_argument("--loads", default=",".join(LOADS[:5]),
+                        help=f"comma-separated, of {', '.join(LOADS)}; <load>@<GB/s> holds {', '.join(BYTE_LOADS)} to a rate")
+    parser.add_argument("--staged-threads", type=int, default=8, help="host threads of the staged load's gather")
     parser.add_argument("--worker-percent", type=int, default=10, help="the load's MPS share (the worker's)")
     parser.add_argument("--trainer-percent", type=int, default=None, help="the trainer's (default: 100 - the worker's)")
     parser.add_argument("--steps", type=int, default=200)
@@ -175,9 +231,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _child(args)
         return 0
     loads = [load.strip() for load in args.loads.split(",") if load.strip()]
-    unknown = sorted(set(loads) - set(LOADS))
-    if unknown:
-        parser.error(f"--loads: unknown {', '.join(unknown)}; choose from {', '.join(LOADS)}")
+    for load in loads:
+        try:
+            parse_load(load)
+        except ValueError as err:
+            parser.error(f"--loads: {err}")
+    if args.staged_threads < 1:
+        parser.error(f"--staged-threads must be >= 1, got {args.staged_threads}")
     if not 1 <= args.worker_percent <= 99:
         parser.error(f"--worker-percent must be in [1, 99], got {args.worker_percent}")
     args.trainer_percent = args.trainer_percent or 100 - args.worker_percent
@@ -191,6 +251,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         for load in ["none"] + [load for load in loads if load != "none"]:
             rows.append(_run_one(daemon, load, args))
+            rate = f", load {rows[-1]['load_rate']} {rows[-1]['load_unit']}" if "load_rate" in rows[-1] else ""
+            print(f"{load}: step p50 {statistics.median(rows[-1]['times']):.3f} ms{rate}", flush=True)  # a cut run keeps it
     finally:
         daemon.stop()
     alone = statistics.median(rows[0]["times"])

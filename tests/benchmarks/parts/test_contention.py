@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.parts.contention import main, summarize
+from benchmarks.parts.contention import main, parse_load, summarize
 
 
 def test_summary_is_the_median_against_the_step_alone() -> None:
@@ -18,7 +18,16 @@ def test_summary_is_the_median_against_the_step_alone() -> None:
     assert summarize([3.0, 3.0, 3.0], alone_p50=2.0)["slowdown"] == 1.5
 
 
-@pytest.mark.parametrize("argv, message", [(["--loads", "none,gpu"], "--loads: unknown gpu"),
+def test_a_load_may_be_held_to_a_rate() -> None:
+    assert parse_load("pcie") == ("pcie", None)
+    assert parse_load("staged@12.5") == ("staged", 12.5)
+
+
+@pytest.mark.parametrize("argv, message", [(["--loads", "none,gpu"], "--loads: unknown load 'gpu'"),
+                                           (["--loads", "sm@10"], "only hbm, pcie, dma, pcie_seq, staged take a rate"),
+                                           (["--loads", "pcie@fast"], "the rate after '@' must be a positive number"),
+                                           (["--loads", "dma@0"], "the rate after '@' must be a positive number"),
+                                           (["--staged-threads", "0"], "--staged-threads must be >= 1"),
                                            (["--worker-percent", "0"], "--worker-percent must be in [1, 99]")])  # fmt: skip
 def test_bad_arguments_are_named(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
@@ -32,7 +41,8 @@ def test_bad_arguments_are_named(argv: list[str], message: str, capsys: pytest.C
                     reason="needs a CUDA GPU and MPS")  # fmt: skip
 def test_loads_beside_the_trainer_under_mps(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
-    assert main(["--loads", "none,hbm,dma", "--steps", "5", "--warmup", "2", "--out", str(out)]) == 0
+    assert main(["--loads", "none,hbm,dma@5,staged,pcie_seq", "--steps", "5", "--warmup", "2", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert [r["load"] for r in rows] == ["none", "hbm", "dma"]
+    assert [r["load"] for r in rows] == ["none", "hbm", "dma@5", "staged", "pcie_seq"]
     assert rows[0]["slowdown"] is None and all(r["slowdown"] > 0 and r["load_rate"] > 0 for r in rows[1:])
+    assert rows[2]["load_rate"] < 5 * 1.2  # held to its rate (one unit, 1 GB, may end the last pause early)
