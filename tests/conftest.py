@@ -84,6 +84,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 log.write(f"---- {name}\n{text[-20000:]}\n")
 
 
+@pytest.fixture
+def shared(node_data):
+    """``(data, handles)``: the ``node_data`` fixture of the test's file (a ``NodeData``) shared into host memory by
+    ``share_node_data``, its segments unlinked after the test."""
+    from lightning_zerocopy.data.host.share import share_node_data
+
+    handles = share_node_data(node_data)
+    yield node_data, handles
+    handles.unlink()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     if STACKS_AFTER_S <= 0:

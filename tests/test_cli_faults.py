@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from helpers import FAULT_BOUND_S as SLACK_S
-from helpers import free_port, launched_ranks
+from helpers import launched_ranks, wait_process_gone
+from helpers.cli_jobs import command_env, finish, wait_for_file
 
 ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
 
 
 #: The recipes a test may start, each with the override that keeps its graph small.
@@ -36,11 +36,7 @@ RECIPES = {
 def _start(tmp_path: Path, *overrides: str, recipe: str = "quickstart") -> subprocess.Popen:
     markers = tmp_path / "markers"
     markers.mkdir(exist_ok=True)
-    env = dict(os.environ, LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1",
-               LZC_TEST_MARKERS=str(markers), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LZC_LAUNCHER_PID"):
-        env.pop(key, None)
+    env = command_env(tmp_path / "cache", markers, OMP_NUM_THREADS="1")
     name, *small = RECIPES[recipe]
     args = [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(ROOT / "recipes" / name), *small,
             "--trainer.max_epochs=200", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
@@ -50,48 +46,13 @@ def _start(tmp_path: Path, *overrides: str, recipe: str = "quickstart") -> subpr
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
 
 
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            pytest.fail(f"the command ended before {path.name}: {proc.communicate()[0][-4000:]}")
-        assert time.monotonic() < deadline, f"no {path.name} within {timeout} s"
-        time.sleep(0.05)
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except OSError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _finish(proc: subprocess.Popen) -> str:
-    try:
-        return proc.communicate(timeout=SLACK_S)[0]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-
-
 @pytest.mark.slow
 def test_ctrl_c_ends_the_command_with_status_130(tmp_path: Path) -> None:
     proc = _start(tmp_path)
-    _wait_for(tmp_path / "markers" / "training0", proc)
+    wait_for_file(tmp_path / "markers" / "training0", proc)
     start = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
-    output = _finish(proc)
+    output = finish(proc, SLACK_S)
     assert proc.returncode == 130, output[-3000:]
     assert time.monotonic() - start < SLACK_S
 
@@ -105,11 +66,11 @@ def test_a_rank_killed_mid_epoch_is_named_in_one_line(tmp_path: Path, recipe: st
     proc = _start(tmp_path, "--trainer.devices=2", "--trainer.strategy=zerocopy_ddp", recipe=recipe)
     markers = tmp_path / "markers"
     for rank in (0, 1):
-        _wait_for(markers / f"training{rank}", proc)
+        wait_for_file(markers / f"training{rank}", proc)
     victim = int((markers / "pid1").read_text())
     start = time.monotonic()
     os.kill(victim, signal.SIGKILL)
-    output = _finish(proc)
+    output = finish(proc, SLACK_S)
     assert proc.returncode == 1, output[-4000:]
     assert time.monotonic() - start < SLACK_S
     errors = [line for line in output.splitlines() if line.startswith("error:")]
@@ -133,9 +94,9 @@ def test_a_launcher_killed_while_its_rank_starts_stops_that_rank(tmp_path: Path,
     rank1 = launched_ranks(proc.pid, "lightning_zerocopy")[0]
     os.kill(proc.pid, signal.SIGKILL)
     try:
-        assert _gone_within(rank1, SLACK_S), f"rank 1 (pid {rank1}) still runs {SLACK_S} s after rank 0 was killed"
+        assert wait_process_gone(rank1, SLACK_S), f"rank 1 (pid {rank1}) still runs {SLACK_S} s after rank 0 was killed"
     finally:
-        output = _finish(proc)
+        output = finish(proc, SLACK_S)
         try:
             os.kill(rank1, signal.SIGKILL)
         except ProcessLookupError:
@@ -151,12 +112,12 @@ def test_four_ranks_end_when_one_dies_and_leave_nothing(tmp_path: Path) -> None:
     proc = _start(tmp_path, "--trainer.devices=4", "--trainer.strategy=zerocopy_ddp")
     markers = tmp_path / "markers"
     for rank in range(4):
-        _wait_for(markers / f"training{rank}", proc, timeout=600)
+        wait_for_file(markers / f"training{rank}", proc, timeout=600)
     pids = {rank: int((markers / f"pid{rank}").read_text()) for rank in range(4)}
     os.kill(pids[2], signal.SIGKILL)
     start = time.monotonic()
-    output = _finish(proc)
-    assert all(_gone_within(pid, max(1.0, SLACK_S - (time.monotonic() - start))) for pid in pids.values())
+    output = finish(proc, SLACK_S)
+    assert all(wait_process_gone(pid, max(1.0, SLACK_S - (time.monotonic() - start))) for pid in pids.values())
     assert proc.returncode == 1, output[-4000:]
     errors = [line for line in output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(f"error: rank 2 (pid {pids[2]} on "), output[-4000:]
@@ -172,10 +133,10 @@ def test_a_rank_killed_under_lightnings_own_ddp_is_named_in_one_line(tmp_path: P
     proc = _start(tmp_path, "--trainer.devices=2", "--trainer.strategy=ddp")
     markers = tmp_path / "markers"
     for rank in (0, 1):
-        _wait_for(markers / f"training{rank}", proc)
+        wait_for_file(markers / f"training{rank}", proc)
     victim = int((markers / "pid1").read_text())
     os.kill(victim, signal.SIGKILL)
-    output = _finish(proc)
+    output = finish(proc, SLACK_S)
     assert proc.returncode == 1, output[-4000:]
     errors = [line for line in output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"rank 1 (pid {victim}" in errors[0] and "stopping rank 0" in errors[0], output[-4000:]
@@ -190,7 +151,7 @@ def test_a_stopped_pipeline_worker_is_named_within_about_a_minute(tmp_path: Path
     at least 60 s; it was a fixed 10 minutes), and the line names its pid and state."""
     worker = '--trainer.callbacks+={"class_path": "lightning_zerocopy.callbacks.PipelineCallback", "init_args": {"mode": "worker"}}'
     proc = _start(tmp_path, worker)
-    _wait_for(tmp_path / "markers" / "training0", proc)
+    wait_for_file(tmp_path / "markers" / "training0", proc)
     worker_pid = json.loads((tmp_path / "markers" / "processes0.json").read_text())["worker_pid"]
     os.kill(worker_pid, signal.SIGSTOP)
     start = time.monotonic()

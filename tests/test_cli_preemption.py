@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import FAULT_BOUND_S, free_port, wait_process_gone
+from helpers import FAULT_BOUND_S, wait_process_gone
+from helpers.cli_jobs import command_env, finish, wait_for_file
 
 ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
 SMALL = ("--data.init_args.dataset.init_args.num_nodes=3000", "--data.init_args.batch_size=64",
          "--trainer.logger=false", "--trainer.enable_progress_bar=false",
          "--trainer.callbacks+=helpers.cli_markers.RecordTrainedSeeds")  # fmt: skip
@@ -29,33 +29,11 @@ WORKER = '--trainer.callbacks+={"class_path": "lightning_zerocopy.callbacks.Pipe
 
 def _fit(tmp_path: Path, markers: Path, *overrides: str) -> subprocess.Popen:
     markers.mkdir(exist_ok=True)
-    env = dict(os.environ, LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1",
-               LZC_TEST_MARKERS=str(markers), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LZC_LAUNCHER_PID"):
-        env.pop(key, None)
+    env = command_env(tmp_path / "cache", markers, OMP_NUM_THREADS="1")
     args = [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(ROOT / "recipes" / "quickstart.yaml"),
             *SMALL, *overrides]  # fmt: skip
     return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # fmt: skip
-
-
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            pytest.fail(f"the command ended before {path.name}: {proc.communicate()[0][-4000:]}")
-        assert time.monotonic() < deadline, f"no {path.name} within {timeout} s"
-        time.sleep(0.05)
-
-
-def _finish(proc: subprocess.Popen, timeout: float = FAULT_BOUND_S * 2) -> str:
-    try:
-        return proc.communicate(timeout=timeout)[0]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
 
 
 def _trained_rank(markers: Path, rank: int) -> list[tuple[int, int, list[int]]]:
@@ -80,11 +58,11 @@ def _preempt(tmp_path: Path, ranks: int, overrides: tuple[str, ...], whole_group
     proc = _fit(tmp_path, markers, "--trainer.max_epochs=50", f"--trainer.devices={ranks}",
                 "--trainer.callbacks+=helpers.cli_markers.MarkTraining", *overrides)  # fmt: skip
     for rank in range(ranks):
-        _wait_for(markers / f"training{rank}", proc)
+        wait_for_file(markers / f"training{rank}", proc)
     processes = [json.loads((markers / f"processes{r}.json").read_text()) for r in range(ranks)]
     pids = [p["pid"] for p in processes] + [p["worker_pid"] for p in processes if p["worker_pid"]]
     (os.killpg if whole_group else os.kill)(proc.pid, signal.SIGTERM)
-    output = _finish(proc)
+    output = finish(proc, FAULT_BOUND_S * 2)
     assert proc.returncode == 143, output[-4000:]
     assert all(wait_process_gone(pid, FAULT_BOUND_S) for pid in pids), f"processes {pids} outlived the command"
     return output, pids
@@ -115,7 +93,7 @@ def test_sigterm_saves_the_step_exits_143_and_the_resume_trains_every_seed_once(
 
     resumed = _fit(tmp_path, tmp_path / "resumed", f"--trainer.max_epochs={stopped_epoch + 1}",
                    f"--trainer.devices={ranks}", "--ckpt_path=last", *overrides)  # fmt: skip
-    out = _finish(resumed, timeout=600)
+    out = finish(resumed, 600)
     assert resumed.returncode == 0, out[-4000:]
     train = set(json.loads((tmp_path / "resumed" / "train_idx.json").read_text()))
     before_stop = [s for e, _, seeds in first if e == stopped_epoch for s in seeds]
@@ -133,13 +111,13 @@ def test_a_second_sigterm_still_ends_cleanly(tmp_path: Path) -> None:
     proc = _fit(tmp_path, markers, "--trainer.max_epochs=50", "--trainer.devices=2", "--trainer.strategy=zerocopy_ddp",
                 "--trainer.callbacks+=helpers.cli_markers.MarkTraining", WORKER)  # fmt: skip
     for rank in range(2):
-        _wait_for(markers / f"training{rank}", proc)
+        wait_for_file(markers / f"training{rank}", proc)
     processes = [json.loads((markers / f"processes{r}.json").read_text()) for r in range(2)]
     pids = [p["pid"] for p in processes] + [p["worker_pid"] for p in processes if p["worker_pid"]]
     os.killpg(proc.pid, signal.SIGTERM)
     time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGTERM)
-    output = _finish(proc)
+    output = finish(proc, FAULT_BOUND_S * 2)
     assert proc.returncode == 143, output[-4000:]
     assert all(wait_process_gone(pid, FAULT_BOUND_S) for pid in pids), output[-4000:]
     lines = [line for line in output.splitlines() if line.startswith("stopped by SIGTERM")]

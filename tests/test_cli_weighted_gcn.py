@@ -7,7 +7,6 @@ two GPUs (GPU sampling, zero-copy gather) too. Only ``x``, ``y`` and ``edge_attr
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,13 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import free_port
 from helpers.attributes import attributed_data
+from helpers.cli_jobs import command_env
 
 from lightning_zerocopy.cli import main
-
-ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
 
 
 def _recipe(tmp_path: Path, **trainer: object) -> Path:
@@ -70,10 +66,7 @@ def test_a_weighted_gcn_trains_under_ddp_on_two_ranks(tmp_path: Path, where: str
         config = yaml.safe_load(recipe.read_text())
         config["data"]["init_args"].update(_GPU_DATA)
         recipe.write_text(yaml.safe_dump(config))
-    env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LZC_LAUNCHER_PID"):
-        env.pop(key, None)
+    env = command_env(OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(recipe)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

@@ -18,24 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from helpers import free_port, load_test_module
+from helpers import load_test_module
+from helpers.cli_jobs import command_env
 from helpers.job_log import output_of, process_report, start_logged
 from lightning_zerocopy.process_state import process_alive, process_dying
 
 ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
 BOUND_S = 10.0
-_two = load_test_module(__file__, "test_faults_two_gpus")  # _alive, _shm, _job_processes
+_two = load_test_module(__file__, "test_faults_two_gpus")  # _shm
 
 
 def _start(tmp_path: Path, markers: Path, *overrides: str) -> subprocess.Popen:
     markers.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_") and not k.startswith("LZC_MPS")}
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LZC_LAUNCHER_PID"):
-        env.pop(key, None)
-    env.update(LIGHTNING_ZEROCOPY_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1", LZC_TEST_MARKERS=str(markers),
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+    env = command_env(tmp_path / "cache", markers, without_mps=True)
     args = [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(ROOT / "recipes" / "gpu_zerocopy.yaml"),
             "--data.init_args.dataset.init_args.num_nodes=200000", "--data.init_args.batch_size=256",
             "--trainer.strategy.init_args.cache_budget=16MiB", "--trainer.strategy.init_args.presample_batches=8",

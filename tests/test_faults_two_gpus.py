@@ -29,12 +29,12 @@ from typing import Optional
 
 import pytest
 
-from helpers import free_port
+from helpers import process_gone
+from helpers.cli_jobs import command_env
 from helpers.job_log import output_of, process_report, start_logged
 from helpers.test_gpus import TEST_GPUS, skip_unless_enough_gpus
 
 ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
 BOUND_S = 10.0
 SHM = Path("/dev/shm")
 RANKS = TEST_GPUS
@@ -42,17 +42,6 @@ RANKS = TEST_GPUS
 
 def _shm() -> set[str]:
     return set(os.listdir(SHM)) if SHM.is_dir() else set()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +53,7 @@ def graph_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _start(tmp_path: Path, *overrides: str, cache: Optional[Path] = None) -> subprocess.Popen:
     markers = tmp_path / "markers"
     markers.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_") and not k.startswith("LZC_MPS")}
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LZC_LAUNCHER_PID"):
-        env.pop(key, None)
-    env.update(LIGHTNING_ZEROCOPY_CACHE=str(cache or tmp_path / "cache"), PYTHONUNBUFFERED="1", LZC_TEST_MARKERS=str(markers),
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+    env = command_env(cache or tmp_path / "cache", markers, without_mps=True)
     args = [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(ROOT / "recipes" / "multi_gpu.yaml"),
             f"--trainer.devices={RANKS}", "--data.init_args.dataset.init_args.num_nodes=400000",
             "--trainer.strategy.init_args.cache_budget=16MiB", "--trainer.strategy.init_args.presample_batches=8",
@@ -147,10 +131,10 @@ def test_a_two_gpu_run_ends_cleanly(tmp_path: Path, graph_cache: Path, fault: st
     elif fault == "sigterm":
         os.killpg(proc.pid, signal.SIGTERM)  # as SLURM or Kubernetes: every process of the job
     limit = 300 if fault == "none" else BOUND_S  # a normal run first trains its 40 steps
-    while any(_alive(pid) for pid in processes.values()) and time.monotonic() - start < limit:
+    while not all(process_gone(pid) for pid in processes.values()) and time.monotonic() - start < limit:
         time.sleep(0.05)
     took = time.monotonic() - start
-    left = {role: pid for role, pid in processes.items() if _alive(pid)}
+    left = {role: pid for role, pid in processes.items() if not process_gone(pid)}
     report = "\n".join(process_report(pid) for pid in left.values())  # what each straggler waits in
     try:
         output = output_of(proc, timeout=30)

@@ -13,12 +13,14 @@ needs pyg-lib or torch-sparse (as in ``tests/test_link_dropin.py``).
 from __future__ import annotations
 
 import importlib.util
+from functools import partial
 from typing import Any
 
 import pytest
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from helpers.dropin import fit_and_validate
 from helpers.hetero_batches import batches, mag_like_graph, metadata
 from torch import nn
 from torch_geometric.nn import SAGEConv, to_hetero
@@ -84,22 +86,8 @@ class PyGExampleHeteroNet(pl.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=0.01)
 
 
-def _trainer(steps: int) -> pl.Trainer:
-    return pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=VAL_BATCHES, num_sanity_val_steps=0,
-                      logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
-
-
-def _fit_and_validate(model: pl.LightningModule, train: Any = None, val: Any = None, datamodule: Any = None) -> tuple[float, float]:
-    """Validation accuracy before and after ``STEPS`` training steps."""
-    loaders = {"datamodule": datamodule} if datamodule is not None else {}
-    before = _trainer(0).validate(model, dataloaders=val, verbose=False, **loaders)[0]["val_acc"]
-    trainer = _trainer(STEPS)
-    if datamodule is not None:
-        trainer.fit(model, datamodule=datamodule)
-    else:
-        trainer.fit(model, train, val)
-    after = trainer.validate(model, dataloaders=val, verbose=False, **loaders)[0]["val_acc"]
-    return before, after
+#: Validation accuracy before and after ``STEPS`` training steps.
+_fit_and_validate = partial(fit_and_validate, metric="val_acc", steps=STEPS, val_batches=VAL_BATCHES)
 
 
 def test_pyg_example_module_trains_unchanged_on_pyg_layout_batches() -> None:

@@ -10,6 +10,7 @@ torch-sparse importable, e.g. the GPU box with ``.pyg/*.tgz`` on ``PYTHONPATH``)
 from __future__ import annotations
 
 import importlib.util
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from helpers.dropin import fit_and_validate
 from torch_geometric.nn import SAGEConv
 from torchmetrics.classification import BinaryAUROC
 
@@ -65,22 +67,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> SyntheticLinkGraph:
     return SyntheticLinkGraph(graph, val_fraction=0.05, test_fraction=0.05, neg_per_positive=5, cache_dir=cache)
 
 
-def _trainer(steps: int) -> pl.Trainer:
-    return pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=VAL_BATCHES, num_sanity_val_steps=0,
-                      logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
-
-
-def _fit_and_validate(model: PyGExampleLinkNet, train: Any = None, val: Any = None, datamodule: Any = None) -> tuple[float, float]:
-    """Validation AUROC before and after ``STEPS`` training steps."""
-    loaders = {"datamodule": datamodule} if datamodule is not None else {}
-    before = _trainer(0).validate(model, dataloaders=val, verbose=False, **loaders)[0]["val_auroc"]
-    trainer = _trainer(STEPS)
-    if datamodule is not None:
-        trainer.fit(model, datamodule=datamodule)
-    else:
-        trainer.fit(model, train, val)
-    after = trainer.validate(model, dataloaders=val, verbose=False, **loaders)[0]["val_auroc"]
-    return before, after
+#: Validation AUROC before and after ``STEPS`` training steps.
+_fit_and_validate = partial(fit_and_validate, metric="val_auroc", steps=STEPS, val_batches=VAL_BATCHES)
 
 
 def _ours(dataset: SyntheticLinkGraph) -> ZeroCopyLinkDataModule:

@@ -12,7 +12,6 @@ import torch.multiprocessing as mp
 
 from lightning_zerocopy.data.batch import BatchBuilder
 from lightning_zerocopy.cache.provider import FeatureCacheSpec as CacheProvider
-from lightning_zerocopy.data.host.share import share_node_data
 from lightning_zerocopy.data.plan import BatchPlan
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.datasets.base import NodeData
@@ -44,11 +43,9 @@ def test_spec_is_a_cache_provider_hashable_and_picklable() -> None:
 
 
 @pytest.fixture()
-def shared():
-    data = _graph()
-    handles = share_node_data(data)
-    yield data, handles
-    handles.unlink()
+def node_data() -> NodeData:
+    """The graph ``shared`` (``tests/conftest.py``) shares."""
+    return _graph()
 
 
 def _spec_on_gpu0(table: torch.Tensor, num_shards: int):

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import RecordBatches, process_gone, read_ready_line, sigint_at_default
+from helpers import RecordBatches, kill_if_running, read_ready_line, sigint_at_default, wait_process_gone
 from helpers.kinds import NODE_KINDS, assert_same_fields, fields
 from pytorch_lightning.callbacks import Callback
 
@@ -321,17 +320,13 @@ def test_ctrl_c_in_the_trainer_stops_the_worker_and_leaks_nothing(tmp_path):
         proc.wait(timeout=60)  # generous: CI machines can be loaded
         err = proc.stderr.read()
         assert "KeyboardInterrupt" in err or "graceful shutdown" in err or proc.returncode != 0
-        deadline = time.monotonic() + 5
-        while not process_gone(worker_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert process_gone(worker_pid), "the pipeline worker outlived the interrupted trainer"
+        assert wait_process_gone(worker_pid, 5), "the pipeline worker outlived the interrupted trainer"
         assert not {n for n in os.listdir("/dev/shm") if n.startswith(f"lzc-{proc.pid}-")}, shm_before
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-        if worker_pid is not None and not process_gone(worker_pid):
-            os.kill(worker_pid, signal.SIGKILL)
+        kill_if_running(worker_pid)
 
 
 def test_pipeline_loader_deals_an_epoch_resumed_on_another_world_size_like_the_plan_loader(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import matmul_tflops, process_gone, read_ready_line, sigint_at_default, wait_process_gone
+from helpers import kill_if_running, matmul_tflops, read_ready_line, sigint_at_default, wait_process_gone
 
 from lightning_zerocopy.pipeline import mps
 
@@ -85,9 +85,7 @@ def _stop(proc: subprocess.Popen, *pids) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait(10)
-    for pid in pids:
-        if pid and not process_gone(pid):
-            os.kill(pid, signal.SIGKILL)
+    kill_if_running(*pids)
 
 
 @pytest.mark.cuda

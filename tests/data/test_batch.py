@@ -39,11 +39,9 @@ def _graph(edge_attr: bool = True) -> NodeData:
 
 
 @pytest.fixture
-def shared():
-    data = _graph()
-    handles = share_node_data(data)
-    yield data, handles
-    handles.unlink()
+def node_data() -> NodeData:
+    """The graph ``shared`` (``tests/conftest.py``) shares."""
+    return _graph()
 
 
 @pytest.fixture(params=NODE_KINDS, ids=str)

@@ -57,11 +57,9 @@ def _graph(dtype: torch.dtype = torch.float32, num_classes: int = 7) -> NodeData
 
 
 @pytest.fixture
-def shared():
-    data = _graph()
-    handles = share_node_data(data)
-    yield data, handles
-    handles.unlink()
+def node_data() -> NodeData:
+    """The graph ``shared`` (``tests/conftest.py``) shares."""
+    return _graph()
 
 
 def _item(data: NodeData, step: int = 0, batch_size: int = 64):

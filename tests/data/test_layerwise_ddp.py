@@ -5,7 +5,6 @@ batch as on one rank, but a GPU sums a node's messages with atomics, in an order
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +14,9 @@ import numpy as np
 import pytest
 import yaml
 
-from helpers import free_port
+from helpers.cli_jobs import command_env
 from lightning_zerocopy.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = ROOT / "tests"
 TRAINER = {"accelerator": "cpu", "devices": 1, "max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 0,
            "enable_progress_bar": False, "enable_model_summary": False, "logger": False,
            "callbacks": [{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}]}  # fmt: skip
@@ -48,10 +45,7 @@ def _typed(cache: Path) -> dict[str, Any]:
 
 def _predict(recipe: Path, ckpt: Path, out: Path, embeddings: Path, devices: int, tmp_path: Path,
              accelerator: str) -> str:  # fmt: skip
-    env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LZC_LAUNCHER_PID"):
-        env.pop(key, None)
+    env = command_env(OMP_NUM_THREADS="1")
     args = [sys.executable, "-m", "lightning_zerocopy", "predict", "--config", str(recipe), f"--ckpt_path={ckpt}",
             f"--trainer.default_root_dir={out}", f"--trainer.devices={devices}", "--trainer.strategy=ddp",
             f"--trainer.accelerator={accelerator}",

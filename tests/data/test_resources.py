@@ -39,11 +39,9 @@ class EvenRowsCache:
 
 
 @pytest.fixture()
-def shared():
-    data = _graph()
-    handles = share_node_data(data)
-    yield data, handles
-    handles.unlink()
+def node_data() -> NodeData:
+    """The graph ``shared`` (``tests/conftest.py``) shares."""
+    return _graph()
 
 
 def test_scope_gives_one_resources_per_memory_and_device_and_closes_them(shared) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import exclusive_host_copy
+from helpers import exclusive_host_copy, opcheck
 
 from lightning_zerocopy import ops
 
@@ -295,14 +295,8 @@ def test_opcheck_cuda() -> None:
     slot[:10] = torch.arange(10, dtype=torch.int32, device="cuda")
     cache = placed.table[:10].clone()
     for args in ((placed.table, ids, out, False, None, None), (placed.table, ids, out, True, slot, cache)):
-        torch.library.opcheck(
-            torch.ops.zerocopy.gather_rows_into.default, args,
-            test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
-        )  # fmt: skip
-    torch.library.opcheck(
-        torch.ops.zerocopy.gather_rows_into.default, (placed.table, ids, out),
-        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
-    )  # fmt: skip
+        opcheck(torch.ops.zerocopy.gather_rows_into.default, args)
+    opcheck(torch.ops.zerocopy.gather_rows_into.default, (placed.table, ids, out))
 
 
 def test_feature_table_accepts_a_host_feature_table() -> None:

@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import torch
 from pytorch_lightning.callbacks import Callback
@@ -36,6 +36,14 @@ def wait_process_gone(pid: int, timeout: float) -> bool:
             return True
         time.sleep(0.05)
     return process_gone(pid)
+
+
+def kill_if_running(*pids: Optional[int]) -> None:
+    """SIGKILL each of ``pids`` (``None`` or 0 skipped) that :func:`process_gone` says still runs: the cleanup of a
+    test that may have left a process behind."""
+    for pid in pids:
+        if pid and not process_gone(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def sigint_at_default() -> None:
@@ -67,6 +75,16 @@ def exclusive_host_copy(t: torch.Tensor) -> torch.Tensor:
     out = torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes].view(t.dtype).view(t.shape)
     out.copy_(t)
     return out
+
+
+#: The ``torch.library.opcheck`` tests :func:`opcheck` runs on an op of ``torch.ops.zerocopy``.
+OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor")
+
+
+def opcheck(op: Any, args: tuple) -> None:
+    """``torch.library.opcheck(op, args)`` limited to :data:`OPCHECK_TESTS`: the op's schema, autograd registration
+    and fake (meta) kernel on these arguments, not ``test_aot_dispatch_dynamic``, which opcheck runs by default."""
+    torch.library.opcheck(op, args, test_utils=OPCHECK_TESTS)
 
 
 def matmul_tflops(size: int = 8192, iters: int = 20) -> float:
@@ -145,6 +163,22 @@ class RecordBatches(Callback):
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
         if not trainer.sanity_checking:
             self.val[(trainer.current_epoch, batch_idx)] = self._freeze(batch)
+
+
+class BatchList:
+    """A fixed sequence of batches as one dataloader (Lightning reads a plain list as several dataloaders)."""
+
+    def __init__(self, batches: list[Any]) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.batches[i]
 
 
 def load_test_module(beside: str, name: str) -> Any:

@@ -11,10 +11,11 @@ at hop ``k - 1``); on the input type ``batch_size``, ``input_id`` and ``y`` of e
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Iterator, Mapping, Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import torch
 from pytorch_lightning import LightningDataModule
+from helpers import BatchList
 from torch_geometric.data import HeteroData
 
 EdgeType = tuple[str, str, str]
@@ -130,22 +131,6 @@ def sample_batch(graph: SimpleNamespace, seeds: torch.Tensor, num_neighbors: Uni
     inputs.input_id = torch.arange(seeds.numel())
     inputs.batch_size = seeds.numel()
     return batch
-
-
-class BatchList:
-    """A fixed sequence of batches as one dataloader (Lightning reads a plain list as several dataloaders)."""
-
-    def __init__(self, batches: list[HeteroData]) -> None:
-        self.batches = batches
-
-    def __iter__(self) -> Iterator[HeteroData]:
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, i: int) -> HeteroData:
-        return self.batches[i]
 
 
 def batches(graph: SimpleNamespace, ids: torch.Tensor, batch_size: int, num_neighbors: Union[Sequence[int], Mapping],

@@ -11,6 +11,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from helpers import BatchList
 from helpers.link_batches import (
     EDGE,
     NODE,
@@ -30,19 +31,6 @@ from lightning_zerocopy.models.link_scorer import LinkScorer, num_positives
 
 KINDS = ["untyped", "typed"]
 NUM_NODES = 240  # planted_graph's
-
-
-class _Loader:
-    """A fixed sequence of batches as one dataloader (a plain list would be read as several)."""
-
-    def __init__(self, batches: list[Any]) -> None:
-        self.batches = batches
-
-    def __iter__(self):
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
 
 
 def _model(kind: str, lr: float = 0.01, **options: Any) -> LinkScorer:
@@ -79,10 +67,10 @@ def test_trains_to_auroc_well_above_chance(kind: str, options: dict[str, Any], m
     torch.manual_seed(0)
     g = planted_graph()
     model = _model(kind, lr=0.02, hidden_channels=16, hits_k=[1, 5], **options)
-    val = _Loader(_batches(kind, eval_batches(g, 32, 5, query=True)))
+    val = BatchList(_batches(kind, eval_batches(g, 32, 5, query=True)))
     before = _trainer(0).validate(model, val, verbose=False)[0]
     trainer = _trainer(40)
-    trainer.fit(model, _Loader(_batches(kind, train_batches(g, 40, 64, mode))), val)
+    trainer.fit(model, BatchList(_batches(kind, train_batches(g, 40, 64, mode))), val)
     assert {"train_auroc", "train_loss"} <= set(trainer.callback_metrics), trainer.callback_metrics
     after = trainer.validate(model, val, verbose=False)[0]
     assert after["val_auroc"] > 0.8 and after["val_auroc"] > before["val_auroc"] + 0.1, (before, after)
@@ -93,7 +81,7 @@ def test_trains_to_auroc_well_above_chance(kind: str, options: dict[str, Any], m
 @pytest.mark.parametrize("kind", KINDS)
 def test_shared_pool_reports_pool_hits_not_mrr(kind: str) -> None:
     g = planted_graph()
-    out = _trainer(0).validate(_model(kind, hits_k=[3]), _Loader(_batches(kind, eval_batches(g, 16, 4, query=False))),
+    out = _trainer(0).validate(_model(kind, hits_k=[3]), BatchList(_batches(kind, eval_batches(g, 16, 4, query=False))),
                                verbose=False)[0]  # fmt: skip
     assert set(out) == {"val_auroc", "val_hits@3"}
 
@@ -111,7 +99,7 @@ def test_batches_without_batch_size_as_pyg_makes_them(kind: str) -> None:
     model.training_step(batch, 0)
     assert logged == [("train_loss", 8), ("train_auroc", 8)]
     trainer = _trainer(2)
-    trainer.fit(_model(kind), _Loader([batch, batch]), _Loader(_batches(kind, eval_batches(g, 8, 2, query=False))))
+    trainer.fit(_model(kind), BatchList([batch, batch]), BatchList(_batches(kind, eval_batches(g, 8, 2, query=False))))
     assert {"train_loss", "val_auroc"} <= set(trainer.callback_metrics)
 
 
@@ -185,6 +173,6 @@ def test_training_figures_are_logged_on_logging_steps_only(kind: str) -> None:
 
     model.log = log  # type: ignore[method-assign]
     trainer = _trainer(12, log_every_n_steps=5)
-    trainer.fit(model, _Loader(_batches(kind, train_batches(g, 12, 16, "binary"))))
+    trainer.fit(model, BatchList(_batches(kind, train_batches(g, 12, 16, "binary"))))
     assert steps == [(s, name) for s in (0, 5, 10) for name in ("train_loss", "train_auroc")]
     assert {"train_loss", "train_auroc"} <= set(trainer.callback_metrics)

@@ -14,7 +14,7 @@ import torch
 from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
 from lightning_zerocopy.pipeline.share_numerics import check_gemms
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = pytest.mark.cuda
 
 
 def test_half_gemms_are_right_on_the_whole_gpu() -> None:

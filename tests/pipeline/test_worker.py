@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import process_gone, read_ready_line, sigint_at_default, wait_process_gone
+from helpers import kill_if_running, process_gone, read_ready_line, sigint_at_default, wait_process_gone
 from helpers.pipeline_fakes import FakeSource, TwoStageSource
 from torch_geometric.data import Data
 
@@ -230,8 +230,7 @@ def test_worker_never_outlives_the_trainer(tmp_path, sig):
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-        if not process_gone(worker_pid):
-            os.kill(worker_pid, signal.SIGKILL)
+        kill_if_running(worker_pid)
     # names a leak of ours would carry (torch's file_system strategy, our segments); other processes' are ignored
     leaked = {n for n in _shm_entries() - before if str(proc.pid) in n or str(worker_pid) in n}
     assert leaked == set()
@@ -263,8 +262,7 @@ def test_worker_exits_without_the_interpreter_teardown(tmp_path):
         client.transport._conn.close()  # as when the trainer dies
         assert wait_process_gone(pid, 20), f"worker {pid} is still in its interpreter's teardown"
     finally:
-        if not process_gone(pid):
-            os.kill(pid, signal.SIGKILL)
+        kill_if_running(pid)
         client.transport.process.join(5)
 
 
@@ -327,5 +325,4 @@ def test_a_sigterm_leaves_the_worker_to_its_trainer() -> None:
         client.close()
         assert wait_process_gone(pid, 10) and time.monotonic() - start < 10
     finally:
-        if not process_gone(pid):
-            os.kill(pid, signal.SIGKILL)
+        kill_if_running(pid)

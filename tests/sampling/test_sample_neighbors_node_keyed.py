@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 import torch
-from helpers import load_test_module
+from helpers import load_test_module, opcheck
 
 from lightning_zerocopy import ops
 
@@ -154,8 +154,4 @@ def test_opcheck() -> None:
     gen = torch.Generator().manual_seed(9)
     graph = random_graph(300, 2000, gen, torch.int32)
     args = (graph.indptr, graph.indices, random_seeds(300, 20, gen), [4, -1, 2], False, 31, True)
-    torch.library.opcheck(
-        torch.ops.zerocopy.sample_neighbors.default,
-        args,
-        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
-    )
+    opcheck(torch.ops.zerocopy.sample_neighbors.default, args)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import opcheck
 
 from lightning_zerocopy.sampling.typed_dedup import dedup_typed_keys, first_appearance
 
@@ -109,8 +110,7 @@ def test_bad_tensors_raise_naming_the_argument(existing, candidates, error, matc
 
 def test_opcheck() -> None:
     existing, candidates = _random_case(torch.Generator().manual_seed(1), 20, 80, 3, 30)
-    torch.library.opcheck(torch.ops.zerocopy.dedup_typed_keys.default, (existing, candidates, 3),
-                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))  # fmt: skip
+    opcheck(torch.ops.zerocopy.dedup_typed_keys.default, (existing, candidates, 3))
 
 
 # ---- the CUDA kernel ----

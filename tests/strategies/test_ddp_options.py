@@ -4,26 +4,13 @@ overrides Lightning's): the DDP knobs ``benchmarks.scaling.diag`` measures for i
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
-import pytest
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
-
-
-@pytest.fixture
-def one_rank_group(tmp_path: Path):
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def _wrap(strategy: ZeroCopyDDPStrategy, module: Optional[torch.nn.Module] = None) -> DistributedDataParallel:

@@ -15,8 +15,8 @@ from typing import Any, Callable
 import pytest
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from pytorch_lightning.callbacks import GradientAccumulationScheduler
+from helpers import BatchList
 from helpers.hetero_batches import batches as hetero_batches
 from helpers.hetero_batches import mag_like_graph, metadata
 from helpers.hetero_link import small_graph
@@ -29,29 +29,6 @@ from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
 from lightning_zerocopy.strategies.ddp_options import accumulates_gradients, choose_static_graph
 
 STEPS = 6
-
-
-@pytest.fixture
-def one_rank_group(tmp_path: Path):
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-class _Loader:
-    """A fixed sequence of batches as one dataloader."""
-
-    def __init__(self, batches: list[Any]) -> None:
-        self.batches = batches
-
-    def __iter__(self):
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
 
 
 def test_auto_turns_static_graph_on_only_where_every_step_uses_every_parameter() -> None:
@@ -151,7 +128,7 @@ def _fit(model: pl.LightningModule, data: list[Any], tmp_path: Path, accumulate:
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, limit_val_batches=0, log_every_n_steps=2,
                          default_root_dir=str(tmp_path), callbacks=[wrapper])  # fmt: skip
-    trainer.fit(model, _Loader(data))
+    trainer.fit(model, BatchList(data))
     assert trainer.global_step == steps
     return wrapper.settings
 
