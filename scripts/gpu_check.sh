@@ -144,16 +144,18 @@ for var in $(compgen -e | grep '^GPU_CHECK_EXTRA_STAGE_' || true); do
 done
 
 # --- benchmarks -----------------------------------------------------------------------------------------------
-if want gather; then
-  start=$SECONDS
-  echo "== gather benchmark"
+# gather, sampling, pipeline and scaling: each writes $OUT/<name>.json (merged into gpu_results.json) and its output
+# to $OUT/<name>.log, whose last lines are printed
+json_stage() {  # name, timeout, tail lines, title, module, args
+  local name=$1 limit=$2 lines=$3 title=$4 module=$5 args=$6 start=$SECONDS
+  echo "== $title"
   # shellcheck disable=SC2086
-  timeout "${GPU_CHECK_GATHER_TIMEOUT:-240}" python3 -m benchmarks.parts.gather --out "$OUT/gather.json" \
-    ${GPU_CHECK_GATHER_ARGS:---table-gib 8 --row-bytes 128,512,2048 --batches 5 --warmup 2} >"$OUT/bench.log" 2>&1
-  rc=$?
-  record gather $rc $((SECONDS - start))
-  tail -12 "$OUT/bench.log"
-fi
+  timeout "$limit" python3 -m "$module" --out "$OUT/$name.json" $args >"$OUT/$name.log" 2>&1
+  record "$name" $? $((SECONDS - start))
+  tail -"$lines" "$OUT/$name.log"
+}
+want gather && json_stage gather "${GPU_CHECK_GATHER_TIMEOUT:-240}" 12 "gather benchmark" benchmarks.parts.gather \
+  "${GPU_CHECK_GATHER_ARGS:---table-gib 8 --row-bytes 128,512,2048 --batches 5 --warmup 2}"
 
 # step, e2e and link: each writes a folder (results.json, report.md, plots, logs), which comes back as $OUT/<stage>.tgz
 # (with the stage's log); its results.json is merged into gpu_results.json
@@ -179,42 +181,13 @@ if want link; then
   bench_stage link "${GPU_CHECK_LINK_TIMEOUT:-420}" benchmarks.end_to_end.link "${GPU_CHECK_LINK_ARGS:---preset gpu} ${pyg_site:+--pyg-site $pyg_site}"
 fi
 
-if want sampling; then
-  start=$SECONDS
-  echo "== sampling benchmark"
-  # shellcheck disable=SC2086
-  timeout "${GPU_CHECK_SAMPLING_TIMEOUT:-200}" python3 -m benchmarks.parts.sampling --out "$OUT/sampling.json" \
-    ${pyg_site:+--pyg-site $pyg_site} \
-    ${GPU_CHECK_SAMPLING_ARGS:---nodes 2000000 --avg-degree 50 --modes gpu,uva,cpu,pyg --threads all --batches 20} \
-    >>"$OUT/bench.log" 2>&1
-  rc=$?
-  record sampling $rc $((SECONDS - start))
-  tail -10 "$OUT/bench.log"
-fi
-
-if want pipeline; then
-  start=$SECONDS
-  echo "== pipeline benchmark (steps/s: no pipeline, in-process, worker, worker + MPS, GPU-resident bound)"
-  # shellcheck disable=SC2086
-  timeout "${GPU_CHECK_PIPELINE_TIMEOUT:-420}" python3 -m benchmarks.parts.pipeline --out "$OUT/pipeline.json" \
-    ${GPU_CHECK_PIPELINE_ARGS:---gib 8 --steps 100 --warmup 15 --config-timeout 100} >"$OUT/pipeline.log" 2>&1
-  rc=$?
-  record pipeline $rc $((SECONDS - start))
-  tail -12 "$OUT/pipeline.log"
-fi
-
-if want scaling; then
-  start=$SECONDS
-  echo "== scaling benchmark (GPUs x cache policy x budget)"
-  # shellcheck disable=SC2086
-  timeout "${GPU_CHECK_SCALING_TIMEOUT:-560}" python3 -m benchmarks.scaling --out "$OUT/scaling.json" \
-    ${GPU_CHECK_SCALING_ARGS:---gpus 1,2,4,8 --policies replicate,clique,auto --budgets 0.1 --pipelines worker --num-nodes 8000000 --epochs 2 --limit-batches 60 --presample-batches 16 --timeout 120 ${pyg_site:+--pyg-gpus 2 --pyg-site $pyg_site}} \
-    >"$OUT/scaling.log" 2>&1
-  rc=$?
-  record scaling $rc $((SECONDS - start))
-  tail -16 "$OUT/scaling.log"
-fi
-
+want sampling && json_stage sampling "${GPU_CHECK_SAMPLING_TIMEOUT:-200}" 10 "sampling benchmark" \
+  benchmarks.parts.sampling "${pyg_site:+--pyg-site $pyg_site} ${GPU_CHECK_SAMPLING_ARGS:---nodes 2000000 --avg-degree 50 --modes gpu,uva,cpu,pyg --threads all --batches 20}"
+want pipeline && json_stage pipeline "${GPU_CHECK_PIPELINE_TIMEOUT:-420}" 12 \
+  "pipeline benchmark (steps/s: no pipeline, in-process, worker, worker + MPS, GPU-resident bound)" benchmarks.parts.pipeline \
+  "${GPU_CHECK_PIPELINE_ARGS:---gib 8 --steps 100 --warmup 15 --config-timeout 100}"
+want scaling && json_stage scaling "${GPU_CHECK_SCALING_TIMEOUT:-560}" 16 "scaling benchmark (GPUs x cache policy x budget)" \
+  benchmarks.scaling "${GPU_CHECK_SCALING_ARGS:---gpus 1,2,4,8 --policies replicate,clique,auto --budgets 0.1 --pipelines worker --num-nodes 8000000 --epochs 2 --limit-batches 60 --presample-batches 16 --timeout 120 ${pyg_site:+--pyg-gpus 2 --pyg-site $pyg_site}}"
 
 # --- results JSON ---------------------------------------------------------------------------------------------
 GPU_CHECK_COMMIT="$commit" OUT="$OUT" python3 - <<'EOF'
