@@ -57,8 +57,9 @@ SamplerPlacement = Literal["cpu", "uva", "gpu", "hybrid", "auto"]
 GatherBackend = Literal["cpu", "zerocopy"]
 #: ``gather`` as the DataModule takes it: ``auto`` resolves to ``zerocopy`` on a GPU trainer, else ``cpu``.
 GatherChoice = Literal["auto", "cpu", "zerocopy"]
-#: Read order of the zero-copy gather: measured choice (``auto``), batch order (``direct``), address order (``sorted``).
-GatherMode = Literal["auto", "direct", "sorted"]
+#: How the GPU gather reads host rows: zero-copy in a measured order (``auto``), in batch order (``direct``) or in
+#: address order (``sorted``); or host threads into a pinned buffer and one copy-engine copy (``staged``).
+GatherMode = Literal["auto", "direct", "sorted", "staged"]
 #: Layout of node ids in host memory: the dataset's own ids, or a locality-preserving internal order.
 NodeOrderKind = Literal["none", "bfs", "degree"]
 #: Where the feature table lives on the host: a shared-memory copy, or a map of the dataset's ``.npy`` file.
@@ -68,7 +69,7 @@ FeatureDtype = Literal["float32", "bfloat16", "float16"]
 
 
 def choices(option: Any) -> tuple[str, ...]:
-    """The accepted values of an option type, e.g. ``choices(GatherMode) == ("auto", "direct", "sorted")``."""
+    """The accepted values of an option type, e.g. ``choices(NodeOrderKind) == ("none", "bfs", "degree")``."""
     return tuple(get_args(option))
 
 

@@ -98,6 +98,10 @@ _ROW_LIST: list[Row] = [
         {"sampler_placement": "cpu", "gather": "cpu"}, pipeline={"mode": "worker", "mps": True}),  # fmt: skip
     *_zero_copy_rows(),
     *_share_rows(),
+    Row("zc_gpu_mps_staged", "ours", "as zc_gpu_mps, gather_mode='staged': the worker's host threads gather the rows "
+        "into a pinned buffer, the copy engines move it (no zero-copy reads beside training)",
+        {"sampler_placement": "gpu", "gather": "zerocopy", "gather_mode": "staged"},
+        pipeline={"mode": "worker", "mps": True}),  # fmt: skip
     Row("zc_gpu_hot", "ours", "GPU sampler, zero-copy gather, --cache-fraction of rows cached on the GPU (hot_rows)",
         {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": "cache_fraction"}),  # fmt: skip
     Row("zc_gpu_hot_mps", "ours", "as zc_gpu_hot, PipelineCallback worker + MPS",

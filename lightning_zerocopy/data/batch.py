@@ -94,7 +94,8 @@ class BatchBuilder:
             GPU reads the rows from registered host memory); with ``"cpu"`` and a CPU sampler the batch is built in
             host memory, otherwise on the GPU.
         gather_mode: read order of the zero-copy gather: ``"auto"`` (time both, keep the faster), ``"direct"``
-            (batch order) or ``"sorted"`` (address order).
+            (batch order) or ``"sorted"`` (address order); or ``"staged"`` (host threads and the copy engines,
+            :mod:`~lightning_zerocopy.gather.staged`).
         hot_rows: shorthand for ``cache=HotRowsCache(hot_rows)``: feature rows kept in GPU memory, the nodes
             that appear most often as in-neighbors (per featured type). ``0`` = no cache. Needs ``gather="zerocopy"``.
         cache: the GPU feature cache (a picklable :class:`~lightning_zerocopy.cache.provider.FeatureCacheSpec`, or

@@ -103,7 +103,9 @@ class ZeroCopyDataModule(GraphDataModule):
             ``"zerocopy"`` (the GPU reads exactly the batch's rows from pinned host memory; no CPU gather, no
             staging copy). With a GPU sampler or ``"zerocopy"``, batches are built on the GPU.
         gather_mode: read order of the zero-copy gather: ``"auto"`` (time both orders on the first batches and
-            keep the faster), ``"direct"`` (batch order) or ``"sorted"`` (address order: fewer pages touched).
+            keep the faster), ``"direct"`` (batch order) or ``"sorted"`` (address order: fewer pages touched); or
+            ``"staged"``: host threads gather the rows into a pinned buffer and the copy engines move it (slower
+            than the zero-copy reads, but gentler on a training step beside it; not with a cache sharded over GPUs).
         hot_rows: number of feature rows kept in GPU memory (``hot_rows * num_features * bytes per value``),
             chosen as the nodes sampling picks most often (most frequent in-neighbors); ``0`` = none. Needs
             the zero-copy gather; capped at the number of nodes.

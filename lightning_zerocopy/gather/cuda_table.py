@@ -25,6 +25,7 @@ import torch
 from lightning_zerocopy import ops
 from lightning_zerocopy.gather.table_shape import TableShape
 from lightning_zerocopy.gather.read_order import ReadOrderChooser
+from lightning_zerocopy.gather.staged import StagedGather
 from lightning_zerocopy.graph.reorder import frequency_order, most_frequent_neighbors
 from lightning_zerocopy.options import GatherMode, check_choice
 from lightning_zerocopy.graph.host_registration import HostRegistration, register_host_tensor
@@ -49,8 +50,10 @@ class CudaFeatureTable(TableShape):
             or pinned), or a CUDA tensor (then rows come from GPU memory and registration is skipped).
         device: the GPU that gathers (default: the current one).
         mode: ``"direct"`` (rows read in batch order), ``"sorted"`` (rows read in ascending address order and
-            written back to their batch positions) or ``"auto"`` (time both on the first ``2 * trial_calls``
-            gathers, then keep the faster per row).
+            written back to their batch positions), ``"auto"`` (time both on the first ``2 * trial_calls``
+            gathers, then keep the faster per row), or ``"staged"``: no zero-copy reads, host threads gather the
+            rows the cache does not hold into a pinned buffer and the copy engines move it
+            (:class:`~lightning_zerocopy.gather.staged.StagedGather`; needs a host table).
         hot_rows: optional int64 row ids to serve from a GPU copy (e.g. :func:`most_frequent_neighbors`).
         trial_calls: gathers per mode that ``auto`` times before choosing.
         register: register a CPU table for zero-copy access here (set False if the caller registered it).
@@ -92,7 +95,9 @@ class CudaFeatureTable(TableShape):
             self.table = self._registration.tensor  # `table`, or its page-aligned copy
         self._cache_slot: Optional[torch.Tensor] = None
         self._cache: Optional[torch.Tensor] = None
-        self._order = ReadOrderChooser(mode, trial_calls)
+        # a table in GPU memory is read in place: nothing to stage
+        self._staged = StagedGather(self.table) if mode == "staged" and self.table.device.type == "cpu" else None
+        self._order = ReadOrderChooser("direct" if mode == "staged" else mode, trial_calls)
         if hot_rows is not None:
             self.set_hot_rows(hot_rows)
 
@@ -104,8 +109,8 @@ class CudaFeatureTable(TableShape):
 
     @property
     def chosen_mode(self) -> Optional[str]:
-        """``"direct"`` or ``"sorted"`` once decided (immediately unless ``mode="auto"``), else None."""
-        return self._order.chosen
+        """``"direct"``, ``"sorted"`` or ``"staged"`` once decided (immediately unless ``mode="auto"``), else None."""
+        return "staged" if self._staged is not None else self._order.chosen
 
     @property
     def trial_times(self) -> dict[str, list[float]]:
@@ -159,6 +164,10 @@ class CudaFeatureTable(TableShape):
                 ids = ids.to(self.device, non_blocking=True)
             if out is None:
                 out = torch.empty((ids.shape[0], self.dim), dtype=self.dtype, device=self.device)
+            if self._staged is not None:
+                self._staged.gather(ids, out, self._cache_slot, self._cache)
+                stream.synchronize()  # as the zero-copy path: the rows are in `out` on return
+                return out
 
             def gather(sort_ids: bool) -> None:
                 ops.gather_rows(self.table, ids, out, sort_ids=sort_ids, cache_slot=self._cache_slot,

@@ -326,10 +326,11 @@ def test_gpu_batch_equals_the_cpu_batch(placement, gather, dtype, x_dtype) -> No
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("gather_mode", ["sorted", "staged"])
 @pytest.mark.parametrize("placement, gather", COMBOS)
-def test_cuda_out_buffers_are_written_in_place_on_a_side_stream(shared, placement, gather) -> None:
+def test_cuda_out_buffers_are_written_in_place_on_a_side_stream(shared, placement, gather, gather_mode) -> None:
     data, handles = shared
-    builder = BatchBuilder(handles, [10, 5], sampler_placement=placement, gather=gather, gather_mode="sorted").open()
+    builder = BatchBuilder(handles, [10, 5], sampler_placement=placement, gather=gather, gather_mode=gather_mode).open()
     item = _item(data, step=1)
     rows = builder.max_nodes(item.batch_size)
     edges = item.batch_size * 10 + item.batch_size * 11 * 5
@@ -354,11 +355,12 @@ def test_cuda_out_buffers_are_written_in_place_on_a_side_stream(shared, placemen
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("hot_mode", ["direct", "staged"])
 @pytest.mark.parametrize("placement", ["cpu", "gpu"])
-def test_hot_rows_give_identical_batches(shared, placement) -> None:
+def test_hot_rows_give_identical_batches(shared, placement, hot_mode) -> None:
     data, handles = shared
     plain = BatchBuilder(handles, [10, 5], sampler_placement=placement, gather="zerocopy", gather_mode="direct").open()
-    hot = BatchBuilder(handles, [10, 5], sampler_placement=placement, gather="zerocopy", gather_mode="direct", hot_rows=400).open()
+    hot = BatchBuilder(handles, [10, 5], sampler_placement=placement, gather="zerocopy", gather_mode=hot_mode, hot_rows=400).open()
     table = hot._gpu.features[NODE]
     assert table.num_hot_rows == 400
     counts = torch.bincount(handles.graph.open().indices.long(), minlength=NUM_NODES)

@@ -307,3 +307,31 @@ def test_feature_table_accepts_a_host_feature_table() -> None:
         ids = random_ids(3000, 700, seed=31).cuda()
         assert bitwise_equal(table.gather(ids), host[ids.cpu()])
         assert table.chosen_mode == "direct" and table.row_bytes == 48
+
+
+def test_feature_table_staged_reads_through_host_threads_and_one_copy() -> None:
+    from lightning_zerocopy.gather import CudaFeatureTable
+
+    host = random_table(4000, 33, torch.bfloat16, seed=40)
+    hot = torch.randperm(4000, generator=torch.Generator().manual_seed(41))[:500]
+    with CudaFeatureTable(exclusive_host_copy(host), mode="staged", hot_rows=hot) as table:
+        assert table.chosen_mode == "staged"
+        stream = torch.cuda.Stream()
+        buffer = poisoned((9000, 33), torch.bfloat16)
+        torch.cuda.synchronize()
+        for call in range(3):  # the staging buffer is reused: each batch must still be its own
+            ids = random_ids(4000, 6000 + 1000 * call, seed=42 + call).cuda()
+            out = table.gather(ids, out=buffer[: ids.numel()], stream=stream)
+            assert out.data_ptr() == buffer.data_ptr() and bitwise_equal(out, host[ids.cpu()])
+        table.table.add_(1)  # cached rows still come from the GPU copy, the others from host memory
+        ids = random_ids(4000, 3000, seed=45).cuda()
+        expected = (host + 1)[ids.cpu()]
+        is_hot = torch.isin(ids.cpu(), hot)
+        expected[is_hot] = host[ids.cpu()][is_hot]
+        assert is_hot.any() and (~is_hot).any() and bitwise_equal(table.gather(ids), expected)
+        with pytest.raises(IndexError, match=r"ids\[1\] = 4000 is outside"):
+            table.gather(torch.tensor([5, 4000], device="cuda"))
+    on_gpu = random_table(100, 8, torch.float32, seed=46).cuda()
+    with CudaFeatureTable(on_gpu, mode="staged") as table:  # nothing to stage: read in place
+        ids = random_ids(100, 50, seed=47).cuda()
+        assert table.chosen_mode == "direct" and bitwise_equal(table.gather(ids), on_gpu[ids])

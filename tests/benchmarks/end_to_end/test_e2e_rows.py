@@ -182,3 +182,14 @@ def test_share_rows_train_under_mps(tmp_path: Path) -> None:
     print(auto["share_choice"])
     report = (out / "report.md").read_text()
     assert f"`zc_gpu_mps_auto` (share {auto['chosen_worker_sm_percent']} %, auto)" in report
+
+
+def test_the_staged_row_asks_for_the_copy_engines_gather() -> None:
+    """``zc_gpu_mps_staged`` is ``zc_gpu_mps`` but for ``gather_mode``, which the DataModule takes as it is."""
+    from lightning_zerocopy import ZeroCopyDataModule
+    from lightning_zerocopy.options import GatherMode, choices
+
+    staged, plain = ROWS["zc_gpu_mps_staged"], ROWS["zc_gpu_mps"]
+    assert staged.data == {**plain.data, "gather_mode": "staged"} and staged.pipeline == plain.pipeline
+    assert "staged" in choices(GatherMode)
+    assert "gather_mode" in ZeroCopyDataModule.__init__.__code__.co_varnames

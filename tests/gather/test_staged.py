@@ -1,0 +1,71 @@
+"""gather.staged: host threads into a staging buffer, one copy; bitwise ``table[ids]`` with and without a hot-row
+cache, ids checked before anything is read. On the CPU here (no pinning); on a GPU through ``CudaFeatureTable``
+(tests/data/test_gpu_data_path.py, ``gather_mode="staged"``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_zerocopy.gather.read_order import ReadOrderChooser
+from lightning_zerocopy.gather.staged import StagedGather
+
+ROWS, DIM = 1000, 7
+
+
+def _table(dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(ROWS, DIM, generator=torch.Generator().manual_seed(0)).to(dtype)
+
+
+def _cache(table: torch.Tensor, hot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    slot = torch.full((ROWS,), -1, dtype=torch.int32)
+    slot[hot] = torch.arange(hot.numel(), dtype=torch.int32)
+    return slot, table[hot].clone()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("id_dtype", [torch.int64, torch.int32])
+def test_rows_are_bitwise_the_tables_batch_after_batch(dtype: torch.dtype, id_dtype: torch.dtype) -> None:
+    table = _table(dtype)
+    staged = StagedGather(table, pin=False)
+    gen = torch.Generator().manual_seed(1)
+    for size in (300, 40, 900, 0, 300):  # grows, is reused smaller, grows again, an empty batch
+        ids = torch.randint(0, ROWS, (size,), generator=gen).to(id_dtype)
+        out = torch.full((size, DIM), float("nan"), dtype=dtype)
+        assert staged.gather(ids, out) is out
+        assert torch.equal(out, table[ids.long()])
+
+
+def test_cached_rows_come_from_the_cache_and_the_rest_from_the_table() -> None:
+    table = _table()
+    hot = torch.arange(0, ROWS, 3)
+    slot, cache = _cache(table, hot)
+    cache += 1000.0  # marks the rows served from the cache
+    ids = torch.randint(0, ROWS, (500,), generator=torch.Generator().manual_seed(2))
+    out = StagedGather(table, pin=False).gather(ids, torch.empty(500, DIM), slot, cache)
+    from_cache = ids % 3 == 0
+    assert from_cache.any() and (~from_cache).any()
+    assert torch.equal(out[from_cache], table[ids[from_cache]] + 1000.0)
+    assert torch.equal(out[~from_cache], table[ids[~from_cache]])
+
+
+@pytest.mark.parametrize("bad, pos", [(ROWS, 5), (-1, 0), (ROWS + 7, 19)])
+def test_an_id_outside_the_table_is_named_before_any_read(bad: int, pos: int) -> None:
+    ids = torch.arange(20)
+    ids[pos] = bad
+    out = torch.full((20, DIM), float("nan"))
+    with pytest.raises(IndexError, match=rf"ids\[{pos}\] = {bad} is outside the table's rows \[0, {ROWS}\)"):
+        StagedGather(_table(), pin=False).gather(ids, out)
+    assert torch.isnan(out).all()
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="2-D contiguous table in host memory"):
+        StagedGather(torch.zeros(10), pin=False)
+    with pytest.raises(ValueError, match=r"`out` must be a \(3, 7\) tensor of torch.float32"):
+        StagedGather(_table(), pin=False).gather(torch.arange(3), torch.empty(3, DIM, dtype=torch.float16))
+
+
+def test_a_cache_sharded_over_gpus_refuses_the_staged_gather() -> None:
+    with pytest.raises(ValueError, match="set gather_mode to auto, direct or sorted"):
+        ReadOrderChooser("staged")
