@@ -8,8 +8,9 @@ the copy engines cost it ×1.03 at 54 GB/s, and this gather (8 host threads, the
 deliver 15-18 GB/s where the zero-copy reads deliver ~40) for a faster training step: worth it where the gather has
 time to spare beside the step (``gather_mode: staged``).
 
-Rows that a GPU hot-row cache holds are read from it on the GPU; only the others go through host threads. The
-result is bitwise ``table[ids]``, as every gather path's.
+Rows that a GPU hot-row cache holds are read from it on the GPU; only the others go through host threads (the
+process's torch intra-op threads, ``torch.set_num_threads``; in the pipeline worker, the worker's). The result is
+bitwise ``table[ids]``, as every gather path's.
 """
 
 from __future__ import annotations
