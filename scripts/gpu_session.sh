@@ -103,6 +103,12 @@ export GPU_CHECK_EXTRA_STAGE_SHARE_NUMERICS="REQUIRE_CUDA=1 timeout 200 python3 
 # ~8 loads x ~25 s + the test ~70 s:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,contention bash scripts/gpu_session.sh                  # .wheels/
 export GPU_CHECK_EXTRA_STAGE_CONTENTION="timeout 330 python3 -m benchmarks.parts.contention --loads ${GPU_CHECK_CONTENTION_LOADS:-none,pcie,pcie@20,pcie@10,pcie_seq,staged,staged@10,dma@20} --worker-percent 10 --steps 200 --out \$OUT/contention.json; REQUIRE_CUDA=1 timeout 120 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/parts/test_contention.py"
+# stage staged (issue 40 items 2-3, one GPU, ~7 min estimated; not yet run): gather_mode 'staged' (host threads + the
+# copy engines, no zero-copy reads beside training): its CUDA tests (the table; the builder's side-stream and hot-row
+# batches, bitwise), then the 24M-node e2e rows zc_gpu_mps against zc_gpu_mps_staged in one run, light and heavy, bf16
+# host table and bf16-mixed (the fastest settings; contention measured x1.26 for zero-copy reads, x1.06 staged):
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,staged bash scripts/gpu_session.sh                     # .wheels/
+export GPU_CHECK_EXTRA_STAGE_STAGED="REQUIRE_CUDA=1 timeout 150 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/gather/test_gather_cuda.py tests/data/test_gpu_data_path.py -k 'staged or hot_rows or side_stream'; timeout -s TERM ${GPU_CHECK_STAGED_TIMEOUT:-330} python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --steps 500 --warmup 80 --row-budget-s 15 --configs zc_gpu_mps,zc_gpu_mps_staged,model_only --cache-dir /tmp/lzc --out \$OUT/staged_rows; rm -rf \$OUT/staged_rows/logs/*/hparams.yaml \$OUT/staged_rows/*.png"
 # stage hetero_clique (two GPUs): the typed cache's clique on two ranks, every batch against the uncached CPU one
 export GPU_CHECK_EXTRA_STAGE_HETERO_CLIQUE="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_HETERO_CLIQUE_TIMEOUT:-120} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=110 -m two_gpus tests/data/test_ddp.py"
 # stage hetero_scaling (two GPUs, .pyg/ carried): benchmarks.scaling --graph hetero on the mag preset (drawn first, ~1
