@@ -35,6 +35,7 @@ from lightning_zerocopy.gather.table_shape import TableShape
 from lightning_zerocopy.cache.plan import CachePlan
 from lightning_zerocopy.cache.shards import ShardHandle, _cuda_device, _table_tensor, fill_shard
 from lightning_zerocopy.gather.read_order import ReadOrderChooser
+from lightning_zerocopy.gather.staged import StagedGather
 from lightning_zerocopy.options import GatherMode
 
 __all__ = [
@@ -135,7 +136,10 @@ class SegmentedFeatureCache(TableShape):
         self._segments = segments
         self._location = location
         self._registration = registration
-        self._order = ReadOrderChooser(read_order)
+        # gather_mode 'staged': rows no shard holds come through host threads and the copy engines
+        # (a table in GPU memory is read in place: nothing to stage)
+        self._staged = StagedGather(table) if read_order == "staged" and table.device.type == "cpu" else None
+        self._order = ReadOrderChooser("direct" if read_order == "staged" else read_order)
         self._counts = torch.zeros(len(segments) + 1, dtype=torch.int64, device=device)
         # a shard opened over IPC is labelled with the gathering device wherever its memory lives
         self._local = tuple(handle.lives_on(device) for handle in spec.handles)
@@ -196,6 +200,16 @@ class SegmentedFeatureCache(TableShape):
         return out
 
     def _gather_into(self, ids: torch.Tensor, out: torch.Tensor, stream: torch.cuda.Stream) -> None:
+        if self._staged is not None:
+            def in_shards(rows: torch.Tensor, into: torch.Tensor) -> None:  # every row held by a shard
+                ops.gather_segmented(self.table, rows, self._location, self.slot_bits, self._segments, out=into,
+                                     counts=self._counts)  # fmt: skip
+
+            # location -1: not cached (cache/plan.py); the host rows counted as the kernel counts them
+            self._counts[-1] += self._staged.gather(ids, out, lambda i: self._location[i.long()] >= 0, in_shards)
+            stream.synchronize()  # as the kernel's path: the rows are in `out` on return
+            return
+
         def gather(sort_ids: bool) -> None:
             ops.gather_segmented(self.table, ids, self._location, self.slot_bits, self._segments, out=out,
                                  counts=self._counts, sort_ids=sort_ids)  # fmt: skip
@@ -204,8 +218,9 @@ class SegmentedFeatureCache(TableShape):
 
     @property
     def read_order(self) -> Optional[str]:
-        """``"direct"`` or ``"sorted"`` once decided (``read_order="auto"`` times both on the first gathers)."""
-        return self._order.chosen
+        """``"direct"`` or ``"sorted"`` once decided (``read_order="auto"`` times both on the first gathers), or
+        ``"staged"``."""
+        return "staged" if self._staged is not None else self._order.chosen
 
     # ----------------------------------------------------------------------------------------- telemetry
 

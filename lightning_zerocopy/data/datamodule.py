@@ -105,7 +105,7 @@ class ZeroCopyDataModule(GraphDataModule):
         gather_mode: read order of the zero-copy gather: ``"auto"`` (time both orders on the first batches and
             keep the faster), ``"direct"`` (batch order) or ``"sorted"`` (address order: fewer pages touched); or
             ``"staged"``: host threads gather the rows into a pinned buffer and the copy engines move it (slower
-            than the zero-copy reads, but gentler on a training step beside it; not with a cache sharded over GPUs).
+            than the zero-copy reads, but gentler on a training step beside it; cached rows still come from the GPU).
         hot_rows: number of feature rows kept in GPU memory (``hot_rows * num_features * bytes per value``),
             chosen as the nodes sampling picks most often (most frequent in-neighbors); ``0`` = none. Needs
             the zero-copy gather; capped at the number of nodes.

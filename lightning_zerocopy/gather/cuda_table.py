@@ -165,7 +165,11 @@ class CudaFeatureTable(TableShape):
             if out is None:
                 out = torch.empty((ids.shape[0], self.dim), dtype=self.dtype, device=self.device)
             if self._staged is not None:
-                self._staged.gather(ids, out, self._cache_slot, self._cache)
+                if self._cache_slot is None:
+                    self._staged.gather(ids, out)
+                else:
+                    self._staged.gather(ids, out, lambda i: self._cache_slot[i] >= 0, lambda i, o: ops.gather_rows(
+                        self.table, i, o, cache_slot=self._cache_slot, cache=self._cache))  # every row cached
                 stream.synchronize()  # as the zero-copy path: the rows are in `out` on return
                 return out
 

@@ -30,8 +30,8 @@ class ReadOrderChooser:
     def __init__(self, mode: GatherMode = "auto", trial_calls: int = 3) -> None:
         check_choice(mode, GatherMode, "mode")
         if mode == "staged":
-            raise ValueError("gather_mode 'staged' is not a read order of the zero-copy kernel: this gather (a cache "
-                             "sharded over GPUs) reads zero-copy only; set gather_mode to auto, direct or sorted")  # fmt: skip
+            raise ValueError("'staged' is not a read order of the zero-copy kernel: a table gathering with it reads "
+                             "through gather.staged.StagedGather instead (set mode to auto, direct or sorted here)")  # fmt: skip
         if trial_calls < 1:
             raise ValueError(f"`trial_calls` must be >= 1, got {trial_calls}")
         self.mode: GatherMode = mode

@@ -15,7 +15,7 @@ bitwise ``table[ids]``, as every gather path's.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -52,27 +52,47 @@ class StagedGather:
             self._staging = torch.empty((size, self.table.shape[1]), dtype=self.table.dtype, pin_memory=self._pin)
         return self._staging[:rows]
 
-    def _check_ids(self, ids: torch.Tensor) -> None:
+    def checked_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """``ids`` as int64 on the CPU (waiting for them on the GPU), each checked to be a row of the table.
+
+        Raises:
+            IndexError: an id outside the table, naming it and its position.
+        """
+        ids_host = ids.to("cpu", torch.int64)
         num_rows = self.table.shape[0]
-        bad = ((ids < 0) | (ids >= num_rows)).nonzero()
+        bad = ((ids_host < 0) | (ids_host >= num_rows)).nonzero()
         if bad.numel():
             pos = int(bad[0, 0])
-            raise IndexError(f"gather: ids[{pos}] = {int(ids[pos])} is outside the table's rows [0, {num_rows})")
+            raise IndexError(f"gather: ids[{pos}] = {int(ids_host[pos])} is outside the table's rows [0, {num_rows})")
+        return ids_host
+
+    def _read_into(self, ids_host: torch.Tensor, out: torch.Tensor) -> None:
+        """``out[:] = table[ids_host]``: host threads into the staging buffer, then one copy on ``out``'s stream."""
+        out.copy_(ops.gather_rows(self.table, ids_host, self._buffer(ids_host.numel())), non_blocking=True)
+        if out.is_cuda:
+            self._copied = torch.cuda.Event()
+            self._copied.record(torch.cuda.current_stream(out.device))
 
     def gather(
         self,
         ids: torch.Tensor,
         out: torch.Tensor,
-        cache_slot: Optional[torch.Tensor] = None,
-        cache: Optional[torch.Tensor] = None,
-    ) -> torch.Tensor:
-        """``out[:] = table[ids]`` on the current stream of ``out``'s device; rows whose ``cache_slot`` entry is
-        ``>= 0`` are read from ``cache`` there, the rest by host threads and one copy.
+        on_gpu: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        gather_on_gpu: Optional[Callable[[torch.Tensor, torch.Tensor], object]] = None,
+    ) -> int:
+        """``out[:] = table[ids]`` on the current stream of ``out``'s device; the rows that a GPU cache serves
+        (``on_gpu``) come from it, the rest from host threads and one copy.
 
         Args:
             ids: int32/int64 row ids (on the GPU or the CPU); each must be in ``[0, len(table))``.
             out: contiguous ``(len(ids), dim)`` tensor of the table's dtype.
-            cache_slot, cache: an optional hot-row cache as :func:`lightning_zerocopy.ops.gather_rows` takes it.
+            on_gpu: optional; ``on_gpu(ids)`` (the ids on ``out``'s device, checked) is the bool mask of the rows a
+                GPU cache holds.
+            gather_on_gpu: ``gather_on_gpu(ids, out)`` writes the rows of ``ids`` (all of them cached) into ``out``,
+                e.g. the zero-copy kernel over the cache (it reads no host row when every row is cached).
+
+        Returns:
+            How many rows were read from host memory.
 
         Raises:
             IndexError: an id outside the table (naming it and its position); nothing is read then.
@@ -80,20 +100,21 @@ class StagedGather:
         if out.shape != (ids.shape[0], self.table.shape[1]) or out.dtype != self.table.dtype:
             raise ValueError(f"`out` must be a ({ids.shape[0]}, {self.table.shape[1]}) tensor of {self.table.dtype}, "
                              f"got {tuple(out.shape)} {out.dtype}")  # fmt: skip
-        ids_host = ids.to("cpu", torch.int64)  # waits for the ids on the GPU
-        self._check_ids(ids_host)
-        if cache_slot is None:
-            rows = ops.gather_rows(self.table, ids_host, self._buffer(ids_host.numel()))
-            out.copy_(rows, non_blocking=True)
-        else:
-            device_ids = ids.to(out.device, torch.int64)
-            slot = cache_slot[device_ids].to(torch.int64)
-            hit = slot >= 0
-            out[hit] = cache[slot[hit]]
-            miss = (~hit).cpu()
-            rows = ops.gather_rows(self.table, ids_host[miss], self._buffer(int(miss.sum())))
-            out[miss.to(out.device)] = rows.to(out.device, non_blocking=True)
-        if out.is_cuda:
-            self._copied = torch.cuda.Event()
-            self._copied.record(torch.cuda.current_stream(out.device))
-        return out
+        ids_host = self.checked_ids(ids)
+        if on_gpu is None:
+            self._read_into(ids_host, out)
+            return ids_host.numel()
+        if gather_on_gpu is None:
+            raise ValueError("`on_gpu` needs `gather_on_gpu`, which reads the rows it marks")
+        device_ids = ids.to(out.device)
+        served = on_gpu(device_ids)
+        cached = served.nonzero().view(-1)
+        if cached.numel():
+            part = out.new_empty((cached.numel(), out.shape[1]))
+            gather_on_gpu(device_ids[cached], part)
+            out[cached] = part
+        from_host = (~served).nonzero().view(-1)
+        rows = out.new_empty((from_host.numel(), out.shape[1]))
+        self._read_into(ids_host[from_host.cpu()], rows)
+        out[from_host] = rows
+        return from_host.numel()

@@ -66,7 +66,7 @@ def test_replicate_gathers_bitwise(id_dtype, dtype):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("read_order", ["direct", "sorted", "auto"])
+@pytest.mark.parametrize("read_order", ["direct", "sorted", "auto", "staged"])
 def test_read_orders_give_the_same_rows(read_order):
     table = _table(seed=3)
     plan = _plan(2, seed=3)
@@ -75,10 +75,14 @@ def test_read_orders_give_the_same_rows(read_order):
         for seed in range(8):  # auto: 3 timed trials per order, then its choice
             ids = _ids(seed=seed)
             assert torch.equal(cache.gather(ids).cpu(), table[ids])
-        assert cache.read_order in ("direct", "sorted")
+        assert cache.read_order in (("staged",) if read_order == "staged" else ("direct", "sorted"))
         if read_order != "auto":
             assert cache.read_order == read_order
         assert cache.counts().total == 8 * _ids().numel()
+        hits, misses = _expected_counts(plan, _ids(seed=7))
+        cache.reset_counts()
+        cache.gather(_ids(seed=7))
+        assert cache.counts() == (hits, 0, misses), "staged or not, rows are counted where they came from"
 
 
 @pytest.mark.cuda

@@ -1,6 +1,7 @@
-"""gather.staged: host threads into a staging buffer, one copy; bitwise ``table[ids]`` with and without a hot-row
-cache, ids checked before anything is read. On the CPU here (no pinning); on a GPU through ``CudaFeatureTable``
-(tests/data/test_gpu_data_path.py, ``gather_mode="staged"``)."""
+"""gather.staged: host threads into a staging buffer, one copy; bitwise ``table[ids]`` with and without a GPU cache,
+ids checked before anything is read. On the CPU here (no pinning); on a GPU through ``CudaFeatureTable``
+(tests/gather/test_gather_cuda.py, tests/data/test_gpu_data_path.py) and ``SegmentedFeatureCache``
+(tests/cache/test_feature_cache_cuda.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ def _table(dtype: torch.dtype = torch.float32) -> torch.Tensor:
 
 
 def _cache(table: torch.Tensor, hot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    slot = torch.full((ROWS,), -1, dtype=torch.int32)
-    slot[hot] = torch.arange(hot.numel(), dtype=torch.int32)
+    slot = torch.full((ROWS,), -1, dtype=torch.int64)
+    slot[hot] = torch.arange(hot.numel())
     return slot, table[hot].clone()
 
 
@@ -32,7 +33,7 @@ def test_rows_are_bitwise_the_tables_batch_after_batch(dtype: torch.dtype, id_dt
     for size in (300, 40, 900, 0, 300):  # grows, is reused smaller, grows again, an empty batch
         ids = torch.randint(0, ROWS, (size,), generator=gen).to(id_dtype)
         out = torch.full((size, DIM), float("nan"), dtype=dtype)
-        assert staged.gather(ids, out) is out
+        assert staged.gather(ids, out) == size  # every row from host memory
         assert torch.equal(out, table[ids.long()])
 
 
@@ -42,9 +43,17 @@ def test_cached_rows_come_from_the_cache_and_the_rest_from_the_table() -> None:
     slot, cache = _cache(table, hot)
     cache += 1000.0  # marks the rows served from the cache
     ids = torch.randint(0, ROWS, (500,), generator=torch.Generator().manual_seed(2))
-    out = StagedGather(table, pin=False).gather(ids, torch.empty(500, DIM), slot, cache)
+    asked = []
+
+    def from_gpu_cache(rows: torch.Tensor, into: torch.Tensor) -> None:
+        asked.append(rows)
+        into.copy_(cache[slot[rows]])
+
+    out = torch.empty(500, DIM)
+    host_rows = StagedGather(table, pin=False).gather(ids, out, lambda i: slot[i] >= 0, from_gpu_cache)
     from_cache = ids % 3 == 0
-    assert from_cache.any() and (~from_cache).any()
+    assert from_cache.any() and (~from_cache).any() and host_rows == int((~from_cache).sum())
+    assert len(asked) == 1 and torch.equal(asked[0], ids[from_cache]), "the cache is asked for its rows only"
     assert torch.equal(out[from_cache], table[ids[from_cache]] + 1000.0)
     assert torch.equal(out[~from_cache], table[ids[~from_cache]])
 
@@ -59,13 +68,21 @@ def test_an_id_outside_the_table_is_named_before_any_read(bad: int, pos: int) ->
     assert torch.isnan(out).all()
 
 
+def test_an_id_outside_the_table_is_named_before_the_cache_is_asked() -> None:
+    ids = torch.tensor([3, ROWS])
+    with pytest.raises(IndexError, match=rf"ids\[1\] = {ROWS} is outside"):
+        StagedGather(_table(), pin=False).gather(ids, torch.empty(2, DIM), lambda i: pytest.fail("asked"), print)
+
+
 def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="2-D contiguous table in host memory"):
         StagedGather(torch.zeros(10), pin=False)
     with pytest.raises(ValueError, match=r"`out` must be a \(3, 7\) tensor of torch.float32"):
         StagedGather(_table(), pin=False).gather(torch.arange(3), torch.empty(3, DIM, dtype=torch.float16))
+    with pytest.raises(ValueError, match="`on_gpu` needs `gather_on_gpu`"):
+        StagedGather(_table(), pin=False).gather(torch.arange(3), torch.empty(3, DIM), lambda i: i > 0)
 
 
-def test_a_cache_sharded_over_gpus_refuses_the_staged_gather() -> None:
-    with pytest.raises(ValueError, match="set gather_mode to auto, direct or sorted"):
+def test_staged_is_not_a_read_order_of_the_kernel() -> None:
+    with pytest.raises(ValueError, match="not a read order of the zero-copy kernel"):
         ReadOrderChooser("staged")
