@@ -15,8 +15,10 @@ heavy GraphSAGE's training step on one synthetic batch of the heavy shape alread
 ``dma``    a 1 GiB pinned host → device copy in a loop: PCIe by the copy engines, no SMs
 ``pcie_seq``  the zero-copy gather of as many rows as ``pcie``, but consecutive ones: the same PCIe bytes by SMs over
            about a ninth of the host pages (400-byte rows), which separates the reads from their address translation
-``staged`` host threads gather the same random rows into a pinned buffer (``--staged-threads``), then one
+``staged`` the product's ``gather_mode: staged`` (:class:`lightning_zerocopy.gather.staged.StagedGather`): the same
+           random rows, ids checked on the host, host threads (``--staged-threads``) into a pinned buffer, one
            copy-engine copy: the gather of the copy engines, paid in host cores and memory bandwidth instead
+           (commit 78f2c47's ×1.060 ran an earlier form: the same copies without the id check)
 
 A load named ``<load>@<GB/s>`` (``pcie@10``) is held to that rate by pausing between its chunks, so that a load can be
 compared with another at the bytes the worker really moves (the heavy row's ~13-20 GB/s), not only at its peak.
@@ -134,9 +136,11 @@ def _load_work(kind: str, staged_threads: int, small: bool = False) -> tuple[Any
     if kind == "pcie":
         return (lambda: ops.gather_rows(table, ids, out, sort_ids=True)), "GB/s", nbytes
     if kind == "staged":
+        from lightning_zerocopy.gather.staged import StagedGather
+
         torch.set_num_threads(staged_threads)
-        ids_cpu, pinned = ids.cpu(), torch.empty(rows, row_floats, pin_memory=True)
-        return (lambda: out.copy_(ops.gather_rows(table, ids_cpu, pinned), non_blocking=True)), "GB/s", nbytes
+        staged = StagedGather(table)
+        return (lambda: staged.gather(ids, out)), "GB/s", nbytes
     raise ValueError(f"unknown load {kind!r}: one of {', '.join(LOADS[1:])}")
 
 
