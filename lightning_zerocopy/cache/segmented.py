@@ -35,7 +35,7 @@ from lightning_zerocopy.gather.table_shape import TableShape
 from lightning_zerocopy.cache.plan import CachePlan
 from lightning_zerocopy.cache.shards import ShardHandle, _cuda_device, _table_tensor, fill_shard
 from lightning_zerocopy.gather.read_order import ReadOrderChooser
-from lightning_zerocopy.gather.staged import StagedGather
+from lightning_zerocopy.gather.staged import staged_for
 from lightning_zerocopy.options import GatherMode
 
 __all__ = [
@@ -137,9 +137,8 @@ class SegmentedFeatureCache(TableShape):
         self._location = location
         self._registration = registration
         # gather_mode 'staged': rows no shard holds come through host threads and the copy engines
-        # (a table in GPU memory is read in place: nothing to stage)
-        self._staged = StagedGather(table) if read_order == "staged" and table.device.type == "cpu" else None
-        self._order = ReadOrderChooser("direct" if read_order == "staged" else read_order)
+        self._staged, order = staged_for(table, read_order)
+        self._order = ReadOrderChooser(order)
         self._counts = torch.zeros(len(segments) + 1, dtype=torch.int64, device=device)
         # a shard opened over IPC is labelled with the gathering device wherever its memory lives
         self._local = tuple(handle.lives_on(device) for handle in spec.handles)

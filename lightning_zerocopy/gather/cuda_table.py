@@ -25,7 +25,7 @@ import torch
 from lightning_zerocopy import ops
 from lightning_zerocopy.gather.table_shape import TableShape
 from lightning_zerocopy.gather.read_order import ReadOrderChooser
-from lightning_zerocopy.gather.staged import StagedGather
+from lightning_zerocopy.gather.staged import staged_for
 from lightning_zerocopy.graph.reorder import frequency_order, most_frequent_neighbors
 from lightning_zerocopy.options import GatherMode, check_choice
 from lightning_zerocopy.graph.host_registration import HostRegistration, register_host_tensor
@@ -95,9 +95,8 @@ class CudaFeatureTable(TableShape):
             self.table = self._registration.tensor  # `table`, or its page-aligned copy
         self._cache_slot: Optional[torch.Tensor] = None
         self._cache: Optional[torch.Tensor] = None
-        # a table in GPU memory is read in place: nothing to stage
-        self._staged = StagedGather(self.table) if mode == "staged" and self.table.device.type == "cpu" else None
-        self._order = ReadOrderChooser("direct" if mode == "staged" else mode, trial_calls)
+        self._staged, order = staged_for(self.table, mode)
+        self._order = ReadOrderChooser(order, trial_calls)
         if hot_rows is not None:
             self.set_hot_rows(hot_rows)
 
@@ -160,11 +159,9 @@ class CudaFeatureTable(TableShape):
         """
         stream = torch.cuda.current_stream(self.device) if stream is None else stream
         with torch.cuda.device(self.device), torch.cuda.stream(stream):
-            if ids.device != self.device:
-                ids = ids.to(self.device, non_blocking=True)
             if out is None:
                 out = torch.empty((ids.shape[0], self.dim), dtype=self.dtype, device=self.device)
-            if self._staged is not None:
+            if self._staged is not None:  # host ids stay on the host: the staged gather reads them there
                 if self._cache_slot is None:
                     self._staged.gather(ids, out)
                 else:
@@ -172,6 +169,8 @@ class CudaFeatureTable(TableShape):
                         self.table, i, o, cache_slot=self._cache_slot, cache=self._cache))  # every row cached
                 stream.synchronize()  # as the zero-copy path: the rows are in `out` on return
                 return out
+            if ids.device != self.device:
+                ids = ids.to(self.device, non_blocking=True)
 
             def gather(sort_ids: bool) -> None:
                 ops.gather_rows(self.table, ids, out, sort_ids=sort_ids, cache_slot=self._cache_slot,

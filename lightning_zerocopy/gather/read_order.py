@@ -31,7 +31,7 @@ class ReadOrderChooser:
         check_choice(mode, GatherMode, "mode")
         if mode == "staged":
             raise ValueError("'staged' is not a read order of the zero-copy kernel: a table gathering with it reads "
-                             "through gather.staged.StagedGather instead (set mode to auto, direct or sorted here)")  # fmt: skip
+                             "through gather.staged (gather.staged.staged_for); set mode to auto, direct or sorted")
         if trial_calls < 1:
             raise ValueError(f"`trial_calls` must be >= 1, got {trial_calls}")
         self.mode: GatherMode = mode

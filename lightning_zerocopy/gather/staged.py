@@ -20,8 +20,17 @@ from typing import Callable, Optional
 import torch
 
 from lightning_zerocopy import ops
+from lightning_zerocopy.options import GatherMode
 
-__all__ = ["StagedGather"]
+__all__ = ["StagedGather", "staged_for"]
+
+
+def staged_for(table: torch.Tensor, mode: GatherMode) -> tuple[Optional["StagedGather"], GatherMode]:
+    """What a table gathering in ``mode`` reads with: the staged gather (``mode="staged"`` over a host table; a table
+    in GPU memory is read in place, nothing to stage) or ``None``, and the read order of its zero-copy kernel, which
+    still reads the rest (``direct`` where the mode is ``staged``)."""
+    staged = StagedGather(table) if mode == "staged" and table.device.type == "cpu" else None
+    return staged, "direct" if mode == "staged" else mode
 
 
 class StagedGather:

@@ -85,7 +85,8 @@ def linear_widths(module: torch.nn.Module, limit: int = 6) -> list[tuple[int, in
     widths = set()
     for sub in module.modules():
         weight = getattr(sub, "weight", None)
-        if not isinstance(sub, (torch.nn.Linear, PyGLinear)) or isinstance(weight, torch.nn.parameter.UninitializedParameter):
+        uninitialized = isinstance(weight, torch.nn.parameter.UninitializedParameter)  # PyG's lazy in_channels=-1
+        if not isinstance(sub, (torch.nn.Linear, PyGLinear)) or uninitialized:
             continue
         widths.add((int(weight.shape[1]), int(weight.shape[0])))
     return sorted(widths, key=lambda w: -w[0] * w[1])[:limit]

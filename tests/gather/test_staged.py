@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lightning_zerocopy.gather.read_order import ReadOrderChooser
-from lightning_zerocopy.gather.staged import StagedGather
+from lightning_zerocopy.gather.staged import StagedGather, staged_for
 
 ROWS, DIM = 1000, 7
 
@@ -86,3 +86,10 @@ def test_bad_arguments_are_named() -> None:
 def test_staged_is_not_a_read_order_of_the_kernel() -> None:
     with pytest.raises(ValueError, match="not a read order of the zero-copy kernel"):
         ReadOrderChooser("staged")
+
+
+def test_only_a_host_table_is_staged_and_its_kernel_keeps_a_read_order() -> None:
+    staged, order = staged_for(_table(), "staged")
+    assert isinstance(staged, StagedGather) and order == "direct"
+    assert staged_for(_table(), "sorted") == (None, "sorted")
+    assert staged_for(torch.empty(ROWS, DIM, device="meta"), "staged") == (None, "direct"), "not in host memory"
