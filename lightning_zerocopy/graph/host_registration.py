@@ -296,14 +296,18 @@ _OWN_MAPPING_BYTES = 32 << 20
 def owns_its_pages(tensor: torch.Tensor) -> bool:
     """Whether the pages under ``tensor`` hold no other allocation's bytes, so registering them in place is safe.
 
-    True when the tensor's storage starts on a page boundary (shared-memory segments, file mappings, ``mmap``
-    buffers, our page-aligned copies: the rest of their last page belongs to the same mapping; views of one such
-    storage share its pages through the registry's reference counts) or is at least 32 MiB (glibc serves such an
-    allocation from a mapping of its own). A smaller heap storage may share its first and last page with other
-    allocations.
+    True when the storage is shared memory (a segment or file mapping of its own, ``is_shared()``), is at least 32
+    MiB (glibc serves such an allocation from a mapping of its own), or spans every page the tensor touches (our
+    page-aligned copies, views of them). A smaller heap storage shares its first and last page with other
+    allocations, even one that happens to start on a page boundary (one in 64 of torch's 64-byte-aligned
+    allocations does): the rest of its last page is the heap's.
     """
     storage = tensor.untyped_storage()
-    return storage.data_ptr() % PAGE_BYTES == 0 or storage.nbytes() >= _OWN_MAPPING_BYTES
+    if storage.is_shared() or storage.nbytes() >= _OWN_MAPPING_BYTES:
+        return True
+    first_page = tensor.data_ptr() // PAGE_BYTES * PAGE_BYTES
+    end_page = -(-(tensor.data_ptr() + tensor.numel() * tensor.element_size()) // PAGE_BYTES) * PAGE_BYTES
+    return storage.data_ptr() <= first_page and end_page <= storage.data_ptr() + storage.nbytes()
 
 
 def page_aligned_copy(tensor: torch.Tensor) -> torch.Tensor:
@@ -344,8 +348,8 @@ def register_host_tensor(
     registered range and partly outside it (or in two ranges) fails with ``invalid argument``. So a tensor that may
     share its first or last page with other heap memory (see :func:`owns_its_pages`) is not registered in place: a
     copy of it in page-aligned memory of its own is registered instead, and ``registration.tensor`` is what GPU
-    kernels must read. Shared-memory and file-mapped tensors (what the DataModule builds) and large allocations are
-    registered in place, with no copy.
+    kernels must read. Shared-memory segments (what the DataModule builds) and large allocations (a feature file
+    mapped by ``feature_storage: mmap``) are registered in place, with no copy.
 
     Returns:
         A :class:`HostRegistration`; kernels read ``registration.tensor`` (``tensor`` itself, or its page-aligned

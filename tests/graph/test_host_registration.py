@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 
-from tests.helpers import exclusive_host_copy
+from tests.helpers import exclusive_host_copy, heap_tensor, page_aligned_heap_bytes
 
 from lightning_zerocopy.graph.host_registration import (
     CUDA_ERROR_ALREADY_REGISTERED,
@@ -229,3 +229,23 @@ def test_a_small_heap_tensor_is_registered_as_a_page_aligned_copy() -> None:
     assert owns_its_pages(mapped) and owns_its_pages(mapped[3:])
     with register_host_tensor(mapped[3:], registry=registry) as in_place:
         assert in_place.tensor.data_ptr() == mapped[3:].data_ptr()
+
+
+def test_a_heap_storage_that_starts_a_page_still_shares_its_last_page() -> None:
+    """One in 64 of torch's heap storages starts on a page boundary by chance; the rest of its last page is the
+    heap's, so it is registered as a copy too (registered in place, a host copy into the heap bytes after it spanned
+    a registered and an unregistered page: 'invalid argument' on an H200). A view within whole pages of its storage,
+    shared memory, and our copies keep their pages."""
+    fake = FakeCuda()
+    registry = PageRegistry(fake)
+    with page_aligned_heap_bytes(P + 100) as address:
+        heap = heap_tensor(address, P + 100)
+        assert heap.data_ptr() % P == 0 and not owns_its_pages(heap)
+        assert owns_its_pages(heap[:P]) and not owns_its_pages(heap[P:])
+        with register_host_tensor(heap, name="heap", registry=registry) as registration:
+            copy = registration.tensor
+            assert copy.data_ptr() != heap.data_ptr() and torch.equal(copy, heap) and owns_its_pages(copy)
+            assert not fake.covered(address + P, address + 2 * P)
+        del heap
+    assert fake.ranges == {} and registry.ranges() == []
+    assert owns_its_pages(torch.arange(10).share_memory_())

@@ -8,7 +8,7 @@ import random
 
 import pytest
 import torch
-from helpers import exclusive_host_copy
+from helpers import exclusive_host_copy, heap_tensor, page_aligned_heap_bytes
 
 from lightning_zerocopy import ops
 from lightning_zerocopy.graph import register_host_tensor
@@ -128,6 +128,24 @@ def test_uva_sampler_reads_small_csc_tensors_that_share_pages_with_closed_ones()
         assert torch.equal(getattr(out, name).cpu(), getattr(reference, name)), name
     for r in mine:
         r.close()
+
+
+def test_host_copies_beside_a_registered_heap_tensor_that_starts_a_page() -> None:
+    """Two heap allocations side by side, the first starting a page (one in 64 of torch's do). Registering the first
+    must leave the second's pages alone, so host copies into and out of the second work (registered in place with
+    its whole last page, they raised 'invalid argument' on an H200, seen as a flaky sampler-loop test)."""
+    with page_aligned_heap_bytes(3 * P) as address:
+        table = heap_tensor(address, P + 100)
+        neighbour = heap_tensor(address + P + 128, P)  # from the first's last page into the next one
+        table.copy_(torch.arange(P + 100, dtype=torch.int64).to(torch.uint8))
+        with register_host_tensor(table, name="table") as registration:
+            neighbour.copy_(torch.full((P,), 7, dtype=torch.uint8, device="cuda"))
+            assert int(neighbour.sum()) == 7 * P
+            assert int(neighbour.cuda().sum()) == 7 * P
+            ids = torch.tensor([0, P + 99, 5], device="cuda")
+            assert torch.equal(ops.gather_rows(registration.tensor.view(-1, 1), ids).cpu().view(-1), table[ids.cpu()])
+        del table, neighbour
+    unrelated_launches()
 
 
 def test_a_handled_712_does_not_surface_in_a_later_launch() -> None:

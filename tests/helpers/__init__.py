@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib.util
 import mmap
 import os
@@ -71,10 +73,31 @@ def exclusive_host_copy(t: torch.Tensor) -> torch.Tensor:
     """A copy of ``t`` in its own anonymous memory mapping (like the shared-memory tables the library registers).
     Registration works on whole pages, so heap memory shared with other tensors would share registrations."""
     nbytes = t.numel() * t.element_size()
-    mapping = mmap.mmap(-1, max(nbytes, 1))
+    pages = -(-max(nbytes, 1) // mmap.PAGESIZE) * mmap.PAGESIZE  # the storage spans the mapping's whole pages
+    mapping = mmap.mmap(-1, pages)
     out = torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes].view(t.dtype).view(t.shape)
     out.copy_(t)
     return out
+
+
+@contextlib.contextmanager
+def page_aligned_heap_bytes(nbytes: int) -> Iterator[int]:
+    """The address of ``nbytes`` of heap memory (``posix_memalign``) that starts on a page boundary, freed on exit:
+    what one in 64 of torch's own 64-byte-aligned heap allocations is by chance, made certain. Wrap parts of it
+    with ``heap_tensor``; drop those tensors before the block ends."""
+    libc = ctypes.CDLL(None)
+    address = ctypes.c_void_p()
+    if libc.posix_memalign(ctypes.byref(address), mmap.PAGESIZE, nbytes) != 0:
+        raise MemoryError(f"posix_memalign of {nbytes} bytes failed")
+    try:
+        yield int(address.value)
+    finally:
+        libc.free(address)
+
+
+def heap_tensor(address: int, nbytes: int) -> torch.Tensor:
+    """A uint8 tensor whose storage is exactly ``[address, address + nbytes)``, as a heap allocation's would be."""
+    return torch.frombuffer((ctypes.c_char * nbytes).from_address(address), dtype=torch.uint8)
 
 
 #: The ``torch.library.opcheck`` tests :func:`opcheck` runs on an op of ``torch.ops.zerocopy``.
