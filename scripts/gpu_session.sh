@@ -38,7 +38,7 @@ mps_files="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_ca
 # stall of 0.31 where alone it is < 0.15 (H200, 2026-11-29), so it runs with the serial files)
 parallel_tests="$(grep -rlE 'mark\.cuda' tests --include='test_*.py' | sort | grep -vxF -f <(echo $mps_files | tr ' ' '\n'))"
 mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
-  tests/callbacks/test_share_auto_cuda.py tests/benchmarks/end_to_end/test_e2e_rows.py::test_share_rows_train_under_mps
+  tests/pipeline/test_share_auto_cuda.py tests/benchmarks/end_to_end/test_e2e_rows.py::test_share_rows_train_under_mps
   tests/test_console.py tests/pipeline/test_share_numerics_cuda.py tests/benchmarks/parts/test_contention.py
   tests/callbacks/test_telemetry.py"
 # stage two_gpus (on nvidia-h100-x2): the two-GPU tests (peer shards over CUDA IPC, clique in the trainer and the
