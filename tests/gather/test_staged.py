@@ -5,11 +5,14 @@ ids checked before anything is read. On the CPU here (no pinning); on a GPU thro
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 from lightning_zerocopy.gather.read_order import ReadOrderChooser
-from lightning_zerocopy.gather.staged import StagedGather, staged_for
+from lightning_zerocopy.gather import staged as staged_module
+from lightning_zerocopy.gather.staged import StagedGather, default_threads, staged_for
 
 ROWS, DIM = 1000, 7
 
@@ -93,3 +96,30 @@ def test_only_a_host_table_is_staged_and_its_kernel_keeps_a_read_order() -> None
     assert isinstance(staged, StagedGather) and order == "direct"
     assert staged_for(_table(), "sorted") == (None, "sorted")
     assert staged_for(torch.empty(ROWS, DIM, device="meta"), "staged") == (None, "direct"), "not in host memory"
+
+
+def test_each_gather_runs_on_its_own_thread_count_and_gives_the_process_its_own_back(monkeypatch) -> None:
+    """Host threads are capped per gather (half the usable CPUs by default: all 16 of an H200 machine's slowed the
+    training step beside it), and the process's intra-op thread count is what it was afterwards, also on an error."""
+    table = _table()
+    seen = []
+    real = staged_module.ops.gather_rows
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(staged_module.ops, "gather_rows", recording)
+    before = torch.get_num_threads()
+    ids = torch.arange(0, ROWS, 7)
+    StagedGather(table, pin=False, threads=1).gather(ids, torch.empty(ids.numel(), DIM))
+    assert seen == [1] and torch.get_num_threads() == before
+    default = StagedGather(table, pin=False)
+    assert default.threads == default_threads() == max(1, len(os.sched_getaffinity(0)) // 2)
+    monkeypatch.setattr(staged_module.ops, "gather_rows", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("x")))
+    with pytest.raises(RuntimeError):
+        StagedGather(table, pin=False, threads=1).gather(ids, torch.empty(ids.numel(), DIM))
+    assert torch.get_num_threads() == before
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="positive int"):
+            StagedGather(table, pin=False, threads=bad)
