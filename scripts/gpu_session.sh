@@ -11,6 +11,7 @@
 #
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,tests bash scripts/gpu_session.sh             # .wheels/ carried
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,mps_tests bash scripts/gpu_session.sh
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,mps_tests_b bash scripts/gpu_session.sh
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,bench_tests bash scripts/gpu_session.sh
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero bash scripts/gpu_session.sh           # .wheels/, .pyg/ (~500 s)
 #
@@ -37,8 +38,11 @@ mps_files="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_ca
 # (test_telemetry.py times idle GPU gaps: beside 11 other test processes on the GPU its GPU-bound case measured a
 # stall of 0.31 where alone it is < 0.15 (H200, 2026-11-29), so it runs with the serial files)
 parallel_tests="$(grep -rlE 'mark\.cuda' tests --include='test_*.py' | sort | grep -vxF -f <(echo $mps_files | tr ' ' '\n'))"
+# The serial files in two stages of a call each: on an H200 (2026-11-29) the first three files' 13 tests took ~430 s,
+# and the share rows' test alone more than 200 s (its 4 rows start an MPS worker each)
 mps_tests="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
-  tests/pipeline/test_share_auto_cuda.py tests/benchmarks/end_to_end/test_e2e_rows.py::test_share_rows_train_under_mps
+  tests/pipeline/test_share_auto_cuda.py"
+mps_tests_b="tests/benchmarks/end_to_end/test_e2e_rows.py::test_share_rows_train_under_mps
   tests/test_console.py tests/pipeline/test_share_numerics_cuda.py tests/benchmarks/parts/test_contention.py
   tests/callbacks/test_telemetry.py"
 # stage two_gpus (on nvidia-h100-x2): the two-GPU tests (peer shards over CUDA IPC, clique in the trainer and the
@@ -52,7 +56,8 @@ export GPU_CHECK_TEST_PATHS="$(echo $parallel_tests)" GPU_CHECK_TEST_WORKERS="${
 export GPU_CHECK_TEST_VERBOSITY=-v GPU_CHECK_PYTEST_ARGS="${GPU_CHECK_PYTEST_ARGS:--m cuda --timeout=200}"
 export GPU_CHECK_TEST_TIMEOUT="${GPU_CHECK_TEST_TIMEOUT:-330}"  # 12 processes on an H200: 623 tests, ~99 % done at 240 s
 # --timeout (pytest-timeout, on the GPU image): a test that hangs fails alone and the run still prints its summary
-export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_TEST_TIMEOUT:-520} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=200 $(echo $mps_tests)"
+export GPU_CHECK_EXTRA_STAGE_MPS_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_TEST_TIMEOUT:-520} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=300 $(echo $mps_tests)"
+export GPU_CHECK_EXTRA_STAGE_MPS_TESTS_B="REQUIRE_CUDA=1 timeout ${GPU_CHECK_MPS_TEST_TIMEOUT:-520} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=360 $(echo $mps_tests_b)"
 # stage faults_gpu (issue 38, one GPU, < 4 min expected): SIGTERM to a job with the worker under MPS (checkpoint, exit
 # 143, every process and the MPS daemon gone within 10 s, then the resume), and the MPS daemon of a command killed by
 # SIGABRT / SIGKILL stopped by its supervisor
