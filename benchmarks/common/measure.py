@@ -167,6 +167,7 @@ class BatchCheck(FirstBatchesCheck):
                 problems.append(f"step {step}: num_sampled_nodes / num_sampled_edges do not add up to the batch")
         if step == 0:  # our rows sample bitwise alike on every placement: the report compares these
             self.result["num_sampled_nodes"], self.result["num_sampled_edges"] = nodes, edges
+            self.result["x_dtype"] = str(batch.x.dtype).removeprefix("torch.")  # what the model was handed
             self.result["trimmed"] = bool(getattr(pl_module, "trim", False)) and nodes is not None and edges is not None
             ids = torch.cat([n_id.long(), batch.edge_index.cpu().long().flatten()])  # dtype-independent
             self.result["first_sample"] = hashlib.sha1(ids.numpy().tobytes()).hexdigest()[:12]

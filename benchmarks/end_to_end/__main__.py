@@ -116,6 +116,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--feature-dtype", choices=("float32", "bfloat16", "float16"), help="our rows: the host feature "
                    "table's dtype (ZeroCopyDataModule(feature_dtype=...): half the bytes over PCIe; batch.x stays "
                    "float32); default: the graph's fp32. PyG and model-only keep fp32")  # fmt: skip
+    t.add_argument("--x-dtype", choices=("float32", "bfloat16", "float16"), help="our rows and model-only: the dtype "
+                   "of batch.x (ZeroCopyDataModule(x_dtype=...); with --feature-dtype bfloat16 and a -mixed precision, "
+                   "bfloat16 skips the cast to float32 and halves x in the slots); default: the host table's, cast "
+                   "to float32. PyG keeps float32")  # fmt: skip
     p.add_argument("--_prepare", help=argparse.SUPPRESS)
     p.add_argument("--_run", help=argparse.SUPPRESS)
     p.add_argument("--_spec", help=argparse.SUPPRESS)

@@ -254,8 +254,9 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
              f"- Model, the same in every row (PyG's and model-only's too): precision {args.get('precision', '32 (not recorded)')}, "
              f"per-hop trimming {({True: 'on', False: 'off'}).get(args.get('trim'), 'off (not recorded)')}"
              + ("; `torch.compile`d (`compile=True`, dynamic shapes)" if args.get("compile") else "")
-             + (f"; our rows store the host features as {args['feature_dtype']} (`x` delivered as float32)"
-                if args.get("feature_dtype") else ""),
+             + (f"; our rows store the host features as {args['feature_dtype']}" if args.get("feature_dtype") else "")
+             + (f"; `x` delivered as {args['x_dtype']} by our rows and model-only's (PyG's float32)"
+                if args.get("x_dtype") else " (`x` delivered as float32)" if args.get("feature_dtype") else ""),
              "", "Steps/s: steady state after warm-up, training time only (host timer between device syncs, validation "
              "excluded). Stall, host wait, feature GB/s, build ms and the step interval come from `DataTelemetry`. "
              "Feature GB/s: bytes of `x` delivered per second of step interval (read from host memory by the zero-copy rows, "

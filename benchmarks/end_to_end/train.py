@@ -124,6 +124,9 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
                              "features_in_host_memory": row.features_in_host_memory,
                              "metrics_csv": os.path.join(logger.log_dir, "metrics.csv") if logger else None}  # fmt: skip
     common = dict(fanouts=list(spec.fanouts), batch_size=args.batch_size, drop_last=True, seed=args.seed)
+    if getattr(args, "x_dtype", None) and row.kind in ("ours", "model_only"):  # batch.x alike in both
+        common["x_dtype"] = args.x_dtype
+        extra["x_dtype"] = args.x_dtype
     if row.kind == "ours":
         kwargs = dict(row.data)
         if feature_dtype is not None:

@@ -103,3 +103,23 @@ def test_a_cpu_run_reports_the_split_and_the_sampler_alone(tmp_path: Path):
     assert alone["status"] == "ok" and alone["sample_alone_ms"]["cpu"] > 0, alone
     report = (out / "report.md").read_text()
     assert "## Where a build's time goes" in report and "| `cpu_inproc` | bfloat16 |" in report
+
+
+def test_x_dtype_reaches_our_rows_and_model_only_alike(tmp_path: Path):
+    """``--x-dtype bfloat16`` (bf16 host table, bf16-mixed): batch.x is handed over in bf16 by our row and by
+    model-only's staged batches alike, checked against the dataset's rows, and the report says so."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.end_to_end", "--preset", "ci", "--configs", "cpu_inproc,model_only",
+         "--models", "light", "--steps", "12", "--warmup", "2", "--feature-dtype", "bfloat16", "--x-dtype", "bfloat16",
+         "--precision", "bf16-mixed", "--out", str(out), "--cache-dir", str(tmp_path / "cache")],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = {r["row"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    for name in ("cpu_inproc", "model_only"):
+        run = runs[name]
+        assert run["status"] == "ok" and run["batch_check"]["ok"], run.get("batch_check")
+        assert run["x_dtype"] == "bfloat16" and run["batch_check"]["x_dtype"] == "bfloat16", name
+    assert "`x` delivered as bfloat16 by our rows and model-only's" in (out / "report.md").read_text()
