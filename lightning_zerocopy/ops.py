@@ -7,7 +7,8 @@ exercised by ``torch.library.opcheck`` in the tests.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence
+import contextlib
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 import torch
 
@@ -33,6 +34,21 @@ class SampledSubgraph(NamedTuple):
     edge_pos: torch.Tensor
     num_sampled_nodes: torch.Tensor
     num_sampled_edges: torch.Tensor
+
+
+@contextlib.contextmanager
+def host_threads(count: Optional[int]) -> Iterator[None]:
+    """Run the CPU kernels called inside on ``count`` of torch's intra-op threads (``None``: as they are), giving
+    the process its own count back after, also on an error. The count is process-wide while inside."""
+    if count is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def index_dtype_for(num_nodes: int) -> torch.dtype:

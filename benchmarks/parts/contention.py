@@ -138,8 +138,7 @@ def _load_work(kind: str, staged_threads: int, small: bool = False) -> tuple[Any
     if kind == "staged":
         from lightning_zerocopy.gather.staged import StagedGather
 
-        torch.set_num_threads(staged_threads)
-        staged = StagedGather(table)
+        staged = StagedGather(table, threads=staged_threads)
         return (lambda: staged.gather(ids, out)), "GB/s", nbytes
     raise ValueError(f"unknown load {kind!r}: one of {', '.join(LOADS[1:])}")
 

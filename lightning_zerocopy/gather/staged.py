@@ -77,29 +77,24 @@ class StagedGather:
             self._staging = torch.empty((size, self.table.shape[1]), dtype=self.table.dtype, pin_memory=self._pin)
         return self._staging[:rows]
 
-    def checked_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        """``ids`` as int64 on the CPU (waiting for them on the GPU), each checked to be a row of the table.
-
-        Raises:
-            IndexError: an id outside the table, naming it and its position.
-        """
-        ids_host = ids.to("cpu", torch.int64)
+    def check_ids(self, ids_host: torch.Tensor) -> None:
+        """Raise ``IndexError`` naming the first of ``ids_host`` (host ids) that is not a row of the table."""
         num_rows = self.table.shape[0]
         bad = ((ids_host < 0) | (ids_host >= num_rows)).nonzero()
         if bad.numel():
             pos = int(bad[0, 0])
             raise IndexError(f"gather: ids[{pos}] = {int(ids_host[pos])} is outside the table's rows [0, {num_rows})")
-        return ids_host
 
     def _read_into(self, ids_host: torch.Tensor, out: torch.Tensor) -> None:
-        """``out[:] = table[ids_host]``: host threads into the staging buffer, then one copy on ``out``'s stream."""
+        """``out[:] = table[ids_host]``: host threads into the staging buffer, then one copy on ``out``'s stream.
+        The CPU kernel checks every id before it reads a row (one pass, in parallel); a bad one is named here."""
         staging = self._buffer(ids_host.numel())
-        previous = torch.get_num_threads()
-        torch.set_num_threads(self.threads)
         try:
-            ops.gather_rows(self.table, ids_host, staging)
-        finally:
-            torch.set_num_threads(previous)
+            with ops.host_threads(self.threads):
+                ops.gather_rows(self.table, ids_host, staging)
+        except IndexError:
+            self.check_ids(ids_host)
+            raise
         out.copy_(staging, non_blocking=True)
         if out.is_cuda:
             self._copied = torch.cuda.Event()
@@ -132,21 +127,22 @@ class StagedGather:
         if out.shape != (ids.shape[0], self.table.shape[1]) or out.dtype != self.table.dtype:
             raise ValueError(f"`out` must be a ({ids.shape[0]}, {self.table.shape[1]}) tensor of {self.table.dtype}, "
                              f"got {tuple(out.shape)} {out.dtype}")  # fmt: skip
-        ids_host = self.checked_ids(ids)
+        if on_gpu is not None and gather_on_gpu is None:
+            raise ValueError("`on_gpu` needs `gather_on_gpu`, which reads the rows it marks")
+        ids_host = ids.to("cpu")  # waits for GPU ids
         if on_gpu is None:
             self._read_into(ids_host, out)
             return ids_host.numel()
-        if gather_on_gpu is None:
-            raise ValueError("`on_gpu` needs `gather_on_gpu`, which reads the rows it marks")
+        self.check_ids(ids_host)  # before the cache's lookup on the GPU reads at them
         device_ids = ids.to(out.device)
-        served = on_gpu(device_ids)
-        cached = served.nonzero().view(-1)
+        served = on_gpu(device_ids).cpu()  # the one wait for the GPU: both index sets are split on the host
+        cached, from_host = served.nonzero().view(-1), (~served).nonzero().view(-1)
         if cached.numel():
+            at = cached.to(out.device)
             part = out.new_empty((cached.numel(), out.shape[1]))
-            gather_on_gpu(device_ids[cached], part)
-            out[cached] = part
-        from_host = (~served).nonzero().view(-1)
+            gather_on_gpu(device_ids[at], part)
+            out[at] = part
         rows = out.new_empty((from_host.numel(), out.shape[1]))
-        self._read_into(ids_host[from_host.cpu()], rows)
-        out[from_host] = rows
+        self._read_into(ids_host[from_host], rows)
+        out[from_host.to(out.device)] = rows
         return from_host.numel()

@@ -166,15 +166,8 @@ class CSCKernel:
 
     def _call(self, op: Any, seeds: torch.Tensor, *args: Any) -> tuple[Any, torch.Tensor]:
         if self.placement == "cpu":
-            if self.num_threads is None:
+            with ops.host_threads(self.num_threads):
                 out = op(self.indptr, self.indices, seeds, *args)
-            else:
-                previous = torch.get_num_threads()
-                torch.set_num_threads(self.num_threads)
-                try:
-                    out = op(self.indptr, self.indices, seeds, *args)
-                finally:
-                    torch.set_num_threads(previous)
             return out, out.edge_pos if self.edge_perm is None else self.edge_perm[out.edge_pos]
         placed = self._place()
         with torch.cuda.device(self.device):
