@@ -47,6 +47,7 @@ if REPO_ROOT not in sys.path:
 from benchmarks.common.meta import machine_info  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
 from benchmarks.end_to_end import report as e2e_report  # noqa: E402
+from benchmarks.end_to_end.repeats import block_order  # noqa: E402
 from benchmarks.end_to_end.rows import (  # noqa: E402
     MODELS, PRECISIONS, PRESETS, ROWS, _precheck, graph_kwargs, mps_prefix, parse_share, resolve_precision, select_rows,
 )  # fmt: skip
@@ -105,6 +106,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--row-budget-s", type=float, help="stop a row's training after this many seconds (0: none)")
     t.add_argument("--total-budget-s", type=float, help="skip the remaining rows after this many seconds of rows (0: none)")
     t.add_argument("--row-timeout-s", type=float, help="kill a row's process after this many seconds")
+    t.add_argument("--repeats", type=int, default=1, help="run the rows in this many blocks, in alternating order; "
+                   "the report compares each row with model-only inside each block and gives the medians")  # fmt: skip
     t.add_argument("--pyg-workers", help="NeighborLoader worker counts to sweep; the best trains")
     t.add_argument("--sweep-batches", type=int, default=40, help="batches timed per worker count of the sweep")
     t.add_argument("--stage-batches", type=int, default=256, help="model_only: distinct batches pre-staged on the device")
@@ -129,7 +132,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     for name in _PRESET_FIELDS:
         if getattr(args, name) is None:
             setattr(args, name, getattr(preset, name))
-    for name in ("num_nodes", "features", "classes", "batch_size", "steps", "val_every", "val_batches", "stage_batches"):
+    for name in ("num_nodes", "features", "classes", "batch_size", "steps", "val_every", "val_batches", "stage_batches",
+                 "repeats"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.check_every < 0:
@@ -228,7 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.append:
         _keep_previous(results, out, [(r.name, m) for r in rows for m in models])
     rows_start = time.monotonic()  # the budget is for the rows: generating a headline graph can take longer
-    for row in rows:
+    for block, row in ((b, row) for b in range(args.repeats) for row in block_order(rows, b)):
         why = _precheck(row)
         if why is None and args.total_budget_s > 0 and time.monotonic() - rows_start > args.total_budget_s:
             why = "the run's time budget (--total-budget-s) was spent"
@@ -246,8 +250,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 r["process_s"] = time.monotonic() - t0
         for r in runs:
             r.setdefault("doc", row.doc)
+            r["repeat"] = block
             results["runs"].append(r)
-            print("e2e: " + e2e_report.one_line(r), flush=True)
+            print("e2e: " + (f"[block {block + 1}/{args.repeats}] " if args.repeats > 1 else "") + e2e_report.one_line(r),
+                  flush=True)  # fmt: skip
         _write(results, out)
     results["total_s"] = time.monotonic() - start
     _write(results, out)

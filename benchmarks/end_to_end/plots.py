@@ -10,13 +10,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.end_to_end.results import PLOTS, finished, models_in, target_acc  # noqa: E402
+from benchmarks.end_to_end.results import PLOTS, finished, models_in, runs_by_row, target_acc  # noqa: E402
 
 __all__ = ["write_plots"]
 
 
 def _ok_runs(results: dict[str, Any], model: str) -> list[dict[str, Any]]:
-    return [r for r in results.get("runs", []) if r["model"] == model and finished(r)]
+    return [r for r in runs_by_row(results, model).values() if finished(r)]  # a row's last run (--repeats)
 
 
 def _per_model(results: dict[str, Any], out_dir: str, name: str, draw: Callable[[Any, str, list], None]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+from benchmarks.end_to_end.repeats import repeat_table
 from benchmarks.end_to_end.results import PLOTS, finished, models_in, runs_by_row, share_label, target_acc, time_to_target
 from benchmarks.end_to_end.rows import ROWS
 from benchmarks.common.results import plots_or_note, read_results
@@ -269,6 +270,7 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
     lines += ["## Results", ""]
     for model in models_in(results):
         lines += _table(results, model)
+    lines += repeat_table(results)
     split = [line for model in models_in(results) for line in _build_stage_table(results, model)]
     alone = _sample_alone_lines(results)
     if split or alone:

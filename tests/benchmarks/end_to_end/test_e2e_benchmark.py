@@ -182,7 +182,7 @@ def test_unknown_row_names_the_known_ones() -> None:
 
 
 @pytest.mark.parametrize("flags", [["--configs", "cpu,nope"], ["--steps", "5", "--warmup", "5"], ["--batch-size", "0"],
-                                   ["--precision", "fp8"], ["--check-every", "-1"]])  # fmt: skip
+                                   ["--precision", "fp8"], ["--check-every", "-1"], ["--repeats", "0"]])  # fmt: skip
 def test_bad_flags_fail_before_any_work(flags: list[str], capsys: pytest.CaptureFixture) -> None:
     from benchmarks.end_to_end.__main__ import parse_args
 
