@@ -41,6 +41,7 @@ class TrainClock(Callback):
         self._resume: Optional[float] = None
         self.steady: Optional[tuple[int, float]] = None  # (global step, train seconds) at the end of warm-up
         self.end: Optional[tuple[int, float]] = None
+        self.steady_wall: list[float] = []  # wall-clock (time.time) start and end of the steady window
         self.val_curve: list[list[float]] = []  # [global step, train seconds, the validation metric]
         self.stopped_by_budget = False
         self.stopped_at_target = False
@@ -61,6 +62,7 @@ class TrainClock(Callback):
         if self.steady is None and trainer.global_step >= self.warmup:
             self.sync()
             self.steady = (trainer.global_step, self.elapsed())
+            self.steady_wall = [time.time()]
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.budget_s > 0 and self.steady is not None and self.elapsed() > self.budget_s:
@@ -87,6 +89,8 @@ class TrainClock(Callback):
         if self._resume is not None:
             self._pause()
         self.end = (trainer.global_step, self.train_s)
+        if len(self.steady_wall) == 1:
+            self.steady_wall.append(time.time())
 
     def steps_per_s(self) -> Optional[float]:
         if self.steady is None or self.end is None or self.end[0] <= self.steady[0]:
@@ -187,6 +191,7 @@ def summarize(clock: TrainClock, telemetry: Any, warmup: int) -> dict[str, Any]:
         "stopped_by_budget": clock.stopped_by_budget,
         "stopped_at_target": clock.stopped_at_target,
         "val_curve": clock.val_curve,
+        "steady_wall": clock.steady_wall if len(clock.steady_wall) == 2 else None,
         "final_val_acc": clock.val_curve[-1][2] if clock.val_curve else None,
         "best_val_acc": max((v[2] for v in clock.val_curve), default=None),
         "stall_frac": mean("data/stall_frac"),

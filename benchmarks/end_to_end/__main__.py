@@ -44,6 +44,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.common.gpu_clocks import GpuClocks  # noqa: E402
 from benchmarks.common.meta import machine_info  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
 from benchmarks.end_to_end import report as e2e_report  # noqa: E402
@@ -204,7 +205,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     args.out = out  # every row's process logs its figures under out/logs (CSVLogger)
     import torch  # no driver initialization: the version and the device count only
 
-    args.precision = resolve_precision(args.precision, bool(torch.version.cuda and torch.cuda.device_count() > 0))
+    cuda = bool(torch.version.cuda and torch.cuda.device_count() > 0)
+    args.precision = resolve_precision(args.precision, cuda)
     public = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     results: dict[str, Any] = {"meta": machine_info(REPO_ROOT, args.cache_dir, args.commit), "args": public,
                                "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.end_to_end", *sys.argv[1:]]),
@@ -231,6 +233,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return results
     if args.append:
         _keep_previous(results, out, [(r.name, m) for r in rows for m in models])
+    with GpuClocks(enabled=cuda) as clocks:  # the clocks each row's steady window ran at
+        _run_rows(args, rows, models, graph, results, out, clocks)
+    results["total_s"] = time.monotonic() - start
+    _write(results, out)
+    files = e2e_report.render(out)
+    print(f"e2e: wrote {', '.join(os.path.basename(f) for f in files)} in {out}", flush=True)
+    return results
+
+
+def _run_rows(args: argparse.Namespace, rows: list[Any], models: list[str], graph: dict[str, Any],
+              results: dict[str, Any], out: str, clocks: GpuClocks) -> None:  # fmt: skip
+    """Every row (``--repeats`` blocks of them), a process each; ``results`` rewritten after each."""
     rows_start = time.monotonic()  # the budget is for the rows: generating a headline graph can take longer
     for block, row in ((b, row) for b in range(args.repeats) for row in block_order(rows, b)):
         why = _precheck(row)
@@ -251,15 +265,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for r in runs:
             r.setdefault("doc", row.doc)
             r["repeat"] = block
+            if r.get("steady_wall") and clocks.enabled:
+                r["gpu_clocks"] = clocks.window(*r["steady_wall"])
             results["runs"].append(r)
             print("e2e: " + (f"[block {block + 1}/{args.repeats}] " if args.repeats > 1 else "") + e2e_report.one_line(r),
                   flush=True)  # fmt: skip
         _write(results, out)
-    results["total_s"] = time.monotonic() - start
-    _write(results, out)
-    files = e2e_report.render(out)
-    print(f"e2e: wrote {', '.join(os.path.basename(f) for f in files)} in {out}", flush=True)
-    return results
 
 
 def _keep_previous(results: dict[str, Any], out: str, planned: list[tuple[str, str]]) -> None:

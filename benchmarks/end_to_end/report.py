@@ -233,6 +233,40 @@ def _share_choices(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def _gpu_words(clocks: dict[str, Any]) -> str:
+    if not clocks.get("samples"):
+        return f"GPU clocks not sampled ({clocks.get('why')})"
+    return (f"GPU SM {clocks['sm_mhz']} MHz (min {clocks['sm_mhz_min']}), memory {clocks['mem_mhz']} MHz, "
+            f"{clocks['power_w']} W, ≤ {clocks['temp_c_max']:.0f} °C, util {clocks['util']:.0f} %, reasons {clocks['reasons']}")
+
+
+def _host_words(load: dict[str, Any]) -> str:
+    words = []
+    for p in load.get("processes", []):
+        if p["role"] in ("trainer", "worker"):
+            waited = p.get("main_runqueue_ms_per_s")
+            words.append(f"{p['role']} {p['cores']:.2f} cores, {p['involuntary_per_s']:.0f} involuntary switches/s"
+                         + ("" if waited is None else f", main thread waited {waited:.1f} ms/s for a core"))
+    words.append(f"machine {load.get('machine_busy_cores')} of {load.get('cpu_count')} cores busy, steal "
+                 f"{load.get('steal_cores')}")
+    return "; ".join(words)
+
+
+def _conditions(results: dict[str, Any]) -> list[str]:
+    """What each finished run's steady window ran on: the GPU's clocks (sampled by the orchestrator) and the host's
+    CPUs (the row process and its worker, from ``/proc``). Tells a slower run of the same row apart: lower clocks,
+    a core shared, or neither (contention inside the GPU)."""
+    out = []
+    for r in results.get("runs", []):
+        if not finished(r) or not (r.get("gpu_clocks") or r.get("host_load")):
+            continue
+        block = f", block {r['repeat'] + 1}" if int(results.get("args", {}).get("repeats") or 1) > 1 else ""
+        parts = [_gpu_words(r["gpu_clocks"])] if r.get("gpu_clocks") else []
+        parts += [_host_words(r["host_load"])] if r.get("host_load") else []
+        out.append(f"- `{r['row']}` ({r['model']}{block}, {r['steps_per_s']:.1f} steps/s): " + "; ".join(parts))
+    return out
+
+
 def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_note: str) -> str:
     """Write ``report.md``; returns its path."""
     meta, graph, args = results.get("meta", {}), results.get("graph", {}), results.get("args", {})
@@ -290,6 +324,9 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
     shares = _share_choices(results)
     if shares:
         lines += ["## Worker share chosen by the calibration (`worker_sm_percent='auto'`)", ""] + shares + [""]
+    conditions = _conditions(results)
+    if conditions:
+        lines += ["## Conditions over each run's steady window", ""] + conditions + [""]
     other = _other_telemetry(results)
     if other:
         lines += ["## Other DataTelemetry figures (means after warm-up)", ""] + other + [""]

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from pytorch_lightning.callbacks import Callback
 
+from benchmarks.common.host_load import SteadyHostLoad
 from benchmarks.common.measure import BatchCheck, TrainClock, _device_name, _sync, summarize
 from benchmarks.common.pyg import fit_on_best_pyg_loader, pyg_sampling_backends
 from benchmarks.common.rows import RowUnavailable
@@ -88,7 +89,8 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     stored = None if feature_dtype is None else getattr(torch, feature_dtype)
     check = BatchCheck(expected_seeds, data.x, data.y, count=min(3, max(1, args.warmup)), stored_dtype=stored,
                        every=getattr(args, "check_every", 0) or 0)
-    callbacks: list[Callback] = [clock, telemetry, check]
+    host_load = SteadyHostLoad(args.warmup)  # before the clock: its opening /proc reading stays out of the window
+    callbacks: list[Callback] = [host_load, clock, telemetry, check]
     if pipeline is not None:
         callbacks.append(pipeline)
     strategy: Any = "auto"
@@ -158,7 +160,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     if row.mps:
         extra.update(share_figures(pipeline))
     return {**summarize(clock, telemetry, args.warmup), "batch_check": check.result, "device": _device_name(cuda),
-            "threads": torch.get_num_threads(), **extra}  # fmt: skip
+            "threads": torch.get_num_threads(), "host_load": host_load.figures, **extra}  # fmt: skip
 
 
 def pipeline_options(row: Row, args: Any) -> dict[str, Any]:

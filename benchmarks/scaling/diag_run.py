@@ -1,6 +1,6 @@
 """The diagnostic parts of one scaling run's rank (``config["phases"]`` set; ``benchmarks.scaling.diag`` sets it):
 the phased epochs and the ring of staged batches (:mod:`.phases`), the per-step timeline (:mod:`.timeline`), the
-host's CPU figures (:mod:`.host_load`), the barrier of independent runs (:mod:`.pair`), and this rank's report of
+host's CPU figures (:mod:`benchmarks.common.host_load`), the barrier of independent runs (:mod:`.pair`), and this rank's report of
 them; plus :func:`phase_rates`, each rank's steps per second in each phase from its epoch clock, and
 :func:`phase_figures`, a run's throughput per phase over its ranks."""
 
@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import torch
 
-from benchmarks.scaling.host_load import HostLoad, thread_settings
+from benchmarks.common.host_load import HostLoad, thread_settings
 from benchmarks.scaling.pair import EpochBarrier
 from benchmarks.scaling.phases import RingPhases
 from benchmarks.scaling.sync_finder import SyncFinder

@@ -45,3 +45,8 @@ def test_a_cpu_run_in_two_blocks(tmp_path: Path):
     assert all(r["status"] == "ok" for r in runs), [r.get("reason") for r in runs]
     report = (out / "report.md").read_text()
     assert "## Repeats: 2 blocks" in report and "| `cpu_inproc` |" in report.split("## Repeats")[1]
+    for r in runs:  # each run's steady window: its wall-clock ends and the host's CPUs over it (no GPU here)
+        start, end = r["steady_wall"]
+        assert start < end and "gpu_clocks" not in r
+        assert any(p["role"] == "trainer" for p in r["host_load"]["processes"]), r["host_load"]
+    assert "## Conditions over each run's steady window" in report and "- `cpu_inproc` (light, block 2," in report

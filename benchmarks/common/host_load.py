@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 import pytorch_lightning as pl
 
-__all__ = ["HostLoad", "mps_pids", "process_tree", "read_process", "thread_settings"]
+__all__ = ["HostLoad", "SteadyHostLoad", "mps_pids", "process_tree", "read_process", "thread_settings"]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -165,9 +165,15 @@ class HostLoad(pl.Callback):
             tree.update({pid: f"{name} (mps)" for pid, name in mps_pids().items() if pid not in tree})
         return time.perf_counter(), {pid: read_process(pid) for pid in tree}, tree, _system()
 
+    def begin(self) -> None:
+        """The opening reading of a measured window (none where there is no ``/proc``)."""
+        self._start = self._snapshot() if os.path.isdir("/proc/self/task") else None
+
     def on_train_epoch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
-        measured = self.phase_of(trainer.current_epoch) != self.skip_phase
-        self._start = self._snapshot() if measured and os.path.isdir("/proc/self/task") else None
+        if self.phase_of(trainer.current_epoch) != self.skip_phase:
+            self.begin()
+        else:
+            self._start = None
 
     def closer(self) -> pl.Callback:
         """The callback that takes the epoch's closing reading: put it after the epoch clock (and this one before
@@ -176,6 +182,10 @@ class HostLoad(pl.Callback):
 
     def finish(self, trainer: "pl.Trainer") -> None:
         """The epoch's closing reading and its figures (called by :meth:`closer`'s callback)."""
+        self.end(self.phase_of(trainer.current_epoch))
+
+    def end(self, phase: str) -> None:
+        """The closing reading of the window :meth:`begin` opened; its figures go to ``phases[phase]``."""
         if self._start is None:
             return
         t0, before, _, (busy0, total0, _, steal0) = self._start
@@ -200,7 +210,8 @@ class HostLoad(pl.Callback):
                               "busiest_threads": [[name, round(cpu / wall, 3)] for cpu, name in busiest[: self.top]]})  # fmt: skip
         cpus = os.cpu_count() or 1
         jiffies = max(total1 - total0, 1e-9)
-        self.phases[self.phase_of(trainer.current_epoch)] = {
+        self._start = None
+        self.phases[phase] = {
             "wall_s": round(wall, 3), "processes": processes, "machine_busy_cores": round((busy1 - busy0) / jiffies * cpus, 2),
             "steal_cores": round((steal1 - steal0) / jiffies * cpus, 3), "cpu_count": cpus, "loadavg": load,
         }  # fmt: skip
@@ -212,3 +223,31 @@ class _Close(pl.Callback):
 
     def on_train_epoch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         self.load.finish(trainer)
+
+
+class SteadyHostLoad(pl.Callback):
+    """:class:`HostLoad` over one training run's steady window, from the start of step ``warmup`` to the end of
+    training: this process and every process it started (the pipeline worker), the MPS daemon and server too.
+
+    Put it before the run's clock among the callbacks, so that the opening reading precedes the clock's start (the
+    closing one then falls inside the clock's last interval: a few milliseconds of ``/proc`` reads).
+    """
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.load = HostLoad(lambda epoch: "steady", is_rank=lambda cmd: False, include_mps=True)
+        self._begun = False
+
+    def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any,
+                             batch_idx: int) -> None:  # fmt: skip
+        if not self._begun and trainer.global_step >= self.warmup:
+            self._begun = True
+            self.load.begin()
+
+    def on_train_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        self.load.end("steady")
+
+    @property
+    def figures(self) -> Optional[dict[str, Any]]:
+        """The window's figures (``None`` before its end, or without ``/proc``)."""
+        return self.load.phases.get("steady")
