@@ -117,12 +117,23 @@ export GPU_CHECK_EXTRA_STAGE_CONTENTION="timeout 330 python3 -m benchmarks.parts
 # host table and bf16-mixed (the fastest settings; contention measured x1.26 for zero-copy reads, x1.06 staged):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,staged bash scripts/gpu_session.sh                     # .wheels/
 export GPU_CHECK_EXTRA_STAGE_STAGED="REQUIRE_CUDA=1 timeout 150 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/gather/test_gather_cuda.py tests/data/test_gpu_data_path.py tests/cache/test_feature_cache_cuda.py -k 'staged or hot_rows or side_stream or read_orders'; timeout -s TERM ${GPU_CHECK_STAGED_TIMEOUT:-330} python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --steps 500 --warmup 80 --row-budget-s 15 --configs zc_gpu_mps,zc_gpu_mps_staged,model_only --cache-dir /tmp/lzc --out \$OUT/staged_rows; rm -rf \$OUT/staged_rows/logs/*/hparams.yaml \$OUT/staged_rows/*.png"
-# stage x_dtype (issue 40, one GPU, ~6 min estimated; not yet run): the heavy 24M-node rows zc_gpu_mps,
+# stage x_dtype (issue 40, one GPU, ~9 min: on an H200 (2026-11-29) a row took ~60 s and the graph 21 s, so 200 s a
+# dtype cut model-only each time; 270 s since): the heavy 24M-node rows zc_gpu_mps,
 # zc_gpu_mps_staged (its host threads capped at half the CPUs since 1280378) and model_only, bf16 host table and
 # bf16-mixed, twice in one call: batch.x cast to float32 (as every earlier row) and handed over in bfloat16
 # (--x-dtype: no cast in the worker's assemble, half the slot bytes; model-only's batches alike):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,x_dtype bash scripts/gpu_session.sh                   # .wheels/
-export GPU_CHECK_EXTRA_STAGE_X_DTYPE="for x in float32 bfloat16; do timeout -s TERM 200 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --x-dtype \$x --models heavy --steps 500 --warmup 80 --row-budget-s 12 --configs zc_gpu_mps,zc_gpu_mps_staged,model_only --cache-dir /tmp/lzc --out \$OUT/x_\$x; rm -rf \$OUT/x_\$x/logs/*/hparams.yaml \$OUT/x_\$x/*.png; done"
+export GPU_CHECK_EXTRA_STAGE_X_DTYPE="for x in float32 bfloat16; do timeout -s TERM 270 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --x-dtype \$x --models heavy --steps 500 --warmup 80 --row-budget-s 12 --configs zc_gpu_mps,zc_gpu_mps_staged,model_only --cache-dir /tmp/lzc --out \$OUT/x_\$x; rm -rf \$OUT/x_\$x/logs/*/hparams.yaml \$OUT/x_\$x/*.png; done"
+# stage bimodal (issue 40, one GPU, ~7 min with the build): the heavy zero-copy row ran at 0.91x and 0.70x of
+# model-only in one call (H200, 2026-11-29, 0b4d078): the same data path, a step p50 of 5.81 against 8.34 ms. Two
+# blocks of zc_gpu_mps (the pipeline's host threads sleep while they wait for the GPU, since that session),
+# zc_gpu_mps_spin (they spin on a core, CUDA's default and the code before: two cores busy beside the trainer's
+# launch thread) and model_only (~62 + 62 + 45 s a block, the graph ~22 s), each run with the GPU's clocks, power and
+# clock-holding reasons over its steady window (benchmarks/common/gpu_clocks.py, sampled by the orchestrator) and the
+# CPUs of the trainer, its worker and the machine (SteadyHostLoad): the report's "Conditions" section says whether a
+# slow run ran at lower clocks, on a shared core, or neither; then the host-wait CUDA test:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,bimodal bash scripts/gpu_session.sh                   # .wheels/
+export GPU_CHECK_EXTRA_STAGE_BIMODAL="timeout -s TERM 400 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --x-dtype bfloat16 --models heavy --steps 800 --warmup 80 --row-budget-s 15 --total-budget-s 360 --row-timeout-s 120 --repeats 2 --configs zc_gpu_mps,zc_gpu_mps_spin,model_only --cache-dir /tmp/lzc --out \$OUT/bimodal; rm -rf \$OUT/bimodal/logs/*/hparams.yaml \$OUT/bimodal/*.png; REQUIRE_CUDA=1 timeout 60 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/pipeline/test_host_waits.py"
 # stage hetero_clique (two GPUs): the typed cache's clique on two ranks, every batch against the uncached CPU one
 export GPU_CHECK_EXTRA_STAGE_HETERO_CLIQUE="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_HETERO_CLIQUE_TIMEOUT:-120} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=110 -m two_gpus tests/data/test_ddp.py"
 # stage hetero_scaling (two GPUs, .pyg/ carried): benchmarks.scaling --graph hetero on the mag preset (drawn first, ~1

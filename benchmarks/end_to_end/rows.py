@@ -37,6 +37,7 @@ class Row:
             row's own MPS share and wins over ``--worker-sm-percent`` (:func:`worker_share`).
         strategy: ``(import path, keyword arguments)`` of a Strategy class, or None for Lightning's default.
         needs_cuda: the row only means something on a GPU.
+        env: environment variables set in the row's process (its pipeline worker inherits them).
     """
 
     name: str
@@ -46,6 +47,7 @@ class Row:
     pipeline: Optional[dict[str, Any]] = None
     strategy: Optional[tuple[str, dict[str, Any]]] = None
     needs_cuda: bool = True
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def mps(self) -> bool:
@@ -102,6 +104,10 @@ _ROW_LIST: list[Row] = [
         "into a pinned buffer, the copy engines move it (no zero-copy reads beside training)",
         {"sampler_placement": "gpu", "gather": "zerocopy", "gather_mode": "staged"},
         pipeline={"mode": "worker", "mps": True}),  # fmt: skip
+    Row("zc_gpu_mps_spin", "ours", "as zc_gpu_mps, the pipeline's host threads wait for the GPU spinning on a core "
+        "(CUDA's default; LIGHTNING_ZEROCOPY_SPIN_WAITS=1) where they sleep by default",
+        {"sampler_placement": "gpu", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True},
+        env={"LIGHTNING_ZEROCOPY_SPIN_WAITS": "1"}),  # fmt: skip
     Row("zc_gpu_hot", "ours", "GPU sampler, zero-copy gather, --cache-fraction of rows cached on the GPU (hot_rows)",
         {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": "cache_fraction"}),  # fmt: skip
     Row("zc_gpu_hot_mps", "ours", "as zc_gpu_hot, PipelineCallback worker + MPS",

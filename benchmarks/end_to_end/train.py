@@ -36,6 +36,7 @@ def run_row(row: Row, models: list[ModelSpec], args: Any, graph_kwargs: dict[str
     """Train every model on ``row``; a result dict per model (``status`` ok | skipped | error)."""
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    os.environ.update(row.env)  # before the pipeline's worker starts: it inherits them
     results = []
     for model in models:
         base = {"row": row.name, "model": model.name, "kind": row.kind, "doc": row.doc}

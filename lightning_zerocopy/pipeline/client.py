@@ -24,6 +24,7 @@ from torch_geometric.data import Data
 
 from lightning_zerocopy.options import check_depth
 from lightning_zerocopy.pipeline.batch_timeout import BatchTimeout, process_state
+from lightning_zerocopy.pipeline.host_waits import wait_event
 from lightning_zerocopy.pipeline.slots import HETERO_TYPES, SlotLayout, SlotRing, unflatten_hetero
 from lightning_zerocopy.pipeline.source import BatchSource, capacity_hint
 from lightning_zerocopy.pipeline.stage_times import BuildStages, StageTotals
@@ -305,7 +306,7 @@ class PipelineClient:
                 capacity[axis] = max(capacity[axis], int(bound))
         st.ring = SlotRing(layout, capacity, self.depth, self.device, self.growth, shared=self.transport.interprocess)
         if self.device.type == "cuda":
-            st.free_events = [torch.cuda.Event() for _ in range(self.depth)]
+            st.free_events = [wait_event() for _ in range(self.depth)]  # its release thread sleeps on them
             torch.cuda.current_stream(self.device).synchronize()  # the slots exist before the producer writes
         self.stats.slot_bytes = sum(s.ring.nbytes() for s in self._stages.values() if s.ring is not None)
         self._send(("slots", stage, None, st.ring.slots))

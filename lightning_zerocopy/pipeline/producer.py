@@ -68,6 +68,7 @@ import torch
 
 from lightning_zerocopy.pipeline.cache_report import CACHE_REPORT_EVERY, CacheReport
 from lightning_zerocopy.pipeline.channel import Channel, ChannelClosed
+from lightning_zerocopy.pipeline.host_waits import wait_event
 from lightning_zerocopy.pipeline.hybrid_ahead import HybridAhead
 from lightning_zerocopy.pipeline.lookahead import Lookahead
 from lightning_zerocopy.sampling.hybrid import Dispatch
@@ -143,6 +144,7 @@ class Producer:
         self._order = 0
         self._sm_share = sm_share
         self._stream = None
+        self._synced: Any = None  # the event the host waits on for the stream's work (.host_waits: it sleeps)
         self._sampler: Optional[Lookahead] = None
         self._h2d_GBps: Optional[float] = None  # the PCIe bandwidth the gather's bound divides by (CUDA only)
         self._last_send_s = 0.0  # how long the previous `ready` took to send (counted in the next hand-over)
@@ -165,6 +167,7 @@ class Producer:
             share, device = self._sm_share, self.device
             make_stream = share.stream if share is not None else (lambda: torch.cuda.Stream(device))
             self._stream = make_stream()
+            self._synced = wait_event()
             self._h2d_GBps = h2d_bandwidth_or_none(self.device)
         self._hybrid.make_stream = make_stream
         self._sampler = Lookahead(make_stream)
@@ -325,8 +328,9 @@ class Producer:
         clock.record("write_start")
         write_batch(st.layout, buffers, data, sizes)
         clock.record("written")
-        if self._stream is not None:
-            self._stream.synchronize()  # the slot is complete before it is announced (and build_s is real)
+        if self._stream is not None:  # the slot is complete before it is announced (and build_s is real)
+            self._synced.record(self._stream)
+            self._synced.synchronize()
         synced = time.perf_counter()
         build_s += synced - t0
         scalars = st.layout.scalars(data)

@@ -123,3 +123,13 @@ def test_x_dtype_reaches_our_rows_and_model_only_alike(tmp_path: Path):
         assert run["status"] == "ok" and run["batch_check"]["ok"], run.get("batch_check")
         assert run["x_dtype"] == "bfloat16" and run["batch_check"]["x_dtype"] == "bfloat16", name
     assert "`x` delivered as bfloat16 by our rows and model-only's" in (out / "report.md").read_text()
+
+
+def test_a_rows_environment_is_set_in_its_process_before_its_worker_starts(monkeypatch):
+    """``zc_gpu_mps_spin``: the pipeline's host waits spin (the worker inherits the row process's environment)."""
+    from benchmarks.end_to_end.train import run_row
+    from lightning_zerocopy.pipeline.host_waits import SPIN_WAITS_ENV, spin_waits
+
+    monkeypatch.setenv(SPIN_WAITS_ENV, "0")  # restored after the test
+    assert run_row(ROWS["zc_gpu_mps"], [], SimpleNamespace(threads=0), {}) == [] and not spin_waits()
+    assert run_row(ROWS["zc_gpu_mps_spin"], [], SimpleNamespace(threads=0), {}) == [] and spin_waits()
