@@ -126,9 +126,9 @@ export GPU_CHECK_EXTRA_STAGE_STAGED="REQUIRE_CUDA=1 timeout 150 python3 -m pytes
 export GPU_CHECK_EXTRA_STAGE_X_DTYPE="for x in float32 bfloat16; do timeout -s TERM 270 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --x-dtype \$x --models heavy --steps 500 --warmup 80 --row-budget-s 12 --configs zc_gpu_mps,zc_gpu_mps_staged,model_only --cache-dir /tmp/lzc --out \$OUT/x_\$x; rm -rf \$OUT/x_\$x/logs/*/hparams.yaml \$OUT/x_\$x/*.png; done"
 # stage bimodal (issue 40, one GPU, ~7 min with the build): the heavy zero-copy row ran at 0.91x and 0.70x of
 # model-only in one call (H200, 2026-11-29, 0b4d078): the same data path, a step p50 of 5.81 against 8.34 ms. Two
-# blocks of zc_gpu_mps (the pipeline's host threads sleep while they wait for the GPU, since that session),
-# zc_gpu_mps_spin (they spin on a core, CUDA's default and the code before: two cores busy beside the trainer's
-# launch thread) and model_only (~62 + 62 + 45 s a block, the graph ~22 s), each run with the GPU's clocks, power and
+# blocks of zc_gpu_mps (the pipeline's host threads sleep while they wait for the GPU, since that session: blocking
+# events, cudaDeviceScheduleBlockingSync in the worker), zc_gpu_mps_spin (they spin on a core, CUDA's default and the
+# code before: up to three cores busy beside the trainer's launch thread) and model_only (~62 + 62 + 45 s a block, the graph ~22 s), each run with the GPU's clocks, power and
 # clock-holding reasons over its steady window (benchmarks/common/gpu_clocks.py, sampled by the orchestrator) and the
 # CPUs of the trainer, its worker and the machine (SteadyHostLoad): the report's "Conditions" section says whether a
 # slow run ran at lower clocks, on a shared core, or neither; then the host-wait CUDA test:

@@ -1,4 +1,4 @@
-"""What the GPU ran at while a benchmark row trained: SM and memory clocks, power, temperature, and why clocks were held.
+"""What the GPU ran at while a benchmark row trained: SM and memory clocks, power, temperature, why clocks were held.
 
 :class:`GpuClocks` polls ``nvidia-smi`` once a second on a thread of the orchestrating process (not in a row's
 process: a fork there would copy the page tables of its pinned host tables), and :meth:`GpuClocks.window` sums up the
@@ -58,7 +58,8 @@ class GpuClocks:
             self.problem = "nvidia-smi is not on PATH"
 
     def _query(self) -> Optional[str]:
-        cmd = ["nvidia-smi", f"--id={self.index}", f"--query-gpu={','.join(self._fields)}", "--format=csv,noheader,nounits"]
+        cmd = ["nvidia-smi", f"--id={self.index}", f"--query-gpu={','.join(self._fields)}",
+               "--format=csv,noheader,nounits"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -103,6 +104,7 @@ class GpuClocks:
         for s in inside:
             reasons |= s["reasons"]
         return {"samples": len(inside), "sm_mhz": round(mean(s["sm_mhz"] for s in inside)),
-                "sm_mhz_min": round(min(s["sm_mhz"] for s in inside)), "mem_mhz": round(mean(s["mem_mhz"] for s in inside)),
+                "sm_mhz_min": round(min(s["sm_mhz"] for s in inside)),
+                "mem_mhz": round(mean(s["mem_mhz"] for s in inside)),
                 "power_w": round(mean(s["power_w"] for s in inside), 1), "temp_c_max": max(s["temp_c"] for s in inside),
                 "util": round(mean(s["util"] for s in inside), 1), "reasons": f"{reasons:#x}"}  # fmt: skip

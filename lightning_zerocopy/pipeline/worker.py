@@ -39,6 +39,7 @@ from lightning_zerocopy.graph.cuda_ipc import CudaTensorHandle, export_cuda_tens
 from lightning_zerocopy.pipeline.client import PipelineError
 from lightning_zerocopy.process_state import process_alive
 from lightning_zerocopy.pipeline.channel import ChannelClosed
+from lightning_zerocopy.pipeline.host_waits import sleep_while_waiting, spin_waits
 from lightning_zerocopy.pipeline.producer import Producer
 
 
@@ -127,6 +128,10 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="lzc-parent-watch", daemon=True).start()
     conn.send(_STARTED)  # the interpreter is up (torch imported): from here on, silence is the producer's
     dev = torch.device(device) if device is not None else None
+    if dev is not None and dev.type == "cuda":
+        why = sleep_while_waiting(dev)  # the sampler's read-backs and the gather's waits sleep, not spin a core
+        if why is not None and not spin_waits():
+            print(f"lightning-zerocopy worker: host waits for the GPU will spin: {why}", file=sys.stderr, flush=True)
     # report_cache: the trainer cannot read this process's feature-cache counters; the producer sends them
     producer = Producer(_PipeChannel(conn), dev, lookahead=lookahead, report_cache=True)
     code = 0

@@ -39,13 +39,15 @@ def test_samples_inside_a_window_are_summed_up(tmp_path: Path, monkeypatch: pyte
 
 
 def test_an_older_driver_gets_the_older_field_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    _fake_nvidia_smi(tmp_path, monkeypatch, f'case "$*" in *clocks_event_reasons*) echo "unknown field" >&2; exit 2;; esac\necho "{LINE}"\n')
+    refuse = 'case "$*" in *clocks_event_reasons*) echo "unknown field" >&2; exit 2;; esac\n'
+    _fake_nvidia_smi(tmp_path, monkeypatch, refuse + f'echo "{LINE}"\n')
     with GpuClocks(every_s=0.02) as clocks:
         time.sleep(0.2)
     assert clocks.samples and clocks.problem is None
 
 
-def test_without_nvidia_smi_or_a_gpu_nothing_is_sampled_and_it_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_without_nvidia_smi_or_a_gpu_nothing_is_sampled_and_it_says_why(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi there
     with GpuClocks() as clocks:
         pass
