@@ -34,8 +34,9 @@ OUT="${OUT:-$root/results/gpu_session}"
 mps_files="tests/pipeline/test_pipeline_cuda.py tests/callbacks/test_pipeline_callback_cuda.py
   tests/pipeline/test_share_auto_cuda.py tests/test_console.py tests/benchmarks/end_to_end/test_e2e_rows.py
   tests/benchmarks/end_to_end/test_e2e_benchmark.py tests/test_faults_gpu.py tests/pipeline/test_share_numerics_cuda.py
-  tests/benchmarks/parts/test_contention.py tests/callbacks/test_telemetry.py"
-# (test_telemetry.py times idle GPU gaps: beside 11 other test processes on the GPU its GPU-bound case measured a
+  tests/benchmarks/parts/test_contention.py tests/callbacks/test_telemetry.py tests/pipeline/test_host_waits.py"
+# (test_host_waits.py measures a waiting thread's CPU time, which other test processes beside it would disturb: it runs
+# in the bimodal stage; test_telemetry.py times idle GPU gaps: beside 11 other test processes on the GPU its GPU-bound case measured a
 # stall of 0.31 where alone it is < 0.15 (H200, 2026-11-29), so it runs with the serial files)
 parallel_tests="$(grep -rlE 'mark\.cuda' tests --include='test_*.py' | sort | grep -vxF -f <(echo $mps_files | tr ' ' '\n'))"
 # The serial files in two stages of a call each: on an H200 (2026-11-29) the first three files' 13 tests took ~430 s,
