@@ -2,16 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "ops/cuda/returned_status.h"
+
 namespace zerocopy::cuda {
-namespace {
-
-int returned(cudaError_t status) {
-  // The runtime also keeps the failure as this thread's last error; it is reported here, so clear it.
-  if (status != cudaSuccess) (void)cudaGetLastError();
-  return static_cast<int>(status);
-}
-
-}  // namespace
 
 int set_wait_schedule(int device, unsigned int schedule) {
   cudaError_t status = cudaSetDevice(device);
