@@ -2,9 +2,10 @@
 
 By default a CUDA event or stream synchronization spins its host thread for as long as the GPU work lasts
 (``cudaDeviceScheduleAuto`` spins while a process has fewer CUDA contexts than cores). The pipeline waits like that on
-every batch: the trainer's slot-release thread for each step's GPU work (most of the step), and the producer for each
-batch's gather and copies into the slot. Those are two cores kept busy beside the trainer's launch thread, which the
-heavy model's step needs at full speed: a spinning thread on the same physical core (a hyperthread sibling) slows it.
+every batch: the trainer's slot-release thread for each step's GPU work (most of the step), the producer for each
+batch's gather and copies into the slot, the sampler for its size read-backs. Those are cores kept busy beside the
+trainer's launch thread, which the heavy model's step needs at full speed: a spinning thread on the same physical core
+(a hyperthread sibling) slows it.
 
 So the pipeline waits asleep, for the price of a wake-up (microseconds, against steps of milliseconds):
 
@@ -26,7 +27,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["SPIN_WAITS_ENV", "sleep_while_waiting", "spin_waits", "wait_event", "wait_schedule"]
+__all__ = ["SCHEDULES", "SPIN_WAITS_ENV", "sleep_while_waiting", "spin_waits", "wait_event", "wait_schedule"]
 
 #: Set to ``1`` to wait the CUDA default way (spinning).
 SPIN_WAITS_ENV = "LIGHTNING_ZEROCOPY_SPIN_WAITS"
