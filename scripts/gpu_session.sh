@@ -185,6 +185,9 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_CONFIRM="timeout -s TERM ${GPU_CHECK_SCALIN
 # sync a step that one rank never makes; the command skips it, benchmarks.scaling makes it unless
 # `--knobs step_sigterm_broadcast=0`); ~4.5 min:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_syncs bash scripts/gpu_session.sh       # .wheels/ carried
+# (since 2026-11-29 every rank's worker waits for the GPU asleep, pipeline/host_waits.py; the spinning waits from
+# before, for an A/B on 2 GPUs: add the knob variant env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1 to --knobs, e.g.
+# GPU_CHECK_SCALING_SYNCS_ARGS="<the defaults below, with> --knobs step_sigterm_broadcast=0,step_sigterm_broadcast=0+env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1")
 export GPU_CHECK_EXTRA_STAGE_SCALING_SYNCS="timeout -s TERM ${GPU_CHECK_SCALING_SYNCS_TIMEOUT:-290} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_syncs.json ${GPU_CHECK_SCALING_SYNCS_ARGS:---num-nodes 4000000 --gpus 1,2 --plan knobs --knobs sync_debug_steps=20,step_sigterm_broadcast=0 --deadline-s 280 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}"
 # Issue 42, on 4 or 8 GPUs (nvidia-h200-x4 / -x8; N = the GPUs this machine has), three calls of <= 10 min:
 # (1) many_faults + many_heavy: the fault cases on N ranks with the worker under MPS (SIGKILL of rank 1 mid-epoch,
