@@ -408,6 +408,11 @@ class RankLiveness:
             os._exit(1)
 
     def _raise_in_main(self, signum: int, frame: Any) -> None:
+        stopping = sys.exc_info()[1]  # what the main thread is handling where the signal landed (a finally included)
+        if stopping is not None and is_interrupt(stopping):
+            # Ctrl-C reached this rank too and is on its way out (the job's SIGINT ends every rank): a peer's note,
+            # read before this rank announced its own, must not replace it (Lightning's report, no rank blamed)
+            return
         raise PeerRankExited(self.message or "another rank of this machine exited")
 
 

@@ -444,3 +444,22 @@ def test_a_watch_line_reaches_stderr_in_one_write(monkeypatch) -> None:
     line = watch.explain(RuntimeError("Connection reset by peer"), wait=0.0)
     assert line is not None and "rank 1 (pid 999999 on h) exited" in line
     assert len(writes) == 1 and writes[0].endswith("\n") and writes[0].count("\n") == 1, writes
+
+
+def test_a_peers_exit_does_not_replace_this_ranks_own_ctrl_c() -> None:
+    """The job's Ctrl-C reaches every rank: rank 1 stops first and leaves its note, rank 0's watch reads it and
+    signals rank 0's main thread while rank 0's own KeyboardInterrupt is still propagating (through a loop's
+    ``finally``). Its KeyboardInterrupt must come out, not a PeerRankExited blaming rank 1 (a CI run, 2026-11-29)."""
+    me = RankInfo(0, "host", os.getpid())
+    watch = RankLiveness(me, [me, RankInfo(1, "host", 11)], alive=lambda pid: True)
+
+    def loop_interrupted_while_the_peer_signal_lands() -> None:
+        try:
+            raise KeyboardInterrupt
+        finally:  # Lightning's on_iteration_done runs here; the watch's signal handler lands in it
+            watch._raise_in_main(0, None)
+
+    with pytest.raises(KeyboardInterrupt):
+        loop_interrupted_while_the_peer_signal_lands()
+    with pytest.raises(PeerRankExited):  # not interrupted itself: the peer's exit stops it
+        watch._raise_in_main(0, None)
