@@ -94,6 +94,7 @@ from lightning_zerocopy.pipeline.host_waits import sleep_while_waiting, wait_sch
 dev = torch.device("cuda", 0)
 why = sleep_while_waiting(dev)
 x = torch.ones(1, device=dev)
+(x + 1).item()  # loads the add kernel now: a first launch loads its module, which waits for the device to be idle
 torch.cuda.synchronize()
 torch.cuda._sleep(600_000_000)  # ~0.3 s at 2 GHz
 y = x + 1
