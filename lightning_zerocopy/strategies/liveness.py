@@ -185,6 +185,20 @@ class RankLiveness:
         """
         self._mapped = frozenset(int(r) for r in ranks if r != self.me.rank)
 
+    @property
+    def mapped_peers(self) -> list[RankInfo]:
+        """The watched ranks whose GPU memory this process reads (:meth:`depend_on`)."""
+        return [peer for peer in self.peers if peer.rank in self._mapped]
+
+    @property
+    def store(self) -> Any:
+        """The process group's key-value store the watch uses (``None``: none)."""
+        return self._store
+
+    def alive(self, pid: int) -> bool:
+        """Whether ``pid`` is judged alive (the watch's own test)."""
+        return self._alive(pid)
+
     def check(self) -> Optional[RankInfo]:
         """The first watched rank found gone (the same one from then on), else the first that has left an exit note,
         else ``None``.

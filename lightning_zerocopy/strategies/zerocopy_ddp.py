@@ -20,6 +20,7 @@ released in ``teardown`` and ``on_exception``. The constructor only stores and c
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
@@ -38,6 +39,7 @@ from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_
 from lightning_zerocopy.strategies.launcher import watch_launch, with_rank_watch
 from lightning_zerocopy.strategies.liveness import RankLiveness
 from lightning_zerocopy.strategies.liveness_lifecycle import stop_watch, trainer_interrupted, watch_ranks
+from lightning_zerocopy.strategies.shard_readers import stop_reading, wait_for_readers
 from lightning_zerocopy.strategies.ddp_options import (
     StaticGraph,
     StaticGraphChoice,
@@ -113,6 +115,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
     """
 
     strategy_name = "zerocopy_ddp"
+    #: seconds a rank stopping on an error waits for the ranks that read its clique shards to stop reading them
+    reader_wait_s = 5.0
 
     def __init__(
         self,
@@ -223,10 +227,29 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         liveness, self._liveness = self._liveness, None  # teardown then skips its barrier (a rank may be gone)
         if liveness is not None:
             stop_watch(liveness, exception)
+            self._leave_after_readers(liveness)
         self._cache.retire()
         if self.static_graph_choice is not None:  # before Lightning's own rewrite of the unused-parameter error
             explain_graph_change(exception, self.static_graph_choice)
         super().on_exception(exception)
+
+    def _leave_after_readers(self, liveness: RankLiveness) -> None:
+        """Under a clique cache, on an exception: say this rank reads no peer shard any more (its workers were closed
+        by the callbacks' ``on_exception``; its kernels are waited for), then wait, at most
+        :attr:`reader_wait_s`, until the ranks that read this rank's shards say the same or are gone
+        (:mod:`~lightning_zerocopy.strategies.shard_readers`): its shards go with its process."""
+        readers = liveness.mapped_peers
+        if not readers:
+            return
+        device = self.root_device
+        stop_reading(liveness.store, self.global_rank,
+                     partial(torch.cuda.synchronize, device) if device.type == "cuda" else None)  # fmt: skip
+        liveness.depend_on(set())  # a reader's exit from now on breaks nothing here: the watch need not end this rank
+        late = wait_for_readers(liveness.store, readers, liveness.alive, self.reader_wait_s)
+        if late:
+            ranks = ", ".join(str(r.rank) for r in late)
+            print(f"[ZeroCopyDDPStrategy] rank {self.global_rank}: rank(s) {ranks} still read its cache shards "
+                  f"{self.reader_wait_s:.0f} s after it stopped; leaving", file=sys.stderr, flush=True)  # fmt: skip
 
     # ---- heterogeneous DataModules ---------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ import pytest
 from helpers import free_port, sigint_at_default
 from helpers.test_gpus import TEST_GPUS, skip_unless_enough_gpus
 
+from lightning_zerocopy.cache.cached_rows import fits_a_row, lookup_bytes
+
 SCRIPT = Path(__file__).parents[1] / "scripts" / "strategy_ddp_script.py"
 
 
@@ -232,6 +234,25 @@ def test_rank_0_killed_while_rank_1_starts_stops_rank_1(tmp_path: Path) -> None:
 # ---- two GPUs (NCCL, the zero-copy gather; every batch's features are checked against the host table) ----
 
 
+#: the two-GPU tests' graph (strategy_ddp_script.py: 8 float32 features a node)
+GPU_GRAPH_NODES, GPU_GRAPH_ROW_BYTES = 20000, 8 * 4
+
+
+def _half_the_rows_over(gpus: int) -> int:
+    """A per-GPU budget (bytes) for which a clique over ``gpus`` GPUs holds about half the graph's rows, besides
+    its lookup: every source (local, peer, host) serves some row, and no single GPU holds the hot rows (``auto``
+    weighs the two layouts). 64 KiB held less than the 20,000-row lookup alone (80 KB), so no cache was placed."""
+    return lookup_bytes(GPU_GRAPH_NODES, gpus) + GPU_GRAPH_NODES * GPU_GRAPH_ROW_BYTES // (2 * gpus)
+
+
+@pytest.mark.parametrize("gpus", [2, 4, 8])
+def test_the_two_gpu_tests_budget_caches_some_rows_and_not_all(gpus: int) -> None:
+    budget = _half_the_rows_over(gpus)
+    assert fits_a_row(budget, {"_N": GPU_GRAPH_NODES}, {"_N": GPU_GRAPH_ROW_BYTES}, gpus)
+    rows_per_gpu = (budget - lookup_bytes(GPU_GRAPH_NODES, gpus)) // GPU_GRAPH_ROW_BYTES
+    assert 0 < rows_per_gpu * gpus < GPU_GRAPH_NODES and rows_per_gpu < GPU_GRAPH_NODES // 2
+
+
 @pytest.mark.two_gpus
 @pytest.mark.parametrize("pipeline", [False, True], ids=["in_process", "worker"])
 def test_clique_on_two_gpus_reads_peer_shards_and_gathers_the_right_rows(tmp_path: Path, pipeline: bool) -> None:
@@ -240,8 +261,8 @@ def test_clique_on_two_gpus_reads_peer_shards_and_gathers_the_right_rows(tmp_pat
     in the pipeline worker. ``LZC_TEST_GPUS=N``: one clique of N shards on N ranks."""
     skip_unless_enough_gpus()
     before = _shm()
-    reports = _run(tmp_path, {"accelerator": "gpu", "devices": TEST_GPUS, "policy": "clique", "budget": "64KiB",
-                              "num_nodes_graph": 20000, "pipeline": pipeline})  # fmt: skip
+    reports = _run(tmp_path, {"accelerator": "gpu", "devices": TEST_GPUS, "policy": "clique", "budget": _half_the_rows_over(TEST_GPUS),
+                              "num_nodes_graph": GPU_GRAPH_NODES, "pipeline": pipeline})  # fmt: skip
     everyone = list(range(TEST_GPUS))
     assert [r["group"] for r in reports] == [everyone] * TEST_GPUS and reports[0]["policy"] == "clique"
     for r in reports:
@@ -256,8 +277,8 @@ def test_clique_on_two_gpus_reads_peer_shards_and_gathers_the_right_rows(tmp_pat
 @pytest.mark.two_gpus
 def test_auto_on_two_gpus_measures_reads_and_says_why(tmp_path: Path) -> None:
     skip_unless_enough_gpus()
-    reports = _run(tmp_path, {"accelerator": "gpu", "devices": TEST_GPUS, "policy": "auto", "budget": "64KiB",
-                              "num_nodes_graph": 20000})  # fmt: skip
+    reports = _run(tmp_path, {"accelerator": "gpu", "devices": TEST_GPUS, "policy": "auto", "budget": _half_the_rows_over(TEST_GPUS),
+                              "num_nodes_graph": GPU_GRAPH_NODES})  # fmt: skip
     assert len({(r["policy"], r["digest"]) for r in reports}) == 1  # every rank decided alike
     note = reports[0]["note"]
     assert "expected" in note and "GB/s local" in note and "peer" in note and "host" in note, note

@@ -1,0 +1,68 @@
+"""A rank that stops on an error keeps its cache shards until the ranks that read them have stopped reading.
+
+Under a ``clique`` cache every rank of a GPU group reads the others' shards over CUDA IPC, in its training steps and
+in its pipeline worker. A shard's memory is freed when the process that owns it ends, and CUDA leaves an importer's
+reads of freed IPC memory undefined: a kernel of a peer that is still gathering meets an illegal address, which
+breaks that peer's CUDA context (2 x H200, 2026-11-29: ``kill_worker1``; rank 1 stopped on its worker's death,
+rank 0's worker was still gathering from rank 1's shard when rank 1 exited).
+
+So a rank that stops on an exception, once its own reads have ended (its pipeline workers were closed by the
+callbacks' ``on_exception``, which Lightning calls before the strategy's; its own kernels are waited for here), says
+so in the process group's store (:func:`stop_reading`), then waits until every rank whose shards it reads has said
+the same or is gone, for at most ``timeout`` seconds (:func:`wait_for_readers`). Cliques are symmetric (the ranks a
+rank reads read it), so the ranks it reads are the ones it waits for, and two ranks stopping together each find the
+other's word at once. A rank killed outright (SIGKILL) cannot wait: its peers stop themselves the moment it exits
+(:meth:`~lightning_zerocopy.strategies.liveness.RankLiveness.depend_on`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from lightning_zerocopy.strategies.liveness import RankInfo
+
+__all__ = ["DONE_KEY", "stop_reading", "wait_for_readers"]
+
+#: set by a rank once neither it nor its pipeline workers read other ranks' GPU memory any more
+DONE_KEY = "lightning_zerocopy/liveness/reads_done/{rank}"
+
+
+def stop_reading(store: Any, rank: int, wait_for_kernels: Optional[Callable[[], None]] = None) -> None:
+    """Say in ``store`` that ``rank`` reads no peer's GPU memory any more, once ``wait_for_kernels`` (e.g. the
+    device's synchronize) has returned. A broken CUDA context (the wait raises) or a store gone with its host rank
+    is not an error here: the rank is stopping already."""
+    if wait_for_kernels is not None:
+        with contextlib.suppress(Exception):
+            wait_for_kernels()
+    if store is not None:
+        with contextlib.suppress(Exception):
+            store.set(DONE_KEY.format(rank=rank), "1")
+
+
+def wait_for_readers(
+    store: Any,
+    readers: Sequence[RankInfo],
+    alive: Callable[[int], bool],
+    timeout: float,
+    poll: float = 0.02,
+) -> list[RankInfo]:
+    """Wait until every rank of ``readers`` has said it stopped reading (:func:`stop_reading`) or is gone, at most
+    ``timeout`` seconds. Returns the readers still reading at the deadline (empty when all stopped in time). Without
+    a store only the readers' exits are seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reading = [r for r in readers if alive(r.pid) and not _said_done(store, r.rank)]
+        if not reading or time.monotonic() >= deadline:
+            return reading
+        time.sleep(poll)
+
+
+def _said_done(store: Any, rank: int) -> bool:
+    if store is None:
+        return False
+    try:
+        return bool(store.check([DONE_KEY.format(rank=rank)]))
+    except Exception:  # noqa: BLE001 - the store went with its host rank: only exits tell from now on
+        return False
