@@ -180,9 +180,9 @@ class RankLiveness:
 
         When such a rank dies, the driver frees its memory under this process's running kernels: its CUDA context
         is broken (every later call fails), so no exception path can end it cleanly. The watch then says which rank
-        went, stops this process's pipeline workers and ends the process at once (exit status 1); the driver frees
-        its GPU resources, and the host memory's guardians and the MPS supervisor do the rest.
-        """
+        went, stops this process's pipeline workers and ends the process at once (exit status 1); the guardians of
+        the host memory and the MPS supervisor do the rest. When it leaves an exit note instead (it is stopping),
+        the watch stops the workers at once too (:mod:`~lightning_zerocopy.strategies.shard_readers`)."""
         self._mapped = frozenset(int(r) for r in ranks if r != self.me.rank)
 
     @property
@@ -338,6 +338,8 @@ class RankLiveness:
                 os.kill(os.getpid(), _SIGNAL)  # PeerRankExited carries the message
             else:
                 _say(f"[ZeroCopyDDPStrategy] {self.message}")
+            if dead.rank in self._mapped and not (self.note_of(dead) or "").startswith("interrupted"):
+                _kill_workers()  # its shards go with it (after the signal: the error stays the peer's, not a worker's)
             # the exception path gets `grace` seconds (it may itself wait in a collective with the dead rank, or the
             # rendezvous may hold the main thread in native code, where no Python signal handler runs)
             self._settled.set()
@@ -415,9 +417,7 @@ class RankLiveness:
             f"{self.me.rank} now"
         )
         try:
-            workers = sys.modules.get("lightning_zerocopy.pipeline.worker")  # none started if it was never imported
-            if workers is not None:
-                workers.kill_workers()
+            _kill_workers()
         finally:
             os._exit(1)
 
@@ -428,6 +428,13 @@ class RankLiveness:
             # read before this rank announced its own, must not replace it (Lightning's report, no rank blamed)
             return
         raise PeerRankExited(self.message or "another rank of this machine exited")
+
+
+def _kill_workers() -> None:
+    """SIGKILL this process's pipeline workers (their GPU work ends with them); none if it never imported them."""
+    workers = sys.modules.get("lightning_zerocopy.pipeline.worker")
+    if workers is not None:
+        workers.kill_workers()
 
 
 def _say(line: str) -> None:

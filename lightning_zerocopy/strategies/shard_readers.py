@@ -6,8 +6,11 @@ reads of freed IPC memory undefined: a kernel of a peer that is still gathering 
 breaks that peer's CUDA context (2 x H200, 2026-11-29: ``kill_worker1``; rank 1 stopped on its worker's death,
 rank 0's worker was still gathering from rank 1's shard when rank 1 exited).
 
-So a rank that stops on an exception, once its own reads have ended (its pipeline workers were closed by the
-callbacks' ``on_exception``, which Lightning calls before the strategy's; its own kernels are waited for here), says
+So the readers stop first. A rank whose watch reads the exit note of a rank whose shards it reads kills its
+pipeline workers at once (:meth:`~lightning_zerocopy.strategies.liveness.RankLiveness.depend_on`): its main thread
+may be held in a CUDA wait behind a collective the stopping rank never joins, and a worker blocked on a slot took
+more than 5 s to close. And a rank that stops on an exception, once its own reads have ended (its workers closed by
+the callbacks' ``on_exception``, which Lightning calls before the strategy's; its own kernels waited for here), says
 so in the process group's store (:func:`stop_reading`), then waits until every rank whose shards it reads has said
 the same or is gone, for at most ``timeout`` seconds (:func:`wait_for_readers`). Cliques are symmetric (the ranks a
 rank reads read it), so the ranks it reads are the ones it waits for, and two ranks stopping together each find the

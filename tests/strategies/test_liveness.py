@@ -141,6 +141,43 @@ def test_a_peer_failing_stops_this_rank_with_its_cause_before_it_exits() -> None
         watch.stop()
 
 
+@pytest.mark.parametrize(("mapped", "cause"), [(True, RuntimeError("worker killed")), (False, RuntimeError("worker")),
+                                              (True, KeyboardInterrupt())], ids=["clique_peer", "other_peer", "ctrl_c"])
+def test_a_stopping_peer_whose_shards_this_rank_reads_stops_its_workers_at_once(monkeypatch, mapped: bool,
+                                                                                cause: BaseException) -> None:
+    """Rank 1 fails and will free its clique shard when it exits. Rank 0's workers, which read that shard, are
+    stopped by the watch the moment it reads rank 1's note: its main thread may be held (a CUDA wait behind a
+    collective rank 1 never joins), and its pipeline worker, blocked on a slot, took > 5 s to close (2 x H200,
+    kill_worker1: rank 1 had left meanwhile and the worker met an illegal address). Not on an interrupt: the job's
+    signal reached this rank too, whose own exception path closes its workers in order."""
+    import torch.distributed as dist
+
+    from lightning_zerocopy.pipeline import worker
+
+    killed: list[float] = []
+    monkeypatch.setattr(worker, "kill_workers", lambda: killed.append(time.monotonic()))
+    store = dist.HashStore()
+    me, peer = RankInfo(0, "host", os.getpid()), RankInfo(1, "host", 101)
+    watch = RankLiveness(me, [me, peer], interval=0.05, grace=1e9, alive=lambda pid: True, store=store)
+    if mapped:
+        watch.depend_on({0, 1})
+    failing = RankLiveness(peer, [me, peer], interval=0.05, alive=lambda pid: True, store=store)
+    watch.start()
+    try:
+        announcer = threading.Thread(target=failing.announce, args=(cause,))
+        with pytest.raises(PeerRankExited):
+            announcer.start()
+            time.sleep(10)
+        deadline = time.monotonic() + 5
+        while mapped and not killed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        interrupted = isinstance(cause, KeyboardInterrupt)
+        assert len(killed) == (1 if mapped and not interrupted else 0)
+        announcer.join(timeout=5)
+    finally:
+        watch.stop()
+
+
 def test_a_rank_already_stopping_is_not_interrupted_by_a_peer() -> None:
     import torch.distributed as dist
 
