@@ -189,6 +189,14 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_CONFIRM="timeout -s TERM ${GPU_CHECK_SCALIN
 # before, for an A/B on 2 GPUs: add the knob variant env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1 to --knobs, e.g.
 # GPU_CHECK_SCALING_SYNCS_ARGS="<the defaults below, with> --knobs step_sigterm_broadcast=0,step_sigterm_broadcast=0+env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1")
 export GPU_CHECK_EXTRA_STAGE_SCALING_SYNCS="timeout -s TERM ${GPU_CHECK_SCALING_SYNCS_TIMEOUT:-290} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_syncs.json ${GPU_CHECK_SCALING_SYNCS_ARGS:---num-nodes 4000000 --gpus 1,2 --plan knobs --knobs sync_debug_steps=20,step_sigterm_broadcast=0 --deadline-s 280 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}"
+# stage scaling_profile (issue 39/40; .wheels/ carried): the sync debug mode found no synchronizing call in the
+# data-phase forward (0.05 a step; 2 x H200, call 28), yet the trainer's main thread waited ~1.8 ms a step more than in
+# the model phase. PyTorch's profiler over 20 steps of each phase on every rank sums the main thread's host time by
+# operator and CUDA runtime call (benchmarks/scaling/host_profile.py; the entries at the end of the log, in
+# $OUT/scaling_profile.json per rank as host_profile), beside the sleeping waits' spinning A/B. ~4 min on 2 GPUs; on
+# one GPU (GPU_CHECK_SCALING_PROFILE_GPUS=1) the same on the 1-GPU run:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_profile bash scripts/gpu_session.sh     # .wheels/ carried
+export GPU_CHECK_EXTRA_STAGE_SCALING_PROFILE="timeout -s TERM ${GPU_CHECK_SCALING_PROFILE_TIMEOUT:-250} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_profile.json --num-nodes 4000000 --gpus ${GPU_CHECK_SCALING_PROFILE_GPUS:-1,2} --plan knobs --knobs profile_steps=20,profile_steps=20+env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1 --deadline-s 240 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16"
 # Issue 42, on 4 or 8 GPUs (nvidia-h200-x4 / -x8; N = the GPUs this machine has), three calls of <= 10 min:
 # (1) many_faults + many_heavy: the fault cases on N ranks with the worker under MPS (SIGKILL of rank 1 mid-epoch,
 #     SIGTERM and Ctrl-C of the command; ~55 s each on 2 GPUs), then one interleaved block of the heavy model (a

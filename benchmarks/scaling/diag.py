@@ -47,6 +47,7 @@ from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals  # noqa: E402
 from benchmarks.scaling.__main__ import MODELS, launch, parse_args, synthetic_kwargs  # noqa: E402
 from benchmarks.scaling.diag_report import compare, print_table, table_rows  # noqa: E402
+from benchmarks.scaling.host_profile import profile_lines  # noqa: E402
 from benchmarks.scaling.knobs import parse_variants  # noqa: E402
 from benchmarks.scaling.phases import PHASES  # noqa: E402
 from benchmarks.scaling.report import topology  # noqa: E402
@@ -252,6 +253,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         report["total_s"] = time.monotonic() - start
         write_json(args.out, report)
         print_table(report["table"])
+        print("\n".join(profile_lines(report["runs"])), flush=True)
         print(f"wrote {args.out} ({report['total_s']:.0f} s)", flush=True)
     return report
 

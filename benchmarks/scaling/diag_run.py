@@ -12,6 +12,7 @@ from typing import Any, Optional
 import torch
 
 from benchmarks.common.host_load import HostLoad, thread_settings
+from benchmarks.scaling.host_profile import HostProfile
 from benchmarks.scaling.pair import EpochBarrier
 from benchmarks.scaling.phases import RingPhases
 from benchmarks.scaling.sync_finder import SyncFinder
@@ -25,7 +26,7 @@ class DiagRun:
 
     Args:
         config: the run's configuration: ``phases`` (after the warm-up, each ``data`` or ``model``),
-            ``ring_batches``, ``knobs`` (``run.comm_timing``, ``run.sync_debug_steps``), ``barrier`` (independent runs: ``dir``,
+            ``ring_batches``, ``knobs`` (``run.comm_timing``, ``run.sync_debug_steps``, ``run.profile_steps``), ``barrier`` (independent runs: ``dir``,
             ``parties``) and ``slot``.
         cuda: the run trains on GPUs (CUDA events; NCCL).
         pipeline: the run's ``PipelineCallback`` (its client's wait for each batch), or ``None``.
@@ -45,6 +46,7 @@ class DiagRun:
         self.timeline = StepTimeline(self.phases.phase_of, cuda, bool(run_knobs.get("comm_timing", True)),
                                      self.phases.fetched)  # fmt: skip
         self.syncs = SyncFinder(self.phases.phase_of, int(run_knobs.get("sync_debug_steps", 0)) if cuda else 0)
+        self.profile = HostProfile(self.phases.phase_of, int(run_knobs.get("profile_steps", 0)))
         barrier = config.get("barrier")
         first_rank = int(config.get("slot", 0)) == 0 and not int(os.environ.get("LOCAL_RANK", "0") or 0)
         self.load = HostLoad(self.phases.phase_of, is_rank=lambda cmd: "--child" in cmd, include_mps=first_rank)
@@ -65,7 +67,7 @@ class DiagRun:
 
     def last_callbacks(self) -> list[Any]:
         """After the ``PipelineCallback`` (its loader factory is the one the phases wrap)."""
-        return [self.phases, self.timeline] + ([self.syncs] if self.syncs.steps else [])
+        return [self.phases, self.timeline] + [c for c in (self.syncs, self.profile) if c.steps]
 
     def report(self, sampler_threads: Optional[int]) -> dict[str, Any]:
         """The rank's diagnostic figures (the JSON's ``per_rank[i].diag``)."""
@@ -84,6 +86,7 @@ class DiagRun:
             "timeline": self.timeline.summary(),
             "host_load": self.load.phases,
             "syncs": self.syncs.summary() if self.syncs.steps else None,
+            "host_profile": self.profile.summary() if self.profile.steps else None,
             "threads": thread_settings(sampler_threads),
             "env": {name: os.environ.get(name) for name in self.env_knobs},  # the knobs' variables as the rank saw them
             "mps_client": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),

@@ -90,6 +90,8 @@ KNOBS: dict[str, Knob] = {
     "comm_timing": Knob("run", _switch, "time each bucket's all-reduce through a DDP comm hook"),
     "sync_debug_steps": Knob("run", _positive_int, "data-phase steps whose synchronizing CUDA calls are counted by "
                              "caller (benchmarks.scaling.sync_finder)"),
+    "profile_steps": Knob("run", _positive_int, "steps of each phase whose host time PyTorch's profiler sums by "
+                          "operator and CUDA runtime call (benchmarks.scaling.host_profile)"),
     "step_sigterm_broadcast": Knob("run", _switch, "Lightning's broadcast of its SIGTERM flag at the start of every "
                                    "step under several ranks (a device tensor and .item(): a host-device sync a step); "
                                    "off: skipped, as the lightning-zerocopy command skips it"),
