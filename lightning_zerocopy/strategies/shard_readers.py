@@ -10,7 +10,7 @@ So the readers stop first. A rank whose watch reads the exit note of a rank whos
 pipeline workers at once (:meth:`~lightning_zerocopy.strategies.liveness.RankLiveness.depend_on`): its main thread
 may be held in a CUDA wait behind a collective the stopping rank never joins, and a worker blocked on a slot took
 more than 5 s to close. And a rank that stops on an exception, once its own reads have ended (its workers closed by
-the callbacks' ``on_exception``, which Lightning calls before the strategy's; its own kernels waited for here), says
+the callbacks' ``on_exception``, which Lightning calls before the strategy's; its stream drained), says
 so in the process group's store (:func:`stop_reading`), then waits until every rank whose shards it reads has said
 the same or is gone, for at most ``timeout`` seconds (:func:`wait_for_readers`). Cliques are symmetric (the ranks a
 rank reads read it), so the ranks it reads are the ones it waits for, and two ranks stopping together each find the
@@ -20,28 +20,51 @@ other's word at once. A rank killed outright (SIGKILL) cannot wait: its peers st
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any, Callable, Optional, Sequence
 
 from lightning_zerocopy.strategies.liveness import RankInfo
 
-__all__ = ["DONE_KEY", "stop_reading", "wait_for_readers"]
+__all__ = ["DONE_KEY", "stop_reading", "stream_drained", "wait_for_readers"]
 
 #: set by a rank once neither it nor its pipeline workers read other ranks' GPU memory any more
 DONE_KEY = "lightning_zerocopy/liveness/reads_done/{rank}"
 
 
-def stop_reading(store: Any, rank: int, wait_for_kernels: Optional[Callable[[], None]] = None) -> None:
-    """Say in ``store`` that ``rank`` reads no peer's GPU memory any more, once ``wait_for_kernels`` (e.g. the
-    device's synchronize) has returned. A broken CUDA context (the wait raises) or a store gone with its host rank
-    is not an error here: the rank is stopping already."""
-    if wait_for_kernels is not None:
-        with contextlib.suppress(Exception):
-            wait_for_kernels()
-    if store is not None:
-        with contextlib.suppress(Exception):
-            store.set(DONE_KEY.format(rank=rank), "1")
+def stop_reading(store: Any, rank: int, kernels_done: Optional[Callable[[], bool]] = None) -> bool:
+    """Say in ``store`` that ``rank`` reads no peer's GPU memory any more, once ``kernels_done`` (e.g.
+    :func:`stream_drained`) says its queued kernels have ended. Returns whether it said so: not while kernels may
+    still read (the readers' wait then runs out instead). A broken CUDA context (the check raises: nothing runs any
+    more) or a store gone with its host rank is not an error here: the rank is stopping already."""
+    if kernels_done is not None:
+        try:
+            if not kernels_done():
+                return False
+        except Exception:  # noqa: BLE001 - a broken context runs no kernel
+            pass
+    if store is None:
+        return False
+    try:
+        store.set(DONE_KEY.format(rank=rank), "1")
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def stream_drained(device: Any, timeout: float = 2.0, poll: float = 0.005) -> bool:
+    """Whether the work queued so far on ``device``'s current stream ends within ``timeout`` seconds, polled without
+    blocking: behind a collective that a stopping peer never joins, the stream never drains, and a blocking
+    synchronize would hold this rank's exception path for good."""
+    import torch
+
+    marker = torch.cuda.Event()
+    marker.record(torch.cuda.current_stream(device))
+    deadline = time.monotonic() + timeout
+    while not marker.query():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+    return True
 
 
 def wait_for_readers(

@@ -39,7 +39,7 @@ from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_
 from lightning_zerocopy.strategies.launcher import watch_launch, with_rank_watch
 from lightning_zerocopy.strategies.liveness import RankLiveness
 from lightning_zerocopy.strategies.liveness_lifecycle import stop_watch, trainer_interrupted, watch_ranks
-from lightning_zerocopy.strategies.shard_readers import stop_reading, wait_for_readers
+from lightning_zerocopy.strategies.shard_readers import stop_reading, stream_drained, wait_for_readers
 from lightning_zerocopy.strategies.ddp_options import (
     StaticGraph,
     StaticGraphChoice,
@@ -235,16 +235,16 @@ class ZeroCopyDDPStrategy(DDPStrategy):
 
     def _leave_after_readers(self, liveness: RankLiveness) -> None:
         """Under a clique cache, on an exception: say this rank reads no peer shard any more (its workers were closed
-        by the callbacks' ``on_exception``; its kernels are waited for), then wait, at most
+        by the callbacks' ``on_exception``; its stream drained), then wait, at most
         :attr:`reader_wait_s`, until the ranks that read this rank's shards say the same or are gone
         (:mod:`~lightning_zerocopy.strategies.shard_readers`): its shards go with its process."""
         readers = liveness.mapped_peers
         if not readers:
             return
         device = self.root_device
-        stop_reading(liveness.store, self.global_rank,
-                     partial(torch.cuda.synchronize, device) if device.type == "cuda" else None)  # fmt: skip
-        liveness.depend_on(set())  # a reader's exit from now on breaks nothing here: the watch need not end this rank
+        if stop_reading(liveness.store, self.global_rank,
+                        partial(stream_drained, device) if device.type == "cuda" else None):  # fmt: skip
+            liveness.depend_on(set())  # a reader's exit breaks nothing here any more: the watch need not end this rank
         late = wait_for_readers(liveness.store, readers, liveness.alive, self.reader_wait_s)
         if late:
             ranks = ", ".join(str(r.rank) for r in late)

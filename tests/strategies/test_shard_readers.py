@@ -61,17 +61,41 @@ def test_without_a_store_only_exits_count():
     assert wait_for_readers(_Store(broken=True), [READER], alive=lambda pid: True, timeout=0.1) == [READER]
 
 
-def test_stop_reading_waits_for_the_kernels_first_and_survives_a_broken_context_or_store():
-    store, order = _Store(), []
-    stop_reading(store, 3, lambda: order.append(sorted(store.keys)))
-    assert order == [[]] and store.keys == {DONE_KEY.format(rank=3): "1"}  # the word only after the wait
+def test_stop_reading_says_so_only_once_the_kernels_ended_and_survives_a_broken_context_or_store():
+    store, seen = _Store(), []
 
-    def broken() -> None:
+    def ended() -> bool:
+        seen.append(sorted(store.keys))
+        return True
+
+    assert stop_reading(store, 3, ended)
+    assert seen == [[]] and store.keys == {DONE_KEY.format(rank=3): "1"}  # the word only after the check
+    assert not stop_reading(store, 6, lambda: False)  # kernels still queued (behind a stuck collective): no word
+    assert DONE_KEY.format(rank=6) not in store.keys
+
+    def broken() -> bool:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    stop_reading(store, 4, broken)
+    assert stop_reading(store, 4, broken)  # a broken context runs nothing any more
     assert DONE_KEY.format(rank=4) in store.keys
-    stop_reading(_Store(broken=True), 5, broken)  # nothing raises
+    assert not stop_reading(_Store(broken=True), 5, broken) and not stop_reading(None, 5)  # nothing raises
+
+
+@pytest.mark.cuda
+def test_on_a_gpu_a_stream_stuck_behind_a_wait_is_not_drained_and_a_free_one_is():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from lightning_zerocopy.strategies.shard_readers import stream_drained
+
+    device = torch.device("cuda", 0)
+    torch.cuda._sleep(1_000_000)  # (loads the sleep kernel: a first launch waits for the device)
+    torch.cuda.synchronize(device)
+    assert stream_drained(device, timeout=1.0)
+    torch.cuda._sleep(4_000_000_000)  # ~2 s at 2 GHz, as a kernel waiting for a peer that never comes
+    start = time.monotonic()
+    assert not stream_drained(device, timeout=0.2)
+    assert time.monotonic() - start < 1.0  # returned at its timeout, not when the stream drained
+    torch.cuda.synchronize(device)
 
 
 class _Watch:
