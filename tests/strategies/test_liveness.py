@@ -147,7 +147,7 @@ def test_a_stopping_peer_whose_shards_this_rank_reads_stops_its_workers_at_once(
                                                                                 cause: BaseException) -> None:
     """Rank 1 fails and will free its clique shard when it exits. Rank 0's workers, which read that shard, are
     stopped by the watch the moment it reads rank 1's note: its main thread may be held (a CUDA wait behind a
-    collective rank 1 never joins), and its pipeline worker, blocked on a slot, took > 5 s to close (2 x H200,
+    collective rank 1 never joins), and its pipeline worker outlived rank 1's 5 s wait (2 x H200,
     kill_worker1: rank 1 had left meanwhile and the worker met an illegal address). Not on an interrupt: the job's
     signal reached this rank too, whose own exception path closes its workers in order."""
     import torch.distributed as dist
