@@ -51,7 +51,7 @@ def stop_reading(store: Any, rank: int, kernels_done: Optional[Callable[[], bool
     return True
 
 
-def stream_drained(device: Any, timeout: float = 2.0, poll: float = 0.005) -> bool:
+def stream_drained(device: Any, timeout: float = 1.0, poll: float = 0.005) -> bool:
     """Whether the work queued so far on ``device``'s current stream ends within ``timeout`` seconds, polled without
     blocking: behind a collective that a stopping peer never joins, the stream never drains, and a blocking
     synchronize would hold this rank's exception path for good."""
