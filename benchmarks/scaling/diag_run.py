@@ -46,7 +46,7 @@ class DiagRun:
         self.timeline = StepTimeline(self.phases.phase_of, cuda, bool(run_knobs.get("comm_timing", True)),
                                      self.phases.fetched)  # fmt: skip
         self.syncs = SyncFinder(self.phases.phase_of, int(run_knobs.get("sync_debug_steps", 0)) if cuda else 0)
-        self.profile = HostProfile(self.phases.phase_of, int(run_knobs.get("profile_steps", 0)))
+        self.profile = HostProfile(self.phases.phase_of, int(run_knobs.get("profile_steps", 0)), skip=3)
         barrier = config.get("barrier")
         first_rank = int(config.get("slot", 0)) == 0 and not int(os.environ.get("LOCAL_RANK", "0") or 0)
         self.load = HostLoad(self.phases.phase_of, is_rank=lambda cmd: "--child" in cmd, include_mps=first_rank)

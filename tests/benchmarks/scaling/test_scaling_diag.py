@@ -282,12 +282,13 @@ def test_sweep_on_two_cpu_ranks_writes_every_figure(tmp_path: Path) -> None:
     per-rank timeline, host and DDP figures."""
     report = _diag(tmp_path, "--plan", "heavy-off,pair-heavy-off,knobs", "--knob-base", "heavy-off", "--knobs",
                    "static_graph=0+gradient_as_bucket_view=0+bucket_cap_mb=1+torch_threads=1+env.LZC_DIAG_PROBE=x+"
-                   "step_sigterm_broadcast=0")  # fmt: skip
+                   "step_sigterm_broadcast=0+profile_steps=2")  # fmt: skip
     assert report["benchmark"] == "scaling_diag" and "topo_m" in report["topology"] and "error" not in report["graph"]
     runs = {r["name"]: r for r in report["runs"]}
     assert list(runs) == report["plan"] == ["heavy-off-1gpu", "heavy-off-2gpu", "heavy-off-2x1gpu-independent",
                                             "heavy-off-2gpu-static_graph=0+gradient_as_bucket_view=0+bucket_cap_mb=1+"
-                                            "torch_threads=1+env.LZC_DIAG_PROBE=x+step_sigterm_broadcast=0"]  # fmt: skip
+                                            "torch_threads=1+env.LZC_DIAG_PROBE=x+step_sigterm_broadcast=0+"
+                                            "profile_steps=2"]  # fmt: skip
     for name, run in runs.items():
         assert run["status"] == "ok", (name, run.get("error", "")[-3000:])
         assert set(run["phases"]) == {"data", "model"} and len(run["per_rank_diag"]) == run["gpus"]
@@ -318,6 +319,9 @@ def test_sweep_on_two_cpu_ranks_writes_every_figure(tmp_path: Path) -> None:
     assert not any(d["timeline"]["ddp"]["static_graph"] or d["timeline"]["ddp"]["gradient_as_bucket_view"] for d in knob)
     assert all(d["timeline"]["ddp"]["bucket_cap_mb"] == 1.0 for d in knob)
     assert all(d["threads"]["torch_threads"] == 1 and d["env"] == {"LZC_DIAG_PROBE": "x"} for d in knob)
+    for d in knob:  # PyTorch's profiler over 2 steps of each phase: the main thread's host time by operator
+        assert all(d["host_profile"][p]["steps"] == 2 and d["host_profile"][p]["top"] for p in ("data", "model")), d
+    assert all(d["host_profile"] is None for run in report["plan"][:3] for d in runs[run]["per_rank_diag"])
     plain = runs["heavy-off-2gpu"]["per_rank_diag"][0]["timeline"]["ddp"]  # ZeroCopyDDPStrategy's defaults
     assert plain["static_graph"] and plain["gradient_as_bucket_view"]
     rows = report["table"]
