@@ -26,8 +26,8 @@ class DiagRun:
 
     Args:
         config: the run's configuration: ``phases`` (after the warm-up, each ``data`` or ``model``),
-            ``ring_batches``, ``knobs`` (``run.comm_timing``, ``run.sync_debug_steps``, ``run.profile_steps``), ``barrier`` (independent runs: ``dir``,
-            ``parties``) and ``slot``.
+            ``ring_batches``, ``knobs`` (``run.comm_timing``, ``run.sync_debug_steps``, ``run.profile_steps``),
+            ``barrier`` (independent runs: ``dir``, ``parties``) and ``slot``.
         cuda: the run trains on GPUs (CUDA events; NCCL).
         pipeline: the run's ``PipelineCallback`` (its client's wait for each batch), or ``None``.
     """
