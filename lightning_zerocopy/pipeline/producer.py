@@ -102,7 +102,7 @@ class _Stage:
 
 
 def _fits(layout: SlotLayout, buffers: dict[str, torch.Tensor], sizes: dict[str, int]) -> bool:
-    return all(sizes[f.axis] <= buffers[f.name].size(f.var_dim) for f in layout.fields)
+    return all(sizes[f.axis] <= f.capacity(buffers[f.name]) for f in layout.fields)
 
 
 class Producer:

@@ -6,7 +6,9 @@ second dimension, ``e_id``, ``edge_attr``) along the number of sampled edges, ``
 seeds, and small per-hop counters (``num_sampled_nodes``...) along their own length. A :class:`SlotLayout`
 records that structure once (inferred from one real batch); a :class:`SlotRing` holds ``depth`` slots of that
 layout, each with a capacity per axis. After the slots are shared, a batch crosses the process boundary as
-``(slot index, axis sizes, small scalars)``: :meth:`SlotRing.view` turns those back into a ``Data`` of views.
+``(slot index, axis sizes, small scalars)``: :meth:`SlotRing.view` turns those back into a ``Data`` of views, each
+contiguous as in PyG's loaders (a field varying along a later dimension, ``edge_index``, is stored flat:
+:meth:`FieldSpec.buffer`).
 
 Slots live in GPU memory when the ring is on a CUDA device (shared with a worker over CUDA IPC) and in shared
 host memory otherwise (``Tensor.share_memory_``: a file descriptor, never a name under ``/dev/shm``).
@@ -26,6 +28,7 @@ type order.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
@@ -125,6 +128,28 @@ class FieldSpec:
         shape = list(self.shape)
         shape[self.var_dim] = capacity
         return tuple(shape)
+
+    def buffer(self, capacity: int, device: torch.device) -> torch.Tensor:
+        """A slot buffer for ``capacity`` entries along the variable dimension. A field that varies along a later
+        dimension (``edge_index``: ``[2, E]``) is stored flat, so that its batches are contiguous, as PyG's loaders
+        give them (a narrowed ``[2, capacity]`` buffer is not: ``edge_index.view(-1)`` fails on it)."""
+        if self.var_dim == 0:
+            return torch.empty(self.alloc_shape(capacity), dtype=self.dtype, device=device)
+        return torch.empty(math.prod(self.alloc_shape(capacity)), dtype=self.dtype, device=device)
+
+    def capacity(self, buffer: torch.Tensor) -> int:
+        """How many entries along the variable dimension ``buffer`` (from :meth:`buffer`) holds."""
+        if self.var_dim == 0:
+            return int(buffer.size(0))
+        per_entry = math.prod(self.alloc_shape(1))
+        return int(buffer.numel()) // per_entry if per_entry else sys.maxsize
+
+    def view(self, buffer: torch.Tensor, n: int) -> torch.Tensor:
+        """The first ``n`` entries of ``buffer`` (from :meth:`buffer`), a contiguous tensor of the field's shape."""
+        if self.var_dim == 0:
+            return buffer.narrow(0, 0, n)
+        shape = self.alloc_shape(n)
+        return buffer.narrow(0, 0, math.prod(shape)).view(shape)
 
 
 def _tensor_items(data: Data) -> Iterable[tuple[str, Any]]:
@@ -320,7 +345,7 @@ class SlotRing:
         return buffers
 
     def _alloc_one(self, f: FieldSpec, cap: Mapping[str, int]) -> torch.Tensor:
-        t = torch.empty(f.alloc_shape(cap[f.axis]), dtype=f.dtype, device=self.device)
+        t = f.buffer(cap[f.axis], self.device)
         if self.shared and self.device.type == "cpu":
             t.share_memory_()
         return t
@@ -349,8 +374,7 @@ def view_batch(
     """Build the ``Data`` batch made of the first ``sizes[axis]`` entries of each buffer, plus ``scalars``."""
     data = Data()
     for f in layout.fields:
-        buf = buffers[f.name]
-        value = buf.narrow(f.var_dim, 0, sizes[f.axis])
+        value = f.view(buffers[f.name], sizes[f.axis])
         data[f.name] = value[0] if f.scalar else value
     for key, value in scalars.items():
         data[key] = value
@@ -369,7 +393,7 @@ def write_batch(
         src = data[f.name]
         if src.dim() == 0:
             src = src.reshape(1)
-        dst = buffers[f.name].narrow(f.var_dim, 0, sizes[f.axis])
+        dst = f.view(buffers[f.name], sizes[f.axis])
         if src.data_ptr() == dst.data_ptr() and src.device == dst.device:
             continue
         dst.copy_(src, non_blocking=True)

@@ -66,7 +66,7 @@ def test_a_flattened_batch_round_trips_through_a_slot_layout() -> None:
     # a slot sized for the larger of two batches holds either; its views rebuild the batch
     flat2 = flatten_hetero(second)
     capacity = {a: max(layout.sizes(flat)[a], layout.sizes(flat2)[a]) for a in layout.axes}
-    buffers = {f.name: torch.zeros(f.alloc_shape(capacity[f.axis]), dtype=f.dtype) for f in layout.fields}
+    buffers = {f.name: f.buffer(capacity[f.axis], torch.device("cpu")).zero_() for f in layout.fields}
     from lightning_zerocopy.pipeline.slots import write_batch
 
     sizes = layout.sizes(flat2)

@@ -190,3 +190,23 @@ def test_a_typed_batchs_edge_field_with_index_in_its_name_varies_along_its_last_
     layout = SlotLayout.from_batch(flatten_hetero(data))
     dims = {f.name: f.var_dim for f in layout.fields}
     assert dims == {"n0/x": 0, "n0/pos_index": 0, "e0/edge_index": 1, "e0/pair_index": 1}
+
+
+def test_a_batch_held_in_a_larger_slot_is_contiguous_as_pygs_loaders_give_it():
+    """A slot holds more entries than a batch; every field of the batch viewed in it (``edge_index`` ``[2, E]`` and a
+    ``[F, E]`` attribute vary along their last dimension) is contiguous, so ``edge_index.view(-1)`` works as on a
+    ``NeighborLoader`` batch. A ``[2, capacity]`` buffer narrowed to ``[2, E]`` was not."""
+    small = _batch(0)
+    small.edge_feat = torch.rand(3, small.edge_index.size(1))
+    layout = SlotLayout.from_batch(small, {"edge_feat": ("edge", 1)})
+    sizes = layout.sizes(small)
+    grown = {axis: 3 * n + 5 for axis, n in sizes.items()}
+    ring = SlotRing(layout, grown, depth=1)
+    write_batch(layout, ring.slots[0], small, sizes)
+    out = ring.view(0, sizes, layout.scalars(small))
+    _assert_same(out, small)
+    for key in ("x", "edge_index", "edge_feat", "e_id"):
+        assert out[key].is_contiguous(), key
+    assert torch.equal(out.edge_index.view(-1), small.edge_index.reshape(-1))
+    field = next(f for f in layout.fields if f.name == "edge_index")
+    assert field.capacity(ring.slots[0]["edge_index"]) == grown[EDGES]
