@@ -46,6 +46,7 @@ __all__ = [
     "hand_down",
     "join",
     "line_prefix",
+    "say",
     "share",
     "take_up",
     "write_fault_line",
@@ -136,6 +137,14 @@ def line_prefix() -> str:
     """How a line of a watch that ends the process starts: ``error: `` if it is the job's error line (this process
     holds the claim, and the command has not written its line), else :data:`NOTE_PREFIX`."""
     return "error: " if claim() and not _written.is_set() else NOTE_PREFIX
+
+
+def say(line: str) -> None:
+    """``line`` and its newline to stderr in one write: the ranks of a machine share the launcher's stderr, and
+    ``print`` writes the text and the newline apart (two writes when unbuffered), so two ranks ending at once could
+    run their lines together (``...: exitingerror: rank 1 ...``) and a line would no longer start with ``error:``."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def write_fault_line(exception: BaseException, hint: str) -> None:

@@ -8,7 +8,9 @@ tied to the gone rank) from an error of the rank's own.
 
 from __future__ import annotations
 
-__all__ = ["PeerRankExited", "caused_by_a_peer", "exit_note", "is_interrupt"]
+from typing import Optional
+
+__all__ = ["PeerRankExited", "caused_by_a_peer", "exit_note", "is_interrupt", "is_interrupt_note"]
 
 _NOTE_CHARS = 600
 
@@ -31,7 +33,12 @@ def exit_note(exception: BaseException) -> str:
 
 def is_interrupt(exception: BaseException) -> bool:
     """Whether ``exception`` is how Ctrl-C (``KeyboardInterrupt``) or SIGTERM (Lightning's exception) arrive."""
-    return exit_note(exception).startswith("interrupted")
+    return is_interrupt_note(exit_note(exception))
+
+
+def is_interrupt_note(note: Optional[str]) -> bool:
+    """Whether an exit note (``None``: none left) says its rank was interrupted, not failed."""
+    return note is not None and note.startswith("interrupted")
 
 
 def caused_by_a_peer(exception: BaseException) -> bool:

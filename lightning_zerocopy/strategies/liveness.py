@@ -42,8 +42,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from lightning_zerocopy.process_state import process_alive
-from lightning_zerocopy.strategies.error_line import NOTE_PREFIX, claim, error_line_written, line_prefix
-from lightning_zerocopy.strategies.exit_notes import PeerRankExited, caused_by_a_peer, exit_note, is_interrupt
+from lightning_zerocopy.strategies.error_line import NOTE_PREFIX, claim, error_line_written, line_prefix, say
+from lightning_zerocopy.strategies.exit_notes import (
+    PeerRankExited,
+    caused_by_a_peer,
+    exit_note,
+    is_interrupt,
+    is_interrupt_note,
+)
 
 __all__ = [
     "LAUNCHER_ENV",
@@ -277,7 +283,7 @@ class RankLiveness:
         """The one-line error for ``dead`` (gone, or stopping with an exit note)."""
         where = f"rank {dead.rank} (pid {dead.pid} on {dead.host})"
         note = self.note_of(dead)
-        if note is not None and note.startswith("interrupted"):
+        if is_interrupt_note(note):
             return f"{where} was {note}; stopping rank {self.me.rank}"
         if note is not None:
             return f"{where} failed while rank {self.me.rank} was running: {note}; stopping rank {self.me.rank}"
@@ -310,7 +316,7 @@ class RankLiveness:
             exception.peer_rank_exit = line  # see caused_by_a_peer
         except AttributeError:  # an exception type without a __dict__
             pass
-        _say(f"[ZeroCopyDDPStrategy] {line}")
+        say(f"[ZeroCopyDDPStrategy] {line}")
         return line
 
     def _watch(self) -> None:
@@ -337,14 +343,14 @@ class RankLiveness:
             if self._previous_handler is not None or signal.getsignal(_SIGNAL) == self._raise_in_main:
                 os.kill(os.getpid(), _SIGNAL)  # PeerRankExited carries the message
             else:
-                _say(f"[ZeroCopyDDPStrategy] {self.message}")
-            if dead.rank in self._mapped and not (self.note_of(dead) or "").startswith("interrupted"):
+                say(f"[ZeroCopyDDPStrategy] {self.message}")
+            if dead.rank in self._mapped and not is_interrupt_note(self.note_of(dead)):
                 _kill_workers()  # its shards go with it (after the signal: the error stays the peer's, not a worker's)
             # the exception path gets `grace` seconds (it may itself wait in a collective with the dead rank, or the
             # rendezvous may hold the main thread in native code, where no Python signal handler runs)
             self._settled.set()
             self._wait_out_grace()
-            _say(f"{line_prefix()}{self.message}; rank {self.me.rank} did not exit within {self.grace:.0f} s: exiting")
+            say(f"{line_prefix()}{self.message}; rank {self.me.rank} did not exit within {self.grace:.0f} s: exiting")
             os._exit(1)
 
     def _wait_out_grace(self) -> None:
@@ -411,7 +417,7 @@ class RankLiveness:
         line if this process holds it (:func:`~lightning_zerocopy.strategies.error_line.line_prefix`), else a note
         (so also where this rank stops on an interrupt, which names the cause)."""
         prefix = NOTE_PREFIX if self._interrupted else line_prefix()
-        _say(
+        say(
             f"{prefix}rank {dead.rank} (pid {dead.pid} on {dead.host}) exited while rank {self.me.rank} "
             f"was running, and the GPU memory of it that rank {self.me.rank} reads went with it: stopping rank "
             f"{self.me.rank} now"
@@ -435,14 +441,6 @@ def _kill_workers() -> None:
     workers = sys.modules.get("lightning_zerocopy.pipeline.worker")
     if workers is not None:
         workers.kill_workers()
-
-
-def _say(line: str) -> None:
-    """``line`` and its newline to stderr in one write: the ranks of a machine share the launcher's stderr, and
-    ``print`` writes the text and the newline apart (two writes when unbuffered), so two ranks ending at once could
-    run their lines together (``...: exitingerror: rank 1 ...``) and a line would no longer start with ``error:``."""
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
 
 
 def _machine_peers(me: RankInfo, ranks: Sequence[RankInfo]) -> list[RankInfo]:

@@ -20,7 +20,6 @@ released in ``teardown`` and ``on_exception``. The constructor only stores and c
 
 from __future__ import annotations
 
-import sys
 from functools import partial
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
@@ -36,6 +35,7 @@ from lightning_zerocopy.cache.cliques import CachePolicy
 from lightning_zerocopy.cache.ranking import CacheRanking
 from lightning_zerocopy.cache.setup import CacheOptions, RankCache, RankPlace
 from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit, run_failed
+from lightning_zerocopy.strategies.error_line import NOTE_PREFIX, say
 from lightning_zerocopy.strategies.launcher import watch_launch, with_rank_watch
 from lightning_zerocopy.strategies.liveness import RankLiveness
 from lightning_zerocopy.strategies.liveness_lifecycle import stop_watch, trainer_interrupted, watch_ranks
@@ -248,8 +248,8 @@ class ZeroCopyDDPStrategy(DDPStrategy):
         late = wait_for_readers(liveness.store, readers, liveness.alive, self.reader_wait_s)
         if late:
             ranks = ", ".join(str(r.rank) for r in late)
-            print(f"[ZeroCopyDDPStrategy] rank {self.global_rank}: rank(s) {ranks} still read its cache shards "
-                  f"{self.reader_wait_s:.0f} s after it stopped; leaving", file=sys.stderr, flush=True)  # fmt: skip
+            say(f"{NOTE_PREFIX}rank {self.global_rank}: rank(s) {ranks} still read its cache shards "
+                f"{self.reader_wait_s:.0f} s after it stopped; leaving")  # one write: the ranks share stderr
 
     # ---- heterogeneous DataModules ---------------------------------------------------------------------------
 
