@@ -133,9 +133,8 @@ class FieldSpec:
         """A slot buffer for ``capacity`` entries along the variable dimension. A field that varies along a later
         dimension (``edge_index``: ``[2, E]``) is stored flat, so that its batches are contiguous, as PyG's loaders
         give them (a narrowed ``[2, capacity]`` buffer is not: ``edge_index.view(-1)`` fails on it)."""
-        if self.var_dim == 0:
-            return torch.empty(self.alloc_shape(capacity), dtype=self.dtype, device=device)
-        return torch.empty(math.prod(self.alloc_shape(capacity)), dtype=self.dtype, device=device)
+        shape = self.alloc_shape(capacity)
+        return torch.empty(shape if self.var_dim == 0 else math.prod(shape), dtype=self.dtype, device=device)
 
     def capacity(self, buffer: torch.Tensor) -> int:
         """How many entries along the variable dimension ``buffer`` (from :meth:`buffer`) holds."""
