@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-__all__ = ["PF_DUMPCORE", "PF_EXITING", "process_alive", "process_dying"]
+__all__ = ["PF_DUMPCORE", "PF_EXITING", "process_alive", "process_dying", "process_ended"]
 
 #: ``task_struct.flags`` bits (``include/linux/sched.h``), field 9 of ``/proc/<pid>/stat``: getting shut down, and
 #: dumped core (set while the core is written, before the process exits).
@@ -26,10 +26,11 @@ PF_EXITING = 0x00000004
 PF_DUMPCORE = 0x00000200
 
 
-def _stat(pid: int) -> Optional[list[str]]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first, flags seventh), or ``None``."""
+def _stat(pid: int, task: str = "") -> Optional[list[str]]:
+    """The fields of ``/proc/<pid>/stat`` (of its thread ``task/<tid>`` if given) after the command name (state
+    first, flags seventh), or ``None``."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+        with open(f"/proc/{pid}/{task}stat", encoding="ascii", errors="replace") as f:
             return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
@@ -61,3 +62,25 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return False
     return not process_dying(pid)
+
+
+def process_ended(pid: int) -> bool:
+    """Whether nothing of ``pid`` runs any more: it no longer exists, or every thread of it is a zombie (its files
+    and memory, a CUDA context included, are released; only its exit status waits for its parent). A process that is
+    still exiting (:func:`process_dying`) has not ended: closing a CUDA context's device files can take seconds, and
+    its main thread may be a zombie while another thread still runs."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # gone meanwhile (or no /proc: the pid exists, so it runs)
+        return os.path.isdir("/proc") and not os.path.exists(f"/proc/{pid}")
+    for tid in tasks:
+        fields = _stat(pid, f"task/{tid}/")
+        if fields is not None and fields[0] not in ("Z", "X", "x"):
+            return False
+    return True

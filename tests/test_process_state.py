@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from helpers.core_dumps import core_dumps_unavailable, remove_cores, start_heavy_child
-from lightning_zerocopy.process_state import process_alive, process_dying
+from helpers.slow_exit import exit_slowly, slow_exit_unavailable
+from lightning_zerocopy.process_state import process_alive, process_dying, process_ended
 
 
 def test_a_running_process_is_alive_and_an_unreaped_exited_one_is_not() -> None:
@@ -24,6 +25,31 @@ def test_a_running_process_is_alive_and_an_unreaped_exited_one_is_not() -> None:
     assert not process_alive(child.pid)  # a zombie until waited for
     child.wait()
     assert not process_alive(child.pid) and not process_dying(child.pid)
+
+
+def test_a_process_has_ended_only_once_nothing_of_it_runs() -> None:
+    """An exiting process (its main thread gone, the rest still closing) has not ended: its CUDA context may still
+    read another process's memory. A zombie has."""
+    reason = slow_exit_unavailable()
+    if reason:
+        pytest.skip(reason)
+    import multiprocessing
+
+    assert not process_ended(os.getpid())
+    child = multiprocessing.get_context("fork").Process(target=exit_slowly, args=(1.5,))
+    child.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not process_dying(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert process_dying(child.pid) and not process_ended(child.pid)
+        while not process_ended(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert process_ended(child.pid) and Path(f"/proc/{child.pid}").exists()  # a zombie: ended, not reaped
+    finally:
+        child.kill()
+        child.join()
+    assert child.exitcode == -signal.SIGKILL and process_ended(child.pid)
 
 
 def test_a_process_writing_its_core_dump_is_dying_before_it_ends(tmp_path: Path) -> None:

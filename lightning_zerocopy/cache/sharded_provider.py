@@ -16,7 +16,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Optional
 
-__all__ = ["PlanCounts", "ShardedFeatureCache", "open_cache_counts", "process_cache_counts", "track_cache"]
+__all__ = [
+    "PlanCounts", "ShardedFeatureCache", "caches_open_here", "open_cache_counts", "process_cache_counts", "track_cache"
+]
 
 _OPENED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _LOCK = threading.Lock()
@@ -54,6 +56,11 @@ def track_cache(cache: Any) -> Any:
 def _open_caches(plan_digest: Optional[str] = None) -> list[Any]:
     with _LOCK:
         return [c for c in _OPENED if not c.closed and (plan_digest is None or c.plan.digest == plan_digest)]
+
+
+def caches_open_here() -> bool:
+    """Whether this process has a cache open (its own kernels may read the GPU memory of the ranks it maps)."""
+    return bool(_open_caches())
 
 
 def open_cache_counts(plan_digest: str) -> Optional[Any]:

@@ -37,7 +37,7 @@ import torch.multiprocessing as mp
 
 from lightning_zerocopy.graph.cuda_ipc import CudaTensorHandle, export_cuda_tensor
 from lightning_zerocopy.pipeline.client import PipelineError
-from lightning_zerocopy.process_state import process_alive
+from lightning_zerocopy.process_state import process_alive, process_dying, process_ended
 from lightning_zerocopy.pipeline.channel import ChannelClosed
 from lightning_zerocopy.pipeline.host_waits import sleep_while_waiting, spin_waits
 from lightning_zerocopy.pipeline.producer import Producer
@@ -180,19 +180,30 @@ def _describe_exit(exitcode: Optional[int]) -> str:
     return f"exited with code {exitcode}"
 
 
+#: seconds a worker whose pipe closed is waited for while it exits (see :meth:`WorkerTransport._await_exit`)
+EXITING_WAIT_S = 5.0
+
 #: pids of the worker processes this process started and has not closed (see :func:`kill_workers`)
 _LIVE_WORKERS: set[int] = set()
 
 
-def kill_workers() -> None:
+def kill_workers(wait_s: float = 0.0) -> bool:
     """SIGKILL every pipeline worker this process started and has not closed yet: for a process about to end at
-    once (``os._exit``) because its GPU state is lost, whose workers would otherwise report the same loss first."""
-    for pid in list(_LIVE_WORKERS):
+    once (``os._exit``) because its GPU state is lost, whose workers would otherwise report the same loss first, and
+    for one whose workers must stop reading a stopping peer's GPU memory now. Then wait up to ``wait_s`` seconds
+    until each has ended (:func:`~lightning_zerocopy.process_state.process_ended`: its CUDA context gone with it).
+    Returns whether every one has."""
+    pids = list(_LIVE_WORKERS)
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
         _LIVE_WORKERS.discard(pid)
+    deadline = time.monotonic() + wait_s
+    while not (ended := all(process_ended(pid) for pid in pids)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return ended
 
 
 _OPEN_TRANSPORTS: "weakref.WeakSet[WorkerTransport]" = weakref.WeakSet()
@@ -261,7 +272,7 @@ class WorkerTransport:
         try:
             self._conn.send(export_slots(msg))
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
-            self.process.join(1.0)  # a killed worker's pipe breaks before waitpid reports its death
+            self._await_exit()
             self.check_alive("a command to be sent")
             raise PipelineError(f"the pipeline worker (pid {self.pid}) closed its pipe: {exc}") from exc
 
@@ -280,10 +291,25 @@ class WorkerTransport:
                 return None
             return msg
         except (EOFError, ConnectionResetError, OSError):
-            self.process.join(1.0)
+            self._await_exit()
             if not self.process.is_alive():
                 return None  # the caller's check_alive() names what it waited for and how the worker died
-            raise PipelineError(f"the pipeline worker (pid {self.pid}) closed its pipe but is still running")
+            if process_dying(self.pid):
+                raise PipelineError(
+                    f"the pipeline worker (pid {self.pid}) closed its pipe and is exiting, but has not ended within "
+                    f"{EXITING_WAIT_S:.0f} s"
+                ) from None
+            raise PipelineError(f"the pipeline worker (pid {self.pid}) closed its pipe but is still running") from None
+
+    def _await_exit(self) -> None:
+        """Wait for a worker whose pipe closed to be reported dead: its pipe closes as it starts exiting, before
+        waitpid reports its death, and a worker under MPS took more than a second to end after a SIGKILL (2 x H200,
+        2026-11-29: ``kill_worker1``): closing its CUDA context. One still exiting then is waited for up to
+        :data:`EXITING_WAIT_S`; one that is not exiting, 1 s."""
+        self.process.join(1.0)
+        deadline = time.monotonic() + EXITING_WAIT_S
+        while self.process.is_alive() and process_dying(self.pid) and time.monotonic() < deadline:
+            self.process.join(0.02)
 
     def check_alive(self, waiting_for: str) -> None:
         if self.process.is_alive():

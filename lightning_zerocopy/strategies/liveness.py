@@ -50,6 +50,7 @@ from lightning_zerocopy.strategies.exit_notes import (
     is_interrupt,
     is_interrupt_note,
 )
+from lightning_zerocopy.strategies.shard_readers import kill_pipeline_workers, stop_workers_reading
 
 __all__ = [
     "LAUNCHER_ENV",
@@ -345,7 +346,8 @@ class RankLiveness:
             else:
                 say(f"[ZeroCopyDDPStrategy] {self.message}")
             if dead.rank in self._mapped and not is_interrupt_note(self.note_of(dead)):
-                _kill_workers()  # its shards go with it (after the signal: the error stays the peer's, not a worker's)
+                stop_workers_reading(self._store, self.me.rank)  # its shards go with it (after the signal: the error
+                # stays the peer's, not a worker's); it waits for this rank's word (shard_readers)
             # the exception path gets `grace` seconds (it may itself wait in a collective with the dead rank, or the
             # rendezvous may hold the main thread in native code, where no Python signal handler runs)
             self._settled.set()
@@ -423,7 +425,7 @@ class RankLiveness:
             f"{self.me.rank} now"
         )
         try:
-            _kill_workers()
+            kill_pipeline_workers()
         finally:
             os._exit(1)
 
@@ -434,13 +436,6 @@ class RankLiveness:
             # read before this rank announced its own, must not replace it (Lightning's report, no rank blamed)
             return
         raise PeerRankExited(self.message or "another rank of this machine exited")
-
-
-def _kill_workers() -> None:
-    """SIGKILL this process's pipeline workers (their GPU work ends with them); none if it never imported them."""
-    workers = sys.modules.get("lightning_zerocopy.pipeline.worker")
-    if workers is not None:
-        workers.kill_workers()
 
 
 def _machine_peers(me: RankInfo, ranks: Sequence[RankInfo]) -> list[RankInfo]:

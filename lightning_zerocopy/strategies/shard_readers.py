@@ -20,12 +20,19 @@ peers stop themselves the moment it exits (:meth:`~lightning_zerocopy.strategies
 
 from __future__ import annotations
 
+import sys
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from lightning_zerocopy.strategies.liveness import RankInfo
+if TYPE_CHECKING:
+    from lightning_zerocopy.strategies.liveness import RankInfo
 
-__all__ = ["DONE_KEY", "stop_reading", "stream_drained", "wait_for_readers"]
+__all__ = [
+    "DONE_KEY", "kill_pipeline_workers", "stop_reading", "stop_workers_reading", "stream_drained", "wait_for_readers"
+]
+
+#: seconds a rank's watch waits for its killed pipeline workers to end before it says it reads no peer shard
+WORKERS_END_S = 3.0
 
 #: set by a rank once neither it nor its pipeline workers read other ranks' GPU memory any more
 DONE_KEY = "lightning_zerocopy/liveness/reads_done/{rank}"
@@ -51,6 +58,28 @@ def stop_reading(store: Any, rank: int, kernels_done: Optional[Callable[[], bool
     return True
 
 
+def kill_pipeline_workers(wait_s: float = 0.0) -> bool:
+    """SIGKILL this process's pipeline workers (their GPU work ends with them) and wait up to ``wait_s`` seconds for
+    them to end; whether every one has (true where it never imported them: it has none)."""
+    workers = sys.modules.get("lightning_zerocopy.pipeline.worker")
+    return workers is None or bool(workers.kill_workers(wait_s))
+
+
+def stop_workers_reading(store: Any, rank: int, wait_s: float = WORKERS_END_S) -> bool:
+    """For a rank whose watch read the exit note of a rank whose shards it reads, while its main thread may be held
+    in a CUDA wait behind a collective the stopping rank never joins (2 x H200, 2026-11-29, ``kill_worker1``: rank 0
+    never reached its own :func:`stop_reading`, so rank 1 waited out its 5 s). SIGKILL this process's pipeline
+    workers and wait up to ``wait_s`` seconds for them to end; then, where this process has no cache open itself
+    (its workers did all its shard reads), say in ``store`` that ``rank`` reads no peer memory any more. Returns
+    whether it said so."""
+    if not kill_pipeline_workers(wait_s):
+        return False
+    caches = sys.modules.get("lightning_zerocopy.cache.sharded_provider")
+    if caches is not None and caches.caches_open_here():
+        return False  # this process's own kernels may still read: its exception path says so once they have ended
+    return stop_reading(store, rank)
+
+
 def stream_drained(device: Any, timeout: float = 1.0, poll: float = 0.005) -> bool:
     """Whether the work queued so far on ``device``'s current stream ends within ``timeout`` seconds, polled without
     blocking: behind a collective that a stopping peer never joins, the stream never drains, and a blocking
@@ -69,11 +98,11 @@ def stream_drained(device: Any, timeout: float = 1.0, poll: float = 0.005) -> bo
 
 def wait_for_readers(
     store: Any,
-    readers: Sequence[RankInfo],
+    readers: Sequence["RankInfo"],
     alive: Callable[[int], bool],
     timeout: float,
     poll: float = 0.02,
-) -> list[RankInfo]:
+) -> list["RankInfo"]:
     """Wait until every rank of ``readers`` has said it stopped reading (:func:`stop_reading`) or is gone, at most
     ``timeout`` seconds. Returns the readers still reading at the deadline (empty when all stopped in time). Without
     a store only the readers' exits are seen."""

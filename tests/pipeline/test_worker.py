@@ -17,6 +17,7 @@ import pytest
 import torch
 from helpers import kill_if_running, process_gone, read_ready_line, sigint_at_default, wait_process_gone
 from helpers.pipeline_fakes import FakeSource, TwoStageSource
+from helpers.slow_exit import exit_slowly, slow_exit_unavailable
 from torch_geometric.data import Data
 
 from lightning_zerocopy.pipeline import PipelineError, start_pipeline
@@ -176,6 +177,34 @@ def test_sigkill_of_the_worker_mid_epoch_raises_a_clear_error_quickly():
         assert time.monotonic() - t0 < 10
     finally:
         client.close()
+
+
+def test_a_worker_still_exiting_when_its_pipe_closes_is_named_by_how_it_died():
+    """A worker's pipe closes as it starts exiting; under MPS, a SIGKILLed worker took more than the 1 s the
+    trainer waited to end (2 x H200, 2026-11-29: ``kill_worker1``), and the error said it closed its pipe but still
+    ran. The trainer now waits while the worker exits, and names the signal."""
+    import multiprocessing
+
+    from lightning_zerocopy.pipeline.worker import WorkerTransport
+
+    reason = slow_exit_unavailable()
+    if reason:
+        pytest.skip(reason)
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=exit_slowly, args=(2.5, (parent, child)))
+    process.start()
+    child.close()
+    transport = WorkerTransport.__new__(WorkerTransport)
+    transport.process, transport._conn, transport._started = process, parent, True
+    try:
+        assert transport.recv(timeout=30) is None
+        with pytest.raises(PipelineError, match=r"was killed by SIGKILL while the trainer waited for a batch"):
+            transport.check_alive("a batch")
+    finally:
+        process.kill()
+        process.join()
+        parent.close()
 
 
 _TRAINER_SCRIPT = textwrap.dedent(

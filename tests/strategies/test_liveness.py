@@ -12,6 +12,7 @@ import pytest
 
 from lightning_zerocopy.strategies.exit_notes import PeerRankExited
 from lightning_zerocopy.strategies.liveness import RankInfo, RankLiveness, process_alive
+from lightning_zerocopy.strategies.shard_readers import DONE_KEY
 
 
 def test_watches_only_the_other_ranks_of_this_host() -> None:
@@ -155,7 +156,7 @@ def test_a_stopping_peer_whose_shards_this_rank_reads_stops_its_workers_at_once(
     from lightning_zerocopy.pipeline import worker
 
     killed: list[float] = []
-    monkeypatch.setattr(worker, "kill_workers", lambda: killed.append(time.monotonic()))
+    monkeypatch.setattr(worker, "kill_workers", lambda wait_s=0.0: killed.append(time.monotonic()) or True)
     store = dist.HashStore()
     me, peer = RankInfo(0, "host", os.getpid()), RankInfo(1, "host", 101)
     watch = RankLiveness(me, [me, peer], interval=0.05, grace=1e9, alive=lambda pid: True, store=store)
@@ -173,6 +174,11 @@ def test_a_stopping_peer_whose_shards_this_rank_reads_stops_its_workers_at_once(
             time.sleep(0.01)
         interrupted = isinstance(cause, KeyboardInterrupt)
         assert len(killed) == (1 if mapped and not interrupted else 0)
+        # and says that this rank reads no shard any more: rank 1 need not wait out its 5 s for a held main thread
+        # (2 x H200, kill_worker1: rank 0 never reached its exception path's word)
+        while killed and not store.check([DONE_KEY.format(rank=0)]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.check([DONE_KEY.format(rank=0)]) == bool(killed)
         announcer.join(timeout=5)
     finally:
         watch.stop()

@@ -10,7 +10,7 @@ import torch
 
 from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
 from lightning_zerocopy.strategies.liveness import RankInfo
-from lightning_zerocopy.strategies.shard_readers import DONE_KEY, stop_reading, wait_for_readers
+from lightning_zerocopy.strategies.shard_readers import DONE_KEY, stop_reading, stop_workers_reading, wait_for_readers
 
 
 class _Store:
@@ -82,6 +82,23 @@ def test_stop_reading_says_so_only_once_the_kernels_ended_and_survives_a_broken_
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("cache_here", [False, True], ids=["workers_only", "cache_open_here"])
+@pytest.mark.parametrize("workers_end", [True, False], ids=["workers_ended", "workers_still_running"])
+def test_a_held_rank_says_it_stopped_reading_once_its_killed_workers_ended(monkeypatch, cache_here, workers_end):
+    """The watch's word for a rank whose main thread is held: only once its workers have ended and where no cache
+    is open in the process itself (its own kernels could still read)."""
+    from lightning_zerocopy.cache import sharded_provider
+    from lightning_zerocopy.pipeline import worker
+
+    waits: list[float] = []
+    monkeypatch.setattr(worker, "kill_workers", lambda wait_s=0.0: waits.append(wait_s) or workers_end)
+    monkeypatch.setattr(sharded_provider, "caches_open_here", lambda: cache_here)
+    store = _Store()
+    said = stop_workers_reading(store, 3, wait_s=2.0)
+    assert waits == [2.0]
+    assert said == (workers_end and not cache_here) == (DONE_KEY.format(rank=3) in store.keys)
+
+
 def test_on_a_gpu_a_stream_stuck_behind_a_wait_is_not_drained_and_a_free_one_is():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
