@@ -203,6 +203,11 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_SYNCS="timeout -s TERM ${GPU_CHECK_SCALING_
 # one GPU (GPU_CHECK_SCALING_PROFILE_GPUS=1) the same on the 1-GPU run:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_profile bash scripts/gpu_session.sh     # .wheels/ carried
 export GPU_CHECK_EXTRA_STAGE_SCALING_PROFILE="timeout -s TERM ${GPU_CHECK_SCALING_PROFILE_TIMEOUT:-250} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_profile.json --num-nodes 4000000 --gpus ${GPU_CHECK_SCALING_PROFILE_GPUS:-1,2} --plan knobs --knobs profile_steps=20,profile_steps=20+env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1 --deadline-s 240 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16"
+# stage gemm_shapes (issues 39/40): the profile found the data phase's extra host time in aten::mm/addmm (1.8-2.3 ms a
+# step against 0.44-0.62 in the model phase, whose ring repeats 16 batches' shapes): what a new shape costs cuBLAS's
+# host side, per heuristics cache, and the heavy step with fixed against fresh row counts. ~1.5 min on one GPU:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,gemm_shapes bash scripts/gpu_session.sh
+export GPU_CHECK_EXTRA_STAGE_GEMM_SHAPES="timeout ${GPU_CHECK_GEMM_SHAPES_TIMEOUT:-300} python3 -m benchmarks.parts.gemm_shapes --out \$OUT/gemm_shapes.json; REQUIRE_CUDA=1 timeout 120 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/parts/test_gemm_shapes.py"
 # Issue 42, on 4 or 8 GPUs (nvidia-h200-x4 / -x8; N = the GPUs this machine has), three calls of <= 10 min:
 # (1) many_faults + many_heavy: the fault cases on N ranks with the worker under MPS (SIGKILL of rank 1 mid-epoch,
 #     SIGTERM and Ctrl-C of the command; ~55 s each on 2 GPUs), then one interleaved block of the heavy model (a
