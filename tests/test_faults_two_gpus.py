@@ -33,6 +33,7 @@ from helpers import process_gone
 from helpers.cli_jobs import command_env
 from helpers.job_log import output_of, process_report, start_logged
 from helpers.test_gpus import TEST_GPUS, skip_unless_enough_gpus
+from lightning_zerocopy.exit_trace import ENV as EXIT_TRACE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_S = 10.0
@@ -54,6 +55,7 @@ def _start(tmp_path: Path, *overrides: str, cache: Optional[Path] = None) -> sub
     markers = tmp_path / "markers"
     markers.mkdir(exist_ok=True)
     env = command_env(cache or tmp_path / "cache", markers, without_mps=True)
+    env[EXIT_TRACE_ENV] = "8"  # a rank still stopping 8 s after its exception path began prints where it waits
     args = [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(ROOT / "recipes" / "multi_gpu.yaml"),
             f"--trainer.devices={RANKS}", "--data.init_args.dataset.init_args.num_nodes=400000",
             "--trainer.strategy.init_args.cache_budget=16MiB", "--trainer.strategy.init_args.presample_batches=8",

@@ -31,6 +31,7 @@ import torch
 from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
+from lightning_zerocopy.exit_trace import trace_a_slow_exit
 from lightning_zerocopy.pipeline import mps, mps_launcher
 from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
 from lightning_zerocopy.pipeline.session import PipelineSession, check_pipeline_options, first_share
@@ -240,6 +241,7 @@ class PipelineCallback(Callback):
 
     @override
     def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
+        trace_a_slow_exit()
         self._shutdown()
 
     def _shutdown(self) -> None:

@@ -35,6 +35,7 @@ from lightning_zerocopy.cache.cliques import CachePolicy
 from lightning_zerocopy.cache.ranking import CacheRanking
 from lightning_zerocopy.cache.setup import CacheOptions, RankCache, RankPlace
 from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit, run_failed
+from lightning_zerocopy.exit_trace import trace_a_slow_exit
 from lightning_zerocopy.strategies.error_line import NOTE_PREFIX, say
 from lightning_zerocopy.strategies.launcher import watch_launch, with_rank_watch
 from lightning_zerocopy.strategies.liveness import RankLiveness
@@ -223,6 +224,7 @@ class ZeroCopyDDPStrategy(DDPStrategy):
 
     @override
     def on_exception(self, exception: BaseException) -> None:
+        trace_a_slow_exit()
         run_failed(exception)  # the process group is then left as it is at exit
         liveness, self._liveness = self._liveness, None  # teardown then skips its barrier (a rank may be gone)
         if liveness is not None:
