@@ -208,6 +208,10 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_PROFILE="timeout -s TERM ${GPU_CHECK_SCALIN
 # host side, per heuristics cache, and the heavy step with fixed against fresh row counts. ~1.5 min on one GPU:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,gemm_shapes bash scripts/gpu_session.sh
 export GPU_CHECK_EXTRA_STAGE_GEMM_SHAPES="timeout ${GPU_CHECK_GEMM_SHAPES_TIMEOUT:-300} python3 -m benchmarks.parts.gemm_shapes --out \$OUT/gemm_shapes.json; REQUIRE_CUDA=1 timeout 120 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/parts/test_gemm_shapes.py"
+# stage scaling_gemm_rows (issue 39/40): the 2-GPU data and model phases with the linear products' row counts bucketed
+# to 64 (knob gemm_rows: GemmRowBuckets) against the default (worker_sm_percent=10, the default share). ~3.5 min:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_gemm_rows bash scripts/gpu_session.sh    # .wheels/ carried
+export GPU_CHECK_EXTRA_STAGE_SCALING_GEMM_ROWS="timeout -s TERM ${GPU_CHECK_SCALING_GEMM_ROWS_TIMEOUT:-250} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_gemm_rows.json --num-nodes 4000000 --gpus 1,2 --plan knobs --knobs worker_sm_percent=10,gemm_rows=64 --deadline-s 240 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16"
 # Issue 42, on 4 or 8 GPUs (nvidia-h200-x4 / -x8; N = the GPUs this machine has), three calls of <= 10 min:
 # (1) many_faults + many_heavy: the fault cases on N ranks with the worker under MPS (SIGKILL of rank 1 mid-epoch,
 #     SIGTERM and Ctrl-C of the command; ~55 s each on 2 GPUs), then one interleaved block of the heavy model (a

@@ -15,8 +15,10 @@ This measures that cost directly, each variant in a fresh process (the cache var
           recur), under the default heuristics cache, under none (capacity 0) and under a large one (1,048,576)
 ``step``  the heavy GraphSAGE's training step (bf16 autocast, Adam) on batches of the heavy shape
           (:mod:`benchmarks.common.heavy_batch`) with fixed row counts (``repeat``) and with every hop's row count
-          drawn anew each step (``fresh``, 0.75-0.85 x its picks as sampled batches vary): the host ms until
-          ``opt.step()`` returns with the GPU idle at its start, and the GPU ms (CUDA events)
+          drawn anew each step (``fresh``, 0.75-0.85 x its picks as sampled batches vary), and the same fresh
+          batches with the linear layers' row counts bucketed to 64 (``fresh_rows64``,
+          :class:`lightning_zerocopy.callbacks.GemmRowBuckets`): the host ms until ``opt.step()`` returns with the GPU
+          idle at its start, and the GPU ms (CUDA events)
 
 Needs a GPU::
 
@@ -39,6 +41,8 @@ from benchmarks.common.heavy_batch import CLASSES, FANOUTS, FEATURES, HIDDEN, SE
 #: heuristics cache variants: name -> CUBLASLT_HEURISTICS_CACHE_CAPACITY (None: cuBLAS's default)
 CACHES: dict[str, Optional[str]] = {"default": None, "none": "0", "large": "1048576"}
 POOL = 4096
+#: the training step's batch modes: fixed row counts, new ones each step, new ones bucketed by GemmRowBuckets(64)
+STEP_MODES = ("repeat", "fresh", "fresh_rows64")
 
 
 def _timed(call: Any, sync: Any) -> float:
@@ -100,21 +104,25 @@ def _jittered_batch(seed: int, device: Any, jitter: bool) -> dict[str, Any]:
 
 
 def step_ms(steps: int, warmup: int, device: Any) -> dict[str, dict[str, float]]:
-    """p50 host ms (until ``opt.step()`` returns, the GPU idle at the start) and GPU ms of the heavy training step,
-    with fixed and with fresh row counts."""
+    """p50 host ms (until ``opt.step()`` returns, the GPU idle at the start) and GPU ms of the heavy training step
+    per :data:`STEP_MODES`."""
     import torch
     import torch.nn.functional as F
     from torch_geometric.nn.models import GraphSAGE
 
+    from lightning_zerocopy.callbacks.gemm_rows import pad_linear_rows
+
     result: dict[str, dict[str, float]] = {}
-    for mode in ("repeat", "fresh"):
+    for mode in STEP_MODES:
         torch.manual_seed(0)
         model = GraphSAGE(FEATURES, HIDDEN, len(FANOUTS), CLASSES, dropout=0.5).to(device)
+        if mode == "fresh_rows64":
+            pad_linear_rows(model, 64)  # GemmRowBuckets(multiple=64)
         opt = torch.optim.Adam(model.parameters(), lr=3e-3)
         fixed = _jittered_batch(0, device, jitter=False)
         host, gpu = [], []
         for i in range(warmup + steps):
-            batch = fixed if mode == "repeat" else _jittered_batch(1000 + i, device, jitter=True)
+            batch = fixed if mode == "repeat" else _jittered_batch(1000 + i, device, jitter=True)  # same draws
             torch.cuda.synchronize()
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start = time.perf_counter()

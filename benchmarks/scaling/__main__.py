@@ -99,7 +99,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
 
         start_for_trainer(share)
 
-    from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
+    from lightning_zerocopy.callbacks import DataTelemetry, GemmRowBuckets, PipelineCallback
     from lightning_zerocopy.graph import mapped_footprint
     from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
 
@@ -149,6 +149,9 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         callbacks.append(type_counts)
     if pipeline is not None:
         callbacks.append(pipeline)
+    gemm_rows = (knobs.get("run") or {}).get("gemm_rows")
+    if gemm_rows:
+        callbacks.append(GemmRowBuckets(int(gemm_rows)))
     callbacks += diag.last_callbacks() if diag else []
     trainer = pl.Trainer(accelerator="gpu" if cuda else "cpu", devices=config["gpus"], strategy=strategy, max_epochs=epochs,
                          limit_train_batches=args.limit_batches or None, limit_val_batches=0, logger=False,

@@ -92,6 +92,8 @@ KNOBS: dict[str, Knob] = {
                              "caller (benchmarks.scaling.sync_finder)"),
     "profile_steps": Knob("run", _positive_int, "steps of each phase whose host time PyTorch's profiler sums by "
                           "operator and CUDA runtime call (benchmarks.scaling.host_profile)"),
+    "gemm_rows": Knob("run", _positive_int, "GemmRowBuckets(multiple=N): the model's linear products on row counts "
+                      "rounded up to N (cuBLAS's per-shape host setup, docs/PERFORMANCE.md)"),
     "step_sigterm_broadcast": Knob("run", _switch, "Lightning's broadcast of its SIGTERM flag at the start of every "
                                    "step under several ranks (a device tensor and .item(): a host-device sync a step); "
                                    "off: skipped, as the lightning-zerocopy command skips it"),

@@ -9,7 +9,8 @@ rank 0's worker was still gathering from rank 1's shard when rank 1 exited).
 So the readers stop first. A rank whose watch reads the exit note of a rank whose shards it reads kills its
 pipeline workers at once (:meth:`~lightning_zerocopy.strategies.liveness.RankLiveness.depend_on`): its main thread
 may be held in a CUDA wait behind a collective the stopping rank never joins, and its worker outlived a 5 s wait
-(``close()`` gives a worker 5 + 2 s before it kills it). And a rank that stops on an exception, once its own reads
+(``close()`` gives a worker 5 + 2 s before it kills it). Once they have ended, the watch says so for its rank where
+they did all its reads (:func:`stop_workers_reading`): the held main thread would never say it. And a rank that stops on an exception, once its own reads
 have ended (its workers closed by the callbacks' ``on_exception``, which Lightning calls before the strategy's; its
 current stream drained), says so in the process group's store (:func:`stop_reading`), then waits until every rank
 whose shards it reads has said the same or is gone, for at most ``timeout`` seconds (:func:`wait_for_readers`).

@@ -31,6 +31,7 @@ def test_knob_variants_parse_into_where_they_act() -> None:
     assert parse_knobs("static_graph=0+worker_sm_percent=20+sampler_threads=2") == {
         "ddp": {"static_graph": False}, "run": {"worker_sm_percent": 20}, "datamodule": {"sampler_threads": 2}}
     assert parse_knobs("step_sigterm_broadcast=off") == {"run": {"step_sigterm_broadcast": False}}
+    assert parse_knobs("gemm_rows=64") == {"run": {"gemm_rows": 64}}
     assert [label for label, _ in parse_variants("mps, comm_timing=off ,")] == ["mps", "comm_timing=off"]
     for bad, says in (("static_grap", "unknown knob 'static_grap'"), ("bucket_cap_mb=-1", "bucket_cap_mb"),
                       ("worker_sm_percent=100", "[1, 99]"), ("mps=maybe", "on/off"), ("env.X", "env.NAME=value"),
@@ -279,16 +280,16 @@ def _diag(tmp_path: Path, *flags: str, timeout: float = 1500) -> dict[str, Any]:
 def test_sweep_on_two_cpu_ranks_writes_every_figure(tmp_path: Path) -> None:
     """1 and 2 gloo ranks (data and model-only phases), two independent runs at once, and a knob variant that sets
     DDP options, the threads, an environment variable and skips Lightning's per-step SIGTERM broadcast: every run's
-    per-rank timeline, host and DDP figures."""
+    per-rank timeline, host and DDP figures (the variant's model also has its linear products bucketed: gemm_rows)."""
     report = _diag(tmp_path, "--plan", "heavy-off,pair-heavy-off,knobs", "--knob-base", "heavy-off", "--knobs",
                    "static_graph=0+gradient_as_bucket_view=0+bucket_cap_mb=1+torch_threads=1+env.LZC_DIAG_PROBE=x+"
-                   "step_sigterm_broadcast=0+profile_steps=2")  # fmt: skip
+                   "step_sigterm_broadcast=0+profile_steps=2+gemm_rows=64")  # fmt: skip
     assert report["benchmark"] == "scaling_diag" and "topo_m" in report["topology"] and "error" not in report["graph"]
     runs = {r["name"]: r for r in report["runs"]}
     assert list(runs) == report["plan"] == ["heavy-off-1gpu", "heavy-off-2gpu", "heavy-off-2x1gpu-independent",
                                             "heavy-off-2gpu-static_graph=0+gradient_as_bucket_view=0+bucket_cap_mb=1+"
                                             "torch_threads=1+env.LZC_DIAG_PROBE=x+step_sigterm_broadcast=0+"
-                                            "profile_steps=2"]  # fmt: skip
+                                            "profile_steps=2+gemm_rows=64"]  # fmt: skip
     for name, run in runs.items():
         assert run["status"] == "ok", (name, run.get("error", "")[-3000:])
         assert set(run["phases"]) == {"data", "model"} and len(run["per_rank_diag"]) == run["gpus"]
