@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["CLASSES", "FANOUTS", "FEATURES", "HIDDEN", "SEEDS", "heavy_batch"]
+__all__ = ["CLASSES", "FANOUTS", "FEATURES", "HIDDEN", "SEEDS", "heavy_batch", "heavy_train_step"]
 
 SEEDS, FANOUTS, FEATURES, CLASSES, HIDDEN = 1024, (15, 10, 5), 100, 47, 256
 
@@ -37,3 +37,18 @@ def heavy_batch(seed: int = 0, device: Any = "cpu") -> dict[str, Any]:
     y = ((x[:SEEDS] + agg) @ w).argmax(dim=1)
     return {"x": x.to(device), "edge_index": torch.cat(edges, dim=1).to(device), "y": y.to(device), "nodes": nodes,
             "edges": [e.shape[1] for e in edges]}  # fmt: skip
+
+
+def heavy_train_step(model: Any, opt: Any, batch: dict[str, Any], autocast: Any) -> None:
+    """One training step of the heavy GraphSAGE on ``batch`` (a :func:`heavy_batch` dict): the forward under
+    ``autocast`` (a ``torch.autocast``), trimmed by the per-hop counts, cross-entropy on the seeds, backward and
+    ``opt.step()``; nothing synchronizes."""
+    import torch.nn.functional as F
+
+    with autocast:
+        out = model(batch["x"], batch["edge_index"], num_sampled_nodes_per_hop=batch["nodes"],
+                    num_sampled_edges_per_hop=batch["edges"])[:SEEDS]  # fmt: skip
+        loss = F.cross_entropy(out.float(), batch["y"])
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)

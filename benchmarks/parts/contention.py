@@ -45,15 +45,16 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from benchmarks.common.heavy_batch import CLASSES, FANOUTS, FEATURES, HIDDEN, SEEDS, heavy_batch
+from benchmarks.common.heavy_batch import CLASSES, FANOUTS, FEATURES, HIDDEN, heavy_batch, heavy_train_step
 
 LOADS = ("none", "sm", "hbm", "pcie", "dma", "pcie_seq", "staged")
 BYTE_LOADS = ("hbm", "pcie", "dma", "pcie_seq", "staged")  # the loads a rate (``@GB/s``) can hold
+
+
 def train_steps(steps: int, warmup: int, precision: str, device: Any = "cuda") -> list[float]:
     """The heavy GraphSAGE's training step (forward, backward, Adam) on one batch, ``steps`` times after ``warmup``;
     each step's ms from CUDA events (wall time on the CPU)."""
     import torch
-    import torch.nn.functional as F
     from torch_geometric.nn.models import GraphSAGE
 
     device = torch.device(device)
@@ -68,13 +69,7 @@ def train_steps(steps: int, warmup: int, precision: str, device: Any = "cuda") -
         if device.type == "cuda":
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
-        with autocast:
-            out = model(batch["x"], batch["edge_index"], num_sampled_nodes_per_hop=batch["nodes"],
-                        num_sampled_edges_per_hop=batch["edges"])[:SEEDS]  # fmt: skip
-            loss = F.cross_entropy(out.float(), batch["y"])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        heavy_train_step(model, opt, batch, autocast)
         if device.type == "cuda":
             end.record()
             end.synchronize()

@@ -36,7 +36,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from benchmarks.common.heavy_batch import CLASSES, FANOUTS, FEATURES, HIDDEN, SEEDS
+from benchmarks.common.heavy_batch import CLASSES, FANOUTS, FEATURES, HIDDEN, SEEDS, heavy_train_step
 
 #: heuristics cache variants: name -> CUBLASLT_HEURISTICS_CACHE_CAPACITY (None: cuBLAS's default)
 CACHES: dict[str, Optional[str]] = {"default": None, "none": "0", "large": "1048576"}
@@ -107,7 +107,6 @@ def step_ms(steps: int, warmup: int, device: Any) -> dict[str, dict[str, float]]
     """p50 host ms (until ``opt.step()`` returns, the GPU idle at the start) and GPU ms of the heavy training step
     per :data:`STEP_MODES`."""
     import torch
-    import torch.nn.functional as F
     from torch_geometric.nn.models import GraphSAGE
 
     from lightning_zerocopy.callbacks.gemm_rows import pad_linear_rows
@@ -127,13 +126,7 @@ def step_ms(steps: int, warmup: int, device: Any) -> dict[str, dict[str, float]]
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start = time.perf_counter()
             begin.record()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                out = model(batch["x"], batch["edge_index"], num_sampled_nodes_per_hop=batch["nodes"],
-                            num_sampled_edges_per_hop=batch["edges"])[:SEEDS]  # fmt: skip
-                loss = F.cross_entropy(out.float(), batch["y"])
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            heavy_train_step(model, opt, batch, torch.autocast("cuda", dtype=torch.bfloat16))
             end.record()
             took = (time.perf_counter() - start) * 1e3
             end.synchronize()
