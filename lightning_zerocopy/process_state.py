@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-__all__ = ["PF_DUMPCORE", "PF_EXITING", "process_alive", "process_dying", "process_ended"]
+__all__ = ["PF_DUMPCORE", "PF_EXITING", "exit_signal", "process_alive", "process_dying", "process_ended"]
 
 #: ``task_struct.flags`` bits (``include/linux/sched.h``), field 9 of ``/proc/<pid>/stat``: getting shut down, and
 #: dumped core (set while the core is written, before the process exits).
@@ -84,3 +84,24 @@ def process_ended(pid: int) -> bool:
         if fields is not None and fields[0] not in ("Z", "X", "x"):
             return False
     return True
+
+
+#: index in :func:`_stat`'s fields of ``exit_code`` (field 52 of ``/proc/<pid>/stat``, Linux 3.5+): the status waitpid
+#: will report, set when the process starts exiting
+_EXIT_CODE = 49
+
+
+def exit_signal(pid: int) -> Optional[int]:
+    """The signal that ends ``pid`` while it is still exiting (:func:`process_dying`), read from the exit status the
+    kernel keeps from the start of its exit, before waitpid can report it; ``None`` when it is not exiting, ends by an
+    exit code, or the status cannot be read. A SIGKILLed CUDA process can take seconds to end after its pipes closed."""
+    if not process_dying(pid):
+        return None
+    fields = _stat(pid)
+    if fields is None or len(fields) <= _EXIT_CODE:
+        return None
+    try:
+        status = int(fields[_EXIT_CODE])
+    except ValueError:
+        return None
+    return status & 0x7F or None

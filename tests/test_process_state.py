@@ -13,7 +13,8 @@ import pytest
 
 from helpers.core_dumps import core_dumps_unavailable, remove_cores, start_heavy_child
 from helpers.slow_exit import exit_slowly, slow_exit_unavailable
-from lightning_zerocopy.process_state import process_alive, process_dying, process_ended
+from lightning_zerocopy import process_state
+from lightning_zerocopy.process_state import PF_EXITING, exit_signal, process_alive, process_dying, process_ended
 
 
 def test_a_running_process_is_alive_and_an_unreaped_exited_one_is_not() -> None:
@@ -50,6 +51,40 @@ def test_a_process_has_ended_only_once_nothing_of_it_runs() -> None:
         child.kill()
         child.join()
     assert child.exitcode == -signal.SIGKILL and process_ended(child.pid)
+
+
+@pytest.mark.parametrize(("state", "flags", "status", "signal_number"), [
+    ("R", PF_EXITING, signal.SIGKILL, signal.SIGKILL),  # killed, its exit still running
+    ("D", PF_EXITING, signal.SIGABRT | 0x80, signal.SIGABRT),  # the core flag set
+    ("R", PF_EXITING, 3 << 8, None),  # an exit code: known once it has ended
+    ("R", 0, signal.SIGKILL, None),  # not exiting
+    ("Z", 0, signal.SIGTERM, signal.SIGTERM),  # a zombie
+])
+def test_the_signal_ending_an_exiting_process_is_read_before_it_ends(monkeypatch, state, flags, status,
+                                                                      signal_number) -> None:  # fmt: skip
+    fields = [state, *["0"] * 5, str(flags), *["0"] * 42, str(status), "0"]  # index 6: flags, 49: exit_code
+    monkeypatch.setattr(process_state, "_stat", lambda pid, task="": fields)
+    assert exit_signal(4242) == signal_number
+
+
+def test_a_process_writing_its_core_dump_names_its_signal_before_it_ends(tmp_path: Path) -> None:
+    reason = core_dumps_unavailable()
+    if reason:
+        pytest.skip(reason)
+    child = start_heavy_child(tmp_path, gib=1.5)
+    try:
+        assert exit_signal(child.pid) is None
+        child.send_signal(signal.SIGABRT)
+        seen: set[object] = set()
+        while child.poll() is None:
+            seen.add(exit_signal(child.pid))
+            time.sleep(0.005)
+        assert signal.SIGABRT in seen, seen
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        remove_cores(tmp_path)
 
 
 def test_a_process_writing_its_core_dump_is_dying_before_it_ends(tmp_path: Path) -> None:

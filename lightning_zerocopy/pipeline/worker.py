@@ -37,7 +37,7 @@ import torch.multiprocessing as mp
 
 from lightning_zerocopy.graph.cuda_ipc import CudaTensorHandle, export_cuda_tensor
 from lightning_zerocopy.pipeline.client import PipelineError
-from lightning_zerocopy.process_state import process_alive, process_dying, process_ended
+from lightning_zerocopy.process_state import exit_signal, process_alive, process_dying, process_ended
 from lightning_zerocopy.pipeline.channel import ChannelClosed
 from lightning_zerocopy.pipeline.host_waits import sleep_while_waiting, spin_waits
 from lightning_zerocopy.pipeline.producer import Producer
@@ -292,7 +292,7 @@ class WorkerTransport:
             return msg
         except (EOFError, ConnectionResetError, OSError):
             self._await_exit()
-            if not self.process.is_alive():
+            if self._exit_code() is not None:
                 return None  # the caller's check_alive() names what it waited for and how the worker died
             if process_dying(self.pid):
                 raise PipelineError(
@@ -302,17 +302,29 @@ class WorkerTransport:
             raise PipelineError(f"the pipeline worker (pid {self.pid}) closed its pipe but is still running") from None
 
     def _await_exit(self) -> None:
-        """Wait for a worker whose pipe closed to be reported dead: its pipe closes as it starts exiting, before
-        waitpid reports its death, and a worker under MPS took more than a second to end after a SIGKILL (2 x H200,
-        2026-11-29: ``kill_worker1``): closing its CUDA context. One still exiting then is waited for up to
-        :data:`EXITING_WAIT_S`; one that is not exiting, 1 s."""
-        self.process.join(1.0)
-        deadline = time.monotonic() + EXITING_WAIT_S
-        while self.process.is_alive() and process_dying(self.pid) and time.monotonic() < deadline:
+        """Wait until how a worker whose pipe closed ends is known (:meth:`_exit_code`): its pipe closes as it starts
+        exiting, before waitpid reports its death, and a worker under MPS took more than a second to end after a
+        SIGKILL (2 x H200, 2026-11-29: ``kill_worker1``): closing its CUDA context. A signal is read as soon as the
+        exit begins; an exit code once it has ended, waited for up to :data:`EXITING_WAIT_S` while it exits, 1 s
+        if it does not."""
+        start = time.monotonic()
+        while self._exit_code() is None:
+            waited = time.monotonic() - start
+            if waited >= EXITING_WAIT_S or (waited >= 1.0 and not process_dying(self.pid)):
+                return
             self.process.join(0.02)
 
+    def _exit_code(self) -> Optional[int]:
+        """How the worker ended, as ``multiprocessing`` gives it (``-N``: killed by signal N), also while a signal's
+        exit is still running (:func:`~lightning_zerocopy.process_state.exit_signal`); ``None`` while it runs."""
+        if not self.process.is_alive():
+            return self.process.exitcode
+        signal_number = exit_signal(self.pid)
+        return None if signal_number is None else -signal_number
+
     def check_alive(self, waiting_for: str) -> None:
-        if self.process.is_alive():
+        exitcode = self._exit_code()
+        if exitcode is None:
             if not self._started and time.monotonic() - self._spawned_at > START_TIMEOUT_S:
                 raise PipelineError(
                     f"the pipeline worker process (pid {self.pid}) did not start within {START_TIMEOUT_S:.0f} s "
@@ -320,7 +332,7 @@ class WorkerTransport:
                 )
             return
         raise PipelineError(
-            f"the pipeline worker process (pid {self.pid}) {_describe_exit(self.process.exitcode)} while the "
+            f"the pipeline worker process (pid {self.pid}) {_describe_exit(exitcode)} while the "
             f"trainer waited for {waiting_for}. Its batches are lost; rerun (resume from the last checkpoint), "
             "or remove PipelineCallback from trainer.callbacks (or set mode: in_process) to build batches in "
             "the trainer process. If it was killed for memory, lower the pipeline depth or the batch size."

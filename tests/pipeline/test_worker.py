@@ -207,6 +207,39 @@ def test_a_worker_still_exiting_when_its_pipe_closes_is_named_by_how_it_died():
         parent.close()
 
 
+def test_a_worker_killed_by_a_signal_is_named_as_soon_as_its_exit_begins(monkeypatch):
+    """The signal is read from the exiting process's exit status (Linux keeps it from the start of the exit), so the
+    trainer names the SIGKILL at once, not after the worker's CUDA context has closed: in a two-GPU run that wait came
+    before the error note its peers act on."""
+    import multiprocessing
+
+    from lightning_zerocopy.pipeline import worker
+    from lightning_zerocopy.pipeline.worker import WorkerTransport
+    from lightning_zerocopy.process_state import process_dying
+
+    reason = slow_exit_unavailable()
+    if reason:
+        pytest.skip(reason)
+    monkeypatch.setattr(worker, "exit_signal", lambda pid: signal.SIGKILL if process_dying(pid) else None)
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=exit_slowly, args=(5.0, (parent, child)))
+    process.start()
+    child.close()
+    transport = WorkerTransport.__new__(WorkerTransport)
+    transport.process, transport._conn, transport._started = process, parent, True
+    try:
+        start = time.monotonic()
+        assert transport.recv(timeout=30) is None
+        with pytest.raises(PipelineError, match=r"was killed by SIGKILL while the trainer waited for a batch"):
+            transport.check_alive("a batch")
+        assert time.monotonic() - start < 2.0 and process.is_alive()  # named while it still exits
+    finally:
+        process.kill()
+        process.join()
+        parent.close()
+
+
 _TRAINER_SCRIPT = textwrap.dedent(
     """
     import sys, time
