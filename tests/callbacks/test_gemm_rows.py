@@ -80,3 +80,30 @@ def test_the_callback_pads_during_the_fit_and_removes_its_hooks_at_teardown() ->
 def test_a_multiple_that_is_not_a_whole_number_from_one_names_the_key(multiple: object) -> None:
     with pytest.raises(ValueError, match=r"GemmRowBuckets: multiple must be a whole number >= 1"):
         GemmRowBuckets(multiple=multiple)  # type: ignore[arg-type]
+
+
+def test_a_recipe_turns_it_on_and_a_fit_runs_every_product_on_the_multiple(tmp_path, monkeypatch) -> None:
+    """Chosen in the YAML (here as the command line's callbacks entry), it pads the recipe's own model."""
+    from pathlib import Path
+
+    from lightning_zerocopy.cli import build_cli
+
+    quickstart = Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml"
+    monkeypatch.setenv("LIGHTNING_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    cli = build_cli(["--config", str(quickstart), "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}",
+                     "--trainer.max_steps=3", "--trainer.limit_val_batches=0", "--trainer.enable_checkpointing=false",
+                     '--trainer.callbacks+={"class_path": "lightning_zerocopy.callbacks.GemmRowBuckets", '
+                     '"init_args": {"multiple": 32}}'], run=False)  # fmt: skip
+    buckets = [c for c in cli.trainer.callbacks if isinstance(c, GemmRowBuckets)]
+    assert len(buckets) == 1 and buckets[0].multiple == 32
+    rows: list[int] = []
+    linear = F.linear
+
+    def recording(input: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        rows.append(input.shape[0])
+        return linear(input, *args, **kwargs)
+
+    with mock.patch.object(F, "linear", recording):
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.trainer.global_step == 3 and rows and all(r % 32 == 0 for r in rows), rows
+    assert buckets[0].layers == 0  # taken off at teardown
