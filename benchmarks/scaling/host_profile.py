@@ -16,6 +16,8 @@ from typing import Any, Callable, Optional
 
 import pytorch_lightning as pl
 
+from benchmarks.scaling.phase_window import PhaseWindow
+
 __all__ = ["HostProfile", "profile_lines", "summarize"]
 
 
@@ -65,20 +67,20 @@ class HostProfile(pl.Callback):
 
     def __init__(self, phase_of: Callable[[int], str], steps: int, phases: tuple[str, ...] = ("data", "model"),
                  skip: int = 5, make_profiler: Optional[Callable[[], Any]] = None) -> None:  # fmt: skip
-        self.phase_of, self.steps, self.phases, self.skip = phase_of, int(steps), tuple(phases), int(skip)
+        self.window = PhaseWindow(phase_of, steps, phases, skip)
         self.make_profiler = make_profiler or _cuda_profiler
         self.results: dict[str, dict[str, Any]] = {}
-        self._seen: dict[str, int] = {}
-        self._profiled: dict[str, int] = {}
         self._running: Optional[tuple[str, Any]] = None
+
+    @property
+    def steps(self) -> int:
+        """Steps to watch in a phase (0: none)."""
+        return self.window.steps
 
     def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any,
                              batch_idx: int) -> None:  # fmt: skip
-        phase = self.phase_of(trainer.current_epoch)
-        if phase not in self.phases or phase in self.results:
-            return
-        self._seen[phase] = self._seen.get(phase, 0) + 1
-        if self._seen[phase] <= self.skip or self._running is not None:
+        phase = self.window.opens(trainer.current_epoch)
+        if phase is None or self._running is not None:
             return
         profiler = self.make_profiler()
         profiler.__enter__()
@@ -88,9 +90,7 @@ class HostProfile(pl.Callback):
                            batch_idx: int) -> None:  # fmt: skip
         if self._running is None:
             return
-        phase, profiler = self._running
-        self._profiled[phase] = self._profiled.get(phase, 0) + 1
-        if self._profiled[phase] >= self.steps:
+        if self.window.count(self._running[0]):
             self._finish()
 
     def on_train_epoch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
@@ -102,7 +102,8 @@ class HostProfile(pl.Callback):
         phase, profiler = self._running
         self._running = None
         profiler.__exit__(None, None, None)
-        steps = self._profiled.get(phase, 0)
+        self.window.close(phase)
+        steps = self.window.watched[phase]
         self.results[phase] = {"steps": steps, "top": summarize(profiler.key_averages(), steps)}
 
     def summary(self) -> dict[str, Any]:

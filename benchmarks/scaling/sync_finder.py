@@ -15,6 +15,8 @@ from typing import Any, Callable, Optional
 import pytorch_lightning as pl
 import torch
 
+from benchmarks.scaling.phase_window import PhaseWindow
+
 __all__ = ["SyncFinder", "caller_frames"]
 
 #: frames of these packages are the machinery, not the caller to name
@@ -44,19 +46,25 @@ class SyncFinder(pl.Callback):
 
     def __init__(self, phase_of: Callable[[int], str], steps: int, phase: str = "data", skip: int = 5,
                  set_mode: Optional[Callable[[str], None]] = None) -> None:  # fmt: skip
-        self.phase_of, self.steps, self.phase, self.skip = phase_of, int(steps), phase, int(skip)
+        self.phase = phase
+        self.window = PhaseWindow(phase_of, steps, (phase,), skip)
         self.set_mode = set_mode or torch.cuda.set_sync_debug_mode
-        self.watched = 0
         self.counts: Counter[str] = Counter()
-        self._seen = 0
         self._context: Optional[Any] = None
+
+    @property
+    def steps(self) -> int:
+        """Steps to watch in a phase (0: none)."""
+        return self.window.steps
+
+    @property
+    def watched(self) -> int:
+        """Steps watched so far."""
+        return self.window.watched[self.phase]
 
     def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any,
                              batch_idx: int) -> None:  # fmt: skip
-        if self.watched >= self.steps or self.phase_of(trainer.current_epoch) != self.phase:
-            return
-        self._seen += 1
-        if self._seen <= self.skip:
+        if self.window.opens(trainer.current_epoch) is None:
             return
         self._context = warnings.catch_warnings()
         self._context.__enter__()
@@ -71,7 +79,7 @@ class SyncFinder(pl.Callback):
         self.set_mode("default")
         self._context.__exit__(None, None, None)
         self._context = None
-        self.watched += 1
+        self.window.count(self.phase)
 
     def _record(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None,
                 line: Optional[str] = None) -> None:  # fmt: skip
