@@ -42,6 +42,10 @@ from lightning_zerocopy.pipeline.share_numerics import (
     suggest_shares,
 )
 
+#: seconds a producer gets to stop when the run stops on an exception, before it is ended: a worker behind a stream
+#: that never drains (a collective a stopping peer never joins) never stops, and the job has ~10 s to end
+EXCEPTION_CLOSE_S = 1.0
+
 if TYPE_CHECKING:
     from lightning_zerocopy.pipeline.client import PipelineClient, PipelineStats
     from lightning_zerocopy.pipeline.mps import MPSDaemon
@@ -242,9 +246,9 @@ class PipelineCallback(Callback):
     @override
     def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
         trace_a_slow_exit()
-        self._shutdown()
+        self._shutdown(EXCEPTION_CLOSE_S)
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, timeout: float = 5.0) -> None:
         datamodule, self._datamodule = self._datamodule, None
         if datamodule is not None:
             datamodule.use_loader_factory(None)
@@ -252,7 +256,7 @@ class PipelineCallback(Callback):
         if session is not None:
             if session.auto is not None:
                 self._last_choice = session.share_choice
-            session.close()
+            session.close(timeout)
 
     # ---- what the run settled on -------------------------------------------------------------------------------
     @property

@@ -169,12 +169,13 @@ class PipelineClient:
         return self._generate(stage, st, gen, epoch, start, stop)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the producer and release the slots."""
+        """Stop the producer and release the slots; ``timeout``: seconds the producer (and the slot-release thread)
+        get to stop before the producer is ended (see the transport's ``close``)."""
         if self._closed:
             return
         self._closed = True
         if self._notifier is not None:
-            self._notifier.close()
+            self._notifier.close(timeout)
         try:
             self._send(("stop",))
         except Exception:  # noqa: BLE001 - a dead producer needs no stop message
@@ -343,6 +344,9 @@ class _FreeNotifier:
             except Exception:  # noqa: BLE001 - a dead producer is reported by the trainer's own wait
                 return
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop after the releases queued so far, waiting up to ``timeout`` seconds: behind a stream that never
+        drains (a collective a stopping peer never joins) the thread waits for good (a daemon: it ends with the
+        process)."""
         self._queue.put(None)
-        self._thread.join(5.0)
+        self._thread.join(timeout)

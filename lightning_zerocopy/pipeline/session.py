@@ -215,11 +215,11 @@ class PipelineSession:
         """The calibration's choice of the worker's share (``None`` before it decides, or without calibration)."""
         return None if self.auto is None else self.auto.calibrator.choice
 
-    def close(self) -> None:
-        """Stop every producer of the session (idempotent)."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop every producer of the session (idempotent), each given ``timeout`` seconds before it is ended."""
         auto, self.auto = self.auto, None
         client, self.client = self.client, None
         if auto is not None:
-            auto.close()  # every worker of the ladder, the active one included
+            auto.close(timeout)  # every worker of the ladder, the active one included
         elif client is not None:
-            client.close()
+            client.close(timeout)

@@ -84,10 +84,11 @@ class AutoShare:
         for percent in [p for p in self.clients if p != keep]:
             self.clients.pop(percent).close()
 
-    def close(self) -> None:
-        """Close every worker (saying what an unfinished calibration measured: a run shorter than it needs)."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Close every worker, each given ``timeout`` seconds to stop (saying what an unfinished calibration
+        measured: a run shorter than it needs)."""
         if self.clients and not self.calibrator.done:
             rank_zero_info(f"PipelineCallback(worker_sm_percent='auto'): {self.calibrator.unfinished()}")
         clients, self.clients = list(self.clients.values()), {}
         for client in clients:
-            client.close()
+            client.close(timeout)

@@ -339,13 +339,13 @@ class WorkerTransport:
         )
 
     def close(self, timeout: float = 5.0) -> None:
-        """Wait for the worker to exit after a stop message; close the pipe (it exits at end-of-file), then kill it if
-        it does not (it ignores SIGTERM)."""
+        """Wait ``timeout`` seconds for the worker to exit after a stop message; close the pipe (it exits at
+        end-of-file) and wait as long again, at most 2 s; then kill it (it ignores SIGTERM)."""
         _LIVE_WORKERS.discard(self.process.pid)
         self.process.join(timeout)
         if self.process.is_alive():
             self._conn.close()
-            self.process.join(2.0)
+            self.process.join(min(2.0, timeout))
         if self.process.is_alive():
             self.process.kill()
             self.process.join(2.0)

@@ -371,3 +371,27 @@ def test_the_callback_starts_mps_with_the_trainers_own_share(monkeypatch, traine
     callback = PipelineCallback(mode="worker", mps=True, worker_sm_percent=20, trainer_sm_percent=trainer_share)
     assert callback.join_mps() is not None
     assert os.environ[mps.PERCENT_ENV] == expected and os.environ[mps_launcher.WORKER_PERCENT_ENV] == "20"
+
+
+@pytest.mark.parametrize("hook", ["on_exception", "teardown"])
+def test_a_run_stopping_on_an_exception_gives_its_producers_a_short_close(hook: str) -> None:
+    """On an exception the producers get EXCEPTION_CLOSE_S to stop (a worker behind a stream that never drains never
+    stops, and the job has ~10 s to end); a run that ends normally gives them the full wait."""
+    from lightning_zerocopy.callbacks.pipeline import EXCEPTION_CLOSE_S
+
+    class _Session:
+        auto = None
+        closed_with: list[float] = []
+
+        def close(self, timeout: float = 5.0) -> None:
+            self.closed_with.append(timeout)
+
+    callback = PipelineCallback(mode="worker")
+    session = _Session()
+    callback._session = session  # type: ignore[assignment]
+    if hook == "on_exception":
+        callback.on_exception(None, None, RuntimeError("boom"))  # type: ignore[arg-type]
+    else:
+        callback.teardown(None, None, "fit")  # type: ignore[arg-type]
+    assert session.closed_with == [EXCEPTION_CLOSE_S if hook == "on_exception" else 5.0]
+    assert EXCEPTION_CLOSE_S <= 1.0

@@ -240,6 +240,21 @@ def test_a_worker_killed_by_a_signal_is_named_as_soon_as_its_exit_begins(monkeyp
         parent.close()
 
 
+def test_a_worker_that_cannot_stop_is_ended_within_twice_the_close_timeout():
+    """A run stopping on an exception gives its worker 1 s (PipelineCallback's EXCEPTION_CLOSE_S): a worker held
+    behind a stream that never drains never stops, and waiting 1 + 2 s, then killing, ate into the job's 10 s."""
+    client = start_pipeline("worker", depth=2, timeout=60)
+    pid = client.transport.pid
+    client.register("train", FakeSource(steps=5, delay=60.0))  # the build holds the worker for a minute
+    client.iterate("train", 0)
+    time.sleep(0.5)
+    start = time.monotonic()
+    client.close(timeout=0.5)
+    took = time.monotonic() - start
+    assert process_gone(pid)
+    assert took < 2.0, f"closing took {took:.2f} s"
+
+
 _TRAINER_SCRIPT = textwrap.dedent(
     """
     import sys, time
