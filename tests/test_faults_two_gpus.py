@@ -106,8 +106,15 @@ def _check_sigterm(output: str, returncode: int, tmp_path: Path) -> str:
     return "before issue 38: exit 1, " + errors[0]
 
 
+FAULTS = ["none", "kill_rank0", "kill_rank1", "kill_worker1", "sigterm", "ctrl_c"]
+#: ``LZC_FAULT_REPEATS=N`` runs every case N times (ids ``<fault>-<k>``): a race shows as a pass and a fail of the
+#: same commit (2 x H200, 2026-11-29: ``ctrl_c`` passed in one call and failed in the next)
+REPEATS = max(1, int(os.environ.get("LZC_FAULT_REPEATS", "1")))
+
+
 @pytest.mark.two_gpus
-@pytest.mark.parametrize("fault", ["none", "kill_rank0", "kill_rank1", "kill_worker1", "sigterm", "ctrl_c"])
+@pytest.mark.parametrize("fault", [pytest.param(f, id=f if REPEATS == 1 else f"{f}-{k}")
+                                   for f in FAULTS for k in range(REPEATS)])  # fmt: skip
 def test_a_two_gpu_run_ends_cleanly(tmp_path: Path, graph_cache: Path, fault: str) -> None:
     skip_unless_enough_gpus()
     before, mps_before = _shm(), _mps_now()
