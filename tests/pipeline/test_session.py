@@ -19,7 +19,7 @@ class _Client:
         self.percent, self.standby, self.closed = percent, standby, False
         self.stats = SimpleNamespace(last_build_s=0.0)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
         self.closed = True
 
 

@@ -26,7 +26,7 @@ class _Client:
     def __init__(self, percent: int, standby: bool) -> None:
         self.percent, self.standby, self.closed = percent, standby, False
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
         self.closed = True
 
 
