@@ -5,6 +5,7 @@ Every test is bounded: the pipeline's own waits raise, subprocesses run under ti
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 import torch
@@ -179,10 +181,10 @@ def test_sigkill_of_the_worker_mid_epoch_raises_a_clear_error_quickly():
         client.close()
 
 
-def test_a_worker_still_exiting_when_its_pipe_closes_is_named_by_how_it_died():
-    """A worker's pipe closes as it starts exiting; under MPS, a SIGKILLed worker took more than the 1 s the
-    trainer waited to end (2 x H200, 2026-11-29: ``kill_worker1``), and the error said it closed its pipe but still
-    ran. The trainer now waits while the worker exits, and names the signal."""
+@contextlib.contextmanager
+def _slowly_exiting_worker(seconds: float) -> Iterator[tuple[Any, Any]]:
+    """A trainer's end of a worker that closes its pipe and exits over ``seconds`` (its main thread ends first, a
+    SIGKILL ends the rest: :mod:`helpers.slow_exit`), with its process."""
     import multiprocessing
 
     from lightning_zerocopy.pipeline.worker import WorkerTransport
@@ -192,52 +194,43 @@ def test_a_worker_still_exiting_when_its_pipe_closes_is_named_by_how_it_died():
         pytest.skip(reason)
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
-    process = ctx.Process(target=exit_slowly, args=(2.5, (parent, child)))
+    process = ctx.Process(target=exit_slowly, args=(seconds, (parent, child)))
     process.start()
     child.close()
     transport = WorkerTransport.__new__(WorkerTransport)
     transport.process, transport._conn, transport._started = process, parent, True
     try:
-        assert transport.recv(timeout=30) is None
-        with pytest.raises(PipelineError, match=r"was killed by SIGKILL while the trainer waited for a batch"):
-            transport.check_alive("a batch")
+        yield transport, process
     finally:
         process.kill()
         process.join()
         parent.close()
+
+
+def test_a_worker_still_exiting_when_its_pipe_closes_is_named_by_how_it_died():
+    """A worker's pipe closes as it starts exiting; under MPS, a SIGKILLed worker took more than the 1 s the
+    trainer waited to end (2 x H200, 2026-11-29: ``kill_worker1``), and the error said it closed its pipe but still
+    ran. The trainer now waits while the worker exits, and names the signal."""
+    with _slowly_exiting_worker(2.5) as (transport, _):
+        assert transport.recv(timeout=30) is None
+        with pytest.raises(PipelineError, match=r"was killed by SIGKILL while the trainer waited for a batch"):
+            transport.check_alive("a batch")
 
 
 def test_a_worker_killed_by_a_signal_is_named_as_soon_as_its_exit_begins(monkeypatch):
     """The signal is read from the exiting process's exit status (Linux keeps it from the start of the exit), so the
     trainer names the SIGKILL at once, not after the worker's CUDA context has closed: in a two-GPU run that wait came
     before the error note its peers act on."""
-    import multiprocessing
-
     from lightning_zerocopy.pipeline import worker
-    from lightning_zerocopy.pipeline.worker import WorkerTransport
     from lightning_zerocopy.process_state import process_dying
 
-    reason = slow_exit_unavailable()
-    if reason:
-        pytest.skip(reason)
     monkeypatch.setattr(worker, "exit_signal", lambda pid: signal.SIGKILL if process_dying(pid) else None)
-    ctx = multiprocessing.get_context("fork")
-    parent, child = ctx.Pipe()
-    process = ctx.Process(target=exit_slowly, args=(5.0, (parent, child)))
-    process.start()
-    child.close()
-    transport = WorkerTransport.__new__(WorkerTransport)
-    transport.process, transport._conn, transport._started = process, parent, True
-    try:
+    with _slowly_exiting_worker(5.0) as (transport, process):
         start = time.monotonic()
         assert transport.recv(timeout=30) is None
         with pytest.raises(PipelineError, match=r"was killed by SIGKILL while the trainer waited for a batch"):
             transport.check_alive("a batch")
         assert time.monotonic() - start < 2.0 and process.is_alive()  # named while it still exits
-    finally:
-        process.kill()
-        process.join()
-        parent.close()
 
 
 def test_a_worker_that_cannot_stop_is_ended_within_twice_the_close_timeout():
