@@ -23,14 +23,23 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
-
-if TYPE_CHECKING:
-    from lightning_zerocopy.strategies.liveness import RankInfo
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 __all__ = [
-    "DONE_KEY", "kill_pipeline_workers", "stop_reading", "stop_workers_reading", "stream_drained", "wait_for_readers"
+    "DONE_KEY", "Reader", "kill_pipeline_workers", "stop_reading", "stop_workers_reading", "stream_drained",
+    "wait_for_readers",
 ]
+
+class Reader(Protocol):
+    """A rank that may read this rank's shards, as the watch knows it (a
+    :class:`~lightning_zerocopy.strategies.liveness.RankInfo`)."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def pid(self) -> int: ...
+
 
 #: seconds a rank's watch waits for its killed pipeline workers to end before it says it reads no peer shard
 WORKERS_END_S = 3.0
@@ -99,11 +108,11 @@ def stream_drained(device: Any, timeout: float = 1.0, poll: float = 0.005) -> bo
 
 def wait_for_readers(
     store: Any,
-    readers: Sequence["RankInfo"],
+    readers: Sequence[Reader],
     alive: Callable[[int], bool],
     timeout: float,
     poll: float = 0.02,
-) -> list["RankInfo"]:
+) -> list[Reader]:
     """Wait until every rank of ``readers`` has said it stopped reading (:func:`stop_reading`) or is gone, at most
     ``timeout`` seconds. Returns the readers still reading at the deadline (empty when all stopped in time). Without
     a store only the readers' exits are seen."""

@@ -155,8 +155,11 @@ def test_a_stopping_peer_whose_shards_this_rank_reads_stops_its_workers_at_once(
 
     from lightning_zerocopy.pipeline import worker
 
+    from lightning_zerocopy.cache import sharded_provider
+
     killed: list[float] = []
     monkeypatch.setattr(worker, "kill_workers", lambda wait_s=0.0: killed.append(time.monotonic()) or True)
+    monkeypatch.setattr(sharded_provider, "caches_open_here", lambda: False)  # other tests' caches may be open here
     store = dist.HashStore()
     me, peer = RankInfo(0, "host", os.getpid()), RankInfo(1, "host", 101)
     watch = RankLiveness(me, [me, peer], interval=0.05, grace=1e9, alive=lambda pid: True, store=store)
