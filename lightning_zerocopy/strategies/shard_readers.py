@@ -10,10 +10,11 @@ So the readers stop first. A rank whose watch reads the exit note of a rank whos
 pipeline workers at once (:meth:`~lightning_zerocopy.strategies.liveness.RankLiveness.depend_on`): its main thread
 may be held in a CUDA wait behind a collective the stopping rank never joins, and its worker outlived a 5 s wait
 (``close()`` gives a worker 5 + 2 s before it kills it). Once they have ended, the watch says so for its rank where
-they did all its reads (:func:`stop_workers_reading`): the held main thread would never say it. And a rank that stops on an exception, once its own reads
-have ended (its workers closed by the callbacks' ``on_exception``, which Lightning calls before the strategy's; its
-current stream drained), says so in the process group's store (:func:`stop_reading`), then waits until every rank
-whose shards it reads has said the same or is gone, for at most ``timeout`` seconds (:func:`wait_for_readers`).
+they did all its reads (:func:`stop_workers_reading`): the held main thread would never say it. And a rank that
+stops on an exception, once its own reads have ended (its workers closed by the callbacks' ``on_exception``, which
+Lightning calls before the strategy's; its current stream drained), says so in the process group's store
+(:func:`stop_reading`), then waits until every rank whose shards it reads has said the same or is gone, for at most
+``timeout`` seconds (:func:`wait_for_readers`).
 Cliques are symmetric (the ranks a rank reads read it), so the ranks it reads are the ones it waits for, and two
 ranks stopping together each find the other's word at once. A rank killed outright (SIGKILL) cannot wait: its
 peers stop themselves the moment it exits (:meth:`~lightning_zerocopy.strategies.liveness.RankLiveness.depend_on`).
@@ -29,6 +30,7 @@ __all__ = [
     "DONE_KEY", "Reader", "kill_pipeline_workers", "stop_reading", "stop_workers_reading", "stream_drained",
     "wait_for_readers",
 ]
+
 
 class Reader(Protocol):
     """A rank that may read this rank's shards, as the watch knows it (a
