@@ -55,9 +55,9 @@ mps_tests_b="tests/benchmarks/end_to_end/test_e2e_rows.py::test_share_rows_train
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,two_gpu_faults bash scripts/gpu_session.sh    # .wheels/
 two_gpu_tests="tests/graph/test_cuda_ipc.py tests/cache/test_feature_cache_cuda.py tests/strategies/test_strategy_ddp.py
   tests/data/test_ddp.py tests/test_cli_weighted_gcn.py tests/data/test_layerwise_ddp.py"
-export GPU_CHECK_EXTRA_STAGE_TWO_GPU_FAULTS="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_FAULTS_TIMEOUT:-500} python3 -m pytest -v -rfEP -p no:cacheprovider --timeout=120 -m two_gpus tests/test_faults_two_gpus.py"
+export GPU_CHECK_EXTRA_STAGE_TWO_GPU_FAULTS="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_FAULTS_TIMEOUT:-500} python3 -m pytest -v -rfEP -p no:cacheprovider --timeout=120 -m two_gpus tests/data/test_process_group_exit.py tests/test_faults_two_gpus.py"
 # stage two_gpu_faults_repeat: the cases not yet steady on 2 GPUs, each run three times (LZC_FAULT_REPEATS), ~7 min
-export GPU_CHECK_EXTRA_STAGE_TWO_GPU_FAULTS_REPEAT="LZC_FAULT_REPEATS=${GPU_CHECK_FAULT_REPEATS:-3} REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_FAULTS_TIMEOUT:-500} python3 -m pytest -v -rfEP -p no:cacheprovider --timeout=120 -m two_gpus tests/test_faults_two_gpus.py -k '${GPU_CHECK_FAULT_REPEAT_SELECT:-ctrl_c or kill_worker1}'"
+export GPU_CHECK_EXTRA_STAGE_TWO_GPU_FAULTS_REPEAT="REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout 120 python3 -m pytest -v -rfEP -p no:cacheprovider --timeout=100 -m two_gpus tests/data/test_process_group_exit.py; LZC_FAULT_REPEATS=${GPU_CHECK_FAULT_REPEATS:-3} REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_FAULTS_TIMEOUT:-500} python3 -m pytest -v -rfEP -p no:cacheprovider --timeout=120 -m two_gpus tests/test_faults_two_gpus.py -k '${GPU_CHECK_FAULT_REPEAT_SELECT:-ctrl_c or kill_worker1}'"
 export GPU_CHECK_EXTRA_STAGE_TWO_GPUS="python3 scripts/diagnostics/torch_ipc_peer_read.py; REQUIRE_CUDA=1 REQUIRE_TWO_GPUS=1 timeout ${GPU_CHECK_TWO_GPU_TIMEOUT:-480} python3 -m pytest -v -rfE -p no:cacheprovider --timeout=240 -m 'two_gpus or cuda' $(echo $two_gpu_tests)"
 export GPU_CHECK_STAGES="${GPU_CHECK_STAGES:-build,tests,mps_tests,e2e,link}"
 export GPU_CHECK_TEST_PATHS="$(echo $parallel_tests)" GPU_CHECK_TEST_WORKERS="${GPU_CHECK_TEST_WORKERS:-10}"

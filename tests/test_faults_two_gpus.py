@@ -55,7 +55,7 @@ def _start(tmp_path: Path, *overrides: str, cache: Optional[Path] = None) -> sub
     markers = tmp_path / "markers"
     markers.mkdir(exist_ok=True)
     env = command_env(cache or tmp_path / "cache", markers, without_mps=True)
-    env[EXIT_TRACE_ENV] = "8"  # a rank still stopping 8 s after its exception path began prints where it waits
+    env[EXIT_TRACE_ENV] = "4"  # a rank still stopping 4 s after its exception path began prints where it waits
     args = [sys.executable, "-m", "lightning_zerocopy", "fit", "--config", str(ROOT / "recipes" / "multi_gpu.yaml"),
             f"--trainer.devices={RANKS}", "--data.init_args.dataset.init_args.num_nodes=400000",
             "--trainer.strategy.init_args.cache_budget=16MiB", "--trainer.strategy.init_args.presample_batches=8",
@@ -183,3 +183,5 @@ def test_a_two_gpu_run_ends_cleanly(tmp_path: Path, graph_cache: Path, fault: st
         assert proc.returncode == 1 and len(errors) == 1, output[-5000:]
         assert f"(pid {processes['worker1']}) was killed by SIGKILL" in errors[0], output[-5000:]
     print(f"{fault} on {RANKS} ranks: every process ended {took:.2f} s after it; exit status {proc.returncode}{seen}")
+    if took > BOUND_S / 2:  # a pass near the bound: what the job said, the exit traces included
+        print(output[-6000:])

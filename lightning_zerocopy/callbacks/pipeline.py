@@ -31,6 +31,7 @@ import torch
 from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
+from lightning_zerocopy.data.process_group_exit import run_failed
 from lightning_zerocopy.exit_trace import trace_a_slow_exit
 from lightning_zerocopy.pipeline import mps, mps_launcher
 from lightning_zerocopy.pipeline.mps_launcher import DEFAULT_WORKER_SM_PERCENT
@@ -246,6 +247,7 @@ class PipelineCallback(Callback):
     @override
     def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
         trace_a_slow_exit()
+        run_failed(exception)  # first: an NCCL collective a peer never joins would hold the close's GPU waits
         self._shutdown(EXCEPTION_CLOSE_S)
 
     def _shutdown(self, timeout: float = 5.0) -> None:

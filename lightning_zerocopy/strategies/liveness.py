@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from lightning_zerocopy.data.process_group_exit import abort_collectives
 from lightning_zerocopy.process_state import process_alive
 from lightning_zerocopy.strategies.error_line import NOTE_PREFIX, claim, error_line_written, line_prefix, say
 from lightning_zerocopy.strategies.exit_notes import (
@@ -345,6 +346,7 @@ class RankLiveness:
                 os.kill(os.getpid(), _SIGNAL)  # PeerRankExited carries the message
             else:
                 say(f"[ZeroCopyDDPStrategy] {self.message}")
+            abort_collectives()  # a collective the peer never joins would hold the main thread where no signal lands
             if dead.rank in self._mapped and not is_interrupt_note(self.note_of(dead)):
                 stop_workers_reading(self._store, self.me.rank)  # its shards go with it (after the signal: the error
                 # stays the peer's, not a worker's); it waits for this rank's word (shard_readers)

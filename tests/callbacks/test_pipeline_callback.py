@@ -374,10 +374,15 @@ def test_the_callback_starts_mps_with_the_trainers_own_share(monkeypatch, traine
 
 
 @pytest.mark.parametrize("hook", ["on_exception", "teardown"])
-def test_a_run_stopping_on_an_exception_gives_its_producers_a_short_close(hook: str) -> None:
+def test_a_run_stopping_on_an_exception_gives_its_producers_a_short_close(hook: str, monkeypatch) -> None:
     """On an exception the producers get EXCEPTION_CLOSE_S to stop (a worker behind a stream that never drains never
-    stops, and the job has ~10 s to end); a run that ends normally gives them the full wait."""
+    stops, and the job has ~10 s to end); a run that ends normally gives them the full wait. Before that close, a
+    failed run aborts its NCCL group (``run_failed``): a collective a peer never joins would hold its GPU waits."""
+    from lightning_zerocopy.callbacks import pipeline
     from lightning_zerocopy.callbacks.pipeline import EXCEPTION_CLOSE_S
+
+    calls: list[str] = []
+    monkeypatch.setattr(pipeline, "run_failed", lambda exception: calls.append("run_failed"))
 
     class _Session:
         auto = None
@@ -385,6 +390,7 @@ def test_a_run_stopping_on_an_exception_gives_its_producers_a_short_close(hook: 
 
         def close(self, timeout: float = 5.0) -> None:
             self.closed_with.append(timeout)
+            calls.append("close")
 
     callback = PipelineCallback(mode="worker")
     session = _Session()
@@ -395,3 +401,4 @@ def test_a_run_stopping_on_an_exception_gives_its_producers_a_short_close(hook: 
         callback.teardown(None, None, "fit")  # type: ignore[arg-type]
     assert session.closed_with == [EXCEPTION_CLOSE_S if hook == "on_exception" else 5.0]
     assert EXCEPTION_CLOSE_S <= 1.0
+    assert calls == (["run_failed", "close"] if hook == "on_exception" else ["close"])

@@ -111,9 +111,13 @@ def test_a_peer_interrupted_by_ctrl_c_is_said_interrupted_not_exited() -> None:
     assert rank0.explain(KeyboardInterrupt(), wait=0) is None
 
 
-def test_a_peer_failing_stops_this_rank_with_its_cause_before_it_exits() -> None:
+def test_a_peer_failing_stops_this_rank_with_its_cause_before_it_exits(monkeypatch) -> None:
     import torch.distributed as dist
 
+    from lightning_zerocopy.strategies import liveness
+
+    aborted: list[str] = []  # the watch aborts the NCCL group: a collective rank 1 never joins would hold rank 0's
+    monkeypatch.setattr(liveness, "abort_collectives", lambda: aborted.append(threading.current_thread().name))
     store = dist.HashStore()
     me = RankInfo(0, "host", os.getpid())
     peer = RankInfo(1, "host", 101)
@@ -138,6 +142,7 @@ def test_a_peer_failing_stops_this_rank_with_its_cause_before_it_exits() -> None
         announcer.join(timeout=5)
         assert not announcer.is_alive()
         assert store.check(["lightning_zerocopy/liveness/ack/1/0"])  # rank 0 acknowledged the note
+        assert len(aborted) == 1 and aborted[0] != threading.main_thread().name  # from the watch: main may be held
     finally:
         watch.stop()
 
