@@ -149,7 +149,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         callbacks.append(type_counts)
     if pipeline is not None:
         callbacks.append(pipeline)
-    gemm_rows = (knobs.get("run") or {}).get("gemm_rows")
+    gemm_rows = (knobs.get("run") or {}).get("gemm_rows", args.gemm_rows)
     if gemm_rows:
         callbacks.append(GemmRowBuckets(int(gemm_rows)))
     callbacks += diag.last_callbacks() if diag else []
@@ -336,6 +336,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--model", default="heavy", choices=sorted(MODELS),
                         help="heavy: 3-layer SAGE h256 [15, 10, 5]; light: 2-layer SAGE h128 [10, 5]")
     parser.add_argument("--ranking", default="presample", choices=("degree", "presample"))
+    parser.add_argument("--gemm-rows", type=int, default=64, help="GemmRowBuckets(multiple=N) on every row, PyG's "
+                        "included (the recipe's; 0 = off): the model's linear products on bucketed row counts")
     parser.add_argument("--presample-batches", type=int, default=64)
     parser.add_argument("--num-nodes", type=int, default=16_000_000)
     parser.add_argument("--avg-degree", type=int, default=16)

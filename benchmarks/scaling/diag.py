@@ -175,7 +175,8 @@ def _run_argv(args: argparse.Namespace, spec: RunSpec, timeout: float) -> list[s
             "--presample-batches", str(args.presample_batches), "--precision", args.precision,
             "--warmup-batches", str(args.warmup_batches), "--limit-batches", str(args.limit_batches),
             "--run-budget-s", str(args.phase_s * len(args.phase_list)), "--worker-sm-percent", str(args.worker_sm_percent),
-            "--seed", str(args.seed), "--device", args.device, "--timeout", str(timeout)]  # fmt: skip
+            "--seed", str(args.seed), "--device", args.device, "--timeout", str(timeout),
+            "--gemm-rows", "0"]  # fmt: skip  (row buckets only where a variant's knob gemm_rows asks)
     return argv + (["--cache-dir", args.cache_dir] if args.cache_dir else [])
 
 
