@@ -205,6 +205,11 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_SYNCS="timeout -s TERM ${GPU_CHECK_SCALING_
 # one GPU (GPU_CHECK_SCALING_PROFILE_GPUS=1) the same on the 1-GPU run:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_profile bash scripts/gpu_session.sh     # .wheels/ carried
 export GPU_CHECK_EXTRA_STAGE_SCALING_PROFILE="timeout -s TERM ${GPU_CHECK_SCALING_PROFILE_TIMEOUT:-250} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_profile.json --num-nodes 4000000 --gpus ${GPU_CHECK_SCALING_PROFILE_GPUS:-1,2} --plan knobs --knobs profile_steps=20,profile_steps=20+env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1 --deadline-s 240 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16"
+# stage e2e_gemm_rows (issue 40, one GPU, ~6 min estimated; not yet run): GemmRowBuckets(64) raised the heavy model's
+# 2-GPU data phase from 85 to 109 steps/s a rank (2 x H200, 2026-11-30); on one GPU, the bimodal stage's 24M-node graph
+# and settings, zc_gpu_mps and model_only without and with the buckets (--gemm-rows 0, 64), one block each:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,e2e_gemm_rows bash scripts/gpu_session.sh             # .wheels/
+export GPU_CHECK_EXTRA_STAGE_E2E_GEMM_ROWS="for rows in 0 64; do timeout -s TERM 250 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --x-dtype bfloat16 --models ${GPU_CHECK_E2E_GEMM_MODELS:-heavy} --steps 800 --warmup 80 --row-budget-s 15 --total-budget-s 200 --row-timeout-s 110 --configs zc_gpu_mps,model_only --gemm-rows \$rows --cache-dir /tmp/lzc --out \$OUT/e2e_gemm_rows-\$rows; rm -rf \$OUT/e2e_gemm_rows-\$rows/logs/*/hparams.yaml \$OUT/e2e_gemm_rows-\$rows/*.png; done"
 # stage gemm_shapes (issues 39/40): the profile found the data phase's extra host time in aten::mm/addmm (1.8-2.3 ms a
 # step against 0.44-0.62 in the model phase, whose ring repeats 16 batches' shapes): what a new shape costs cuBLAS's
 # host side, per heuristics cache, and the heavy step with fixed against fresh row counts. ~1.5 min on one GPU:

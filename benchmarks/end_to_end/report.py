@@ -289,6 +289,8 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
              f"- Model, the same in every row (PyG's and model-only's too): precision {args.get('precision', '32 (not recorded)')}, "
              f"per-hop trimming {({True: 'on', False: 'off'}).get(args.get('trim'), 'off (not recorded)')}"
              + ("; `torch.compile`d (`compile=True`, dynamic shapes)" if args.get("compile") else "")
+             + (f"; linear products on row counts rounded up to {args['gemm_rows']} (`GemmRowBuckets`)"
+                if args.get("gemm_rows") else "")
              + (f"; our rows store the host features as {args['feature_dtype']}" if args.get("feature_dtype") else "")
              + (f"; `x` delivered as {args['x_dtype']} by our rows and model-only's (PyG's float32)"
                 if args.get("x_dtype") else " (`x` delivered as float32)" if args.get("feature_dtype") else ""),

@@ -52,3 +52,22 @@ def test_compile_flag_compiles_every_rows_net(tmp_path: Path, monkeypatch: pytes
     assert plain["status"] == "ok" and plain["compile"] is False and compiled == []
     result = run("--compile")
     assert result["status"] == "ok" and result["compile"] is True and compiled == [{"dynamic": True}]
+
+
+def test_gemm_rows_flag_buckets_every_rows_linear_products(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--gemm-rows N`` runs the row's model under ``GemmRowBuckets(N)`` (every linear product on a row count that is
+    a multiple of N, counted here) and the row records it; without it no product is padded."""
+    from test_e2e_benchmark import model_only_row
+
+    rows: list[int] = []
+    linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear",
+                        lambda x, *a, **kw: rows.append(x.shape[0]) or linear(x, *a, **kw))  # fmt: skip
+
+    plain = model_only_row(tmp_path, 4)
+    assert plain["status"] == "ok" and plain["gemm_rows"] == 0
+    assert rows and any(r % 64 for r in rows)  # sampled row counts, unpadded
+    rows.clear()
+    result = model_only_row(tmp_path, 4, "--gemm-rows", "64")
+    assert result["status"] == "ok" and result["gemm_rows"] == 64
+    assert rows and all(r % 64 == 0 for r in rows)
