@@ -205,6 +205,11 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_SYNCS="timeout -s TERM ${GPU_CHECK_SCALING_
 # one GPU (GPU_CHECK_SCALING_PROFILE_GPUS=1) the same on the 1-GPU run:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_profile bash scripts/gpu_session.sh     # .wheels/ carried
 export GPU_CHECK_EXTRA_STAGE_SCALING_PROFILE="timeout -s TERM ${GPU_CHECK_SCALING_PROFILE_TIMEOUT:-250} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_profile.json --num-nodes 4000000 --gpus ${GPU_CHECK_SCALING_PROFILE_GPUS:-1,2} --plan knobs --knobs profile_steps=20,profile_steps=20+env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1 --deadline-s 240 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16"
+# stage scaling_table (issue 39, two GPUs, .pyg/ carried, ~6 min estimated; not yet run): the README's 1/2-GPU table,
+# one model a call (GPU_CHECK_SCALING_MODEL=heavy | light): 1 GPU, 2 GPUs x replicate/clique/auto, PyG's NeighborLoader
+# under DDP on 2 GPUs; the worker under MPS on every rank and row-count buckets (--gemm-rows 64), as recipes/multi_gpu.yaml
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_table bash scripts/gpu_session.sh              # .wheels/, .pyg/
+export GPU_CHECK_EXTRA_STAGE_SCALING_TABLE="timeout -s TERM ${GPU_CHECK_SCALING_TABLE_TIMEOUT:-500} python3 -m benchmarks.scaling --model ${GPU_CHECK_SCALING_MODEL:-heavy} --gpus 1,2 --policies replicate,clique,auto --budgets 0.1 --pipelines worker --num-nodes 8000000 --epochs 2 --warmup-batches 30 --limit-batches 300 --run-budget-s 14 --presample-batches 16 --gemm-rows 64 --timeout 110 --pyg-gpus 2 --pyg-workers 8 --pyg-site /tmp/pygsite --cache-dir /tmp/lzc --out \$OUT/scaling_table-${GPU_CHECK_SCALING_MODEL:-heavy}.json"
 # stage e2e_gemm_rows (issue 40, one GPU, ~6 min estimated; not yet run): GemmRowBuckets(64) raised the heavy model's
 # 2-GPU data phase from 85 to 109 steps/s a rank (2 x H200, 2026-11-30); on one GPU, the bimodal stage's 24M-node graph
 # and settings, zc_gpu_mps and model_only without and with the buckets (--gemm-rows 0, 64), one block each:
