@@ -50,7 +50,7 @@ def fit_one_model(row: Row, args: Any, kwargs: dict[str, Any], *, build_dataset:
     """
     import pytorch_lightning as pl
 
-    from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
+    from lightning_zerocopy.callbacks import DataTelemetry, GemmRowBuckets, PipelineCallback
 
     cuda = torch.cuda.device_count() > 0 and torch.version.cuda is not None
     if row.needs_cuda and not cuda:
@@ -67,6 +67,9 @@ def fit_one_model(row: Row, args: Any, kwargs: dict[str, Any], *, build_dataset:
     telemetry = DataTelemetry(prog_bar=False)
     check = batch_check(data, min(3, max(1, args.warmup)))
     callbacks: list[Callback] = [clock, telemetry, check] + ([pipeline] if pipeline is not None else [])
+    gemm_rows = int(getattr(args, "gemm_rows", 0) or 0)
+    if gemm_rows:  # every row, PyG's and model-only's included: the same model on each
+        callbacks.append(GemmRowBuckets(gemm_rows))
     pl.seed_everything(args.seed, workers=True, verbose=False)
     module = model(args, dataset, data)
     trainer = pl.Trainer(
@@ -94,7 +97,7 @@ def fit_one_model(row: Row, args: Any, kwargs: dict[str, Any], *, build_dataset:
     if row.mps:
         extra.update(share_figures(pipeline))
     return {**figures(summarize(clock, telemetry, args.warmup)), "batch_check": check.result, "device": _device_name(cuda),
-            "threads": torch.get_num_threads(), **extra}  # fmt: skip
+            "threads": torch.get_num_threads(), "gemm_rows": gemm_rows, **extra}  # fmt: skip
 
 
 def our_datamodule(name: str, dataset: Any, options: dict[str, Any], **kwargs: Any) -> Any:

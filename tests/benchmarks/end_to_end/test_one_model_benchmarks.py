@@ -128,3 +128,28 @@ def test_ci_preset_end_to_end(name: str, one_model_ci_run: Callable[[str], Path]
     proc = run_benchmark(ONE_MODEL[name], "--report-only", str(tmp_path))
     assert "report.md" in proc.stdout
     assert (tmp_path / "report.md").read_text() == report
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_gemm_rows_flag_defaults_off(name: str) -> None:
+    assert _command(name).parse_args(["--preset", "ci"]).gemm_rows == 0
+    assert _command(name).parse_args(["--preset", "ci", "--gemm-rows", "64"]).gemm_rows == 64
+
+
+def test_gemm_rows_flag_buckets_the_typed_models_linear_products(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--gemm-rows 64``: every linear product of the typed model (one per node type and layer, each on a row count
+    of its own every batch) runs on a multiple of 64 rows, and the row records it."""
+    from benchmarks.end_to_end.hetero.train import build_dataset, run_row
+
+    command = _command("hetero")
+    rows: list[int] = []
+    linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear",
+                        lambda x, *a, **kw: rows.append(x.shape[0]) or linear(x, *a, **kw))  # fmt: skip
+    args = command.parse_args(["--preset", "ci", "--steps", "4", "--warmup", "2", "--val-every", "2", "--stage-batches",
+                               "2", "--cache-dir", str(tmp_path), "--gemm-rows", "64"])  # fmt: skip
+    kwargs = command.dataset_kwargs(args)
+    build_dataset(kwargs).prepare()
+    result = run_row(command.select_rows("model_only")[0], args, kwargs)
+    assert result["status"] == "ok" and result["gemm_rows"] == 64, result
+    assert rows and all(r % 64 == 0 for r in rows), sorted(set(rows))[:10]
