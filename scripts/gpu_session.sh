@@ -81,6 +81,12 @@ export GPU_CHECK_EXTRA_STAGE_PYG_PARITY="PYTHONPATH=/tmp/pygsite:\$PYTHONPATH RE
 # NeighborLoader (2- and 3-layer), in GPU_CHECK_HETERO_ARGS' budget
 export GPU_CHECK_EXTRA_STAGE_HETERO_PREP="timeout ${GPU_CHECK_HETERO_PREP_TIMEOUT:-300} python3 -m benchmarks.end_to_end.hetero --prepare-only --cache-dir /tmp/lzc"
 export GPU_CHECK_EXTRA_STAGE_HETERO="for layers in \${GPU_CHECK_HETERO_FANOUTS:-10,10 10,10,10}; do timeout ${GPU_CHECK_HETERO_TIMEOUT:-280} python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --pyg-site /tmp/pygsite --num-neighbors \$layers --out /tmp/gpu_check_bench/hetero/layers-\${layers//,/-} ${GPU_CHECK_HETERO_ARGS:---configs model_only,pyg,zc_gpu_mps --row-budget-s 40 --pyg-workers 8,12}; done; tar czf \$OUT/hetero.tgz -C /tmp/gpu_check_bench hetero"
+# stage hetero_gemm_rows (issue 40, one GPU, after hetero_prep; ~7 min estimated, not yet run): the typed model runs a
+# linear product per node type and layer, each on a row count of its own every batch, so cuBLAS's per-shape host setup
+# (~0.1 ms a new shape) may weigh more than in the homogeneous step: mag10x [10,10], zc_gpu_mps and model_only without
+# and with GemmRowBuckets(64):
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,hetero_gemm_rows bash scripts/gpu_session.sh   # .wheels/
+export GPU_CHECK_EXTRA_STAGE_HETERO_GEMM_ROWS="for rows in 0 64; do timeout 200 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors \${GPU_CHECK_HETERO_GEMM_FANOUTS:-10,10} --configs zc_gpu_mps,model_only --row-budget-s 30 --gemm-rows \$rows --out \$OUT/hetero_gemm_rows-\$rows; done"
 # stage hetero_sampling (after hetero_prep): where a typed batch's sampling time goes, per hop (kernels, dedup, a sort
 # of as many keys), on the whole GPU, 2 and 3 hops
 export GPU_CHECK_EXTRA_STAGE_HETERO_SAMPLING="for layers in 10,10 10,10,10; do timeout 150 python3 -m benchmarks.parts.hetero_sampling --preset ${GPU_CHECK_HETERO_SAMPLING_PRESET:-mag10x} --cache-dir /tmp/lzc --num-neighbors \$layers --out \$OUT/hetero_sampling-\${layers//,/-}.json; done"
