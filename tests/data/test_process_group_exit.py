@@ -117,7 +117,7 @@ def test_a_second_caller_waits_for_an_abort_under_way(fake_group, monkeypatch) -
     first.start()
     started.wait(5)
     assert abort_collectives() is False
-    assert finished and time.monotonic() >= finished[0]  # it returned only once the first abort had ended
+    assert finished  # it returned only once the first abort had ended (and did not abort a second time, below)
     first.join(5)
     assert aborts == ["nccl"]
 
