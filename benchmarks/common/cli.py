@@ -74,8 +74,14 @@ def add_measuring_arguments(t: Any, loader: str, stage_batches: int, parse_share
     t.add_argument("--stage-batches", type=int, default=stage_batches, help="model_only: distinct batches pre-staged on the device")
     t.add_argument("--worker-sm-percent", type=parse_share, default=10, help="MPS rows: the pipeline worker's share of "
                    "SMs, 1-99 or auto (PipelineCallback(worker_sm_percent='auto'))")  # fmt: skip
-    t.add_argument("--gemm-rows", type=int, default=0, help="every row's model under GemmRowBuckets(multiple=N): its "
-                   "linear products on row counts rounded up to N (cuBLAS's per-shape host setup); 0: off")  # fmt: skip
+    add_gemm_rows_argument(t)
+
+
+def add_gemm_rows_argument(t: Any, default: int = 0) -> None:
+    """``--gemm-rows N``: every row's model under ``GemmRowBuckets(multiple=N)``, PyG's and model-only's included (the
+    same model on each): its linear products on row counts rounded up to N (cuBLAS's per-shape host setup); 0: off."""
+    t.add_argument("--gemm-rows", type=int, default=default, help="every row's model under GemmRowBuckets(multiple=N), "
+                   f"PyG's included: its linear products on row counts rounded up to N; 0: off (default {default})")
 
 
 def add_child_arguments(p: argparse.ArgumentParser) -> None:

@@ -44,6 +44,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.common.cli import add_gemm_rows_argument  # noqa: E402
 from benchmarks.common.gpu_clocks import GpuClocks  # noqa: E402
 from benchmarks.common.meta import machine_info  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
@@ -102,8 +103,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    "first batches")  # fmt: skip
     t.add_argument("--compile", action="store_true", help="every row's model with compile=True (torch.compile, "
                    "dynamic shapes), as `model.init_args.compile: true` in a recipe")  # fmt: skip
-    t.add_argument("--gemm-rows", type=int, default=0, help="every row's model under GemmRowBuckets(multiple=N) (its "
-                   "linear products on row counts rounded up to N), as recipes/multi_gpu.yaml; 0: off")  # fmt: skip
+    add_gemm_rows_argument(t)
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--row-budget-s", type=float, help="stop a row's training after this many seconds (0: none)")

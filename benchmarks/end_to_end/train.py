@@ -92,8 +92,9 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
                        every=getattr(args, "check_every", 0) or 0)
     host_load = SteadyHostLoad(args.warmup)  # before the clock: its opening /proc reading stays out of the window
     callbacks: list[Callback] = [host_load, clock, telemetry, check]
-    if getattr(args, "gemm_rows", 0):  # every row, model-only and PyG's included: the same model on each
-        callbacks.append(GemmRowBuckets(int(args.gemm_rows)))
+    gemm_rows = int(getattr(args, "gemm_rows", 0) or 0)
+    if gemm_rows:  # every row, model-only and PyG's included: the same model on each
+        callbacks.append(GemmRowBuckets(gemm_rows))
     if pipeline is not None:
         callbacks.append(pipeline)
     strategy: Any = "auto"
@@ -126,7 +127,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     )  # fmt: skip
     extra: dict[str, Any] = {"precision": precision, "trim": bool(getattr(model, "trim", False)),
                              "compile": bool(getattr(args, "compile", False)),
-                             "gemm_rows": int(getattr(args, "gemm_rows", 0) or 0),
+                             "gemm_rows": gemm_rows,
                              "features_in_host_memory": row.features_in_host_memory,
                              "metrics_csv": os.path.join(logger.log_dir, "metrics.csv") if logger else None}  # fmt: skip
     common = dict(fanouts=list(spec.fanouts), batch_size=args.batch_size, drop_last=True, seed=args.seed)

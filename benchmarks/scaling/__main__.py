@@ -62,6 +62,7 @@ if REPO_ROOT not in sys.path:
 import pytorch_lightning as pl  # noqa: E402  (imports no CUDA: the parent process stays without a context)
 import torch  # noqa: E402
 
+from benchmarks.common.cli import add_gemm_rows_argument  # noqa: E402
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
 from benchmarks.end_to_end.hetero.__main__ import PRESETS as HETERO_PRESETS  # noqa: E402
@@ -336,8 +337,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--model", default="heavy", choices=sorted(MODELS),
                         help="heavy: 3-layer SAGE h256 [15, 10, 5]; light: 2-layer SAGE h128 [10, 5]")
     parser.add_argument("--ranking", default="presample", choices=("degree", "presample"))
-    parser.add_argument("--gemm-rows", type=int, default=64, help="GemmRowBuckets(multiple=N) on every row, PyG's "
-                        "included (the recipe's; 0 = off): the model's linear products on bucketed row counts")
+    add_gemm_rows_argument(parser, default=64)  # recipes/multi_gpu.yaml's
     parser.add_argument("--presample-batches", type=int, default=64)
     parser.add_argument("--num-nodes", type=int, default=16_000_000)
     parser.add_argument("--avg-degree", type=int, default=16)
