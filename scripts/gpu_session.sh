@@ -211,17 +211,30 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_SYNCS="timeout -s TERM ${GPU_CHECK_SCALING_
 # one GPU (GPU_CHECK_SCALING_PROFILE_GPUS=1) the same on the 1-GPU run:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_profile bash scripts/gpu_session.sh     # .wheels/ carried
 export GPU_CHECK_EXTRA_STAGE_SCALING_PROFILE="timeout -s TERM ${GPU_CHECK_SCALING_PROFILE_TIMEOUT:-250} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_profile.json --num-nodes 4000000 --gpus ${GPU_CHECK_SCALING_PROFILE_GPUS:-1,2} --plan knobs --knobs profile_steps=20,profile_steps=20+env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1 --deadline-s 240 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16"
-# stage scaling_table (issue 39, two GPUs, .pyg/ carried, ~6 min estimated; not yet run): the README's 1/2-GPU table,
-# one model a call (GPU_CHECK_SCALING_MODEL=heavy | light): 1 GPU, 2 GPUs x replicate/clique/auto, PyG's NeighborLoader
-# under DDP on 2 GPUs; the worker under MPS on every rank and row-count buckets (--gemm-rows 64), as recipes/multi_gpu.yaml
+# stage scaling_table (issue 39, two GPUs, .pyg/ carried): the README's 1/2-GPU table, one model a call
+# (GPU_CHECK_SCALING_MODEL=heavy | light): 1 GPU, 2 GPUs x replicate/clique/auto, PyG's NeighborLoader under DDP on 2
+# GPUs; the worker under MPS on every rank and row-count buckets (--gemm-rows 64), as recipes/multi_gpu.yaml. On 2 x
+# H200 (2026-11-30): the stage 358 s (heavy) and 289 s (light), build 25 s
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_table bash scripts/gpu_session.sh              # .wheels/, .pyg/
 export GPU_CHECK_EXTRA_STAGE_SCALING_TABLE="timeout -s TERM ${GPU_CHECK_SCALING_TABLE_TIMEOUT:-500} python3 -m benchmarks.scaling --model ${GPU_CHECK_SCALING_MODEL:-heavy} --gpus 1,2 --policies replicate,clique,auto --budgets 0.1 --pipelines worker --num-nodes 8000000 --epochs 2 --warmup-batches 30 --limit-batches 300 --run-budget-s 14 --presample-batches 16 --gemm-rows 64 --timeout 110 --pyg-gpus 2 --pyg-workers 8 --pyg-site /tmp/pygsite --cache-dir /tmp/lzc --out \$OUT/scaling_table-${GPU_CHECK_SCALING_MODEL:-heavy}.json"
-# stage e2e_gemm_rows (issue 40, one GPU, ~9 min estimated; not yet run): GemmRowBuckets(64) raised the heavy model's
-# 2-GPU data phase from 85 to 109 steps/s a rank (2 x H200, 2026-11-30); on one GPU, the bimodal stage's 24M-node graph
-# and settings, zc_gpu_mps and model_only without and with the buckets (--gemm-rows 0, 64), one block each, heavy and
-# light (the light step's growth beside the worker, 4.0 -> 5.5 ms, may be the same per-shape host setup):
+# stage e2e_gemm_rows (issue 40, one GPU): GemmRowBuckets(64) raised the heavy model's 2-GPU data phase from 85 to 109
+# steps/s a rank (2 x H200, 2026-11-30); on one GPU, the bimodal stage's 24M-node graph and settings, zc_gpu_mps and
+# model_only without and with the buckets (--gemm-rows in the order GPU_CHECK_E2E_GEMM_ORDER, default 0 64 0), the heavy
+# model (GPU_CHECK_E2E_GEMM_MODELS=heavy,light adds the light one). The graph is drawn first, by a --prepare-only run:
+# the first call (2026-11-30, H200) drew it and ran the unbucketed rows straight after, and that row built its batches
+# 3.5x slower than every other run of it (sample 13.4, gather 12.7 ms), so its 69 against 110 steps/s measured no
+# buckets. Heavy only, two orders: 136 s an invocation, ~7.5 min in all:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,e2e_gemm_rows bash scripts/gpu_session.sh             # .wheels/
-export GPU_CHECK_EXTRA_STAGE_E2E_GEMM_ROWS="for rows in 0 64; do timeout -s TERM 260 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --x-dtype bfloat16 --models ${GPU_CHECK_E2E_GEMM_MODELS:-heavy,light} --steps 800 --warmup 80 --row-budget-s 12 --total-budget-s 220 --row-timeout-s 100 --configs zc_gpu_mps,model_only --gemm-rows \$rows --cache-dir /tmp/lzc --out \$OUT/e2e_gemm_rows-\$rows; rm -rf \$OUT/e2e_gemm_rows-\$rows/logs/*/hparams.yaml \$OUT/e2e_gemm_rows-\$rows/*.png; done"
+e2e_graph="--preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc"
+export GPU_CHECK_EXTRA_STAGE_E2E_GEMM_ROWS="timeout 200 python3 -m benchmarks.end_to_end $e2e_graph --prepare-only --out /tmp/e2e_prepare; i=0; for rows in ${GPU_CHECK_E2E_GEMM_ORDER:-0 64 0}; do i=\$((i+1)); timeout -s TERM 200 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --x-dtype bfloat16 --models ${GPU_CHECK_E2E_GEMM_MODELS:-heavy} --steps 800 --warmup 80 --row-budget-s 12 --total-budget-s 170 --row-timeout-s 100 --configs zc_gpu_mps,model_only --gemm-rows \$rows --out \$OUT/e2e_gemm_rows-\$i-\$rows; rm -rf \$OUT/e2e_gemm_rows-\$i-\$rows/logs/*/hparams.yaml \$OUT/e2e_gemm_rows-\$i-\$rows/*.png; done"
+# stage scaling_gap (issue 39, two GPUs, .wheels/ carried): where the 2-GPU rank still loses to one GPU with the row
+# buckets on (scaling_table, 2026-11-30: heavy 95.1 against 108.4 steps/s a rank, light 136.9 against 158.9): the
+# diagnostic's heavy and light worker groups on 1 and 2 GPUs, every run with --gemm-rows 64 (data and model-only phases,
+# each rank's per-step timeline: forward, backward, all-reduce, optimizer, idle gap, fetch, hand-over); then clique on 2
+# GPUs, light (the policy that stalls less, yet trained 1-4 % slower a rank there). ~6 min estimated, not yet run:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_gap bash scripts/gpu_session.sh        # .wheels/ carried
+gap_flags="--cache-dir /tmp/lzc --num-nodes 4000000 --gemm-rows 64 --timeout 90 --min-run-s 40 --phase-s 2.5 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16"
+export GPU_CHECK_EXTRA_STAGE_SCALING_GAP="timeout -s TERM 300 python3 -m benchmarks.scaling.diag $gap_flags --gpus 1,2 --plan heavy-worker,light-worker --deadline-s 290 --out \$OUT/scaling_gap.json; timeout -s TERM 100 python3 -m benchmarks.scaling.diag $gap_flags --gpus 2 --plan light-worker --policy clique --deadline-s 95 --out \$OUT/scaling_gap_clique.json"
 # stage gemm_shapes (issues 39/40): the profile found the data phase's extra host time in aten::mm/addmm (1.8-2.3 ms a
 # step against 0.44-0.62 in the model phase, whose ring repeats 16 batches' shapes): what a new shape costs cuBLAS's
 # host side, per heuristics cache, and the heavy step with fixed against fresh row counts. ~1.5 min on one GPU:

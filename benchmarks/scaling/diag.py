@@ -43,6 +43,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.common.cli import add_gemm_rows_argument  # noqa: E402
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals  # noqa: E402
 from benchmarks.scaling.__main__ import MODELS, launch, parse_args, synthetic_kwargs  # noqa: E402
@@ -132,6 +133,7 @@ def add_run_flags(p: argparse.ArgumentParser, out: str, nccl_debug: int = 1) -> 
     p.add_argument("--precision", default="bf16-mixed")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    add_gemm_rows_argument(p)  # 0 here (the runs before 2026-11-30 had none); a knob variant's gemm_rows overrides it
     p.add_argument("--out", default=out)
 
 
@@ -176,7 +178,7 @@ def _run_argv(args: argparse.Namespace, spec: RunSpec, timeout: float) -> list[s
             "--warmup-batches", str(args.warmup_batches), "--limit-batches", str(args.limit_batches),
             "--run-budget-s", str(args.phase_s * len(args.phase_list)), "--worker-sm-percent", str(args.worker_sm_percent),
             "--seed", str(args.seed), "--device", args.device, "--timeout", str(timeout),
-            "--gemm-rows", "0"]  # fmt: skip  (row buckets only where a variant's knob gemm_rows asks)
+            "--gemm-rows", str(args.gemm_rows)]  # fmt: skip  (a variant's knob gemm_rows overrides it)
     return argv + (["--cache-dir", args.cache_dir] if args.cache_dir else [])
 
 

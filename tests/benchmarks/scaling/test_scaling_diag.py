@@ -61,6 +61,16 @@ def test_plan_is_in_priority_order_and_flags_are_checked() -> None:
             parse_diag_args(bad)
 
 
+def test_every_run_gets_the_row_buckets_asked_for() -> None:
+    """``--gemm-rows N`` reaches every run's scaling flags; 0 (no buckets) unless given, as in the runs before it."""
+    from benchmarks.scaling.__main__ import parse_args
+    from benchmarks.scaling.diag import _run_argv, parse_diag_args
+
+    for flags, rows in (([], 0), (["--gemm-rows", "64"], 64)):
+        args = parse_diag_args(["--plan", "heavy-worker,light-off", *flags])
+        assert [parse_args(_run_argv(args, spec, 60.0)).gemm_rows for spec in args.runs] == [rows] * 4
+
+
 def test_a_run_is_expected_to_take_as_long_as_the_longest_run_like_it() -> None:
     from benchmarks.scaling.diag import RunSpec, run_estimate
 
