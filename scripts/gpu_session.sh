@@ -221,9 +221,9 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_TABLE="timeout -s TERM ${GPU_CHECK_SCALING_
 # steps/s a rank (2 x H200, 2026-11-30); on one GPU, the bimodal stage's 24M-node graph and settings, zc_gpu_mps and
 # model_only without and with the buckets (--gemm-rows in the order GPU_CHECK_E2E_GEMM_ORDER, default 0 64 0), the heavy
 # model (GPU_CHECK_E2E_GEMM_MODELS=heavy,light adds the light one). The graph is drawn first, by a --prepare-only run:
-# the first call (2026-11-30, H200) drew it and ran the unbucketed rows straight after, and that row built its batches
-# 3.5x slower than every other run of it (sample 13.4, gather 12.7 ms), so its 69 against 110 steps/s measured no
-# buckets. Heavy only, two orders: 136 s an invocation, ~7.5 min in all:
+# the first call (2026-11-30, H200) drew it and ran the unbucketed rows straight after; that row built its batches 3.5x
+# slower than any earlier run of it (sample 13.4, gather 12.7 ms; why is not measured), so its 69 against 110 steps/s
+# does not isolate the buckets. Heavy only, both orders: 136 s an invocation, ~7.5 min in all:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,e2e_gemm_rows bash scripts/gpu_session.sh             # .wheels/
 e2e_graph="--preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc"
 export GPU_CHECK_EXTRA_STAGE_E2E_GEMM_ROWS="timeout 200 python3 -m benchmarks.end_to_end $e2e_graph --prepare-only --out /tmp/e2e_prepare; i=0; for rows in ${GPU_CHECK_E2E_GEMM_ORDER:-0 64 0}; do i=\$((i+1)); timeout -s TERM 200 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --x-dtype bfloat16 --models ${GPU_CHECK_E2E_GEMM_MODELS:-heavy} --steps 800 --warmup 80 --row-budget-s 12 --total-budget-s 170 --row-timeout-s 100 --configs zc_gpu_mps,model_only --gemm-rows \$rows --out \$OUT/e2e_gemm_rows-\$i-\$rows; rm -rf \$OUT/e2e_gemm_rows-\$i-\$rows/logs/*/hparams.yaml \$OUT/e2e_gemm_rows-\$i-\$rows/*.png; done"
