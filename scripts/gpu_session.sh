@@ -235,6 +235,12 @@ export GPU_CHECK_EXTRA_STAGE_E2E_GEMM_ROWS="timeout 200 python3 -m benchmarks.en
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_gap bash scripts/gpu_session.sh        # .wheels/ carried
 gap_flags="--cache-dir /tmp/lzc --num-nodes 4000000 --gemm-rows 64 --timeout 90 --min-run-s 40 --phase-s 2.5 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16"
 export GPU_CHECK_EXTRA_STAGE_SCALING_GAP="timeout -s TERM 300 python3 -m benchmarks.scaling.diag $gap_flags --gpus 1,2 --plan heavy-worker,light-worker --deadline-s 290 --out \$OUT/scaling_gap.json; timeout -s TERM 100 python3 -m benchmarks.scaling.diag $gap_flags --gpus 2 --plan light-worker --policy clique --deadline-s 95 --out \$OUT/scaling_gap_clique.json"
+# stage hetero_gap (issue 39, two GPUs, .wheels/ carried): on the typed mag graph clique trained 15 % slower a rank than
+# replicate with a higher hit rate and the same stall (2 x H200, 2026-11-30, call 38): the diagnostic's per-step
+# timelines of replicate on 1 and 2 GPUs, then clique on 2 (data and model-only phases), buckets on. ~5 min estimated:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_gap bash scripts/gpu_session.sh         # .wheels/ carried
+hetero_gap_flags="--graph hetero --preset mag --plan heavy-worker $gap_flags"
+export GPU_CHECK_EXTRA_STAGE_HETERO_GAP="timeout -s TERM 200 python3 -m benchmarks.scaling.diag $hetero_gap_flags --gpus 1,2 --deadline-s 190 --out \$OUT/hetero_gap.json; timeout -s TERM 100 python3 -m benchmarks.scaling.diag $hetero_gap_flags --gpus 2 --policy clique --deadline-s 95 --out \$OUT/hetero_gap_clique.json"
 # stage gemm_shapes (issues 39/40): the profile found the data phase's extra host time in aten::mm/addmm (1.8-2.3 ms a
 # step against 0.44-0.62 in the model phase, whose ring repeats 16 batches' shapes): what a new shape costs cuBLAS's
 # host side, per heuristics cache, and the heavy step with fixed against fresh row counts. ~1.5 min on one GPU:

@@ -20,6 +20,9 @@ the longest finished run like it, is reported as skipped):
   ``--gpus`` count of GPUs at once, no DDP (:mod:`.pair`): host contention without the all-reduce;
 * ``knobs``: each ``--knobs`` variant (:mod:`.knobs`) on ``--knob-base`` at the largest ``--gpus`` count.
 
+``--graph hetero`` runs every group on ``benchmarks.scaling``'s typed graph and model of ``--preset`` (``mag`` by
+default): a plan token's ``<model>`` then only names its runs.
+
 The JSON (``--out``, rewritten after every run) holds every run's figures (``runs``: per phase the ranks' steps/s,
 the seeds/s, the ratios to the matching 1-GPU run, the ranks' timelines and host figures) and ``table``, one row per
 run and phase with each rank's median phase times (:mod:`.diag_report`). Example (the ``scaling_diag`` stage of
@@ -46,8 +49,9 @@ if REPO_ROOT not in sys.path:
 from benchmarks.common.cli import add_gemm_rows_argument  # noqa: E402
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals  # noqa: E402
-from benchmarks.scaling.__main__ import MODELS, launch, parse_args, synthetic_kwargs  # noqa: E402
+from benchmarks.scaling.__main__ import HETERO_PRESETS, MODELS, launch, parse_args, synthetic_kwargs  # noqa: E402
 from benchmarks.scaling.diag_report import compare, print_table, table_rows  # noqa: E402
+from benchmarks.scaling.hetero import prepare_graph as prepare_typed_graph  # noqa: E402
 from benchmarks.scaling.host_profile import profile_lines  # noqa: E402
 from benchmarks.scaling.knobs import parse_variants  # noqa: E402
 from benchmarks.scaling.phases import PHASES  # noqa: E402
@@ -129,6 +133,10 @@ def add_run_flags(p: argparse.ArgumentParser, out: str, nccl_debug: int = 1) -> 
                                 ("--worker-sm-percent", int, 10), ("--seed", int, 0)):  # fmt: skip
         p.add_argument(flag, type=kind, default=default)
     p.add_argument("--policy", default="replicate", choices=("replicate", "clique", "auto"))
+    p.add_argument("--graph", default="homogeneous", choices=("homogeneous", "hetero"),
+                   help="hetero: benchmarks.scaling's typed graph and model of --preset (a plan token's <model> then "
+                   "only names its runs; --num-nodes, --avg-degree and --features do not apply)")
+    p.add_argument("--preset", default="mag", choices=sorted(HETERO_PRESETS), help="--graph hetero: the preset")
     p.add_argument("--ranking", default="presample", choices=("degree", "presample"))
     p.add_argument("--precision", default="bf16-mixed")
     p.add_argument("--cache-dir", default=None)
@@ -179,13 +187,23 @@ def _run_argv(args: argparse.Namespace, spec: RunSpec, timeout: float) -> list[s
             "--run-budget-s", str(args.phase_s * len(args.phase_list)), "--worker-sm-percent", str(args.worker_sm_percent),
             "--seed", str(args.seed), "--device", args.device, "--timeout", str(timeout),
             "--gemm-rows", str(args.gemm_rows)]  # fmt: skip  (a variant's knob gemm_rows overrides it)
+    argv += ["--graph", "hetero", "--preset", args.preset] if args.graph == "hetero" else []
     return argv + (["--cache-dir", args.cache_dir] if args.cache_dir else [])
 
 
 def prepare_graph(args: argparse.Namespace) -> dict[str, Any]:
-    """Draw and cache the run's ``SyntheticGraph`` once, in a process of its own (on ``--device``; this process never
-    touches CUDA), so no run's time pays for it. Returns ``wall_s`` and the graph's arguments, or ``error``."""
-    kwargs = synthetic_kwargs(parse_args(_run_argv(args, RunSpec("", "", "heavy", "off", False, 1), args.timeout)))
+    """Draw and cache the run's ``SyntheticGraph`` (``--graph hetero``: the preset's typed graph) once, in a process
+    of its own (on ``--device``; this process never touches CUDA), so no run's time pays for it. Returns ``wall_s``
+    and the graph's arguments (typed: its summary), or ``error``."""
+    run_args = parse_args(_run_argv(args, RunSpec("", "", "heavy", "off", False, 1), args.timeout))
+    if args.graph == "hetero":
+        started = time.monotonic()
+        try:
+            graph = prepare_typed_graph(run_args, REPO_ROOT, args.prepare_timeout)
+            return {**graph, "wall_s": time.monotonic() - started}
+        except RuntimeError as exc:
+            return {"wall_s": time.monotonic() - started, "error": str(exc)}
+    kwargs = synthetic_kwargs(run_args)
     code = ("import json, sys; from lightning_zerocopy.datasets import SyntheticGraph; "
             "SyntheticGraph(**json.loads(sys.argv[1])).prepare()")  # fmt: skip
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -235,7 +253,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     previous = forward_stop_signals()
     try:
         report["graph"] = prepare_graph(args)
-        print(f"graph: {args.num_nodes:,} nodes ready in {report['graph']['wall_s']:.0f} s"
+        what = f"the {args.preset!r} typed graph" if args.graph == "hetero" else f"{args.num_nodes:,} nodes"
+        print(f"graph: {what} ready in {report['graph']['wall_s']:.0f} s"
               + (f" ({report['graph']['error']})" if "error" in report["graph"] else ""), flush=True)  # fmt: skip
         write_json(args.out, report)
         for spec in args.runs:

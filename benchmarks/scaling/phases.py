@@ -35,6 +35,8 @@ class RingPhases(pl.Callback):
         ValueError: an unknown phase or fewer than one ring batch.
     """
 
+    takes_hetero_builders = True  # it wraps the training loader only: Data and HeteroData batches alike
+
     def __init__(self, phases: list[str], ring_batches: int = 16,
                  handover: Optional[Callable[[], Optional[float]]] = None) -> None:  # fmt: skip
         unknown = [p for p in phases if p not in PHASES]

@@ -344,3 +344,21 @@ def test_deadline_skips_what_no_longer_fits(tmp_path: Path) -> None:
     assert [(r["name"], r["status"]) for r in report["runs"]] == [("light-off-1gpu", "skipped"),
                                                                   ("light-off-2gpu", "skipped")]  # fmt: skip
     assert "--deadline-s" in report["runs"][0]["reason"] and report["table"] == []
+
+
+def test_a_typed_graph_runs_both_phases_on_one_and_two_cpu_ranks(tmp_path: Path) -> None:
+    """``--graph hetero``: the preset's typed graph is drawn once, then 1 and 2 gloo ranks train it in the data and
+    model-only phases with each rank's timeline (where a typed rank's step goes: issue 39's clique on that graph)."""
+    report = _diag(tmp_path, "--graph", "hetero", "--preset", "ci", "--plan", "heavy-off", "--batch-size", "32")
+    assert "error" not in report["graph"] and report["graph"]["num_nodes"]["paper"] == 3000, report["graph"]
+    runs = {r["name"]: r for r in report["runs"]}
+    assert list(runs) == ["heavy-off-1gpu", "heavy-off-2gpu"]
+    for name, run in runs.items():
+        assert run["status"] == "ok", (name, run.get("error", "")[-3000:])
+        assert [set(t) for t in run["cache_per_type"]] == [{"paper"}] * run["gpus"]  # the typed cache's counts
+        for phase in run["phases"].values():
+            assert len(phase["rank_steps_per_s"]) == run["gpus"] and min(phase["rank_steps_per_s"]) > 0
+            assert phase["seeds_per_s"] == pytest.approx(32 * sum(phase["rank_steps_per_s"]))
+        for diag in run["per_rank_diag"]:
+            assert diag["phases_by_epoch"] == ["warmup", "data", "model"]
+            assert all(diag["timeline"]["phases"][p]["steps"] > 0 for p in ("data", "model"))
