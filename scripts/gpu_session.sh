@@ -230,11 +230,12 @@ export GPU_CHECK_EXTRA_STAGE_E2E_GEMM_ROWS="timeout 200 python3 -m benchmarks.en
 # stage scaling_gap (issue 39, two GPUs, .wheels/ carried): where the 2-GPU rank still loses to one GPU with the row
 # buckets on (scaling_table, 2026-11-30: heavy 95.1 against 108.4 steps/s a rank, light 136.9 against 158.9): the
 # diagnostic's heavy and light worker groups on 1 and 2 GPUs, every run with --gemm-rows 64 (data and model-only phases,
-# each rank's per-step timeline: forward, backward, all-reduce, optimizer, idle gap, fetch, hand-over); then clique on 2
-# GPUs, light (the policy that stalls less, yet trained 1-4 % slower a rank there). ~6 min estimated, not yet run:
+# each rank's per-step timeline: forward, backward, all-reduce, optimizer, idle gap, fetch, hand-over), two independent
+# light 1-GPU fits at once (host and MPS contention without DDP: light's stall rose from 14 to 18-21 % on 2 GPUs); then
+# clique on 2 GPUs, light (it stalls less, yet trained 1-4 % slower a rank there). ~9 min estimated, not yet run:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_gap bash scripts/gpu_session.sh        # .wheels/ carried
 gap_flags="--cache-dir /tmp/lzc --num-nodes 4000000 --gemm-rows 64 --timeout 90 --min-run-s 40 --phase-s 2.5 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16"
-export GPU_CHECK_EXTRA_STAGE_SCALING_GAP="timeout -s TERM 300 python3 -m benchmarks.scaling.diag $gap_flags --gpus 1,2 --plan heavy-worker,light-worker --deadline-s 290 --out \$OUT/scaling_gap.json; timeout -s TERM 100 python3 -m benchmarks.scaling.diag $gap_flags --gpus 2 --plan light-worker --policy clique --deadline-s 95 --out \$OUT/scaling_gap_clique.json"
+export GPU_CHECK_EXTRA_STAGE_SCALING_GAP="timeout -s TERM 410 python3 -m benchmarks.scaling.diag $gap_flags --gpus 1,2 --plan heavy-worker,light-worker,pair-light-worker --deadline-s 400 --out \$OUT/scaling_gap.json; timeout -s TERM 100 python3 -m benchmarks.scaling.diag $gap_flags --gpus 2 --plan light-worker --policy clique --deadline-s 95 --out \$OUT/scaling_gap_clique.json"
 # stage hetero_gap (issue 39, two GPUs, .wheels/ carried): on the typed mag graph clique trained 15 % slower a rank than
 # replicate with a higher hit rate and the same stall (2 x H200, 2026-11-30, call 38): the diagnostic's per-step
 # timelines of replicate on 1 and 2 GPUs, then clique on 2 (data and model-only phases), buckets on. ~5 min estimated:
