@@ -1,11 +1,14 @@
-"""What the GPU ran at while a benchmark row trained: SM and memory clocks, power, temperature, why clocks were held.
+"""What the GPU ran at while a benchmark row trained: SM and memory clocks, power, temperature, why clocks were held,
+the PCIe link's generation and width, and the host's dirty and writeback page cache.
 
 :class:`GpuClocks` polls ``nvidia-smi`` once a second on a thread of the orchestrating process (not in a row's
 process: a fork there would copy the page tables of its pinned host tables), and :meth:`GpuClocks.window` sums up the
 samples inside a row's steady window (its ``steady_wall``, wall-clock seconds). A row whose step time differs from an
 identical row's on the same machine can then be told apart: lower SM clocks or a power or thermal cap (the GPU ran
-slower) against the same clocks (the rows contended for something inside it). Without ``nvidia-smi`` it records
-nothing and says why.
+slower) against the same clocks (the rows contended for something inside it). The link and the page cache speak to
+the zero-copy reads over PCIe: a link trained down, or gigabytes of a just-written dataset being written back while a
+row reads host memory (2026-11-30: a row run straight after drawing its graph gathered at 6 GB/s, 21 after). Without
+``nvidia-smi`` it records nothing and says why.
 """
 
 from __future__ import annotations
@@ -19,23 +22,42 @@ from typing import Any, Optional
 
 __all__ = ["GpuClocks", "parse_sample"]
 
-#: ``nvidia-smi --query-gpu`` fields, in this order; the reasons field is a bitmask (0 when clocks are not held).
-FIELDS = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "utilization.gpu", "clocks_event_reasons.active")
+#: ``nvidia-smi --query-gpu`` fields, in this order; the reasons field, last, is a bitmask (0 when clocks are not held).
+FIELDS = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "utilization.gpu", "pcie.link.gen.current",
+          "pcie.link.width.current", "clocks_event_reasons.active")  # fmt: skip
 #: The reasons field's name on drivers before ``clocks_event_reasons`` (the rest are the same).
 OLD_REASONS = "clocks_throttle_reasons.active"
 
 
 def parse_sample(line: str) -> Optional[dict[str, Any]]:
-    """One GPU's ``nvidia-smi --format=csv,noheader,nounits`` line of :data:`FIELDS`; ``None`` if it does not parse."""
+    """One GPU's ``nvidia-smi --format=csv,noheader,nounits`` line of :data:`FIELDS`; ``None`` if it does not parse
+    (the PCIe link's fields may be ``[N/A]``, e.g. in a VM: ``None`` each)."""
     parts = [p.strip() for p in line.split(",")]
     if len(parts) != len(FIELDS):
         return None
     try:
         sm, mem, power, temp, util = (float(p) for p in parts[:5])
-        reasons = int(parts[5], 16)
+        reasons = int(parts[7], 16)
     except ValueError:
         return None
-    return {"sm_mhz": sm, "mem_mhz": mem, "power_w": power, "temp_c": temp, "util": util, "reasons": reasons}
+    gen, width = (int(p) if p.isdigit() else None for p in parts[5:7])
+    return {"sm_mhz": sm, "mem_mhz": mem, "power_w": power, "temp_c": temp, "util": util, "pcie_gen": gen,
+            "pcie_width": width, "reasons": reasons}  # fmt: skip
+
+
+def page_cache_mb(meminfo: str = "/proc/meminfo") -> dict[str, Optional[float]]:
+    """The host's ``Dirty`` and ``Writeback`` page cache in MB (``None`` each where the file or line is missing)."""
+    out: dict[str, Optional[float]] = {"dirty_mb": None, "writeback_mb": None}
+    try:
+        with open(meminfo, encoding="ascii") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                key = {"Dirty": "dirty_mb", "Writeback": "writeback_mb"}.get(name)
+                if key is not None:
+                    out[key] = round(int(rest.split()[0]) / 1024, 1)  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
 
 
 class GpuClocks:
@@ -80,7 +102,7 @@ class GpuClocks:
                 return
             sample = parse_sample(out.strip().splitlines()[0]) if out.strip() else None
             if sample is not None:
-                self.samples.append((time.time(), sample))
+                self.samples.append((time.time(), {**sample, **page_cache_mb()}))
             self._stop.wait(self.every_s)
 
     def __enter__(self) -> "GpuClocks":
@@ -103,8 +125,15 @@ class GpuClocks:
         reasons = 0
         for s in inside:
             reasons |= s["reasons"]
+
+        def extreme(key: str, pick: Any = min) -> Optional[float]:
+            seen = [s[key] for s in inside if s.get(key) is not None]
+            return pick(seen) if seen else None
+
         return {"samples": len(inside), "sm_mhz": round(mean(s["sm_mhz"] for s in inside)),
                 "sm_mhz_min": round(min(s["sm_mhz"] for s in inside)),
                 "mem_mhz": round(mean(s["mem_mhz"] for s in inside)),
                 "power_w": round(mean(s["power_w"] for s in inside), 1), "temp_c_max": max(s["temp_c"] for s in inside),
-                "util": round(mean(s["util"] for s in inside), 1), "reasons": f"{reasons:#x}"}  # fmt: skip
+                "util": round(mean(s["util"] for s in inside), 1), "reasons": f"{reasons:#x}",
+                "pcie_gen_min": extreme("pcie_gen"), "pcie_width_min": extreme("pcie_width"),
+                "dirty_mb_max": extreme("dirty_mb", max), "writeback_mb_max": extreme("writeback_mb", max)}  # fmt: skip

@@ -236,8 +236,14 @@ def _share_choices(results: dict[str, Any]) -> list[str]:
 def _gpu_words(clocks: dict[str, Any]) -> str:
     if not clocks.get("samples"):
         return f"GPU clocks not sampled ({clocks.get('why')})"
-    return (f"GPU SM {clocks['sm_mhz']} MHz (min {clocks['sm_mhz_min']}), memory {clocks['mem_mhz']} MHz, "
-            f"{clocks['power_w']} W, ≤ {clocks['temp_c_max']:.0f} °C, util {clocks['util']:.0f} %, reasons {clocks['reasons']}")
+    words = (f"GPU SM {clocks['sm_mhz']} MHz (min {clocks['sm_mhz_min']}), memory {clocks['mem_mhz']} MHz, "
+             f"{clocks['power_w']} W, ≤ {clocks['temp_c_max']:.0f} °C, util {clocks['util']:.0f} %, reasons {clocks['reasons']}")
+    if clocks.get("pcie_gen_min") is not None:  # JSON from before 2026-11-30 has none of these
+        words += f", PCIe gen ≥ {clocks['pcie_gen_min']} x{clocks.get('pcie_width_min')}"
+    if clocks.get("dirty_mb_max") is not None:
+        writeback = clocks.get("writeback_mb_max") or 0
+        words += f"; host page cache dirty ≤ {clocks['dirty_mb_max']:.0f} MB, writeback ≤ {writeback:.0f} MB"
+    return words
 
 
 def _host_words(load: dict[str, Any]) -> str:
