@@ -27,22 +27,32 @@ FIELDS = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "utilizati
           "pcie.link.width.current", "clocks_event_reasons.active")  # fmt: skip
 #: The reasons field's name on drivers before ``clocks_event_reasons`` (the rest are the same).
 OLD_REASONS = "clocks_throttle_reasons.active"
+_PCIE = {"pcie.link.gen.current": "pcie_gen", "pcie.link.width.current": "pcie_width"}
+_FLOATS = {"clocks.sm": "sm_mhz", "clocks.mem": "mem_mhz", "power.draw": "power_w", "temperature.gpu": "temp_c",
+           "utilization.gpu": "util"}  # fmt: skip
+#: What a driver is asked, in turn, until one query works: the reasons' older name, then without the PCIe link.
+FIELD_SETS = (FIELDS, (*FIELDS[:-1], OLD_REASONS), tuple(f for f in FIELDS if f not in _PCIE),
+              tuple(f for f in (*FIELDS[:-1], OLD_REASONS) if f not in _PCIE))  # fmt: skip
 
 
-def parse_sample(line: str) -> Optional[dict[str, Any]]:
-    """One GPU's ``nvidia-smi --format=csv,noheader,nounits`` line of :data:`FIELDS`; ``None`` if it does not parse
-    (the PCIe link's fields may be ``[N/A]``, e.g. in a VM: ``None`` each)."""
+def parse_sample(line: str, fields: tuple[str, ...] = FIELDS) -> Optional[dict[str, Any]]:
+    """One GPU's ``nvidia-smi --format=csv,noheader,nounits`` line of ``fields``; ``None`` if it does not parse
+    (the PCIe link's fields may be ``[N/A]``, e.g. in a VM, or not asked: ``None`` each)."""
     parts = [p.strip() for p in line.split(",")]
-    if len(parts) != len(FIELDS):
+    if len(parts) != len(fields):
         return None
+    sample: dict[str, Any] = {"pcie_gen": None, "pcie_width": None}
     try:
-        sm, mem, power, temp, util = (float(p) for p in parts[:5])
-        reasons = int(parts[7], 16)
+        for name, text in zip(fields, parts):
+            if name in _FLOATS:
+                sample[_FLOATS[name]] = float(text)
+            elif name in _PCIE:
+                sample[_PCIE[name]] = int(text) if text.isdigit() else None
+            else:
+                sample["reasons"] = int(text, 16)
     except ValueError:
         return None
-    gen, width = (int(p) if p.isdigit() else None for p in parts[5:7])
-    return {"sm_mhz": sm, "mem_mhz": mem, "power_w": power, "temp_c": temp, "util": util, "pcie_gen": gen,
-            "pcie_width": width, "reasons": reasons}  # fmt: skip
+    return sample
 
 
 def page_cache_mb(meminfo: str = "/proc/meminfo") -> dict[str, Optional[float]]:
@@ -75,7 +85,7 @@ class GpuClocks:
         self.enabled, self.index, self.every_s = enabled, index, every_s
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._fields = list(FIELDS)
+        self._fields = FIELD_SETS[0]
         if enabled and shutil.which("nvidia-smi") is None:
             self.problem = "nvidia-smi is not on PATH"
 
@@ -87,8 +97,9 @@ class GpuClocks:
         except (OSError, subprocess.TimeoutExpired) as exc:
             self.problem = f"nvidia-smi failed: {exc}"
             return None
-        if done.returncode != 0 and self._fields[-1] != OLD_REASONS:  # an older driver: the reasons' older name
-            self._fields[-1] = OLD_REASONS
+        later = FIELD_SETS.index(self._fields) + 1
+        if done.returncode != 0 and later < len(FIELD_SETS):  # an older driver: the next set of fields
+            self._fields = FIELD_SETS[later]
             return self._query()
         if done.returncode != 0:
             self.problem = f"nvidia-smi exited {done.returncode}: {(done.stderr or done.stdout).strip()[:200]}"
@@ -100,7 +111,7 @@ class GpuClocks:
             out = self._query()
             if out is None:
                 return
-            sample = parse_sample(out.strip().splitlines()[0]) if out.strip() else None
+            sample = parse_sample(out.strip().splitlines()[0], self._fields) if out.strip() else None
             if sample is not None:
                 self.samples.append((time.time(), {**sample, **page_cache_mb()}))
             self._stop.wait(self.every_s)

@@ -57,6 +57,17 @@ def test_an_older_driver_gets_the_older_field_name(tmp_path: Path, monkeypatch: 
     assert clocks.samples and clocks.problem is None
 
 
+def test_a_driver_without_the_link_fields_still_gives_its_clocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    refuse = 'case "$*" in *pcie.link*) echo "unknown field" >&2; exit 2;; esac\n'
+    _fake_nvidia_smi(tmp_path, monkeypatch, refuse + 'echo "1980, 2619, 350.5, 45, 87, 0x4"\n')
+    with GpuClocks(every_s=0.02) as clocks:
+        t0 = time.time()
+        time.sleep(0.2)
+    window = clocks.window(t0, time.time())
+    assert clocks.problem is None and window["sm_mhz"] == 1980 and window["reasons"] == "0x4"
+    assert window["pcie_gen_min"] is None and window["pcie_width_min"] is None
+
+
 def test_without_nvidia_smi_or_a_gpu_nothing_is_sampled_and_it_says_why(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi there
