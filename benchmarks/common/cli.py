@@ -10,8 +10,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Union
 
-__all__ = ["OneModelPreset", "add_child_arguments", "add_measuring_arguments", "add_run_arguments", "add_step_arguments",
-           "add_target_argument", "apply_preset", "parse_fanouts_and_rows"]
+__all__ = ["OneModelPreset", "add_child_arguments", "add_gemm_rows_argument", "add_measuring_arguments", "add_run_arguments",
+           "add_step_arguments", "add_target_argument", "apply_preset", "gemm_rows_callbacks", "parse_fanouts_and_rows"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,14 @@ def add_gemm_rows_argument(t: Any, default: int = 0) -> None:
     same model on each): its linear products on row counts rounded up to N (cuBLAS's per-shape host setup); 0: off."""
     t.add_argument("--gemm-rows", type=int, default=default, help="every row's model under GemmRowBuckets(multiple=N), "
                    f"PyG's included: its linear products on row counts rounded up to N; 0: off (default {default})")
+
+
+def gemm_rows_callbacks(rows: Any) -> list[Any]:
+    """What ``--gemm-rows N`` adds to a row's trainer callbacks: ``[GemmRowBuckets(N)]``, or none for 0 (off)."""
+    from lightning_zerocopy.callbacks import GemmRowBuckets  # the sweep's parent process imports this module
+
+    rows = int(rows or 0)
+    return [GemmRowBuckets(rows)] if rows else []
 
 
 def add_child_arguments(p: argparse.ArgumentParser) -> None:

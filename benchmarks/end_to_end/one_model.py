@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 from pytorch_lightning.callbacks import Callback
 
+from benchmarks.common.cli import gemm_rows_callbacks
 from benchmarks.common.measure import TrainClock, _device_name, summarize
 from benchmarks.common.rows import RowUnavailable
 from benchmarks.end_to_end.rows import Row
@@ -50,7 +51,7 @@ def fit_one_model(row: Row, args: Any, kwargs: dict[str, Any], *, build_dataset:
     """
     import pytorch_lightning as pl
 
-    from lightning_zerocopy.callbacks import DataTelemetry, GemmRowBuckets, PipelineCallback
+    from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
 
     cuda = torch.cuda.device_count() > 0 and torch.version.cuda is not None
     if row.needs_cuda and not cuda:
@@ -68,8 +69,7 @@ def fit_one_model(row: Row, args: Any, kwargs: dict[str, Any], *, build_dataset:
     check = batch_check(data, min(3, max(1, args.warmup)))
     callbacks: list[Callback] = [clock, telemetry, check] + ([pipeline] if pipeline is not None else [])
     gemm_rows = int(getattr(args, "gemm_rows", 0) or 0)
-    if gemm_rows:  # every row, PyG's and model-only's included: the same model on each
-        callbacks.append(GemmRowBuckets(gemm_rows))
+    callbacks += gemm_rows_callbacks(gemm_rows)  # every row, PyG's and model-only's included: the same model on each
     pl.seed_everything(args.seed, workers=True, verbose=False)
     module = model(args, dataset, data)
     trainer = pl.Trainer(

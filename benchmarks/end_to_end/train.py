@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from pytorch_lightning.callbacks import Callback
 
+from benchmarks.common.cli import gemm_rows_callbacks
 from benchmarks.common.host_load import SteadyHostLoad
 from benchmarks.common.measure import BatchCheck, TrainClock, _device_name, _sync, summarize
 from benchmarks.common.pyg import fit_on_best_pyg_loader, pyg_sampling_backends
@@ -54,7 +55,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     import pytorch_lightning as pl
 
     from lightning_zerocopy import SyntheticGraph, ZeroCopyDataModule
-    from lightning_zerocopy.callbacks import DataTelemetry, GemmRowBuckets, PipelineCallback
+    from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
     from lightning_zerocopy.data.plan import BatchPlan
     from lightning_zerocopy import models
 
@@ -93,8 +94,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     host_load = SteadyHostLoad(args.warmup)  # before the clock: its opening /proc reading stays out of the window
     callbacks: list[Callback] = [host_load, clock, telemetry, check]
     gemm_rows = int(getattr(args, "gemm_rows", 0) or 0)
-    if gemm_rows:  # every row, model-only and PyG's included: the same model on each
-        callbacks.append(GemmRowBuckets(gemm_rows))
+    callbacks += gemm_rows_callbacks(gemm_rows)  # every row, model-only and PyG's included: the same model on each
     if pipeline is not None:
         callbacks.append(pipeline)
     strategy: Any = "auto"

@@ -62,7 +62,7 @@ if REPO_ROOT not in sys.path:
 import pytorch_lightning as pl  # noqa: E402  (imports no CUDA: the parent process stays without a context)
 import torch  # noqa: E402
 
-from benchmarks.common.cli import add_gemm_rows_argument  # noqa: E402
+from benchmarks.common.cli import add_gemm_rows_argument, gemm_rows_callbacks  # noqa: E402
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
 from benchmarks.end_to_end.hetero.__main__ import PRESETS as HETERO_PRESETS  # noqa: E402
@@ -100,7 +100,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
 
         start_for_trainer(share)
 
-    from lightning_zerocopy.callbacks import DataTelemetry, GemmRowBuckets, PipelineCallback
+    from lightning_zerocopy.callbacks import DataTelemetry, PipelineCallback
     from lightning_zerocopy.graph import mapped_footprint
     from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
 
@@ -150,9 +150,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         callbacks.append(type_counts)
     if pipeline is not None:
         callbacks.append(pipeline)
-    gemm_rows = (knobs.get("run") or {}).get("gemm_rows", args.gemm_rows)
-    if gemm_rows:
-        callbacks.append(GemmRowBuckets(int(gemm_rows)))
+    callbacks += gemm_rows_callbacks((knobs.get("run") or {}).get("gemm_rows", args.gemm_rows))
     callbacks += diag.last_callbacks() if diag else []
     trainer = pl.Trainer(accelerator="gpu" if cuda else "cpu", devices=config["gpus"], strategy=strategy, max_epochs=epochs,
                          limit_train_batches=args.limit_batches or None, limit_val_batches=0, logger=False,
