@@ -45,6 +45,7 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from benchmarks.common.cli import add_gemm_rows_argument  # noqa: E402
+from benchmarks.common import cpu_speed  # noqa: E402
 from benchmarks.common.gpu_clocks import GpuClocks  # noqa: E402
 from benchmarks.common.meta import machine_info  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, run_script  # noqa: E402
@@ -258,12 +259,14 @@ def _run_rows(args: argparse.Namespace, rows: list[Any], models: list[str], grap
             prefix = mps_prefix(args, row) if row.mps else None
             spec = {"args": args, "models": models, "graph_kwargs": graph["graph_kwargs"]}
             log = os.path.join(out, "logs", f"{row.name}.log")
+            host_cpus = cpu_speed.summarise(cpu_speed.probe())  # the machine this row meets, before it starts
             t0 = time.monotonic()
             runs, why = _spawn([f"--_run={row.name}"], spec, log, args.row_timeout_s, prefix)
             if runs is None:
                 runs = [{"row": row.name, "model": m, "kind": row.kind, "status": "error", "reason": why} for m in models]
             for r in runs:
                 r["process_s"] = time.monotonic() - t0
+                r["host_cpus"] = host_cpus
         for r in runs:
             r.setdefault("doc", row.doc)
             r["repeat"] = block

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+from benchmarks.common import cpu_speed
 from benchmarks.end_to_end.repeats import repeat_table
 from benchmarks.end_to_end.results import PLOTS, finished, models_in, runs_by_row, share_label, target_acc, time_to_target
 from benchmarks.end_to_end.rows import ROWS
@@ -260,7 +261,8 @@ def _host_words(load: dict[str, Any]) -> str:
 
 def _conditions(results: dict[str, Any]) -> list[str]:
     """What each finished run's steady window ran on: the GPU's clocks (sampled by the orchestrator) and the host's
-    CPUs (the row process and its worker, from ``/proc``). Tells a slower run of the same row apart: lower clocks,
+    CPUs (the row process and its worker, from ``/proc``; the share of CPUs at full speed before the row,
+    :mod:`benchmarks.common.cpu_speed`). Tells a slower run of the same row apart: lower clocks,
     a core shared, or neither (contention inside the GPU)."""
     out = []
     for r in results.get("runs", []):
@@ -269,6 +271,7 @@ def _conditions(results: dict[str, Any]) -> list[str]:
         block = f", block {r['repeat'] + 1}" if int(results.get("args", {}).get("repeats") or 1) > 1 else ""
         parts = [_gpu_words(r["gpu_clocks"])] if r.get("gpu_clocks") else []
         parts += [_host_words(r["host_load"])] if r.get("host_load") else []
+        parts += [cpu_speed.describe(r["host_cpus"])] if r.get("host_cpus") else []  # rows since 2026-11-30
         out.append(f"- `{r['row']}` ({r['model']}{block}, {r['steps_per_s']:.1f} steps/s): " + "; ".join(parts))
     return out
 

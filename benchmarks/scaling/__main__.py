@@ -62,6 +62,7 @@ if REPO_ROOT not in sys.path:
 import pytorch_lightning as pl  # noqa: E402  (imports no CUDA: the parent process stays without a context)
 import torch  # noqa: E402
 
+from benchmarks.common import cpu_speed  # noqa: E402
 from benchmarks.common.cli import add_gemm_rows_argument, gemm_rows_callbacks  # noqa: E402
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals, stop_session, tracked  # noqa: E402
@@ -262,6 +263,7 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipe
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):
         env.pop(key, None)
+    host_cpus = cpu_speed.summarise(cpu_speed.probe())  # the machine this run meets (benchmarks.common.cpu_speed)
     started = time.perf_counter()
     # A session of its own, so that a timeout stops the run with the ranks Lightning's launcher started from it
     # (killing only this child would leave them holding the GPUs); a signal to this process stops it too.
@@ -282,7 +284,8 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipe
             shutil.rmtree(out_dir, ignore_errors=True)
             raise
     result: dict[str, Any] = {"gpus": gpus, "policy": policy, "budget_fraction": budget, "pipeline": pipeline,
-                              "loader": loader, "returncode": proc.returncode, "wall_s": time.perf_counter() - started}  # fmt: skip
+                              "loader": loader, "returncode": proc.returncode, "wall_s": time.perf_counter() - started,
+                              "host_cpus": host_cpus}  # fmt: skip
     warned = dict.fromkeys(line.strip()[-400:] for line in (stderr or "").splitlines() if "Warning" in line)
     result["warnings"] = list(warned)[:20]
     try:

@@ -47,6 +47,7 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from benchmarks.common.cli import add_gemm_rows_argument  # noqa: E402
+from benchmarks.common.cpu_speed import describe  # noqa: E402
 from benchmarks.common.results import write_json  # noqa: E402
 from benchmarks.common.sessions import forward_stop_signals, restore_signals  # noqa: E402
 from benchmarks.scaling.__main__ import HETERO_PRESETS, MODELS, launch, parse_args, synthetic_kwargs  # noqa: E402
@@ -295,7 +296,7 @@ def _line(result: dict[str, Any]) -> str:
     phases = ", ".join(f"{p} {sum(f['rank_steps_per_s']) / len(f['rank_steps_per_s']):.1f} steps/s a rank"
                        + (f" ({f['per_rank_vs_1gpu']:.2f}x 1 GPU)" if f.get("per_rank_vs_1gpu") else "")
                        for p, f in result["phases"].items())  # fmt: skip
-    return f"{result['name']}: {phases} ({result['wall_s']:.0f} s)"
+    return f"{result['name']}: {phases} ({result['wall_s']:.0f} s; {describe(result.get('host_cpus') or {})})"
 
 
 if __name__ == "__main__":

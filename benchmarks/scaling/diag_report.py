@@ -61,13 +61,15 @@ def _host(diag: dict[str, Any], phase: str) -> dict[str, Any]:
             out[f"{role}_cores"] = process["cores"]
             out[f"{role}_threads"] = process["threads"]
             out[f"{role}_involuntary_per_s"] = process["involuntary_per_s"]
+            out[f"{role}_cpu"] = process.get("main_cpu")  # where its main thread was when the phase ended
     return out
 
 
 def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per finished run, phase and rank: the run's name and ratios, the rank's steps/s, its median phase
     times (:data:`TIMELINE_KEYS`, ms) and its CPU figures (``trainer_cores``, ``worker_cores``, threads,
-    involuntary context switches per second, the machine's busy cores)."""
+    involuntary context switches per second, the CPU each main thread was on, the machine's busy cores, and the
+    share of CPUs at full speed before the run: ``host_fast_share``, :mod:`benchmarks.common.cpu_speed`)."""
     rows = []
     for run in runs:
         if run.get("status") != "ok":
@@ -79,7 +81,8 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                              "steps_per_s": phase["rank_steps_per_s"][rank],
                              "per_rank_vs_1gpu": phase.get("per_rank_vs_1gpu"),
                              "speedup_vs_1gpu": phase.get("speedup_vs_1gpu"), "vs_no_knobs": phase.get("vs_no_knobs"),
-                             **{k: medians.get(k) for k in TIMELINE_KEYS}, **_host(diag or {}, name)})  # fmt: skip
+                             **{k: medians.get(k) for k in TIMELINE_KEYS}, **_host(diag or {}, name),
+                             "host_fast_share": (run.get("host_cpus") or {}).get("fast_share")})  # fmt: skip
     return rows
 
 
@@ -91,7 +94,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     """The rows as a fixed-width table (ms medians; cores = CPU seconds per second)."""
     head = (f"{'run':<44} {'phase':<5} {'r':>1} {'st/s':>6} {'x1gpu':>5} {'step':>6} {'fwd':>5} {'bwd':>5} "
             f"{'comm':>5} {'tail':>5} {'opt':>5} {'gap':>5} {'h_step':>6} {'h_betw':>6} {'h_fet':>5} {'h_lig':>5} "
-            f"{'cores':>5} {'wcore':>5} {'invol':>6} {'busy':>5}")  # fmt: skip
+            f"{'cores':>5} {'wcore':>5} {'invol':>6} {'busy':>5} {'cpu':>4} {'fast':>5}")  # fmt: skip
     print("\n" + head)
     for r in rows:
         print(f"{r['run'][:44]:<44} {r['phase']:<5} {r['rank']:>1} {_f(r['steps_per_s'], '.1f'):>6} "
@@ -99,4 +102,5 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{_f(r['comm']):>5} {_f(r['comm_tail']):>5} {_f(r['opt']):>5} {_f(r['gap']):>5} {_f(r['h_step']):>6} "
               f"{_f(r['h_between']):>6} {_f(r['h_fetch']):>5} {_f(r['h_lightning']):>5} "
               f"{_f(r.get('trainer_cores')):>5} {_f(r.get('worker_cores')):>5} "
-              f"{_f(r.get('trainer_involuntary_per_s'), '.0f'):>6} {_f(r.get('machine_busy_cores'), '.1f'):>5}")  # fmt: skip
+              f"{_f(r.get('trainer_involuntary_per_s'), '.0f'):>6} {_f(r.get('machine_busy_cores'), '.1f'):>5} "
+              f"{_f(r.get('trainer_cpu'), 'd'):>4} {_f(r.get('host_fast_share')):>5}")  # fmt: skip

@@ -49,4 +49,6 @@ def test_a_cpu_run_in_two_blocks(tmp_path: Path):
         start, end = r["steady_wall"]
         assert start < end and "gpu_clocks" not in r
         assert any(p["role"] == "trainer" for p in r["host_load"]["processes"]), r["host_load"]
+        assert r["host_cpus"]["samples"] >= 1  # each CPU's speed, probed before the row
     assert "## Conditions over each run's steady window" in report and "- `cpu_inproc` (light, block 2," in report
+    assert report.count("host CPUs: ") == len(runs)

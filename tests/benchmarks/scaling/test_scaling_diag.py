@@ -337,6 +337,8 @@ def test_sweep_on_two_cpu_ranks_writes_every_figure(tmp_path: Path) -> None:
     assert plain["static_graph"] and plain["gradient_as_bucket_view"]
     rows = report["table"]
     assert len(rows) == sum(2 * r["gpus"] for r in runs.values()) and {r["phase"] for r in rows} == {"data", "model"}
+    assert all(r["host_cpus"]["samples"] >= r["host_cpus"]["cpus"] >= 1 for r in runs.values())  # probed before each
+    assert all(0 < row["host_fast_share"] <= 1 and row["trainer_cpu"] is not None for row in rows)
 
 
 def test_deadline_skips_what_no_longer_fits(tmp_path: Path) -> None:
