@@ -232,16 +232,22 @@ export GPU_CHECK_EXTRA_STAGE_E2E_GEMM_ROWS="timeout 200 python3 -m benchmarks.en
 # diagnostic's heavy and light worker groups on 1 and 2 GPUs, every run with --gemm-rows 64 (data and model-only phases,
 # each rank's per-step timeline: forward, backward, all-reduce, optimizer, idle gap, fetch, hand-over), two independent
 # light 1-GPU fits at once (host and MPS contention without DDP: light's stall rose from 14 to 18-21 % on 2 GPUs); then
-# clique on 2 GPUs, light (it stalls less, yet trained 1-4 % slower a rank there). ~9 min estimated, not yet run:
+# clique on 2 GPUs, light (it stalls less, yet trained 1-4 % slower a rank there). 348 s (2 x H200, 2026-11-30, call 44:
+# the slow runs were the trainers' slow CPU draws, stage cpu_speed; docs/gpu_checks/h200x2-2026-11-30c):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_gap bash scripts/gpu_session.sh        # .wheels/ carried
 gap_flags="--cache-dir /tmp/lzc --num-nodes 4000000 --gemm-rows 64 --timeout 90 --min-run-s 40 --phase-s 2.5 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16"
 export GPU_CHECK_EXTRA_STAGE_SCALING_GAP="timeout -s TERM 410 python3 -m benchmarks.scaling.diag $gap_flags --gpus 1,2 --plan heavy-worker,light-worker,pair-light-worker --deadline-s 400 --out \$OUT/scaling_gap.json; timeout -s TERM 100 python3 -m benchmarks.scaling.diag $gap_flags --gpus 2 --plan light-worker --policy clique --deadline-s 95 --out \$OUT/scaling_gap_clique.json"
 # stage hetero_gap (issue 39, two GPUs, .wheels/ carried): on the typed mag graph clique trained 15 % slower a rank than
 # replicate with a higher hit rate and the same stall (2 x H200, 2026-11-30, call 38): the diagnostic's per-step
-# timelines of replicate on 1 and 2 GPUs, then clique on 2 (data and model-only phases), buckets on. ~5 min estimated:
+# timelines of replicate on 1 and 2 GPUs, then clique on 2 (data and model-only phases), buckets on. 215 s (call 45):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_gap bash scripts/gpu_session.sh         # .wheels/ carried
 hetero_gap_flags="--graph hetero --preset mag --plan heavy-worker $gap_flags"
 export GPU_CHECK_EXTRA_STAGE_HETERO_GAP="timeout -s TERM 200 python3 -m benchmarks.scaling.diag $hetero_gap_flags --gpus 1,2 --deadline-s 190 --out \$OUT/hetero_gap.json; timeout -s TERM 100 python3 -m benchmarks.scaling.diag $hetero_gap_flags --gpus 2 --policy clique --deadline-s 95 --out \$OUT/hetero_gap_clique.json"
+# stage cpu_speed (any machine, ~20 s): each CPU's speed at host-bound Python and tiny CUDA launches, one thread
+# pinned to each in turn, 12 passes (benchmarks.common.cpu_speed). On the lent 2 x H200 VM (2026-11-30, calls 48-49)
+# every vCPU flipped within seconds between 8.5 and 15.0 ms a loop, and DDP waits each step for the slower rank:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=cpu_speed bash scripts/gpu_session.sh
+export GPU_CHECK_EXTRA_STAGE_CPU_SPEED="timeout 120 python3 -m benchmarks.common.cpu_speed --passes 12 --cuda --out \$OUT/cpu_speed.json"
 # stage gemm_shapes (issues 39/40): the profile found the data phase's extra host time in aten::mm/addmm (1.8-2.3 ms a
 # step against 0.44-0.62 in the model phase, whose ring repeats 16 batches' shapes): what a new shape costs cuBLAS's
 # host side, per heuristics cache, and the heavy step with fixed against fresh row counts. ~1.5 min on one GPU:

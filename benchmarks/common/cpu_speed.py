@@ -108,6 +108,14 @@ def measure(passes: int = 1) -> dict[str, Any]:
     return {**result, "summary": summarise(result)}
 
 
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passes", type=int, default=3, help="passes over every allowed CPU (default 3)")
@@ -118,7 +126,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     for cpu, per_pass in result["cpus"].items():
         print(f"cpu {cpu:4d}  loop ms {per_pass}")
     print(describe(result["summary"]), f"({result.get('seconds', 0):.1f} s)")
-    if args.cuda:
+    if args.cuda and not _cuda_available():
+        result["launch_us"] = {"cpus": {}, "unavailable": "no CUDA device"}
+        print("CUDA launches: not timed (no CUDA device)")
+    elif args.cuda:
         cuda_launch_us(100)  # the context and the kernel's module first
         launches = probe(args.passes, iters=2_000, timer=cuda_launch_us)
         result["launch_us"] = {**launches, "summary": summarise(launches)}

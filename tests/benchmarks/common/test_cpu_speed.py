@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
+import torch
 
 from benchmarks.common import cpu_speed
 
@@ -55,5 +57,7 @@ def test_a_machine_all_at_one_speed_and_one_not_probed():
 @needs_affinity
 def test_the_command_writes_its_json(tmp_path, capsys):
     out = tmp_path / "cpu.json"
-    cpu_speed.main(["--passes", "1", "--out", str(out)])
-    assert '"summary"' in out.read_text() and "host CPUs:" in capsys.readouterr().out
+    cpu_speed.main(["--passes", "1", "--out", str(out), "--cuda"])
+    written = json.loads(out.read_text())
+    assert written["summary"]["samples"] >= 1 and "host CPUs:" in capsys.readouterr().out
+    assert written["launch_us"]["summary" if torch.cuda.is_available() else "unavailable"]
