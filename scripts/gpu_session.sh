@@ -214,9 +214,11 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_PROFILE="timeout -s TERM ${GPU_CHECK_SCALIN
 # stage scaling_table (issue 39, two GPUs, .pyg/ carried): the README's 1/2-GPU table, one model a call
 # (GPU_CHECK_SCALING_MODEL=heavy | light): 1 GPU, 2 GPUs x replicate/clique/auto, PyG's NeighborLoader under DDP on 2
 # GPUs; the worker under MPS on every rank and row-count buckets (--gemm-rows 64), as recipes/multi_gpu.yaml. On 2 x
-# H200 (2026-11-30): the stage 358 s (heavy) and 289 s (light), build 25 s
+# H200 (2026-11-30): the stage 358 s (heavy) and 289 s (light), build 25 s. One run a row moves with the VM's CPU
+# draw (stage cpu_speed): GPU_CHECK_SCALING_REPEATS=2 --policies replicate,clique (GPU_CHECK_SCALING_POLICIES) runs two
+# blocks of alternating order and prints the medians, ~1.6x the time without auto
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_table bash scripts/gpu_session.sh              # .wheels/, .pyg/
-export GPU_CHECK_EXTRA_STAGE_SCALING_TABLE="timeout -s TERM ${GPU_CHECK_SCALING_TABLE_TIMEOUT:-500} python3 -m benchmarks.scaling --model ${GPU_CHECK_SCALING_MODEL:-heavy} --gpus 1,2 --policies replicate,clique,auto --budgets 0.1 --pipelines worker --num-nodes 8000000 --epochs 2 --warmup-batches 30 --limit-batches 300 --run-budget-s 14 --presample-batches 16 --gemm-rows 64 --timeout 110 --pyg-gpus 2 --pyg-workers 8 --pyg-site /tmp/pygsite --cache-dir /tmp/lzc --out \$OUT/scaling_table-${GPU_CHECK_SCALING_MODEL:-heavy}.json"
+export GPU_CHECK_EXTRA_STAGE_SCALING_TABLE="timeout -s TERM ${GPU_CHECK_SCALING_TABLE_TIMEOUT:-500} python3 -m benchmarks.scaling --model ${GPU_CHECK_SCALING_MODEL:-heavy} --gpus 1,2 --policies ${GPU_CHECK_SCALING_POLICIES:-replicate,clique,auto} --repeats ${GPU_CHECK_SCALING_REPEATS:-1} --budgets 0.1 --pipelines worker --num-nodes 8000000 --epochs 2 --warmup-batches 30 --limit-batches 300 --run-budget-s 14 --presample-batches 16 --gemm-rows 64 --timeout 110 --pyg-gpus 2 --pyg-workers 8 --pyg-site /tmp/pygsite --cache-dir /tmp/lzc --out \$OUT/scaling_table-${GPU_CHECK_SCALING_MODEL:-heavy}.json"
 # stage e2e_gemm_rows (issue 40, one GPU): GemmRowBuckets(64) raised the heavy model's 2-GPU data phase from 85 to 109
 # steps/s a rank (2 x H200, 2026-11-30); on one GPU, the bimodal stage's 24M-node graph and settings, zc_gpu_mps and
 # model_only without and with the buckets (--gemm-rows in the order GPU_CHECK_E2E_GEMM_ORDER, default 0 64 0), the heavy

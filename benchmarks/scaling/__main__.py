@@ -17,7 +17,9 @@ in an epoch: scaling is measured as throughput. Reported per run (steady state: 
 * per rank the PSS and RSS of its mappings of the shared host copy (graph, features, labels), and their sum over
   the ranks against the copy's size (``host_pss_over_data``: about 1 when the machine holds one copy for all);
 
-plus ``nvidia-smi topo -m`` and the GPU names, all in the JSON (``--out``) and a table.
+plus ``nvidia-smi topo -m``, the GPU names and, before each run, the share of the host's CPUs at full speed
+(``benchmarks.common.cpu_speed``), all in the JSON (``--out``) and a table. ``--repeats N`` runs the sweep in N blocks
+of alternating order and takes each speed-up against its own block's 1-GPU run, then the medians (``repeats.py``).
 
 ``--graph hetero`` runs the same sweep on the MAG-shaped ``SyntheticHeteroGraph`` of ``benchmarks.end_to_end.hetero``'s
 ``--preset`` (default ``mag``: ogbn-mag's counts; drawn and cached once before the runs), its ``HeteroNodeClassifier``
@@ -71,6 +73,7 @@ from benchmarks.scaling.budget import EpochTimer, RunBudget  # noqa: E402
 from benchmarks.scaling.diag_run import DiagRun, phase_figures  # noqa: E402
 from benchmarks.scaling.knobs import apply_process_knobs, ddp_kwargs  # noqa: E402
 from benchmarks.scaling.nccl_log import nccl_debug_env, read_nccl_logs  # noqa: E402
+from benchmarks.scaling.repeats import planned_runs, sweep_order  # noqa: E402
 from benchmarks.scaling.report import _mean, report as _report, throughput as _throughput, topology  # noqa: E402,F401
 
 #: the two models of the end-to-end benchmark: (fanouts, hidden channels, layers)
@@ -364,6 +367,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", default=None, help="dataset cache root (default: the datasets' default)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
+    parser.add_argument("--repeats", type=int, default=1, help="run the sweep in this many blocks of alternating "
+                        "order; speed-ups against each block's own 1-GPU run, and their medians (benchmarks.scaling."
+                        "repeats)")
     parser.add_argument("--out", default="results/scaling.json")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cpu: a plumbing check (gloo ranks, CPU sampler and gather); it measures nothing")
@@ -402,34 +408,24 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
             graph = prepare_graph(args, REPO_ROOT, args.prepare_timeout)
             print(f"hetero: {sum(graph['num_nodes'].values()):,} nodes, {sum(graph['num_edges'].values()):,} edges, "
                   f"{graph['feature_GB']:.2f} GB of features, ready in {graph['wall_s']:.0f} s", flush=True)
-        for gpus in (int(g) for g in args.gpus.split(",")):
+        for gpus in sorted({int(g) for g in f"{args.gpus},{args.pyg_gpus}".split(",") if g.strip()}):
             if gpus > available:
                 print(f"skipping {gpus} GPUs: this machine has {available}", flush=True)
-                continue
-            for pipeline in args.pipelines.split(","):
-                for budget in (float(b) for b in args.budgets.split(",")):
-                    for policy in args.policies.split(","):
-                        if gpus == 1 and policy != args.policies.split(",")[0]:
-                            continue  # one GPU: every policy is replicate, one run is the baseline of all
-                        r = launch(args, gpus, policy, budget, pipeline)
-                        runs.append(r)
-                        what = f"{gpus} GPU(s) {policy} {budget:.0%} pipeline {pipeline}"
-                        if "error" in r:
-                            print(f"{what}: failed (rc {r['returncode']})\n{r['error']}", flush=True)
-                            continue
-                        hit = [p.get("cache/hit_rate") for p in r["per_rank"]]
-                        print(f"{what}: {r['seeds_per_s']:.0f} seeds/s, {r['rank_steps_per_s']:.1f} steps/s a rank, "
-                              f"chose {r['chosen_policy']} ({r['note']}), hit rate {hit}", flush=True)  # fmt: skip
-        for gpus in (int(g) for g in args.pyg_gpus.split(",") if g.strip()):
-            if gpus > available:
-                continue
-            r = launch(args, gpus, "-", 0.0, "off", loader="pyg")
+        plan = planned_runs(args.gpus, args.pipelines, args.budgets, args.policies, args.pyg_gpus, available)
+        for block, p in sweep_order(plan, args.repeats):
+            r = launch(args, p.gpus, p.policy, p.budget, p.pipeline, loader=p.loader)
+            r["repeat"] = block
             runs.append(r)
+            what = (f"{p.gpus} GPU(s) {p.policy} {p.budget:.0%} pipeline {p.pipeline}" if p.loader == "ours"
+                    else f"PyG NeighborLoader {p.gpus} GPU(s)") + (f" [block {block + 1}]" if args.repeats > 1 else "")
             if "error" in r:
-                print(f"PyG {gpus} GPU(s): failed (rc {r['returncode']})\n{r['error']}", flush=True)
+                print(f"{what}: failed (rc {r['returncode']})\n{r['error']}", flush=True)
+            elif p.loader == "ours":
+                hit = [q.get("cache/hit_rate") for q in r["per_rank"]]
+                print(f"{what}: {r['seeds_per_s']:.0f} seeds/s, {r['rank_steps_per_s']:.1f} steps/s a rank, "
+                      f"chose {r['chosen_policy']} ({r['note']}), hit rate {hit}", flush=True)  # fmt: skip
             else:
-                print(f"PyG NeighborLoader {gpus} GPU(s): {r['seeds_per_s']:.0f} seeds/s, "
-                      f"{r['rank_steps_per_s']:.1f} steps/s a rank", flush=True)  # fmt: skip
+                print(f"{what}: {r['seeds_per_s']:.0f} seeds/s, {r['rank_steps_per_s']:.1f} steps/s a rank", flush=True)
     finally:  # also when a signal stopped the sweep: the runs finished so far are written
         restore_signals(previous)
         report = _report(args, runs, available, torch.__version__, graph)

@@ -7,6 +7,7 @@ import subprocess
 from typing import Any, Optional
 
 from benchmarks.common.results import write_json
+from benchmarks.scaling.repeats import repeat_lines, repeat_summary, speedups_by_block
 from lightning_zerocopy.cache.nvidia_topo import GpuTopology, TopologyParseError
 
 __all__ = ["report", "throughput", "topology"]
@@ -55,21 +56,11 @@ def throughput(rank0: dict[str, Any], gpus: int) -> dict[str, Any]:
             "rank_steps_per_s": rate, "batch_size": batch, "seeds_per_s": gpus * batch * rate}
 
 
-
-
 def report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int, torch_version: str,
             graph: Optional[dict[str, Any]] = None) -> dict[str, Any]:  # fmt: skip
     """Speed-ups, the table and the JSON (``--out``) of the runs so far (``graph``: the heterogeneous graph's
     summary, under ``--graph hetero``)."""
-    for r in runs:  # speed-up: throughput over the 1-GPU run's with the same loader, budget and pipeline
-        base = next((b for b in runs if b["gpus"] == 1 and b["budget_fraction"] == r["budget_fraction"]
-                     and b.get("pipeline") == r.get("pipeline") and b.get("loader") == r.get("loader")
-                     and "seeds_per_s" in b), None)  # fmt: skip
-        if base is not None and "seeds_per_s" in r:
-            r["speedup_vs_1gpu"] = r["seeds_per_s"] / base["seeds_per_s"]
-        pyg = next((b for b in runs if b.get("loader") == "pyg" and b["gpus"] == r["gpus"] and "seeds_per_s" in b), None)
-        if pyg is not None and r.get("loader") != "pyg" and "seeds_per_s" in r:
-            r["vs_pyg_same_gpus"] = r["seeds_per_s"] / pyg["seeds_per_s"]
+    speedups_by_block(runs)  # each against its block's 1-GPU run and PyG run (one block: as before)
     print(f"\n{'GPUs':>4} {'loader':>6} {'policy':>9} {'budget':>6} {'pipeline':>8} {'chosen':>9} {'seeds/s':>9} "
           f"{'steps/s':>7} {'speed-up':>8} {'x PyG':>6} {'stall':>6} {'hit rate':>8} {'local':>11} {'peer':>11} "
           f"{'host':>11} {'host GB/s':>9} {'PSS/data':>8}")  # fmt: skip
@@ -89,8 +80,13 @@ def report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int,
         for rank, per_type in enumerate(r.get("cache_per_type") or []):
             rates = ", ".join(f"{t} {_pct(c)}" for t, c in (per_type or {}).items())
             print(f"{r['gpus']} GPU(s) {r['policy']} rank {rank}: hit rate per type: {rates}")
+    lines = repeat_lines(runs)  # --repeats: each run of the plan over the blocks, and its medians
+    if lines:
+        print("\n".join(lines))
     report = {"benchmark": "scaling", "graph": args.graph,
               "config": {k: v for k, v in vars(args).items() if k != "argv"}, "gpu_count": available, "topology": topology(), "torch": torch_version, "runs": runs}  # fmt: skip
+    if lines:
+        report["repeats"] = repeat_summary(runs)
     if graph is not None:
         report["hetero_graph"] = graph
     write_json(args.out, report)
