@@ -245,6 +245,12 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_GAP="timeout -s TERM 410 python3 -m benchma
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_gap bash scripts/gpu_session.sh         # .wheels/ carried
 hetero_gap_flags="--graph hetero --preset mag --plan heavy-worker $gap_flags"
 export GPU_CHECK_EXTRA_STAGE_HETERO_GAP="timeout -s TERM 200 python3 -m benchmarks.scaling.diag $hetero_gap_flags --gpus 1,2 --deadline-s 190 --out \$OUT/hetero_gap.json; timeout -s TERM 100 python3 -m benchmarks.scaling.diag $hetero_gap_flags --gpus 2 --policy clique --deadline-s 95 --out \$OUT/hetero_gap_clique.json"
+# stage scaling_compile (issue 39, two GPUs, .wheels/ carried): the rank's step is bound by its host forward, and DDP
+# waits for the slower rank's CPU (stage cpu_speed); torch.compile launches fewer kernels a step. Heavy on 1 and 2 GPUs,
+# then the heavy 2-GPU run compiled (--knobs compile: vs_no_knobs, and its fwd/bwd host times), a longer warm-up for
+# the recompiles. ~6 min estimated, not yet run:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_compile bash scripts/gpu_session.sh    # .wheels/ carried
+export GPU_CHECK_EXTRA_STAGE_SCALING_COMPILE="timeout -s TERM 420 python3 -m benchmarks.scaling.diag $gap_flags --warmup-batches 60 --gpus 1,2 --plan heavy-worker,knobs --knob-base heavy-worker --knobs compile --deadline-s 410 --out \$OUT/scaling_compile.json"
 # stage cpu_speed (any machine, ~20 s): each CPU's speed at host-bound Python and tiny CUDA launches, one thread
 # pinned to each in turn, 12 passes (benchmarks.common.cpu_speed). On the lent 2 x H200 VM (2026-11-30, calls 48-49)
 # every vCPU flipped within seconds between 8.5 and 15.0 ms a loop, and DDP waits each step for the slower rank:

@@ -226,7 +226,9 @@ def _homogeneous_parts(args: argparse.Namespace, config: dict[str, Any], cuda: b
                                 sampler_placement="gpu" if cuda else "cpu", gather="zerocopy" if cuda else "cpu",
                                 drop_last=True, seed=args.seed, num_threads=sampler_threads,
                                 check_features=bool(config.get("check_features", True)))  # fmt: skip
-    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=hidden, num_layers=layers, dropout=0.5)
+    compiled = bool(((config.get("knobs") or {}).get("run") or {}).get("compile"))  # the diagnostic's knob
+    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=hidden, num_layers=layers, dropout=0.5,
+                      compile=compiled)  # fmt: skip
 
     def segments(handles: Any) -> tuple[list[str], int]:
         parts = [handles.graph.indptr, handles.graph.indices, handles.features.data, handles.labels]

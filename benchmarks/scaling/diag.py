@@ -174,6 +174,9 @@ def parse_diag_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         args.gpu_counts = sorted({int(g) for g in args.gpus.split(",") if g.strip()})
         check_run_flags(args)
         args.runs = build_plan(args.plan, args.gpu_counts, args.knobs, args.knob_base)
+        if args.graph == "hetero" and any((r.knobs.get("run") or {}).get("compile") for r in args.runs):
+            raise ValueError("--knobs compile applies to --graph homogeneous: the typed model builds its net from its "
+                             "first batch")  # fmt: skip
     except ValueError as exc:
         p.error(str(exc))
     return args

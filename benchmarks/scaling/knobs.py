@@ -17,7 +17,8 @@ variants separated by commas, each one run (``benchmarks.scaling.diag``). The kn
   trainer's share even without a worker), ``comm_timing`` (time every gradient bucket's all-reduce through a
   DDP comm hook: on by default in the diagnostic runs; ``comm_timing=0`` keeps DDP's built-in all-reduce),
   ``step_sigterm_broadcast=0`` (skip Lightning's per-step SIGTERM broadcast and its ``.item()``, as the command does:
-  :func:`lightning_zerocopy.preemption.skip_lightnings_step_broadcast`).
+  :func:`lightning_zerocopy.preemption.skip_lightnings_step_broadcast`), ``compile`` (the homogeneous model's
+  ``compile=True``).
 
 Nothing here imports PyG or touches CUDA: :func:`apply_process_knobs` runs before the run starts MPS.
 """
@@ -94,6 +95,8 @@ KNOBS: dict[str, Knob] = {
                           "operator and CUDA runtime call (benchmarks.scaling.host_profile)"),
     "gemm_rows": Knob("run", _positive_int, "GemmRowBuckets(multiple=N): the model's linear products on row counts "
                       "rounded up to N (cuBLAS's per-shape host setup, docs/PERFORMANCE.md)"),
+    "compile": Knob("run", _switch, "GraphSAGE(compile=True): torch.compile the net (dynamic shapes), fewer kernel "
+                    "launches a step: does a step less bound by its host forward wait less for the slower rank?"),
     "step_sigterm_broadcast": Knob("run", _switch, "Lightning's broadcast of its SIGTERM flag at the start of every "
                                    "step under several ranks (a device tensor and .item(): a host-device sync a step); "
                                    "off: skipped, as the lightning-zerocopy command skips it"),

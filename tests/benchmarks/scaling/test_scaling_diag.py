@@ -56,9 +56,20 @@ def test_plan_is_in_priority_order_and_flags_are_checked() -> None:
     ]  # fmt: skip
     assert args.runs[3].knobs == {"ddp": {"static_graph": True}} and args.phase_list == ["data", "model"]
     for bad in (["--plan", "huge-worker"], ["--plan", "heavy-gpu"], ["--knobs", "nope"], ["--phases", "data,eval"],
-                ["--warmup-batches", "0"]):  # fmt: skip
+                ["--warmup-batches", "0"], ["--graph", "hetero", "--plan", "knobs", "--knobs", "compile"]):  # fmt: skip
         with pytest.raises(SystemExit):
             parse_diag_args(bad)
+    assert parse_diag_args(["--plan", "knobs", "--knobs", "compile"]).runs[0].knobs == {"run": {"compile": True}}
+
+
+def test_the_compile_knob_compiles_the_homogeneous_model(tmp_path: Path) -> None:
+    from benchmarks.scaling.__main__ import _homogeneous_parts, parse_args
+
+    args = parse_args(["--device", "cpu", "--num-nodes", "500", "--cache-dir", str(tmp_path)])
+    config = {"loader": "ours", "budget": 0.0, "policy": "replicate", "gpus": 1, "knobs": {"run": {"compile": True}}}
+    compiled = _homogeneous_parts(args, config, cuda=False)[1]
+    plain = _homogeneous_parts(args, {**config, "knobs": {}}, cuda=False)[1]
+    assert compiled.net._compiled_call_impl is not None and plain.net._compiled_call_impl is None
 
 
 def test_every_run_gets_the_row_buckets_asked_for() -> None:
