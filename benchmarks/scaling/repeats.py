@@ -72,46 +72,43 @@ def speedups_by_block(runs: list[dict[str, Any]]) -> None:
             r["vs_pyg_same_gpus"] = r["seeds_per_s"] / pyg[0]["seeds_per_s"]
 
 
-def repeat_lines(runs: list[dict[str, Any]]) -> list[str]:
-    """With runs in more than one block: per run of the plan, its seeds/s, speed-up and steps/s a rank in each block,
-    their medians, and the median share of CPUs at full speed before it; ``[]`` with one block."""
-    blocks = sorted({r.get("repeat", 0) for r in runs})
-    if len(blocks) < 2:
-        return []
+def repeat_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per run of the plan, in plan order: its seeds/s and speed-ups over the blocks where it finished, their medians,
+    its median steps/s a rank and the median share of CPUs at full speed before it (``blocks`` 0: it never finished)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in runs:
         groups.setdefault(_key(r), []).append(r)
-    lines = [f"\nrepeats: {len(blocks)} blocks, speed-up against each block's own 1-GPU run (medians last)",
-             f"{'GPUs':>4} {'loader':>6} {'policy':>9} {'seeds/s per block':>34} {'speed-up per block':>24} "
-             f"{'median seeds/s':>14} {'median x1':>9} {'steps/s a rank':>14} {'fast CPUs':>9}"]  # fmt: skip
-    for key, group in groups.items():
+    out = []
+    for (gpus, loader, pipeline, budget, policy), group in groups.items():
         done = [r for r in group if "seeds_per_s" in r]
-        if not done:
-            lines.append(f"{key[0]:>4} {key[1]:>6} {key[4]:>9} no finished run")
-            continue
         ups = [r["speedup_vs_1gpu"] for r in done if "speedup_vs_1gpu" in r]
         fast = [r["host_cpus"]["fast_share"] for r in done if (r.get("host_cpus") or {}).get("fast_share") is not None]
-        rates = ", ".join(format(r["seeds_per_s"], ".0f") for r in done)
-        lines.append(f"{key[0]:>4} {key[1]:>6} {key[4]:>9} {rates:>34} "
-                     f"{', '.join(format(u, '.2f') for u in ups):>24} {median(r['seeds_per_s'] for r in done):>14.0f} "
-                     f"{median(ups) if ups else float('nan'):>9.2f} "
-                     f"{median(r['rank_steps_per_s'] for r in done):>14.1f} "
-                     f"{median(fast) if fast else float('nan'):>9.2f}")  # fmt: skip
-    return lines
-
-
-def repeat_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The medians of :func:`repeat_lines` as JSON rows (one per run of the plan that finished at least once)."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in runs:
-        if "seeds_per_s" in r:
-            groups.setdefault(_key(r), []).append(r)
-    out = []
-    for (gpus, loader, pipeline, budget, policy), done in groups.items():
-        ups = [r["speedup_vs_1gpu"] for r in done if "speedup_vs_1gpu" in r]
         out.append({"gpus": gpus, "loader": loader, "pipeline": pipeline, "budget_fraction": budget, "policy": policy,
-                    "blocks": len(done), "seeds_per_s": [r["seeds_per_s"] for r in done],
-                    "median_seeds_per_s": median(r["seeds_per_s"] for r in done),
+                    "blocks": len(done), "seeds_per_s": [r["seeds_per_s"] for r in done], "speedups_vs_1gpu": ups,
+                    "median_seeds_per_s": median(r["seeds_per_s"] for r in done) if done else None,
                     "median_speedup_vs_1gpu": median(ups) if ups else None,
-                    "median_rank_steps_per_s": median(r["rank_steps_per_s"] for r in done)})  # fmt: skip
+                    "median_rank_steps_per_s": median(r["rank_steps_per_s"] for r in done) if done else None,
+                    "median_fast_cpu_share": median(fast) if fast else None})  # fmt: skip
     return out
+
+
+def repeat_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """:func:`repeat_summary` as a table, with runs in more than one block; ``[]`` with one block."""
+    if len({r.get("repeat", 0) for r in runs}) < 2:
+        return []
+    nan = float("nan")
+    lines = [f"\nrepeats: {len({r.get('repeat', 0) for r in runs})} blocks, speed-up against each block's own 1-GPU run "
+             "(medians last)",
+             f"{'GPUs':>4} {'loader':>6} {'policy':>9} {'seeds/s per block':>34} {'speed-up per block':>24} "
+             f"{'median seeds/s':>14} {'median x1':>9} {'steps/s a rank':>14} {'fast CPUs':>9}"]  # fmt: skip
+    for row in repeat_summary(runs):
+        head = f"{row['gpus']:>4} {row['loader']:>6} {row['policy']:>9}"
+        if not row["blocks"]:
+            lines.append(f"{head} no finished run")
+            continue
+        rates = ", ".join(format(v, ".0f") for v in row["seeds_per_s"])
+        ups = ", ".join(format(v, ".2f") for v in row["speedups_vs_1gpu"])
+        lines.append(f"{head} {rates:>34} {ups:>24} {row['median_seeds_per_s']:>14.0f} "
+                     f"{row['median_speedup_vs_1gpu'] or nan:>9.2f} {row['median_rank_steps_per_s']:>14.1f} "
+                     f"{row['median_fast_cpu_share'] or nan:>9.2f}")  # fmt: skip
+    return lines

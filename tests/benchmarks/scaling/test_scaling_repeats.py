@@ -42,7 +42,8 @@ def test_each_speed_up_is_against_its_own_block():
     summary = {(s["gpus"], s["policy"]): s for s in repeat_summary(runs)}
     two = summary[(2, "replicate")]
     assert two["blocks"] == 2 and two["median_seeds_per_s"] == 166_500 and two["median_speedup_vs_1gpu"] == pytest.approx(1.8)
-    assert (2, "clique") not in summary  # never finished
+    assert summary[(2, "clique")]["blocks"] == 0 and summary[(2, "clique")]["median_seeds_per_s"] is None
+    assert two["median_fast_cpu_share"] == pytest.approx(0.4)
     text = "\n".join(repeat_lines(runs))
     assert "repeats: 2 blocks" in text and "180000, 153000" in text and "1.80, 1.80" in text
     assert "no finished run" in text
