@@ -196,13 +196,13 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_CONFIRM="timeout -s TERM ${GPU_CHECK_SCALIN
 # debug mode on for 20 data-phase steps of each rank (benchmarks/scaling/sync_finder.py; each rank's report gains
 # `syncs`, per caller), then the same run with Lightning's per-step SIGTERM broadcast skipped (found on the CPU,
 # 2026-11-29: under several ranks every step starts with a device tensor, a broadcast and `.item()`, a host-device
-# sync a step that one rank never makes; the command skips it, benchmarks.scaling makes it unless
-# `--knobs step_sigterm_broadcast=0`); ~4.5 min:
+# sync a step that one rank never makes; the command skips it, and since 2026-11-30 so do benchmarks.scaling's runs of
+# ours unless `--knobs step_sigterm_broadcast=1`: the default args below now A/B keeping it); ~4.5 min:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,scaling_syncs bash scripts/gpu_session.sh       # .wheels/ carried
 # (since 2026-11-29 every rank's worker waits for the GPU asleep, pipeline/host_waits.py; the spinning waits from
 # before, for an A/B on 2 GPUs: add the knob variant env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1 to --knobs, e.g.
-# GPU_CHECK_SCALING_SYNCS_ARGS="<the defaults below, with> --knobs step_sigterm_broadcast=0,step_sigterm_broadcast=0+env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1")
-export GPU_CHECK_EXTRA_STAGE_SCALING_SYNCS="timeout -s TERM ${GPU_CHECK_SCALING_SYNCS_TIMEOUT:-290} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_syncs.json ${GPU_CHECK_SCALING_SYNCS_ARGS:---num-nodes 4000000 --gpus 1,2 --plan knobs --knobs sync_debug_steps=20,step_sigterm_broadcast=0 --deadline-s 280 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}"
+# GPU_CHECK_SCALING_SYNCS_ARGS="<the defaults below, with> --knobs step_sigterm_broadcast=1,env.LIGHTNING_ZEROCOPY_SPIN_WAITS=1")
+export GPU_CHECK_EXTRA_STAGE_SCALING_SYNCS="timeout -s TERM ${GPU_CHECK_SCALING_SYNCS_TIMEOUT:-290} python3 -m benchmarks.scaling.diag --cache-dir /tmp/lzc --out \$OUT/scaling_syncs.json ${GPU_CHECK_SCALING_SYNCS_ARGS:---num-nodes 4000000 --gpus 1,2 --plan knobs --knobs sync_debug_steps=20,step_sigterm_broadcast=1 --deadline-s 280 --timeout 90 --min-run-s 40 --phase-s 2 --warmup-batches 25 --ring-batches 16 --budget 0.1 --presample-batches 16}"
 # stage scaling_profile (issue 39/40; .wheels/ carried): the sync debug mode found no synchronizing call in the
 # data-phase forward (0.05 a step; 2 x H200, call 28), yet the trainer's main thread waited ~1.8 ms a step more than in
 # the model phase. PyTorch's profiler over 20 steps of each phase on every rank sums the main thread's host time by

@@ -161,7 +161,8 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          precision=args.precision if cuda else "32-true", use_distributed_sampler=not pyg,
                          callbacks=callbacks)  # fmt: skip
-    if not (knobs.get("run") or {}).get("step_sigterm_broadcast", True):  # as the command runs (preemption.py)
+    broadcast = pyg or bool((knobs.get("run") or {}).get("step_sigterm_broadcast", False))  # PyG's: as Lightning
+    if not broadcast:  # ours as the lightning-zerocopy command runs it (preemption.py)
         trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = lambda: None
     trainer.fit(model, datamodule=dm)
     decision = getattr(strategy, "cache_decision", None)
@@ -183,6 +184,7 @@ def run_one(args: argparse.Namespace, config: dict[str, Any]) -> None:
         "host_data_bytes": host.data_bytes,
         "host_pss_bytes": None if host.footprint is None else host.footprint[0],
         "host_rss_bytes": None if host.footprint is None else host.footprint[1],
+        "step_sigterm_broadcast": broadcast,
     }
     if diag is not None:
         report["diag"] = diag.report(sampler_threads)
@@ -314,6 +316,7 @@ def launch(args: argparse.Namespace, gpus: int, policy: str, budget: float, pipe
         note=ranks[0]["note"],
         cached_rows=ranks[0]["cached_rows"],
         expected_hit_rate=ranks[0]["expected_hit_rate"],
+        step_sigterm_broadcast=ranks[0].get("step_sigterm_broadcast"),
         per_rank=[{"rank": r["rank"], **(r["cache"] or {}), "host_pss_bytes": r.get("host_pss_bytes"),
                    "host_rss_bytes": r.get("host_rss_bytes")} for r in ranks],  # fmt: skip
     )

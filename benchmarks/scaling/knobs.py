@@ -16,8 +16,8 @@ variants separated by commas, each one run (``benchmarks.scaling.diag``). The kn
 * the run: ``worker_sm_percent`` (the pipeline worker's MPS share), ``mps`` (the ranks as MPS clients with the
   trainer's share even without a worker), ``comm_timing`` (time every gradient bucket's all-reduce through a
   DDP comm hook: on by default in the diagnostic runs; ``comm_timing=0`` keeps DDP's built-in all-reduce),
-  ``step_sigterm_broadcast=0`` (skip Lightning's per-step SIGTERM broadcast and its ``.item()``, as the command does:
-  :func:`lightning_zerocopy.preemption.skip_lightnings_step_broadcast`), ``compile`` (the homogeneous model's
+  ``step_sigterm_broadcast=1`` (keep Lightning's per-step SIGTERM broadcast and its ``.item()``, which our runs skip
+  by default since 2026-11-30, as the command does: :func:`lightning_zerocopy.preemption.skip_lightnings_step_broadcast`), ``compile`` (the homogeneous model's
   ``compile=True``).
 
 Nothing here imports PyG or touches CUDA: :func:`apply_process_knobs` runs before the run starts MPS.
@@ -99,7 +99,8 @@ KNOBS: dict[str, Knob] = {
                     "launches a step: does a step less bound by its host forward wait less for the slower rank?"),
     "step_sigterm_broadcast": Knob("run", _switch, "Lightning's broadcast of its SIGTERM flag at the start of every "
                                    "step under several ranks (a device tensor and .item(): a host-device sync a step); "
-                                   "off: skipped, as the lightning-zerocopy command skips it"),
+                                   "off by default in our runs, as the lightning-zerocopy command skips it; on: kept "
+                                   "(PyG's runs always keep it, as Lightning does)"),
 }
 
 

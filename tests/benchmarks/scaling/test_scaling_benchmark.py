@@ -54,6 +54,7 @@ def test_two_cpu_ranks_report_one_shared_host_copy(tmp_path: Path) -> None:
     for gpus, r in runs.items():
         assert r["seeds_per_s"] == pytest.approx(gpus * 128 * 2 / r["epoch_s"]) and r["pipeline"] == "off"
     assert runs[2]["speedup_vs_1gpu"] == pytest.approx(runs[2]["seeds_per_s"] / runs[1]["seeds_per_s"])
+    assert all(r["step_sigterm_broadcast"] is False for r in runs.values())  # skipped, as the command skips it
     pair = runs[2]["per_rank"]
     assert len(pair) == 2 and all(p["host_pss_bytes"] < 0.75 * p["host_rss_bytes"] for p in pair), pair
 
@@ -88,6 +89,7 @@ def test_hetero_mode_on_two_cpu_ranks_scales_the_typed_cache_runs_within_their_b
         assert "pyg-lib or torch-sparse" in pyg["error"], pyg["error"][-2000:]
     else:
         assert pyg["seeds_per_s"] > 0 and pyg["batch_size"] == 32
+        assert pyg["step_sigterm_broadcast"] is True  # PyG under Lightning's DDP, as its users run it
 
 
 def test_hetero_mode_defaults_to_the_mag_preset_and_its_batch_size() -> None:

@@ -300,16 +300,17 @@ def _diag(tmp_path: Path, *flags: str, timeout: float = 1500) -> dict[str, Any]:
 
 def test_sweep_on_two_cpu_ranks_writes_every_figure(tmp_path: Path) -> None:
     """1 and 2 gloo ranks (data and model-only phases), two independent runs at once, and a knob variant that sets
-    DDP options, the threads, an environment variable and skips Lightning's per-step SIGTERM broadcast: every run's
-    per-rank timeline, host and DDP figures (the variant's model also has its linear products bucketed: gemm_rows)."""
+    DDP options, the threads, an environment variable and keeps Lightning's per-step SIGTERM broadcast (the runs skip
+    it by default): every run's per-rank timeline, host and DDP figures (the variant's model also has its linear
+    products bucketed: gemm_rows)."""
     report = _diag(tmp_path, "--plan", "heavy-off,pair-heavy-off,knobs", "--knob-base", "heavy-off", "--knobs",
                    "static_graph=0+gradient_as_bucket_view=0+bucket_cap_mb=1+torch_threads=1+env.LZC_DIAG_PROBE=x+"
-                   "step_sigterm_broadcast=0+profile_steps=2+gemm_rows=64")  # fmt: skip
+                   "step_sigterm_broadcast=1+profile_steps=2+gemm_rows=64")  # fmt: skip
     assert report["benchmark"] == "scaling_diag" and "topo_m" in report["topology"] and "error" not in report["graph"]
     runs = {r["name"]: r for r in report["runs"]}
     assert list(runs) == report["plan"] == ["heavy-off-1gpu", "heavy-off-2gpu", "heavy-off-2x1gpu-independent",
                                             "heavy-off-2gpu-static_graph=0+gradient_as_bucket_view=0+bucket_cap_mb=1+"
-                                            "torch_threads=1+env.LZC_DIAG_PROBE=x+step_sigterm_broadcast=0+"
+                                            "torch_threads=1+env.LZC_DIAG_PROBE=x+step_sigterm_broadcast=1+"
                                             "profile_steps=2+gemm_rows=64"]  # fmt: skip
     for name, run in runs.items():
         assert run["status"] == "ok", (name, run.get("error", "")[-3000:])
@@ -331,6 +332,7 @@ def test_sweep_on_two_cpu_ranks_writes_every_figure(tmp_path: Path) -> None:
             trainer = [p for p in diag["host_load"]["data"]["processes"] if p["role"] == "trainer"]
             assert len(trainer) == 1 and trainer[0]["threads"] >= 1
     assert "vs_no_knobs" in runs[report["plan"][3]]["phases"]["data"]
+    assert [runs[name]["step_sigterm_broadcast"] for name in report["plan"]] == [False, False, False, True]  # knob: kept
     for name in report["plan"][1:3]:
         assert runs[name]["phases"]["model"]["per_rank_vs_1gpu"] > 0
     pair = runs["heavy-off-2x1gpu-independent"]
