@@ -25,7 +25,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any, Callable, Optional
 
-__all__ = ["probe", "summarise", "describe"]
+__all__ = ["cuda_launch_timer", "describe", "measure", "probe", "summarise"]
 
 LOOP_ITERS = 200_000
 #: A sample within this factor of the probe's fastest counts as a CPU at full speed.
@@ -41,17 +41,27 @@ def python_loop_ms(iters: int = LOOP_ITERS) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def cuda_launch_us(launches: int) -> float:
-    """Microseconds a launch of ``launches`` back-to-back tiny CUDA kernels (``x.add_(1)`` on 16 floats) took."""
-    import torch
+def cuda_launch_timer() -> Optional[Callable[[int], float]]:
+    """A timer for :func:`probe`: microseconds a launch of ``n`` back-to-back tiny CUDA kernels (``x.add_(1)`` on 16
+    floats) took, its context and kernel warmed up; ``None`` without torch or a CUDA device."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    x = torch.zeros(16, device="cuda")
 
-    x = cuda_launch_us.__dict__.setdefault("x", torch.zeros(16, device="cuda"))
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(launches):
-        x.add_(1)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / launches * 1e6
+    def launch_us(launches: int) -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(launches):
+            x.add_(1)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / launches * 1e6
+
+    launch_us(100)
+    return launch_us
 
 
 def probe(passes: int = 1, iters: int = LOOP_ITERS, timer: Callable[[int], float] = python_loop_ms) -> dict[str, Any]:
@@ -92,12 +102,13 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def describe(summary: dict[str, Any]) -> str:
-    """One line for a report: e.g. ``host CPUs: 37 % of 384 samples at full speed (8.5 ms), the rest 1.76x slower``."""
+def describe(summary: dict[str, Any], unit: str = "ms") -> str:
+    """One line for a report: e.g. ``host CPUs: 37 % of 384 samples at full speed (8.5 ms), the rest 1.76x slower``
+    (``unit``: what the timed samples are in)."""
     if not summary.get("samples"):
         return "host CPUs: not probed"
-    line = f"host CPUs: {summary['fast_share']:.0%} of {summary['samples']} samples over {summary['cpus']} CPUs at full speed"
-    line += f" ({summary['fast_ms']:.1f} ms)"
+    line = (f"host CPUs: {summary['fast_share']:.0%} of {summary['samples']} samples over {summary['cpus']} CPUs at "
+            f"full speed ({summary['fast_ms']:.1f} {unit})")
     ratio: Optional[float] = summary.get("slow_over_fast")
     return line + (f", the rest {ratio:.2f}x slower" if ratio else ", none slower")
 
@@ -106,14 +117,6 @@ def measure(passes: int = 1) -> dict[str, Any]:
     """:func:`probe` and its :func:`summarise`, as benchmarks record them (``{"summary": ..., "cpus": ...}``)."""
     result = probe(passes)
     return {**result, "summary": summarise(result)}
-
-
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -126,14 +129,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     for cpu, per_pass in result["cpus"].items():
         print(f"cpu {cpu:4d}  loop ms {per_pass}")
     print(describe(result["summary"]), f"({result.get('seconds', 0):.1f} s)")
-    if args.cuda and not _cuda_available():
+    timer = cuda_launch_timer() if args.cuda else None
+    if args.cuda and timer is None:
         result["launch_us"] = {"cpus": {}, "unavailable": "no CUDA device"}
         print("CUDA launches: not timed (no CUDA device)")
-    elif args.cuda:
-        cuda_launch_us(100)  # the context and the kernel's module first
-        launches = probe(args.passes, iters=2_000, timer=cuda_launch_us)
+    elif timer is not None:
+        launches = probe(args.passes, iters=2_000, timer=timer)
         result["launch_us"] = {**launches, "summary": summarise(launches)}
-        print("CUDA launches:", describe(result["launch_us"]["summary"]).replace(" ms)", " us)"))
+        print("CUDA launches:", describe(result["launch_us"]["summary"], unit="us"))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
 

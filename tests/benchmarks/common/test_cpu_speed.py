@@ -43,7 +43,8 @@ def test_fast_and_slow_samples_are_told_apart():
     assert summary["fast_ms"] == pytest.approx(8.7)
     assert summary["slow_over_fast"] == pytest.approx(15.0 / 8.7, abs=1e-3)
     line = cpu_speed.describe(summary)
-    assert "50% of 8 samples over 4 CPUs" in line and "1.72x slower" in line
+    assert "50% of 8 samples over 4 CPUs" in line and "(8.7 ms)" in line and "1.72x slower" in line
+    assert "(8.7 us)" in cpu_speed.describe(summary, unit="us")
 
 
 def test_a_machine_all_at_one_speed_and_one_not_probed():
@@ -61,3 +62,4 @@ def test_the_command_writes_its_json(tmp_path, capsys):
     written = json.loads(out.read_text())
     assert written["summary"]["samples"] >= 1 and "host CPUs:" in capsys.readouterr().out
     assert written["launch_us"]["summary" if torch.cuda.is_available() else "unavailable"]
+    assert (cpu_speed.cuda_launch_timer() is None) == (not torch.cuda.is_available())
