@@ -19,11 +19,18 @@ heavy GraphSAGE's training step on one synthetic batch of the heavy shape alread
            random rows, ids checked on the host, host threads (``--staged-threads``) into a pinned buffer, one
            copy-engine copy: the gather of the copy engines, paid in host cores and memory bandwidth instead
            (commit 78f2c47's ×1.060 ran an earlier form: the same copies without the id check)
+``sample`` the GPU sampler (``ops.sample_neighbors``, the worker's sample stage) on a power-law graph in device memory
+           (``benchmarks.parts.sampling``'s, 2M nodes, 12 edges a node), batches of the heavy model's 1024 seeds and
+           fanouts [15, 10, 5]; its rate is batches/s, reported also as ms a batch
 
 A load named ``<load>@<GB/s>`` (``pcie@10``) is held to that rate by pausing between its chunks, so that a load can be
 compared with another at the bytes the worker really moves (the heavy row's ~13-20 GB/s), not only at its peak.
 
 Reported per load: the step's p50 / mean ms (CUDA events), its slowdown against ``none``, and the load's own rate.
+``--alone-s S`` also runs each load for S seconds with no trainer, at the worker's share and on the whole GPU (an MPS
+client at 100 %): a load's rate alone at its share against its rate beside the step tells whether its kernels wait
+behind the trainer's (issue 40, item 1: sampling beside training took 20× its time on the whole GPU), and the share
+against the whole GPU how much of that is the share itself.
 The load that slows the step most is what the worker's effect is made of; the one that does not is not worth
 reducing. Measured on one H200 (2026-11-29, ``docs/gpu_checks/h200-2026-11-29/contention_dbe46e6``): the step alone
 5.29 ms; beside ``sm`` ×1.045, ``hbm`` ×1.145 (933 GB/s), ``pcie`` ×1.262 (40.1 GB/s), ``dma`` ×1.028 (54.5 GB/s).
@@ -31,6 +38,7 @@ Needs a GPU and MPS (``nvidia-cuda-mps-control``)::
 
     python -m benchmarks.parts.contention --loads none,sm,hbm,pcie,dma --worker-percent 10 --steps 200
     python -m benchmarks.parts.contention --loads none,pcie@10,pcie@20,pcie_seq,staged@10,dma@20
+    python -m benchmarks.parts.contention --loads none,sample,pcie --alone-s 5
 """
 
 from __future__ import annotations
@@ -45,9 +53,9 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from benchmarks.common.heavy_batch import CLASSES, FANOUTS, FEATURES, HIDDEN, heavy_batch, heavy_train_step
+from benchmarks.common.heavy_batch import CLASSES, FANOUTS, FEATURES, HIDDEN, SEEDS, heavy_batch, heavy_train_step
 
-LOADS = ("none", "sm", "hbm", "pcie", "dma", "pcie_seq", "staged")
+LOADS = ("none", "sm", "hbm", "pcie", "dma", "pcie_seq", "staged", "sample")
 BYTE_LOADS = ("hbm", "pcie", "dma", "pcie_seq", "staged")  # the loads a rate (``@GB/s``) can hold
 
 
@@ -99,12 +107,33 @@ def parse_load(name: str) -> tuple[str, Optional[float]]:
     return kind, gbps
 
 
+def _sample_work(num_nodes: int = 2_000_000, avg_degree: float = 12.0) -> tuple[Any, str, float]:
+    """The ``sample`` load's unit: one heavy-shaped batch of the GPU sampler, read back as the worker's sampler does."""
+    import torch
+
+    from benchmarks.parts.sampling import gpu_mode, power_law_graph
+
+    graph = power_law_graph(num_nodes, avg_degree, alpha=0.6, seed=0)
+    sample = gpu_mode(graph, list(FANOUTS), replace=False)
+    draw = torch.Generator().manual_seed(1)
+    seeds = [torch.randint(0, num_nodes, (SEEDS,), generator=draw).cuda() for _ in range(16)]
+    count = [0]
+
+    def one_batch() -> None:
+        sample(seeds[count[0] % len(seeds)], count[0])
+        count[0] += 1
+
+    return one_batch, "batches/s", 1.0
+
+
 def _load_work(kind: str, staged_threads: int, small: bool = False) -> tuple[Any, str, float]:
     """The unit of work of load ``kind``: (a callable that enqueues it, the rate's unit, the unit's amount). ``small``
     (a load held to a rate): units of ~1/8 the size, so that the pauses between them are shorter than a step."""
     import torch
 
     dev = torch.device("cuda")
+    if kind == "sample":
+        return _sample_work()
     if kind == "sm":
         a = torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16)
         return (lambda: torch.mm(a, a)), "TFLOP/s", 2 * 2048**3 / 1e12
@@ -170,6 +199,14 @@ def summarize(times: Sequence[float], alone_p50: Optional[float]) -> dict[str, O
             "slowdown": None if alone_p50 is None else round(p50 / alone_p50, 3)}  # fmt: skip
 
 
+def rate_text(rate: Optional[float], unit: str) -> str:
+    """A load's rate for the table: ``"40.1 GB/s"``, a sampler's also as ms a batch; ``"–"`` for none."""
+    if rate is None:
+        return "–"
+    per_batch = f" ({1e3 / rate:.2f} ms a batch)" if unit == "batches/s" and rate > 0 else ""
+    return f"{rate} {unit}{per_batch}"
+
+
 def _child(args: argparse.Namespace) -> None:
     if args.child == "trainer":
         print(json.dumps({"times": train_steps(args.steps, args.warmup, args.precision)}), flush=True)
@@ -189,17 +226,37 @@ def _stop_load(proc: Optional[subprocess.Popen]) -> dict[str, Any]:
     return {"load_rate": round(rates[-1]["rate"], 1), "load_unit": rates[-1]["unit"]} if rates else {}
 
 
+def _child_argv(args: argparse.Namespace) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.parts.contention", "--steps", str(args.steps), "--warmup",
+            str(args.warmup), "--precision", args.precision, "--staged-threads", str(args.staged_threads)]  # fmt: skip
+
+
+def _start_load(daemon: Any, load: str, args: argparse.Namespace, percent: int) -> subprocess.Popen:
+    """A load process, an MPS client at ``percent``, returned once its first unit has run."""
+    env = {**os.environ, **daemon.client_env(percent)}
+    proc = subprocess.Popen(_child_argv(args) + ["--child", load], env=env, stdout=subprocess.PIPE, text=True)
+    if proc.stdout is None or proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"load {load!r} did not start (exit {proc.wait()})")
+    return proc
+
+
+def _rates_alone(daemon: Any, load: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``load``'s rate with no trainer, ``args.alone_s`` seconds at the worker's share and as many at 100 %."""
+    rates: dict[str, Any] = {}
+    for key, percent in (("alone_rate", args.worker_percent), ("whole_gpu_rate", 100)):
+        proc = _start_load(daemon, load, args, percent)
+        time.sleep(args.alone_s)
+        rates[key] = _stop_load(proc).get("load_rate")
+    return rates
+
+
 def _run_one(daemon: Any, load: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The trainer's steps beside ``load`` (started first, at the worker's share, stopped after)."""
-    me = [sys.executable, "-m", "benchmarks.parts.contention", "--steps", str(args.steps), "--warmup", str(args.warmup),
-          "--precision", args.precision, "--staged-threads", str(args.staged_threads)]  # fmt: skip
-    load_proc = None
-    if load != "none":
-        env = {**os.environ, **daemon.client_env(args.worker_percent)}
-        load_proc = subprocess.Popen(me + ["--child", load], env=env, stdout=subprocess.PIPE, text=True)
-        if load_proc.stdout is None or load_proc.stdout.readline().strip() != "ready":
-            load_proc.kill()
-            raise RuntimeError(f"load {load!r} did not start (exit {load_proc.wait()})")
+    """The trainer's steps beside ``load`` (started first, at the worker's share, stopped after); with
+    ``--alone-s``, the load's rates alone before that."""
+    me = _child_argv(args)
+    alone = _rates_alone(daemon, load, args) if load != "none" and args.alone_s > 0 else {}
+    load_proc = None if load == "none" else _start_load(daemon, load, args, args.worker_percent)
     try:
         env = {**os.environ, **daemon.client_env(args.trainer_percent)}
         done = subprocess.run(me + ["--child", "trainer"], env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -208,7 +265,7 @@ def _run_one(daemon: Any, load: str, args: argparse.Namespace) -> dict[str, Any]
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"the trainer beside {load!r} failed:\n{done.stderr[-2000:]}")
-    return {"load": load, "times": json.loads(lines[-1])["times"], **rate}
+    return {"load": load, "times": json.loads(lines[-1])["times"], **rate, **alone}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -222,6 +279,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--precision", choices=("bf16-mixed", "32-true"), default="bf16-mixed")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds for one trainer process")
+    parser.add_argument("--alone-s", type=float, default=0.0,
+                        help="also run each load this long with no trainer, at the worker's share and at 100 %%")
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -236,6 +295,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error(f"--loads: {err}")
     if args.staged_threads < 1:
         parser.error(f"--staged-threads must be >= 1, got {args.staged_threads}")
+    if args.alone_s < 0:
+        parser.error(f"--alone-s must be >= 0, got {args.alone_s}")
     if not 1 <= args.worker_percent <= 99:
         parser.error(f"--worker-percent must be in [1, 99], got {args.worker_percent}")
     args.trainer_percent = args.trainer_percent or 100 - args.worker_percent
@@ -255,12 +316,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         daemon.stop()
     alone = statistics.median(rows[0]["times"])
     print(f"trainer {args.trainer_percent} %, loads at {args.worker_percent} %, {args.precision}, {args.steps} steps")
-    print("| load | step p50 ms | mean ms | p90 ms | × alone | load's rate |\n|---|---|---|---|---|---|")
+    print("| load | step p50 ms | mean ms | p90 ms | × alone | load's rate beside the step | load alone at its share "
+          "| load alone, whole GPU |\n|---|---|---|---|---|---|---|---|")
     for row in rows:
         row.update(summarize(row.pop("times"), None if row["load"] == "none" else alone))
-        rate = f"{row['load_rate']} {row['load_unit']}" if "load_rate" in row else "–"
+        unit = row.get("load_unit", "")
+        rates = " | ".join(rate_text(row.get(key), unit) for key in ("load_rate", "alone_rate", "whole_gpu_rate"))
         slow = "–" if row["slowdown"] is None else f"{row['slowdown']:.3f}"
-        print(f"| {row['load']} | {row['p50_ms']} | {row['mean_ms']} | {row['p90_ms']} | {slow} | {rate} |")
+        print(f"| {row['load']} | {row['p50_ms']} | {row['mean_ms']} | {row['p90_ms']} | {slow} | {rates} |")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": {k: v for k, v in vars(args).items() if k != "child"}, "rows": rows}, f, indent=1)

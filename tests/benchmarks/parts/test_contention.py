@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.parts.contention import main, parse_load, summarize
+from benchmarks.parts.contention import main, parse_load, rate_text, summarize
 
 
 def test_summary_is_the_median_against_the_step_alone() -> None:
@@ -23,8 +23,16 @@ def test_a_load_may_be_held_to_a_rate() -> None:
     assert parse_load("staged@12.5") == ("staged", 12.5)
 
 
+def test_a_samplers_rate_is_also_given_as_ms_a_batch() -> None:
+    assert rate_text(250.0, "batches/s") == "250.0 batches/s (4.00 ms a batch)"
+    assert rate_text(40.1, "GB/s") == "40.1 GB/s"
+    assert rate_text(None, "GB/s") == "–"
+
+
 @pytest.mark.parametrize("argv, message", [(["--loads", "none,gpu"], "--loads: unknown load 'gpu'"),
                                            (["--loads", "sm@10"], "only hbm, pcie, dma, pcie_seq, staged take a rate"),
+                                           (["--loads", "sample@10"], "only hbm, pcie, dma, pcie_seq, staged take a rate"),
+                                           (["--alone-s", "-1"], "--alone-s must be >= 0"),
                                            (["--loads", "pcie@fast"], "the rate after '@' must be a positive number"),
                                            (["--loads", "dma@0"], "the rate after '@' must be a positive number"),
                                            (["--staged-threads", "0"], "--staged-threads must be >= 1"),
@@ -46,3 +54,15 @@ def test_loads_beside_the_trainer_under_mps(tmp_path: Path) -> None:
     assert [r["load"] for r in rows] == ["none", "hbm", "dma@5", "staged", "pcie_seq"]
     assert rows[0]["slowdown"] is None and all(r["slowdown"] > 0 and r["load_rate"] > 0 for r in rows[1:])
     assert rows[2]["load_rate"] < 5 * 1.2  # held to its rate (one unit, 1 GB, may end the last pause early)
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available() or shutil.which("nvidia-cuda-mps-control") is None,
+                    reason="needs a CUDA GPU and MPS")  # fmt: skip
+def test_the_sampler_load_is_timed_alone_at_its_share_and_on_the_whole_gpu(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    assert main(["--loads", "sample", "--steps", "5", "--warmup", "2", "--alone-s", "1", "--out", str(out)]) == 0
+    sample = json.loads(out.read_text())["rows"][1]
+    assert sample["load"] == "sample" and sample["load_unit"] == "batches/s"
+    assert sample["load_rate"] > 0 and sample["alone_rate"] > 0 and sample["whole_gpu_rate"] > 0
