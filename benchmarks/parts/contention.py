@@ -116,7 +116,7 @@ def _sample_work(num_nodes: int = 2_000_000, avg_degree: float = 12.0) -> tuple[
     graph = power_law_graph(num_nodes, avg_degree, alpha=0.6, seed=0)
     sample = gpu_mode(graph, list(FANOUTS), replace=False)
     draw = torch.Generator().manual_seed(1)
-    seeds = [torch.randint(0, num_nodes, (SEEDS,), generator=draw).cuda() for _ in range(16)]
+    seeds = [torch.randperm(num_nodes, generator=draw)[:SEEDS].cuda() for _ in range(16)]  # unique, as a batch's
     count = [0]
 
     def one_batch() -> None:
