@@ -125,10 +125,12 @@ export GPU_CHECK_EXTRA_STAGE_SHARE_NUMERICS="REQUIRE_CUDA=1 timeout 200 python3 
 # ~8 loads x ~25 s + the test ~70 s:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,contention bash scripts/gpu_session.sh                  # .wheels/
 export GPU_CHECK_EXTRA_STAGE_CONTENTION="timeout 330 python3 -m benchmarks.parts.contention --loads ${GPU_CHECK_CONTENTION_LOADS:-none,pcie,pcie@20,pcie@10,pcie_seq,staged,staged@10,dma@20} --worker-percent 10 --steps 200 --out \$OUT/contention.json; REQUIRE_CUDA=1 timeout 120 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/parts/test_contention.py"
-# stage sample_contention (issue 40 item 1, one GPU, ~3 min estimated): does sampling beside training take 10-20x its
-# whole-GPU time because of the worker's 10 % share or because its kernels wait behind the trainer's? The GPU sampler
-# (heavy batches) and the zero-copy gather as loads, each timed alone at 10 %, alone on the whole GPU and beside the
-# heavy step (benchmarks.parts.contention --alone-s), then the contention CUDA tests:
+# stage sample_contention (issue 40 item 1, one GPU): does sampling beside training take 10-20x its whole-GPU time
+# because of the worker's 10 % share or because its kernels wait behind the trainer's? The GPU sampler (heavy batches)
+# and the zero-copy gather as loads, each timed alone at 10 %, alone on the whole GPU and beside the heavy step
+# (benchmarks.parts.contention --alone-s), then the contention CUDA tests. On one H200 (2026-11-30, fd865e2) the
+# benchmark took ~120 s and the tests ~140 s: sampling 0.30 ms a batch on the whole GPU, 0.63 alone at 10 %, 0.65 beside
+# the step (no queueing behind the trainer); docs/gpu_checks/h200-2026-11-30:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,cpu_speed,sample_contention bash scripts/gpu_session.sh     # .wheels/
 export GPU_CHECK_EXTRA_STAGE_SAMPLE_CONTENTION="timeout 300 python3 -m benchmarks.parts.contention --loads none,sample,pcie --alone-s 6 --worker-percent 10 --steps 300 --out \$OUT/sample_contention.json; REQUIRE_CUDA=1 timeout 150 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/parts/test_contention.py"
 # stage staged (issue 40 items 2-3, one GPU, ~7 min estimated; not yet run): gather_mode 'staged' (host threads + the
