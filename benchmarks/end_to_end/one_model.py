@@ -94,7 +94,7 @@ def fit_one_model(row: Row, args: Any, kwargs: dict[str, Any], *, build_dataset:
     if clock.train_started is not None:
         extra["setup_s"] = clock.train_started - extra["fit_t0"]
     del extra["fit_t0"]
-    if row.mps:
+    if pipeline is not None and row.mps:
         extra.update(share_figures(pipeline))
     return {**figures(summarize(clock, telemetry, args.warmup)), "batch_check": check.result, "device": _device_name(cuda),
             "threads": torch.get_num_threads(), "gemm_rows": gemm_rows, **extra}  # fmt: skip

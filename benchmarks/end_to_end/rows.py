@@ -38,6 +38,7 @@ class Row:
         strategy: ``(import path, keyword arguments)`` of a Strategy class, or None for Lightning's default.
         needs_cuda: the row only means something on a GPU.
         env: environment variables set in the row's process (its pipeline worker inherits them).
+        trainer_mps: the trainer is an MPS client (at the trainer's share) even with no pipeline worker.
     """
 
     name: str
@@ -48,11 +49,13 @@ class Row:
     strategy: Optional[tuple[str, dict[str, Any]]] = None
     needs_cuda: bool = True
     env: dict[str, str] = field(default_factory=dict)
+    trainer_mps: bool = False
 
     @property
     def mps(self) -> bool:
-        """Whether the row runs the trainer and the pipeline worker as MPS clients (started through the launcher)."""
-        return bool(self.pipeline and self.pipeline.get("mps"))
+        """Whether the row runs the trainer (and the pipeline worker, if any) as MPS clients, started through the
+        launcher."""
+        return bool(self.pipeline and self.pipeline.get("mps")) or self.trainer_mps
 
     @property
     def features_in_host_memory(self) -> bool:
@@ -133,6 +136,8 @@ _ROW_LIST: list[Row] = [
         "otherwise idle GPU (lightning_zerocopy.data.stage_bounds.time_sampling), per sampler placement: the bound of the "
         "producer's sample stage", needs_cuda=False),  # fmt: skip
     Row("model_only", "model_only", "the same batches pre-staged in device memory: the compute bound", needs_cuda=False),
+    Row("model_only_mps", "model_only", "as model_only, the trainer an MPS client at the trainer's share (90 %) with no "
+        "worker beside it: what being a client costs the step, apart from the worker's loads", trainer_mps=True),  # fmt: skip
 ]
 
 #: Every row by name, in the report's order.
@@ -260,7 +265,7 @@ def worker_share(row: Row, flag: Union[int, str]) -> Optional[Union[int, str]]:
     one, else ``flag`` (``--worker-sm-percent``); None for a row without MPS."""
     if not row.mps:
         return None
-    return row.pipeline.get("worker_sm_percent", flag)  # type: ignore[union-attr]
+    return (row.pipeline or {}).get("worker_sm_percent", flag)
 
 
 def launcher_share(share: Union[int, str]) -> int:

@@ -70,6 +70,8 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
         pipeline = PipelineCallback(**pipeline_options(row, args))
         if row.mps and pipeline.join_mps() is None:  # the launcher's daemon (the callback would run without it)
             raise RowUnavailable("MPS is unavailable here (nvidia-cuda-mps-control missing or failed; see the row's log)")
+    if row.trainer_mps and not os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"):  # set by the launcher's daemon
+        raise RowUnavailable("MPS is unavailable here (the launcher started no daemon; see the row's log)")
 
     dataset = SyntheticGraph(**graph_kwargs)
     data = dataset.load()
@@ -162,7 +164,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     if clock.train_started is not None:  # Trainer setup: DataModule host memory, CSC, pipeline start, model to device
         extra["setup_s"] = clock.train_started - extra["fit_t0"]
     del extra["fit_t0"]
-    if row.mps:
+    if pipeline is not None and row.mps:
         extra.update(share_figures(pipeline))
     return {**summarize(clock, telemetry, args.warmup), "batch_check": check.result, "device": _device_name(cuda),
             "threads": torch.get_num_threads(), "host_load": host_load.figures, **extra}  # fmt: skip

@@ -163,15 +163,18 @@ def test_report_says_every_mps_rows_share_and_the_auto_choice(tmp_path: Path) ->
 
 @pytest.mark.cuda
 def test_share_rows_train_under_mps(tmp_path: Path) -> None:
-    """Every share row trains under MPS on the ci graph and records its share; the auto row's calibration decides
+    """Every share row trains under MPS on the ci graph and records its share (and ``model_only_mps``, the trainer a
+    client with no worker, trains); the auto row's calibration decides
     within 300 steps (three shares x 50 steps at most) and says which share it chose. In fp32: the trainer at 80 or
     70 % got wrong bf16 GEMMs on an H200 (share_numerics), which stops those rows, a check tested on its own."""
     from test_e2e_benchmark import TRIM_FLAGS, _run_e2e
 
-    out = _run_e2e(tmp_path, "--configs", "zc_gpu_mps,zc_gpu_mps_20,zc_gpu_mps_30,zc_gpu_mps_auto", "--models", "light",
+    configs = "zc_gpu_mps,zc_gpu_mps_20,zc_gpu_mps_30,zc_gpu_mps_auto,model_only_mps"
+    out = _run_e2e(tmp_path, "--configs", configs, "--models", "light",
                    "--steps", "300", "--warmup", "10", "--val-every", "100", "--row-budget-s", "0", "--threads", "0",
                    "--precision", "32-true", *TRIM_FLAGS)  # fmt: skip
     runs = {r["row"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    assert runs["model_only_mps"]["status"] == "ok", runs["model_only_mps"]  # the trainer alone as a client
     for name, share in zip(("zc_gpu_mps", *SHARE_ROWS), (10, 20, 30, "auto")):
         r = runs[name]
         assert r["status"] == "ok" and r["batch_check"]["ok"], r
@@ -182,6 +185,32 @@ def test_share_rows_train_under_mps(tmp_path: Path) -> None:
     print(auto["share_choice"])
     report = (out / "report.md").read_text()
     assert f"`zc_gpu_mps_auto` (share {auto['chosen_worker_sm_percent']} %, auto)" in report
+
+
+def test_model_only_mps_is_the_bound_with_the_trainer_an_mps_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``model_only_mps``: model-only's batches, no worker, the trainer launched as an MPS client at 90 %."""
+    from benchmarks.end_to_end.rows import mps_prefix
+    from lightning_zerocopy.pipeline import mps
+
+    row = ROWS["model_only_mps"]
+    assert row.kind == "model_only" and row.pipeline is None and row.mps and not row.features_in_host_memory
+    assert not ROWS["model_only"].mps
+    monkeypatch.setattr(mps, "mps_processes", lambda: [])
+    prefix = mps_prefix(SimpleNamespace(worker_sm_percent=10), row)
+    assert prefix[1:] == ["-m", "lightning_zerocopy.pipeline.mps_launcher", "--worker-sm-percent", "10", "--"]
+
+
+def test_model_only_mps_without_a_daemon_is_skipped_not_run_outside_mps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without MPS the launcher warns and runs the row anyway; the row then says so instead of timing a non-client."""
+    import dataclasses
+
+    from benchmarks.end_to_end.rows import MODELS
+    from benchmarks.end_to_end.train import run_row
+
+    monkeypatch.delenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", raising=False)
+    row = dataclasses.replace(ROWS["model_only_mps"], needs_cuda=False)  # past the GPU check, on the CPU too
+    (result,) = run_row(row, [MODELS["light"]], SimpleNamespace(threads=0), {})
+    assert result["status"] == "skipped" and "the launcher started no daemon" in result["reason"], result
 
 
 def test_the_staged_row_asks_for_the_copy_engines_gather() -> None:
