@@ -130,9 +130,10 @@ export GPU_CHECK_EXTRA_STAGE_CONTENTION="timeout 330 python3 -m benchmarks.parts
 # and the zero-copy gather as loads, each timed alone at 10 %, alone on the whole GPU and beside the heavy step
 # (benchmarks.parts.contention --alone-s), then the contention CUDA tests. On one H200 (2026-11-30, fd865e2) the
 # benchmark took ~120 s and the tests ~140 s: sampling 0.30 ms a batch on the whole GPU, 0.63 alone at 10 %, 0.65 beside
-# the step (no queueing behind the trainer); docs/gpu_checks/h200-2026-11-30:
+# the step (no queueing behind the trainer); docs/gpu_checks/h200-2026-11-30. Since then the default loads add
+# sample_gather: the sampler while the same client gathers without pause, as in the worker (not yet run):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,cpu_speed,sample_contention bash scripts/gpu_session.sh     # .wheels/
-export GPU_CHECK_EXTRA_STAGE_SAMPLE_CONTENTION="timeout 300 python3 -m benchmarks.parts.contention --loads none,sample,pcie --alone-s 6 --worker-percent 10 --steps 300 --out \$OUT/sample_contention.json; REQUIRE_CUDA=1 timeout 150 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/parts/test_contention.py"
+export GPU_CHECK_EXTRA_STAGE_SAMPLE_CONTENTION="timeout 300 python3 -m benchmarks.parts.contention --loads ${GPU_CHECK_SAMPLE_CONTENTION_LOADS:-none,sample,sample_gather,pcie} --alone-s 6 --worker-percent 10 --steps 300 --out \$OUT/sample_contention.json; REQUIRE_CUDA=1 timeout 150 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/parts/test_contention.py"
 # stage staged (issue 40 items 2-3, one GPU, ~7 min estimated; not yet run): gather_mode 'staged' (host threads + the
 # copy engines, no zero-copy reads beside training): its CUDA tests (the table; the builder's side-stream and hot-row
 # batches; the Strategy's segmented cache, bitwise and counted), then the 24M-node e2e rows zc_gpu_mps against zc_gpu_mps_staged in one run, light and heavy, bf16
@@ -146,6 +147,13 @@ export GPU_CHECK_EXTRA_STAGE_STAGED="REQUIRE_CUDA=1 timeout 150 python3 -m pytes
 # (--x-dtype: no cast in the worker's assemble, half the slot bytes; model-only's batches alike):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,x_dtype bash scripts/gpu_session.sh                   # .wheels/
 export GPU_CHECK_EXTRA_STAGE_X_DTYPE="for x in float32 bfloat16; do timeout -s TERM 270 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --x-dtype \$x --models heavy --steps 500 --warmup 80 --row-budget-s 12 --configs zc_gpu_mps,zc_gpu_mps_staged,model_only --cache-dir /tmp/lzc --out \$OUT/x_\$x; rm -rf \$OUT/x_\$x/logs/*/hparams.yaml \$OUT/x_\$x/*.png; done"
+# stage light_mps (issue 40, one GPU, ~8 min estimated, not yet run): the light model's step grew from 3.62 to 5.43 ms
+# beside the worker (H200, 2026-11-30, fd865e2: 0.66x model-only) while its build fit in the step. Two blocks of
+# model_only, model_only_mps (the trainer an MPS client at 90 %, no worker) and zc_gpu_mps, light, 24M nodes, bf16:
+# model_only_mps against model_only is the client's own cost, zc_gpu_mps against model_only_mps the worker's; each
+# run records its host CPUs' speed (the conditions line), then the e2e MPS rows' CUDA test:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_mps bash scripts/gpu_session.sh                 # .wheels/
+export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 420 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_LIGHT_MPS_MODELS:-light} --steps 1500 --warmup 100 --row-budget-s 15 --total-budget-s 380 --row-timeout-s 100 --repeats 2 --configs model_only,model_only_mps,zc_gpu_mps --cache-dir /tmp/lzc --out \$OUT/light_mps; rm -rf \$OUT/light_mps/logs/*/hparams.yaml \$OUT/light_mps/*.png; REQUIRE_CUDA=1 timeout 150 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/end_to_end/test_e2e_rows.py"
 # stage bimodal (issue 40, one GPU, ~7 min with the build): the heavy zero-copy row ran at 0.91x and 0.70x of
 # model-only in one call (H200, 2026-11-29, 0b4d078): the same data path, a step p50 of 5.81 against 8.34 ms. Two
 # blocks of zc_gpu_mps (the pipeline's host threads sleep while they wait for the GPU, since that session: blocking

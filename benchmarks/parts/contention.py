@@ -22,6 +22,8 @@ heavy GraphSAGE's training step on one synthetic batch of the heavy shape alread
 ``sample`` the GPU sampler (``ops.sample_neighbors``, the worker's sample stage) on a power-law graph in device memory
            (``benchmarks.parts.sampling``'s, 2M nodes, 12 edges a node), batches of the heavy model's 1024 seeds and
            fanouts [15, 10, 5]; its rate is batches/s, reported also as ms a batch
+``sample_gather``  ``sample`` while a second host thread of the same process runs ``pcie`` on its own stream without
+           pause, as the worker samples batch t+2 while it gathers t+1 on one MPS share; its rate is the sampler's
 
 A load named ``<load>@<GB/s>`` (``pcie@10``) is held to that rate by pausing between its chunks, so that a load can be
 compared with another at the bytes the worker really moves (the heavy row's ~13-20 GB/s), not only at its peak.
@@ -38,7 +40,7 @@ Needs a GPU and MPS (``nvidia-cuda-mps-control``)::
 
     python -m benchmarks.parts.contention --loads none,sm,hbm,pcie,dma --worker-percent 10 --steps 200
     python -m benchmarks.parts.contention --loads none,pcie@10,pcie@20,pcie_seq,staged@10,dma@20
-    python -m benchmarks.parts.contention --loads none,sample,pcie --alone-s 5
+    python -m benchmarks.parts.contention --loads none,sample,pcie,sample_gather --alone-s 5
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from typing import Any, Optional, Sequence
 
 from benchmarks.common.heavy_batch import CLASSES, FANOUTS, FEATURES, HIDDEN, SEEDS, heavy_batch, heavy_train_step
 
-LOADS = ("none", "sm", "hbm", "pcie", "dma", "pcie_seq", "staged", "sample")
+LOADS = ("none", "sm", "hbm", "pcie", "dma", "pcie_seq", "staged", "sample", "sample_gather")
 BYTE_LOADS = ("hbm", "pcie", "dma", "pcie_seq", "staged")  # the loads a rate (``@GB/s``) can hold
 
 
@@ -126,6 +128,29 @@ def _sample_work(num_nodes: int = 2_000_000, avg_degree: float = 12.0) -> tuple[
     return one_batch, "batches/s", 1.0
 
 
+def _beside_a_gather(unit: Any) -> Any:
+    """``unit``, with the ``pcie`` load running without pause on its own stream in a thread of this process (stopped
+    and joined at exit)."""
+    import atexit
+    import threading
+
+    import torch
+
+    gather, _, _ = _load_work("pcie", staged_threads=0)
+    stream, stop = torch.cuda.Stream(), threading.Event()
+
+    def gather_forever() -> None:
+        with torch.cuda.stream(stream):
+            while not stop.is_set():
+                gather()
+                stream.synchronize()
+
+    thread = threading.Thread(target=gather_forever, name="gather-load", daemon=True)
+    thread.start()
+    atexit.register(lambda: (stop.set(), thread.join()))
+    return unit
+
+
 def _load_work(kind: str, staged_threads: int, small: bool = False) -> tuple[Any, str, float]:
     """The unit of work of load ``kind``: (a callable that enqueues it, the rate's unit, the unit's amount). ``small``
     (a load held to a rate): units of ~1/8 the size, so that the pauses between them are shorter than a step."""
@@ -134,6 +159,9 @@ def _load_work(kind: str, staged_threads: int, small: bool = False) -> tuple[Any
     dev = torch.device("cuda")
     if kind == "sample":
         return _sample_work()
+    if kind == "sample_gather":
+        unit, rate, amount = _sample_work()
+        return _beside_a_gather(unit), rate, amount
     if kind == "sm":
         a = torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16)
         return (lambda: torch.mm(a, a)), "TFLOP/s", 2 * 2048**3 / 1e12

@@ -21,6 +21,7 @@ def test_summary_is_the_median_against_the_step_alone() -> None:
 def test_a_load_may_be_held_to_a_rate() -> None:
     assert parse_load("pcie") == ("pcie", None)
     assert parse_load("staged@12.5") == ("staged", 12.5)
+    assert parse_load("sample_gather") == ("sample_gather", None)
 
 
 def test_a_samplers_rate_is_also_given_as_ms_a_batch() -> None:
@@ -60,9 +61,11 @@ def test_loads_beside_the_trainer_under_mps(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available() or shutil.which("nvidia-cuda-mps-control") is None,
                     reason="needs a CUDA GPU and MPS")  # fmt: skip
-def test_the_sampler_load_is_timed_alone_at_its_share_and_on_the_whole_gpu(tmp_path: Path) -> None:
+def test_the_sampler_loads_are_timed_alone_at_their_share_and_on_the_whole_gpu(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
-    assert main(["--loads", "sample", "--steps", "5", "--warmup", "2", "--alone-s", "1", "--out", str(out)]) == 0
-    sample = json.loads(out.read_text())["rows"][1]
-    assert sample["load"] == "sample" and sample["load_unit"] == "batches/s"
-    assert sample["load_rate"] > 0 and sample["alone_rate"] > 0 and sample["whole_gpu_rate"] > 0
+    assert main(["--loads", "sample,sample_gather", "--steps", "5", "--warmup", "2", "--alone-s", "1", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["load"] for r in rows] == ["none", "sample", "sample_gather"]
+    for load in rows[1:]:
+        assert load["load_unit"] == "batches/s", load
+        assert load["load_rate"] > 0 and load["alone_rate"] > 0 and load["whole_gpu_rate"] > 0, load
