@@ -6,11 +6,19 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
 
 from benchmarks.parts.contention import main, parse_load, rate_text, summarize
+
+
+def on_a_gpu_with_mps(test: Callable) -> Callable:
+    """A CUDA test (slow) that needs MPS: skipped without a GPU or ``nvidia-cuda-mps-control``."""
+    no_mps = not torch.cuda.is_available() or shutil.which("nvidia-cuda-mps-control") is None
+    skip = pytest.mark.skipif(no_mps, reason="needs a CUDA GPU and MPS")
+    return pytest.mark.cuda(pytest.mark.slow(skip(test)))
 
 
 def test_summary_is_the_median_against_the_step_alone() -> None:
@@ -44,10 +52,7 @@ def test_bad_arguments_are_named(argv: list[str], message: str, capsys: pytest.C
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.cuda
-@pytest.mark.slow
-@pytest.mark.skipif(not torch.cuda.is_available() or shutil.which("nvidia-cuda-mps-control") is None,
-                    reason="needs a CUDA GPU and MPS")  # fmt: skip
+@on_a_gpu_with_mps
 def test_loads_beside_the_trainer_under_mps(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
     assert main(["--loads", "none,hbm,dma@5,staged,pcie_seq", "--steps", "5", "--warmup", "2", "--out", str(out)]) == 0
@@ -57,10 +62,7 @@ def test_loads_beside_the_trainer_under_mps(tmp_path: Path) -> None:
     assert rows[2]["load_rate"] < 5 * 1.2  # held to its rate (one unit, 1 GB, may end the last pause early)
 
 
-@pytest.mark.cuda
-@pytest.mark.slow
-@pytest.mark.skipif(not torch.cuda.is_available() or shutil.which("nvidia-cuda-mps-control") is None,
-                    reason="needs a CUDA GPU and MPS")  # fmt: skip
+@on_a_gpu_with_mps
 def test_the_sampler_loads_are_timed_alone_at_their_share_and_on_the_whole_gpu(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
     assert main(["--loads", "sample,sample_gather", "--steps", "5", "--warmup", "2", "--alone-s", "1", "--out", str(out)]) == 0
