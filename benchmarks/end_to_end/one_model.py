@@ -21,7 +21,7 @@ from benchmarks.common.cli import gemm_rows_callbacks
 from benchmarks.common.measure import TrainClock, _device_name, summarize
 from benchmarks.common.rows import RowUnavailable
 from benchmarks.end_to_end.rows import Row
-from benchmarks.end_to_end.train import fit_on_staged_batches, pipeline_options, share_figures
+from benchmarks.end_to_end.train import fit_on_staged_batches, pipeline_options, require_trainer_mps, share_figures
 
 __all__ = ["fit_one_model", "our_datamodule"]
 
@@ -62,6 +62,7 @@ def fit_one_model(row: Row, args: Any, kwargs: dict[str, Any], *, build_dataset:
         pipeline = PipelineCallback(**pipeline_options(row, args))
         if row.mps and pipeline.join_mps() is None:
             raise RowUnavailable("MPS is unavailable here (nvidia-cuda-mps-control missing or failed; see the row's log)")
+    require_trainer_mps(row)
     dataset = build_dataset(kwargs)
     data = dataset.load()
     clock = TrainClock(args.warmup, args.row_budget_s, torch.cuda.synchronize if cuda else (lambda: None), metric=metric)

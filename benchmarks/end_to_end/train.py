@@ -70,8 +70,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
         pipeline = PipelineCallback(**pipeline_options(row, args))
         if row.mps and pipeline.join_mps() is None:  # the launcher's daemon (the callback would run without it)
             raise RowUnavailable("MPS is unavailable here (nvidia-cuda-mps-control missing or failed; see the row's log)")
-    if row.trainer_mps and not os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"):  # set by the launcher's daemon
-        raise RowUnavailable("MPS is unavailable here (the launcher started no daemon; see the row's log)")
+    require_trainer_mps(row)
 
     dataset = SyntheticGraph(**graph_kwargs)
     data = dataset.load()
@@ -168,6 +167,13 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
         extra.update(share_figures(pipeline))
     return {**summarize(clock, telemetry, args.warmup), "batch_check": check.result, "device": _device_name(cuda),
             "threads": torch.get_num_threads(), "host_load": host_load.figures, **extra}  # fmt: skip
+
+
+def require_trainer_mps(row: Row) -> None:
+    """A row whose trainer must be an MPS client with no worker (``trainer_mps``): ``RowUnavailable`` unless the
+    launcher's daemon set this process's share (without MPS the launcher warns and runs the row anyway)."""
+    if row.trainer_mps and not os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"):
+        raise RowUnavailable("MPS is unavailable here (the launcher started no daemon; see the row's log)")
 
 
 def pipeline_options(row: Row, args: Any) -> dict[str, Any]:

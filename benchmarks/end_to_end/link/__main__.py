@@ -55,6 +55,7 @@ ROWS: dict[str, Row] = {row.name: row for row in [
     Row("zc_uva_mps", "ours", "GPU sampler over the pinned host graph, zero-copy gather, PipelineCallback worker + MPS",
         {"sampler_placement": "uva", "gather": "zerocopy"}, pipeline=MPS_PIPELINE),
     _SHARED["model_only"],
+    _SHARED["model_only_mps"],
 ]}  # fmt: skip
 
 

@@ -201,9 +201,12 @@ def test_model_only_mps_is_the_bound_with_the_trainer_an_mps_client(monkeypatch:
 
 
 def test_model_only_mps_without_a_daemon_is_skipped_not_run_outside_mps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without MPS the launcher warns and runs the row anyway; the row then says so instead of timing a non-client."""
+    """Without MPS the launcher warns and runs the row anyway; the row then says so instead of timing a non-client
+    (the homogeneous benchmark's rows and the one-model benchmarks' alike)."""
     import dataclasses
 
+    from benchmarks.common.rows import RowUnavailable
+    from benchmarks.end_to_end.one_model import fit_one_model
     from benchmarks.end_to_end.rows import MODELS
     from benchmarks.end_to_end.train import run_row
 
@@ -211,6 +214,10 @@ def test_model_only_mps_without_a_daemon_is_skipped_not_run_outside_mps(monkeypa
     row = dataclasses.replace(ROWS["model_only_mps"], needs_cuda=False)  # past the GPU check, on the CPU too
     (result,) = run_row(row, [MODELS["light"]], SimpleNamespace(threads=0), {})
     assert result["status"] == "skipped" and "the launcher started no daemon" in result["reason"], result
+    never = lambda *_: pytest.fail("the dataset was built")  # noqa: E731
+    with pytest.raises(RowUnavailable, match="the launcher started no daemon"):
+        fit_one_model(row, SimpleNamespace(), {}, build_dataset=never, model=never, datamodule=never, batch_check=never,
+                      fit_pyg=never, metric="val_acc")
 
 
 def test_the_staged_row_asks_for_the_copy_engines_gather() -> None:

@@ -31,7 +31,8 @@ def _command(name: str) -> ModuleType:
 def test_presets_name_known_rows_and_fill_the_unset_flags(name: str) -> None:
     command = _command(name)
     rows, presets = command.ROWS, command.PRESETS
-    assert {"pyg", "cpu", "zc_gpu", "zc_gpu_mps", "model_only"} <= set(rows)
+    assert {"pyg", "cpu", "zc_gpu", "zc_gpu_mps", "model_only", "model_only_mps"} <= set(rows)
+    assert rows["model_only_mps"].mps and rows["model_only_mps"].kind == "model_only" and not rows["model_only"].mps
     assert all(set(p.configs.split(",")) <= set(rows) for p in presets.values())
     assert [r.name for r in command.select_rows("all")] == list(rows)
     assert [r.name for r in command.select_rows("model_only,cpu")] == ["model_only", "cpu"]
