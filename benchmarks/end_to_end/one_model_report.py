@@ -90,6 +90,27 @@ def results_table(results: dict[str, Any], *, metric: str, metric_words: str, be
     return out + [""]
 
 
+def build_stage_lines(results: dict[str, Any]) -> list[str]:
+    """The report's ``## Where a build's time goes`` section: each pipeline row's producer stages beside training
+    (means after warm-up, ``DataTelemetry``), or nothing when no row has them."""
+    rows = [r for r in results.get("runs", [])
+            if finished(r) and any(v is not None for v in (r.get("build_stages_ms") or {}).values())]  # fmt: skip
+    if not rows:
+        return []
+    out = ["## Where a build's time goes (the pipeline producer, beside training)", "",
+           "Means after warm-up, from CUDA events on the worker's streams. Gather: GB/s of the bytes read; its bound: "
+           "those bytes over the PCIe bandwidth of a contiguous pinned copy measured by the producer.", "",
+           "| row | build ms | sample ms | gather ms | gather GB/s | gather PCIe bound ms | assemble ms | hand-over ms |",
+           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        stages = r["build_stages_ms"]
+        out.append("| " + " | ".join([
+            _named(r), _fmt(r.get("build_ms"), ".2f"), _fmt(stages.get("sample"), ".2f"), _fmt(stages.get("gather"), ".2f"),
+            _fmt(r.get("gather_build_GBps"), ".3g"), _fmt(r.get("gather_bound_ms"), ".2f"),
+            _fmt(stages.get("assemble"), ".2f"), _fmt(stages.get("handover"), ".2f")]) + " |")  # fmt: skip
+    return out + [""]
+
+
 def machine_lines(results: dict[str, Any]) -> list[str]:
     """The report's command, date, GPU/CPU/RAM and software lines."""
     meta = results.get("meta", {})

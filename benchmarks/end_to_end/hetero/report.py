@@ -61,7 +61,7 @@ def write_report(results: dict[str, Any], out_dir: str) -> str:
              "graph). Batches checked: the first training batches against the dataset (`x` rows, seeds and labels, "
              "edge ids in range).", ""]  # fmt: skip
     lines += parts.row_docs(results)
-    lines += ["## Results", ""] + _table(results)
+    lines += ["## Results", ""] + _table(results) + parts.build_stage_lines(results)
     return parts.write_report_lines(out_dir, lines)
 
 

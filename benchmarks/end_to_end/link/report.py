@@ -79,7 +79,8 @@ def write_report(results: dict[str, Any], out_dir: str, plot_note: str) -> str:
              "checked: the first training batches against the dataset (`x` rows, label edges in range, positives are "
              "train edges, negatives ratio).", ""]  # fmt: skip
     lines += parts.row_docs(results)
-    lines += ["## Results", ""] + _table(results) + ["## Aim", ""] + _aim(results) + ["", "## Plot", ""]
+    lines += ["## Results", ""] + _table(results) + parts.build_stage_lines(results)
+    lines += ["## Aim", ""] + _aim(results) + ["", "## Plot", ""]
     lines.append(plot_note or "![steps/s, validation AUROC over training time, stall](link.png)")
     return parts.write_report_lines(out_dir, lines)
 

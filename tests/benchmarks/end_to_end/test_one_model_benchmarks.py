@@ -92,6 +92,21 @@ def test_report_only_renders_the_results(name: str, cells: str, tail: str, tmp_p
     assert f"| row | steps/s | × PyG | × model-only | stall | host wait ms | step p50 / p99 ms | best val {metric} |" in text
     assert cells in text and tail in text  # best metric, time to the target (95 % of 0.8: at the 2nd validation), ...
     assert "| `pyg` | skipped: no pyg-lib |" in text and "- `cpu`: the cpu doc" in text
+    assert "Where a build's time goes" not in text  # no row with the producer's stage split
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_report_gives_a_pipeline_rows_build_stages(name: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    results = _results(name)
+    results["runs"][0].update(row="zc_gpu_mps", worker_sm_percent=10, build_ms=37.77, gather_build_GBps=41.93,
+                              gather_bound_ms=9.24, build_stages_ms={"sample": 22.53, "gather": 12.17, "assemble": 3.03,
+                                                                     "handover": 0.36})  # fmt: skip
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    _command(name).main(["--report-only", str(tmp_path)])
+    capsys.readouterr()
+    text = (tmp_path / "report.md").read_text()
+    assert "## Where a build's time goes (the pipeline producer, beside training)" in text
+    assert "| `zc_gpu_mps` (share 10 %) | 37.77 | 22.53 | 12.17 | 41.9 | 9.24 | 3.03 | 0.36 |" in text
 
 
 @pytest.mark.parametrize("name", BENCHMARKS)
