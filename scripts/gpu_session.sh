@@ -154,11 +154,13 @@ export GPU_CHECK_EXTRA_STAGE_X_DTYPE="for x in float32 bfloat16; do timeout -s T
 # run records its host CPUs' speed (the conditions line), then the e2e MPS rows' CUDA test:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_mps bash scripts/gpu_session.sh                 # .wheels/
 export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 420 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_LIGHT_MPS_MODELS:-light} --steps 1500 --warmup 100 --row-budget-s 15 --total-budget-s 380 --row-timeout-s 100 --repeats 2 --configs model_only,model_only_mps,zc_gpu_mps --cache-dir /tmp/lzc --out \$OUT/light_mps; rm -rf \$OUT/light_mps/logs/*/hparams.yaml \$OUT/light_mps/*.png; REQUIRE_CUDA=1 timeout 150 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/end_to_end/test_e2e_rows.py"
-# stage hetero_mps (issue 40, one GPU, after hetero_prep; ~6 min estimated, not yet run): the typed 3-layer step grew
+# stage hetero_mps (issue 40, one GPU, after hetero_prep; ~8 min estimated, not yet run): the typed 3-layer step grew
 # from 37.34 to 41.15 ms at p50 beside the worker (mag10x [10,10,10], H200 2026-11-30: 0.906x model-only, no stall).
-# model_only, model_only_mps (the trainer an MPS client at 90 %, no worker) and zc_gpu_mps in one invocation:
+# model_only, model_only_mps (the trainer an MPS client at 90 %, no worker) and zc_gpu_mps in one invocation, then
+# zc_gpu_mps with the paper features held as bf16 (--feature-dtype: the worker's gather read 510 MB a batch at 42 GB/s
+# in fp32, beside its own sampler):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,hetero_mps bash scripts/gpu_session.sh   # .wheels/
-export GPU_CHECK_EXTRA_STAGE_HETERO_MPS="timeout -s TERM 400 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs model_only,model_only_mps,zc_gpu_mps --row-budget-s 30 --row-timeout-s 120 --out \$OUT/hetero_mps"
+export GPU_CHECK_EXTRA_STAGE_HETERO_MPS="timeout -s TERM 360 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs model_only,model_only_mps,zc_gpu_mps --row-budget-s 30 --row-timeout-s 110 --out \$OUT/hetero_mps; timeout -s TERM 130 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 30 --row-timeout-s 110 --out \$OUT/hetero_bf16"
 # stage bimodal (issue 40, one GPU, ~7 min with the build): the heavy zero-copy row ran at 0.91x and 0.70x of
 # model-only in one call (H200, 2026-11-29, 0b4d078): the same data path, a step p50 of 5.81 against 8.34 ms. Two
 # blocks of zc_gpu_mps (the pipeline's host threads sleep while they wait for the GPU, since that session: blocking

@@ -87,6 +87,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     t.add_argument("--num-neighbors", help="fanouts per hop, comma-separated, the same for every edge type")
     t.add_argument("--conv", choices=("sage", "gat"), default="sage", help="HeteroNodeClassifier's conv (gat: R-GAT)")
     t.add_argument("--hidden", type=int, help="HeteroNodeClassifier width (layers: one per fanout)")
+    t.add_argument("--feature-dtype", choices=("float32", "bfloat16", "float16"), help="our rows: the host feature "
+                   "tables' dtype (ZeroCopyHeteroDataModule(feature_dtype=...): half the bytes over PCIe; x stays "
+                   "float32); default: the graph's fp32. PyG and model-only keep fp32")  # fmt: skip
     cli.add_step_arguments(t)
     cli.add_target_argument(t, "acc", "accuracy")
     cli.add_measuring_arguments(t, "NeighborLoader", stage_batches=64, parse_share=parse_share)

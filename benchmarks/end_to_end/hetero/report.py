@@ -48,7 +48,8 @@ def write_report(results: dict[str, Any], out_dir: str) -> str:
              f"- Graph (SyntheticHeteroGraph, preset `{args.get('preset')}`): {sum(nodes.values()):,} nodes "
              f"({', '.join(f'{t} {n:,}' for t, n in nodes.items())}), {sum(edges.values()):,} edges over {len(edges)} "
              f"edge types; features {graph.get('num_features')} fp32 ({_fmt(graph.get('feature_GB'), '.2f')} GB, host "
-             f"memory); splits {graph.get('splits')}",
+             f"memory{'; our rows hold them as ' + args['feature_dtype'] if args.get('feature_dtype') else ''}); "
+             f"splits {graph.get('splits')}",
              f"- Training: HeteroNodeClassifier ({args.get('conv')}, h{args.get('hidden')}, fanouts {args.get('fanouts')} "
              f"for every edge type, trimmed per hop), batch {args.get('batch_size')} seed papers, up to {args.get('steps')} "
              f"steps (warm-up {args.get('warmup')}), validation every {args.get('val_every')} steps on "

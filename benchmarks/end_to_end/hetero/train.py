@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -33,16 +33,19 @@ class HeteroBatchCheck(FirstBatchesCheck):
     rows at its ``n_id``, the seeds are training ids of the input type with their labels, every edge type's local
     ids are in range of its endpoint types' rows."""
 
-    def __init__(self, data: Any, count: int) -> None:
+    def __init__(self, data: Any, count: int, stored_dtype: Optional[torch.dtype] = None) -> None:
         super().__init__(count)
         self.data = data
         self.train = torch.sort(data.split("train")).values
+        self.stored_dtype = stored_dtype  # the host tables' dtype (feature_dtype): x is the dataset's rows cast to it
 
     def check(self, step: int, batch: Any, pl_module: Any) -> None:
         problems, data = self.result["problems"], self.data
         for node_type, x in data.x.items():
             n_id = batch[node_type].n_id.cpu()
-            if not torch.equal(batch[node_type].x.cpu(), torch.as_tensor(x[n_id]).to(batch[node_type].x.dtype)):
+            want = torch.as_tensor(x[n_id])
+            want = want if self.stored_dtype is None else want.to(self.stored_dtype)
+            if not torch.equal(batch[node_type].x.cpu(), want.to(batch[node_type].x.dtype)):
                 problems.append(f"step {step}: {node_type}.x differs from the dataset's rows at n_id")
         seeds_store = batch[data.input_type]
         size = int(seeds_store.batch_size)
@@ -92,18 +95,24 @@ def build_model(args: Any, dataset: Any, data: Any) -> Any:
 
 
 def _run(row: Row, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    feature_dtype = getattr(args, "feature_dtype", None) if row.kind == "ours" else None  # PyG, model-only: fp32
+
     def figures(found: dict[str, Any]) -> dict[str, Any]:
         rate = found.get("steps_per_s")
         found["mag_epoch_s"] = mag_epoch_steps() / rate if rate else None
+        found["feature_dtype"] = feature_dtype or "float32"
         return found
 
-    return fit_one_model(row, args, kwargs, build_dataset=build_dataset, batch_check=HeteroBatchCheck,
-                         model=build_model, datamodule=_datamodule, fit_pyg=_fit_pyg, figures=figures)  # fmt: skip
+    stored = None if feature_dtype is None else getattr(torch, feature_dtype)
+    return fit_one_model(row, args, kwargs, build_dataset=build_dataset, model=build_model, fit_pyg=_fit_pyg,
+                         batch_check=functools.partial(HeteroBatchCheck, stored_dtype=stored),
+                         datamodule=functools.partial(_datamodule, feature_dtype=feature_dtype), figures=figures)  # fmt: skip
 
 
-def _datamodule(dataset: Any, args: Any, **data: Any) -> Any:
+def _datamodule(dataset: Any, args: Any, feature_dtype: Optional[str] = None, **data: Any) -> Any:
+    extra = {} if feature_dtype is None else {"feature_dtype": feature_dtype}
     return our_datamodule("ZeroCopyHeteroDataModule", dataset, data, num_neighbors=list(args.fanouts),
-                          batch_size=args.batch_size, drop_last=True, seed=args.seed)  # fmt: skip
+                          batch_size=args.batch_size, drop_last=True, seed=args.seed, **extra)  # fmt: skip
 
 
 def hetero_data(data: Any) -> Any:

@@ -4,9 +4,13 @@ flags, the report, the ``ci`` preset end to end): ``test_one_model_benchmarks.py
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 import torch
+from helpers.one_model_runs import ONE_MODEL, run_benchmark
 from helpers.hetero_batches import mag_like_graph, sample_batch
 
 from benchmarks.end_to_end.hetero.__main__ import dataset_kwargs, parse_args
@@ -47,6 +51,36 @@ def test_batch_check_accepts_a_right_batch_and_names_a_wrong_one() -> None:
     trainer.global_step = 1
     check.on_train_batch_start(trainer, None, batch, 1)
     assert not check.result["ok"] and "paper.x differs" in check.result["problems"][0]
+
+
+def test_batch_check_takes_the_host_tables_dtype() -> None:
+    """With ``--feature-dtype bfloat16`` our rows hand over the dataset's rows rounded to bf16 (then cast to float32):
+    right for a check told the stored dtype, wrong for one that compares with the float32 rows."""
+    g, data = _node_data()
+    batch = sample_batch(g, data.train_idx[:16], [4, 3])
+    for node_type in batch.node_types:
+        if "x" in batch[node_type]:
+            batch[node_type].x = batch[node_type].x.to(torch.bfloat16).float()
+    trainer = SimpleNamespace(global_step=0)
+    told = HeteroBatchCheck(data, count=1, stored_dtype=torch.bfloat16)
+    told.on_train_batch_start(trainer, None, batch, 0)
+    assert told.result == {"checked": 1, "ok": True, "problems": []}
+    untold = HeteroBatchCheck(data, count=1)
+    untold.on_train_batch_start(trainer, None, batch, 0)
+    assert not untold.result["ok"] and "paper.x differs" in untold.result["problems"][0]
+
+
+def test_a_bf16_host_table_trains_our_rows_only(one_model_ci_run: Callable[[str], Path], tmp_path: Path) -> None:
+    """``--feature-dtype bfloat16``: our row stores the paper features as bf16 and passes its batch check (against the
+    rounded rows); model-only keeps float32; the report says so."""
+    cache = one_model_ci_run("hetero").parent / "cache"  # the ci graph, drawn once
+    out = tmp_path / "out"
+    run_benchmark(ONE_MODEL["hetero"], "--preset", "ci", "--configs", "cpu,model_only", "--feature-dtype", "bfloat16",
+                  "--out", str(out), "--cache-dir", str(cache))  # fmt: skip
+    runs = {r["row"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    assert runs["cpu"]["status"] == "ok" and runs["cpu"]["batch_check"]["ok"], runs["cpu"]
+    assert runs["cpu"]["feature_dtype"] == "bfloat16" and runs["model_only"]["feature_dtype"] == "float32"
+    assert "our rows hold them as bfloat16" in (out / "report.md").read_text()
 
 
 def test_pyg_hetero_data_and_the_model_of_a_dataset() -> None:
