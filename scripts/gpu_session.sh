@@ -154,6 +154,11 @@ export GPU_CHECK_EXTRA_STAGE_X_DTYPE="for x in float32 bfloat16; do timeout -s T
 # run records its host CPUs' speed (the conditions line), then the e2e MPS rows' CUDA test:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_mps bash scripts/gpu_session.sh                 # .wheels/
 export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 420 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_LIGHT_MPS_MODELS:-light} --steps 1500 --warmup 100 --row-budget-s 15 --total-budget-s 380 --row-timeout-s 100 --repeats 2 --configs model_only,model_only_mps,zc_gpu_mps --cache-dir /tmp/lzc --out \$OUT/light_mps; rm -rf \$OUT/light_mps/logs/*/hparams.yaml \$OUT/light_mps/*.png; REQUIRE_CUDA=1 timeout 150 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/end_to_end/test_e2e_rows.py"
+# stage hetero_levers (issue 40, one GPU, after hetero_prep; ~5 min estimated, not yet run): the two levers on the
+# typed worker's 510 MB of zero-copy reads a batch, both with the paper features held as bf16: zc_gpu_mps and
+# zerocopy_ddp_mps (ZeroCopyDDPStrategy on one GPU caching the hot rows of each featured type, --cache-budget 20 %):
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,hetero_levers bash scripts/gpu_session.sh   # .wheels/
+export GPU_CHECK_EXTRA_STAGE_HETERO_LEVERS="timeout -s TERM 280 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps,zerocopy_ddp_mps --feature-dtype bfloat16 --cache-budget ${GPU_CHECK_HETERO_CACHE_BUDGET:-20%} --row-budget-s 30 --row-timeout-s 130 --out \$OUT/hetero_levers"
 # stage hetero_mps (issue 40, one GPU, after hetero_prep; ~8 min estimated, not yet run): the typed 3-layer step grew
 # from 37.34 to 41.15 ms at p50 beside the worker (mag10x [10,10,10], H200 2026-11-30: 0.906x model-only, no stall).
 # model_only, model_only_mps (the trainer an MPS client at 90 %, no worker) and zc_gpu_mps in one invocation, then

@@ -21,7 +21,8 @@ from benchmarks.common.cli import gemm_rows_callbacks
 from benchmarks.common.measure import TrainClock, _device_name, summarize
 from benchmarks.common.rows import RowUnavailable
 from benchmarks.end_to_end.rows import Row
-from benchmarks.end_to_end.train import fit_on_staged_batches, pipeline_options, require_trainer_mps, share_figures
+from benchmarks.end_to_end.train import (fit_on_staged_batches, pipeline_options, require_trainer_mps, row_strategy,
+                                         share_figures)
 
 __all__ = ["fit_one_model", "our_datamodule"]
 
@@ -74,8 +75,9 @@ def fit_one_model(row: Row, args: Any, kwargs: dict[str, Any], *, build_dataset:
     pl.seed_everything(args.seed, workers=True, verbose=False)
     module = model(args, dataset, data)
     trainer = pl.Trainer(
-        accelerator="gpu" if cuda else "cpu", devices=1, max_steps=args.steps, val_check_interval=args.val_every,
-        check_val_every_n_epoch=None, limit_val_batches=args.val_batches, num_sanity_val_steps=0, logger=False,
+        accelerator="gpu" if cuda else "cpu", devices=1, strategy=row_strategy(row, args), max_steps=args.steps,
+        val_check_interval=args.val_every, check_val_every_n_epoch=None, limit_val_batches=args.val_batches,
+        num_sanity_val_steps=0, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         log_every_n_steps=50,
     )  # fmt: skip

@@ -98,9 +98,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     callbacks += gemm_rows_callbacks(gemm_rows)  # every row, model-only and PyG's included: the same model on each
     if pipeline is not None:
         callbacks.append(pipeline)
-    strategy: Any = "auto"
-    if row.strategy is not None:
-        strategy = _strategy(row, args)
+    strategy = row_strategy(row, args)
 
     pl.seed_everything(args.seed, workers=True, verbose=False)
     model_class = getattr(models, spec.arch)
@@ -195,10 +193,17 @@ def share_figures(pipeline: Any) -> dict[str, Any]:
             "share_choice": None if choice is None else dataclasses.asdict(choice)}  # fmt: skip
 
 
-def _strategy(row: Row, args: Any) -> Any:
+def row_strategy(row: Row, args: Any) -> Any:
+    """The row's Strategy (its keyword arguments naming ``args`` attributes take their values), or ``"auto"``.
+
+    Raises:
+        RowUnavailable: this build has no such Strategy, or it rejects the arguments.
+    """
     import importlib
 
-    path, raw = row.strategy  # type: ignore[misc]
+    if row.strategy is None:
+        return "auto"
+    path, raw = row.strategy
     module, _, cls_name = path.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module), cls_name)

@@ -83,6 +83,21 @@ def test_a_bf16_host_table_trains_our_rows_only(one_model_ci_run: Callable[[str]
     assert "our rows hold them as bfloat16" in (out / "report.md").read_text()
 
 
+def test_the_cache_row_trains_under_the_strategy_with_the_budget_flag() -> None:
+    """``zerocopy_ddp_mps``: ``zc_gpu_mps``'s data path under ``ZeroCopyDDPStrategy(cache_budget=--cache-budget)``;
+    every other row keeps Lightning's default strategy."""
+    from benchmarks.end_to_end.hetero.__main__ import ROWS
+    from benchmarks.end_to_end.train import row_strategy
+    from lightning_zerocopy.strategies import ZeroCopyDDPStrategy
+
+    row, plain = ROWS["zerocopy_ddp_mps"], ROWS["zc_gpu_mps"]
+    assert row.data == plain.data and row.pipeline == plain.pipeline and row.mps
+    args = parse_args(["--cache-budget", "15%"])
+    strategy = row_strategy(row, args)
+    assert isinstance(strategy, ZeroCopyDDPStrategy) and strategy.cache_budget.text == "15%"
+    assert row_strategy(plain, args) == "auto" and parse_args([]).cache_budget == "20%"
+
+
 def test_pyg_hetero_data_and_the_model_of_a_dataset() -> None:
     g, data = _node_data()
     graph = hetero_data(data)
