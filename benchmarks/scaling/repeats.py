@@ -48,28 +48,27 @@ def _key(run: dict[str, Any]) -> tuple:
     return (run["gpus"], run.get("loader", "ours"), run.get("pipeline"), run["budget_fraction"], run["policy"])
 
 
-def _baseline(runs: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, Any] | None:
-    """The one-GPU run of ``run``'s loader, budget and data path, in ``run``'s block if that block has one."""
-    same = [b for b in runs if b["gpus"] == 1 and b["budget_fraction"] == run["budget_fraction"]
-            and b.get("pipeline") == run.get("pipeline") and b.get("loader") == run.get("loader")
-            and "seeds_per_s" in b]  # fmt: skip
+def _reference(runs: list[dict[str, Any]], run: dict[str, Any], matches: Any) -> dict[str, Any] | None:
+    """The first finished run that ``matches``, in ``run``'s block if that block has one, else in any block."""
+    same = [b for b in runs if "seeds_per_s" in b and matches(b)]
     in_block = [b for b in same if b.get("repeat", 0) == run.get("repeat", 0)]
     return (in_block or same or [None])[0]
 
 
 def speedups_by_block(runs: list[dict[str, Any]]) -> None:
-    """Set each finished run's ``speedup_vs_1gpu`` (against its block's one-GPU run, see :func:`_baseline`) and
-    ``vs_pyg_same_gpus`` (against PyG's run of as many GPUs in the same block, else any block)."""
+    """Set each finished run's ``speedup_vs_1gpu`` (against the one-GPU run of its loader, budget and data path) and
+    ``vs_pyg_same_gpus`` (against PyG's run of as many GPUs), each reference from the run's own block where it has
+    one."""
     for r in runs:
         if "seeds_per_s" not in r:
             continue
-        base = _baseline(runs, r)
+        base = _reference(runs, r, lambda b: b["gpus"] == 1 and b["budget_fraction"] == r["budget_fraction"]
+                          and b.get("pipeline") == r.get("pipeline") and b.get("loader") == r.get("loader"))  # fmt: skip
         if base is not None:
             r["speedup_vs_1gpu"] = r["seeds_per_s"] / base["seeds_per_s"]
-        pyg = [b for b in runs if b.get("loader") == "pyg" and b["gpus"] == r["gpus"] and "seeds_per_s" in b]
-        pyg = [b for b in pyg if b.get("repeat", 0) == r.get("repeat", 0)] or pyg
-        if pyg and r.get("loader") != "pyg":
-            r["vs_pyg_same_gpus"] = r["seeds_per_s"] / pyg[0]["seeds_per_s"]
+        pyg = _reference(runs, r, lambda b: b.get("loader") == "pyg" and b["gpus"] == r["gpus"])
+        if pyg is not None and r.get("loader") != "pyg":
+            r["vs_pyg_same_gpus"] = r["seeds_per_s"] / pyg["seeds_per_s"]
 
 
 def repeat_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -92,8 +91,9 @@ def repeat_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def repeat_lines(runs: list[dict[str, Any]]) -> list[str]:
-    """:func:`repeat_summary` as a table, with runs in more than one block; ``[]`` with one block."""
+def repeat_lines(runs: list[dict[str, Any]], summary: list[dict[str, Any]] | None = None) -> list[str]:
+    """:func:`repeat_summary` (``summary`` where the caller has it already) as a table, with runs in more than one
+    block; ``[]`` with one block."""
     if len({r.get("repeat", 0) for r in runs}) < 2:
         return []
     nan = float("nan")
@@ -101,7 +101,7 @@ def repeat_lines(runs: list[dict[str, Any]]) -> list[str]:
              "(medians last)",
              f"{'GPUs':>4} {'loader':>6} {'policy':>9} {'seeds/s per block':>34} {'speed-up per block':>24} "
              f"{'median seeds/s':>14} {'median x1':>9} {'steps/s a rank':>14} {'fast CPUs':>9}"]  # fmt: skip
-    for row in repeat_summary(runs):
+    for row in summary if summary is not None else repeat_summary(runs):
         head = f"{row['gpus']:>4} {row['loader']:>6} {row['policy']:>9}"
         if not row["blocks"]:
             lines.append(f"{head} no finished run")

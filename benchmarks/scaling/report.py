@@ -80,13 +80,14 @@ def report(args: argparse.Namespace, runs: list[dict[str, Any]], available: int,
         for rank, per_type in enumerate(r.get("cache_per_type") or []):
             rates = ", ".join(f"{t} {_pct(c)}" for t, c in (per_type or {}).items())
             print(f"{r['gpus']} GPU(s) {r['policy']} rank {rank}: hit rate per type: {rates}")
-    lines = repeat_lines(runs)  # --repeats: each run of the plan over the blocks, and its medians
+    summary = repeat_summary(runs)  # --repeats: each run of the plan over the blocks, and its medians
+    lines = repeat_lines(runs, summary)
     if lines:
         print("\n".join(lines))
     report = {"benchmark": "scaling", "graph": args.graph,
               "config": {k: v for k, v in vars(args).items() if k != "argv"}, "gpu_count": available, "topology": topology(), "torch": torch_version, "runs": runs}  # fmt: skip
     if lines:
-        report["repeats"] = repeat_summary(runs)
+        report["repeats"] = summary
     if graph is not None:
         report["hetero_graph"] = graph
     write_json(args.out, report)
