@@ -133,7 +133,7 @@ export GPU_CHECK_EXTRA_STAGE_CONTENTION="timeout 330 python3 -m benchmarks.parts
 # the step (no queueing behind the trainer); docs/gpu_checks/h200-2026-11-30. Since then the default loads add
 # sample_gather: the sampler while the same client gathers without pause, as in the worker (not yet run):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,cpu_speed,sample_contention bash scripts/gpu_session.sh     # .wheels/
-export GPU_CHECK_EXTRA_STAGE_SAMPLE_CONTENTION="timeout 300 python3 -m benchmarks.parts.contention --loads ${GPU_CHECK_SAMPLE_CONTENTION_LOADS:-none,sample,sample_gather,pcie} --alone-s 6 --worker-percent 10 --steps 300 --out \$OUT/sample_contention.json; REQUIRE_CUDA=1 timeout 150 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/parts/test_contention.py"
+export GPU_CHECK_EXTRA_STAGE_SAMPLE_CONTENTION="timeout 300 python3 -m benchmarks.parts.contention --loads ${GPU_CHECK_SAMPLE_CONTENTION_LOADS:-none,sample,sample_gather,pcie} --alone-s 6 --worker-percent 10 --steps 300 --out \$OUT/sample_contention.json; REQUIRE_CUDA=1 timeout 250 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/parts/test_contention.py"
 # stage staged (issue 40 items 2-3, one GPU, ~7 min estimated; not yet run): gather_mode 'staged' (host threads + the
 # copy engines, no zero-copy reads beside training): its CUDA tests (the table; the builder's side-stream and hot-row
 # batches; the Strategy's segmented cache, bitwise and counted), then the 24M-node e2e rows zc_gpu_mps against zc_gpu_mps_staged in one run, light and heavy, bf16
@@ -153,7 +153,21 @@ export GPU_CHECK_EXTRA_STAGE_X_DTYPE="for x in float32 bfloat16; do timeout -s T
 # model_only_mps against model_only is the client's own cost, zc_gpu_mps against model_only_mps the worker's; each
 # run records its host CPUs' speed (the conditions line), then the e2e MPS rows' CUDA test:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_mps bash scripts/gpu_session.sh                 # .wheels/
-export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 420 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_LIGHT_MPS_MODELS:-light} --steps 1500 --warmup 100 --row-budget-s 15 --total-budget-s 380 --row-timeout-s 100 --repeats 2 --configs model_only,model_only_mps,zc_gpu_mps --cache-dir /tmp/lzc --out \$OUT/light_mps; rm -rf \$OUT/light_mps/logs/*/hparams.yaml \$OUT/light_mps/*.png; REQUIRE_CUDA=1 timeout 150 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/end_to_end/test_e2e_rows.py"
+export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 330 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_LIGHT_MPS_MODELS:-light} --steps 1500 --warmup 100 --row-budget-s 15 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,model_only_mps,zc_gpu_mps --cache-dir /tmp/lzc --out \$OUT/light_mps; rm -rf \$OUT/light_mps/logs/*/hparams.yaml \$OUT/light_mps/*.png; REQUIRE_CUDA=1 timeout 240 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/end_to_end/test_e2e_rows.py"
+# stage sample_host (issue 40, one GPU, ~5 min estimated, not yet run): sampling in the worker beside training took
+# 5.5 ms (heavy) and 21-22 ms (typed) a batch against 0.66 ms for the same sampler at the worker's share beside the
+# step with a gather running in the same process (contention load sample_gather, 2026-11-30 second session). The
+# stage's GPU time spans the sampler's read-backs, so it holds the sampling thread's host waits too: the sleeping
+# wake-ups and the interpreter's lock, which the producer's thread holds while it assembles (up to the switch interval,
+# 5 ms, a wait). The report's "sample host / CPU ms" column gives the sample's wall and thread-CPU times; the rows
+# zc_gpu_mps_switch (the worker's switch interval 200 us) and zc_gpu_mps_spin (spinning waits) in the same blocks:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,sample_host bash scripts/gpu_session.sh              # .wheels/
+export GPU_CHECK_EXTRA_STAGE_SAMPLE_HOST="timeout -s TERM 330 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_SAMPLE_HOST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 14 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_switch,zc_gpu_mps_spin --out \$OUT/sample_host; rm -rf \$OUT/sample_host/logs/*/hparams.yaml \$OUT/sample_host/*.png"
+# stage hetero_host (issue 40, one GPU, after hetero_prep; ~4 min estimated, not yet run): the typed row (bf16 paper
+# features) with the default switch interval, then with the worker's at 200 us; each report has the sample's host and
+# CPU times:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,hetero_host bash scripts/gpu_session.sh   # .wheels/
+export GPU_CHECK_EXTRA_STAGE_HETERO_HOST="for us in '' 200; do LIGHTNING_ZEROCOPY_WORKER_SWITCH_US=\$us timeout -s TERM 120 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 25 --row-timeout-s 110 --out \$OUT/hetero_host\${us:+_switch\$us}; done"
 # stage hetero_levers (issue 40, one GPU, after hetero_prep; ~5 min estimated, not yet run): the two levers on the
 # typed worker's 510 MB of zero-copy reads a batch, both with the paper features held as bf16: zc_gpu_mps and
 # zerocopy_ddp_mps (ZeroCopyDDPStrategy on one GPU caching the hot rows of each featured type, --cache-budget 20 %):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Optional, Sequence
 
-from benchmarks.end_to_end.report import _fmt, _named, _pct
+from benchmarks.end_to_end.report import _fmt, _named, _pct, sample_host_cpu
 from benchmarks.end_to_end.results import finished, time_to_target
 
 __all__ = ["check_words", "checked_cell", "console_line", "failed_cells", "failed_line", "machine_lines", "rate_ratio",
@@ -98,14 +98,16 @@ def build_stage_lines(results: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     out = ["## Where a build's time goes (the pipeline producer, beside training)", "",
-           "Means after warm-up, from CUDA events on the worker's streams. Gather: GB/s of the bytes read; its bound: "
+           "Means after warm-up, from CUDA events on the worker's streams. Sample host / CPU: the sample's wall time "
+           "on its thread and that thread's CPU time. Gather: GB/s of the bytes read; its bound: "
            "those bytes over the PCIe bandwidth of a contiguous pinned copy measured by the producer.", "",
-           "| row | build ms | sample ms | gather ms | gather GB/s | gather PCIe bound ms | assemble ms | hand-over ms |",
-           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "| row | build ms | sample ms | sample host / CPU ms | gather ms | gather GB/s | gather PCIe bound ms "
+           "| assemble ms | hand-over ms |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         stages = r["build_stages_ms"]
         out.append("| " + " | ".join([
-            _named(r), _fmt(r.get("build_ms"), ".2f"), _fmt(stages.get("sample"), ".2f"), _fmt(stages.get("gather"), ".2f"),
+            _named(r), _fmt(r.get("build_ms"), ".2f"), _fmt(stages.get("sample"), ".2f"), sample_host_cpu(r),
+            _fmt(stages.get("gather"), ".2f"),
             _fmt(r.get("gather_build_GBps"), ".3g"), _fmt(r.get("gather_bound_ms"), ".2f"),
             _fmt(stages.get("assemble"), ".2f"), _fmt(stages.get("handover"), ".2f")]) + " |")  # fmt: skip
     return out + [""]

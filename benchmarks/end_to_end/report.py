@@ -107,6 +107,15 @@ def _stage_words(run: dict[str, Any], results: dict[str, Any]) -> str:
             f"{_fmt(stages.get('assemble'), '.2f')}, hand-over {_fmt(stages.get('handover'), '.2f')} ms")  # fmt: skip
 
 
+def sample_host_cpu(run: dict[str, Any]) -> str:
+    """``host / CPU`` ms of a pipeline row's sample stage: the sample's wall time on the thread that sampled it and
+    that thread's CPU time (``DataTelemetry``'s means; ``–`` where not measured). Against the stage's GPU time: a host
+    time near it and a CPU time far below says the sampler waited on the host (its read-backs' wake-ups, the
+    interpreter lock it shares with the producer's thread), not on its kernels."""
+    telemetry = run.get("telemetry") or {}
+    return f"{_fmt(telemetry.get('build_sample_host_ms'), '.2f')} / {_fmt(telemetry.get('build_sample_cpu_ms'), '.2f')}"
+
+
 def _sample_alone_ms(results: dict[str, Any], run: dict[str, Any]) -> Optional[float]:
     """The ``sample_alone`` row's ms per batch (same model) for ``run``'s sampler placement, or None."""
     placement = run.get("sampler_placement")
@@ -125,13 +134,15 @@ def _build_stage_table(results: dict[str, Any], model: str) -> list[str]:
     if not rows:
         return []
     out = [f"### {model} model", "",
-           "| row | feature dtype | build ms | sample ms | sample alone ms | gather ms | gather GB/s | gather PCIe bound ms "
-           "| assemble ms | hand-over ms |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "| row | feature dtype | build ms | sample ms | sample host / CPU ms | sample alone ms | gather ms "
+           "| gather GB/s | gather PCIe bound ms | assemble ms | hand-over ms |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         stages = r["build_stages_ms"]
         out.append("| " + " | ".join([
             _named(r), str(r.get("feature_dtype") or "float32"), _fmt(r.get("build_ms"), ".2f"),
-            _fmt(stages.get("sample"), ".2f"), _fmt(_sample_alone_ms(results, r), ".2f"), _fmt(stages.get("gather"), ".2f"),
+            _fmt(stages.get("sample"), ".2f"), sample_host_cpu(r), _fmt(_sample_alone_ms(results, r), ".2f"),
+            _fmt(stages.get("gather"), ".2f"),
             _fmt(r.get("gather_build_GBps"), ".3g"), _fmt(r.get("gather_bound_ms"), ".2f"),
             _fmt(stages.get("assemble"), ".2f"), _fmt(stages.get("handover"), ".2f")]) + " |")  # fmt: skip
     return out + [""]
@@ -321,8 +332,10 @@ def write_report(results: dict[str, Any], out_dir: str, plots: list[str], plot_n
     if split or alone:
         lines += ["## Where a build's time goes (the pipeline producer, beside each stage's bound)", "",
                   "Means after warm-up, from `DataTelemetry`: GPU times from CUDA events on the streams that do the work "
-                  "(host times on the CPU). Sample: the sampler, unique/relabel included; its bound, sample alone: the "
-                  "same sampler timed back to back on an idle GPU (the `sample_alone` row). Gather: the feature rows, "
+                  "(host times on the CPU). Sample: the sampler, unique/relabel included; host / CPU: the same "
+                  "sample's wall time on its thread and that thread's CPU time (the rest of the wall time the thread "
+                  "waited); its bound, sample alone: the same sampler timed back to back on an idle GPU (the "
+                  "`sample_alone` row). Gather: the feature rows, "
                   "GB/s of their bytes in the host table's dtype; its bound: those bytes over the PCIe bandwidth of a "
                   "contiguous pinned copy measured by the producer (rows a GPU cache serves included, so with a cache the "
                   "bound is an upper bound). Assemble: labels, id maps, the cast of `x`, copies into the slot. Hand-over: "

@@ -115,6 +115,11 @@ _ROW_LIST: list[Row] = [
         "(CUDA's default; LIGHTNING_ZEROCOPY_SPIN_WAITS=1) where they sleep by default",
         {"sampler_placement": "gpu", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True},
         env={"LIGHTNING_ZEROCOPY_SPIN_WAITS": "1"}),  # fmt: skip
+    Row("zc_gpu_mps_switch", "ours", "as zc_gpu_mps, the worker's interpreter switch interval 200 us "
+        "(LIGHTNING_ZEROCOPY_WORKER_SWITCH_US; Python's default 5 ms): how long the sampling thread waits for the "
+        "interpreter's lock after its read-backs while the producer's thread runs Python",
+        {"sampler_placement": "gpu", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True},
+        env={"LIGHTNING_ZEROCOPY_WORKER_SWITCH_US": "200"}),  # fmt: skip
     Row("zc_gpu_hot", "ours", "GPU sampler, zero-copy gather, --cache-fraction of rows cached on the GPU (hot_rows)",
         {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": "cache_fraction"}),  # fmt: skip
     Row("zc_gpu_hot_mps", "ours", "as zc_gpu_hot, PipelineCallback worker + MPS",

@@ -35,7 +35,9 @@ millions of sampled edges per second, refreshed at each hand-over) reads without
   ``data/build_assemble_ms`` (labels, id maps, the cast of ``x``, copies into the slot), ``data/build_handover_ms``
   (host time from the producer's stream synchronization to its ``ready`` message), ``data/gather_build_GBps`` (the
   feature bytes the gather stage moved, in the host table's dtype, over its time) and ``data/gather_bound_ms`` (those
-  bytes over the PCIe bandwidth the producer measured at start: the gather's bound);
+  bytes over the PCIe bandwidth the producer measured at start: the gather's bound); where the sampling thread
+  measured them, ``data/build_sample_host_ms`` and ``data/build_sample_cpu_ms`` (the sample's wall time and that
+  thread's CPU time: what of the sample stage the thread spent waiting);
 * with hybrid sampling (``sampler_placement: hybrid | auto``; from the pipeline's stats, or the DataModule's
   ``sampling_stats("train")`` without a pipeline): ``data/sample_ms`` and ``data/sample_pred_ms``, the measured
   and the cost model's predicted sampling time of the latest batch, and ``data/share_<device>``, the share of
@@ -317,6 +319,10 @@ def _stage_figures(stages: Any) -> dict[str, float]:
     out["stage_gather_s"] = float(stages.gather_s)
     if stages.gather_bound_s is not None:
         out["gather_bound_ms"] = 1e3 * stages.gather_bound_s
+    for name in ("sample_host_s", "sample_cpu_s"):  # the sample's host and CPU time, where its thread measured them
+        value = getattr(stages, name, None)
+        if value is not None:
+            out[f"build_{name[:-2]}_ms"] = 1e3 * value
     return out
 
 

@@ -65,15 +65,18 @@ class Lookahead:
             self.submit(key, sample)
         future, self._future, self._key = self._future, None, None
         assert future is not None
-        result, events, seconds = future.result()
+        result, events, seconds, cpu_s = future.result()
         if events is not None:
             events[1].wait()  # the caller's current stream waits; no host sync
-        return result, SampleTime(seconds, events, self._events if events is not None else None)
+        return result, SampleTime(seconds, events, self._events if events is not None else None, cpu_s)
 
-    def _run(self, sample: Callable[[], Any]) -> tuple[Any, Optional[tuple[Any, Any]], float]:
-        t0 = time.perf_counter()
+    def _run(self, sample: Callable[[], Any]) -> tuple[Any, Optional[tuple[Any, Any]], float, float]:
+        """``sample()`` on this thread: its result, its timing events (CUDA), its host seconds and the thread's CPU
+        seconds over it (their difference is time the thread waited: for read-backs, wake-ups, the interpreter)."""
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         if self._make_stream is None:
-            return sample(), None, time.perf_counter() - t0
+            result = sample()
+            return result, None, time.perf_counter() - t0, time.thread_time() - cpu0
         if self._stream is None:
             self._stream = self._make_stream()
         with torch.cuda.device(self._stream.device), torch.cuda.stream(self._stream):
@@ -81,7 +84,7 @@ class Lookahead:
             events[0].record(self._stream)
             result = sample()
             events[1].record(self._stream)
-        return result, events, time.perf_counter() - t0
+        return result, events, time.perf_counter() - t0, time.thread_time() - cpu0
 
     def _drop(self) -> None:
         if self._future is not None:

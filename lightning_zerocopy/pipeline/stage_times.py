@@ -3,7 +3,11 @@
 The producer splits each batch it builds into four stages:
 
 * ``sample``: the sampler (on the GPU: its kernels, unique/relabel included, and its read-back), on the lookahead
-  thread's stream (:class:`~.lookahead.Lookahead`);
+  thread's stream (:class:`~.lookahead.Lookahead`). Its GPU time spans the sampler's size read-backs, so it also
+  holds whatever the sampling thread waited for between its kernels: the wake-up after each read-back (the worker's
+  waits sleep, :mod:`.host_waits`) and the interpreter lock, shared with the producer's thread. Beside it, the same
+  sample's host (wall) time and the sampling thread's CPU time (``sample_host_s``, ``sample_cpu_s``): a host time near
+  the GPU time and far above the CPU time says the sample waited on the host, not on its kernels;
 * ``gather``: the feature rows (the zero-copy gather reads them from host memory), and the bytes of those rows in
   the host table's dtype, so ``gather_bytes / gather_s`` is the gather's rate and ``gather_bytes`` over the PCIe
   bandwidth (:func:`~lightning_zerocopy.data.stage_bounds.h2d_bandwidth`) its bound;
@@ -62,6 +66,9 @@ class BuildStages:
         gather_bound_s: ``gather_bytes`` over the PCIe bandwidth measured in the producer's process (a contiguous
             pinned host-to-device copy); ``None`` without one (a CPU producer, or the measurement failed).
         gpu_times: whether ``sample_s``, ``gather_s`` and ``assemble_s`` are GPU times (CUDA events).
+        sample_host_s, sample_cpu_s: the sample's host (wall) time on the thread that sampled it, and that thread's
+            CPU time over it (``None`` where not measured: a sample timed by its stream boundaries, or a hybrid
+            dispatcher's, which gives its host time only).
     """
 
     sample_s: float
@@ -71,6 +78,8 @@ class BuildStages:
     gather_bytes: int = 0
     gather_bound_s: Optional[float] = None
     gpu_times: bool = False
+    sample_host_s: Optional[float] = None
+    sample_cpu_s: Optional[float] = None
 
     def seconds(self) -> dict[str, float]:
         """Seconds per stage, by name (:data:`STAGES`)."""
@@ -162,7 +171,8 @@ class EventPairs:
 
 @dataclass
 class SampleTime:
-    """The time of one sample: host seconds, and on CUDA the timing events around its work on the sampling stream.
+    """The time of one sample: host seconds, and on CUDA the timing events around its work on the sampling stream;
+    ``cpu_s``: the CPU time of the thread that sampled, over the same span (``None`` where not measured).
 
     :meth:`seconds` reads the events once they have completed (the producer calls it after its stream
     synchronization) and gives them back to their pool.
@@ -171,6 +181,7 @@ class SampleTime:
     host_s: float
     events: Optional[tuple[Any, Any]] = None
     pool: Optional[EventPairs] = field(default=None, repr=False)
+    cpu_s: Optional[float] = None
 
     def seconds(self) -> float:
         """The sample's GPU time when its events have completed, else its host time (once: the events go back)."""
@@ -267,8 +278,10 @@ class StageClock:
             h2d_GBps: the PCIe bandwidth for the gather's bound (``None``: no bound).
             x_bytes: the gather's bytes when the builder did not mark its gather (the batch's ``x``).
         """
+        sample_host_s = sample_cpu_s = None
         if self.sample is not None:
             sample_s = self.sample.seconds()
+            sample_host_s, sample_cpu_s = self.sample.host_s, self.sample.cpu_s
             self.sample = None
         else:
             sample_s = self.span("sample_start", "start") or 0.0
@@ -278,7 +291,8 @@ class StageClock:
         assemble_s = (self.span("gathered", "built") or 0.0) if marked else 0.0
         assemble_s += self.span("write_start", "written") or 0.0
         bound = nbytes / (h2d_GBps * 1e9) if h2d_GBps and nbytes > 0 else None
-        return BuildStages(sample_s, gather_s, assemble_s, float(handover_s), nbytes, bound, self.gpu_times)
+        return BuildStages(sample_s, gather_s, assemble_s, float(handover_s), nbytes, bound, self.gpu_times,
+                           sample_host_s, sample_cpu_s)  # fmt: skip
 
 
 def x_bytes(data: Any) -> int:

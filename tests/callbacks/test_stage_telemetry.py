@@ -41,6 +41,17 @@ def test_step_sums_average_the_stages_and_sum_the_gathers_rate():
     assert "stage_gather_bytes" not in str(figures)  # the sums' inputs are not figures
 
 
+def test_the_samples_host_and_cpu_times_are_averaged_where_measured():
+    sums = StepSums()
+    sums.add(_step(BuildStages(0.004, 0.002, 0.0, 0.0, sample_host_s=0.004, sample_cpu_s=0.001)))
+    sums.add(_step(BuildStages(0.006, 0.002, 0.0, 0.0, sample_host_s=0.008, sample_cpu_s=0.003)))
+    figures = {name: ratio.value for name, ratio in sums.figures().items()}
+    assert figures["data/build_sample_host_ms"] == pytest.approx(6.0)
+    assert figures["data/build_sample_cpu_ms"] == pytest.approx(2.0)
+    unmeasured = StepSums.of(_step(BuildStages(0.001, 0.002, 0.0, 0.0))).figures()
+    assert "data/build_sample_host_ms" not in unmeasured and "data/build_sample_cpu_ms" not in unmeasured
+
+
 def test_no_bound_no_bound_figure():
     figures = StepSums.of(_step(BuildStages(0.001, 0.002, 0.0, 0.0, gather_bytes=10))).figures()
     assert "data/gather_bound_ms" not in figures and "data/gather_build_GBps" in figures

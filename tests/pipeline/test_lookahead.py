@@ -83,3 +83,27 @@ def test_close_waits_for_the_running_sample_and_stops_the_thread():
     lookahead.close()
     assert done.is_set()
     assert not any(t.name.startswith("lzc-pipeline-sampler") for t in threading.enumerate())
+
+
+def test_a_sample_carries_its_threads_cpu_time_beside_its_wall_time():
+    """The sampling thread's CPU time over a sample: near its wall time when it computes, far below when it waits
+    (what tells a sampler waiting on the host, for wake-ups or the interpreter's lock, from one that computes)."""
+    lookahead = Lookahead()
+
+    def waits():
+        time.sleep(0.2)
+        return "waited"
+
+    def computes():
+        end = time.thread_time() + 0.2
+        while time.thread_time() < end:
+            pass
+        return "computed"
+
+    try:
+        result, timing = lookahead.take_timed(("t", 0, 0), waits)
+        assert result == "waited" and timing.host_s >= 0.19 and timing.cpu_s is not None and timing.cpu_s < 0.1
+        result, timing = lookahead.take_timed(("t", 0, 1), computes)
+        assert result == "computed" and timing.cpu_s >= 0.2 and timing.host_s >= timing.cpu_s * 0.99
+    finally:
+        lookahead.close()

@@ -69,10 +69,11 @@ def test_without_a_mark_the_gather_is_the_whole_gather_batch_with_the_bytes_of_x
 def test_a_sample_timed_elsewhere_counts_and_begin_forgets_the_previous_batch():
     clock = StageClock()
     clock.begin()
-    clock.sample = SampleTime(0.5)
+    clock.sample = SampleTime(0.5, cpu_s=0.125)
     clock.record("start")
     clock.record("built")
-    assert clock.stages(0.0, None).sample_s == 0.5
+    stages = clock.stages(0.0, None)
+    assert stages.sample_s == 0.5 and (stages.sample_host_s, stages.sample_cpu_s) == (0.5, 0.125)
     assert clock.sample is None  # read once
     clock.begin()
     assert not clock.split and clock.span("start", "built") is None and clock.gather_bytes == 0
@@ -182,3 +183,13 @@ def test_a_source_with_build_batch_only_reports_no_split():
         assert client.stats.stages.batches == 0 and client.stats.batches == 3
     finally:
         client.close()
+
+
+def test_a_sample_timed_by_the_clocks_boundaries_has_no_host_or_cpu_split():
+    clock = StageClock()
+    clock.begin()
+    clock.record("sample_start")
+    clock.record("start")
+    clock.record("built")
+    stages = clock.stages(0.0, None)
+    assert stages.sample_s >= 0 and stages.sample_host_s is None and stages.sample_cpu_s is None

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from benchmarks.common.measure import BUILD_STAGES, BatchCheck, TrainClock, summarize
@@ -62,7 +63,9 @@ def test_the_report_puts_each_stage_beside_its_bound(tmp_path: Path):
         "rows": {r: ROWS[r].doc for r in ("zc_gpu_mps", "model_only", "sample_alone")},
         "runs": [
             _run("zc_gpu_mps", 90.0, build_ms=14.7, build_stages_ms=split, gather_build_GBps=11.8, gather_bound_ms=1.25,
-                 sampler_placement="gpu", feature_dtype="bfloat16", telemetry={"build_gather_ms": 5.2, "share_cpu": 0.5}),
+                 sampler_placement="gpu", feature_dtype="bfloat16",
+                 telemetry={"build_gather_ms": 5.2, "share_cpu": 0.5, "build_sample_host_ms": 6.3,
+                            "build_sample_cpu_ms": 0.9}),
             _run("model_only", 120.0, build_stages_ms=dict.fromkeys(split)),
             {"row": "sample_alone", "model": "heavy", "kind": "sample_alone", "status": "ok", "batches": 20,
              "device": "GPU X", "sample_alone_ms": {"cpu": 30.0, "gpu": 2.25}, "sample_alone_errors": {}},
@@ -72,7 +75,7 @@ def test_the_report_puts_each_stage_beside_its_bound(tmp_path: Path):
     e2e_report.write_report(results, str(tmp_path), [], "")
     report = (tmp_path / "report.md").read_text()
     assert "## Where a build's time goes" in report
-    assert ("| `zc_gpu_mps` | bfloat16 | 14.70 | 6.10 | 2.25 | 5.20 | 11.8 | 1.25 | 1.30 | 0.40 |") in report
+    assert "| `zc_gpu_mps` | bfloat16 | 14.70 | 6.10 | 6.30 / 0.90 | 2.25 | 5.20 | 11.8 | 1.25 | 1.30 | 0.40 |" in report
     assert "| `model_only` | float32 |" not in report  # no producer, no split
     assert "- heavy (20 batches on GPU X): `cpu` 30.00 ms, `gpu` 2.25 ms" in report
     assert ("producer build 14.70 ms per batch: sample 6.10 (alone 2.25), gather 5.20 (PCIe bound 1.25), assemble 1.30,"
@@ -100,6 +103,8 @@ def test_a_cpu_run_reports_the_split_and_the_sampler_alone(tmp_path: Path):
     assert all(inproc["build_stages_ms"][s] is not None and inproc["build_stages_ms"][s] >= 0 for s in BUILD_STAGES)
     assert inproc["build_stages_ms"]["gather"] > 0 and inproc["gather_build_GBps"] > 0
     assert inproc["gather_bound_ms"] is None  # no PCIe on the CPU
+    host, cpu = (inproc["telemetry"][f"build_sample_{t}_ms"] for t in ("host", "cpu"))  # the sampling thread's times
+    assert host > 0 and 0 <= cpu <= host * 1.05, (host, cpu)
     assert alone["status"] == "ok" and alone["sample_alone_ms"]["cpu"] > 0, alone
     report = (out / "report.md").read_text()
     assert "## Where a build's time goes" in report and "| `cpu_inproc` | bfloat16 |" in report
@@ -133,3 +138,14 @@ def test_a_rows_environment_is_set_in_its_process_before_its_worker_starts(monke
     monkeypatch.setenv(SPIN_WAITS_ENV, "0")  # restored after the test
     assert run_row(ROWS["zc_gpu_mps"], [], SimpleNamespace(threads=0), {}) == [] and not spin_waits()
     assert run_row(ROWS["zc_gpu_mps_spin"], [], SimpleNamespace(threads=0), {}) == [] and spin_waits()
+
+
+def test_the_switch_row_sets_the_workers_switch_interval_in_its_process(monkeypatch):
+    """``zc_gpu_mps_switch``: the row's process carries LIGHTNING_ZEROCOPY_WORKER_SWITCH_US for its worker."""
+    from benchmarks.end_to_end.train import run_row
+    from lightning_zerocopy.pipeline.host_waits import SWITCH_US_ENV, worker_switch_interval
+
+    monkeypatch.setenv(SWITCH_US_ENV, "")  # restored after the test
+    assert run_row(ROWS["zc_gpu_mps"], [], SimpleNamespace(threads=0), {}) == [] and worker_switch_interval() is None
+    assert run_row(ROWS["zc_gpu_mps_switch"], [], SimpleNamespace(threads=0), {}) == []
+    assert worker_switch_interval() == pytest.approx(200e-6)

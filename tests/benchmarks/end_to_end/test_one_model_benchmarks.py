@@ -106,7 +106,7 @@ def test_report_gives_a_pipeline_rows_build_stages(name: str, tmp_path: Path, ca
     capsys.readouterr()
     text = (tmp_path / "report.md").read_text()
     assert "## Where a build's time goes (the pipeline producer, beside training)" in text
-    assert "| `zc_gpu_mps` (share 10 %) | 37.77 | 22.53 | 12.17 | 41.9 | 9.24 | 3.03 | 0.36 |" in text
+    assert "| `zc_gpu_mps` (share 10 %) | 37.77 | 22.53 | – / – | 12.17 | 41.9 | 9.24 | 3.03 | 0.36 |" in text
 
 
 @pytest.mark.parametrize("name", BENCHMARKS)
