@@ -163,11 +163,11 @@ export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 330 python3 -m benchmark
 # zc_gpu_mps_switch (the worker's switch interval 200 us) and zc_gpu_mps_spin (spinning waits) in the same blocks:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,sample_host bash scripts/gpu_session.sh              # .wheels/
 export GPU_CHECK_EXTRA_STAGE_SAMPLE_HOST="timeout -s TERM 330 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_SAMPLE_HOST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 14 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_switch,zc_gpu_mps_spin --out \$OUT/sample_host; rm -rf \$OUT/sample_host/logs/*/hparams.yaml \$OUT/sample_host/*.png"
-# stage hetero_host (issue 40, one GPU, after hetero_prep; ~4 min estimated, not yet run): the typed row (bf16 paper
-# features) with the default switch interval, then with the worker's at 200 us; each report has the sample's host and
-# CPU times:
-#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,hetero_host bash scripts/gpu_session.sh   # .wheels/
-export GPU_CHECK_EXTRA_STAGE_HETERO_HOST="for us in '' 200; do LIGHTNING_ZEROCOPY_WORKER_SWITCH_US=\$us timeout -s TERM 120 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 25 --row-timeout-s 110 --out \$OUT/hetero_host\${us:+_switch\$us}; done"
+# stage typed_host (issue 40, one GPU; extra stages run in the order of their names, so after hetero_prep; ~5.5 min
+# estimated, not yet run): the typed row (bf16 paper features) three ways: as is, the worker's switch interval at 200 us, its waits spinning (the typed sampler reads
+# sizes back once per hop); each report has the sample's host and CPU times:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,typed_host bash scripts/gpu_session.sh   # .wheels/
+export GPU_CHECK_EXTRA_STAGE_TYPED_HOST="for v in default LIGHTNING_ZEROCOPY_WORKER_SWITCH_US=200 LIGHTNING_ZEROCOPY_SPIN_WAITS=1; do env \$([ \$v = default ] || echo \$v) timeout -s TERM 110 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 25 --row-timeout-s 100 --out \$OUT/typed_host_\${v%%=*}; done"
 # stage hetero_levers (issue 40, one GPU, after hetero_prep; ~5 min estimated, not yet run): the two levers on the
 # typed worker's 510 MB of zero-copy reads a batch, both with the paper features held as bf16: zc_gpu_mps and
 # zerocopy_ddp_mps (ZeroCopyDDPStrategy on one GPU caching the hot rows of each featured type, --cache-budget 20 %):
