@@ -163,6 +163,12 @@ export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 330 python3 -m benchmark
 # zc_gpu_mps_switch (the worker's switch interval 200 us) and zc_gpu_mps_spin (spinning waits) in the same blocks:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,sample_host bash scripts/gpu_session.sh              # .wheels/
 export GPU_CHECK_EXTRA_STAGE_SAMPLE_HOST="timeout -s TERM 330 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_SAMPLE_HOST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 14 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_switch,zc_gpu_mps_spin --out \$OUT/sample_host; rm -rf \$OUT/sample_host/logs/*/hparams.yaml \$OUT/sample_host/*.png"
+# stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
+# 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
+# fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in
+# two blocks: model_only, zc_gpu_mps, zc_gpu_mps_depth3 (three slots), zc_gpu_mps_switch (the worker's switch 200 us):
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_depth bash scripts/gpu_session.sh               # .wheels/
+export GPU_CHECK_EXTRA_STAGE_LIGHT_DEPTH="timeout -s TERM 340 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc --precision bf16-mixed --feature-dtype bfloat16 --models light --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 310 --row-timeout-s 90 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_depth3,zc_gpu_mps_switch --out \$OUT/light_depth; rm -rf \$OUT/light_depth/logs/*/hparams.yaml \$OUT/light_depth/*.png"
 # stage typed_host (issue 40, one GPU; extra stages run in the order of their names, so after hetero_prep; ~5.5 min
 # estimated, not yet run): the typed row (bf16 paper features) three ways: as is, the worker's switch interval at 200 us, its waits spinning (the typed sampler reads
 # sizes back once per hop); each report has the sample's host and CPU times:

@@ -115,6 +115,9 @@ _ROW_LIST: list[Row] = [
         "(CUDA's default; LIGHTNING_ZEROCOPY_SPIN_WAITS=1) where they sleep by default",
         {"sampler_placement": "gpu", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True},
         env={"LIGHTNING_ZEROCOPY_SPIN_WAITS": "1"}),  # fmt: skip
+    Row("zc_gpu_mps_depth3", "ours", "as zc_gpu_mps, three slots a loader (depth 3) where ping-pong has two: a slot "
+        "freed once the GPU has run its step has one more step to be refilled before the trainer asks for it",
+        {"sampler_placement": "gpu", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True, "depth": 3}),
     Row("zc_gpu_mps_switch", "ours", "as zc_gpu_mps, the worker's interpreter switch interval 200 us "
         "(LIGHTNING_ZEROCOPY_WORKER_SWITCH_US; Python's default 5 ms): how long the sampling thread waits for the "
         "interpreter's lock after its read-backs while the producer's thread runs Python",

@@ -281,7 +281,8 @@ class StageClock:
         sample_host_s = sample_cpu_s = None
         if self.sample is not None:
             sample_s = self.sample.seconds()
-            sample_host_s, sample_cpu_s = self.sample.host_s, self.sample.cpu_s
+            if self.sample.cpu_s is not None:  # the sampling thread measured both (a dispatcher's: host time only)
+                sample_host_s, sample_cpu_s = self.sample.host_s, self.sample.cpu_s
             self.sample = None
         else:
             sample_s = self.span("sample_start", "start") or 0.0

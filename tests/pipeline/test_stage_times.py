@@ -77,6 +77,10 @@ def test_a_sample_timed_elsewhere_counts_and_begin_forgets_the_previous_batch():
     assert clock.sample is None  # read once
     clock.begin()
     assert not clock.split and clock.span("start", "built") is None and clock.gather_bytes == 0
+    clock.sample = SampleTime(0.25)  # a hybrid dispatcher's: its host time only
+    clock.record("start")
+    stages = clock.stages(0.0, None)
+    assert stages.sample_s == 0.25 and stages.sample_host_s is None and stages.sample_cpu_s is None
 
 
 class _Event:

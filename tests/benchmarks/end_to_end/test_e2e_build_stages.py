@@ -149,3 +149,11 @@ def test_the_switch_row_sets_the_workers_switch_interval_in_its_process(monkeypa
     assert run_row(ROWS["zc_gpu_mps"], [], SimpleNamespace(threads=0), {}) == [] and worker_switch_interval() is None
     assert run_row(ROWS["zc_gpu_mps_switch"], [], SimpleNamespace(threads=0), {}) == []
     assert worker_switch_interval() == pytest.approx(200e-6)
+
+
+def test_the_depth_row_gives_its_pipeline_three_slots():
+    from benchmarks.end_to_end.train import pipeline_options
+
+    options = pipeline_options(ROWS["zc_gpu_mps_depth3"], SimpleNamespace(worker_sm_percent=10))
+    assert options == {"mode": "worker", "mps": True, "depth": 3, "worker_sm_percent": 10}
+    assert "depth" not in pipeline_options(ROWS["zc_gpu_mps"], SimpleNamespace(worker_sm_percent=10))
