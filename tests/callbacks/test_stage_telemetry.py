@@ -26,11 +26,17 @@ def _step(stages: BuildStages) -> dict[str, float]:
     return step
 
 
-def test_step_sums_average_the_stages_and_sum_the_gathers_rate():
+def _figures(*builds: BuildStages) -> dict[str, float]:
+    """The figures of one step per build, summed."""
     sums = StepSums()
-    sums.add(_step(BuildStages(0.001, 0.002, 0.0005, 0.0001, gather_bytes=4_000_000, gather_bound_s=0.0008)))
-    sums.add(_step(BuildStages(0.003, 0.006, 0.0015, 0.0003, gather_bytes=8_000_000, gather_bound_s=0.0016)))
-    figures = {name: ratio.value for name, ratio in sums.figures().items()}
+    for stages in builds:
+        sums.add(_step(stages))
+    return {name: ratio.value for name, ratio in sums.figures().items()}
+
+
+def test_step_sums_average_the_stages_and_sum_the_gathers_rate():
+    figures = _figures(BuildStages(0.001, 0.002, 0.0005, 0.0001, gather_bytes=4_000_000, gather_bound_s=0.0008),
+                       BuildStages(0.003, 0.006, 0.0015, 0.0003, gather_bytes=8_000_000, gather_bound_s=0.0016))
     assert figures["data/build_sample_ms"] == pytest.approx(2.0)
     assert figures["data/build_gather_ms"] == pytest.approx(4.0)
     assert figures["data/build_assemble_ms"] == pytest.approx(1.0)
@@ -42,13 +48,11 @@ def test_step_sums_average_the_stages_and_sum_the_gathers_rate():
 
 
 def test_the_samples_host_and_cpu_times_are_averaged_where_measured():
-    sums = StepSums()
-    sums.add(_step(BuildStages(0.004, 0.002, 0.0, 0.0, sample_host_s=0.004, sample_cpu_s=0.001)))
-    sums.add(_step(BuildStages(0.006, 0.002, 0.0, 0.0, sample_host_s=0.008, sample_cpu_s=0.003)))
-    figures = {name: ratio.value for name, ratio in sums.figures().items()}
+    figures = _figures(BuildStages(0.004, 0.002, 0.0, 0.0, sample_host_s=0.004, sample_cpu_s=0.001),
+                       BuildStages(0.006, 0.002, 0.0, 0.0, sample_host_s=0.008, sample_cpu_s=0.003))
     assert figures["data/build_sample_host_ms"] == pytest.approx(6.0)
     assert figures["data/build_sample_cpu_ms"] == pytest.approx(2.0)
-    unmeasured = StepSums.of(_step(BuildStages(0.001, 0.002, 0.0, 0.0))).figures()
+    unmeasured = _figures(BuildStages(0.001, 0.002, 0.0, 0.0))
     assert "data/build_sample_host_ms" not in unmeasured and "data/build_sample_cpu_ms" not in unmeasured
 
 
