@@ -109,7 +109,9 @@ export GPU_CHECK_EXTRA_STAGE_TYPED_SAMPLER="REQUIRE_CUDA=1 timeout 300 python3 -
 # larger worker share makes likelier; tests/pipeline/test_producer.py); then model-only with this process under an MPS daemon at 80 % (the trainer's share
 # at 20 %) and no worker, which separates the data path from the trainer's compute under a share:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,share_check bash scripts/gpu_session.sh                # .wheels/
-share_args="--preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc --precision bf16-mixed --models heavy --steps 300 --warmup 60 --val-every 50 --row-budget-s 12 --check-every 10"
+# the e2e benchmark's 24M-node graph (issue 20's size), cached in /tmp/lzc on a warm machine
+e2e_graph="--preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc"
+share_args="$e2e_graph --precision bf16-mixed --models heavy --steps 300 --warmup 60 --val-every 50 --row-budget-s 12 --check-every 10"
 export GPU_CHECK_EXTRA_STAGE_SHARE_CHECK="REQUIRE_CUDA=1 timeout 90 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/pipeline/test_producer_cuda.py; timeout 330 python3 -m benchmarks.end_to_end $share_args --configs zc_gpu_mps_20,zc_gpu_mps,zc_gpu_inproc --out \$OUT/share_check; timeout 150 python3 -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent 20 -- python3 -m benchmarks.end_to_end $share_args --configs model_only --out \$OUT/share_check_model_only_80; rm -rf \$OUT/share_check*/logs/*/hparams.yaml \$OUT/share_check*/*.png"
 # stage share_numerics (one GPU, ~4 min): the share check found by share_check's model-only row (the heavy model at
 # chance with the trainer an MPS client at 80 % and no worker: cuBLAS's bf16/fp16 GEMMs wrong at some SM counts,
@@ -153,7 +155,7 @@ export GPU_CHECK_EXTRA_STAGE_X_DTYPE="for x in float32 bfloat16; do timeout -s T
 # model_only_mps against model_only is the client's own cost, zc_gpu_mps against model_only_mps the worker's; each
 # run records its host CPUs' speed (the conditions line), then the e2e MPS rows' CUDA test:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_mps bash scripts/gpu_session.sh                 # .wheels/
-export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 330 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_LIGHT_MPS_MODELS:-light} --steps 1500 --warmup 100 --row-budget-s 15 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,model_only_mps,zc_gpu_mps --cache-dir /tmp/lzc --out \$OUT/light_mps; rm -rf \$OUT/light_mps/logs/*/hparams.yaml \$OUT/light_mps/*.png; REQUIRE_CUDA=1 timeout 240 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/end_to_end/test_e2e_rows.py"
+export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 330 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_LIGHT_MPS_MODELS:-light} --steps 1500 --warmup 100 --row-budget-s 15 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,model_only_mps,zc_gpu_mps --out \$OUT/light_mps; rm -rf \$OUT/light_mps/logs/*/hparams.yaml \$OUT/light_mps/*.png; REQUIRE_CUDA=1 timeout 240 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/end_to_end/test_e2e_rows.py"
 # stage sample_host (issue 40, one GPU, ~5 min estimated, not yet run): sampling in the worker beside training took
 # 5.5 ms (heavy) and 21-22 ms (typed) a batch against 0.66 ms for the same sampler at the worker's share beside the
 # step with a gather running in the same process (contention load sample_gather, 2026-11-30 second session). The
@@ -162,13 +164,13 @@ export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 330 python3 -m benchmark
 # 5 ms, a wait). The report's "sample host / CPU ms" column gives the sample's wall and thread-CPU times; the rows
 # zc_gpu_mps_switch (the worker's switch interval 200 us) and zc_gpu_mps_spin (spinning waits) in the same blocks:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,sample_host bash scripts/gpu_session.sh              # .wheels/
-export GPU_CHECK_EXTRA_STAGE_SAMPLE_HOST="timeout -s TERM 330 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_SAMPLE_HOST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 14 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_switch,zc_gpu_mps_spin --out \$OUT/sample_host; rm -rf \$OUT/sample_host/logs/*/hparams.yaml \$OUT/sample_host/*.png"
+export GPU_CHECK_EXTRA_STAGE_SAMPLE_HOST="timeout -s TERM 330 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_SAMPLE_HOST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 14 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_switch,zc_gpu_mps_spin --out \$OUT/sample_host; rm -rf \$OUT/sample_host/logs/*/hparams.yaml \$OUT/sample_host/*.png"
 # stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
 # 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
 # fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in
 # two blocks: model_only, zc_gpu_mps, zc_gpu_mps_depth3 (three slots), zc_gpu_mps_switch (the worker's switch 200 us):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_depth bash scripts/gpu_session.sh               # .wheels/
-export GPU_CHECK_EXTRA_STAGE_LIGHT_DEPTH="timeout -s TERM 340 python3 -m benchmarks.end_to_end --preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc --precision bf16-mixed --feature-dtype bfloat16 --models light --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 310 --row-timeout-s 90 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_depth3,zc_gpu_mps_switch --out \$OUT/light_depth; rm -rf \$OUT/light_depth/logs/*/hparams.yaml \$OUT/light_depth/*.png"
+export GPU_CHECK_EXTRA_STAGE_LIGHT_DEPTH="timeout -s TERM 340 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models light --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 310 --row-timeout-s 90 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_depth3,zc_gpu_mps_switch --out \$OUT/light_depth; rm -rf \$OUT/light_depth/logs/*/hparams.yaml \$OUT/light_depth/*.png"
 # stage typed_host (issue 40, one GPU; extra stages run in the order of their names, so after hetero_prep; ~5.5 min
 # estimated, not yet run): the typed row (bf16 paper features) three ways: as is, the worker's switch interval at 200 us, its waits spinning (the typed sampler reads
 # sizes back once per hop); each report has the sample's host and CPU times:
@@ -275,7 +277,6 @@ export GPU_CHECK_EXTRA_STAGE_SCALING_TABLE="timeout -s TERM ${GPU_CHECK_SCALING_
 # slower than any earlier run of it (sample 13.4, gather 12.7 ms; why is not measured), so its 69 against 110 steps/s
 # does not isolate the buckets. Heavy only, both orders: 136 s an invocation, ~7.5 min in all:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,e2e_gemm_rows bash scripts/gpu_session.sh             # .wheels/
-e2e_graph="--preset issue20 --num-nodes 24000000 --avg-degree 12 --features 100 --classes 47 --cache-dir /tmp/lzc"
 export GPU_CHECK_EXTRA_STAGE_E2E_GEMM_ROWS="timeout 200 python3 -m benchmarks.end_to_end $e2e_graph --prepare-only --out /tmp/e2e_prepare; i=0; for rows in ${GPU_CHECK_E2E_GEMM_ORDER:-0 64 0}; do i=\$((i+1)); timeout -s TERM 200 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --x-dtype bfloat16 --models ${GPU_CHECK_E2E_GEMM_MODELS:-heavy} --steps 800 --warmup 80 --row-budget-s 12 --total-budget-s 170 --row-timeout-s 100 --configs zc_gpu_mps,model_only --gemm-rows \$rows --out \$OUT/e2e_gemm_rows-\$i-\$rows; rm -rf \$OUT/e2e_gemm_rows-\$i-\$rows/logs/*/hparams.yaml \$OUT/e2e_gemm_rows-\$i-\$rows/*.png; done"
 # stage scaling_gap (issue 39, two GPUs, .wheels/ carried): where the 2-GPU rank still loses to one GPU with the row
 # buckets on (scaling_table, 2026-11-30: heavy 95.1 against 108.4 steps/s a rank, light 136.9 against 158.9): the

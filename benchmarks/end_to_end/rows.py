@@ -92,6 +92,10 @@ def _share_rows() -> list[Row]:
                        pipeline={**mps, "worker_sm_percent": "auto"})]  # fmt: skip
 
 
+#: the GPU sampler with the zero-copy gather, and the pipeline worker under MPS (rows here, link and hetero rows)
+ZC_GPU_DATA = {"sampler_placement": "gpu", "gather": "zerocopy"}
+MPS_PIPELINE = {"mode": "worker", "mps": True}
+
 MODEL_ONLY_MPS = Row("model_only_mps", "model_only", "as model_only, the trainer an MPS client at the trainer's share "
                      "(90 %) with no worker beside it: what being a client costs the step, apart from the worker's "
                      "loads", trainer_mps=True)  # fmt: skip
@@ -117,12 +121,11 @@ _ROW_LIST: list[Row] = [
         env={"LIGHTNING_ZEROCOPY_SPIN_WAITS": "1"}),  # fmt: skip
     Row("zc_gpu_mps_depth3", "ours", "as zc_gpu_mps, three slots a loader (depth 3) where ping-pong has two: a slot "
         "freed once the GPU has run its step has one more step to be refilled before the trainer asks for it",
-        {"sampler_placement": "gpu", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True, "depth": 3}),
+        ZC_GPU_DATA, pipeline={**MPS_PIPELINE, "depth": 3}),
     Row("zc_gpu_mps_switch", "ours", "as zc_gpu_mps, the worker's interpreter switch interval 200 us "
         "(LIGHTNING_ZEROCOPY_WORKER_SWITCH_US; Python's default 5 ms): how long the sampling thread waits for the "
         "interpreter's lock after its read-backs while the producer's thread runs Python",
-        {"sampler_placement": "gpu", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True},
-        env={"LIGHTNING_ZEROCOPY_WORKER_SWITCH_US": "200"}),  # fmt: skip
+        ZC_GPU_DATA, pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_WORKER_SWITCH_US": "200"}),  # fmt: skip
     Row("zc_gpu_hot", "ours", "GPU sampler, zero-copy gather, --cache-fraction of rows cached on the GPU (hot_rows)",
         {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": "cache_fraction"}),  # fmt: skip
     Row("zc_gpu_hot_mps", "ours", "as zc_gpu_hot, PipelineCallback worker + MPS",
@@ -154,10 +157,8 @@ _ROW_LIST: list[Row] = [
 #: Every row by name, in the report's order.
 ROWS: dict[str, Row] = {row.name: row for row in _ROW_LIST}
 
-#: the data options and pipeline of the one-model benchmarks' rows (link, hetero)
+#: the CPU data options of the one-model benchmarks' rows (link, hetero)
 CPU_DATA = {"sampler_placement": "cpu", "gather": "cpu"}
-ZC_GPU_DATA = {"sampler_placement": "gpu", "gather": "zerocopy"}
-MPS_PIPELINE = {"mode": "worker", "mps": True}
 
 
 def one_model_rows(pyg_loader: str) -> dict[str, Row]:

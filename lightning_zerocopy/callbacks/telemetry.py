@@ -319,10 +319,9 @@ def _stage_figures(stages: Any) -> dict[str, float]:
     out["stage_gather_s"] = float(stages.gather_s)
     if stages.gather_bound_s is not None:
         out["gather_bound_ms"] = 1e3 * stages.gather_bound_s
-    for name in ("sample_host_s", "sample_cpu_s"):  # the sample's host and CPU time, where its thread measured them
-        value = getattr(stages, name, None)
-        if value is not None:
-            out[f"build_{name[:-2]}_ms"] = 1e3 * value
+    if stages.sample_cpu_s is not None:  # the sampling thread measured the sample's host and CPU time (both or none)
+        out["build_sample_host_ms"] = 1e3 * stages.sample_host_s
+        out["build_sample_cpu_ms"] = 1e3 * stages.sample_cpu_s
     return out
 
 
