@@ -165,6 +165,17 @@ export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 330 python3 -m benchmark
 # zc_gpu_mps_switch (the worker's switch interval 200 us) and zc_gpu_mps_spin (spinning waits) in the same blocks:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,sample_host bash scripts/gpu_session.sh              # .wheels/
 export GPU_CHECK_EXTRA_STAGE_SAMPLE_HOST="timeout -s TERM 330 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_SAMPLE_HOST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 14 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_switch,zc_gpu_mps_spin --out \$OUT/sample_host; rm -rf \$OUT/sample_host/logs/*/hparams.yaml \$OUT/sample_host/*.png"
+# stage sched (issue 40, one GPU, ~7 min estimated, not yet run): the sample stage's 5.1 ms (heavy) is time its
+# thread waits for the GPU (call 58: 0.93 ms of thread CPU asleep, 5.17 of 5.29 spinning, the switch interval no
+# help), against 0.64 ms for the same sampler at the share. Suspect: the worker's gather kernel (up to 32 long-lived
+# blocks a multiprocessor) holds the share's multiprocessors while the sampling kernels queue. Heavy, one block:
+# model_only, zc_gpu_mps, the sampling stream at high priority, the gather at 512 blocks a multiprocessor, both:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,sched bash scripts/gpu_session.sh                     # .wheels/
+export GPU_CHECK_EXTRA_STAGE_SCHED="timeout -s TERM 450 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_SCHED_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 14 --total-budget-s 420 --row-timeout-s 100 --repeats 1 --configs model_only,zc_gpu_mps,zc_gpu_mps_prio,zc_gpu_mps_short,zc_gpu_mps_prio_short --out \$OUT/sched; rm -rf \$OUT/sched/logs/*/hparams.yaml \$OUT/sched/*.png"
+# stage typed_sched (after hetero_prep, ~6.5 min estimated, not yet run): the typed bf16 row as is, with the sampling
+# stream at high priority, and with that and the gather at 512 blocks a multiprocessor
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,typed_sched bash scripts/gpu_session.sh   # .wheels/
+export GPU_CHECK_EXTRA_STAGE_TYPED_SCHED="i=0; for v in default LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY=high LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY=high,LIGHTNING_ZEROCOPY_GATHER_BLOCKS_PER_SM=512; do i=\$((i+1)); env \$([ \$v = default ] || echo \$v | tr , ' ') timeout -s TERM 110 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 25 --row-timeout-s 100 --out \$OUT/typed_sched_\$i; echo typed_sched_\$i: \$v; done"
 # stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
 # 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
 # fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in

@@ -126,6 +126,16 @@ _ROW_LIST: list[Row] = [
         "(LIGHTNING_ZEROCOPY_WORKER_SWITCH_US; Python's default 5 ms): how long the sampling thread waits for the "
         "interpreter's lock after its read-backs while the producer's thread runs Python",
         ZC_GPU_DATA, pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_WORKER_SWITCH_US": "200"}),  # fmt: skip
+    Row("zc_gpu_mps_prio", "ours", "as zc_gpu_mps, the worker samples on a high-priority CUDA stream "
+        "(LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY=high): the block scheduler places the sampling kernels' blocks before the "
+        "gather's pending ones", ZC_GPU_DATA, pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY": "high"}),
+    Row("zc_gpu_mps_short", "ours", "as zc_gpu_mps, the gather kernels launch up to 512 blocks a multiprocessor where "
+        "they launch 32 (LIGHTNING_ZEROCOPY_GATHER_BLOCKS_PER_SM=512): shorter-lived blocks free the worker's "
+        "multiprocessors for its sampling kernels sooner", ZC_GPU_DATA, pipeline=MPS_PIPELINE,
+        env={"LIGHTNING_ZEROCOPY_GATHER_BLOCKS_PER_SM": "512"}),
+    Row("zc_gpu_mps_prio_short", "ours", "zc_gpu_mps_prio and zc_gpu_mps_short together", ZC_GPU_DATA,
+        pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY": "high",
+                                    "LIGHTNING_ZEROCOPY_GATHER_BLOCKS_PER_SM": "512"}),  # fmt: skip
     Row("zc_gpu_hot", "ours", "GPU sampler, zero-copy gather, --cache-fraction of rows cached on the GPU (hot_rows)",
         {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": "cache_fraction"}),  # fmt: skip
     Row("zc_gpu_hot_mps", "ours", "as zc_gpu_hot, PipelineCallback worker + MPS",

@@ -69,6 +69,7 @@ import torch
 from lightning_zerocopy.pipeline.cache_report import CACHE_REPORT_EVERY, CacheReport
 from lightning_zerocopy.pipeline.channel import Channel, ChannelClosed
 from lightning_zerocopy.pipeline.host_waits import wait_event
+from lightning_zerocopy.pipeline.kernel_scheduling import sampling_stream_factory
 from lightning_zerocopy.pipeline.hybrid_ahead import HybridAhead
 from lightning_zerocopy.pipeline.lookahead import Lookahead
 from lightning_zerocopy.sampling.hybrid import Dispatch
@@ -169,6 +170,7 @@ class Producer:
             self._stream = make_stream()
             self._synced = wait_event()
             self._h2d_GBps = h2d_bandwidth_or_none(self.device)
+            make_stream = sampling_stream_factory(device, make_stream, shared=share is not None)
         self._hybrid.make_stream = make_stream
         self._sampler = Lookahead(make_stream)
         closed = False
