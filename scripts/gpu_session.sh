@@ -176,6 +176,13 @@ export GPU_CHECK_EXTRA_STAGE_SCHED="timeout -s TERM 450 python3 -m benchmarks.en
 # stream at high priority, and with that and the gather at 512 blocks a multiprocessor
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,typed_sched bash scripts/gpu_session.sh   # .wheels/
 export GPU_CHECK_EXTRA_STAGE_TYPED_SCHED="i=0; for v in default LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY=high LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY=high,LIGHTNING_ZEROCOPY_GATHER_BLOCKS_PER_SM=512; do i=\$((i+1)); env \$([ \$v = default ] || echo \$v | tr , ' ') timeout -s TERM 110 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 25 --row-timeout-s 100 --out \$OUT/typed_sched_\$i; echo typed_sched_\$i: \$v; done"
+# stage worker_profile (issue 40, one GPU, after hetero_prep; ~5 min estimated, not yet run): neither the host waits
+# (call 58) nor the gather's hold on the share's multiprocessors (call 59: a high-priority sampling stream, 512 gather
+# blocks a multiprocessor) explain the worker's 5-ms heavy sample stage. torch.profiler over 40 of the worker's batches
+# (LIGHTNING_ZEROCOPY_WORKER_PROFILE) in the heavy and the typed zc_gpu_mps rows; the summary gives each stream's
+# kernels and how long each waited on the GPU after its launch call, and each thread's CUDA calls:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,worker_profile bash scripts/gpu_session.sh   # .wheels/
+export GPU_CHECK_EXTRA_STAGE_WORKER_PROFILE="for m in heavy typed; do d=\$OUT/prof_\$m; if [ \$m = heavy ]; then LIGHTNING_ZEROCOPY_WORKER_PROFILE=\$d:300:40 timeout -s TERM 150 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1000 --warmup 100 --row-budget-s 10 --row-timeout-s 120 --repeats 1 --configs zc_gpu_mps --out \$d/run; else LIGHTNING_ZEROCOPY_WORKER_PROFILE=\$d:150:30 timeout -s TERM 120 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 20 --row-timeout-s 100 --out \$d/run; fi; for t in \$d/worker_trace_*.json; do python3 scripts/diagnostics/worker_trace_summary.py \$t --top 10 > \$d/summary_\$(basename \$t .json).txt 2>&1; gzip -f \$t; done; cat \$d/summary_*.txt; done"
 # stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
 # 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
 # fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in

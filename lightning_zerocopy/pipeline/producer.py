@@ -70,6 +70,7 @@ from lightning_zerocopy.pipeline.cache_report import CACHE_REPORT_EVERY, CacheRe
 from lightning_zerocopy.pipeline.channel import Channel, ChannelClosed
 from lightning_zerocopy.pipeline.host_waits import wait_event
 from lightning_zerocopy.pipeline.kernel_scheduling import sampling_stream_factory
+from lightning_zerocopy.pipeline.worker_profile import WorkerProfile, profile_spec
 from lightning_zerocopy.pipeline.hybrid_ahead import HybridAhead
 from lightning_zerocopy.pipeline.lookahead import Lookahead
 from lightning_zerocopy.sampling.hybrid import Dispatch
@@ -153,6 +154,7 @@ class Producer:
 
         #: the data path's GPU resources this producer's sources open with (one per host memory and device)
         self._scope = ResourceScope()
+        self._profile = WorkerProfile(profile_spec())  # a window of torch.profiler when the environment asks
 
     @property
     def report_cache(self) -> bool:
@@ -203,6 +205,7 @@ class Producer:
         # the slots first: closing sources and caches below can take seconds (host unregistration), and a worker the
         # trainer terminates meanwhile would never free them (see .worker._release_slots)
         self._release_slots_quietly()
+        self._profile.close()
         self._sampler.close()
         self._hybrid.close()
         for st in self.stages.values():
@@ -298,6 +301,8 @@ class Producer:
             st.gen, st.pending = None, None
             self._hybrid.drop(name)
             self._send(("error", name, gen, traceback.format_exc()))
+            return
+        self._profile.after_batch()  # LIGHTNING_ZEROCOPY_WORKER_PROFILE's window (.worker_profile)
 
     def _produce_on_stream(self, name: str, st: _Stage) -> None:
         if st.clock is None:

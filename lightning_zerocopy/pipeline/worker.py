@@ -46,6 +46,7 @@ from lightning_zerocopy.pipeline.host_waits import (
     worker_switch_interval,
 )
 from lightning_zerocopy.pipeline.kernel_scheduling import apply_gather_blocks, check_kernel_scheduling
+from lightning_zerocopy.pipeline.worker_profile import profile_spec
 from lightning_zerocopy.pipeline.producer import Producer
 
 
@@ -247,6 +248,7 @@ class WorkerTransport:
     ) -> None:
         worker_switch_interval()  # a bad LIGHTNING_ZEROCOPY_WORKER_SWITCH_US fails here, in the trainer, by name
         check_kernel_scheduling()  # and so do the sampling priority and the gather grid bound
+        profile_spec()  # and LIGHTNING_ZEROCOPY_WORKER_PROFILE
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
         self._started = False
