@@ -136,6 +136,9 @@ _ROW_LIST: list[Row] = [
     Row("zc_gpu_mps_prio_short", "ours", "zc_gpu_mps_prio and zc_gpu_mps_short together", ZC_GPU_DATA,
         pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY": "high",
                                     "LIGHTNING_ZEROCOPY_GATHER_BLOCKS_PER_SM": "512"}),  # fmt: skip
+    Row("zc_gpu_mps_worker_cast", "ours", "as zc_gpu_mps, x cast to float32 in the worker, as before 2026-11-30 "
+        "(LIGHTNING_ZEROCOPY_CAST_X_IN_WORKER=1), where by default the slot holds the host table's dtype and the "
+        "trainer's view casts", ZC_GPU_DATA, pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_CAST_X_IN_WORKER": "1"}),
     Row("zc_gpu_hot", "ours", "GPU sampler, zero-copy gather, --cache-fraction of rows cached on the GPU (hot_rows)",
         {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": "cache_fraction"}),  # fmt: skip
     Row("zc_gpu_hot_mps", "ours", "as zc_gpu_hot, PipelineCallback worker + MPS",

@@ -74,8 +74,8 @@ from lightning_zerocopy.pipeline.worker_profile import WorkerProfile, profile_sp
 from lightning_zerocopy.pipeline.hybrid_ahead import HybridAhead
 from lightning_zerocopy.pipeline.lookahead import Lookahead
 from lightning_zerocopy.sampling.hybrid import Dispatch
-from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch
-from lightning_zerocopy.pipeline.source import field_levels, takes_marks, two_stage
+from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch, x_view_dtypes
+from lightning_zerocopy.pipeline.source import defer_x_cast, field_levels, takes_marks, two_stage
 from lightning_zerocopy.pipeline.stage_times import SampleTime, StageClock, h2d_bandwidth_or_none, x_bytes
 
 
@@ -96,6 +96,7 @@ class _Stage:
     dispatch: Optional[Dispatch] = None  # where the batch being produced was sampled (hybrid only)
     clock: Optional[StageClock] = None  # the stage boundaries of the batch being produced (events reused)
     marks: Optional[bool] = None  # whether the source's gather_batch takes the clock as `marks` (decided once)
+    x_view_dtype: Optional[torch.dtype] = None  # what the reader's view casts x to (the source deferred its cast)
 
     def has_work(self) -> bool:
         if self.gen is None or self.waiting or self.next_step >= self.stop:
@@ -249,6 +250,7 @@ class Producer:
                 stage.hybrid = stage.marks = None  # decided again for the new source
                 if hasattr(stage.source, "open"):
                     stage.source.open(self._scope)  # map the shared host memory now, while its names still exist
+                stage.x_view_dtype = defer_x_cast(stage.source)  # the trainer's view casts x: its share is larger
             except Exception:  # noqa: BLE001 - reported to the trainer, which raises it
                 self._send(("error", msg[1], None, traceback.format_exc()))
             else:
@@ -318,7 +320,8 @@ class Producer:
             out = None if slot is None else st.buffers[slot]
             data, build_s, sample = self._build(name, st, step, out, clock)
             if st.layout is None:
-                st.layout = SlotLayout.from_batch(data, field_levels(st.source))
+                casts = x_view_dtypes(data, st.x_view_dtype)
+                st.layout = SlotLayout.from_batch(data, field_levels(st.source), casts)
                 sizes = st.layout.sizes(data)
                 st.pending, st.waiting = (st.gen, step, data, sizes, build_s, sample), True
                 self._send(("layout", name, st.gen, st.layout, sizes))
