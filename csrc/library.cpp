@@ -87,8 +87,4 @@ TORCH_LIBRARY(zerocopy, m) {
   m.def("set_lean_sampler(bool enabled) -> bool");
   m.def("set_sampler_graphs(bool enabled) -> bool");
   m.def("sampler_graph_stats() -> int[]");
-
-  // The gather kernels' grid bound, blocks per multiprocessor (process-wide; returns the old value; CUDA builds only):
-  // fewer, longer-lived blocks hold the multiprocessors longer against another stream's kernels (gather_grid.h).
-  m.def("set_gather_blocks_per_sm(int blocks) -> int");
 }

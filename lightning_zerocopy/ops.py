@@ -422,18 +422,6 @@ def set_lean_sampler(enabled: bool) -> bool:
     return bool(_ops.set_lean_sampler(bool(enabled)))
 
 
-def set_gather_blocks_per_sm(blocks: int) -> int:
-    """The most blocks per multiprocessor a gather kernel launches (default 32; grid-stride loops cover the rest of
-    the rows). More, shorter-lived blocks free the multiprocessors sooner for kernels of other streams of the process.
-    Process-wide; returns the previous value. CUDA builds only.
-
-    Raises:
-        ValueError: ``blocks`` is outside ``[1, 65536]``.
-    """
-    _require_cuda_build("set_gather_blocks_per_sm")
-    return int(_ops.set_gather_blocks_per_sm(int(blocks)))
-
-
 def set_sampler_graphs(enabled: bool) -> bool:
     """Whether lean CUDA sampler batches replay a CUDA graph captured per batch shape (off: their kernels launch
     directly; ``LZC_SAMPLER_GRAPHS=0`` in the environment starts a process with it off). Process-wide; returns the

@@ -156,7 +156,8 @@ export GPU_CHECK_EXTRA_STAGE_X_DTYPE="for x in float32 bfloat16; do timeout -s T
 # run records its host CPUs' speed (the conditions line), then the e2e MPS rows' CUDA test:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_mps bash scripts/gpu_session.sh                 # .wheels/
 export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 330 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_LIGHT_MPS_MODELS:-light} --steps 1500 --warmup 100 --row-budget-s 15 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,model_only_mps,zc_gpu_mps --out \$OUT/light_mps; rm -rf \$OUT/light_mps/logs/*/hparams.yaml \$OUT/light_mps/*.png; REQUIRE_CUDA=1 timeout 240 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/end_to_end/test_e2e_rows.py"
-# stage sample_host (issue 40, one GPU, ~5 min estimated, not yet run): sampling in the worker beside training took
+# stage sample_host (issue 40, one GPU; call 58 on an H200, 2026-11-30: 331 s, the first of its two blocks in the
+# 300-s budget): sampling in the worker beside training took
 # 5.5 ms (heavy) and 21-22 ms (typed) a batch against 0.66 ms for the same sampler at the worker's share beside the
 # step with a gather running in the same process (contention load sample_gather, 2026-11-30 second session). The
 # stage's GPU time spans the sampler's read-backs, so it holds the sampling thread's host waits too: the sleeping
@@ -165,29 +166,18 @@ export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 330 python3 -m benchmark
 # zc_gpu_mps_switch (the worker's switch interval 200 us) and zc_gpu_mps_spin (spinning waits) in the same blocks:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,sample_host bash scripts/gpu_session.sh              # .wheels/
 export GPU_CHECK_EXTRA_STAGE_SAMPLE_HOST="timeout -s TERM 330 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_SAMPLE_HOST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 14 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_switch,zc_gpu_mps_spin --out \$OUT/sample_host; rm -rf \$OUT/sample_host/logs/*/hparams.yaml \$OUT/sample_host/*.png"
-# stage sched (issue 40, one GPU, ~7 min estimated, not yet run): the sample stage's 5.1 ms (heavy) is time its
-# thread waits for the GPU (call 58: 0.93 ms of thread CPU asleep, 5.17 of 5.29 spinning, the switch interval no
-# help), against 0.64 ms for the same sampler at the share. Suspect: the worker's gather kernel (up to 32 long-lived
-# blocks a multiprocessor) holds the share's multiprocessors while the sampling kernels queue. Heavy, one block:
-# model_only, zc_gpu_mps, the sampling stream at high priority, the gather at 512 blocks a multiprocessor, both:
-#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,sched bash scripts/gpu_session.sh                     # .wheels/
-export GPU_CHECK_EXTRA_STAGE_SCHED="timeout -s TERM 450 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_SCHED_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 14 --total-budget-s 420 --row-timeout-s 100 --repeats 1 --configs model_only,zc_gpu_mps,zc_gpu_mps_prio,zc_gpu_mps_short,zc_gpu_mps_prio_short --out \$OUT/sched; rm -rf \$OUT/sched/logs/*/hparams.yaml \$OUT/sched/*.png"
-# stage typed_sched (after hetero_prep, ~6.5 min estimated, not yet run): the typed bf16 row as is, with the sampling
-# stream at high priority, and with that and the gather at 512 blocks a multiprocessor
-#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,typed_sched bash scripts/gpu_session.sh   # .wheels/
-export GPU_CHECK_EXTRA_STAGE_TYPED_SCHED="i=0; for v in default LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY=high LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY=high,LIGHTNING_ZEROCOPY_GATHER_BLOCKS_PER_SM=512; do i=\$((i+1)); env \$([ \$v = default ] || echo \$v | tr , ' ') timeout -s TERM 110 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 25 --row-timeout-s 100 --out \$OUT/typed_sched_\$i; echo typed_sched_\$i: \$v; done"
-# stage worker_profile (issue 40, one GPU, after hetero_prep; ~5 min estimated, not yet run): neither the host waits
-# (call 58) nor the gather's hold on the share's multiprocessors (call 59: a high-priority sampling stream, 512 gather
-# blocks a multiprocessor) explain the worker's 5-ms heavy sample stage. torch.profiler over 40 of the worker's batches
+# stage worker_profile (issue 40, one GPU, after hetero_prep; 277 s with build and hetero_prep, call 60 on an H200,
+# 2026-11-30): neither the host waits (call 58) nor a high-priority sampling stream or 512 gather blocks a
+# multiprocessor (call 59, those knobs since removed) explain the worker's 5-ms heavy sample stage. torch.profiler over 40 of the worker's batches
 # (LIGHTNING_ZEROCOPY_WORKER_PROFILE) in the heavy and the typed zc_gpu_mps rows; the summary gives each stream's
 # kernels and how long each waited on the GPU after its launch call, and each thread's CUDA calls:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,worker_profile bash scripts/gpu_session.sh   # .wheels/
 export GPU_CHECK_EXTRA_STAGE_WORKER_PROFILE="for m in heavy typed; do d=\$OUT/prof_\$m; if [ \$m = heavy ]; then LIGHTNING_ZEROCOPY_WORKER_PROFILE=\$d:300:40 timeout -s TERM 150 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1000 --warmup 100 --row-budget-s 10 --row-timeout-s 120 --repeats 1 --configs zc_gpu_mps --out \$d/run; else LIGHTNING_ZEROCOPY_WORKER_PROFILE=\$d:150:30 timeout -s TERM 120 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 20 --row-timeout-s 100 --out \$d/run; fi; for t in \$d/worker_trace_*.json; do python3 scripts/diagnostics/worker_trace_summary.py \$t --top 10 > \$d/summary_\$(basename \$t .json).txt 2>&1; gzip -f \$t; done; cat \$d/summary_*.txt; done"
-# stage cast (issue 40, one GPU, ~6 min estimated, not yet run): call 60's profile of the worker showed a 1.1-ms
+# stage cast (issue 40, one GPU; 300 s with build, call 61 on an H200, 2026-11-30): call 60's profile of the worker showed a 1.1-ms
 # float32 cast of x a heavy batch (4.5 ms a typed one) at the worker's share; the trainer's view casts it now. The
 # changed path's CUDA tests, then heavy: model_only, zc_gpu_mps, zc_gpu_mps_worker_cast (the cast in the worker):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,cast bash scripts/gpu_session.sh                      # .wheels/
-export GPU_CHECK_EXTRA_STAGE_CAST="REQUIRE_CUDA=1 timeout 150 python3 -m pytest -q -rfE -p no:cacheprovider --timeout=120 -m cuda tests/pipeline/test_deferred_cast_cuda.py tests/pipeline/test_kernel_scheduling.py tests/pipeline/test_stage_times_cuda.py; timeout -s TERM 300 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_CAST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 280 --row-timeout-s 100 --repeats 1 --configs model_only,zc_gpu_mps,zc_gpu_mps_worker_cast --out \$OUT/cast; rm -rf \$OUT/cast/logs/*/hparams.yaml \$OUT/cast/*.png"
+export GPU_CHECK_EXTRA_STAGE_CAST="REQUIRE_CUDA=1 timeout 150 python3 -m pytest -q -rfE -p no:cacheprovider --timeout=120 -m cuda tests/pipeline/test_deferred_cast_cuda.py tests/pipeline/test_stage_times_cuda.py; timeout -s TERM 300 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_CAST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 280 --row-timeout-s 100 --repeats 1 --configs model_only,zc_gpu_mps,zc_gpu_mps_worker_cast --out \$OUT/cast; rm -rf \$OUT/cast/logs/*/hparams.yaml \$OUT/cast/*.png"
 # stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
 # 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
 # fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in

@@ -126,16 +126,6 @@ _ROW_LIST: list[Row] = [
         "(LIGHTNING_ZEROCOPY_WORKER_SWITCH_US; Python's default 5 ms): how long the sampling thread waits for the "
         "interpreter's lock after its read-backs while the producer's thread runs Python",
         ZC_GPU_DATA, pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_WORKER_SWITCH_US": "200"}),  # fmt: skip
-    Row("zc_gpu_mps_prio", "ours", "as zc_gpu_mps, the worker samples on a high-priority CUDA stream "
-        "(LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY=high): the block scheduler places the sampling kernels' blocks before the "
-        "gather's pending ones", ZC_GPU_DATA, pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY": "high"}),
-    Row("zc_gpu_mps_short", "ours", "as zc_gpu_mps, the gather kernels launch up to 512 blocks a multiprocessor where "
-        "they launch 32 (LIGHTNING_ZEROCOPY_GATHER_BLOCKS_PER_SM=512): shorter-lived blocks free the worker's "
-        "multiprocessors for its sampling kernels sooner", ZC_GPU_DATA, pipeline=MPS_PIPELINE,
-        env={"LIGHTNING_ZEROCOPY_GATHER_BLOCKS_PER_SM": "512"}),
-    Row("zc_gpu_mps_prio_short", "ours", "zc_gpu_mps_prio and zc_gpu_mps_short together", ZC_GPU_DATA,
-        pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_SAMPLE_PRIORITY": "high",
-                                    "LIGHTNING_ZEROCOPY_GATHER_BLOCKS_PER_SM": "512"}),  # fmt: skip
     Row("zc_gpu_mps_worker_cast", "ours", "as zc_gpu_mps, x cast to float32 in the worker, as before 2026-11-30 "
         "(LIGHTNING_ZEROCOPY_CAST_X_IN_WORKER=1), where by default the slot holds the host table's dtype and the "
         "trainer's view casts", ZC_GPU_DATA, pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_CAST_X_IN_WORKER": "1"}),

@@ -69,7 +69,6 @@ import torch
 from lightning_zerocopy.pipeline.cache_report import CACHE_REPORT_EVERY, CacheReport
 from lightning_zerocopy.pipeline.channel import Channel, ChannelClosed
 from lightning_zerocopy.pipeline.host_waits import wait_event
-from lightning_zerocopy.pipeline.kernel_scheduling import sampling_stream_factory
 from lightning_zerocopy.pipeline.worker_profile import WorkerProfile, profile_spec
 from lightning_zerocopy.pipeline.hybrid_ahead import HybridAhead
 from lightning_zerocopy.pipeline.lookahead import Lookahead
@@ -173,7 +172,6 @@ class Producer:
             self._stream = make_stream()
             self._synced = wait_event()
             self._h2d_GBps = h2d_bandwidth_or_none(self.device)
-            make_stream = sampling_stream_factory(device, make_stream, shared=share is not None)
         self._hybrid.make_stream = make_stream
         self._sampler = Lookahead(make_stream)
         closed = False

@@ -45,7 +45,6 @@ from lightning_zerocopy.pipeline.host_waits import (
     spin_waits,
     worker_switch_interval,
 )
-from lightning_zerocopy.pipeline.kernel_scheduling import apply_gather_blocks, check_kernel_scheduling
 from lightning_zerocopy.pipeline.worker_profile import profile_spec
 from lightning_zerocopy.pipeline.producer import Producer
 
@@ -131,7 +130,6 @@ def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str,
     """Entry point of the worker process (``env`` was already in its environment at exec; kept for clarity)."""
     os.environ.update(env)
     apply_worker_switch_interval()  # LIGHTNING_ZEROCOPY_WORKER_SWITCH_US, checked by the trainer before the spawn
-    apply_gather_blocks()  # LIGHTNING_ZEROCOPY_GATHER_BLOCKS_PER_SM, checked there too
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="lzc-parent-watch", daemon=True).start()
@@ -247,8 +245,7 @@ class WorkerTransport:
         lookahead: bool = True,
     ) -> None:
         worker_switch_interval()  # a bad LIGHTNING_ZEROCOPY_WORKER_SWITCH_US fails here, in the trainer, by name
-        check_kernel_scheduling()  # and so do the sampling priority and the gather grid bound
-        profile_spec()  # and LIGHTNING_ZEROCOPY_WORKER_PROFILE
+        profile_spec()  # and so does a bad LIGHTNING_ZEROCOPY_WORKER_PROFILE
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
         self._started = False

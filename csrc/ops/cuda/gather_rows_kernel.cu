@@ -6,7 +6,6 @@
 // microsecond or more, so bandwidth comes from the number of loads outstanding, not from arithmetic.
 // Rows wider than G * V bytes are walked in G * V * U byte steps by the same group.
 #include "ops/cuda/gather_rows_kernel.cuh"
-#include "ops/cuda/gather_grid.h"
 #include "ops/cuda/row_vectors.cuh"
 
 namespace zerocopy::cuda {
@@ -79,8 +78,8 @@ cudaError_t launch(const Params& p, int log2_group, cudaStream_t stream) {
   const int64_t groups_needed = (p.n + kRowsInFlight - 1) / kRowsInFlight;
   const int64_t threads_needed = groups_needed << log2_group;
   int64_t blocks = (threads_needed + kThreads - 1) / kThreads;
-  // Enough blocks to fill every multiprocessor several times over (gather_grid.h); the grid-stride loop does the rest.
-  const int64_t max_blocks = static_cast<int64_t>(current_multiprocessors()) * gather_blocks_per_multiprocessor();
+  // Enough blocks to fill every multiprocessor several times over; the grid-stride loop covers the rest.
+  const int64_t max_blocks = static_cast<int64_t>(current_multiprocessors()) * 32;
   if (blocks > max_blocks) blocks = max_blocks;
   if (blocks < 1) blocks = 1;
   gather_rows_kernel<V, IdT><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, log2_group);

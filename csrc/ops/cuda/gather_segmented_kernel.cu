@@ -7,7 +7,6 @@
 // counted in shared memory and added to the global counters once per block, so counting costs no host sync and
 // one atomic per block and source.
 #include "ops/cuda/gather_segmented_kernel.cuh"
-#include "ops/cuda/gather_grid.h"
 #include "ops/cuda/row_vectors.cuh"
 
 namespace zerocopy::cuda {
@@ -89,7 +88,7 @@ cudaError_t launch(const SegmentedGatherArgs& p, int log2_group, cudaStream_t st
   const int64_t groups_needed = (p.n + kRowsInFlight - 1) / kRowsInFlight;
   const int64_t threads_needed = groups_needed << log2_group;
   int64_t blocks = (threads_needed + kThreads - 1) / kThreads;
-  const int64_t max_blocks = static_cast<int64_t>(current_multiprocessors()) * gather_blocks_per_multiprocessor();
+  const int64_t max_blocks = static_cast<int64_t>(current_multiprocessors()) * 32;
   if (blocks > max_blocks) blocks = max_blocks;
   if (blocks < 1) blocks = 1;
   gather_segmented_kernel<V, IdT, LocT><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, log2_group);
