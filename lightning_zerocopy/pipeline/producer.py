@@ -69,13 +69,13 @@ import torch
 from lightning_zerocopy.pipeline.cache_report import CACHE_REPORT_EVERY, CacheReport
 from lightning_zerocopy.pipeline.channel import Channel, ChannelClosed
 from lightning_zerocopy.pipeline.host_waits import wait_event
-from lightning_zerocopy.pipeline.worker_profile import WorkerProfile, profile_spec
 from lightning_zerocopy.pipeline.hybrid_ahead import HybridAhead
 from lightning_zerocopy.pipeline.lookahead import Lookahead
 from lightning_zerocopy.sampling.hybrid import Dispatch
 from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch, x_view_dtypes
 from lightning_zerocopy.pipeline.source import defer_x_cast, field_levels, takes_marks, two_stage
 from lightning_zerocopy.pipeline.stage_times import SampleTime, StageClock, h2d_bandwidth_or_none, x_bytes
+from lightning_zerocopy.pipeline.worker_profile import WorkerProfile, profile_spec
 
 
 @dataclass
@@ -287,6 +287,7 @@ class Producer:
 
     # ---- producing -------------------------------------------------------------------------------------------
     def _produce(self, name: str) -> None:
+        self._profile.before_batch()  # LIGHTNING_ZEROCOPY_WORKER_PROFILE's window (.worker_profile)
         st = self.stages[name]
         gen = st.gen
         try:
@@ -301,8 +302,6 @@ class Producer:
             st.gen, st.pending = None, None
             self._hybrid.drop(name)
             self._send(("error", name, gen, traceback.format_exc()))
-            return
-        self._profile.after_batch()  # LIGHTNING_ZEROCOPY_WORKER_PROFILE's window (.worker_profile)
 
     def _produce_on_stream(self, name: str, st: _Stage) -> None:
         if st.clock is None:

@@ -395,11 +395,8 @@ def x_view_dtypes(data: Data, dtype: Optional[torch.dtype]) -> dict[str, torch.d
     ``dtype``: what a layout's reader casts when the writer deferred the cast (``dtype`` ``None``: nothing)."""
     if dtype is None:
         return {}
-    def is_x(name: str) -> bool:
-        return name == "x" or name.endswith(f"{_SEP}x")
-
-    return {name: dtype for name, value in _tensor_items(data)
-            if is_x(name) and isinstance(value, torch.Tensor) and value.dtype != dtype}  # fmt: skip
+    names = [name for name, _ in _tensor_items(data) if name == "x" or name.endswith(f"{_SEP}x")]
+    return {name: dtype for name in names if isinstance(data[name], torch.Tensor) and data[name].dtype != dtype}
 
 
 def write_batch(

@@ -77,10 +77,10 @@ def defer_x_cast(source: Any) -> Optional[torch.dtype]:
     """Let the batches' reader cast ``x``, if the source can (``defer_x_cast()``): the dtype the reader's view casts
     the ``x`` fields to, or ``None`` (the source casts as it always did).
 
-    A worker has a small share of the GPU and the trainer the rest, so a cast that a worker at 10 % of the SMs
-    runs in 1.1 ms a heavy batch (4.5 ms a typed ``mag10x`` one, 128 bf16 columns to float32; H200, 2026-11-30) is a
-    tenth of that in the trainer, and the slot holds half the bytes. The cast of bf16 or fp16 to float32 is exact,
-    so the batch is the same bit for bit.
+    A worker has a small share of the GPU and the trainer the rest: at a worker's 10 % of an H200's SMs the cast took
+    1.1 ms of a heavy batch's build and 4.5 ms of a typed ``mag10x`` one, and the sampler's kernels queued behind it
+    (2026-11-30); in the trainer's view it runs on the larger share, and the slot holds half the bytes. The cast of
+    bf16 or fp16 to float32 is exact, so the batch is the same bit for bit.
     """
     fn = getattr(source, "defer_x_cast", None)
     if not callable(fn) or os.environ.get(CAST_X_IN_WORKER_ENV, "").strip() not in ("", "0"):

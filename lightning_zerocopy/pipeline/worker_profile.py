@@ -2,7 +2,8 @@
 
 ``LIGHTNING_ZEROCOPY_WORKER_PROFILE=<dir>[:<skip>[:<batches>]]`` in the trainer's environment (the worker inherits
 it) makes the producer run :mod:`torch.profiler` over ``batches`` batches (default 40) after the first ``skip``
-(default 200, past warm-up and allocator growth), then write into ``dir``:
+(default 200, past warm-up and allocator growth; a batch here is each time the producer builds), then write into
+``dir``:
 
 * ``worker_trace_<pid>.json``: the Chrome trace (every kernel, copy and CUDA runtime call of the process, each with
   its stream or thread), for ``chrome://tracing`` / Perfetto or :mod:`scripts.diagnostics.worker_trace_summary`;
@@ -58,27 +59,28 @@ def profile_spec() -> Optional[ProfileSpec]:
 
 
 class WorkerProfile:
-    """Counts the producer's batches and runs the profiler over the window :func:`profile_spec` asks for."""
+    """Counts the producer's batches and runs the profiler over the window :func:`profile_spec` asks for (the
+    profiler records the whole process's GPU work: the sampling thread's too)."""
 
     def __init__(self, spec: Optional[ProfileSpec]) -> None:
         self._spec = spec
         self._seen = 0
         self._profiler: Optional[Any] = None
 
-    def after_batch(self) -> None:
-        """Called once a batch is built: starts or stops the profiler at the window's edges."""
+    def before_batch(self) -> None:
+        """Called before each batch the producer builds: starts the profiler before batch ``skip`` (counting from
+        0) and stops it before batch ``skip + batches``."""
         spec = self._spec
         if spec is None:
             return
-        self._seen += 1
-        if self._seen == spec.skip + 1 and self._profiler is None:
+        if self._seen == spec.skip:
             import torch.profiler as tp
 
-            activities = [tp.ProfilerActivity.CPU, tp.ProfilerActivity.CUDA]
-            self._profiler = tp.profile(activities=activities, record_shapes=False)
+            self._profiler = tp.profile(activities=[tp.ProfilerActivity.CPU, tp.ProfilerActivity.CUDA])
             self._profiler.start()
-        elif self._seen == spec.skip + 1 + spec.batches:
+        elif self._seen == spec.skip + spec.batches:
             self.close()
+        self._seen += 1
 
     def close(self) -> None:
         """Stop a running profile and write its files (once)."""

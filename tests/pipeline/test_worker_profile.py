@@ -21,7 +21,7 @@ def test_the_profile_window_is_read_from_the_environment(suffix, skip, batches, 
 def test_unset_nothing_is_profiled(monkeypatch):
     monkeypatch.delenv(PROFILE_ENV, raising=False)
     assert profile_spec() is None
-    WorkerProfile(None).after_batch()  # a no-op
+    WorkerProfile(None).before_batch()  # a no-op
 
 
 @pytest.mark.parametrize("suffix", [":x", ":-1", ":1:0", ":1:2:3"])
@@ -38,11 +38,10 @@ def test_a_bad_profile_value_is_named_in_the_trainer_before_a_worker_starts(suff
 
 def test_only_the_window_is_profiled_and_written_once(tmp_path):
     profile = WorkerProfile(ProfileSpec(str(tmp_path), skip=2, batches=3))
-    names = []
     for i in range(10):
+        profile.before_batch()
         with torch.profiler.record_function(f"batch_{i}"):
             torch.ones(64, 64).sum()
-        profile.after_batch()
     names = {e.get("name") for e in json.load(open(next(tmp_path.glob("worker_trace_*.json"))))["traceEvents"]}
-    assert {"batch_3", "batch_4"} <= names and not names & {"batch_0", "batch_1", "batch_6", "batch_9"}
+    assert {"batch_2", "batch_3", "batch_4"} <= names and not names & {"batch_0", "batch_1", "batch_5", "batch_9"}
     assert sorted(os.listdir(tmp_path)) == sorted([f"worker_trace_{os.getpid()}.json", f"worker_ops_{os.getpid()}.txt"])
