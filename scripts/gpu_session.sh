@@ -178,6 +178,19 @@ export GPU_CHECK_EXTRA_STAGE_WORKER_PROFILE="for m in heavy typed; do d=\$OUT/pr
 # changed path's CUDA tests, then heavy: model_only, zc_gpu_mps, zc_gpu_mps_worker_cast (the cast in the worker):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,cast bash scripts/gpu_session.sh                      # .wheels/
 export GPU_CHECK_EXTRA_STAGE_CAST="REQUIRE_CUDA=1 timeout 150 python3 -m pytest -q -rfE -p no:cacheprovider --timeout=120 -m cuda tests/pipeline/test_deferred_cast_cuda.py tests/pipeline/test_stage_times_cuda.py; timeout -s TERM 300 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_CAST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 280 --row-timeout-s 100 --repeats 1 --configs model_only,zc_gpu_mps,zc_gpu_mps_worker_cast --out \$OUT/cast; rm -rf \$OUT/cast/logs/*/hparams.yaml \$OUT/cast/*.png"
+# Issue 40 after the cast moved to the trainer (ed6d144; heavy 0.872x in call 61). The heavy gather (3.72 ms) is bound
+# by host-page translation (~one 4 KiB page a 200-B row, docs/BENCHMARK_NOTES.md), so its lever is fewer rows over
+# PCIe: the GPU cache of hot rows. Three calls, not yet run (~5-6 min each estimated):
+# stage heavy_cache: heavy, one block: model_only, zc_gpu_mps, zc_gpu_hot_mps (20 % of rows), zerocopy_ddp_mps (20 %)
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,heavy_cache bash scripts/gpu_session.sh               # .wheels/
+export GPU_CHECK_EXTRA_STAGE_HEAVY_CACHE="timeout -s TERM 380 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 360 --row-timeout-s 100 --repeats 1 --cache-fraction 0.2 --cache-budget 20% --configs model_only,zc_gpu_mps,zc_gpu_hot_mps,zerocopy_ddp_mps --out \$OUT/heavy_cache; rm -rf \$OUT/heavy_cache/logs/*/hparams.yaml \$OUT/heavy_cache/*.png"
+# stage light_cast: light, two blocks: model_only, zc_gpu_mps, zc_gpu_mps_worker_cast
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_cast bash scripts/gpu_session.sh                # .wheels/
+export GPU_CHECK_EXTRA_STAGE_LIGHT_CAST="timeout -s TERM 380 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models light --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 360 --row-timeout-s 90 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_worker_cast --out \$OUT/light_cast; rm -rf \$OUT/light_cast/logs/*/hparams.yaml \$OUT/light_cast/*.png"
+# stage typed_cast (after hetero_prep): mag10x [10,10,10], model_only and zc_gpu_mps (bf16 paper features), then the
+# same zc row with the cast in the worker
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,typed_cast bash scripts/gpu_session.sh   # .wheels/
+export GPU_CHECK_EXTRA_STAGE_TYPED_CAST="timeout -s TERM 130 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs model_only --row-budget-s 25 --row-timeout-s 100 --out \$OUT/typed_cast_model_only; for v in default LIGHTNING_ZEROCOPY_CAST_X_IN_WORKER=1; do env \$([ \$v = default ] || echo \$v) timeout -s TERM 120 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 25 --row-timeout-s 100 --out \$OUT/typed_cast_\${v%%=*}; done"
 # stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
 # 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
 # fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in
