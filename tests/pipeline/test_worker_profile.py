@@ -45,3 +45,31 @@ def test_only_the_window_is_profiled_and_written_once(tmp_path):
     names = {e.get("name") for e in json.load(open(next(tmp_path.glob("worker_trace_*.json"))))["traceEvents"]}
     assert {"batch_2", "batch_3", "batch_4"} <= names and not names & {"batch_0", "batch_1", "batch_5", "batch_9"}
     assert sorted(os.listdir(tmp_path)) == sorted([f"worker_trace_{os.getpid()}.json", f"worker_ops_{os.getpid()}.txt"])
+
+
+def test_the_trace_summary_gives_each_streams_kernels_their_waits_and_each_threads_calls():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "scripts" / "diagnostics" / "worker_trace_summary.py"
+    spec = importlib.util.spec_from_file_location("worker_trace_summary", path)
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "sampler"}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 7, "ts": 0, "dur": 5,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "pick", "pid": 0, "tid": 21, "ts": 3000, "dur": 100,
+         "args": {"correlation": 1, "stream": 21}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 7, "ts": 10, "dur": 3200,
+         "args": {"correlation": 2}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH", "pid": 0, "tid": 21, "ts": 3150, "dur": 2,
+         "args": {"correlation": 2, "stream": 21}},
+        {"ph": "X", "cat": "kernel", "name": "gather", "pid": 0, "tid": 13, "ts": 100, "dur": 2900,
+         "args": {"stream": 13}},
+    ]  # fmt: skip
+    text = summary.summarize(events, top=5)
+    assert "stream 13: 1 events, busy 2.9 ms" in text and "stream 21: 2 events" in text
+    assert "launch call -> start on the GPU: p50 3.140 ms" in text  # the kernel waited 3 ms, the copy 3.14 ms
+    assert "thread 7 (sampler)" in text and "cudaMemcpyAsync" in text
+    assert summary.summarize([], top=5).startswith("no GPU activity")
