@@ -156,16 +156,6 @@ export GPU_CHECK_EXTRA_STAGE_X_DTYPE="for x in float32 bfloat16; do timeout -s T
 # run records its host CPUs' speed (the conditions line), then the e2e MPS rows' CUDA test:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_mps bash scripts/gpu_session.sh                 # .wheels/
 export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 330 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_LIGHT_MPS_MODELS:-light} --steps 1500 --warmup 100 --row-budget-s 15 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,model_only_mps,zc_gpu_mps --out \$OUT/light_mps; rm -rf \$OUT/light_mps/logs/*/hparams.yaml \$OUT/light_mps/*.png; REQUIRE_CUDA=1 timeout 240 python3 -m pytest -v -rfE -p no:cacheprovider -m cuda tests/benchmarks/end_to_end/test_e2e_rows.py"
-# stage sample_host (issue 40, one GPU; call 58 on an H200, 2026-11-30: 331 s, the first of its two blocks in the
-# 300-s budget): sampling in the worker beside training took
-# 5.5 ms (heavy) and 21-22 ms (typed) a batch against 0.66 ms for the same sampler at the worker's share beside the
-# step with a gather running in the same process (contention load sample_gather, 2026-11-30 second session). The
-# stage's GPU time spans the sampler's read-backs, so it holds the sampling thread's host waits too: the sleeping
-# wake-ups and the interpreter's lock, which the producer's thread holds while it assembles (up to the switch interval,
-# 5 ms, a wait). The report's "sample host / CPU ms" column gives the sample's wall and thread-CPU times; the rows
-# zc_gpu_mps_switch (the worker's switch interval 200 us) and zc_gpu_mps_spin (spinning waits) in the same blocks:
-#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,sample_host bash scripts/gpu_session.sh              # .wheels/
-export GPU_CHECK_EXTRA_STAGE_SAMPLE_HOST="timeout -s TERM 330 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_SAMPLE_HOST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 14 --total-budget-s 300 --row-timeout-s 100 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_switch,zc_gpu_mps_spin --out \$OUT/sample_host; rm -rf \$OUT/sample_host/logs/*/hparams.yaml \$OUT/sample_host/*.png"
 # stage worker_profile (issue 40, one GPU, after hetero_prep; 277 s with build and hetero_prep, call 60 on an H200,
 # 2026-11-30): neither the host waits (call 58) nor a high-priority sampling stream or 512 gather blocks a
 # multiprocessor (call 59, those knobs since removed) explain the worker's 5-ms heavy sample stage. torch.profiler over 40 of the worker's batches
@@ -194,14 +184,9 @@ export GPU_CHECK_EXTRA_STAGE_TYPED_CAST="timeout -s TERM 130 python3 -m benchmar
 # stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
 # 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
 # fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in
-# two blocks: model_only, zc_gpu_mps, zc_gpu_mps_depth3 (three slots), zc_gpu_mps_switch (the worker's switch 200 us):
+# two blocks: model_only, zc_gpu_mps, zc_gpu_mps_depth3 (three slots):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_depth bash scripts/gpu_session.sh               # .wheels/
-export GPU_CHECK_EXTRA_STAGE_LIGHT_DEPTH="timeout -s TERM 340 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models light --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 310 --row-timeout-s 90 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_depth3,zc_gpu_mps_switch --out \$OUT/light_depth; rm -rf \$OUT/light_depth/logs/*/hparams.yaml \$OUT/light_depth/*.png"
-# stage typed_host (issue 40, one GPU; extra stages run in the order of their names, so after hetero_prep; ~5.5 min
-# estimated, not yet run): the typed row (bf16 paper features) three ways: as is, the worker's switch interval at 200 us, its waits spinning (the typed sampler reads
-# sizes back once per hop); each report has the sample's host and CPU times:
-#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,typed_host bash scripts/gpu_session.sh   # .wheels/
-export GPU_CHECK_EXTRA_STAGE_TYPED_HOST="for v in default LIGHTNING_ZEROCOPY_WORKER_SWITCH_US=200 LIGHTNING_ZEROCOPY_SPIN_WAITS=1; do env \$([ \$v = default ] || echo \$v) timeout -s TERM 110 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 25 --row-timeout-s 100 --out \$OUT/typed_host_\${v%%=*}; done"
+export GPU_CHECK_EXTRA_STAGE_LIGHT_DEPTH="timeout -s TERM 340 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models light --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 310 --row-timeout-s 90 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_depth3 --out \$OUT/light_depth; rm -rf \$OUT/light_depth/logs/*/hparams.yaml \$OUT/light_depth/*.png"
 # stage hetero_levers (issue 40, one GPU, after hetero_prep; ~5 min estimated, not yet run): the two levers on the
 # typed worker's 510 MB of zero-copy reads a batch, both with the paper features held as bf16: zc_gpu_mps and
 # zerocopy_ddp_mps (ZeroCopyDDPStrategy on one GPU caching the hot rows of each featured type, --cache-budget 20 %):

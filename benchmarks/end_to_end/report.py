@@ -109,9 +109,8 @@ def _stage_words(run: dict[str, Any], results: dict[str, Any]) -> str:
 
 def sample_host_cpu(run: dict[str, Any]) -> str:
     """``host / CPU`` ms of a pipeline row's sample stage: the sample's wall time on the thread that sampled it and
-    that thread's CPU time (``DataTelemetry``'s means; ``–`` where not measured). Against the stage's GPU time: a host
-    time near it and a CPU time far below says the sampler waited on the host (its read-backs' wake-ups, the
-    interpreter lock it shares with the producer's thread), not on its kernels."""
+    that thread's CPU time (``DataTelemetry``'s means; ``–`` where not measured); the difference is time the thread
+    slept, on the GPU or the host (the ``zc_gpu_mps_spin`` row tells which)."""
     telemetry = run.get("telemetry") or {}
     return f"{_fmt(telemetry.get('build_sample_host_ms'), '.2f')} / {_fmt(telemetry.get('build_sample_cpu_ms'), '.2f')}"
 

@@ -122,10 +122,6 @@ _ROW_LIST: list[Row] = [
     Row("zc_gpu_mps_depth3", "ours", "as zc_gpu_mps, three slots a loader (depth 3) where ping-pong has two: a slot "
         "freed once the GPU has run its step has one more step to be refilled before the trainer asks for it",
         ZC_GPU_DATA, pipeline={**MPS_PIPELINE, "depth": 3}),
-    Row("zc_gpu_mps_switch", "ours", "as zc_gpu_mps, the worker's interpreter switch interval 200 us "
-        "(LIGHTNING_ZEROCOPY_WORKER_SWITCH_US; Python's default 5 ms): how long the sampling thread waits for the "
-        "interpreter's lock after its read-backs while the producer's thread runs Python",
-        ZC_GPU_DATA, pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_WORKER_SWITCH_US": "200"}),  # fmt: skip
     Row("zc_gpu_mps_worker_cast", "ours", "as zc_gpu_mps, x cast to float32 in the worker, as before 2026-11-30 "
         "(LIGHTNING_ZEROCOPY_CAST_X_IN_WORKER=1), where by default the slot holds the host table's dtype and the "
         "trainer's view casts", ZC_GPU_DATA, pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_CAST_X_IN_WORKER": "1"}),

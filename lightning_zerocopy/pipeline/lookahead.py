@@ -72,7 +72,7 @@ class Lookahead:
 
     def _run(self, sample: Callable[[], Any]) -> tuple[Any, Optional[tuple[Any, Any]], float, float]:
         """``sample()`` on this thread: its result, its timing events (CUDA), its host seconds and the thread's CPU
-        seconds over it (their difference is time the thread waited: for read-backs, wake-ups, the interpreter)."""
+        seconds over it (their difference is time the thread slept: on the GPU at its read-backs, or on the host)."""
         t0, cpu0 = time.perf_counter(), time.thread_time()
         if self._make_stream is None:
             result = sample()

@@ -4,15 +4,15 @@ The producer splits each batch it builds into four stages:
 
 * ``sample``: the sampler (on the GPU: its kernels, unique/relabel included, and its read-back), on the lookahead
   thread's stream (:class:`~.lookahead.Lookahead`). Its GPU time spans the sampler's size read-backs, so it also
-  holds whatever the sampling thread waited for between its kernels: the wake-up after each read-back (the worker's
-  waits sleep, :mod:`.host_waits`) and the interpreter lock, shared with the producer's thread. Beside it, the same
-  sample's host (wall) time and the sampling thread's CPU time (``sample_host_s``, ``sample_cpu_s``): a host time near
-  the GPU time and far above the CPU time says the sample waited on the host, not on its kernels;
+  holds whatever the sampling thread waited for between its kernels: the GPU (in the worker, its kernels queue
+  behind the producer's gather and cast on the same share), and the host (wake-ups, the interpreter lock). Beside
+  it, the same sample's host (wall) time and the sampling thread's CPU time (``sample_host_s``, ``sample_cpu_s``):
+  the difference is time the thread slept;
 * ``gather``: the feature rows (the zero-copy gather reads them from host memory), and the bytes of those rows in
   the host table's dtype, so ``gather_bytes / gather_s`` is the gather's rate and ``gather_bytes`` over the PCIe
   bandwidth (:func:`~lightning_zerocopy.data.stage_bounds.h2d_bandwidth`) its bound;
 * ``assemble``: the rest of the batch: labels, the id maps, edge features, the cast of ``x`` to the builder's
-  ``x_dtype``, and the copies of the fields the builder did not write into the slot (``write_batch``);
+  ``x_dtype`` (where the source casts: a pipeline's GPU builder leaves it to the trainer's view), and the copies of the fields the builder did not write into the slot (``write_batch``);
 * ``handover``: host time from the return of the producer's stream synchronization to its ``ready`` message sent
   (the synchronization itself returns when the work above is done: that wait is the GPU time of the stages above,
   not counted twice). The write of a message into the channel is timed once it returned, so it is counted in the

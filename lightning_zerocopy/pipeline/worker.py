@@ -39,12 +39,7 @@ from lightning_zerocopy.graph.cuda_ipc import CudaTensorHandle, export_cuda_tens
 from lightning_zerocopy.pipeline.client import PipelineError
 from lightning_zerocopy.process_state import exit_signal, process_alive, process_dying, process_ended
 from lightning_zerocopy.pipeline.channel import ChannelClosed
-from lightning_zerocopy.pipeline.host_waits import (
-    apply_worker_switch_interval,
-    sleep_while_waiting,
-    spin_waits,
-    worker_switch_interval,
-)
+from lightning_zerocopy.pipeline.host_waits import sleep_while_waiting, spin_waits
 from lightning_zerocopy.pipeline.worker_profile import profile_spec
 from lightning_zerocopy.pipeline.producer import Producer
 
@@ -129,7 +124,6 @@ def _open_tensor(value):
 def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str, str], lookahead: bool) -> None:
     """Entry point of the worker process (``env`` was already in its environment at exec; kept for clarity)."""
     os.environ.update(env)
-    apply_worker_switch_interval()  # LIGHTNING_ZEROCOPY_WORKER_SWITCH_US, checked by the trainer before the spawn
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="lzc-parent-watch", daemon=True).start()
@@ -244,8 +238,7 @@ class WorkerTransport:
         env: Optional[Mapping[str, str]] = None,
         lookahead: bool = True,
     ) -> None:
-        worker_switch_interval()  # a bad LIGHTNING_ZEROCOPY_WORKER_SWITCH_US fails here, in the trainer, by name
-        profile_spec()  # and so does a bad LIGHTNING_ZEROCOPY_WORKER_PROFILE
+        profile_spec()  # a bad LIGHTNING_ZEROCOPY_WORKER_PROFILE fails here, in the trainer, by name
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
         self._started = False

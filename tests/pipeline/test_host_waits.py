@@ -8,11 +8,8 @@ import torch
 from lightning_zerocopy.pipeline import host_waits
 from lightning_zerocopy.pipeline.host_waits import (
     SPIN_WAITS_ENV,
-    SWITCH_US_ENV,
-    apply_worker_switch_interval,
     spin_waits,
     wait_event,
-    worker_switch_interval,
 )
 
 
@@ -136,37 +133,3 @@ def test_on_a_gpu_the_worker_processs_implicit_waits_sleep_too():
     assert wall > 0.1 and cpu < 0.25 * wall, (wall, cpu)
     why, schedule, wall, cpu = _probe(spin=True)
     assert schedule in ("auto", "spin") and wall > 0.1 and cpu > 0.5 * wall, (why, schedule, wall, cpu)
-
-
-@pytest.mark.parametrize(
-    ("value", "seconds"), [(None, None), ("", None), ("200", 2e-4), (" 5000 ", 5e-3), ("1.5", 1.5e-6)]
-)
-def test_the_workers_switch_interval_is_read_in_microseconds(value, seconds, monkeypatch: pytest.MonkeyPatch):
-    import sys
-
-    if value is None:
-        monkeypatch.delenv(SWITCH_US_ENV, raising=False)
-    else:
-        monkeypatch.setenv(SWITCH_US_ENV, value)
-    before = sys.getswitchinterval()
-    try:
-        assert worker_switch_interval() == (None if seconds is None else pytest.approx(seconds))
-        applied = apply_worker_switch_interval()
-        assert applied == worker_switch_interval()
-        assert sys.getswitchinterval() == pytest.approx(before if seconds is None else seconds, abs=2e-6)  # us steps
-    finally:
-        sys.setswitchinterval(before)
-
-
-@pytest.mark.parametrize("value", ["abc", "0", "-200", "inf", "nan"])
-def test_a_bad_switch_interval_is_named_in_the_trainer_before_a_worker_starts(value, monkeypatch: pytest.MonkeyPatch):
-    from lightning_zerocopy.pipeline import worker
-
-    monkeypatch.setenv(SWITCH_US_ENV, value)
-    with pytest.raises(ValueError, match=f"{SWITCH_US_ENV}=.*microseconds"):
-        worker_switch_interval()
-    started = []
-    monkeypatch.setattr(worker.mp, "get_context", lambda *a: started.append(a))
-    with pytest.raises(ValueError, match=SWITCH_US_ENV):
-        worker.WorkerTransport()
-    assert started == []  # no process, no pipe

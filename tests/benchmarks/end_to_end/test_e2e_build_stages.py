@@ -140,15 +140,16 @@ def test_a_rows_environment_is_set_in_its_process_before_its_worker_starts(monke
     assert run_row(ROWS["zc_gpu_mps_spin"], [], SimpleNamespace(threads=0), {}) == [] and spin_waits()
 
 
-def test_the_switch_row_sets_the_workers_switch_interval_in_its_process(monkeypatch):
-    """``zc_gpu_mps_switch``: the row's process carries LIGHTNING_ZEROCOPY_WORKER_SWITCH_US for its worker."""
-    from benchmarks.end_to_end.train import run_row
-    from lightning_zerocopy.pipeline.host_waits import SWITCH_US_ENV, worker_switch_interval
+def test_the_worker_cast_row_sets_its_variable_in_its_process(monkeypatch):
+    """``zc_gpu_mps_worker_cast``: the row's process carries LIGHTNING_ZEROCOPY_CAST_X_IN_WORKER for its worker."""
 
-    monkeypatch.setenv(SWITCH_US_ENV, "")  # restored after the test
-    assert run_row(ROWS["zc_gpu_mps"], [], SimpleNamespace(threads=0), {}) == [] and worker_switch_interval() is None
-    assert run_row(ROWS["zc_gpu_mps_switch"], [], SimpleNamespace(threads=0), {}) == []
-    assert worker_switch_interval() == pytest.approx(200e-6)
+    from benchmarks.end_to_end.train import run_row
+    from lightning_zerocopy.pipeline.source import CAST_X_IN_WORKER_ENV
+
+    monkeypatch.setenv(CAST_X_IN_WORKER_ENV, "")  # restored after the test
+    assert run_row(ROWS["zc_gpu_mps"], [], SimpleNamespace(threads=0), {}) == [] and os.environ[CAST_X_IN_WORKER_ENV] == ""
+    assert run_row(ROWS["zc_gpu_mps_worker_cast"], [], SimpleNamespace(threads=0), {}) == []
+    assert os.environ[CAST_X_IN_WORKER_ENV] == "1"
 
 
 def test_the_depth_row_gives_its_pipeline_three_slots():
