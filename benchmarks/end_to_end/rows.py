@@ -117,8 +117,7 @@ _ROW_LIST: list[Row] = [
         pipeline={"mode": "worker", "mps": True}),  # fmt: skip
     Row("zc_gpu_mps_spin", "ours", "as zc_gpu_mps, the pipeline's host threads wait for the GPU spinning on a core "
         "(CUDA's default; LIGHTNING_ZEROCOPY_SPIN_WAITS=1) where they sleep by default",
-        {"sampler_placement": "gpu", "gather": "zerocopy"}, pipeline={"mode": "worker", "mps": True},
-        env={"LIGHTNING_ZEROCOPY_SPIN_WAITS": "1"}),  # fmt: skip
+        ZC_GPU_DATA, pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_SPIN_WAITS": "1"}),
     Row("zc_gpu_mps_depth3", "ours", "as zc_gpu_mps, three slots a loader (depth 3) where ping-pong has two: a slot "
         "freed once the GPU has run its step has one more step to be refilled before the trainer asks for it",
         ZC_GPU_DATA, pipeline={**MPS_PIPELINE, "depth": 3}),

@@ -30,14 +30,7 @@ from typing import Optional
 
 import torch
 
-__all__ = [
-    "SCHEDULES",
-    "SPIN_WAITS_ENV",
-    "sleep_while_waiting",
-    "spin_waits",
-    "wait_event",
-    "wait_schedule",
-]
+__all__ = ["SCHEDULES", "SPIN_WAITS_ENV", "sleep_while_waiting", "spin_waits", "wait_event", "wait_schedule"]
 
 #: Set to ``1`` to wait the CUDA default way (spinning).
 SPIN_WAITS_ENV = "LIGHTNING_ZEROCOPY_SPIN_WAITS"

@@ -209,7 +209,7 @@ class PlanSource:
         for the slots; the trainer's side rebuilds it.
         """
         extra = {"marks": marks} if marks is not None and self._builder_takes_marks() else {}
-        if not getattr(self, "cast_x", True):
+        if not self.cast_x:
             extra["cast_x"] = False
         if out is None or not self.out_fields:
             data = self.builder.gather_batch(sampled, **extra)
