@@ -248,7 +248,7 @@ class Producer:
                 stage.hybrid = stage.marks = None  # decided again for the new source
                 if hasattr(stage.source, "open"):
                     stage.source.open(self._scope)  # map the shared host memory now, while its names still exist
-                stage.x_view_dtype = defer_x_cast(stage.source)  # the trainer's view casts x: its share is larger
+                stage.x_view_dtype = defer_x_cast(stage.source)  # None unless ..._CAST_X_IN_TRAINER=1
             except Exception:  # noqa: BLE001 - reported to the trainer, which raises it
                 self._send(("error", msg[1], None, traceback.format_exc()))
             else:

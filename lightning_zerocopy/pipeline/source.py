@@ -68,22 +68,24 @@ def field_levels(source: Any) -> dict[str, tuple[str, int]]:
     return dict(fn()) if callable(fn) else {}
 
 
-#: ``1``: a GPU builder casts ``x`` in the worker, as a builder outside the pipeline does (the e2e row
-#: ``zc_gpu_mps_worker_cast``); by default the trainer's view of the slot casts it (:func:`defer_x_cast`).
-CAST_X_IN_WORKER_ENV = "LIGHTNING_ZEROCOPY_CAST_X_IN_WORKER"
+#: ``1``: a GPU builder leaves ``x`` in the host table's dtype and the trainer's view of the slot casts it
+#: (:func:`defer_x_cast`; the e2e row ``zc_gpu_mps_trainer_cast``); by default the worker casts, as a builder outside
+#: the pipeline does.
+CAST_X_IN_TRAINER_ENV = "LIGHTNING_ZEROCOPY_CAST_X_IN_TRAINER"
 
 
 def defer_x_cast(source: Any) -> Optional[torch.dtype]:
-    """Let the batches' reader cast ``x``, if the source can (``defer_x_cast()``): the dtype the reader's view casts
-    the ``x`` fields to, or ``None`` (the source casts as it always did).
+    """Let the batches' reader cast ``x``, if :data:`CAST_X_IN_TRAINER_ENV` asks and the source can
+    (``defer_x_cast()``): the dtype the reader's view casts the ``x`` fields to, or ``None`` (the source casts).
 
-    A worker has a small share of the GPU and the trainer the rest: at a worker's 10 % of an H200's SMs the cast took
-    1.1 ms of a heavy batch's build and 4.5 ms of a typed ``mag10x`` one, and the sampler's kernels queued behind it
-    (2026-11-30); in the trainer's view it runs on the larger share, and the slot holds half the bytes. The cast of
-    bf16 or fp16 to float32 is exact, so the batch is the same bit for bit.
+    Off by default, as measured (heavy model, bf16 table, worker at 10 % under MPS, one H200): the trainer's cast
+    won one block on 2026-11-30 (155.3 against 142.0 steps/s) and lost the next session's three (99.7 / 129.2, 66.1 /
+    110.9, 107.7 / 134.1), its step p50 1.6-2.5 ms longer; light and typed ``mag10x`` rows tied. It does shorten the
+    worker's build (typed 27.0 against 34.7 ms) and halves the slot's ``x`` bytes. The cast of bf16 or fp16 to
+    float32 is exact, so the batch is the same bit for bit either way.
     """
     fn = getattr(source, "defer_x_cast", None)
-    if not callable(fn) or os.environ.get(CAST_X_IN_WORKER_ENV, "").strip() not in ("", "0"):
+    if not callable(fn) or os.environ.get(CAST_X_IN_TRAINER_ENV, "").strip() in ("", "0"):
         return None
     return fn()
 

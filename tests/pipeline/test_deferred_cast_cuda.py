@@ -1,6 +1,6 @@
-"""A GPU builder's ``x`` leaves the producer in the host table's dtype and the trainer's view casts it
-(``@pytest.mark.cuda``): the batches equal the builder's own, bit for bit, and the slot holds half the bytes;
-``LIGHTNING_ZEROCOPY_CAST_X_IN_WORKER=1`` casts in the producer, as before."""
+"""With ``LIGHTNING_ZEROCOPY_CAST_X_IN_TRAINER=1`` a GPU builder's ``x`` leaves the producer in the host table's dtype
+and the trainer's view casts it (``@pytest.mark.cuda``): the batches equal the builder's own, bit for bit, and the
+slot holds half the bytes; by default the producer casts."""
 
 from __future__ import annotations
 
@@ -11,20 +11,22 @@ from lightning_zerocopy import ZeroCopyDataModule
 from lightning_zerocopy.data.handles import HostGraphHandles
 from lightning_zerocopy.datasets import SyntheticGraph
 from lightning_zerocopy.pipeline import start_pipeline
-from lightning_zerocopy.pipeline.source import CAST_X_IN_WORKER_ENV, PlanSource
+from lightning_zerocopy.pipeline.source import CAST_X_IN_TRAINER_ENV, PlanSource
 
 pytestmark = pytest.mark.cuda
 
 
 @pytest.mark.parametrize(
     "mode, dtype, in_worker", [("worker", "bfloat16", False), ("in_process", "float16", False),
-                               ("in_process", "bfloat16", True)],
+                               ("in_process", "bfloat16", True), ("worker", "bfloat16", True)],
 )  # fmt: skip
 def test_the_trainers_view_casts_x_and_the_batches_are_the_builders(tmp_path, monkeypatch, mode, dtype, in_worker):
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
     if in_worker:
-        monkeypatch.setenv(CAST_X_IN_WORKER_ENV, "1")
+        monkeypatch.delenv(CAST_X_IN_TRAINER_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CAST_X_IN_TRAINER_ENV, "1")
     dataset = SyntheticGraph(num_nodes=20000, avg_degree=10, num_features=64, num_classes=4, cache_dir=str(tmp_path))
     dm = ZeroCopyDataModule(dataset, fanouts=[10, 5], batch_size=256, sampler_placement="gpu", gather="zerocopy",
                             feature_dtype=dtype)  # fmt: skip

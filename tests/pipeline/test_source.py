@@ -1,4 +1,5 @@
-"""``PlanSource``: a GPU builder's ``x`` cast left to the batches' reader (``defer_x_cast``)."""
+"""``PlanSource``: a GPU builder's ``x`` cast left to the batches' reader when LIGHTNING_ZEROCOPY_CAST_X_IN_TRAINER
+asks (``defer_x_cast``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from lightning_zerocopy.pipeline.source import CAST_X_IN_WORKER_ENV, PlanSource, defer_x_cast
+from lightning_zerocopy.pipeline.source import CAST_X_IN_TRAINER_ENV, PlanSource, defer_x_cast
 
 
 class _Builder:
@@ -27,8 +28,8 @@ def _source(builder: _Builder) -> PlanSource:
     return PlanSource(SimpleNamespace(batch_size=2), builder, out_fields=())
 
 
-def test_a_gpu_builders_cast_is_left_to_the_reader(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delenv(CAST_X_IN_WORKER_ENV, raising=False)
+def test_a_gpu_builders_cast_is_left_to_the_reader_when_the_variable_asks(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(CAST_X_IN_TRAINER_ENV, "1")
     builder = _Builder(on_gpu=True, x_dtype="float32")
     source = _source(builder)
     assert source.gather_batch(object()).x.dtype == torch.float32  # before: the builder casts
@@ -37,12 +38,14 @@ def test_a_gpu_builders_cast_is_left_to_the_reader(monkeypatch: pytest.MonkeyPat
     assert builder.calls == [{"cast_x": True}, {"cast_x": False}]
 
 
-@pytest.mark.parametrize(("on_gpu", "x_dtype", "env"), [(False, "float32", None), (True, None, None), (True, "float32", "1")])
-def test_a_host_builder_no_x_dtype_or_the_variable_keep_the_cast_in_the_source(on_gpu, x_dtype, env, monkeypatch):
+@pytest.mark.parametrize(
+    ("on_gpu", "x_dtype", "env"), [(False, "float32", "1"), (True, None, "1"), (True, "float32", None), (True, "float32", "0")]
+)
+def test_a_host_builder_no_x_dtype_or_no_variable_keep_the_cast_in_the_source(on_gpu, x_dtype, env, monkeypatch):
     if env is None:
-        monkeypatch.delenv(CAST_X_IN_WORKER_ENV, raising=False)
+        monkeypatch.delenv(CAST_X_IN_TRAINER_ENV, raising=False)
     else:
-        monkeypatch.setenv(CAST_X_IN_WORKER_ENV, env)
+        monkeypatch.setenv(CAST_X_IN_TRAINER_ENV, env)
     builder = _Builder(on_gpu=on_gpu, x_dtype=x_dtype)
     source = _source(builder)
     assert defer_x_cast(source) is None
