@@ -163,24 +163,14 @@ export GPU_CHECK_EXTRA_STAGE_LIGHT_MPS="timeout -s TERM 330 python3 -m benchmark
 # kernels and how long each waited on the GPU after its launch call, and each thread's CUDA calls:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,worker_profile bash scripts/gpu_session.sh   # .wheels/
 export GPU_CHECK_EXTRA_STAGE_WORKER_PROFILE="for m in heavy typed; do d=\$OUT/prof_\$m; if [ \$m = heavy ]; then LIGHTNING_ZEROCOPY_WORKER_PROFILE=\$d:300:40 timeout -s TERM 150 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1000 --warmup 100 --row-budget-s 10 --row-timeout-s 120 --repeats 1 --configs zc_gpu_mps --out \$d/run; else LIGHTNING_ZEROCOPY_WORKER_PROFILE=\$d:150:30 timeout -s TERM 120 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 20 --row-timeout-s 100 --out \$d/run; fi; for t in \$d/worker_trace_*.json; do python3 scripts/diagnostics/worker_trace_summary.py \$t --top 10 > \$d/summary_\$(basename \$t .json).txt 2>&1; gzip -f \$t; done; cat \$d/summary_*.txt; done"
-# stage cast (issue 40, one GPU; 300 s with build, call 61 on an H200, 2026-11-30): call 60's profile of the worker showed a 1.1-ms
-# float32 cast of x a heavy batch (4.5 ms a typed one) at the worker's share; the trainer's view casts it now. The
-# changed path's CUDA tests, then heavy: model_only, zc_gpu_mps, zc_gpu_mps_worker_cast (the cast in the worker):
-#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,cast bash scripts/gpu_session.sh                      # .wheels/
-export GPU_CHECK_EXTRA_STAGE_CAST="REQUIRE_CUDA=1 timeout 150 python3 -m pytest -q -rfE -p no:cacheprovider --timeout=120 -m cuda tests/pipeline/test_deferred_cast_cuda.py tests/pipeline/test_stage_times_cuda.py; timeout -s TERM 300 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models ${GPU_CHECK_CAST_MODELS:-heavy} --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 280 --row-timeout-s 100 --repeats 1 --configs model_only,zc_gpu_mps,zc_gpu_mps_worker_cast --out \$OUT/cast; rm -rf \$OUT/cast/logs/*/hparams.yaml \$OUT/cast/*.png"
-# Issue 40 after the cast moved to the trainer (ed6d144; heavy 0.872x in call 61). The heavy gather (3.72 ms) is bound
-# by host-page translation (~one 4 KiB page a 200-B row, docs/BENCHMARK_NOTES.md), so its lever is fewer rows over
-# PCIe: the GPU cache of hot rows. Three calls, not yet run (~5-6 min each estimated):
-# stage heavy_cache: heavy, one block: model_only, zc_gpu_mps, zc_gpu_hot_mps (20 % of rows), zerocopy_ddp_mps (20 %)
-#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,heavy_cache bash scripts/gpu_session.sh               # .wheels/
-export GPU_CHECK_EXTRA_STAGE_HEAVY_CACHE="timeout -s TERM 380 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 360 --row-timeout-s 100 --repeats 1 --cache-fraction 0.2 --cache-budget 20% --configs model_only,zc_gpu_mps,zc_gpu_hot_mps,zerocopy_ddp_mps --out \$OUT/heavy_cache; rm -rf \$OUT/heavy_cache/logs/*/hparams.yaml \$OUT/heavy_cache/*.png"
-# stage light_cast: light, two blocks: model_only, zc_gpu_mps, zc_gpu_mps_worker_cast
-#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_cast bash scripts/gpu_session.sh                # .wheels/
-export GPU_CHECK_EXTRA_STAGE_LIGHT_CAST="timeout -s TERM 380 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models light --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 360 --row-timeout-s 90 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_worker_cast --out \$OUT/light_cast; rm -rf \$OUT/light_cast/logs/*/hparams.yaml \$OUT/light_cast/*.png"
-# stage typed_cast (after hetero_prep): mag10x [10,10,10], model_only and zc_gpu_mps (bf16 paper features), then the
-# same zc row with the cast in the worker
-#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,typed_cast bash scripts/gpu_session.sh   # .wheels/
-export GPU_CHECK_EXTRA_STAGE_TYPED_CAST="timeout -s TERM 130 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs model_only --row-budget-s 25 --row-timeout-s 100 --out \$OUT/typed_cast_model_only; for v in default LIGHTNING_ZEROCOPY_CAST_X_IN_WORKER=1; do env \$([ \$v = default ] || echo \$v) timeout -s TERM 120 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors ${GPU_CHECK_HETERO_MPS_FANOUTS:-10,10,10} --configs zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 25 --row-timeout-s 100 --out \$OUT/typed_cast_\${v%%=*}; done"
+# (stages cast, heavy_cache, light_cast and typed_cast ran in calls 61 and 64-67, 2026-11-30,
+# docs/gpu_checks/h200-2026-11-30c and -30d: the trainer-side cast did not hold up, and heavy with the whole bf16 table
+# cached on the GPU was still 0.72x model-only, its step p50 7.34 ms against 5.19 alone)
+# stage heavy_step (issue 40, one GPU, ~6.5 min estimated, not yet run): what lengthens the heavy step beside the
+# worker once no row crosses PCIe. Heavy, one block: model_only, model_only_mps (the trainer an MPS client, no worker),
+# zerocopy_ddp_mps (the whole table cached), zc_gpu_mps and zc_gpu_mps_depth3 (three slots):
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,heavy_step bash scripts/gpu_session.sh                # .wheels/
+export GPU_CHECK_EXTRA_STAGE_HEAVY_STEP="timeout -s TERM 420 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 400 --row-timeout-s 100 --repeats 1 --cache-budget 20% --configs model_only,model_only_mps,zerocopy_ddp_mps,zc_gpu_mps,zc_gpu_mps_depth3 --out \$OUT/heavy_step; rm -rf \$OUT/heavy_step/logs/*/hparams.yaml \$OUT/heavy_step/*.png"
 # stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
 # 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
 # fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in
