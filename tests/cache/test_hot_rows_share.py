@@ -1,4 +1,4 @@
-"""``scripts/diagnostics/hot_rows_share.py``: the share of gathered rows a ``hot_rows`` cache (``HotRowsCache``) holds."""
+"""``scripts/diagnostics/hot_rows_share.py``: the share of gathered rows a ``hot_rows`` cache holds."""
 
 from __future__ import annotations
 
