@@ -166,11 +166,14 @@ export GPU_CHECK_EXTRA_STAGE_WORKER_PROFILE="for m in heavy typed; do d=\$OUT/pr
 # (stages cast, heavy_cache, light_cast and typed_cast ran in calls 61 and 64-67, 2026-11-30,
 # docs/gpu_checks/h200-2026-11-30c and -30d: the trainer-side cast did not hold up, and heavy with the whole bf16 table
 # cached on the GPU was still 0.72x model-only, its step p50 7.34 ms against 5.19 alone)
-# stage heavy_step (issue 40, one GPU, ~6.5 min estimated, not yet run): what lengthens the heavy step beside the
+# stage heavy_step (issue 40, one GPU, ~7 min estimated, not yet run): what lengthens the heavy step beside the
 # worker once no row crosses PCIe. Heavy, one block: model_only, model_only_mps (the trainer an MPS client, no worker),
-# zerocopy_ddp_mps (the whole table cached), zc_gpu_mps and zc_gpu_mps_depth3 (three slots):
+# zerocopy_ddp_mps (the whole table cached), zc_gpu_mps and zc_gpu_mps_depth3 (three slots), every row's trainer
+# profiled over steps 300-339 (LIGHTNING_ZEROCOPY_TRAINER_PROFILE) and the worker over the same window; each trainer
+# trace compared kernel by kernel with model_only's (worker_trace_summary.py --against; the profiled steps slow each row a
+# little, so take rates from unprofiled runs); only the summaries come back:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,heavy_step bash scripts/gpu_session.sh                # .wheels/
-export GPU_CHECK_EXTRA_STAGE_HEAVY_STEP="timeout -s TERM 420 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 400 --row-timeout-s 100 --repeats 1 --cache-budget 20% --configs model_only,model_only_mps,zerocopy_ddp_mps,zc_gpu_mps,zc_gpu_mps_depth3 --out \$OUT/heavy_step; rm -rf \$OUT/heavy_step/logs/*/hparams.yaml \$OUT/heavy_step/*.png"
+export GPU_CHECK_EXTRA_STAGE_HEAVY_STEP="d=\$OUT/heavy_step; LIGHTNING_ZEROCOPY_TRAINER_PROFILE=\$d/prof:300:40 LIGHTNING_ZEROCOPY_WORKER_PROFILE=\$d/prof:300:40 timeout -s TERM 440 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 420 --row-timeout-s 100 --repeats 1 --cache-budget 20% --configs model_only,model_only_mps,zerocopy_ddp_mps,zc_gpu_mps,zc_gpu_mps_depth3 --out \$d; base=\$(ls \$d/prof/trainer_model_only-heavy_trace_*.json | head -1); for t in \$d/prof/*_trace_*.json; do n=\$(basename \$t .json); python3 scripts/diagnostics/worker_trace_summary.py \$t --top 12 > \$d/summary_\$n.txt 2>&1; case \$n in trainer_*) [ -n \"\$base\" ] && python3 scripts/diagnostics/worker_trace_summary.py \$t --against \$base --top 15 > \$d/against_model_only_\$n.txt 2>&1;; esac; done; rm -rf \$d/prof \$d/logs/*/hparams.yaml \$d/*.png; cat \$d/against_model_only_*.txt | head -150"
 # stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
 # 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
 # fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in

@@ -26,6 +26,7 @@ from benchmarks.common.host_load import SteadyHostLoad
 from benchmarks.common.measure import BatchCheck, TrainClock, _device_name, _sync, summarize
 from benchmarks.common.pyg import fit_on_best_pyg_loader, pyg_sampling_backends
 from benchmarks.common.rows import RowUnavailable
+from benchmarks.common.step_profile import step_profile_callbacks
 from benchmarks.end_to_end.pyg_hops import add_hop_counts
 from benchmarks.end_to_end.rows import ModelSpec, Row, resolve_precision, worker_share
 
@@ -96,6 +97,7 @@ def _run_model(row: Row, spec: ModelSpec, args: Any, graph_kwargs: dict[str, Any
     callbacks: list[Callback] = [host_load, clock, telemetry, check]
     gemm_rows = int(getattr(args, "gemm_rows", 0) or 0)
     callbacks += gemm_rows_callbacks(gemm_rows)  # every row, model-only and PyG's included: the same model on each
+    callbacks += step_profile_callbacks(f"{row.name}-{spec.name}")  # LIGHTNING_ZEROCOPY_TRAINER_PROFILE
     if pipeline is not None:
         callbacks.append(pipeline)
     strategy = row_strategy(row, args)

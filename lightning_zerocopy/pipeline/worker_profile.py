@@ -9,7 +9,9 @@ it) makes the producer run :mod:`torch.profiler` over ``batches`` batches (defau
   its stream or thread), for ``chrome://tracing`` / Perfetto or :mod:`scripts.diagnostics.worker_trace_summary`;
 * ``worker_ops_<pid>.txt``: the operators' table, sorted by their CUDA time.
 
-The trainer checks the value before it starts a worker (:func:`profile_spec`), so a bad one fails by name.
+The trainer checks the value before it starts a worker (:func:`profile_spec`), so a bad one fails by name. The e2e
+benchmark profiles the trainer's steps the same way (``LIGHTNING_ZEROCOPY_TRAINER_PROFILE``,
+``benchmarks/common/step_profile.py``), so the two traces of one window can be read side by side.
 """
 
 from __future__ import annotations
@@ -32,13 +34,13 @@ class ProfileSpec:
     batches: int = 40
 
 
-def profile_spec() -> Optional[ProfileSpec]:
-    """The profile :data:`PROFILE_ENV` asks for (``None`` when unset).
+def profile_spec(env: str = PROFILE_ENV) -> Optional[ProfileSpec]:
+    """The profile the variable ``env`` asks for (``None`` when unset).
 
     Raises:
         ValueError: a count is not a whole number (``skip`` >= 0, ``batches`` >= 1), or the directory cannot be made.
     """
-    raw = os.environ.get(PROFILE_ENV, "").strip()
+    raw = os.environ.get(env, "").strip()
     if not raw:
         return None
     directory, *counts = raw.split(":")
@@ -48,22 +50,22 @@ def profile_spec() -> Optional[ProfileSpec]:
         numbers = [-1]
     if not directory or len(numbers) > 2 or (numbers and numbers[0] < 0) or (len(numbers) == 2 and numbers[1] < 1):
         raise ValueError(
-            f"{PROFILE_ENV}={raw!r}: expected <dir>[:<skip>[:<batches>]], e.g. /tmp/prof:200:40 (skip >= 0 batches, "
+            f"{env}={raw!r}: expected <dir>[:<skip>[:<batches>]], e.g. /tmp/prof:200:40 (skip >= 0 batches, "
             "then profile >= 1)"
         )
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as err:
-        raise ValueError(f"{PROFILE_ENV}={raw!r}: cannot make the directory {directory!r}: {err}") from err
+        raise ValueError(f"{env}={raw!r}: cannot make the directory {directory!r}: {err}") from err
     return ProfileSpec(directory, *numbers)
 
 
 class WorkerProfile:
     """Counts the producer's batches and runs the profiler over the window :func:`profile_spec` asks for (the
-    profiler records the whole process's GPU work: the sampling thread's too)."""
+    profiler records the whole process's GPU work: the sampling thread's too); ``prefix`` starts the files' names."""
 
-    def __init__(self, spec: Optional[ProfileSpec]) -> None:
-        self._spec = spec
+    def __init__(self, spec: Optional[ProfileSpec], prefix: str = "worker") -> None:
+        self._spec, self._prefix = spec, prefix
         self._seen = 0
         self._profiler: Optional[Any] = None
 
@@ -89,8 +91,8 @@ class WorkerProfile:
             return
         profiler.stop()
         pid = os.getpid()
-        profiler.export_chrome_trace(os.path.join(self._spec.directory, f"worker_trace_{pid}.json"))
+        profiler.export_chrome_trace(os.path.join(self._spec.directory, f"{self._prefix}_trace_{pid}.json"))
         table = profiler.key_averages().table(sort_by="cuda_time_total", row_limit=40)
-        with open(os.path.join(self._spec.directory, f"worker_ops_{pid}.txt"), "w") as out:
+        with open(os.path.join(self._spec.directory, f"{self._prefix}_ops_{pid}.txt"), "w") as out:
             out.write(table)
         self._spec = None  # one window per process

@@ -6,6 +6,13 @@ wait with a short kernel means it queued behind other work); per host thread: th
 the most time (synchronizations show how long a thread waited for the GPU).
 
     python3 scripts/diagnostics/worker_trace_summary.py /tmp/prof/worker_trace_<pid>.json [--top 8]
+
+``--against BASE`` compares instead: for each kernel name in both traces (e.g. a row's trainer beside the worker
+against ``model_only``'s, LIGHTNING_ZEROCOPY_TRAINER_PROFILE), its mean duration in each and the time it adds over
+the window, the kernels that grew most first; then the kernels only one trace has.
+
+    python3 scripts/diagnostics/worker_trace_summary.py trainer_zc_gpu_mps-heavy_trace_<pid>.json \
+        --against trainer_model_only-heavy_trace_<pid>.json
 """
 
 from __future__ import annotations
@@ -80,14 +87,53 @@ def summarize(events: list[dict[str, Any]], top: int) -> str:
     return "\n".join(lines)
 
 
+def _kernels(events: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Durations (us) of each kernel name's launches."""
+    names: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            names[e["name"]].append(e["dur"])
+    return names
+
+
+def compare(events: list[dict[str, Any]], base: list[dict[str, Any]], top: int) -> str:
+    """Per kernel name in both traces: mean us here and in ``base``, and the ms it adds here over the window (mean
+    difference times this trace's count), the most added first; then the kernels only one trace has."""
+    here, there = _kernels(events), _kernels(base)
+    if not here or not there:
+        return "no kernels in one of the traces (was CUDA profiling available?)"
+    shared = [(n, here[n], there[n]) for n in here.keys() & there.keys()]
+    added = {n: (statistics.mean(a) - statistics.mean(b)) * len(a) / 1e3 for n, a, b in shared}
+    lines = [f"kernels: {sum(map(sum, here.values())) / 1e3:.1f} ms here ({sum(map(len, here.values()))} launches) "
+             f"against {sum(map(sum, there.values())) / 1e3:.1f} ms in the base ({sum(map(len, there.values()))}); "
+             f"{len(shared)} names in both, their added time {sum(added.values()):.2f} ms",
+             "   added ms   here us   base us  here x  base x  kernel"]  # fmt: skip
+    for name, a, b in sorted(shared, key=lambda t: -added[t[0]])[:top]:
+        lines.append(f"  {added[name]:9.2f} {statistics.mean(a):9.1f} {statistics.mean(b):9.1f} {len(a):7d} {len(b):7d}"
+                     f"  {name[:80]}")  # fmt: skip
+    for label, mine, other in (("only here", here, there), ("only in the base", there, here)):
+        alone = sorted(((n, d) for n, d in mine.items() if n not in other), key=lambda t: -sum(t[1]))[:top]
+        lines.append(f"{label}: " + ("none" if not alone else ""))
+        lines += [f"  {sum(d) / 1e3:8.2f} ms  {len(d):5d} x {statistics.mean(d):8.1f} us  {n[:90]}" for n, d in alone]
+    return "\n".join(lines)
+
+
+def _events(path: str) -> list[dict[str, Any]]:
+    with open(path) as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trace", help="a Chrome trace JSON written by torch.profiler")
     parser.add_argument("--top", type=int, default=8, help="kernels / calls listed per stream / thread")
+    parser.add_argument("--against", metavar="BASE", help="compare each kernel's time with this trace's instead")
     args = parser.parse_args()
-    with open(args.trace) as f:
-        data = json.load(f)
-    print(summarize(data["traceEvents"] if isinstance(data, dict) else data, args.top))
+    if args.against:
+        print(compare(_events(args.trace), _events(args.against), args.top))
+    else:
+        print(summarize(_events(args.trace), args.top))
 
 
 if __name__ == "__main__":
