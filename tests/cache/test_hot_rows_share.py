@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from helpers import load_diagnostic
 
-
-def _script():
-    path = Path(__file__).parents[2] / "scripts" / "diagnostics" / "hot_rows_share.py"
-    spec = importlib.util.spec_from_file_location("hot_rows_share", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_row_cached_holds_every_row(tmp_path):
-    share = _script().hot_share(3000, 6.0, 1.0, [5, 3], 64, 3, str(tmp_path))
+    share = load_diagnostic("hot_rows_share").hot_share(3000, 6.0, 1.0, [5, 3], 64, 3, str(tmp_path))
     assert share["slot_share"] == pytest.approx(1.0) and share["row_share"] == pytest.approx(1.0)
 
 
 def test_the_most_frequent_fifth_holds_more_than_its_size_and_less_than_all(tmp_path):
-    share = _script().hot_share(3000, 6.0, 0.2, [5, 3], 64, 3, str(tmp_path))
+    share = load_diagnostic("hot_rows_share").hot_share(3000, 6.0, 0.2, [5, 3], 64, 3, str(tmp_path))
     assert 0.2 < share["slot_share"] < 1.0
     assert 0.2 < share["row_share"] < 1.0
     assert share["rows_per_batch"] > 64

@@ -213,6 +213,15 @@ def load_test_module(beside: str, name: str) -> Any:
     return module
 
 
+def load_diagnostic(name: str) -> Any:
+    """``scripts/diagnostics/<name>.py``, loaded as a module (the scripts are not a package)."""
+    path = pathlib.Path(__file__).parents[2] / "scripts" / "diagnostics" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 #: The start of the warning torch's sync debug mode ("warn") gives for each synchronizing CUDA operation.
 SYNC_WARNING = "called a synchronizing CUDA operation"
 

@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from helpers import load_diagnostic
 
 from lightning_zerocopy.pipeline.worker_profile import PROFILE_ENV, ProfileSpec, WorkerProfile, profile_spec
 
@@ -47,19 +48,9 @@ def test_only_the_window_is_profiled_and_written_once(tmp_path):
     assert sorted(os.listdir(tmp_path)) == sorted([f"worker_trace_{os.getpid()}.json", f"worker_ops_{os.getpid()}.txt"])
 
 
-def _trace_summary():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[2] / "scripts" / "diagnostics" / "worker_trace_summary.py"
-    spec = importlib.util.spec_from_file_location("worker_trace_summary", path)
-    summary = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summary)
-    return summary
-
 
 def test_the_trace_summary_gives_each_streams_kernels_their_waits_and_each_threads_calls():
-    summary = _trace_summary()
+    summary = load_diagnostic("worker_trace_summary")
     events = [
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "sampler"}},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 7, "ts": 0, "dur": 5,
@@ -86,7 +77,7 @@ def test_the_comparison_lists_the_kernels_that_grew_most_first_and_those_only_on
 
     here = kernels(("gemm", 300), ("gemm", 300), ("relu", 10), ("cast", 50))
     base = kernels(("gemm", 100), ("gemm", 100), ("relu", 10), ("sort", 20))
-    text = _trace_summary().compare(here, base, top=5)
+    text = load_diagnostic("worker_trace_summary").compare(here, base, top=5)
     assert "2 names in both, their added time 0.40 ms" in text  # gemm: (300 - 100) us x 2
     rows = text.splitlines()
     assert rows[2].split() == ["0.40", "300.0", "100.0", "2", "2", "gemm"] and rows[3].split()[0] == "0.00"
