@@ -78,11 +78,9 @@ def defer_x_cast(source: Any) -> Optional[torch.dtype]:
     """Let the batches' reader cast ``x``, if :data:`CAST_X_IN_TRAINER_ENV` asks and the source can
     (``defer_x_cast()``): the dtype the reader's view casts the ``x`` fields to, or ``None`` (the source casts).
 
-    Off by default, as measured (heavy model, bf16 table, worker at 10 % under MPS, one H200): the trainer's cast
-    won one block on 2026-11-30 (155.3 against 142.0 steps/s) and lost the next session's three (99.7 / 129.2, 66.1 /
-    110.9, 107.7 / 134.1), its step p50 1.6-2.5 ms longer; light and typed ``mag10x`` rows tied. It does shorten the
-    worker's build (typed 27.0 against 34.7 ms) and halves the slot's ``x`` bytes. The cast of bf16 or fp16 to
-    float32 is exact, so the batch is the same bit for bit either way.
+    Off by default: heavy on one H200 it won one block and lost three, light and typed tied
+    (``docs/gpu_checks/h200-2026-11-30d``). It shortens the worker's build and halves the slot's ``x`` bytes; the
+    cast of bf16 or fp16 to float32 is exact, so the batch is the same bit for bit either way.
     """
     fn = getattr(source, "defer_x_cast", None)
     if not callable(fn) or os.environ.get(CAST_X_IN_TRAINER_ENV, "").strip() in ("", "0"):
