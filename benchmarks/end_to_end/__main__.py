@@ -149,6 +149,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
             select_rows(args.configs)
         except ValueError as exc:
             p.error(str(exc))
+        from benchmarks.common.step_profile import check_profile_variables
+
+        try:  # the profile variables, checked once here rather than in every row's process
+            check_profile_variables()
+        except ValueError as exc:
+            p.error(str(exc))
     return args
 
 

@@ -26,7 +26,7 @@ from benchmarks.common.host_load import SteadyHostLoad
 from benchmarks.common.measure import BatchCheck, TrainClock, _device_name, _sync, summarize
 from benchmarks.common.pyg import fit_on_best_pyg_loader, pyg_sampling_backends
 from benchmarks.common.rows import RowUnavailable
-from benchmarks.common.step_profile import step_profile_callbacks
+from benchmarks.common.step_profile import route_worker_profile, step_profile_callbacks
 from benchmarks.end_to_end.pyg_hops import add_hop_counts
 from benchmarks.end_to_end.rows import ModelSpec, Row, resolve_precision, worker_share
 
@@ -39,6 +39,7 @@ def run_row(row: Row, models: list[ModelSpec], args: Any, graph_kwargs: dict[str
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     os.environ.update(row.env)  # before the pipeline's worker starts: it inherits them
+    route_worker_profile(row.name)  # LIGHTNING_ZEROCOPY_WORKER_PROFILE's traces into a folder of the row's name
     results = []
     for model in models:
         base = {"row": row.name, "model": model.name, "kind": row.kind, "doc": row.doc}

@@ -9,7 +9,13 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from benchmarks.common.step_profile import TRAINER_PROFILE_ENV, StepProfile, step_profile_callbacks
+from benchmarks.common.step_profile import (
+    TRAINER_PROFILE_ENV,
+    StepProfile,
+    route_worker_profile,
+    step_profile_callbacks,
+)
+from lightning_zerocopy.pipeline.worker_profile import PROFILE_ENV
 
 
 class _Labelled(pl.LightningModule):
@@ -51,3 +57,22 @@ def test_unset_no_callback_and_a_bad_value_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv(TRAINER_PROFILE_ENV, f"{tmp_path}:1:0")
     with pytest.raises(ValueError, match=f"{TRAINER_PROFILE_ENV}=.*<dir>"):
         step_profile_callbacks("row")
+
+
+def test_a_rows_worker_traces_go_into_a_folder_of_its_name(tmp_path, monkeypatch):
+    monkeypatch.setenv(PROFILE_ENV, f"{tmp_path}:300:40")
+    route_worker_profile("zc_gpu_mps_depth3")
+    assert os.environ[PROFILE_ENV] == f"{tmp_path / 'zc_gpu_mps_depth3'}:300:40"  # the worker's transport makes it
+    monkeypatch.delenv(PROFILE_ENV)
+    route_worker_profile("zc_gpu_mps")
+    assert PROFILE_ENV not in os.environ
+
+
+@pytest.mark.parametrize("env", [TRAINER_PROFILE_ENV, PROFILE_ENV])
+def test_the_benchmark_names_a_bad_profile_variable_before_any_row(env, tmp_path, monkeypatch, capsys):
+    from benchmarks.end_to_end.__main__ import parse_args
+
+    monkeypatch.setenv(env, f"{tmp_path}:x")
+    with pytest.raises(SystemExit):
+        parse_args(["--configs", "model_only"])
+    assert f"{env}=" in capsys.readouterr().err
