@@ -121,9 +121,6 @@ _ROW_LIST: list[Row] = [
     Row("zc_gpu_mps_depth3", "ours", "as zc_gpu_mps, three slots a loader (depth 3) where ping-pong has two: a slot "
         "freed once the GPU has run its step has one more step to be refilled before the trainer asks for it",
         ZC_GPU_DATA, pipeline={**MPS_PIPELINE, "depth": 3}),
-    Row("zc_gpu_mps_trainer_cast", "ours", "as zc_gpu_mps, x left in the host table's dtype in the slot and cast "
-        "to float32 by the trainer's view (LIGHTNING_ZEROCOPY_CAST_X_IN_TRAINER=1), where by default the worker casts",
-        ZC_GPU_DATA, pipeline=MPS_PIPELINE, env={"LIGHTNING_ZEROCOPY_CAST_X_IN_TRAINER": "1"}),
     Row("zc_gpu_hot", "ours", "GPU sampler, zero-copy gather, --cache-fraction of rows cached on the GPU (hot_rows)",
         {"sampler_placement": "gpu", "gather": "zerocopy", "hot_fraction": "cache_fraction"}),  # fmt: skip
     Row("zc_gpu_hot_mps", "ours", "as zc_gpu_hot, PipelineCallback worker + MPS",

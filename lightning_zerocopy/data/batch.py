@@ -400,7 +400,6 @@ class BatchBuilder:
         out: Optional[Mapping[str, torch.Tensor]] = None,
         *,
         marks: Optional[StageMarks] = None,
-        cast_x: bool = True,
     ) -> Union[Data, HeteroData]:
         """Second stage of :meth:`build_batch`: gather the features, labels (and edge features) of a sample.
 
@@ -409,7 +408,6 @@ class BatchBuilder:
             out: preallocated buffers, as in :meth:`build_batch` (``out["x"]`` of the dtype ``x_dtype`` gives).
             marks: told when the feature rows are gathered (``marks.mark("gather", nbytes)``, on the current
                 stream), for a caller that splits the build's time into stages (the pipeline producer).
-            cast_x: ``False`` leaves ``x`` in the host table's dtype (a reader casts it to ``x_dtype``: the pipeline's).
 
         Raises:
             ValueError: ``out`` buffers for a typed batch (see the module docstring).
@@ -419,7 +417,7 @@ class BatchBuilder:
         if not self.is_open:
             self.open()
         assert self._host is not None
-        x_dtype = None if self.x_dtype is None or not cast_x else feature_dtype_of(self.x_dtype)
+        x_dtype = None if self.x_dtype is None else feature_dtype_of(self.x_dtype)
         gpu = self._gpu if self.on_gpu else None  # None: a host batch
         with nullcontext() if gpu is None else torch.cuda.device(gpu.device):
             data = assemble(self._host, gpu, sampled, out or {}, x_dtype, marks)

@@ -72,8 +72,8 @@ from lightning_zerocopy.pipeline.host_waits import wait_event
 from lightning_zerocopy.pipeline.hybrid_ahead import HybridAhead
 from lightning_zerocopy.pipeline.lookahead import Lookahead
 from lightning_zerocopy.sampling.hybrid import Dispatch
-from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch, x_view_dtypes
-from lightning_zerocopy.pipeline.source import defer_x_cast, field_levels, takes_marks, two_stage
+from lightning_zerocopy.pipeline.slots import SlotLayout, write_batch
+from lightning_zerocopy.pipeline.source import field_levels, takes_marks, two_stage
 from lightning_zerocopy.pipeline.stage_times import SampleTime, StageClock, h2d_bandwidth_or_none, x_bytes
 from lightning_zerocopy.pipeline.worker_profile import WorkerProfile, profile_spec
 
@@ -95,7 +95,6 @@ class _Stage:
     dispatch: Optional[Dispatch] = None  # where the batch being produced was sampled (hybrid only)
     clock: Optional[StageClock] = None  # the stage boundaries of the batch being produced (events reused)
     marks: Optional[bool] = None  # whether the source's gather_batch takes the clock as `marks` (decided once)
-    x_view_dtype: Optional[torch.dtype] = None  # what the reader's view casts x to (the source deferred its cast)
 
     def has_work(self) -> bool:
         if self.gen is None or self.waiting or self.next_step >= self.stop:
@@ -248,7 +247,6 @@ class Producer:
                 stage.hybrid = stage.marks = None  # decided again for the new source
                 if hasattr(stage.source, "open"):
                     stage.source.open(self._scope)  # map the shared host memory now, while its names still exist
-                stage.x_view_dtype = defer_x_cast(stage.source)  # None unless ..._CAST_X_IN_TRAINER=1
             except Exception:  # noqa: BLE001 - reported to the trainer, which raises it
                 self._send(("error", msg[1], None, traceback.format_exc()))
             else:
@@ -317,8 +315,7 @@ class Producer:
             out = None if slot is None else st.buffers[slot]
             data, build_s, sample = self._build(name, st, step, out, clock)
             if st.layout is None:
-                casts = x_view_dtypes(data, st.x_view_dtype)
-                st.layout = SlotLayout.from_batch(data, field_levels(st.source), casts)
+                st.layout = SlotLayout.from_batch(data, field_levels(st.source))
                 sizes = st.layout.sizes(data)
                 st.pending, st.waiting = (st.gen, step, data, sizes, build_s, sample), True
                 self._send(("layout", name, st.gen, st.layout, sizes))

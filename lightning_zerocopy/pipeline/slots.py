@@ -123,8 +123,6 @@ class FieldSpec:
     var_dim: int
     axis: str
     scalar: bool = False
-    #: the dtype a reader's view casts the field to (``None``: as stored); the writer stores it in ``dtype``
-    view_dtype: Optional[torch.dtype] = None
 
     def alloc_shape(self, capacity: int) -> tuple[int, ...]:
         shape = list(self.shape)
@@ -181,11 +179,7 @@ class SlotLayout:
     fields: tuple[FieldSpec, ...]
 
     @staticmethod
-    def from_batch(
-        data: Data,
-        levels: Optional[Mapping[str, tuple[str, int]]] = None,
-        view_dtypes: Optional[Mapping[str, torch.dtype]] = None,
-    ) -> "SlotLayout":
+    def from_batch(data: Data, levels: Optional[Mapping[str, tuple[str, int]]] = None) -> "SlotLayout":
         """Infer the layout from one real batch.
 
         Known PyG names decide a field's axis (``x``/``y``/``n_id`` follow the nodes, ``e_id``/``edge_attr``
@@ -196,7 +190,6 @@ class SlotLayout:
         dimension matches, else their own length. A flattened heterogeneous batch's fields
         (:func:`flatten_hetero`) each follow their own length. Scalars and lists
         (``batch_size``, list-valued counters) are not stored in slots: they travel with each batch's sizes.
-        ``view_dtypes`` names the fields a reader's view casts (:attr:`FieldSpec.view_dtype`).
         """
         axes = batch_axes(data)
         fields: list[FieldSpec] = []
@@ -233,8 +226,7 @@ class SlotLayout:
                 axis = name
             shape = list(value.shape)
             shape[var_dim] = 0
-            cast = (view_dtypes or {}).get(name)
-            fields.append(FieldSpec(name, value.dtype, tuple(shape), var_dim, axis, view_dtype=cast))
+            fields.append(FieldSpec(name, value.dtype, tuple(shape), var_dim, axis))
         return SlotLayout(tuple(fields))
 
     @property
@@ -382,21 +374,10 @@ def view_batch(
     data = Data()
     for f in layout.fields:
         value = f.view(buffers[f.name], sizes[f.axis])
-        if f.view_dtype is not None:
-            value = value.to(f.view_dtype)  # a new tensor on the reader's stream (the slot keeps the stored dtype)
         data[f.name] = value[0] if f.scalar else value
     for key, value in scalars.items():
         data[key] = value
     return data
-
-
-def x_view_dtypes(data: Data, dtype: Optional[torch.dtype]) -> dict[str, torch.dtype]:
-    """``{name: dtype}`` for the feature fields of ``data`` (``x``; a flattened typed batch's ``n<i>/x``) not stored in
-    ``dtype``: what a layout's reader casts when the writer deferred the cast (``dtype`` ``None``: nothing)."""
-    if dtype is None:
-        return {}
-    names = [name for name, _ in _tensor_items(data) if name == "x" or name.endswith(f"{_SEP}x")]
-    return {name: dtype for name in names if isinstance(data[name], torch.Tensor) and data[name].dtype != dtype}
 
 
 def write_batch(

@@ -9,7 +9,6 @@ what it contains.
 from __future__ import annotations
 
 import inspect
-import os
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, runtime_checkable
 
 import torch
@@ -68,26 +67,6 @@ def field_levels(source: Any) -> dict[str, tuple[str, int]]:
     return dict(fn()) if callable(fn) else {}
 
 
-#: ``1``: a GPU builder leaves ``x`` in the host table's dtype and the trainer's view of the slot casts it
-#: (:func:`defer_x_cast`; the e2e row ``zc_gpu_mps_trainer_cast``); by default the worker casts, as a builder outside
-#: the pipeline does.
-CAST_X_IN_TRAINER_ENV = "LIGHTNING_ZEROCOPY_CAST_X_IN_TRAINER"
-
-
-def defer_x_cast(source: Any) -> Optional[torch.dtype]:
-    """Let the batches' reader cast ``x``, if :data:`CAST_X_IN_TRAINER_ENV` asks and the source can
-    (``defer_x_cast()``): the dtype the reader's view casts the ``x`` fields to, or ``None`` (the source casts).
-
-    Off by default: heavy on one H200 it won one block and lost three, light and typed tied
-    (``docs/gpu_checks/h200-2026-11-30d``). It shortens the worker's build and halves the slot's ``x`` bytes; the
-    cast of bf16 or fp16 to float32 is exact, so the batch is the same bit for bit either way.
-    """
-    fn = getattr(source, "defer_x_cast", None)
-    if not callable(fn) or os.environ.get(CAST_X_IN_TRAINER_ENV, "").strip() in ("", "0"):
-        return None
-    return fn()
-
-
 def capacity_hint(source: Any) -> Optional[dict[str, int]]:
     """The source's upper bound on batch sizes per axis, if it offers one (``capacity_hint()``)."""
     fn = getattr(source, "capacity_hint", None)
@@ -119,7 +98,6 @@ class PlanSource:
         self.builder = builder
         self.out_fields = tuple(getattr(builder, "slot_fields", ("x", "y")) if out_fields is None else out_fields)
         self.place_on_open = bool(place_on_open)
-        self.cast_x = True  # False: gather_batch leaves x in the host table's dtype (defer_x_cast)
 
     def open(self, scope: Optional["ResourceScope"] = None) -> None:
         """Open the builder in this process with the resources ``scope`` owns for its host memory and device
@@ -161,18 +139,6 @@ class PlanSource:
             return {}
         return {key.name: (key.level, attribute.dim) for key, attribute in handles.attributes}
 
-    def defer_x_cast(self) -> Optional[torch.dtype]:
-        """From now on :meth:`gather_batch` leaves ``x`` in the host table's dtype; returns the dtype the builder would
-        have cast it to (see the function :func:`defer_x_cast`). ``None``, and nothing changes, for a builder that
-        builds in host memory (it casts on the CPU) or has no ``x_dtype``."""
-        x_dtype = getattr(self.builder, "x_dtype", None)
-        if x_dtype is None or not getattr(self.builder, "on_gpu", False):
-            return None
-        from lightning_zerocopy.gather.host_table import feature_dtype_of
-
-        self.cast_x = False
-        return feature_dtype_of(x_dtype)
-
     def build_batch(self, item: Any, out: Optional[Mapping[str, torch.Tensor]] = None) -> Data:
         """``builder.build_batch(item, out)``: :meth:`gather_batch` of :meth:`sample_batch`."""
         return self.gather_batch(self.sample_batch(item), out)
@@ -209,8 +175,6 @@ class PlanSource:
         for the slots; the trainer's side rebuilds it.
         """
         extra = {"marks": marks} if marks is not None and self._builder_takes_marks() else {}
-        if not self.cast_x:
-            extra["cast_x"] = False
         if out is None or not self.out_fields:
             data = self.builder.gather_batch(sampled, **extra)
             return flatten_hetero(data) if isinstance(data, HeteroData) else data

@@ -12,8 +12,7 @@ The producer splits each batch it builds into four stages:
   the host table's dtype, so ``gather_bytes / gather_s`` is the gather's rate and ``gather_bytes`` over the PCIe
   bandwidth (:func:`~lightning_zerocopy.data.stage_bounds.h2d_bandwidth`) its bound;
 * ``assemble``: the rest of the batch: labels, the id maps, edge features, the cast of ``x`` to the builder's
-  ``x_dtype`` (where the source casts: a pipeline's GPU builder leaves it to the trainer's view), and the copies of
-  the fields the builder did not write into the slot (``write_batch``);
+  ``x_dtype``, and the copies of the fields the builder did not write into the slot (``write_batch``);
 * ``handover``: host time from the return of the producer's stream synchronization to its ``ready`` message sent
   (the synchronization itself returns when the work above is done: that wait is the GPU time of the stages above,
   not counted twice). The write of a message into the channel is timed once it returned, so it is counted in the

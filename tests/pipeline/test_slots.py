@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.pipeline_fakes import FakeSource
-from torch_geometric.data import Data, HeteroData
+from torch_geometric.data import Data
 
 from lightning_zerocopy.pipeline.slots import (
     EDGES,
@@ -210,35 +210,3 @@ def test_a_batch_held_in_a_larger_slot_is_contiguous_as_pygs_loaders_give_it():
     assert torch.equal(out.edge_index.view(-1), small.edge_index.reshape(-1))
     field = next(f for f in layout.fields if f.name == "edge_index")
     assert field.capacity(ring.slots[0]["edge_index"]) == grown[EDGES]
-
-
-def test_a_field_with_a_view_dtype_is_stored_as_written_and_read_cast():
-    from lightning_zerocopy.pipeline.slots import SlotLayout, view_batch, write_batch, x_view_dtypes
-
-    data = Data(x=torch.randn(5, 3).to(torch.bfloat16), n_id=torch.arange(5), edge_index=torch.zeros(2, 4, dtype=torch.long))
-    casts = x_view_dtypes(data, torch.float32)
-    assert casts == {"x": torch.float32}
-    layout = SlotLayout.from_batch(data, view_dtypes=casts)
-    (x_field,) = [f for f in layout.fields if f.name == "x"]
-    assert x_field.dtype == torch.bfloat16 and x_field.view_dtype == torch.float32
-    sizes = layout.sizes(data)
-    buffers = {f.name: f.buffer(max(sizes[f.axis], 1), torch.device("cpu")) for f in layout.fields}
-    write_batch(layout, buffers, data, sizes)
-    assert buffers["x"].dtype == torch.bfloat16
-    batch = view_batch(layout, buffers, sizes, {})
-    assert batch.x.dtype == torch.float32 and torch.equal(batch.x, data.x.float())
-    assert torch.equal(batch.n_id, data.n_id)
-
-
-def test_only_feature_fields_not_already_in_the_dtype_are_cast():
-    from lightning_zerocopy.pipeline.slots import flatten_hetero, x_view_dtypes
-
-    typed = HeteroData()
-    typed["paper"].x = torch.randn(3, 2).to(torch.float16)
-    typed["author"].x = torch.randn(2, 2)
-    typed["paper"].n_id = torch.arange(3)
-    typed["paper", "cites", "paper"].edge_index = torch.zeros(2, 1, dtype=torch.long)
-    flat = flatten_hetero(typed)
-    assert x_view_dtypes(flat, torch.float32) == {"n0/x": torch.float32}
-    assert x_view_dtypes(flat, None) == {}
-    assert x_view_dtypes(Data(x=torch.randn(2, 2)), torch.float32) == {}

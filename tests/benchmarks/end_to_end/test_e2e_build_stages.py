@@ -140,18 +140,6 @@ def test_a_rows_environment_is_set_in_its_process_before_its_worker_starts(monke
     assert run_row(ROWS["zc_gpu_mps_spin"], [], SimpleNamespace(threads=0), {}) == [] and spin_waits()
 
 
-def test_the_trainer_cast_row_sets_its_variable_in_its_process(monkeypatch):
-    """``zc_gpu_mps_trainer_cast``: the row's process carries LIGHTNING_ZEROCOPY_CAST_X_IN_TRAINER for its worker."""
-
-    from benchmarks.end_to_end.train import run_row
-    from lightning_zerocopy.pipeline.source import CAST_X_IN_TRAINER_ENV
-
-    monkeypatch.setenv(CAST_X_IN_TRAINER_ENV, "")  # restored after the test
-    assert run_row(ROWS["zc_gpu_mps"], [], SimpleNamespace(threads=0), {}) == [] and os.environ[CAST_X_IN_TRAINER_ENV] == ""
-    assert run_row(ROWS["zc_gpu_mps_trainer_cast"], [], SimpleNamespace(threads=0), {}) == []
-    assert os.environ[CAST_X_IN_TRAINER_ENV] == "1"
-
-
 def test_the_depth_row_gives_its_pipeline_three_slots():
     from benchmarks.end_to_end.train import pipeline_options
 
