@@ -166,7 +166,10 @@ export GPU_CHECK_EXTRA_STAGE_WORKER_PROFILE="for m in heavy typed; do d=\$OUT/pr
 # (stages cast, heavy_cache, light_cast and typed_cast ran in calls 61 and 64-67, 2026-11-30,
 # docs/gpu_checks/h200-2026-11-30c and -30d: the trainer-side cast did not hold up, and heavy with the whole bf16 table
 # cached on the GPU was still 0.72x model-only, its step p50 7.34 ms against 5.19 alone)
-# stage heavy_step (issue 40, one GPU, ~7 min estimated, not yet run): what lengthens the heavy step beside the
+# stage heavy_step (issue 40, one GPU, 387 s in call 68, 2026-11-30, docs/gpu_checks/h200-2026-11-30e: the trainer's
+# kernels 3.45 ms a step alone, 3.76 as an MPS client, 4.06 beside the worker; its rates were ~60 steps/s in every row,
+# the profiles' files then written inside the timed steps (moved to the run's end since; whether the profiler costs
+# more after its window is not measured): take rates from unprofiled runs): what lengthens the heavy step beside the
 # worker once no row crosses PCIe. Heavy, one block: model_only, model_only_mps (the trainer an MPS client, no worker),
 # zerocopy_ddp_mps (the whole table cached), zc_gpu_mps and zc_gpu_mps_depth3 (three slots), every row's trainer
 # profiled over steps 300-339 (LIGHTNING_ZEROCOPY_TRAINER_PROFILE) and its worker over the same window (in a folder
@@ -174,12 +177,13 @@ export GPU_CHECK_EXTRA_STAGE_WORKER_PROFILE="for m in heavy typed; do d=\$OUT/pr
 # --against; the profiled steps slow each row a little, so take rates from unprofiled runs); only the summaries
 # come back:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,heavy_step bash scripts/gpu_session.sh                # .wheels/
-export GPU_CHECK_EXTRA_STAGE_HEAVY_STEP="d=\$OUT/heavy_step; LIGHTNING_ZEROCOPY_TRAINER_PROFILE=\$d/prof:300:40 LIGHTNING_ZEROCOPY_WORKER_PROFILE=\$d/prof:300:40 timeout -s TERM 440 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 420 --row-timeout-s 100 --repeats 1 --cache-budget 20% --configs model_only,model_only_mps,zerocopy_ddp_mps,zc_gpu_mps,zc_gpu_mps_depth3 --out \$d; base=\$(ls \$d/prof/trainer_model_only-heavy_trace_*.json | head -1); for t in \$d/prof/*_trace_*.json \$d/prof/*/*_trace_*.json; do [ -f \$t ] || continue; n=\$(echo \${t#\$d/prof/} | tr / _); n=\${n%.json}; python3 scripts/diagnostics/worker_trace_summary.py \$t --top 12 > \$d/summary_\$n.txt 2>&1; case \$n in trainer_*) [ -n \"\$base\" ] && python3 scripts/diagnostics/worker_trace_summary.py \$t --against \$base --top 15 > \$d/against_model_only_\$n.txt 2>&1;; esac; done; rm -rf \$d/prof \$d/logs/*/hparams.yaml \$d/*.png; cat \$d/against_model_only_*.txt | head -150"
-# stage mag_deep (issue 40's last table, one GPU, after hetero_prep; ~6 min estimated, not yet run): the user's shape on
+export GPU_CHECK_EXTRA_STAGE_HEAVY_STEP="d=\$OUT/heavy_step; LIGHTNING_ZEROCOPY_TRAINER_PROFILE=\$d/prof:300:40 LIGHTNING_ZEROCOPY_WORKER_PROFILE=\$d/prof:300:40 timeout -s TERM 440 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 420 --row-timeout-s 100 --repeats 1 --cache-budget 20% --configs model_only,model_only_mps,zerocopy_ddp_mps,zc_gpu_mps,zc_gpu_mps_depth3 --out \$d; base=\$(ls \$d/prof/trainer_model_only-heavy_trace_*.json | head -1); for t in \$d/prof/*_trace_*.json \$d/prof/*/*_trace_*.json; do [ -f \$t ] || continue; n=\$(echo \${t#\$d/prof/} | tr / _); n=\${n%.json}; python3 scripts/diagnostics/worker_trace_summary.py \$t --top 12 > \$d/summary_\$n.txt 2>&1; case \$n in trainer_*) [ -n \"\$base\" ] && python3 scripts/diagnostics/worker_trace_summary.py \$t --against \$base --top 15 > \$d/against_model_only_\$n.txt 2>&1;; esac; done; rm -rf \$d/prof \$d/logs/*/hparams.yaml \$d/*.png; cat \$d/against_model_only_*.txt | head -150; tar czf \$OUT/heavy_step.tgz -C \$OUT heavy_step && rm -rf \$d"
+# stage mag_deep (issue 40's last table, one GPU, after hetero_prep; ~6 min estimated, not yet run; its model_only row
+# needs more than 110 s, call 70 cut it there): the user's shape on
 # mag10x, 3 layers [15,10,5], hidden 256, model_only and zc_gpu_mps (bf16 paper features) in one run, so the ratio is
 # a same-run one (the earlier 0.94x took its model-only row from another machine start):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,mag_deep bash scripts/gpu_session.sh      # .wheels/
-export GPU_CHECK_EXTRA_STAGE_MAG_DEEP="timeout -s TERM 360 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors 15,10,5 --hidden 256 --configs model_only,zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 40 --row-timeout-s 170 --out \$OUT/mag_deep"
+export GPU_CHECK_EXTRA_STAGE_MAG_DEEP="timeout -s TERM 360 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors 15,10,5 --hidden 256 --configs model_only,zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 40 --row-timeout-s 170 --out /tmp/mag_deep; rm -rf /tmp/mag_deep/logs/*/hparams.yaml /tmp/mag_deep/*.png; cat /tmp/mag_deep/report.md; tar czf \$OUT/mag_deep.tgz -C /tmp mag_deep"
 # stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
 # 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
 # fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in

@@ -37,12 +37,15 @@ def test_a_bad_profile_value_is_named_in_the_trainer_before_a_worker_starts(suff
     assert started == []
 
 
-def test_only_the_window_is_profiled_and_written_once(tmp_path):
+def test_only_the_window_is_profiled_and_written_once_at_close(tmp_path):
     profile = WorkerProfile(ProfileSpec(str(tmp_path), skip=2, batches=3))
     for i in range(10):
         profile.before_batch()
         with torch.profiler.record_function(f"batch_{i}"):
             torch.ones(64, 64).sum()
+    assert os.listdir(tmp_path) == []  # not while batches run: the export's seconds would land in timed steps
+    profile.close()
+    profile.close()
     names = {e.get("name") for e in json.load(open(next(tmp_path.glob("worker_trace_*.json"))))["traceEvents"]}
     assert {"batch_2", "batch_3", "batch_4"} <= names and not names & {"batch_0", "batch_1", "batch_5", "batch_9"}
     assert sorted(os.listdir(tmp_path)) == sorted([f"worker_trace_{os.getpid()}.json", f"worker_ops_{os.getpid()}.txt"])
