@@ -184,6 +184,12 @@ export GPU_CHECK_EXTRA_STAGE_HEAVY_STEP="d=\$OUT/heavy_step; LIGHTNING_ZEROCOPY_
 # a same-run one (the earlier 0.94x took its model-only row from another machine start):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,mag_deep bash scripts/gpu_session.sh      # .wheels/
 export GPU_CHECK_EXTRA_STAGE_MAG_DEEP="timeout -s TERM 360 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors 15,10,5 --hidden 256 --configs model_only,zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 40 --row-timeout-s 170 --out /tmp/mag_deep; rm -rf /tmp/mag_deep/logs/*/hparams.yaml /tmp/mag_deep/*.png; cat /tmp/mag_deep/report.md; tar czf \$OUT/mag_deep.tgz -C /tmp mag_deep"
+# stage gemm_choice (issue 40, one GPU, ~3 min estimated, not yet run): call 68 found the heavy trainer, an MPS client
+# at 90 %, running one weight-gradient GEMM with a kernel twice as slow as on the whole GPU (0.18 ms a step). The heavy
+# step alone (scripts/diagnostics/mps_share_step_gemms.py: its time, its GEMM kernels) under each BLAS setting, on the
+# whole GPU, as a client at 90 % and as an unlimited client (trainer 100 %); one JSON line each:
+#   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,gemm_choice bash scripts/gpu_session.sh                 # .wheels/
+export GPU_CHECK_EXTRA_STAGE_GEMM_CHOICE="g=scripts/diagnostics/mps_share_step_gemms.py; for b in default cublas cublaslt tunableop; do timeout 90 python3 \$g --blas \$b --tag whole; timeout 120 python3 -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent 10 -- python3 \$g --blas \$b --tag share90; done > \$OUT/gemm_choice.jsonl 2> \$OUT/gemm_choice.err; timeout 120 python3 -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent 10 --trainer-sm-percent 100 -- python3 \$g --tag share100 >> \$OUT/gemm_choice.jsonl 2>> \$OUT/gemm_choice.err; cat \$OUT/gemm_choice.jsonl; tail -5 \$OUT/gemm_choice.err"
 # stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
 # 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
 # fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in
