@@ -130,11 +130,11 @@ if want tests; then
   [ $rc -ne 0 ] && overall=1
 fi
 
-# Extra stages (e.g. tests that must run one at a time, a benchmark appended later), right after the tests:
-# GPU_CHECK_EXTRA_STAGE_<NAME>="command".
-for var in $(compgen -e | grep '^GPU_CHECK_EXTRA_STAGE_' || true); do
-  name="$(echo "${var#GPU_CHECK_EXTRA_STAGE_}" | tr 'A-Z' 'a-z')"
-  want "$name" || continue
+# Extra stages (e.g. tests that must run one at a time, a benchmark appended later), right after the tests, in the
+# order GPU_CHECK_STAGES lists them (hetero_prep before hetero): GPU_CHECK_EXTRA_STAGE_<NAME>="command".
+for name in $(echo "$stages" | tr ',' ' '); do
+  var="GPU_CHECK_EXTRA_STAGE_$(echo "$name" | tr 'a-z' 'A-Z')"
+  [ -n "${!var+set}" ] || continue
   start=$SECONDS
   echo "== $name"
   bash -c "${!var}" >"$OUT/$name.log" 2>&1
