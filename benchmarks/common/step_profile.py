@@ -29,13 +29,13 @@ class StepProfile(Callback):
     files' names."""
 
     def __init__(self, spec: ProfileSpec, name: str) -> None:
-        self._profile = WorkerProfile(spec, prefix=f"trainer_{name}")
+        self._profile = WorkerProfile(spec, prefix=f"trainer_{name}", write_at_close=True)  # outside the timed steps
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self._profile.before_batch()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        self._profile.close()  # a run shorter than the window still writes what it profiled
+        self._profile.close()  # writes the files (also of a run shorter than the window)
 
 
 def step_profile_callbacks(name: str) -> list[Callback]:

@@ -63,12 +63,12 @@ def profile_spec(env: str = PROFILE_ENV) -> Optional[ProfileSpec]:
 class WorkerProfile:
     """Counts the producer's batches and runs the profiler over the window :func:`profile_spec` asks for (the
     profiler records the whole process's GPU work: the sampling thread's too); ``prefix`` starts the files' names.
-    The files are written by :meth:`close`, not when the window ends: exporting a trace of thousands of kernels
-    takes seconds (the operators' table of a 57k-event CPU profile: 2.6 s), which a benchmark's timed steps would
-    otherwise count."""
+    The files are written when the window ends, or with ``write_at_close`` by :meth:`close`: writing takes seconds
+    (the operators' table of a 57k-event CPU profile: 2.6 s), which a trainer's timed steps would count; a worker
+    writes at once, as the trainer gives it only seconds to exit."""
 
-    def __init__(self, spec: Optional[ProfileSpec], prefix: str = "worker") -> None:
-        self._spec, self._prefix = spec, prefix
+    def __init__(self, spec: Optional[ProfileSpec], prefix: str = "worker", write_at_close: bool = False) -> None:
+        self._spec, self._prefix, self._write_at_close = spec, prefix, write_at_close
         self._seen = 0
         self._profiler: Optional[Any] = None
         self._stopped = False
@@ -85,12 +85,15 @@ class WorkerProfile:
             self._profiler = tp.profile(activities=[tp.ProfilerActivity.CPU, tp.ProfilerActivity.CUDA])
             self._profiler.start()
         elif self._seen == spec.skip + spec.batches and self._profiler is not None:
-            self._profiler.stop()  # the files wait for close(): writing them takes seconds the run would count
-            self._stopped = True
+            if self._write_at_close:
+                self._profiler.stop()
+                self._stopped = True
+            else:
+                self.close()
         self._seen += 1
 
     def close(self) -> None:
-        """Stop a running profile and write its files (once): at the end of the run, outside its timed steps."""
+        """Stop a running profile and write its files (once)."""
         profiler, self._profiler = self._profiler, None
         if profiler is None or self._spec is None:
             return

@@ -37,19 +37,29 @@ def test_a_bad_profile_value_is_named_in_the_trainer_before_a_worker_starts(suff
     assert started == []
 
 
-def test_only_the_window_is_profiled_and_written_once_at_close(tmp_path):
+def test_only_the_window_is_profiled_and_written_once(tmp_path):
     profile = WorkerProfile(ProfileSpec(str(tmp_path), skip=2, batches=3))
     for i in range(10):
         profile.before_batch()
         with torch.profiler.record_function(f"batch_{i}"):
             torch.ones(64, 64).sum()
-    assert os.listdir(tmp_path) == []  # not while batches run: the export's seconds would land in timed steps
-    profile.close()
-    profile.close()
     names = {e.get("name") for e in json.load(open(next(tmp_path.glob("worker_trace_*.json"))))["traceEvents"]}
     assert {"batch_2", "batch_3", "batch_4"} <= names and not names & {"batch_0", "batch_1", "batch_5", "batch_9"}
     assert sorted(os.listdir(tmp_path)) == sorted([f"worker_trace_{os.getpid()}.json", f"worker_ops_{os.getpid()}.txt"])
 
+
+
+def test_with_write_at_close_the_window_is_written_only_when_closed(tmp_path):
+    profile = WorkerProfile(ProfileSpec(str(tmp_path), skip=1, batches=2), write_at_close=True)
+    for i in range(6):
+        profile.before_batch()
+        with torch.profiler.record_function(f"batch_{i}"):
+            torch.ones(64, 64).sum()
+    assert os.listdir(tmp_path) == []  # a trainer's timed steps would count the seconds writing takes
+    profile.close()
+    profile.close()
+    names = {e.get("name") for e in json.load(open(next(tmp_path.glob("worker_trace_*.json"))))["traceEvents"]}
+    assert {"batch_1", "batch_2"} <= names and not names & {"batch_0", "batch_3", "batch_5"}
 
 
 def test_the_trace_summary_gives_each_streams_kernels_their_waits_and_each_threads_calls():

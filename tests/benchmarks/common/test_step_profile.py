@@ -40,9 +40,17 @@ def test_only_the_window_of_steps_is_profiled_under_the_rows_name(tmp_path, monk
     monkeypatch.setenv(TRAINER_PROFILE_ENV, f"{tmp_path}:2:3")
     callbacks = step_profile_callbacks("zc_gpu_mps-heavy")
     assert [type(c) for c in callbacks] == [StepProfile]
+    during_training = []
+
+    class _Look(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            during_training.extend(os.listdir(tmp_path))
+
     trainer = pl.Trainer(max_steps=8, accelerator="cpu", logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)  # fmt: skip
+                         enable_progress_bar=False, enable_model_summary=False,
+                         callbacks=[*callbacks, _Look()])  # fmt: skip
     trainer.fit(_Labelled())
+    assert during_training == []  # written after training, not inside the timed steps
     pid = os.getpid()
     assert sorted(os.listdir(tmp_path)) == [f"trainer_zc_gpu_mps-heavy_ops_{pid}.txt",
                                             f"trainer_zc_gpu_mps-heavy_trace_{pid}.json"]  # fmt: skip
