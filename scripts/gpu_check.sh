@@ -237,4 +237,11 @@ for name in step e2e link; do [ -f "$OUT/$name.tgz" ] && rm -f "$OUT/$name.json"
 rm -f "$OUT/stages.tsv"  # merged into gpu_results.json (keeps $OUT within the 8 files that come back)
 # The device tool returns at most 8 files: junit.xml (summarised in gpu_results.json) goes first if needed.
 [ "$(ls -1 "$OUT" | wc -l)" -gt 8 ] && rm -f "$OUT/junit.xml"
+# Still more than 8 files anywhere below $OUT (a stage that wrote a folder): pack all but gpu_results.json and the
+# caller's session.log into out.tgz, so none is lost (call 68, 2026-11-30, lost 13 summaries that way).
+if [ "$(find "$OUT" -type f | wc -l)" -gt 8 ]; then
+  (cd "$OUT" && find . -type f ! -name gpu_results.json ! -name session.log ! -name out.tgz -print0 |
+     tar czf out.tgz --null -T - --remove-files && find . -mindepth 1 -type d -empty -delete)
+  echo "packed the files of \$OUT into out.tgz (a call returns 8 files)"
+fi
 exit $overall
