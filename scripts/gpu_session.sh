@@ -166,11 +166,10 @@ export GPU_CHECK_EXTRA_STAGE_WORKER_PROFILE="for m in heavy typed; do d=\$OUT/pr
 # (stages cast, heavy_cache, light_cast and typed_cast ran in calls 61 and 64-67, 2026-11-30,
 # docs/gpu_checks/h200-2026-11-30c and -30d: the trainer-side cast did not hold up, and heavy with the whole bf16 table
 # cached on the GPU was still 0.72x model-only, its step p50 7.34 ms against 5.19 alone)
-# stage heavy_step (issue 40, one GPU, 387 s in call 68, 2026-11-30, docs/gpu_checks/h200-2026-11-30e: the trainer's
-# kernels 3.45 ms a step alone, 3.76 as an MPS client, 4.06 beside the worker; its rates were ~60 steps/s in every row,
-# the profiles' files then written inside the timed steps (the trainer's now at the run's end, the worker's still at its window's end; whether the profiler costs
-# more after its window is not measured): take rates from unprofiled runs): what lengthens the heavy step beside the
-# worker once no row crosses PCIe. Heavy, one block: model_only, model_only_mps (the trainer an MPS client, no worker),
+# stage heavy_step (issue 40, one GPU, 387 s in call 68, 2026-11-30, docs/gpu_checks/h200-2026-11-30e): what
+# lengthens the heavy step beside the worker once no row crosses PCIe. Call 68: the trainer's kernels 3.45 ms a step
+# alone, 3.76 as an MPS client, 4.05 beside the worker; every row ran at ~60 steps/s, the profiles' files then written
+# inside the timed steps (the trainer's now after training, the worker's still when its window ends). Heavy, one block: model_only, model_only_mps (the trainer an MPS client, no worker),
 # zerocopy_ddp_mps (the whole table cached), zc_gpu_mps and zc_gpu_mps_depth3 (three slots), every row's trainer
 # profiled over steps 300-339 (LIGHTNING_ZEROCOPY_TRAINER_PROFILE) and its worker over the same window (in a folder
 # of the row's name); each trainer trace compared kernel by kernel with model_only's (worker_trace_summary.py
