@@ -204,22 +204,22 @@ class BatchList:
         return self.batches[i]
 
 
-def load_test_module(beside: str, name: str) -> Any:
-    """The test module ``<name>.py`` in the folder of the file ``beside`` (a test's ``__file__``), loaded afresh
-    under its own name, so one test file can reuse another's helpers without packages under ``tests/``."""
-    spec = importlib.util.spec_from_file_location(f"_{name}", pathlib.Path(beside).with_name(f"{name}.py"))
+def _load_file(path: pathlib.Path, module_name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_test_module(beside: str, name: str) -> Any:
+    """The test module ``<name>.py`` in the folder of the file ``beside`` (a test's ``__file__``), loaded afresh
+    under its own name, so one test file can reuse another's helpers without packages under ``tests/``."""
+    return _load_file(pathlib.Path(beside).with_name(f"{name}.py"), f"_{name}")
 
 
 def load_diagnostic(name: str) -> Any:
     """``scripts/diagnostics/<name>.py``, loaded as a module (the scripts are not a package)."""
-    path = pathlib.Path(__file__).parents[2] / "scripts" / "diagnostics" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _load_file(pathlib.Path(__file__).parents[2] / "scripts" / "diagnostics" / f"{name}.py", name)
 
 
 #: The start of the warning torch's sync debug mode ("warn") gives for each synchronizing CUDA operation.
