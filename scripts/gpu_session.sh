@@ -78,9 +78,11 @@ export GPU_CHECK_EXTRA_STAGE_BENCH_TESTS="REQUIRE_CUDA=1 timeout ${GPU_CHECK_BEN
 # stage pyg_parity (with .pyg/ carried): the link and heterogeneous drop-in tests against PyG's real loaders (torch-sparse)
 export GPU_CHECK_EXTRA_STAGE_PYG_PARITY="PYTHONPATH=/tmp/pygsite:\$PYTHONPATH REQUIRE_CUDA=1 timeout 240 python3 -m pytest -v -rfEs -p no:cacheprovider tests/test_link_dropin.py tests/test_hetero_dropin.py"
 # stage hetero_prep / hetero: draw and cache the 10x-ogbn-mag graph; heterogeneous rows against PyG's hetero
-# NeighborLoader (2- and 3-layer), in GPU_CHECK_HETERO_ARGS' budget
+# NeighborLoader (2- and 3-layer), in GPU_CHECK_HETERO_ARGS' budget. Ours runs before PyG's row, which is timed at two
+# worker counts and is the one a fanout's limit cuts (call 73: the 3-layer PyG row took most of 280 s, and ours after
+# it was cut); hetero_prep took 58 s on a fresh H200, 12 s warm
 export GPU_CHECK_EXTRA_STAGE_HETERO_PREP="timeout ${GPU_CHECK_HETERO_PREP_TIMEOUT:-300} python3 -m benchmarks.end_to_end.hetero --prepare-only --cache-dir /tmp/lzc"
-export GPU_CHECK_EXTRA_STAGE_HETERO="for layers in \${GPU_CHECK_HETERO_FANOUTS:-10,10 10,10,10}; do timeout ${GPU_CHECK_HETERO_TIMEOUT:-280} python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --pyg-site /tmp/pygsite --num-neighbors \$layers --out /tmp/gpu_check_bench/hetero/layers-\${layers//,/-} ${GPU_CHECK_HETERO_ARGS:---configs model_only,pyg,zc_gpu_mps --row-budget-s 40 --pyg-workers 8,12}; done; tar czf \$OUT/hetero.tgz -C /tmp/gpu_check_bench hetero"
+export GPU_CHECK_EXTRA_STAGE_HETERO="for layers in \${GPU_CHECK_HETERO_FANOUTS:-10,10 10,10,10}; do timeout ${GPU_CHECK_HETERO_TIMEOUT:-280} python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --pyg-site /tmp/pygsite --num-neighbors \$layers --out /tmp/gpu_check_bench/hetero/layers-\${layers//,/-} ${GPU_CHECK_HETERO_ARGS:---configs model_only,zc_gpu_mps,pyg --row-budget-s 40 --pyg-workers 8,12}; done; tar czf \$OUT/hetero.tgz -C /tmp/gpu_check_bench hetero"
 # stage hetero_gemm_rows (issue 40, one GPU, after hetero_prep; ~7 min estimated, not yet run): the typed model runs a
 # linear product per node type and layer, each on a row count of its own every batch, so cuBLAS's per-shape host setup
 # (~0.1 ms a new shape) may weigh more than in the homogeneous step: mag10x [10,10], zc_gpu_mps and model_only without
@@ -177,13 +179,13 @@ export GPU_CHECK_EXTRA_STAGE_WORKER_PROFILE="for m in heavy typed; do d=\$OUT/pr
 # come back (gpu_check.sh packs them into out.tgz):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,heavy_step bash scripts/gpu_session.sh                # .wheels/
 export GPU_CHECK_EXTRA_STAGE_HEAVY_STEP="d=\$OUT/heavy_step; LIGHTNING_ZEROCOPY_TRAINER_PROFILE=\$d/prof:300:40 LIGHTNING_ZEROCOPY_WORKER_PROFILE=\$d/prof:300:40 timeout -s TERM 440 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 420 --row-timeout-s 100 --repeats 1 --cache-budget 20% --configs model_only,model_only_mps,zerocopy_ddp_mps,zc_gpu_mps,zc_gpu_mps_depth3 --out \$d; base=\$(ls \$d/prof/trainer_model_only-heavy_trace_*.json | head -1); for t in \$d/prof/*_trace_*.json \$d/prof/*/*_trace_*.json; do [ -f \$t ] || continue; n=\$(echo \${t#\$d/prof/} | tr / _); n=\${n%.json}; python3 scripts/diagnostics/worker_trace_summary.py \$t --top 12 > \$d/summary_\$n.txt 2>&1; case \$n in trainer_*) [ -n \"\$base\" ] && python3 scripts/diagnostics/worker_trace_summary.py \$t --against \$base --top 15 > \$d/against_model_only_\$n.txt 2>&1;; esac; done; rm -rf \$d/prof \$d/logs/*/hparams.yaml \$d/*.png; cat \$d/against_model_only_*.txt | head -150"
-# stage mag_deep (issue 40's last table, one GPU, after hetero_prep; ~6 min estimated, not yet run; its model_only row
+# stage mag_deep (issue 40's last table, one GPU, after hetero_prep; 261 s in call 75 on an H200; its model_only row
 # needs more than 110 s, call 71 cut it there): the user's shape on
 # mag10x, 3 layers [15,10,5], hidden 256, model_only and zc_gpu_mps (bf16 paper features) in one run, so the ratio is
 # a same-run one (the earlier 0.94x took its model-only row from another machine start):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,mag_deep bash scripts/gpu_session.sh      # .wheels/
 export GPU_CHECK_EXTRA_STAGE_MAG_DEEP="timeout -s TERM 360 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors 15,10,5 --hidden 256 --configs model_only,zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 40 --row-timeout-s 170 --out \$OUT/mag_deep; rm -rf \$OUT/mag_deep/logs/*/hparams.yaml \$OUT/mag_deep/*.png; cat \$OUT/mag_deep/report.md"
-# stage gemm_choice (issue 40, one GPU, ~3 min estimated, not yet run): call 68 found the heavy trainer, an MPS client
+# stage gemm_choice (issue 40, one GPU, 131 s in call 76 on an H200: no setting recovers the kernel at 90 %): call 68 found the heavy trainer, an MPS client
 # at 90 %, running one weight-gradient GEMM with a kernel twice as slow as on the whole GPU (0.18 ms a step). The heavy
 # step alone (scripts/diagnostics/mps_share_step_gemms.py: its time, its GEMM kernels) under each BLAS setting, on the
 # whole GPU, as a client at 90 % and as an unlimited client (trainer 100 %); one JSON line each:
