@@ -185,10 +185,11 @@ export GPU_CHECK_EXTRA_STAGE_HEAVY_STEP="d=\$OUT/heavy_step; LIGHTNING_ZEROCOPY_
 # a same-run one (the earlier 0.94x took its model-only row from another machine start):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,hetero_prep,mag_deep bash scripts/gpu_session.sh      # .wheels/
 export GPU_CHECK_EXTRA_STAGE_MAG_DEEP="timeout -s TERM 360 python3 -m benchmarks.end_to_end.hetero --cache-dir /tmp/lzc --num-neighbors 15,10,5 --hidden 256 --configs model_only,zc_gpu_mps --feature-dtype bfloat16 --row-budget-s 40 --row-timeout-s 170 --out \$OUT/mag_deep; rm -rf \$OUT/mag_deep/logs/*/hparams.yaml \$OUT/mag_deep/*.png; cat \$OUT/mag_deep/report.md"
-# stage gemm_choice (issue 40, one GPU, 131 s in call 76 on an H200: no setting recovers the kernel at 90 %): call 68 found the heavy trainer, an MPS client
-# at 90 %, running one weight-gradient GEMM with a kernel twice as slow as on the whole GPU (0.18 ms a step). The heavy
-# step alone (scripts/diagnostics/mps_share_step_gemms.py: its time, its GEMM kernels) under each BLAS setting, on the
-# whole GPU, as a client at 90 % and as an unlimited client (trainer 100 %); one JSON line each:
+# stage gemm_choice (issue 40, one GPU, 131 s in call 76 on an H200: no setting recovers the kernel at 90 %): call 68
+# found the heavy trainer, an MPS client at 90 %, running one weight-gradient GEMM with a kernel twice as slow as on the
+# whole GPU (0.18 ms a step). The heavy step alone (scripts/diagnostics/mps_share_step_gemms.py: its time, its GEMM
+# kernels) under each BLAS setting, on the whole GPU, as a client at 90 % and as an unlimited client (trainer 100 %);
+# one JSON line each:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,gemm_choice bash scripts/gpu_session.sh                 # .wheels/
 export GPU_CHECK_EXTRA_STAGE_GEMM_CHOICE="g=scripts/diagnostics/mps_share_step_gemms.py; for b in default cublas cublaslt tunableop; do timeout 90 python3 \$g --blas \$b --tag whole; timeout 120 python3 -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent 10 -- python3 \$g --blas \$b --tag share90; done > \$OUT/gemm_choice.jsonl 2> \$OUT/gemm_choice.err; timeout 120 python3 -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent 10 --trainer-sm-percent 100 -- python3 \$g --tag share100 >> \$OUT/gemm_choice.jsonl 2>> \$OUT/gemm_choice.err; cat \$OUT/gemm_choice.jsonl; tail -5 \$OUT/gemm_choice.err"
 # stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
