@@ -168,15 +168,15 @@ export GPU_CHECK_EXTRA_STAGE_WORKER_PROFILE="for m in heavy typed; do d=\$OUT/pr
 # (stages cast, heavy_cache, light_cast and typed_cast ran in calls 61 and 64-67, 2026-11-30,
 # docs/gpu_checks/h200-2026-11-30c and -30d: the trainer-side cast did not hold up, and heavy with the whole bf16 table
 # cached on the GPU was still 0.72x model-only, its step p50 7.34 ms against 5.19 alone)
-# stage heavy_step (issue 40, one GPU, 387 s in call 68, 2026-11-30, docs/gpu_checks/h200-2026-11-30e): what
-# lengthens the heavy step beside the worker once no row crosses PCIe. Call 68: the trainer's kernels 3.45 ms a step
-# alone, 3.76 as an MPS client, 4.05 beside the worker; every row ran at ~60 steps/s, the profiles' files then written
-# inside the timed steps (the trainer's now after training, the worker's still when its window ends). Heavy, one block: model_only, model_only_mps (the trainer an MPS client, no worker),
-# zerocopy_ddp_mps (the whole table cached), zc_gpu_mps and zc_gpu_mps_depth3 (three slots), every row's trainer
-# profiled over steps 300-339 (LIGHTNING_ZEROCOPY_TRAINER_PROFILE) and its worker over the same window (in a folder
-# of the row's name); each trainer trace compared kernel by kernel with model_only's (worker_trace_summary.py
-# --against; the profiled steps slow each row a little, so take rates from unprofiled runs); only the summaries
-# come back (gpu_check.sh packs them into out.tgz):
+# stage heavy_step (issue 40, one GPU, 387 s in call 68, 2026-11-30, docs/gpu_checks/h200-2026-11-30e): what lengthens
+# the heavy step beside the worker once no row crosses PCIe. Call 68: the trainer's kernels 3.45 ms a step alone, 3.76
+# as an MPS client, 4.05 beside the worker; every row ran at ~60 steps/s, the profiles' files then written inside the
+# timed steps (the trainer's now after training, the worker's still when its window ends). Heavy, one block: model_only,
+# model_only_mps (the trainer an MPS client, no worker), zerocopy_ddp_mps (the whole table cached), zc_gpu_mps and
+# zc_gpu_mps_depth3 (three slots), every row's trainer profiled over steps 300-339 (LIGHTNING_ZEROCOPY_TRAINER_PROFILE)
+# and its worker over the same window (in a folder of the row's name); each trainer trace compared kernel by kernel with
+# model_only's (worker_trace_summary.py --against; the profiled steps slow each row a little, so take rates from
+# unprofiled runs); only the summaries come back (gpu_check.sh packs them into out.tgz):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,heavy_step bash scripts/gpu_session.sh                # .wheels/
 export GPU_CHECK_EXTRA_STAGE_HEAVY_STEP="d=\$OUT/heavy_step; LIGHTNING_ZEROCOPY_TRAINER_PROFILE=\$d/prof:300:40 LIGHTNING_ZEROCOPY_WORKER_PROFILE=\$d/prof:300:40 timeout -s TERM 440 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models heavy --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 420 --row-timeout-s 100 --repeats 1 --cache-budget 20% --configs model_only,model_only_mps,zerocopy_ddp_mps,zc_gpu_mps,zc_gpu_mps_depth3 --out \$d; base=\$(ls \$d/prof/trainer_model_only-heavy_trace_*.json | head -1); for t in \$d/prof/*_trace_*.json \$d/prof/*/*_trace_*.json; do [ -f \$t ] || continue; n=\$(echo \${t#\$d/prof/} | tr / _); n=\${n%.json}; python3 scripts/diagnostics/worker_trace_summary.py \$t --top 12 > \$d/summary_\$n.txt 2>&1; case \$n in trainer_*) [ -n \"\$base\" ] && python3 scripts/diagnostics/worker_trace_summary.py \$t --against \$base --top 15 > \$d/against_model_only_\$n.txt 2>&1;; esac; done; rm -rf \$d/prof \$d/logs/*/hparams.yaml \$d/*.png; cat \$d/against_model_only_*.txt | head -150"
 # stage mag_deep (issue 40's last table, one GPU, after hetero_prep; 261 s in call 75 on an H200; its model_only row
@@ -192,10 +192,11 @@ export GPU_CHECK_EXTRA_STAGE_MAG_DEEP="timeout -s TERM 360 python3 -m benchmarks
 # one JSON line each:
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,gemm_choice bash scripts/gpu_session.sh                 # .wheels/
 export GPU_CHECK_EXTRA_STAGE_GEMM_CHOICE="g=scripts/diagnostics/mps_share_step_gemms.py; for b in default cublas cublaslt tunableop; do timeout 90 python3 \$g --blas \$b --tag whole; timeout 120 python3 -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent 10 -- python3 \$g --blas \$b --tag share90; done > \$OUT/gemm_choice.jsonl 2> \$OUT/gemm_choice.err; timeout 120 python3 -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent 10 --trainer-sm-percent 100 -- python3 \$g --tag share100 >> \$OUT/gemm_choice.jsonl 2>> \$OUT/gemm_choice.err; cat \$OUT/gemm_choice.jsonl; tail -5 \$OUT/gemm_choice.err"
-# stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run): the light row at 0.92x model-only waits
-# 0.68 ms a step for its batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30,
-# fifth session): with two slots the one freed after step t must be refilled while the host issues step t+1. Light in
-# two blocks: model_only, zc_gpu_mps, zc_gpu_mps_depth3 (three slots):
+# stage light_depth (issue 40, one GPU, ~5.5 min estimated, not yet run; its rows need their 90-s limit: call 78 gave
+# them 45 s and the first MPS row was cut in its setup): the light row at 0.92x model-only waits 0.68 ms a step for its
+# batch against model-only's 0.38, though a batch is built in less than a step (2026-11-30, fifth session): with two
+# slots the one freed after step t must be refilled while the host issues step t+1. Light in two blocks: model_only,
+# zc_gpu_mps, zc_gpu_mps_depth3 (three slots):
 #   GPU_CHECK_COMMIT=<sha> GPU_CHECK_STAGES=build,light_depth bash scripts/gpu_session.sh               # .wheels/
 export GPU_CHECK_EXTRA_STAGE_LIGHT_DEPTH="timeout -s TERM 340 python3 -m benchmarks.end_to_end $e2e_graph --precision bf16-mixed --feature-dtype bfloat16 --models light --steps 1500 --warmup 100 --row-budget-s 12 --total-budget-s 310 --row-timeout-s 90 --repeats 2 --configs model_only,zc_gpu_mps,zc_gpu_mps_depth3 --out \$OUT/light_depth; rm -rf \$OUT/light_depth/logs/*/hparams.yaml \$OUT/light_depth/*.png"
 # stage hetero_levers (issue 40, one GPU, after hetero_prep; ~5 min estimated, not yet run): the two levers on the

@@ -2,14 +2,15 @@
 
 Call 68 (one H200, 2026-11-30, docs/gpu_checks/h200-2026-11-30e) found the heavy trainer, as an MPS client at 90 % of
 the SMs, running one weight-gradient GEMM with a kernel twice as slow as the one it runs on the whole GPU (cuBLAS
-chooses for the SM count it sees): 0.18 ms of a 5.9-ms step. This script asks which BLAS setting gets the fast
-kernel back under a share: it trains the heavy GraphSAGE (PyG's, no package code) on the synthetic heavy batch
-(``benchmarks.common.heavy_batch``) in bf16 autocast, times ``--steps`` steps with CUDA events, profiles
-``--profile-steps`` more, and prints one JSON line: the SM count the process sees, the setting, the step's mean time,
-its kernels' time a step, and the GEMM kernels (the most time first) with their mean time and count a step.
-``--blas``: ``default``; ``cublas`` / ``cublaslt`` (``torch.backends.cuda.preferred_blas_library``); ``tunableop``
-(``torch.cuda.tunable``: each GEMM shape timed over its candidates once, the fastest kept). Run each setting in its
-own process, with and without a share (the repository root on ``PYTHONPATH``)::
+chooses for the SM count it sees): 0.18 ms of a 5.9-ms step. This script asks which BLAS setting gets the fast kernel
+back under a share (call 76, docs/gpu_checks/h200-2026-11-30f: none does; only an unlimited client runs it): it trains
+the heavy GraphSAGE (PyG's, no package code) on the synthetic heavy batch (``benchmarks.common.heavy_batch``) in bf16
+autocast, times ``--steps`` steps (a host timer between device syncs), profiles ``--profile-steps`` more, and prints
+one JSON line: the SM count the process sees, the setting, the step's mean time, its kernels' time a step, and the
+GEMM kernels (the most time first) with their mean time and count a step. ``--blas``: ``default``; ``cublas`` /
+``cublaslt`` (``torch.backends.cuda.preferred_blas_library``); ``tunableop`` (``torch.cuda.tunable``: each GEMM shape
+timed over its candidates once, the fastest kept). Run each setting in its own process, with and without a share (the
+repository root on ``PYTHONPATH``)::
 
     python scripts/diagnostics/mps_share_step_gemms.py --blas default --tag whole
     python -m lightning_zerocopy.pipeline.mps_launcher --worker-sm-percent 10 -- \\
