@@ -41,9 +41,8 @@ from lightning_zerocopy.datasets.hetero_cache import (
     CachedHeteroNodeDataset,
     check_type_name,
     hetero_meta,
-    reverse_relation,
-    to_undirected_types,
-    write_edge_index,
+    with_reverse_types,
+    write_edge_types,
     write_labels_and_splits,
     x_name,
 )
@@ -276,11 +275,7 @@ class OGBHeteroNodeDataset(ConvertedOnce, OGBLabels, CachedHeteroNodeDataset):
 
     @property
     def edge_types(self) -> list[EdgeType]:
-        if not self.add_reverse_edges:
-            return list(self._edge_types)
-        present = set(self._edge_types)
-        extra = [reverse_relation(t) for t in self._edge_types if t[0] != t[2] and reverse_relation(t) not in present]
-        return list(self._edge_types) + extra
+        return with_reverse_types(self._edge_types) if self.add_reverse_edges else list(self._edge_types)
 
     @property
     def num_nodes(self) -> dict[str, int]:
@@ -310,15 +305,11 @@ class OGBHeteroNodeDataset(ConvertedOnce, OGBLabels, CachedHeteroNodeDataset):
                 f"has {y.shape[0]:,} rows, but {NODE_DICT_FILE} says {counts[self._input_type]:,} "
                 f"{self._input_type!r} nodes (one label per node)",
             )
-        num_edges = {}
+        num_edges: dict[str, int] = {}
         for edge_type in self._edge_types:
             index = torch.from_numpy(np.ascontiguousarray(self._read_edges(edge_type).T))
-            types = to_undirected_types({edge_type: index}, counts) if self.add_reverse_edges else {edge_type: index}
+            num_edges.update(write_edge_types(out, edge_type, index, counts, self.add_reverse_edges))
             del index
-            for written_type, written in types.items():
-                write_edge_index(out, written_type, written)
-                num_edges["__".join(written_type)] = int(written.shape[1])
-            del types
         for node_type in self._featured:
             convert_csv_to_npy(
                 self._feature_file(node_type), out / f"{x_name(node_type)}.npy", counts[node_type], self.feature_dtype,
