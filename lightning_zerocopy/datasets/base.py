@@ -44,9 +44,10 @@ class InputDataError(ValueError):
     message names where, and what to change. The ``lightning-zerocopy`` command prints it as one line (exit 2)."""
 
 
-def out_of_range_edge(edge_index: torch.Tensor, num_nodes: int) -> Optional[str]:
+def out_of_range_edge(edge_index: torch.Tensor, num_nodes: int, rows: str = "the features have") -> Optional[str]:
     """What is wrong with the first node id of ``edge_index`` (edge after edge) outside ``[0, num_nodes)``, or
-    ``None`` when every id is in range. Reads ``edge_index`` once (a memory-mapped one in chunks of columns)."""
+    ``None`` when every id is in range (``rows``: what has ``num_nodes`` rows, for the message). Reads ``edge_index``
+    once (a memory-mapped one in chunks of columns)."""
     chunk = 1 << 24
     for start in range(0, int(edge_index.shape[1]), chunk):
         part = edge_index[:, start : start + chunk]
@@ -56,7 +57,7 @@ def out_of_range_edge(edge_index: torch.Tensor, num_nodes: int) -> Optional[str]
             row = 0 if bool(bad[0, column]) else 1
             return (
                 f"edge_index holds node id {int(part[row, column])} at edge_index[{row}, {start + column}] (a "
-                f"{('source', 'destination')[row]}), but the features have {num_nodes:,} rows (node ids 0 to "
+                f"{('source', 'destination')[row]}), but {rows} {num_nodes:,} rows (node ids 0 to "
                 f"{num_nodes - 1:,})"
             )
     return None
