@@ -33,8 +33,8 @@ from lightning_zerocopy.datasets.hetero import (
     TypedGraphViews,
     check_typed_graph,
     edge_type_str,
-    first_out_of_range,
     parse_edge_type,
+    typed_out_of_range,
 )
 from lightning_zerocopy.datasets.hetero_cache import open_typed_graph, typed_graph_entries
 from lightning_zerocopy.datasets.link_checks import check_link_splits
@@ -103,20 +103,12 @@ def check_hetero_link_splits(data: HeteroLinkData, sources: Optional[Mapping[str
     sources = dict(sources or {})
     src, _, dst = data.edge_type
     for name, split in data.splits.items():
-        source = sources.get(name, f"the {name} link split")
         for what, edges in (("pos_edge_index", split.pos_edge_index), ("neg_edge_index", split.neg_edge_index)):
-            if edges is None:
-                continue
-            for row, node_type in ((0, src), (1, dst)):
-                count = data.num_nodes[node_type]
-                bad = first_out_of_range(edges[row], count)
-                if bad is not None:
-                    column, value = bad
-                    raise SplitError(
-                        name, source,
-                        f"holds the {node_type!r} id {value} as the {('source', 'destination')[row]} of {what} "
-                        f"column {column:,}, but {node_type!r} has {count:,} nodes (ids 0 to {count - 1:,})",
-                    )  # fmt: skip
+            bad = None if edges is None else typed_out_of_range(edges, data.edge_type, data.num_nodes)
+            if bad is not None:
+                row, column, held, limit = bad
+                raise SplitError(name, sources.get(name, f"the {name} link split"), f"holds {held} as the "
+                                 f"{('source', 'destination')[row]} of {what} column {column:,}, but {limit}")
     # one id space covering both endpoint types: the pair keys of the homogeneous checks hold for typed pairs
     view = SimpleNamespace(
         num_nodes=max(data.num_nodes[src], data.num_nodes[dst]), splits=data.splits,

@@ -10,7 +10,7 @@ from torch_geometric.data import Dataset, HeteroData
 
 from lightning_zerocopy.datasets.attributes import pyg_attributes, split_is_mask
 from lightning_zerocopy.datasets.base import InputDataError, progress_bar
-from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeData, HeteroNodeDataset, first_out_of_range
+from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeData, HeteroNodeDataset, typed_out_of_range
 from lightning_zerocopy.datasets.pyg import as_features, as_ids, graph_of, node_count, split_attribute, split_ids
 from lightning_zerocopy.datasets.saved_graph import GraphFile
 
@@ -155,15 +155,11 @@ class PyGHeteroDataset(HeteroNodeDataset):
         if index.dim() != 2 or index.shape[0] != 2:
             raise InputDataError(f"{origin}{field} has shape {tuple(index.shape)}: it must be [2, num_edges]")
         index = as_ids(index, field, "node id", origin)
-        for row, node_type in ((0, edge_type[0]), (1, edge_type[2])):
-            count = self._num_nodes[node_type]
-            bad = first_out_of_range(index[row], count)
-            if bad is not None:
-                position, value = bad
-                raise InputDataError(
-                    f"{origin}{field} holds the {node_type!r} id {value} at [{row}, {position}] (a "
-                    f"{('source', 'destination')[row]}), but {node_type!r} has {count:,} nodes (ids 0 to {count - 1:,})"
-                )
+        bad = typed_out_of_range(index, edge_type, self._num_nodes)
+        if bad is not None:
+            row, column, held, limit = bad
+            raise InputDataError(f"{origin}{field} holds {held} at [{row}, {column}] (a "
+                                 f"{('source', 'destination')[row]}), but {limit}")  # fmt: skip
         return index
 
     def _split_ids(self, split: str) -> torch.Tensor:
