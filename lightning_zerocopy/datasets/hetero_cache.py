@@ -163,15 +163,18 @@ def write_edge_index(out: Path, edge_type: EdgeType, index: torch.Tensor) -> Non
 
 
 def typed_graph_entries(
-    num_nodes: Mapping[str, int], edge_types: Sequence[EdgeType], num_features: Mapping[str, int]
+    num_nodes: Mapping[str, int], edge_types: Sequence[EdgeType], num_features: Mapping[str, int], **entries: Any
 ) -> dict[str, Any]:
-    """The graph's entries of a heterogeneous cache's ``meta.json`` (node or link): the type lists in order, the
-    node counts and the feature widths (read back by :func:`typed_graph_meta`)."""
+    """The ``meta.json`` of a heterogeneous cache (node or link): the graph's entries (the type lists in order, the
+    node counts and the feature widths, read back by :func:`typed_graph_meta`) and the task's ``entries`` (a link
+    cache's: ``edge_type``, in string form, and each split's :func:`~lightning_zerocopy.datasets.links.save_link_split`
+    entry under ``splits``; a node cache's: :func:`hetero_meta`'s), with the builder's configuration."""
     return dict(
         node_types=list(num_nodes),
         edge_types=[edge_type_str(t) for t in edge_types],
         num_nodes={k: int(v) for k, v in num_nodes.items()},
         num_features={k: int(v) for k, v in num_features.items()},
+        **entries,
     )
 
 
@@ -185,8 +188,8 @@ def hetero_meta(
 ) -> dict[str, Any]:
     """The ``meta.json`` of a heterogeneous node cache: :func:`typed_graph_entries`, the input type and the classes,
     plus ``extra`` (the builder's configuration)."""
-    graph = typed_graph_entries(num_nodes, edge_types, num_features)
-    return dict(extra, **graph, input_type=input_type, num_classes=int(num_classes))
+    return typed_graph_entries(num_nodes, edge_types, num_features, **extra, input_type=input_type,
+                               num_classes=int(num_classes))  # fmt: skip
 
 
 def typed_graph_meta(meta: dict[str, Any]) -> tuple[list[str], list[EdgeType], dict[str, int], list[str]]:
