@@ -24,14 +24,14 @@ import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 from tqdm.auto import tqdm
 
 from lightning_zerocopy.datasets.cache_builds import build_folder, sweep_abandoned_builds
 from lightning_zerocopy.datasets.fingerprint import FINGERPRINT_KEY, changed_file, fingerprint_folder
-from lightning_zerocopy.graph.shared_memory import open_npy_memmap
+from lightning_zerocopy.graph.shared_memory import open_npy_memmap, save_npy
 
 #: Environment variable that overrides the default cache root.
 CACHE_ENV = "LIGHTNING_ZEROCOPY_CACHE"
@@ -44,9 +44,10 @@ class InputDataError(ValueError):
     message names where, and what to change. The ``lightning-zerocopy`` command prints it as one line (exit 2)."""
 
 
-def out_of_range_edge(edge_index: torch.Tensor, num_nodes: int) -> Optional[str]:
+def out_of_range_edge(edge_index: torch.Tensor, num_nodes: int, rows: str = "the features have") -> Optional[str]:
     """What is wrong with the first node id of ``edge_index`` (edge after edge) outside ``[0, num_nodes)``, or
-    ``None`` when every id is in range. Reads ``edge_index`` once (a memory-mapped one in chunks of columns)."""
+    ``None`` when every id is in range (``rows``: what has ``num_nodes`` rows, for the message). Reads ``edge_index``
+    once (a memory-mapped one in chunks of columns)."""
     chunk = 1 << 24
     for start in range(0, int(edge_index.shape[1]), chunk):
         part = edge_index[:, start : start + chunk]
@@ -56,7 +57,7 @@ def out_of_range_edge(edge_index: torch.Tensor, num_nodes: int) -> Optional[str]
             row = 0 if bool(bad[0, column]) else 1
             return (
                 f"edge_index holds node id {int(part[row, column])} at edge_index[{row}, {start + column}] (a "
-                f"{('source', 'destination')[row]}), but the features have {num_nodes:,} rows (node ids 0 to "
+                f"{('source', 'destination')[row]}), but {rows} {num_nodes:,} rows (node ids 0 to "
                 f"{num_nodes - 1:,})"
             )
     return None
@@ -358,6 +359,14 @@ def node_data_from_cache(cache: ArrayCache) -> NodeData:
     names = {f.name for f in fields(NodeData)} - {"x_file", "attributes"}
     arrays = {name: cache.tensor(name) for name in names if name not in optional or cache.has(name)}
     return NodeData(**arrays, x_file=str(cache.file("x")))
+
+
+def write_labels_and_splits(out: Path, y: torch.Tensor, splits: Mapping[str, torch.Tensor]) -> None:
+    """Save the labels (of the input type, in a typed cache) and the ``train_idx``/``val_idx``/``test_idx`` arrays
+    into ``out``: the node task's arrays of every node cache, untyped and typed."""
+    save_npy(y.to(torch.int64).contiguous(), out / "y.npy")
+    for name in ("train_idx", "val_idx", "test_idx"):
+        save_npy(splits[name].to(torch.int64).contiguous(), out / f"{name}.npy")
 
 
 class CachedNodeDataset(BuiltIntoCache, NodeDataset):

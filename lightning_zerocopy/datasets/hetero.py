@@ -29,10 +29,10 @@ __all__ = [
     "Metadata",
     "TypedGraphViews",
     "check_typed_graph",
-    "check_typed_ids",
     "edge_type_str",
     "first_out_of_range",
     "parse_edge_type",
+    "typed_out_of_range",
 ]
 
 
@@ -88,7 +88,12 @@ class TypedGraphViews:
         Raises:
             InputDataError: naming the edge type, the endpoint, the first bad id and the type's count.
         """
-        check_typed_ids(self.num_nodes, self.edge_index)
+        for edge_type, index in self.edge_index.items():
+            bad = typed_out_of_range(index, edge_type, self.num_nodes)
+            if bad is not None:
+                row, column, held, limit = bad
+                raise InputDataError(f"edge_index of {edge_type_str(edge_type)} holds {held} at [{row}, {column}], but "
+                                     f"{limit}")  # fmt: skip
 
 
 @dataclass
@@ -157,22 +162,19 @@ def check_typed_graph(
                                  f"{num_nodes[node_type]:,} nodes: one feature row per node is needed")  # fmt: skip
 
 
-def check_typed_ids(num_nodes: dict[str, int], edge_index: dict[EdgeType, torch.Tensor]) -> None:
-    """Every edge's ids in range for their types (reads every edge once).
-
-    Raises:
-        InputDataError: naming the edge type, the endpoint, the first bad id and the type's count.
-    """
-    for (src, rel, dst), index in edge_index.items():
-        name = edge_type_str((src, rel, dst))
-        for row, node_type in ((0, src), (1, dst)):
-            bad = first_out_of_range(index[row], num_nodes[node_type])
-            if bad is not None:
-                position, value = bad
-                count = num_nodes[node_type]
-                raise InputDataError(f"edge_index of {name} holds the {node_type!r} id {value} at "
-                                     f"[{row}, {position}], but {node_type!r} has {count:,} nodes (ids 0 to "
-                                     f"{count - 1:,})")  # fmt: skip
+def typed_out_of_range(
+    index: torch.Tensor, edge_type: EdgeType, num_nodes: dict[str, int]
+) -> Optional[tuple[int, int, str, str]]:
+    """The first id of ``index`` ``[2, E]`` of ``edge_type`` out of range for its row's type (row 0 first; reads the
+    rows in chunks), or ``None``: ``(row, column, "the 'paper' id 7", "'paper' has 5 nodes (ids 0 to 4)")``, the
+    pieces of every typed edge's message."""
+    for row, node_type in ((0, edge_type[0]), (1, edge_type[2])):
+        count = num_nodes[node_type]
+        bad = first_out_of_range(index[row], count)
+        if bad is not None:
+            limit = f"{node_type!r} has {count:,} nodes (ids 0 to {count - 1:,})"
+            return row, bad[0], f"the {node_type!r} id {bad[1]}", limit
+    return None
 
 
 def first_out_of_range(ids: torch.Tensor, count: int) -> Optional[tuple[int, int]]:

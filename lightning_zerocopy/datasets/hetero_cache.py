@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 import numpy as np
 import torch
 
-from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, DatasetFileError
+from lightning_zerocopy.datasets.base import ArrayCache, BuiltIntoCache, DatasetFileError, write_labels_and_splits
 from lightning_zerocopy.datasets.hetero import (
     EdgeType,
     HeteroNodeData,
@@ -36,7 +36,6 @@ from lightning_zerocopy.datasets.hetero import (
     edge_type_str,
     parse_edge_type,
 )
-from lightning_zerocopy.graph.shared_memory import save_npy
 
 __all__ = [
     "CachedHeteroNodeDataset",
@@ -50,7 +49,9 @@ __all__ = [
     "to_undirected_types",
     "typed_graph_entries",
     "typed_graph_meta",
+    "with_reverse_types",
     "write_edge_index",
+    "write_edge_types",
     "write_labels_and_splits",
     "x_name",
 ]
@@ -127,6 +128,27 @@ def to_undirected_types(
     return result
 
 
+def with_reverse_types(edge_types: Sequence[EdgeType]) -> list[EdgeType]:
+    """``edge_types`` and, after them, the reverse types :func:`to_undirected_types` adds (those not present)."""
+    present = set(edge_types)
+    extra = [reverse_relation(t) for t in edge_types if t[0] != t[2] and reverse_relation(t) not in present]
+    return list(edge_types) + extra
+
+
+def write_edge_types(
+    out: Path, edge_type: EdgeType, index: torch.Tensor, num_nodes: Mapping[str, int], add_reverse: bool
+) -> dict[str, int]:
+    """Save the edges ``index`` of ``edge_type`` into ``out`` (:func:`write_edge_index`), with ``add_reverse`` as
+    :func:`to_undirected_types` makes them; return the edges written per type (``src__rel__dst``)."""
+    types = to_undirected_types({edge_type: index}, num_nodes) if add_reverse else {edge_type: index}
+    del index
+    written = {}
+    for written_type, written_index in types.items():
+        write_edge_index(out, written_type, written_index)
+        written[edge_type_str(written_type)] = int(written_index.shape[1])
+    return written
+
+
 def write_edge_index(out: Path, edge_type: EdgeType, index: torch.Tensor) -> None:
     """Save ``index`` (int64 ``[2, E]``, any strides) as the cache array of ``edge_type`` in the directory ``out``,
     row by row (no contiguous copy of a transposed or flipped ``index``)."""
@@ -140,23 +162,19 @@ def write_edge_index(out: Path, edge_type: EdgeType, index: torch.Tensor) -> Non
     del view, target
 
 
-def write_labels_and_splits(out: Path, y: torch.Tensor, splits: Mapping[str, torch.Tensor]) -> None:
-    """Save the input type's labels and the ``train_idx``/``val_idx``/``test_idx`` arrays into ``out``."""
-    save_npy(y.to(torch.int64).contiguous(), out / "y.npy")
-    for name in _SPLIT_ARRAYS:
-        save_npy(splits[name].to(torch.int64).contiguous(), out / f"{name}.npy")
-
-
 def typed_graph_entries(
-    num_nodes: Mapping[str, int], edge_types: Sequence[EdgeType], num_features: Mapping[str, int]
+    num_nodes: Mapping[str, int], edge_types: Sequence[EdgeType], num_features: Mapping[str, int], **entries: Any
 ) -> dict[str, Any]:
-    """The graph's entries of a heterogeneous cache's ``meta.json`` (node or link): the type lists in order, the
-    node counts and the feature widths (read back by :func:`typed_graph_meta`)."""
+    """The ``meta.json`` of a heterogeneous cache (node or link): the graph's entries (the type lists in order, the
+    node counts and the feature widths, read back by :func:`typed_graph_meta`) and the task's ``entries`` (a link
+    cache's: ``edge_type``, in string form, and each split's :func:`~lightning_zerocopy.datasets.links.save_link_split`
+    entry under ``splits``; a node cache's: :func:`hetero_meta`'s), with the builder's configuration."""
     return dict(
         node_types=list(num_nodes),
         edge_types=[edge_type_str(t) for t in edge_types],
         num_nodes={k: int(v) for k, v in num_nodes.items()},
         num_features={k: int(v) for k, v in num_features.items()},
+        **entries,
     )
 
 
@@ -170,8 +188,8 @@ def hetero_meta(
 ) -> dict[str, Any]:
     """The ``meta.json`` of a heterogeneous node cache: :func:`typed_graph_entries`, the input type and the classes,
     plus ``extra`` (the builder's configuration)."""
-    graph = typed_graph_entries(num_nodes, edge_types, num_features)
-    return dict(extra, **graph, input_type=input_type, num_classes=int(num_classes))
+    return typed_graph_entries(num_nodes, edge_types, num_features, **extra, input_type=input_type,
+                               num_classes=int(num_classes))  # fmt: skip
 
 
 def typed_graph_meta(meta: dict[str, Any]) -> tuple[list[str], list[EdgeType], dict[str, int], list[str]]:

@@ -33,10 +33,10 @@ from lightning_zerocopy.datasets.hetero import (
     TypedGraphViews,
     check_typed_graph,
     edge_type_str,
-    first_out_of_range,
     parse_edge_type,
+    typed_out_of_range,
 )
-from lightning_zerocopy.datasets.hetero_cache import open_typed_graph, typed_graph_entries
+from lightning_zerocopy.datasets.hetero_cache import open_typed_graph
 from lightning_zerocopy.datasets.link_checks import check_link_splits
 from lightning_zerocopy.datasets.links import LinkSplit, LinkSplits, link_splits_from_cache
 from lightning_zerocopy.datasets.splits import SplitError
@@ -47,7 +47,6 @@ __all__ = [
     "HeteroLinkDataset",
     "check_hetero_link_splits",
     "hetero_link_data_from_cache",
-    "hetero_link_meta",
     "unknown_edge_type",
 ]
 
@@ -103,20 +102,12 @@ def check_hetero_link_splits(data: HeteroLinkData, sources: Optional[Mapping[str
     sources = dict(sources or {})
     src, _, dst = data.edge_type
     for name, split in data.splits.items():
-        source = sources.get(name, f"the {name} link split")
         for what, edges in (("pos_edge_index", split.pos_edge_index), ("neg_edge_index", split.neg_edge_index)):
-            if edges is None:
-                continue
-            for row, node_type in ((0, src), (1, dst)):
-                count = data.num_nodes[node_type]
-                bad = first_out_of_range(edges[row], count)
-                if bad is not None:
-                    column, value = bad
-                    raise SplitError(
-                        name, source,
-                        f"holds the {node_type!r} id {value} as the {('source', 'destination')[row]} of {what} "
-                        f"column {column:,}, but {node_type!r} has {count:,} nodes (ids 0 to {count - 1:,})",
-                    )  # fmt: skip
+            bad = None if edges is None else typed_out_of_range(edges, data.edge_type, data.num_nodes)
+            if bad is not None:
+                row, column, held, limit = bad
+                raise SplitError(name, sources.get(name, f"the {name} link split"), f"holds {held} as the "
+                                 f"{('source', 'destination')[row]} of {what} column {column:,}, but {limit}")
     # one id space covering both endpoint types: the pair keys of the homogeneous checks hold for typed pairs
     view = SimpleNamespace(
         num_nodes=max(data.num_nodes[src], data.num_nodes[dst]), splits=data.splits,
@@ -141,24 +132,9 @@ class HeteroLinkDataset(HeteroGraphDataset):
         """Return the dataset's arrays (memory-mapped where large), preparing them first if needed."""
 
 
-def hetero_link_meta(
-    num_nodes: Mapping[str, int],
-    edge_types: list[EdgeType],
-    edge_type: EdgeType,
-    num_features: Mapping[str, int],
-    splits: Mapping[str, Any],
-    **extra: Any,
-) -> dict[str, Any]:
-    """The ``meta.json`` of a heterogeneous link cache: the graph's
-    :func:`~lightning_zerocopy.datasets.hetero_cache.typed_graph_entries`, the supervised edge type and each split's
-    :func:`~lightning_zerocopy.datasets.links.save_link_split` entry, plus ``extra``."""
-    graph = typed_graph_entries(num_nodes, edge_types, num_features)
-    return dict(**graph, edge_type=edge_type_str(edge_type), splits=dict(splits), **extra)
-
-
 def hetero_link_data_from_cache(cache: ArrayCache) -> HeteroLinkData:
-    """Open a heterogeneous link cache (:func:`hetero_link_meta`'s layout) as a :class:`HeteroLinkData`, every array
-    memory-mapped.
+    """Open a heterogeneous link cache (:func:`~lightning_zerocopy.datasets.hetero_cache.typed_graph_entries` with
+    ``edge_type`` and ``splits``) as a :class:`HeteroLinkData`, every array memory-mapped.
 
     Raises:
         DatasetFileError: ``meta.json`` lacks a key (the message says to delete the cache directory).
@@ -174,8 +150,8 @@ class CachedHeteroLinkDataset(BuiltIntoCache, HeteroLinkDataset):
     memory-mapped from it afterwards (:func:`hetero_link_data_from_cache`).
 
     ``_write(out)`` writes ``x.<type>.npy``, ``edge_index.<edge type>.npy`` and every split
-    (:func:`~lightning_zerocopy.datasets.links.save_link_split`) into ``out`` and returns :func:`hetero_link_meta`'s
-    dictionary.
+    (:func:`~lightning_zerocopy.datasets.links.save_link_split`) into ``out`` and returns the metadata
+    (:func:`~lightning_zerocopy.datasets.hetero_cache.typed_graph_entries` with ``edge_type`` and ``splits``).
     """
 
     _open = staticmethod(hetero_link_data_from_cache)

@@ -27,21 +27,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
-import torch
-
 from lightning_zerocopy.datasets.base import CachedNodeDataset, DatasetFileError
 from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, read_csv_matrix  # noqa: F401 (re-exported)
 from lightning_zerocopy.datasets.ogb_raw import (  # noqa: F401 (file_stamp re-exported)
     OGBFolder,
     OGBLabels,
-    convert_node_features,
     file_stamp,
-    read_edge_attr,
-    read_edges,
 )
 from lightning_zerocopy.datasets.ogb_counts import EDGE_COUNT_FILE, NODE_COUNT_FILE, read_count
-from lightning_zerocopy.graph.shared_memory import save_npy
 
 _REQUIRED = ("edge.csv.gz", "node-feat.csv.gz", "node-label.csv.gz")
 _OPTIONAL = (NODE_COUNT_FILE, EDGE_COUNT_FILE, "edge-feat.csv.gz")
@@ -89,24 +82,8 @@ class OGBNodeDataset(OGBFolder, OGBLabels, CachedNodeDataset):
         num_nodes, nodes_from = self._num_nodes(default=y.shape[0])
         if y.shape[0] != num_nodes:
             raise DatasetFileError(self._label_file(), f"has {y.shape[0]:,} rows, but {nodes_from} (one label per node)")
-        np.save(out / "y.npy", y)
-
-        edges = read_edges(self.raw, num_nodes, nodes_from)
-        edge_attr = read_edge_attr(self.raw, edges.shape[1])
-        if self.add_inverse_edges:
-            edges = np.concatenate([edges, edges[::-1]], axis=1)
-            edge_attr = np.concatenate([edge_attr, edge_attr]) if edge_attr is not None else None
-        np.save(out / "edge_index.npy", np.ascontiguousarray(edges))
-        if edge_attr is not None:
-            np.save(out / "edge_attr.npy", edge_attr)
-        del edges, edge_attr
-
-        convert_node_features(self.raw, out / "x.npy", num_nodes, nodes_from, self.feature_dtype)
-        for ours in _SPLIT_FILES:
-            path = self._split_file(ours)
-            idx = read_csv_matrix(path, np.int64, f"ogb: {path.name}", width=1)[:, 0]
-            save_npy(torch.from_numpy(np.ascontiguousarray(idx)), out / f"{ours}_idx.npy")
-        num_classes = self._num_classes if self._num_classes is not None else int(y.max(initial=-1)) + 1
+        self._write_graph(out, num_nodes, nodes_from, with_edge_attr=True)
+        num_classes = self._write_node_task(out, y)
         return dict(self.config, num_nodes=num_nodes, num_classes=num_classes)
 
     def _num_nodes(self, default: int) -> tuple[int, str]:

@@ -34,21 +34,19 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from lightning_zerocopy.datasets.base import DatasetFileError, keyed_cache
+from lightning_zerocopy.datasets.base import DatasetFileError
 from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, first_row_width, read_csv_matrix
 from lightning_zerocopy.datasets.hetero import EdgeType
 from lightning_zerocopy.datasets.hetero_cache import (
     CachedHeteroNodeDataset,
     check_type_name,
     hetero_meta,
-    reverse_relation,
-    to_undirected_types,
-    write_edge_index,
-    write_labels_and_splits,
+    with_reverse_types,
+    write_edge_types,
     x_name,
 )
 from lightning_zerocopy.datasets.ogb_counts import EDGE_COUNT_FILE, check_count
-from lightning_zerocopy.datasets.ogb_raw import ConvertedOnce, OGBLabels, file_stamp
+from lightning_zerocopy.datasets.ogb_raw import ConvertedOnce, OGBLabels, check_feature_dtype, choose_split
 
 __all__ = ["OGBHeteroNodeDataset", "read_num_node_dict"]
 
@@ -136,8 +134,7 @@ class OGBHeteroNodeDataset(ConvertedOnce, OGBLabels, CachedHeteroNodeDataset):
         num_classes: Optional[int] = None,
         cache_dir: Optional[str] = None,
     ) -> None:
-        if feature_dtype not in ("float32", "float16"):
-            raise ValueError(f"feature_dtype must be 'float32' or 'float16', got {feature_dtype!r}")
+        self.feature_dtype = check_feature_dtype(feature_dtype)
         folder = Path(root).expanduser().resolve()
         if not (folder / "raw").is_dir() and (folder / name.replace("-", "_") / "raw").is_dir():
             folder = folder / name.replace("-", "_")
@@ -155,25 +152,14 @@ class OGBHeteroNodeDataset(ConvertedOnce, OGBLabels, CachedHeteroNodeDataset):
         self._featured = self._find_features()
         self._num_classes = num_classes
         self.add_reverse_edges = add_reverse_edges
-        self.feature_dtype = feature_dtype
         inputs = [node_dict, self._label_file()] + [self._relation(t) / "edge.csv.gz" for t in self._edge_types]
         inputs += [self._relation(t) / EDGE_COUNT_FILE for t in self._edge_types]
         inputs += [self._feature_file(t) for t in self._featured] + [self._split_file(s) for s in _SPLIT_FILES]
         if (self.raw / TRIPLET_FILE).is_file():
             inputs.append(self.raw / TRIPLET_FILE)
-        self.config: dict[str, Any] = dict(
-            root=str(self.root),
-            name=name,
-            inputs={str(path.relative_to(self.root)): file_stamp(path) for path in inputs},
-            split=self.split,
-            input_type=self._input_type,
-            add_reverse_edges=add_reverse_edges,
-            feature_dtype=feature_dtype,
-            num_classes=num_classes,
-            version=1,
-        )
-        self._cache_name = f"ogb-hetero-{self.root.name}"
-        self.cache = keyed_cache(cache_dir, self._cache_name, self.config)
+        self._key_cache(inputs, "ogb-hetero", cache_dir, name=name, input_type=self._input_type,
+                        add_reverse_edges=add_reverse_edges, feature_dtype=feature_dtype, num_classes=num_classes,
+                        version=1)  # fmt: skip
 
     # the folder ----------------------------------------------------------------------------------------------
 
@@ -252,13 +238,7 @@ class OGBHeteroNodeDataset(ConvertedOnce, OGBLabels, CachedHeteroNodeDataset):
         if not split_root.is_dir():
             raise _missing(split_root, f"the splits, as split/<name>/{self._input_type}/train.csv.gz, valid.csv.gz, "
                                        "test.csv.gz")  # fmt: skip
-        splits = sorted(p.name for p in split_root.iterdir() if p.is_dir() and not p.name.startswith("."))
-        if split is None:
-            if len(splits) != 1:
-                raise ValueError(f"{split_root} holds {len(splits)} splits {splits}: choose one with `split`")
-            split = splits[0]
-        if split not in splits:
-            raise ValueError(f"split {split!r} not found under {split_root}; available: {splits}")
+        split = choose_split(split_root, split)
         for name in _SPLIT_FILES.values():
             path = split_root / split / self._input_type / name
             if not path.is_file():
@@ -276,11 +256,7 @@ class OGBHeteroNodeDataset(ConvertedOnce, OGBLabels, CachedHeteroNodeDataset):
 
     @property
     def edge_types(self) -> list[EdgeType]:
-        if not self.add_reverse_edges:
-            return list(self._edge_types)
-        present = set(self._edge_types)
-        extra = [reverse_relation(t) for t in self._edge_types if t[0] != t[2] and reverse_relation(t) not in present]
-        return list(self._edge_types) + extra
+        return with_reverse_types(self._edge_types) if self.add_reverse_edges else list(self._edge_types)
 
     @property
     def num_nodes(self) -> dict[str, int]:
@@ -303,35 +279,24 @@ class OGBHeteroNodeDataset(ConvertedOnce, OGBLabels, CachedHeteroNodeDataset):
     def _write(self, out: Path) -> dict[str, Any]:
         counts = self._counts
         y = self._read_labels()
-        label_file = self._label_file()
         if y.shape[0] != counts[self._input_type]:
             raise DatasetFileError(
-                label_file,
+                self._label_file(),
                 f"has {y.shape[0]:,} rows, but {NODE_DICT_FILE} says {counts[self._input_type]:,} "
                 f"{self._input_type!r} nodes (one label per node)",
             )
-        num_edges = {}
+        num_edges: dict[str, int] = {}
         for edge_type in self._edge_types:
             index = torch.from_numpy(np.ascontiguousarray(self._read_edges(edge_type).T))
-            types = to_undirected_types({edge_type: index}, counts) if self.add_reverse_edges else {edge_type: index}
+            num_edges.update(write_edge_types(out, edge_type, index, counts, self.add_reverse_edges))
             del index
-            for written_type, written in types.items():
-                write_edge_index(out, written_type, written)
-                num_edges["__".join(written_type)] = int(written.shape[1])
-            del types
         for node_type in self._featured:
             convert_csv_to_npy(
                 self._feature_file(node_type), out / f"{x_name(node_type)}.npy", counts[node_type], self.feature_dtype,
                 f"ogb: {node_type} features", what=f"rows, one per {node_type!r} node ({NODE_DICT_FILE} says "
                 f"{counts[node_type]:,})",
             )  # fmt: skip
-        splits = {}
-        for ours in _SPLIT_FILES:
-            path = self._split_file(ours)
-            idx = read_csv_matrix(path, np.int64, f"ogb: {path.name}", width=1)[:, 0]
-            splits[f"{ours}_idx"] = torch.from_numpy(np.ascontiguousarray(idx))
-        write_labels_and_splits(out, torch.from_numpy(y), splits)
-        num_classes = self._num_classes if self._num_classes is not None else int(y.max(initial=-1)) + 1
+        num_classes = self._write_node_task(out, y)
         return hetero_meta(
             counts, self.edge_types, self._input_type, self.num_features, num_classes,
             **{k: v for k, v in self.config.items() if k not in ("input_type", "num_classes")}, num_edges=num_edges,

@@ -28,8 +28,7 @@ import torch
 from lightning_zerocopy.datasets.base import DatasetFileError
 from lightning_zerocopy.datasets.links import CachedLinkDataset, LinkSplit, save_link_split
 from lightning_zerocopy.datasets.ogb_counts import NODE_COUNT_FILE, read_count
-from lightning_zerocopy.datasets.ogb_raw import OGBFolder, convert_node_features, read_edges
-from lightning_zerocopy.graph.shared_memory import save_npy
+from lightning_zerocopy.datasets.ogb_raw import OGBFolder
 
 __all__ = ["OGBLinkDataset"]
 
@@ -142,13 +141,6 @@ class OGBLinkDataset(OGBFolder, CachedLinkDataset):
         num_nodes = read_count(self.raw / NODE_COUNT_FILE)
         if num_nodes is None:
             raise DatasetFileError(self.raw / NODE_COUNT_FILE, "is missing: an ogbl-* folder states its node count there")
-        nodes_from = f"num-node-list.csv.gz says {num_nodes:,}"
-        edges = read_edges(self.raw, num_nodes, nodes_from)
-        if self.add_inverse_edges:
-            edges = np.concatenate([edges, edges[::-1]], axis=1)
-        save_npy(torch.from_numpy(np.ascontiguousarray(edges)), out / "edge_index.npy")
-        num_edges = int(edges.shape[1])
-        del edges
-        convert_node_features(self.raw, out / "x.npy", num_nodes, nodes_from, self.feature_dtype)
+        num_edges = self._write_graph(out, num_nodes, f"num-node-list.csv.gz says {num_nodes:,}", with_edge_attr=False)
         splits = {name: save_link_split(out, name, read_link_split(self._split_file(name), name)) for name in _SPLIT_FILES}
         return dict(self.config, num_nodes=num_nodes, num_edges=num_edges, splits=splits)

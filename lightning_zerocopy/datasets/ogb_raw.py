@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+import torch
 
-from lightning_zerocopy.datasets.base import ArrayCache, DatasetFileError, keyed_cache
+from lightning_zerocopy.datasets.base import ArrayCache, DatasetFileError, keyed_cache, write_labels_and_splits
 from lightning_zerocopy.datasets.csv_gz import first_row_width
 from lightning_zerocopy.datasets.csv_gz import convert_csv_to_npy, read_csv_matrix
 from lightning_zerocopy.datasets.ogb_counts import EDGE_COUNT_FILE, check_count
@@ -32,7 +33,8 @@ __all__ = [
     "ConvertedOnce",
     "OGBFolder",
     "OGBLabels",
-    "convert_node_features",
+    "check_feature_dtype",
+    "choose_split",
     "file_stamp",
     "find_split",
     "read_edge_attr",
@@ -76,20 +78,34 @@ def find_split(root: Path, split: Optional[str], files: dict[str, str], layout: 
     split_root = root / "split"
     if not split_root.is_dir():
         raise FileNotFoundError(f"{split_root} not found: an OGB {kind} dataset folder holds its splits as {layout}")
-    splits = sorted(p.name for p in split_root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not splits:
+    if not any(p.is_dir() and not p.name.startswith(".") for p in split_root.iterdir()):
         example = next(iter(files.values()))
         raise FileNotFoundError(f"{split_root} holds no split folder: expected {layout}, e.g. split/random/{example}")
+    split = choose_split(split_root, split)
+    missing = [name for name in files.values() if not (split_root / split / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{split_root / split} lacks {', '.join(missing)}: expected {layout}")
+    return split
+
+
+def choose_split(split_root: Path, split: Optional[str]) -> str:
+    """``split`` (``None``: the only one) among the folders of ``split_root``; a ``ValueError`` naming those there
+    are."""
+    splits = sorted(p.name for p in split_root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if split is None:
         if len(splits) != 1:
             raise ValueError(f"{split_root} holds {len(splits)} splits {splits}: choose one with `split`")
         split = splits[0]
     if split not in splits:
         raise ValueError(f"split {split!r} not found under {split_root}; available: {splits}")
-    missing = [name for name in files.values() if not (split_root / split / name).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{split_root / split} lacks {', '.join(missing)}: expected {layout}")
     return split
+
+
+def check_feature_dtype(feature_dtype: str) -> str:
+    """``feature_dtype`` if the converted features can take it (``"float32"``, ``"float16"``), else a ``ValueError``."""
+    if feature_dtype not in ("float32", "float16"):
+        raise ValueError(f"feature_dtype must be 'float32' or 'float16', got {feature_dtype!r}")
+    return feature_dtype
 
 
 def _first_bad_row(bad: np.ndarray) -> int:
@@ -129,18 +145,6 @@ def read_edge_attr(raw: Path, num_edges: int) -> Optional[np.ndarray]:
             path, f"has {edge_attr.shape[0]:,} rows, but edge.csv.gz has {num_edges:,} edges (one row per edge)"
         )
     return edge_attr
-
-
-def convert_node_features(raw: Path, out: Path, num_nodes: int, nodes_from: str, feature_dtype: str) -> None:
-    """Stream ``raw/node-feat.csv.gz`` into the memory-mapped ``out`` (``.npy``), one row per node."""
-    convert_csv_to_npy(
-        raw / "node-feat.csv.gz",
-        out,
-        num_nodes,
-        feature_dtype,
-        "ogb: node features",
-        what=f"rows, one per node ({nodes_from})",
-    )
 
 
 def stale_caches(cache: ArrayCache, pattern: str, root: Path, inputs: dict, split: str) -> list[Path]:
@@ -208,6 +212,18 @@ class ConvertedOnce:
     cache: ArrayCache
     _cache_name: str
 
+    def _key_cache(self, inputs: list[Path], cache_name: str, cache_dir: Optional[str], **settings: Any) -> None:
+        """Set ``config`` (``root``, the stamps of the ``inputs`` files, ``split`` and ``settings``) and key the cache
+        ``<cache_name>-<root name>-<key>`` on it."""
+        self.config = dict(
+            root=str(self.root),
+            inputs={str(path.relative_to(self.root)): file_stamp(path) for path in inputs},
+            split=self.split,
+            **settings,
+        )
+        self._cache_name = f"{cache_name}-{self.root.name}"
+        self.cache = keyed_cache(cache_dir, self._cache_name, self.config)
+
     def prepare(self) -> None:
         """Convert the folder into the cache if no cache matches the files; warn about caches this replaced."""
         if self.cache.exists():
@@ -219,7 +235,8 @@ class ConvertedOnce:
 
 class OGBLabels(ABC):
     """The labels half of the OGB node datasets (untyped and typed): ``num_classes`` from the ``num_classes``
-    argument, else the cache's metadata, else the label file (``_label_file()``) read once."""
+    argument, else the cache's metadata, else the label file (``_label_file()``) read once; and the conversion of
+    the labels and the split files (``_split_file(split)``) into the cache."""
 
     cache: ArrayCache
     _num_classes: Optional[int]
@@ -237,8 +254,23 @@ class OGBLabels(ABC):
                 self._num_classes = int(self._read_labels().max(initial=-1)) + 1
         return self._num_classes
 
+    @abstractmethod
+    def _split_file(self, split: str) -> Path:
+        """The file of ``split``'s ids (one per line)."""
+
     def _read_labels(self) -> np.ndarray:
         return read_labels(self._label_file())
+
+    def _write_node_task(self, out: Path, y: np.ndarray) -> int:
+        """Save the labels ``y`` and the split files' ids into ``out``
+        (:func:`~lightning_zerocopy.datasets.base.write_labels_and_splits`); return the number of classes."""
+        splits = {}
+        for split in ("train", "val", "test"):
+            path = self._split_file(split)
+            idx = read_csv_matrix(path, np.int64, f"ogb: {path.name}", width=1)[:, 0]
+            splits[f"{split}_idx"] = torch.from_numpy(np.ascontiguousarray(idx))
+        write_labels_and_splits(out, torch.from_numpy(y), splits)
+        return self._num_classes if self._num_classes is not None else int(y.max(initial=-1)) + 1
 
 
 class OGBFolder(ConvertedOnce):
@@ -249,6 +281,7 @@ class OGBFolder(ConvertedOnce):
 
     raw: Path
     feature_dtype: str
+    add_inverse_edges: bool
     _split_files: dict[str, str]
 
     def _open_folder(
@@ -278,19 +311,26 @@ class OGBFolder(ConvertedOnce):
                 )
         self._split_files = split_files
         self.split = find_split(self.root, split, split_files, layout, kind)
-        if feature_dtype not in ("float32", "float16"):
-            raise ValueError(f"feature_dtype must be 'float32' or 'float16', got {feature_dtype!r}")
-        self.feature_dtype = feature_dtype
+        self.feature_dtype = check_feature_dtype(feature_dtype)
         inputs = [self.raw / name for name in required + optional] + [self._split_file(s) for s in split_files]
-        self.config = dict(
-            root=str(self.root),
-            inputs={str(path.relative_to(self.root)): file_stamp(path) for path in inputs},
-            split=self.split,
-            feature_dtype=feature_dtype,
-            **settings,
-        )
-        self._cache_name = f"{cache_name}-{self.root.name}"
-        self.cache = keyed_cache(cache_dir, self._cache_name, self.config)
+        self._key_cache(inputs, cache_name, cache_dir, feature_dtype=feature_dtype, **settings)
+
+    def _write_graph(self, out: Path, num_nodes: int, nodes_from: str, with_edge_attr: bool) -> int:
+        """Convert ``raw/``'s edges (reversed too with ``add_inverse_edges``), edge features (with ``with_edge_attr``,
+        where present) and node features into ``out``; return the number of edges."""
+        edges = read_edges(self.raw, num_nodes, nodes_from)
+        edge_attr = read_edge_attr(self.raw, edges.shape[1]) if with_edge_attr else None
+        if self.add_inverse_edges:
+            edges = np.concatenate([edges, edges[::-1]], axis=1)
+            edge_attr = np.concatenate([edge_attr, edge_attr]) if edge_attr is not None else None
+        np.save(out / "edge_index.npy", np.ascontiguousarray(edges))
+        if edge_attr is not None:
+            np.save(out / "edge_attr.npy", edge_attr)
+        num_edges = int(edges.shape[1])
+        del edges, edge_attr
+        convert_csv_to_npy(self.raw / "node-feat.csv.gz", out / "x.npy", num_nodes, self.feature_dtype,
+                           "ogb: node features", what=f"rows, one per node ({nodes_from})")  # fmt: skip
+        return num_edges
 
     @property
     def num_features(self) -> int:

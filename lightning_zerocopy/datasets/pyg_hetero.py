@@ -10,13 +10,11 @@ from torch_geometric.data import Dataset, HeteroData
 
 from lightning_zerocopy.datasets.attributes import pyg_attributes, split_is_mask
 from lightning_zerocopy.datasets.base import InputDataError, progress_bar
-from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeData, HeteroNodeDataset, first_out_of_range
-from lightning_zerocopy.datasets.saved_graph import GraphFile, load_saved_graph
+from lightning_zerocopy.datasets.hetero import EdgeType, HeteroNodeData, HeteroNodeDataset, typed_out_of_range
+from lightning_zerocopy.datasets.pyg import as_features, as_ids, graph_of, node_count, split_attribute, split_ids
+from lightning_zerocopy.datasets.saved_graph import GraphFile
 
 __all__ = ["PyGHeteroDataset"]
-
-_SPLIT_NAMES = {"train": ("train_mask", "train_idx"), "val": ("val_mask", "val_idx"), "test": ("test_mask", "test_idx")}
-
 
 def _node(node_type: str) -> str:
     """How messages name a node store: ``data['paper']``."""
@@ -26,25 +24,6 @@ def _node(node_type: str) -> str:
 def _edge(edge_type: EdgeType) -> str:
     """How messages name an edge store: ``data['author', 'writes', 'paper']``."""
     return "data[" + ", ".join(repr(part) for part in edge_type) + "]"
-
-
-def _as_ids(values: torch.Tensor, field: str, what: str, origin: str) -> torch.Tensor:
-    """``values`` as int64, refusing a floating value that is not an integer (``2.5`` would become id 2).
-
-    Args:
-        field: how the message names the tensor, e.g. ``data['paper'].train_idx``.
-    """
-    if values.is_floating_point():
-        fractional = values != values.round()  # NaN too
-        if bool(fractional.any()):
-            if values.dim() == 2 and values.shape[0] == 2:  # edge after edge
-                column = int(fractional.any(0).nonzero()[0])
-                where: tuple[int, ...] = (0 if bool(fractional[0, column]) else 1, column)
-            else:
-                where = tuple(fractional.nonzero()[0].tolist())
-            raise InputDataError(f"{origin}{field} holds {float(values[where]):g} at {list(where)}, which is not a "
-                                 f"{what}: store integers")  # fmt: skip
-    return values.to(torch.int64)
 
 
 class PyGHeteroDataset(HeteroNodeDataset):
@@ -69,15 +48,8 @@ class PyGHeteroDataset(HeteroNodeDataset):
         num_classes: Optional[int] = None,
     ) -> None:
         self._origin = f"{data}: " if isinstance(data, (str, Path)) else ""  # errors name the file
-        if isinstance(data, (str, Path)):
-            data = load_saved_graph(Path(data), "a PyG HeteroData object")
-        if isinstance(data, Dataset):
-            data = data[0]
-        if not isinstance(data, HeteroData):
-            raise TypeError(
-                f"data must be a torch_geometric HeteroData, a Dataset of them or a path to a saved HeteroData, "
-                f"got {type(data)} (for a homogeneous Data use PyGNodeDataset)"
-            )
+        data = graph_of(data, "a torch_geometric HeteroData, a Dataset of them or a path to a saved HeteroData",
+                        HeteroData, " (for a homogeneous Data use PyGNodeDataset)")  # fmt: skip
         self.data = data
         labeled = [t for t in data.node_types if data[t].get("y") is not None]
         if input_type is None:
@@ -97,22 +69,11 @@ class PyGHeteroDataset(HeteroNodeDataset):
 
     def _count(self, node_type: str) -> int:
         """Nodes of ``node_type``: ``x``'s rows, checked against ``num_nodes`` where both are set."""
-        store, origin = self.data[node_type], self._origin
-        x, stored = store.get("x"), store.get("num_nodes")
-        if x is not None:
-            if x.dim() != 2:
-                raise InputDataError(f"{origin}{_node(node_type)}.x has shape {tuple(x.shape)}: node features are "
-                                     "[num_nodes, num_features]")  # fmt: skip
-            if stored is not None and int(stored) != int(x.shape[0]):
-                raise InputDataError(
-                    f"{origin}{_node(node_type)}.x has {int(x.shape[0]):,} rows but {_node(node_type)}.num_nodes is "
-                    f"{int(stored):,}: one row of features per node"
-                )
-            return int(x.shape[0])
-        if stored is None:
-            raise InputDataError(f"{origin}{_node(node_type)} has neither x nor num_nodes: set "
+        count = node_count(self.data[node_type], _node(node_type), self._origin)
+        if count is None:
+            raise InputDataError(f"{self._origin}{_node(node_type)} has neither x nor num_nodes: set "
                                  f"{_node(node_type)}.num_nodes to the type's node count")  # fmt: skip
-        return int(stored)
+        return count
 
     @property
     def node_types(self) -> list[str]:
@@ -140,9 +101,7 @@ class PyGHeteroDataset(HeteroNodeDataset):
 
     def split_source(self, split: str) -> str:
         """The attribute that defines the split, e.g. ``data['paper'].train_mask``."""
-        mask_name, idx_name = _SPLIT_NAMES[split]
-        store = self.data[self._input_type]
-        return f"{_node(self._input_type)}.{mask_name if mask_name in store else idx_name}"
+        return f"{_node(self._input_type)}.{split_attribute(self.data[self._input_type], split)}"
 
     def split_is_mask(self, split: str) -> bool:
         """Whether ``split`` is a boolean mask (batches' ``input_id`` then holds node ids, as in PyG)."""
@@ -164,11 +123,7 @@ class PyGHeteroDataset(HeteroNodeDataset):
             for edge_type in self.edge_types:
                 edge_index[edge_type] = self._edge_index(edge_type)
                 bar.update(int(edge_index[edge_type].shape[1]))
-        x = {}
-        for node_type in d.node_types:
-            feats = d[node_type].get("x")
-            if feats is not None:
-                x[node_type] = feats if feats.dtype in (torch.float32, torch.float16, torch.bfloat16) else feats.float()
+        x = {node_type: as_features(d[node_type].x) for node_type in d.node_types if d[node_type].get("x") is not None}
         t = self._input_type
         count = self._num_nodes[t]
         y = d[t].y
@@ -180,7 +135,7 @@ class PyGHeteroDataset(HeteroNodeDataset):
             edge_index=edge_index,
             x=x,
             input_type=t,
-            y=_as_ids(y.reshape(-1), f"{_node(t)}.y", "class (an integer label, -1 for unlabeled)", origin),
+            y=as_ids(y.reshape(-1), f"{_node(t)}.y", "class (an integer label, -1 for unlabeled)", origin),
             train_idx=self._split_ids("train"),
             val_idx=self._split_ids("val"),
             test_idx=self._split_ids("test"),
@@ -199,37 +154,15 @@ class PyGHeteroDataset(HeteroNodeDataset):
         index = store.edge_index
         if index.dim() != 2 or index.shape[0] != 2:
             raise InputDataError(f"{origin}{field} has shape {tuple(index.shape)}: it must be [2, num_edges]")
-        index = _as_ids(index, field, "node id", origin)
-        for row, node_type in ((0, edge_type[0]), (1, edge_type[2])):
-            count = self._num_nodes[node_type]
-            bad = first_out_of_range(index[row], count)
-            if bad is not None:
-                position, value = bad
-                raise InputDataError(
-                    f"{origin}{field} holds the {node_type!r} id {value} at [{row}, {position}] (a "
-                    f"{('source', 'destination')[row]}), but {node_type!r} has {count:,} nodes (ids 0 to {count - 1:,})"
-                )
+        index = as_ids(index, field, "node id", origin)
+        bad = typed_out_of_range(index, edge_type, self._num_nodes)
+        if bad is not None:
+            row, column, held, limit = bad
+            raise InputDataError(f"{origin}{field} holds {held} at [{row}, {column}] (a "
+                                 f"{('source', 'destination')[row]}), but {limit}")  # fmt: skip
         return index
 
     def _split_ids(self, split: str) -> torch.Tensor:
-        t, origin = self._input_type, self._origin
-        store = self.data[t]
-        mask_name, idx_name = _SPLIT_NAMES[split]
-        count = self._num_nodes[t]
-        if mask_name in store:
-            mask = store[mask_name]
-            if mask.dim() != 1:
-                raise InputDataError(f"{origin}{_node(t)}.{mask_name} has shape {tuple(mask.shape)}; pick one column, "
-                                     f"e.g. {_node(t)}.{mask_name}[:, 0]")  # fmt: skip
-            if mask.numel() != count:
-                raise InputDataError(f"{origin}{_node(t)}.{mask_name} has {mask.numel():,} entries but {t!r} has "
-                                     f"{count:,} nodes: a mask holds one entry per node")  # fmt: skip
-            return mask.nonzero().view(-1)
-        if idx_name in store:
-            idx = torch.as_tensor(store[idx_name]).view(-1)
-            if idx.dtype == torch.bool:
-                raise InputDataError(f"{origin}{_node(t)}.{idx_name} is a boolean tensor: store it as "
-                                     f"{_node(t)}.{mask_name}, or store node ids")  # fmt: skip
-            return _as_ids(idx, f"{_node(t)}.{idx_name}", f"{t!r} id", origin)
-        raise ValueError(f"the input type {t!r} has neither `{mask_name}` nor `{idx_name}`: add one to "
-                         f"{_node(t)} to define the {split} split")  # fmt: skip
+        t, count = self._input_type, self._num_nodes[self._input_type]
+        return split_ids(self.data[t], split, count, f"{t!r} has {count:,} nodes", self._origin, _node(t), f"{t!r} id",
+                         f"the input type {t!r}")  # fmt: skip

@@ -24,7 +24,7 @@ from torch_geometric.transforms import RandomLinkSplit
 
 from lightning_zerocopy.datasets.attributes import pyg_attributes
 from lightning_zerocopy.datasets.links import LINK_SPLITS, LinkData, LinkDataset, LinkSplit
-from lightning_zerocopy.datasets.pyg import graph_of
+from lightning_zerocopy.datasets.pyg import as_features, graph_of
 from lightning_zerocopy.datasets.saved_graph import GraphFile
 
 __all__ = ["PyGLinkDataset"]
@@ -32,10 +32,6 @@ __all__ = ["PyGLinkDataset"]
 #: what the link contract carries itself: features, edge features and RandomLinkSplit's supervision edges
 _CARRIED = ("x", "edge_attr", "edge_label", "edge_label_index", "pos_edge_label", "pos_edge_label_index",
             "neg_edge_label", "neg_edge_label_index")  # fmt: skip
-
-
-def _features(x: torch.Tensor) -> torch.Tensor:
-    return x if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else x.float()
 
 
 def _edge_ids(tensor: torch.Tensor, what: str) -> torch.Tensor:
@@ -131,7 +127,7 @@ class PyGLinkDataset(LinkDataset):
         graph = self.splits["val"]
         return LinkData(
             edge_index=_edge_ids(graph.edge_index, "val_data.edge_index"),
-            x=_features(graph.x),
+            x=as_features(graph.x),
             splits={name: _link_split(d, name, keep_negatives=name != "train") for name, d in self.splits.items()},
             edge_attr=graph.get("edge_attr"),
             attributes=pyg_attributes(graph, _CARRIED, origin="val_data: "),

@@ -26,8 +26,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 import torch
 
-from lightning_zerocopy.datasets.base import CachedNodeDataset, keyed_cache, progress_bar
-from lightning_zerocopy.graph.shared_memory import save_npy
+from lightning_zerocopy.datasets.base import CachedNodeDataset, keyed_cache, progress_bar, write_labels_and_splits
 
 #: Edges (or nodes) drawn per chunk; part of the generator's definition, so not a parameter.
 _CHUNK = 1 << 22
@@ -125,6 +124,33 @@ def _search(cdf: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     found = torch.empty_like(order)
     found[order] = torch.searchsorted(cdf, ordered, right=True)
     return found
+
+
+def _draw_edges(
+    source: _TypeSampler, target: _TypeSampler, num_draws: int, homophily: float,
+    stream: Callable[[int], torch.Generator], desc: str, device: Any = "cpu", drop_loops: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Pre-shuffle ``(src, dst)`` ids of ``num_draws`` edges (of :class:`SyntheticGraph`, or one generated edge type of
+    ``SyntheticHeteroGraph``), chunk ``i`` drawn from ``stream(i)`` on ``device``: a source by ``source``'s weights,
+    then with probability ``homophily`` a destination by weight inside its class of ``target``, else anywhere."""
+    srcs, dsts = [], []
+    with progress_bar(num_draws, desc, "edge") as bar:
+        for i, start, stop in _chunks(num_draws):
+            gen = stream(i)
+            m = stop - start
+            src = source.draw(torch.rand(m, generator=gen, dtype=torch.float64, device=device))
+            inside = torch.rand(m, generator=gen, device=device) < homophily
+            dst = target.draw(torch.rand(m, generator=gen, dtype=torch.float64, device=device), source.class_of(src),
+                              inside)
+            if drop_loops:  # self-loops
+                keep = src != dst
+                src, dst = src[keep], dst[keep]
+            srcs.append(src.cpu())
+            dsts.append(dst.cpu())
+            bar.update(m)
+    if not srcs:
+        return torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64)
+    return torch.cat(srcs), torch.cat(dsts)
 
 
 def write_rows_chunked(
@@ -267,40 +293,23 @@ class SyntheticGraph(CachedNodeDataset):
         n, c, seed = cfg["num_nodes"], cfg["num_classes"], cfg["seed"]
         # Planted classes own contiguous ranges of the pre-shuffle ids; weights are assigned at random ranks.
         nodes = _TypeSampler(n, c, cfg["skew"], _stream(seed, 1)).to(self.device)
-        src, dst = self._draw_edges(nodes)
+        dev = self.device
+        src, dst = _draw_edges(nodes, nodes, round(n * cfg["avg_degree"] / (2 if cfg["undirected"] else 1)),
+                               cfg["homophily"], lambda i: _stream(seed, 3, i, device=dev.type),
+                               "synthetic graph: edges", dev)  # fmt: skip
 
         new_id = torch.randperm(n, generator=_stream(seed, 2))  # pre-shuffle id -> published id
         y = torch.empty(n, dtype=torch.int64)
         y[new_id] = nodes.classes()
         del nodes
-        save_npy(y, out / "y.npy")
         self._write_edges(out, new_id[src], new_id[dst])
         del src, dst, new_id
         rows = max(1, _CHUNK // max(cfg["num_features"], 1))  # the noise's stream is the chunk's
-        dev = self.device
         _write_class_features(out / "x.npy", y, cfg, _stream(seed, 4),
                               lambda start: _stream(seed, 5, start // rows, device=dev.type),
                               "synthetic graph: features", dev)  # fmt: skip
-        self._write_splits(out)
+        write_labels_and_splits(out, y, _split_ids(n, cfg["train_fraction"], cfg["val_fraction"], seed))
         return dict(self.config, num_edges=int(np.load(out / "edge_index.npy", mmap_mode="r").shape[1]))
-
-    def _draw_edges(self, nodes: _TypeSampler) -> tuple[torch.Tensor, torch.Tensor]:
-        cfg = self.config
-        num_draws = round(cfg["num_nodes"] * cfg["avg_degree"] / (2 if cfg["undirected"] else 1))
-        srcs, dsts = [], []
-        dev = self.device
-        with progress_bar(num_draws, "synthetic graph: edges", "edge") as bar:
-            for i, start, stop in _chunks(num_draws):
-                gen = _stream(cfg["seed"], 3, i, device=dev.type)
-                m = stop - start
-                src = nodes.draw(torch.rand(m, generator=gen, dtype=torch.float64, device=dev))
-                inside = torch.rand(m, generator=gen, device=dev) < cfg["homophily"]
-                dst = nodes.draw(torch.rand(m, generator=gen, dtype=torch.float64, device=dev), nodes.class_of(src), inside)
-                keep = src != dst
-                srcs.append(src[keep].cpu())
-                dsts.append(dst[keep].cpu())
-                bar.update(m)
-        return torch.cat(srcs), torch.cat(dsts)
 
     def _write_edges(self, out: Path, src: torch.Tensor, dst: torch.Tensor) -> None:
         both = self.config["undirected"]
@@ -314,8 +323,3 @@ class SyntheticGraph(CachedNodeDataset):
             ei[1, src.numel() :] = src
         edge_index.flush()
         del ei, edge_index
-
-    def _write_splits(self, out: Path) -> None:
-        cfg = self.config
-        for name, idx in _split_ids(cfg["num_nodes"], cfg["train_fraction"], cfg["val_fraction"], cfg["seed"]).items():
-            save_npy(idx, out / f"{name}.npy")

@@ -40,23 +40,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import numpy as np
 import torch
 
-from lightning_zerocopy.datasets.base import keyed_cache, progress_bar
+from lightning_zerocopy.datasets.base import keyed_cache
 from lightning_zerocopy.datasets.hetero import EdgeType
 from lightning_zerocopy.datasets.hetero_cache import (
     CachedHeteroNodeDataset,
     hetero_meta,
-    reverse_relation,
-    to_undirected_types,
-    write_edge_index,
+    with_reverse_types,
+    write_edge_types,
     write_labels_and_splits,
     x_name,
 )
 from lightning_zerocopy.datasets.synthetic import (
     _check_draw_args,
-    _chunks,
+    _draw_edges,
     _split_ids,
     _split_source,
     _stream,
@@ -188,10 +186,7 @@ class SyntheticHeteroGraph(CachedHeteroNodeDataset):
 
     @property
     def edge_types(self) -> list[EdgeType]:
-        types = list(MAG_EDGE_TYPES)
-        if self.config["add_reverse_edges"]:
-            types += [reverse_relation(t) for t in MAG_EDGE_TYPES if t[0] != t[2]]
-        return types
+        return with_reverse_types(MAG_EDGE_TYPES) if self.config["add_reverse_edges"] else list(MAG_EDGE_TYPES)
 
     @property
     def num_nodes(self) -> dict[str, int]:
@@ -226,15 +221,18 @@ class SyntheticHeteroGraph(CachedHeteroNodeDataset):
         # pre-shuffle id -> published id, per type
         new_id = {t: torch.randperm(counts[t], generator=_stream(seed, 2, i)) for i, t in enumerate(MAG_NODE_TYPES)}
 
+        num_edges: dict[str, int] = {}
         for r, edge_type in enumerate(MAG_EDGE_TYPES):
-            src, dst = self._draw_edges(r, edge_type, samplers)
-            index = torch.stack([new_id[edge_type[0]][src], new_id[edge_type[2]][dst]])
+            count_type, avg = _EDGE_COUNTS[edge_type]
+            src, dst = _draw_edges(
+                samplers[edge_type[0]], samplers[edge_type[2]], round(counts[count_type] * cfg[avg]), cfg["homophily"],
+                lambda i: _stream(seed, 3, r, i), f"synthetic hetero graph: {'__'.join(edge_type)}",  # noqa: B023
+                drop_loops=edge_type[0] == edge_type[2],  # no self-citation
+            )
+            published = torch.stack([new_id[edge_type[0]][src], new_id[edge_type[2]][dst]])
             del src, dst
-            types = to_undirected_types({edge_type: index}, counts) if cfg["add_reverse_edges"] else {edge_type: index}
-            del index
-            for written_type, written in types.items():
-                write_edge_index(out, written_type, written)
-            del types
+            num_edges.update(write_edge_types(out, edge_type, published, counts, cfg["add_reverse_edges"]))
+            del published
 
         published_class = {}
         for t in MAG_NODE_TYPES:
@@ -253,36 +251,8 @@ class SyntheticHeteroGraph(CachedHeteroNodeDataset):
             self.num_features,
             c,
             config=dict(cfg),
-            num_edges={"__".join(t): int(np.load(out / f"edge_index.{'__'.join(t)}.npy", mmap_mode="r").shape[1])
-                       for t in self.edge_types},  # fmt: skip
+            num_edges=num_edges,
         )
-
-    def _draw_edges(
-        self, r: int, edge_type: EdgeType, samplers: dict[str, _TypeSampler]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pre-shuffle ``(src, dst)`` ids of the ``r``-th generated edge type, drawn in chunks."""
-        cfg = self.config
-        count_type, avg = _EDGE_COUNTS[edge_type]
-        num_draws = round(cfg["num_nodes"][count_type] * cfg[avg])
-        source, target = samplers[edge_type[0]], samplers[edge_type[2]]
-        same_type = edge_type[0] == edge_type[2]
-        srcs, dsts = [], []
-        with progress_bar(num_draws, f"synthetic hetero graph: {'__'.join(edge_type)}", "edge") as bar:
-            for i, start, stop in _chunks(num_draws):
-                gen = _stream(cfg["seed"], 3, r, i)
-                m = stop - start
-                src = source.draw(torch.rand(m, generator=gen, dtype=torch.float64))
-                inside = torch.rand(m, generator=gen) < cfg["homophily"]
-                dst = target.draw(torch.rand(m, generator=gen, dtype=torch.float64), source.class_of(src), inside)
-                if same_type:  # no self-citation
-                    keep = src != dst
-                    src, dst = src[keep], dst[keep]
-                srcs.append(src)
-                dsts.append(dst)
-                bar.update(m)
-        if not srcs:
-            return torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64)
-        return torch.cat(srcs), torch.cat(dsts)
 
     def _write_features(self, out: Path, type_index: int, node_type: str, cls: torch.Tensor) -> None:
         seed = self.config["seed"]

@@ -30,9 +30,9 @@ from typing import Any, Optional, Sequence
 import torch
 
 from lightning_zerocopy.datasets.base import keyed_cache
-from lightning_zerocopy.datasets.hetero import EdgeType
-from lightning_zerocopy.datasets.hetero_cache import write_edge_index, x_name
-from lightning_zerocopy.datasets.hetero_links import CachedHeteroLinkDataset, hetero_link_meta
+from lightning_zerocopy.datasets.hetero import EdgeType, edge_type_str
+from lightning_zerocopy.datasets.hetero_cache import typed_graph_entries, write_edge_index, x_name
+from lightning_zerocopy.datasets.hetero_links import CachedHeteroLinkDataset
 from lightning_zerocopy.datasets.link_checks import PairSet, pair_keys
 from lightning_zerocopy.datasets.links import LinkSplit, save_link_split
 from lightning_zerocopy.datasets.synthetic import _stream
@@ -172,7 +172,8 @@ class SyntheticHeteroLinkGraph(CachedHeteroLinkDataset):
             means = torch.randn(c, cfg["num_features"], generator=_stream(seed, 206, index)) * cfg["feature_signal"]
             noise = torch.randn(classes[node_type].numel(), cfg["num_features"], generator=_stream(seed, 207, index))
             save_npy((noise + means[classes[node_type]]).contiguous(), out / f"{x_name(node_type)}.npy")
-        return hetero_link_meta(cfg["num_nodes"], self.edge_types, RATES, self.num_features, splits, config=dict(cfg))
+        return typed_graph_entries(cfg["num_nodes"], self.edge_types, self.num_features, edge_type=edge_type_str(RATES),
+                                   splits=splits, config=dict(cfg))  # fmt: skip
 
     def _negatives(self, users: torch.Tensor, rated: PairSet, n: int, items: int, gen: torch.Generator) -> torch.Tensor:
         """``K`` distinct items per positive's user that the user did not rate."""
