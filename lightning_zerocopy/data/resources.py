@@ -143,13 +143,6 @@ def _compact_int_dtype(values: torch.Tensor) -> torch.dtype:
     return torch.int64
 
 
-def row_width(t: torch.Tensor) -> int:
-    width = 1
-    for size in t.shape[1:]:
-        width *= int(size)
-    return width
-
-
 def _pin(tensor: torch.Tensor, name: str) -> Any:
     """Register host memory for zero-copy reads; a failure says which option asked for it."""
     from lightning_zerocopy.graph.host_registration import register_host_tensor

@@ -78,12 +78,11 @@ class NodeTask:
 
     def input_nodes(self, dm: Any, split: Split) -> torch.Tensor:
         """The seed nodes of ``split`` (input-type ids)."""
-        if split == "predict":
-            if dm.predict_split == "all":
-                handles = dm.handles
-                return torch.arange(dict(handles.num_nodes)[handles.schema.input_type])
-            return dm.split_tensors[dm.predict_split]
-        return dm.split_tensors[split]
+        name = dm.predict_split if split == "predict" else split
+        if name == "all":
+            handles = dm.handles
+            return torch.arange(dict(handles.num_nodes)[handles.schema.input_type])
+        return dm.split_tensors[name]
 
 
 class LinkTask:
