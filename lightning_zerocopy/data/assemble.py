@@ -30,9 +30,9 @@ import torch
 from torch_geometric.data import Data, HeteroData
 
 from lightning_zerocopy.cache.provider import FeatureGather
-from lightning_zerocopy.data.attributes import HostAttribute
+from lightning_zerocopy.data.attributes import HostAttribute, row_width
 from lightning_zerocopy.data.plan import PlanItem
-from lightning_zerocopy.data.resources import HostData, row_width
+from lightning_zerocopy.data.resources import HostData
 from lightning_zerocopy.graph.schema import EDGE, NODE, AttributeKey
 from lightning_zerocopy.sampling.hetero import HeteroSampledBatch
 from lightning_zerocopy.sampling.neighbor_sampler import NeighborSampler, SampledBatch

@@ -24,11 +24,19 @@ from lightning_zerocopy.cache.provider import CacheContext, FeatureGather, plain
 from lightning_zerocopy.data.handles import AttributeHandle
 from lightning_zerocopy.options import GatherMode
 
-__all__ = ["DeviceRows", "HostAttribute", "SMALL_ATTRIBUTE_BYTES", "open_attribute_table"]
+__all__ = ["DeviceRows", "HostAttribute", "SMALL_ATTRIBUTE_BYTES", "open_attribute_table", "row_width"]
 
 #: An attribute table of at most this many bytes is copied to the GPU once (``gather="zerocopy"``); larger ones are
 #: read from host memory by the zero-copy gather, row by row.
 SMALL_ATTRIBUTE_BYTES = 32 * 1024 * 1024
+
+
+def row_width(t: torch.Tensor) -> int:
+    """Values per row of ``t`` (the product of its trailing sizes): its width as a 2-D table."""
+    width = 1
+    for size in t.shape[1:]:
+        width *= int(size)
+    return width
 
 
 @dataclass
@@ -50,10 +58,7 @@ class HostAttribute:
     @property
     def table(self) -> torch.Tensor:
         """The rows as a 2-D table ``[num rows, width]`` (a view), what the gather kernels read."""
-        width = 1
-        for size in self.rows.shape[1:]:
-            width *= int(size)
-        return self.rows.view(self.rows.shape[0], width)
+        return self.rows.view(self.rows.shape[0], row_width(self.rows))
 
     @property
     def nbytes(self) -> int:

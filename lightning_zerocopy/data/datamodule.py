@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
-from lightning_zerocopy.data.graph_datamodule import GraphDataModule, Split
+from lightning_zerocopy.data.graph_datamodule import GraphDataModule, Split, passed_on
 from lightning_zerocopy.data.hooks import HostMemoryConsumer, LoaderFactory
 from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, check_layerwise_fanouts
 from lightning_zerocopy.data.tasks import NodeTask
@@ -176,16 +176,9 @@ class ZeroCopyDataModule(GraphDataModule):
     ) -> None:
         check_layerwise_fanouts(predict_mode, eval_fanouts, _KEY + "eval_fanouts")
         check_loader_options(batch_size, eval_batch_size, num_threads, fanouts, eval_fanouts, _KEY)
-        super().__init__(
-            dataset, NodeTask(), schema=GraphSchema.untyped(), fanouts=list(fanouts),
-            eval_fanouts=list(eval_fanouts) if eval_fanouts is not None else list(fanouts), batch_size=batch_size,
-            eval_batch_size=eval_batch_size, replace=replace, shuffle=shuffle, drop_last=drop_last,
-            num_threads=num_threads, seed=seed, predict_split=predict_split, feature_storage=feature_storage,
-            sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, hot_rows=hot_rows,
-            node_order=node_order, check_features=check_features, feature_dtype=feature_dtype, x_dtype=x_dtype,
-            allow_split_overlap=allow_split_overlap, attributes=attributes,
-            predict_mode=predict_mode, layerwise=layerwise,
-        )  # fmt: skip
+        evaluation = list(eval_fanouts) if eval_fanouts is not None else list(fanouts)
+        super().__init__(dataset, NodeTask(), schema=GraphSchema.untyped(), fanouts=list(fanouts),
+                         eval_fanouts=evaluation, **passed_on(locals()))  # fmt: skip
 
     @property
     def num_classes(self) -> int:
@@ -354,15 +347,9 @@ class ZeroCopyHeteroDataModule(TypedShapes, GraphDataModule):
         evaluation = train if eval_num_neighbors is None else resolve_num_neighbors(
             eval_num_neighbors, edge_types, _KEY + "eval_num_neighbors")  # fmt: skip
         self.num_neighbors, self.eval_num_neighbors = num_neighbors, eval_num_neighbors
-        super().__init__(
-            dataset, NodeTask(), schema=GraphSchema.typed(dataset.node_types, edge_types, dataset.input_type),
-            fanouts=train, eval_fanouts=evaluation, batch_size=batch_size, eval_batch_size=eval_batch_size,
-            replace=replace, shuffle=shuffle, drop_last=drop_last, num_threads=num_threads, seed=seed,
-            predict_split=predict_split, feature_storage=feature_storage, sampler_placement=sampler_placement,
-            gather=gather, gather_mode=gather_mode, hot_rows=0, node_order=node_order, check_features=check_features,
-            feature_dtype=feature_dtype, x_dtype=x_dtype, allow_split_overlap=allow_split_overlap, attributes=attributes,
-            predict_mode=predict_mode, layerwise=layerwise,
-        )  # fmt: skip
+        schema = GraphSchema.typed(dataset.node_types, edge_types, dataset.input_type)
+        super().__init__(dataset, NodeTask(), schema=schema, fanouts=train, eval_fanouts=evaluation,
+                         **passed_on(locals()))  # fmt: skip
 
     @property
     def num_classes(self) -> int:

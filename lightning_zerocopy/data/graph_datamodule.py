@@ -45,7 +45,6 @@ from lightning_zerocopy.data.host.share import exchange_handles
 from lightning_zerocopy.data.layerwise_plan import layerwise_pass_loader
 from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, layerwise_placement
 from lightning_zerocopy.data.loader import PlanLoader
-from lightning_zerocopy.data.plan import SPLIT_STREAMS
 from lightning_zerocopy.data.process_group_exit import destroy_process_group_at_exit, run_failed
 from lightning_zerocopy.data.resources import DeviceResources
 from lightning_zerocopy.data.resume import align_fit_progress
@@ -58,10 +57,22 @@ from lightning_zerocopy.graph.schema import NODE, GraphSchema
 from lightning_zerocopy.options import (FeatureDtype, FeatureStorage, GatherChoice, GatherMode, NodeOrderKind,
                                         SamplerPlacement, check_choice, check_count)  # fmt: skip
 
-__all__ = ["GraphDataModule", "Split"]
+__all__ = ["GraphDataModule", "Split", "passed_on"]
 
 Split = Literal["train", "val", "test", "predict"]
 _KEY = KEY_PREFIX  # how errors name this class's arguments: the recipe's YAML keys
+#: The arguments the public DataModules take under :class:`GraphDataModule`'s names and pass on as given.
+_PASSED_ON = ("batch_size", "eval_batch_size", "replace", "shuffle", "drop_last", "num_threads", "seed",
+              "predict_split", "feature_storage", "sampler_placement", "gather", "gather_mode", "hot_rows",
+              "node_order", "check_features", "feature_dtype", "x_dtype", "allow_split_overlap", "attributes",
+              "predict_mode", "layerwise")  # fmt: skip
+
+
+def passed_on(arguments: dict[str, Any]) -> dict[str, Any]:
+    """What a public DataModule's constructor passes on to :class:`GraphDataModule` as given: those of its
+    ``arguments`` (its ``locals()``) that :class:`GraphDataModule` takes under the same name (the others it resolves:
+    the dataset's types, the task, the fanouts)."""
+    return {name: arguments[name] for name in _PASSED_ON if name in arguments}
 
 
 class GraphDataModule(pl.LightningDataModule):
@@ -81,7 +92,7 @@ class GraphDataModule(pl.LightningDataModule):
         self, dataset: Any, task: Union[NodeTask, LinkTask], *, schema: GraphSchema, fanouts: Any, eval_fanouts: Any,
         batch_size: int, eval_batch_size: Optional[int], replace: bool, shuffle: bool, drop_last: bool,
         num_threads: Optional[int], seed: int, predict_split: str, feature_storage: FeatureStorage,
-        sampler_placement: SamplerPlacement, gather: GatherChoice, gather_mode: GatherMode, hot_rows: int,
+        sampler_placement: SamplerPlacement, gather: GatherChoice, gather_mode: GatherMode, hot_rows: int = 0,
         node_order: NodeOrderKind, check_features: bool, feature_dtype: Optional[FeatureDtype],
         x_dtype: Optional[FeatureDtype], allow_split_overlap: bool = False, attributes: AttributeChoice = "all",
         predict_mode: PredictMode = "sampled", layerwise: Optional[LayerwiseOptions] = None,
@@ -265,18 +276,6 @@ class GraphDataModule(pl.LightningDataModule):
         if rank is None or world_size is None:
             rank, _, world_size = self._ranks()
         return self.task.plan(self, split, rank, world_size)
-
-    def _stream(self, split: Split) -> int:
-        """The random stream of ``split``'s plan: ``predict`` takes the stream of the split it predicts (``all`` has
-        one of its own), so an evaluated item's sample depends on the item and its split's seed only, not on the
-        command that asks for it."""
-        if split == "predict" and self.predict_split in SPLIT_STREAMS:
-            return SPLIT_STREAMS[self.predict_split]
-        return SPLIT_STREAMS[split]
-
-    def _sampler_seed(self, split: Split) -> Literal["batch", "split"]:
-        """``"split"`` (one sampler seed per split, node-keyed sampling) for val/test/predict, else ``"batch"``."""
-        return "split" if split != "train" and self._eval_node_keyed else "batch"
 
     def builder(self, split: Split, fanouts: Any = None, *, layerwise: bool = False) -> BatchBuilder:
         """A new, unopened (picklable) builder for ``split`` (given ``fanouts``, e.g. ``[-1]``: those, not node-keyed;

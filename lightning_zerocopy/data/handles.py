@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional
 from lightning_zerocopy.gather.host_table import FeatureTableHandle
 from lightning_zerocopy.graph.csc import CSCGraphHandle
 from lightning_zerocopy.graph.fused_csc import FusedCSCHandle
-from lightning_zerocopy.graph.schema import AttributeKey, EdgeType, GraphSchema
+from lightning_zerocopy.graph.schema import NODE, AttributeKey, EdgeType, GraphSchema
 from lightning_zerocopy.graph.shared_memory import SharedTensorHandle, TensorHandle
 
 __all__ = ["AttributeHandle", "HeteroHostGraphHandles", "HostGraphHandles", "NodeOrderHandles"]
@@ -53,8 +53,32 @@ class NodeOrderHandles:
                 handle.unlink()
 
 
+class ByType:
+    """What both the handles and the host memory they map (:class:`~lightning_zerocopy.data.resources.HostData`) give
+    of their graphs and tables keyed by type: an untyped graph's one graph and one table, the seeds' type."""
+
+    schema: GraphSchema
+    graphs: Any  # by edge type: ``(edge type, graph)`` pairs or a dict
+    tables: Any  # by node type, likewise
+
+    @property
+    def input_type(self) -> Optional[str]:
+        return self.schema.input_type
+
+    @property
+    def graph(self) -> Any:
+        """The graph of a one-edge-type schema (an untyped graph's)."""
+        (graph,) = dict(self.graphs).values()
+        return graph
+
+    @property
+    def features(self) -> Any:
+        """The feature table of an untyped graph; a typed graph's tables by node type (:attr:`tables`, as they are)."""
+        return self.tables if self.schema.is_typed else dict(self.tables)[NODE]
+
+
 @dataclass(frozen=True)
-class HostGraphHandles:
+class HostGraphHandles(ByType):
     """Picklable names of everything a batch is built from (no data), keyed by type.
 
     An untyped graph is the one-type case of its :class:`~lightning_zerocopy.graph.schema.GraphSchema`: one graph
@@ -99,21 +123,6 @@ class HostGraphHandles:
     @property
     def edge_types(self) -> list[EdgeType]:
         return list(self.schema.edge_types)
-
-    @property
-    def input_type(self) -> Optional[str]:
-        return self.schema.input_type
-
-    @property
-    def graph(self) -> CSCGraphHandle:
-        """The graph of a one-edge-type schema (an untyped graph's)."""
-        (graph,) = [g for _, g in self.graphs]
-        return graph
-
-    @property
-    def features(self) -> Any:
-        """The feature table of an untyped graph; a typed graph's ``(node type, table)`` pairs (:attr:`tables`)."""
-        return self.tables if self.schema.is_typed else self.tables[0][1]
 
     def key(self) -> tuple:
         """What identifies this host memory (hashable: ``splits`` is a dict), e.g. to share one placement of it."""

@@ -39,9 +39,9 @@ from lightning_zerocopy.data.datamodule import (
     resolve_num_neighbors,
 )
 from lightning_zerocopy.data.gpu_options import KEY_PREFIX
-from lightning_zerocopy.data.graph_datamodule import GraphDataModule
+from lightning_zerocopy.data.graph_datamodule import GraphDataModule, passed_on
 from lightning_zerocopy.data.layerwise_options import LayerwiseOptions, PredictMode, check_layerwise_fanouts
-from lightning_zerocopy.data.negatives import NegativeSampling, parse_neg_sampling
+from lightning_zerocopy.data.negatives import parse_neg_sampling
 from lightning_zerocopy.data.tasks import LinkTask
 from lightning_zerocopy.datasets.attributes import AttributeChoice
 from lightning_zerocopy.datasets.hetero import EdgeType
@@ -64,22 +64,30 @@ __all__ = ["ZeroCopyHeteroLinkDataModule", "ZeroCopyLinkDataModule", "check_link
 _KEY = KEY_PREFIX  # how errors name this class's arguments: the recipe's YAML keys
 
 
-def _check_link_options(neg_sampling: Union[None, str, dict[str, Any]], neg_sampling_ratio: float,
-                        subgraph_type: str, disjoint: bool, predict_split: str) -> Optional[NegativeSampling]:  # fmt: skip
-    """The link arguments both link DataModules check (one line naming the YAML key); the parsed negatives."""
-    check_subgraph_options(subgraph_type, disjoint, _KEY)
-    if predict_split not in LINK_SPLITS:
-        raise ValueError(f"{_KEY}predict_split must be one of {LINK_SPLITS}, got {predict_split!r}")
-    return parse_neg_sampling(neg_sampling, neg_sampling_ratio, _KEY)
+class _LinkArguments(GraphDataModule):
+    """What both link DataModules do with their link arguments, and their splits."""
+
+    def _link_task(self, edge_type: Optional[EdgeType], neg_sampling: Union[None, str, dict[str, Any]],
+                   neg_sampling_ratio: float, subgraph_type: str, disjoint: bool,
+                   predict_split: str) -> LinkTask:  # fmt: skip
+        """The task of the supervised ``edge_type`` (``None``: an untyped graph's) and the link arguments, checked (one
+        line naming the YAML key) and kept as given (``negative_sampling``: the parsed negatives)."""
+        check_subgraph_options(subgraph_type, disjoint, _KEY)
+        if predict_split not in LINK_SPLITS:
+            raise ValueError(f"{_KEY}predict_split must be one of {LINK_SPLITS}, got {predict_split!r}")
+        self.negative_sampling = parse_neg_sampling(neg_sampling, neg_sampling_ratio, _KEY)
+        self.neg_sampling, self.neg_sampling_ratio = neg_sampling, float(neg_sampling_ratio)
+        self.subgraph_type, self.disjoint = subgraph_type, disjoint
+        return LinkTask(edge_type, self.negative_sampling)
+
+    @property
+    def link_splits(self) -> Mapping[str, LinkSplit]:
+        """The supervision edges of each split (after ``setup``; fixed negatives included)."""
+        self._require_setup()
+        return self.task.splits  # type: ignore[union-attr]
 
 
-def _link_splits(self: GraphDataModule) -> Mapping[str, LinkSplit]:
-    """The supervision edges of each split (after ``setup``; fixed negatives included)."""
-    self._require_setup()
-    return self.task.splits  # type: ignore[union-attr]
-
-
-class ZeroCopyLinkDataModule(GraphDataModule):
+class ZeroCopyLinkDataModule(_LinkArguments):
     """Link-prediction mini-batches (PyG ``LinkNeighborLoader``'s fields), sampled from host memory shared by all ranks:
     a :class:`~lightning_zerocopy.data.graph_datamodule.GraphDataModule` of an untyped graph and a
     :class:`~lightning_zerocopy.data.tasks.LinkTask`.
@@ -162,25 +170,11 @@ class ZeroCopyLinkDataModule(GraphDataModule):
         check_fanouts(list(num_neighbors), _KEY + "num_neighbors")
         if eval_num_neighbors is not None:
             check_fanouts(list(eval_num_neighbors), _KEY + "eval_num_neighbors")
-        self.negative_sampling = _check_link_options(neg_sampling, neg_sampling_ratio, subgraph_type, disjoint,
-                                                     predict_split)  # fmt: skip
+        task = self._link_task(None, neg_sampling, neg_sampling_ratio, subgraph_type, disjoint, predict_split)
         self.num_neighbors = list(num_neighbors)
         self.eval_num_neighbors = list(eval_num_neighbors) if eval_num_neighbors is not None else self.num_neighbors
-        super().__init__(
-            dataset, LinkTask(None, self.negative_sampling), schema=GraphSchema.untyped(),
-            fanouts=self.num_neighbors, eval_fanouts=self.eval_num_neighbors, batch_size=batch_size,
-            eval_batch_size=eval_batch_size, replace=replace, shuffle=shuffle, drop_last=drop_last,
-            num_threads=num_threads, seed=seed, predict_split=predict_split, feature_storage=feature_storage,
-            sampler_placement=sampler_placement, gather=gather, gather_mode=gather_mode, hot_rows=hot_rows,
-            node_order=node_order, check_features=check_features, feature_dtype=feature_dtype, x_dtype=x_dtype,
-            attributes=attributes,
-            predict_mode=predict_mode, layerwise=layerwise,
-        )  # fmt: skip
-        self.neg_sampling = neg_sampling
-        self.neg_sampling_ratio = float(neg_sampling_ratio)
-        self.subgraph_type, self.disjoint = subgraph_type, disjoint
-
-    link_splits = property(_link_splits)
+        super().__init__(dataset, task, schema=GraphSchema.untyped(), fanouts=self.num_neighbors,
+                         eval_fanouts=self.eval_num_neighbors, **passed_on(locals()))  # fmt: skip
 
 
 def check_link_metadata(dataset: HeteroLinkDataset, key: str) -> EdgeType:
@@ -199,7 +193,7 @@ def check_link_metadata(dataset: HeteroLinkDataset, key: str) -> EdgeType:
     return supervised[0], supervised[1], supervised[2]
 
 
-class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
+class ZeroCopyHeteroLinkDataModule(TypedShapes, _LinkArguments):
     """Link-prediction mini-batches on one edge type of a heterogeneous graph (``HeteroData``, PyG's hetero
     ``LinkNeighborLoader`` fields; see the module docstring), sampled from host memory shared by all ranks.
 
@@ -270,21 +264,7 @@ class ZeroCopyHeteroLinkDataModule(TypedShapes, GraphDataModule):
         train = resolve_num_neighbors(num_neighbors, edge_types, _KEY + "num_neighbors")
         evaluation = train if eval_num_neighbors is None else resolve_num_neighbors(
             eval_num_neighbors, edge_types, _KEY + "eval_num_neighbors")  # fmt: skip
-        self.negative_sampling = _check_link_options(neg_sampling, neg_sampling_ratio, subgraph_type, disjoint,
-                                                     predict_split)  # fmt: skip
+        task = self._link_task(self.edge_type, neg_sampling, neg_sampling_ratio, subgraph_type, disjoint, predict_split)
         self.num_neighbors, self.eval_num_neighbors = num_neighbors, eval_num_neighbors
-        super().__init__(
-            dataset, LinkTask(self.edge_type, self.negative_sampling),
-            schema=GraphSchema.typed(dataset.node_types, edge_types), fanouts=train, eval_fanouts=evaluation,
-            batch_size=batch_size, eval_batch_size=eval_batch_size, replace=replace, shuffle=shuffle,
-            drop_last=drop_last, num_threads=num_threads, seed=seed, predict_split=predict_split,
-            feature_storage=feature_storage, sampler_placement=sampler_placement, gather=gather,
-            gather_mode=gather_mode, hot_rows=0, node_order=node_order, check_features=check_features,
-            feature_dtype=feature_dtype, x_dtype=x_dtype, attributes=attributes,
-            predict_mode=predict_mode, layerwise=layerwise,
-        )  # fmt: skip
-        self.neg_sampling = neg_sampling
-        self.neg_sampling_ratio = float(neg_sampling_ratio)
-        self.subgraph_type, self.disjoint = subgraph_type, disjoint
-
-    link_splits = property(_link_splits)
+        super().__init__(dataset, task, schema=GraphSchema.typed(dataset.node_types, edge_types), fanouts=train,
+                         eval_fanouts=evaluation, **passed_on(locals()))  # fmt: skip

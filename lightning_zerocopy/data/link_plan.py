@@ -259,18 +259,11 @@ class LinkBatchPlan:
         if self.sampler_seed == "split":  # the sampler's seed is the split's; negatives stay per batch
             negatives_seed = derive_seed(self.seed, self.stream, epoch, self.world_size, self.rank, step)
         fields: dict[str, torch.Tensor] = {}
-        seed_dict = None
         if self.negatives is not None and self.negatives.config.is_triplet():
             dst_neg = self.negatives.draw(b * int(self.negatives.config.amount), negatives_seed, endpoint=1)
-            if self._two_types:
-                seed_dict, (src_index, dst_index) = self._typed_seeds(src, torch.cat([dst, dst_neg]))
-                fields["src_index"], fields["dst_pos_index"] = src_index, dst_index[:b]
-                fields["dst_neg_index"] = dst_index[b:].view(b, -1).squeeze(-1)
-                return self._item(edges, seed_dict, b, fields)
-            seeds, inverse = torch.cat([src, dst, dst_neg]).unique(return_inverse=True)
-            fields["src_index"] = inverse[:b]
-            fields["dst_pos_index"] = inverse[b : 2 * b]
-            fields["dst_neg_index"] = inverse[2 * b :].view(b, -1).squeeze(-1)
+            seeds, seed_dict, src_index, dst_index = self._seeds(src, torch.cat([dst, dst_neg]))
+            fields["src_index"], fields["dst_pos_index"] = src_index, dst_index[:b]
+            fields["dst_neg_index"] = dst_index[b:].view(b, -1).squeeze(-1)
         else:
             label = self.edge_label[positions] if self.edge_label is not None else None
             neg_src, neg_dst, query = self._negatives(positions, negatives_seed, step)
@@ -279,20 +272,12 @@ class LinkBatchPlan:
                     label = torch.ones(b)
                 label = torch.cat([label, label.new_zeros((neg_src.numel(), *label.shape[1:]))])
                 src, dst = torch.cat([src, neg_src]), torch.cat([dst, neg_dst])
-            if self._two_types:
-                seed_dict, (src_index, dst_index) = self._typed_seeds(src, dst)
-                fields["edge_label_index"] = torch.stack([src_index, dst_index])
-            else:
-                seeds, inverse = torch.cat([src, dst]).unique(return_inverse=True)
-                fields["edge_label_index"] = inverse.view(2, -1)
+            seeds, seed_dict, src_index, dst_index = self._seeds(src, dst)
+            fields["edge_label_index"] = torch.stack([src_index, dst_index])
             if label is not None:
                 fields["edge_label"] = label
             if query is not None:
                 fields["edge_label_query"] = query
-            if seed_dict is not None:
-                return self._item(edges, seed_dict, b, fields)
-        if self.edge_type is not None:  # one node type: both endpoints seed it
-            seed_dict = {self.edge_type[0]: seeds}
         return LinkPlanItem(
             seed_ids=seeds, input_id=positions, batch_seed=edges.batch_seed, epoch=epoch, step=step,
             rank=edges.rank, num_positives=b, link_fields=fields, edge_type=self.edge_type, seed_dict=seed_dict,
@@ -300,28 +285,19 @@ class LinkBatchPlan:
 
     # ---- internals ---------------------------------------------------------------------------------------
 
-    @property
-    def _two_types(self) -> bool:
-        """Typed endpoints of two distinct node types (their seeds are kept apart)."""
-        return self.edge_type is not None and self.edge_type[0] != self.edge_type[2]
-
-    def _typed_seeds(
-        self, src: torch.Tensor, dst: torch.Tensor
-    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-        """The seeds of each endpoint type (unique, sorted, as PyG's) and every endpoint's local id among them."""
-        assert self.edge_type is not None
-        src_seeds, src_index = src.unique(return_inverse=True)
-        dst_seeds, dst_index = dst.unique(return_inverse=True)
-        return {self.edge_type[0]: src_seeds, self.edge_type[2]: dst_seeds}, (src_index, dst_index)
-
-    def _item(
-        self, edges: Any, seed_dict: dict[str, torch.Tensor], b: int, fields: dict[str, torch.Tensor]
-    ) -> LinkPlanItem:
-        return LinkPlanItem(
-            seed_ids=torch.cat(list(seed_dict.values())), input_id=edges.input_id, batch_seed=edges.batch_seed,
-            epoch=edges.epoch, step=edges.step, rank=edges.rank, num_positives=b, link_fields=fields,
-            edge_type=self.edge_type, seed_dict=seed_dict,
-        )  # fmt: skip
+    def _seeds(self, src: torch.Tensor, dst: torch.Tensor) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """The item's seeds (unique, sorted, as PyG's), its seeds per node type (``None``: untyped endpoints) and every
+        endpoint's local id among them: endpoints of one id space (untyped, or one node type, whose seeds both
+        endpoints are) are merged; typed endpoints of two node types keep each type's seeds apart (``seed_ids``: their
+        concatenation) and index their own type's."""
+        if self.edge_type is not None and self.edge_type[0] != self.edge_type[2]:
+            src_seeds, src_index = src.unique(return_inverse=True)
+            dst_seeds, dst_index = dst.unique(return_inverse=True)
+            seed_dict = {self.edge_type[0]: src_seeds, self.edge_type[2]: dst_seeds}
+            return torch.cat([src_seeds, dst_seeds]), seed_dict, src_index, dst_index
+        seeds, inverse = torch.cat([src, dst]).unique(return_inverse=True)
+        seed_dict = None if self.edge_type is None else {self.edge_type[0]: seeds}
+        return seeds, seed_dict, inverse[: src.numel()], inverse[src.numel() :]
 
     def _negatives(self, positions: torch.Tensor, batch_seed: int, step: int):
         """(source, destination, edge_label_query) of the batch's negatives (``None`` where there are none)."""

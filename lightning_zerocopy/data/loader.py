@@ -219,15 +219,8 @@ class PlanLoader(EpochLoader):
 
     def _fingerprint(self) -> dict[str, Any]:
         p = self.base_plan
-        return {
-            "num_inputs": int(p.input_nodes.numel()),
-            "batch_size": p.batch_size,
-            "shuffle": p.shuffle,
-            "drop_last": p.drop_last,
-            "seed": p.seed,
-            "rank": p.rank,
-            "world_size": p.world_size,
-        }
+        fields = ("batch_size", "shuffle", "drop_last", "seed", "rank", "world_size")
+        return {"num_inputs": int(p.input_nodes.numel()), **{name: getattr(p, name) for name in fields}}
 
     def __repr__(self) -> str:
         return f"PlanLoader({self.plan!r}, epoch={self.epoch})"

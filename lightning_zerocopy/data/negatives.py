@@ -83,10 +83,7 @@ def parse_neg_sampling(
     if neg_sampling is None:
         return None
     if isinstance(neg_sampling, NegativeSampling):
-        fields: dict[str, Any] = dict(
-            mode=neg_sampling.mode, amount=neg_sampling.amount,
-            src_weight=neg_sampling.src_weight, dst_weight=neg_sampling.dst_weight,
-        )  # fmt: skip
+        fields: dict[str, Any] = dict(vars(neg_sampling))  # mode, amount, src_weight, dst_weight
     elif isinstance(neg_sampling, str):
         fields = {"mode": neg_sampling}
     elif isinstance(neg_sampling, Mapping):

@@ -192,15 +192,13 @@ class BatchPlan:
             batch_seed = derive_seed(self.seed, self.stream)
         else:
             batch_seed = derive_seed(self.seed, self.stream, epoch, self.world_size, self.rank, step)
-        return PlanItem(
-            seed_ids=self.input_nodes[positions],
-            input_id=positions,
-            batch_seed=batch_seed,
-            epoch=epoch,
-            step=step,
-            rank=self.rank,
-            ids_as_input_id=self.input_id_kind == "node",
-        )
+        return self.item_of(positions, batch_seed, epoch, step)
+
+    def item_of(self, positions: torch.Tensor, batch_seed: int, epoch: int, step: int) -> PlanItem:
+        """The item of this rank whose seeds are at ``positions`` (into ``input_nodes``), sampled with ``batch_seed``:
+        :meth:`item`'s, or a resumed epoch's (:class:`~lightning_zerocopy.data.resume.ResumedPlan`)."""
+        return PlanItem(self.input_nodes[positions], positions, batch_seed, epoch, step, self.rank,
+                        ids_as_input_id=self.input_id_kind == "node")  # fmt: skip
 
     @property
     def positions_plan(self) -> "BatchPlan":

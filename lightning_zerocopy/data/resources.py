@@ -35,11 +35,11 @@ import torch
 
 from lightning_zerocopy.cache.provider import CacheContext, FeatureCacheSpec, FeatureGather, plain_feature_table
 from lightning_zerocopy.data.attributes import HostAttribute, open_attribute_table
-from lightning_zerocopy.data.handles import HostGraphHandles
+from lightning_zerocopy.data.handles import ByType, HostGraphHandles
 from lightning_zerocopy.gather.host_table import HostFeatureTable
 from lightning_zerocopy.graph.csc import CSCGraph
 from lightning_zerocopy.graph.fused_csc import FusedCSC
-from lightning_zerocopy.graph.schema import NODE, AttributeKey, EdgeType, GraphSchema
+from lightning_zerocopy.graph.schema import AttributeKey, EdgeType, GraphSchema
 from lightning_zerocopy.options import GatherMode, SamplerDevice, check_choice
 from lightning_zerocopy.sampling.topology import PlacedTopology, place_topology
 
@@ -47,7 +47,7 @@ __all__ = ["DeviceResources", "HostData", "ResourceScope"]
 
 
 @dataclass
-class HostData:
+class HostData(ByType):
     """The host memory of one :class:`HostGraphHandles`, mapped in this process (no CUDA work), keyed by type.
 
     Attributes:
@@ -87,21 +87,6 @@ class HostData:
             rank=None if node_order is None else node_order.rank.open(),
             fused=None if handles.fused is None else handles.fused.open(),
         )
-
-    @property
-    def input_type(self) -> Optional[str]:
-        return self.schema.input_type
-
-    @property
-    def graph(self) -> CSCGraph:
-        """The graph of a one-edge-type schema (an untyped graph's)."""
-        (graph,) = self.graphs.values()
-        return graph
-
-    @property
-    def features(self) -> Any:
-        """The feature table of an untyped graph; a typed graph's tables by node type (:attr:`tables`)."""
-        return self.tables if self.schema.is_typed else self.tables[NODE]
 
     def internal_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Internal ids of original node ids (the ids themselves without a node order); checked, on the CPU.
@@ -158,13 +143,6 @@ def _compact_int_dtype(values: torch.Tensor) -> torch.dtype:
     return torch.int64
 
 
-def row_width(t: torch.Tensor) -> int:
-    width = 1
-    for size in t.shape[1:]:
-        width *= int(size)
-    return width
-
-
 def _pin(tensor: torch.Tensor, name: str) -> Any:
     """Register host memory for zero-copy reads; a failure says which option asked for it."""
     from lightning_zerocopy.graph.host_registration import register_host_tensor
@@ -198,8 +176,7 @@ class DeviceResources:
         self._device: Optional[torch.device] = None
         self._lock = threading.RLock()  # a pipeline samples on one thread and gathers on another
         self._topology: dict[tuple[Hashable, str], PlacedTopology] = {}  # by (edge type or "fused", placement)
-        self._labels: Optional[torch.Tensor] = None
-        self._order: Optional[torch.Tensor] = None
+        self._copies: dict[str, torch.Tensor] = {}  # "labels", "order"
         self._tables: dict[Hashable, FeatureGather] = {}  # feature and attribute tables
         self._registrations: dict[str, Any] = {}
         self._closed = False
@@ -240,40 +217,28 @@ class DeviceResources:
 
     def _placed(self, key: Hashable, placement: SamplerDevice, graph_of: Callable[[], CSCGraph]) -> PlacedTopology:
         check_choice(placement, SamplerDevice, "placement")
-        with self._lock:
-            placed = self._topology.get((key, placement))
-            if placed is None:
-                self._check_open()
-                graph = graph_of()
-                placed = place_topology(
-                    graph.indptr, graph.indices, graph.edge_perm, placement, self.device, register=_pin
-                )
-                self._topology[(key, placement)] = placed
-            return placed
+
+        def place() -> PlacedTopology:
+            graph = graph_of()
+            return place_topology(graph.indptr, graph.indices, graph.edge_perm, placement, self.device, register=_pin)
+
+        return self._once(self._topology, (key, placement), place)
 
     def labels(self) -> Optional[torch.Tensor]:
         """The input type's labels on the GPU, in the smallest integer dtype that holds them (widen after
         gathering); ``None`` when the host memory has no node labels."""
-        if self.host.labels is None:
+        labels = self.host.labels
+        if labels is None:
             return None
-        with self._lock:
-            if self._labels is None:
-                self._check_open()
-                labels = self.host.labels
-                self._labels = labels.to(_compact_int_dtype(labels)).to(self.device)
-            return self._labels
+        return self._once(self._copies, "labels", lambda: labels.to(_compact_int_dtype(labels)).to(self.device))
 
     def node_order(self) -> Optional[torch.Tensor]:
         """The internal -> original id map on the GPU (int32 where ids fit), or ``None`` without a node order."""
         order = self.host.order
         if order is None:
             return None
-        with self._lock:
-            if self._order is None:
-                self._check_open()
-                fits32 = order.numel() - 1 <= torch.iinfo(torch.int32).max
-                self._order = order.to(torch.int32 if fits32 else torch.int64).to(self.device)
-            return self._order
+        dtype = torch.int32 if order.numel() - 1 <= torch.iinfo(torch.int32).max else torch.int64
+        return self._once(self._copies, "order", lambda: order.to(dtype).to(self.device))
 
     def feature_table(
         self, node_type: Optional[str] = None, mode: GatherMode = "auto", cache: Optional[Any] = None
@@ -292,20 +257,17 @@ class DeviceResources:
         """
         check_choice(mode, GatherMode, "mode")
         node_type = self._node_type(node_type)
-        key = (node_type, mode, cache)
-        with self._lock:
-            table = self._tables.get(key)
-            if table is None:
-                self._check_open()
-                data = self.registered_features(node_type)
-                context = CacheContext(data, self.device, mode, int(data.shape[0]),
-                                       lambda: self._neighbor_indices(node_type))  # fmt: skip
-                per_type = getattr(cache, "provider", None)
-                spec = per_type(node_type) if callable(per_type) else cache
-                with torch.cuda.device(self.device):
-                    table = plain_feature_table(context) if spec is None else spec.open(context)
-                self._tables[key] = table
-            return table
+
+        def open_table() -> FeatureGather:
+            data = self.registered_features(node_type)
+            context = CacheContext(data, self.device, mode, int(data.shape[0]),
+                                   lambda: self._neighbor_indices(node_type))  # fmt: skip
+            per_type = getattr(cache, "provider", None)
+            spec = per_type(node_type) if callable(per_type) else cache
+            with torch.cuda.device(self.device):
+                return plain_feature_table(context) if spec is None else spec.open(context)
+
+        return self._once(self._tables, (node_type, mode, cache), open_table)
 
     def registered_features(self, node_type: Optional[str] = None) -> torch.Tensor:
         """``node_type``'s host feature table (``None``: the only one) as the GPU reads it, registered once per
@@ -327,15 +289,21 @@ class DeviceResources:
         GPU when small, else a zero-copy table over its registered host rows
         (:func:`~lightning_zerocopy.data.attributes.open_attribute_table`)."""
         check_choice(mode, GatherMode, "mode")
+
+        def open_table() -> FeatureGather:
+            attribute, name = self.host.attributes[key], f"attribute {key.describe()} of {key.type}"
+            return open_attribute_table(attribute, lambda: self._register(attribute.table, name), self.device, mode)
+
+        return self._once(self._tables, ("attribute", key, mode), open_table)
+
+    def _once(self, placed: dict[Any, Any], key: Hashable, make: Callable[[], Any]) -> Any:
+        """``placed[key]``, made by ``make()`` on its first use (under the lock; closed resources refuse)."""
         with self._lock:
-            table = self._tables.get(("attribute", key, mode))
-            if table is None:
+            value = placed.get(key)
+            if value is None:
                 self._check_open()
-                attribute = self.host.attributes[key]
-                name = f"attribute {key.describe()} of {key.type}"
-                table = open_attribute_table(attribute, lambda: self._register(attribute.table, name), self.device, mode)
-                self._tables[("attribute", key, mode)] = table
-            return table
+                value = placed[key] = make()
+            return value
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -358,16 +326,8 @@ class DeviceResources:
         closers: list[Callable[[], None]] = [t.close for t in self._tables.values()]
         closers += [p.close for p in self._topology.values()]
         closers += [r.close for r in reversed(list(self._registrations.values()))]
-        self._tables, self._topology, self._registrations = {}, {}, {}
-        self._labels = self._order = None
-        errors = []
-        for close in closers:
-            try:
-                close()
-            except Exception as exc:  # noqa: BLE001 - close the rest, then report
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        self._tables, self._topology, self._registrations, self._copies = {}, {}, {}, {}
+        _close_all(closers)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -406,7 +366,7 @@ class DeviceResources:
         return node_type
 
     def __repr__(self) -> str:
-        placed = [*(p for _, p in self._topology), *(["labels"] if self._labels is not None else []),
+        placed = [*(p for _, p in self._topology), *(["labels"] if "labels" in self._copies else []),
                   *(f"table{k}" for k in self._tables)]
         return f"DeviceResources(device={self._device}, placed={placed}, closed={self._closed})"
 
@@ -435,11 +395,16 @@ class ResourceScope:
         """Close every resource (report the first failure after trying all). Idempotent."""
         with self._lock:
             resources, self._resources = list(self._resources.values()), {}
-        errors = []
-        for r in resources:
-            try:
-                r.close()
-            except Exception as exc:  # noqa: BLE001
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        _close_all([r.close for r in resources])
+
+
+def _close_all(closers: list[Callable[[], None]]) -> None:
+    """Call every closer, then raise the first failure (the others are closed all the same)."""
+    errors = []
+    for close in closers:
+        try:
+            close()
+        except Exception as exc:  # noqa: BLE001 - close the rest, then report
+            errors.append(exc)
+    if errors:
+        raise errors[0]

@@ -145,16 +145,8 @@ class ResumedPlan:
             raise IndexError(f"step {step} of resumed epoch {epoch} is outside its steps [{self.start_step}, {len(self)})")
         positions = self._batches[step - self.start_step]
         p = self.base.positions_plan
-        item = PlanItem(
-            seed_ids=p.input_nodes[positions],
-            input_id=positions,
-            batch_seed=derive_seed(p.seed, p.stream, epoch, p.world_size, p.rank, step, len(self.segments)),
-            epoch=epoch,
-            step=step,
-            rank=p.rank,
-            ids_as_input_id=getattr(p, "input_id_kind", "position") == "node",
-        )
-        return self.base.expand(item)
+        batch_seed = derive_seed(p.seed, p.stream, epoch, p.world_size, p.rank, step, len(self.segments))
+        return self.base.expand(p.item_of(positions, batch_seed, epoch, step))
 
     def __repr__(self) -> str:
         return f"ResumedPlan({self.base!r}, epoch={self.epoch}, start_step={self.start_step}, segments={self.segments})"

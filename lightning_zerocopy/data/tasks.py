@@ -22,7 +22,7 @@ from lightning_zerocopy.data.gpu_options import KEY_PREFIX
 from lightning_zerocopy.data.host.links import link_splits
 from lightning_zerocopy.data.link_plan import LinkBatchPlan
 from lightning_zerocopy.data.negatives import NegativeDraws, NegativeSampling
-from lightning_zerocopy.data.plan import BatchPlan
+from lightning_zerocopy.data.plan import SPLIT_STREAMS, BatchPlan
 from lightning_zerocopy.data.resources import HostData
 from lightning_zerocopy.datasets.base import InputDataError
 from lightning_zerocopy.datasets.link_checks import check_batch_labels
@@ -32,9 +32,22 @@ from lightning_zerocopy.graph.schema import EDGE, EdgeType
 
 Split = str  # "train" | "val" | "test" | "predict"
 
-__all__ = ["LinkTask", "NodeTask", "degree"]
+__all__ = ["LinkTask", "NodeTask", "degree", "plan_options"]
 
 _KEY = KEY_PREFIX
+
+
+def plan_options(dm: Any, split: Split, rank: int, world_size: int) -> dict[str, Any]:
+    """What every task's plan of ``split`` takes from the DataModule: the training batch size, shuffle and
+    ``drop_last`` (evaluation: its batch size, in order, every item), the seed, the rank, and the random stream and
+    sampler seed. ``predict`` takes the stream of the split it predicts (``all`` has one of its own), so an evaluated
+    item's sample depends on the item and its split's seed only, not on the command that asks for it; val/test/predict
+    give every batch the split's one sampler seed (node-keyed sampling) unless every evaluation fanout is ``-1``."""
+    is_train = split == "train"
+    stream = SPLIT_STREAMS[dm.predict_split if split == "predict" and dm.predict_split in SPLIT_STREAMS else split]
+    return dict(batch_size=dm.batch_size if is_train else dm.eval_batch_size, shuffle=dm.shuffle if is_train else False,
+                drop_last=dm.drop_last if is_train else False, seed=dm.seed, rank=rank, world_size=world_size,
+                stream=stream, sampler_seed="split" if not is_train and dm._eval_node_keyed else "batch")  # fmt: skip
 
 
 class NodeTask:
@@ -52,19 +65,8 @@ class NodeTask:
     def plan(self, dm: Any, split: Split, rank: int, world_size: int) -> BatchPlan:
         """The batch plan of ``split`` for ``rank`` of ``world_size`` (``predict`` over ``predict_split``, sampled as
         that split is evaluated)."""
-        is_train = split == "train"
-        return BatchPlan(
-            self.input_nodes(dm, split),
-            dm.batch_size if is_train else dm.eval_batch_size,
-            shuffle=dm.shuffle if is_train else False,
-            drop_last=dm.drop_last if is_train else False,
-            seed=dm.seed,
-            rank=rank,
-            world_size=world_size,
-            stream=dm._stream(split),
-            sampler_seed=dm._sampler_seed(split),
-            input_id_kind=self.input_id_kind(dm, split),
-        )
+        return BatchPlan(self.input_nodes(dm, split), **plan_options(dm, split, rank, world_size),
+                         input_id_kind=self.input_id_kind(dm, split))  # fmt: skip
 
     @staticmethod
     def input_id_kind(dm: Any, split: Split) -> str:
@@ -76,12 +78,11 @@ class NodeTask:
 
     def input_nodes(self, dm: Any, split: Split) -> torch.Tensor:
         """The seed nodes of ``split`` (input-type ids)."""
-        if split == "predict":
-            if dm.predict_split == "all":
-                handles = dm.handles
-                return torch.arange(dict(handles.num_nodes)[handles.schema.input_type])
-            return dm.split_tensors[dm.predict_split]
-        return dm.split_tensors[split]
+        name = dm.predict_split if split == "predict" else split
+        if name == "all":
+            handles = dm.handles
+            return torch.arange(dict(handles.num_nodes)[handles.schema.input_type])
+        return dm.split_tensors[name]
 
 
 class LinkTask:
@@ -140,23 +141,15 @@ class LinkTask:
                 f"{sorted(self.splits)}" + (" (set data.init_args.predict_split)" if split == "predict" else "")
             )
         link = self.splits[name]
-        is_train = split == "train"
-        fixed = None if is_train else link.neg_edge_index
+        fixed = None if split == "train" else link.neg_edge_index
         plan = LinkBatchPlan(
             link.pos_edge_index,
-            dm.batch_size if is_train else dm.eval_batch_size,
             negatives=None if split == "predict" else self.negatives,
             edge_label=link.edge_label,
             neg_edge_index=fixed,
             neg_per_positive=None if fixed is None else link.neg_per_positive,
-            shuffle=dm.shuffle if is_train else False,
-            drop_last=dm.drop_last if is_train else False,
-            seed=dm.seed,
-            rank=rank,
-            world_size=world_size,
-            stream=dm._stream(split),  # predict samples its split as test/validate do
-            sampler_seed=dm._sampler_seed(split),
             split=name,
+            **plan_options(dm, split, rank, world_size),
             **self._endpoints(dm),
         )
         try:  # the labels that reach the batches, whatever form the split came in (a PyG RandomLinkSplit's: shifted)

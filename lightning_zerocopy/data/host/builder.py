@@ -8,6 +8,7 @@ features (once per dataset) and a node order computed in memory.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Optional
 
@@ -39,6 +40,7 @@ __all__ = ["HostCopyBuilder"]
 _SPLITS = ("train", "val", "test")
 
 
+@dataclass(eq=False)
 class HostCopyBuilder:
     """Builds the shared host memory (graphs, features, labels, splits) of ``dataset`` on this machine.
 
@@ -63,41 +65,28 @@ class HostCopyBuilder:
             dataset) are prefixed with ``key``; an untyped dataset's name their own source (a file, a field).
     """
 
-    def __init__(
-        self,
-        dataset: Any,
-        feature_storage: FeatureStorage,
-        node_order: NodeOrderKind,
-        key: str,
-        check_features: bool = True,
-        opt_out: str = "check_features: false",
-        feature_dtype: Optional[FeatureDtype] = None,
-        dtype_key: str = "feature_dtype",
-        allow_split_overlap: bool = False,
-        overlap_opt_out: str = "allow_split_overlap: true",
-        link: bool = False,
-        typed: bool = False,
-        x_dtype: Optional[FeatureDtype] = None,
-        x_dtype_key: str = "x_dtype",
-        attributes: AttributeChoice = "all",
-        attributes_key: str = "attributes",
-    ):
-        self.dataset = dataset
-        self.attributes, self.attributes_key = attributes, attributes_key
-        self.x_dtype, self.x_dtype_key = x_dtype, x_dtype_key
-        self.feature_dtype: Optional[FeatureDtype] = feature_dtype
-        self.dtype_key = dtype_key
-        self.allow_split_overlap = allow_split_overlap
-        self.overlap_opt_out = overlap_opt_out
-        self.check_features = check_features
-        self.opt_out = opt_out
-        self.feature_storage: FeatureStorage = feature_storage
-        self.node_order: NodeOrderKind = node_order
-        self.key = key
-        self.link, self.typed = bool(link), bool(typed)
-        self._order: Optional[NodeOrder] = None  # an in-memory node order, kept for the next build
-        self._checked = False
-        self._named: Optional[HostGraphHandles] = None  # segments :meth:`share` made whose names are not unlinked yet
+    dataset: Any
+    feature_storage: FeatureStorage
+    node_order: NodeOrderKind
+    key: str
+    check_features: bool = True
+    opt_out: str = "check_features: false"
+    feature_dtype: Optional[FeatureDtype] = None
+    dtype_key: str = "feature_dtype"
+    allow_split_overlap: bool = False
+    overlap_opt_out: str = "allow_split_overlap: true"
+    link: bool = False
+    typed: bool = False
+    x_dtype: Optional[FeatureDtype] = None
+    x_dtype_key: str = "x_dtype"
+    attributes: AttributeChoice = "all"
+    attributes_key: str = "attributes"
+    _order: Optional[NodeOrder] = field(default=None, init=False)  # an in-memory node order, kept for the next build
+    _checked: bool = field(default=False, init=False)
+    _named: Optional[HostGraphHandles] = field(default=None, init=False)  # segments share() made, names not unlinked
+
+    def __post_init__(self) -> None:
+        self.link, self.typed = bool(self.link), bool(self.typed)
 
     @property
     def _where(self) -> str:
