@@ -207,14 +207,7 @@ class ZeroCopyCLI(LightningCLI):
 
             check_checkpoint_fits(config["ckpt_path"], self.model)
 
-    def before_fit(self) -> None:
-        self._resolve_last_checkpoint()
-
-    def before_validate(self) -> None:
-        self._resolve_last_checkpoint()
-
-    def before_test(self) -> None:
-        self._resolve_last_checkpoint()
+    before_fit = before_validate = before_test = _resolve_last_checkpoint
 
     def before_predict(self) -> None:
         """``--ckpt_path last`` as for the other subcommands; a module without ``predict_step`` whose ``forward``

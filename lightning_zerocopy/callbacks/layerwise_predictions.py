@@ -27,7 +27,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 
-from lightning_zerocopy.callbacks.predictions import _write_npz
+from lightning_zerocopy.callbacks.predictions import _NpzWriter, _write_npz
 from lightning_zerocopy.data.layer_tables import LayerTable, LocalRanks
 from lightning_zerocopy.data.layerwise import LayerStats, LayerwisePass
 from lightning_zerocopy.models.layerwise import layerwise_module
@@ -39,7 +39,7 @@ __all__ = ["LayerwisePredictionWriter", "write_node_predictions"]
 _CHUNK_ROWS = 1 << 20  # rows of logits turned into pred / prob at a time
 
 
-class LayerwisePredictionWriter(BasePredictionWriter):
+class LayerwisePredictionWriter(_NpzWriter):
     """Runs ``predict_mode: layerwise`` and writes its files (see the module docstring).
 
     Args:
@@ -53,18 +53,15 @@ class LayerwisePredictionWriter(BasePredictionWriter):
         stats: this rank's figures of each layer (time, batches, edges, bytes read).
     """
 
+    _NAME = "LayerwisePredictionWriter"
     #: what the DataModule's layer-wise predict loader looks for (``data.layerwise.layerwise_pass_loader``)
     runs_layerwise_pass = True
 
     def __init__(self, output_dir: Optional[str] = None, filename: str = "predictions.npz", progress: bool = True) -> None:
-        super().__init__(write_interval="epoch")
-        if not filename.endswith(".npz"):
-            raise ValueError(f"filename must end with .npz, got {filename!r}")
-        self.output_dir, self.filename, self.progress = output_dir, filename, progress
-        self.path: Optional[Path] = None
+        super().__init__("epoch", output_dir, filename)
+        self.progress = progress
         self.embeddings: dict[str, Path] = {}
         self.stats: list[LayerStats] = []
-        self._report: Optional[str] = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Before anything runs: layer-wise mode is on, no other writer competes, one machine, the module has the
@@ -85,10 +82,7 @@ class LayerwisePredictionWriter(BasePredictionWriter):
         layerwise_module(pl_module)
         folder = self._folder(trainer)  # on every rank: a DDP trainer's log_dir is a collective
         if trainer.is_global_zero:
-            folder = check_output_folder(folder, self._key())
-            if (folder / self.filename).is_dir():
-                raise RunEnvironmentError(errno.EISDIR, f"{folder / self.filename} is a folder: the predictions "
-                                          f"cannot be written there; move it, or set {self._key()} elsewhere")  # fmt: skip
+            self._check_target(folder, "the predictions")
             _check_embeddings_target(datamodule)
 
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -137,17 +131,6 @@ class LayerwisePredictionWriter(BasePredictionWriter):
                            batch_indices: Any) -> None:  # fmt: skip
         """Nothing: the files were written in ``on_predict_start`` (the pass yields no batch)."""
 
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        report, self._report = self._report, None
-        if report is not None:
-            print(report, flush=True)
-
-    def _folder(self, trainer: pl.Trainer) -> Path:
-        return Path(self.output_dir or trainer.log_dir or trainer.default_root_dir)
-
-    def _key(self) -> str:
-        return "LayerwisePredictionWriter's output_dir" if self.output_dir else "trainer.default_root_dir"
-
 
 def write_node_predictions(path: Path, table: LayerTable, node_ids: Optional[torch.Tensor],
                            node_type: Optional[str] = None, select: Optional[torch.Tensor] = None) -> Path:  # fmt: skip
@@ -172,7 +155,6 @@ def write_node_predictions(path: Path, table: LayerTable, node_ids: Optional[tor
     columns = dict(node_id=ids, logits=logits, pred=pred, prob=prob)
     if node_type is not None:
         columns["node_type"] = np.asarray(node_type)
-    path.parent.mkdir(parents=True, exist_ok=True)
     _write_npz(path, columns)
     return path
 

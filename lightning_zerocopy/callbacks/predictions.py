@@ -67,8 +67,7 @@ def seed_node_type(batch: Any) -> Optional[str]:
     Raises:
         TypeError: a ``HeteroData`` batch without a node store that holds ``batch_size``.
     """
-    pyg_data = sys.modules.get("torch_geometric.data")  # a HeteroData batch means PyG is imported; this module does not
-    if pyg_data is None or not isinstance(batch, pyg_data.HeteroData):
+    if not is_hetero(batch):
         return None
     for store in batch.node_stores:
         if "batch_size" in store:
@@ -79,13 +78,14 @@ def seed_node_type(batch: Any) -> Optional[str]:
 
 def link_edge_type(batch: Any) -> Optional[tuple[str, str, str]]:
     """The edge type of a heterogeneous link batch (the edge store holding ``edge_label_index``), or ``None``."""
+    return next((s._key for s in batch.edge_stores if "edge_label_index" in s), None) if is_hetero(batch) else None
+
+
+def is_hetero(batch: Any) -> bool:
+    """Whether ``batch`` is a PyG ``HeteroData`` (without importing PyG: these callbacks must not, see the package's
+    docstring; a batch can only be one once PyG is imported)."""
     pyg_data = sys.modules.get("torch_geometric.data")
-    if pyg_data is None or not isinstance(batch, pyg_data.HeteroData):
-        return None
-    for store in batch.edge_stores:
-        if "edge_label_index" in store:
-            return store._key
-    return None
+    return pyg_data is not None and isinstance(batch, pyg_data.HeteroData)
 
 
 def seed_predictions(prediction: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,7 +178,44 @@ def edge_predictions(prediction: Any, batch: Any) -> dict[str, torch.Tensor]:
     return columns
 
 
-class PredictionWriter(BasePredictionWriter):
+class _NpzWriter(BasePredictionWriter):
+    """What both prediction writers share: an ``.npz`` ``filename`` in ``output_dir`` (default: the trainer's
+    ``log_dir``), checked before the run, and the line naming what was written, printed at teardown."""
+
+    _NAME = "PredictionWriter"  # the writer named in messages (a subclass of it is still one)
+
+    def __init__(self, write_interval: str, output_dir: Optional[str], filename: str) -> None:
+        super().__init__(write_interval=write_interval)
+        if not filename.endswith(".npz"):
+            raise ValueError(f"filename must end with .npz, got {filename!r}")
+        self.output_dir = output_dir
+        self.filename = filename
+        self.path: Optional[Path] = None  # the (merged) file, once written
+        self._report: Optional[str] = None  # the line naming it, printed at teardown (after the progress bar's)
+
+    def _folder(self, trainer: pl.Trainer) -> Path:
+        return Path(self.output_dir or trainer.log_dir or trainer.default_root_dir)
+
+    def _key(self) -> str:
+        return f"{self._NAME}'s output_dir" if self.output_dir else "trainer.default_root_dir"
+
+    def _check_target(self, folder: Path, what: str) -> None:
+        """``folder`` can be written, and the file's name in it is no folder (``what``: the file, for the message)."""
+        folder = check_output_folder(folder, self._key())
+        if (folder / self.filename).is_dir():
+            raise RunEnvironmentError(errno.EISDIR, f"{folder / self.filename} is a folder: {what} cannot be written "
+                                      f"there; move it, or set {self._key()} elsewhere")  # fmt: skip
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Prints the line naming the file: the progress bar has ended its line by now (it does in
+        ``on_predict_end``, which may run after this callback's ``on_predict_epoch_end``, depending on the order of
+        the callbacks), so the line is not glued to the bar's."""
+        report, self._report = self._report, None
+        if report is not None:
+            print(report, flush=True)
+
+
+class PredictionWriter(_NpzWriter):
     """Collects the seed nodes' logits of every predict batch and writes them to one ``.npz`` file at the end.
 
     Args:
@@ -188,13 +225,7 @@ class PredictionWriter(BasePredictionWriter):
     """
 
     def __init__(self, output_dir: Optional[str] = None, filename: str = "predictions.npz") -> None:
-        super().__init__(write_interval="batch")
-        if not filename.endswith(".npz"):
-            raise ValueError(f"filename must end with .npz, got {filename!r}")
-        self.output_dir = output_dir
-        self.filename = filename
-        self.path: Optional[Path] = None  # the merged file, once written
-        self._report: Optional[str] = None  # the line naming it, printed at teardown (after the progress bar's)
+        super().__init__("batch", output_dir, filename)
         self._ids: list[torch.Tensor] = []
         self._logits: list[torch.Tensor] = []
         self._landing: deque[tuple[torch.Tensor, torch.Tensor, Any]] = deque()  # GPU copies not yet waited for
@@ -205,13 +236,8 @@ class PredictionWriter(BasePredictionWriter):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Before anything is predicted: the destination folder can be written, and the file's name is no folder."""
-        if stage != "predict" or not trainer.is_global_zero:
-            return
-        key = "PredictionWriter's output_dir" if self.output_dir else "trainer.default_root_dir"
-        folder = check_output_folder(self.output_dir or trainer.log_dir or trainer.default_root_dir, key)
-        if (folder / self.filename).is_dir():
-            raise RunEnvironmentError(errno.EISDIR, f"{folder / self.filename} is a folder: the predictions file cannot "
-                                      f"be written there; move it, or set {key} elsewhere")  # fmt: skip
+        if stage == "predict" and trainer.is_global_zero:
+            self._check_target(self._folder(trainer), "the predictions file")
 
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._ids, self._logits, self._landing, self._edges = [], [], deque(), []
@@ -263,7 +289,7 @@ class PredictionWriter(BasePredictionWriter):
 
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._land(wait=True)
-        folder = Path(self.output_dir or trainer.log_dir or trainer.default_root_dir)
+        folder = self._folder(trainer)
         if self._edges:
             columns = {k: torch.cat([b[k] for b in self._edges]).numpy() for k in self._edges[0]}
             if self._edge_type is not None:
@@ -284,7 +310,6 @@ class PredictionWriter(BasePredictionWriter):
         folder = Path(trainer.strategy.broadcast(str(folder), src=0))
         stem = self.filename[: -len(".npz")]
         part = folder / f"{stem}.rank{trainer.global_rank}.npz"
-        folder.mkdir(parents=True, exist_ok=True)
         _write_npz(part, columns)
         trainer.strategy.barrier("lightning_zerocopy.predictions")
         if trainer.global_rank != 0:
@@ -298,14 +323,6 @@ class PredictionWriter(BasePredictionWriter):
         for p in parts:
             p.unlink()
         self._report = f"predictions: {what} of {world} ranks written to {self.path}"
-
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Prints the line naming the file: the progress bar has ended its line by now (it does in
-        ``on_predict_end``, which may run after this callback's ``on_predict_epoch_end``, depending on the order of
-        the callbacks), so the line is not glued to the bar's."""
-        report, self._report = self._report, None
-        if report is not None:
-            print(report, flush=True)
 
 
 def _save_columns(path: Path, shares: list[dict[str, np.ndarray]]) -> tuple[Path, str]:
@@ -326,7 +343,6 @@ def _save_columns(path: Path, shares: list[dict[str, np.ndarray]]) -> tuple[Path
     columns = {k: v[first] for k, v in columns.items()}
     if edge_type is not None:
         columns["edge_type"] = np.asarray(edge_type)
-    path.parent.mkdir(parents=True, exist_ok=True)
     _write_npz(path, columns)
     return path, f"{len(first)} scored edges"
 
@@ -363,15 +379,15 @@ def _save(path: Path, ids: list[np.ndarray], logits: list[np.ndarray], node_type
         prob = probs[np.arange(len(pred)), pred].astype(np.float32)
     else:
         pred, prob = np.empty(0, np.int64), np.empty(0, np.float32)
-    path.parent.mkdir(parents=True, exist_ok=True)
     typed = {} if node_type is None else {"node_type": np.asarray(node_type)}
     _write_npz(path, dict(node_id=all_ids, logits=all_logits, pred=pred.astype(np.int64), prob=prob, **typed))
     return path
 
 
 def _write_npz(path: Path, columns: dict[str, np.ndarray]) -> None:
-    """``np.savez`` into a file beside ``path``, renamed onto it once complete; on a write error (a full disk, a folder
-    in the way) the partial file is removed and one line says what failed."""
+    """``np.savez`` into a file beside ``path`` (its folder made first), renamed onto it once complete; on a write
+    error (a full disk, a folder in the way) the partial file is removed and one line says what failed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         np.savez(_tmp(path), **columns)
         os.replace(_tmp(path), path)

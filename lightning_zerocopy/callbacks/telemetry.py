@@ -67,7 +67,6 @@ the epoch ends are waited for then, so the epoch figures count every step interv
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -78,6 +77,7 @@ import torch
 from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
+from lightning_zerocopy.callbacks.predictions import is_hetero
 from lightning_zerocopy.callbacks.step_figures import Ratio, StepSums, log_epoch_figures
 from lightning_zerocopy.step_logging import is_log_step
 
@@ -247,7 +247,7 @@ def _host_figures(trainer: "pl.Trainer", batch: Any, interval_s: float, wait_s: 
     """What the host knows of a step interval: its times, the batch's sizes (shapes, not values) and the
     producer's and sampler's latest figures (``host_row_bytes``: see :func:`_hetero_sizes`)."""
     host = {"interval_s": interval_s, "wait_s": wait_s}
-    if _is_hetero(batch):
+    if is_hetero(batch):
         host.update(_hetero_sizes(batch, host_row_bytes))
     else:
         edge_index, x = getattr(batch, "edge_index", None), getattr(batch, "x", None)
@@ -261,13 +261,6 @@ def _host_figures(trainer: "pl.Trainer", batch: Any, interval_s: float, wait_s: 
             host.update(_stage_figures(stages))
     host.update(_sampling_metrics(trainer, stats))
     return host
-
-
-def _is_hetero(batch: Any) -> bool:
-    """Whether ``batch`` is a PyG ``HeteroData`` (without importing PyG: this module must not, see the package's
-    docstring; a batch can only be one once PyG is imported)."""
-    pyg_data = sys.modules.get("torch_geometric.data")
-    return pyg_data is not None and isinstance(batch, pyg_data.HeteroData)
 
 
 def _hetero_sizes(batch: Any, host_row_bytes: Optional[dict[str, int]] = None) -> dict[str, float]:

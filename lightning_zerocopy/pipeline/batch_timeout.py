@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from lightning_zerocopy.process_state import _stat
+
 __all__ = ["FACTOR", "FIRST_BATCH_S", "FLOOR_S", "BatchTimeout", "process_state"]
 
 FLOOR_S = 60.0
@@ -64,11 +66,5 @@ class BatchTimeout:
 
 def process_state(pid: Optional[int]) -> Optional[str]:
     """``"T (stopped)"`` and the like: process ``pid``'s state from ``/proc`` (``None`` where unknown)."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            letter = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-    return f"{letter} ({_STATES.get(letter, 'unknown')})"
+    fields = None if pid is None else _stat(pid)
+    return f"{fields[0]} ({_STATES.get(fields[0], 'unknown')})" if fields else None

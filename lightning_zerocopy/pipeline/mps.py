@@ -189,6 +189,7 @@ def _write_state(root: str, state: dict) -> None:
 
 
 def _join(root: str) -> Optional[MPSDaemon]:
+    """The running daemon of ``root``, named in this process's environment from now on (``None``: warned why)."""
     state = _read_state(root)
     if state is None:
         _warn_once("stale", f"{ROOT_ENV}={root} names no running MPS daemon of this job (no state file)")
@@ -198,6 +199,7 @@ def _join(root: str) -> Optional[MPSDaemon]:
         why = "is stopping" if state.get("stopping") else f"(pid {daemon.daemon_pid}) is not running"
         _warn_once("stale", f"the MPS daemon of this job in {root} {why}; it is not reused")
         return None
+    os.environ.update(daemon.client_env())
     return daemon
 
 
@@ -226,8 +228,6 @@ def start_mps(job_key: Optional[str] = None, timeout: float = 10.0) -> Optional[
         daemon = _join(inherited)
         if daemon is None:
             _clear_client_env()
-        else:
-            os.environ.update(daemon.client_env())
         return daemon
     key = job_key or os.environ.get("TORCHELASTIC_RUN_ID")
     if key:
@@ -237,10 +237,7 @@ def start_mps(job_key: Optional[str] = None, timeout: float = 10.0) -> Optional[
             lock.seek(0)
             root = lock.read().strip()
             if root and _read_state(root) is not None:
-                daemon = _join(root)
-                if daemon is not None:
-                    os.environ.update(daemon.client_env())
-                return daemon
+                return _join(root)
             daemon = _start(timeout)
             lock.seek(0)
             lock.truncate()
@@ -270,10 +267,8 @@ def _start(timeout: float) -> Optional[MPSDaemon]:
     pipe, log = os.path.join(root, "pipe"), os.path.join(root, "log")
     os.makedirs(pipe)
     os.makedirs(log)
-    env = dict(os.environ, **{PIPE_ENV: pipe, LOG_ENV: log})
-    env.pop(PERCENT_ENV, None)
     try:
-        proc = subprocess.run([binary, "-d"], env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run([binary, "-d"], env=_control_env(root), capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         shutil.rmtree(root, ignore_errors=True)
         _warn_once("refused", f"`{binary} -d` failed: {exc}")
@@ -329,7 +324,8 @@ def _find_daemon(pipe: str, timeout: float) -> Optional[int]:
 
 
 def _control_env(root: str) -> dict[str, str]:
-    """The environment of a control command (``quit``, ``get_server_list``) sent to the daemon of ``root``."""
+    """The environment of the daemon of ``root`` (``-d``) and of a control command sent to it (``quit``,
+    ``get_server_list``)."""
     env = dict(os.environ, **{PIPE_ENV: os.path.join(root, "pipe"), LOG_ENV: os.path.join(root, "log")})
     env.pop(PERCENT_ENV, None)
     return env

@@ -70,9 +70,7 @@ def field_levels(source: Any) -> dict[str, tuple[str, int]]:
 def capacity_hint(source: Any) -> Optional[dict[str, int]]:
     """The source's upper bound on batch sizes per axis, if it offers one (``capacity_hint()``)."""
     fn = getattr(source, "capacity_hint", None)
-    if fn is None:
-        return None
-    hint = fn()
+    hint = None if fn is None else fn()
     return dict(hint) if hint is not None else None
 
 

@@ -91,34 +91,26 @@ def export_slots(msg: tuple) -> tuple:
     worker, or after the worker was sent replacements (``grow``), which it no longer writes. CPU slots (shared
     host memory, passed as file descriptors) are left as they are.
     """
-    if msg[0] != "slots":
-        return msg
-    kind, stage, index, buffers = msg
-    return (kind, stage, index, _map_slot_buffers(buffers, _export_tensor))
+    return _map_slots(msg, lambda v: export_cuda_tensor(v) if isinstance(v, torch.Tensor) and v.is_cuda else v)
 
 
 def open_slots(msg: tuple) -> tuple:
     """The inverse of :func:`export_slots` in the worker: each handle opened as a tensor on the slot's GPU."""
+    return _map_slots(msg, lambda v: v.open() if isinstance(v, CudaTensorHandle) else v)
+
+
+def _map_slots(msg: tuple, fn):
+    """A ``("slots", stage, index, buffers)`` command with ``fn`` applied to every buffer; any other as it is."""
     if msg[0] != "slots":
         return msg
     kind, stage, index, buffers = msg
-    return (kind, stage, index, _map_slot_buffers(buffers, _open_tensor))
+    return (kind, stage, index, _map_slot_buffers(buffers, fn))
 
 
 def _map_slot_buffers(buffers, fn):
     if isinstance(buffers, dict):
         return {name: fn(value) for name, value in buffers.items()}
     return [_map_slot_buffers(b, fn) for b in buffers]
-
-
-def _export_tensor(value):
-    if isinstance(value, torch.Tensor) and value.is_cuda:
-        return export_cuda_tensor(value)
-    return value
-
-
-def _open_tensor(value):
-    return value.open() if isinstance(value, CudaTensorHandle) else value
 
 
 def _worker_main(conn, device: Optional[str], parent_pid: int, env: Mapping[str, str], lookahead: bool) -> None:
