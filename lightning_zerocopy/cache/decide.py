@@ -32,7 +32,7 @@ import torch
 
 from lightning_zerocopy.cache.budget import format_bytes
 from lightning_zerocopy.cache.cached_rows import RankedRows, bytes_per_gpu, fits_a_row, rank_rows
-from lightning_zerocopy.cache.cliques import CACHE_POLICIES, Layout, choose_layout
+from lightning_zerocopy.cache.cliques import Layout, choose_layout
 from lightning_zerocopy.cache.cost import PolicyCosts, compare_policies
 from lightning_zerocopy.cache.plan import CachePlan, lookup_bytes
 from lightning_zerocopy.cache.ranking import CacheScores, PriorWeightChoice
@@ -291,9 +291,7 @@ def _mean_read_row_bytes(scores: Mapping[str, CacheScores], row_bytes: Mapping[s
 def _layout(policy: str, peer: list[list[bool]], scores: Mapping[str, CacheScores], num_rows: Mapping[str, int],
             row_bytes: Mapping[str, int], budget: int, key: str,
             price: Optional[Callable[[int], PolicyCosts]] = None) -> Layout:  # fmt: skip
-    if policy not in CACHE_POLICIES:
-        raise ValueError(f"{key} must be one of {', '.join(map(repr, CACHE_POLICIES))}, got {policy!r}")
-    if policy != "auto" or len(peer) == 1:
+    if policy != "auto" or len(peer) == 1:  # choose_layout refuses an unknown policy
         return choose_layout(policy, peer, hot_rows=0, rows_per_gpu=0, key=key)
     need = hot_bytes_per_gpu(scores, num_rows, row_bytes)
     if need <= budget:
