@@ -150,8 +150,8 @@ class CacheDecision:
             )
         budget = format_bytes(self.budget_bytes)
         cached = {t: p for t, p in self.plans.items() if p.num_cached}
+        lookups = sum(lookup_bytes(p.num_table_rows, self.num_shards) for p in (cached or self.plans).values())
         if not cached:
-            lookups = sum(lookup_bytes(p.num_table_rows, self.num_shards) for p in self.plans.values())
             return (
                 f"feature cache: {self.layout.policy}{note}; nothing cached: the row lookup ({format_bytes(lookups)} "
                 f"per GPU) leaves no room for a {format_bytes(min(self.row_bytes.values(), default=0))} row in the "
@@ -162,7 +162,6 @@ class CacheDecision:
             what += " (" + ", ".join(f"{t}: {p.num_cached}/{p.num_table_rows}" for t, p in self.plans.items()) + ")"
         stored = sum(p.max_shard_rows for p in cached.values())
         stored_bytes = sum(p.max_shard_rows * self.row_bytes[t] for t, p in cached.items())
-        lookups = sum(lookup_bytes(p.num_table_rows, self.num_shards) for p in cached.values())
         return (
             f"feature cache: {self.layout.policy}{note}; {what} over {self.num_shards} GPU(s), {stored} rows "
             f"({format_bytes(stored_bytes)}) + {'its lookup' if len(cached) == 1 else 'their lookups'} "
