@@ -32,7 +32,7 @@ import torch
 
 from lightning_zerocopy.cache.budget import format_bytes
 from lightning_zerocopy.cache.cached_rows import RankedRows, bytes_per_gpu, fits_a_row, rank_rows
-from lightning_zerocopy.cache.cliques import CACHE_POLICIES, Layout, choose_layout
+from lightning_zerocopy.cache.cliques import Layout, choose_layout
 from lightning_zerocopy.cache.cost import PolicyCosts, compare_policies
 from lightning_zerocopy.cache.plan import CachePlan, lookup_bytes
 from lightning_zerocopy.cache.ranking import CacheScores, PriorWeightChoice
@@ -150,8 +150,8 @@ class CacheDecision:
             )
         budget = format_bytes(self.budget_bytes)
         cached = {t: p for t, p in self.plans.items() if p.num_cached}
+        lookups = sum(lookup_bytes(p.num_table_rows, self.num_shards) for p in (cached or self.plans).values())
         if not cached:
-            lookups = sum(lookup_bytes(p.num_table_rows, self.num_shards) for p in self.plans.values())
             return (
                 f"feature cache: {self.layout.policy}{note}; nothing cached: the row lookup ({format_bytes(lookups)} "
                 f"per GPU) leaves no room for a {format_bytes(min(self.row_bytes.values(), default=0))} row in the "
@@ -162,7 +162,6 @@ class CacheDecision:
             what += " (" + ", ".join(f"{t}: {p.num_cached}/{p.num_table_rows}" for t, p in self.plans.items()) + ")"
         stored = sum(p.max_shard_rows for p in cached.values())
         stored_bytes = sum(p.max_shard_rows * self.row_bytes[t] for t, p in cached.items())
-        lookups = sum(lookup_bytes(p.num_table_rows, self.num_shards) for p in cached.values())
         return (
             f"feature cache: {self.layout.policy}{note}; {what} over {self.num_shards} GPU(s), {stored} rows "
             f"({format_bytes(stored_bytes)}) + {'its lookup' if len(cached) == 1 else 'their lookups'} "
@@ -291,9 +290,7 @@ def _mean_read_row_bytes(scores: Mapping[str, CacheScores], row_bytes: Mapping[s
 def _layout(policy: str, peer: list[list[bool]], scores: Mapping[str, CacheScores], num_rows: Mapping[str, int],
             row_bytes: Mapping[str, int], budget: int, key: str,
             price: Optional[Callable[[int], PolicyCosts]] = None) -> Layout:  # fmt: skip
-    if policy not in CACHE_POLICIES:
-        raise ValueError(f"{key} must be one of {', '.join(map(repr, CACHE_POLICIES))}, got {policy!r}")
-    if policy != "auto" or len(peer) == 1:
+    if policy != "auto" or len(peer) == 1:  # choose_layout refuses an unknown policy
         return choose_layout(policy, peer, hot_rows=0, rows_per_gpu=0, key=key)
     need = hot_bytes_per_gpu(scores, num_rows, row_bytes)
     if need <= budget:

@@ -155,10 +155,8 @@ class TypedFeatureCache:
 
     def provider(self, node_type: str) -> Optional[ShardedFeatureCache]:
         """The cache provider of ``node_type`` (``None`` for a type this cache does not cover)."""
-        for t, spec in self.specs:
-            if t == node_type:
-                return ShardedFeatureCache(spec)
-        return None
+        spec = dict(self.specs).get(node_type)
+        return None if spec is None else ShardedFeatureCache(spec)
 
     def __repr__(self) -> str:
         rows = ", ".join(f"{t}: {s.plan.num_cached}" for t, s in self.specs)

@@ -31,9 +31,9 @@ from typing import Any, NamedTuple, Optional, Union
 import torch
 
 from lightning_zerocopy import ops
-from lightning_zerocopy.gather.table_shape import TableShape
+from lightning_zerocopy.gather.table_shape import TableShape, feature_table_tensor
 from lightning_zerocopy.cache.plan import CachePlan
-from lightning_zerocopy.cache.shards import ShardHandle, _cuda_device, _table_tensor, fill_shard
+from lightning_zerocopy.cache.shards import ShardHandle, _cuda_device, fill_shard
 from lightning_zerocopy.gather.read_order import ReadOrderChooser
 from lightning_zerocopy.gather.staged import staged_for
 from lightning_zerocopy.options import GatherMode
@@ -292,7 +292,7 @@ def open_feature_cache(
             ``"auto"`` (time both on the first gathers, keep the faster).
     """
     device = _cuda_device(device)
-    table = _table_tensor(table)
+    table = feature_table_tensor(table)
     plan = spec.plan
     if table.shape[0] != plan.num_table_rows:
         raise ValueError(f"`table` has {table.shape[0]} rows, but the cache plan is for {plan.num_table_rows}")

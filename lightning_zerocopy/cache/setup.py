@@ -265,11 +265,7 @@ class RankCache:
     def _exchange_facts(self, budget_bytes: int, place: RankPlace) -> list[RankFacts]:
         root = place.device
         device = root.index if root.type == "cuda" else None
-        mine = (place.node_rank, place.local_rank, device)
-        devices: list[Any] = [mine]
-        if place.world_size > 1:
-            devices = [None] * place.world_size
-            dist.all_gather_object(devices, mine)
+        devices = _all_gather((place.node_rank, place.local_rank, device), place)
         peer = None
         if place.local_rank == 0:
             machine = sorted((d for d in devices if d[0] == place.node_rank), key=lambda d: d[1])
@@ -285,12 +281,7 @@ class RankCache:
                 peer = measure_peer_access([d[2] for d in machine])
             else:  # CPU ranks: no peers
                 peer = [[i == j for j in range(len(machine))] for i in range(len(machine))]
-        fact = RankFacts(place.rank, place.node_rank, place.local_rank, device, budget_bytes, peer)
-        if place.world_size == 1:
-            return [fact]
-        facts: list[Any] = [None] * place.world_size
-        dist.all_gather_object(facts, fact)
-        return facts
+        return _all_gather(RankFacts(place.rank, place.node_rank, place.local_rank, device, budget_bytes, peer), place)
 
     def _place(self, decision: CacheDecision, tables: dict[str, torch.Tensor], place: RankPlace) -> TypedFeatureCache:
         """Fill this rank's shard of every type, swap the handles within the cache group, return the group's spec."""
@@ -299,10 +290,7 @@ class RankCache:
             shard, handle = fill_shard(plan, decision.shard_index, tables[node_type], place.device)
             self._shards.append(shard)
             mine[node_type] = handle
-        handles: list[Any] = [mine]
-        if place.world_size > 1:
-            handles = [None] * place.world_size
-            dist.all_gather_object(handles, mine)
+        handles = _all_gather(mine, place)
         group = [handles[r] for r in decision.group]
         return TypedFeatureCache(tuple(
             (t, SegmentedCacheSpec(plan=plan, handles=tuple(h[t] for h in group), policy=decision.layout.policy))
@@ -315,3 +303,12 @@ class RankCache:
             if place.world_size > 1:
                 barrier("zerocopy_cache_retired")
             self._retired.clear()
+
+
+def _all_gather(obj: Any, place: RankPlace) -> list[Any]:
+    """``obj`` of every rank, by global rank (``all_gather_object``; no collective in a job of one rank)."""
+    if place.world_size == 1:
+        return [obj]
+    gathered: list[Any] = [None] * place.world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered

@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 import torch
 
 from lightning_zerocopy.cache.plan import CachePlan
+from lightning_zerocopy.gather.table_shape import cuda_device, feature_table_tensor
 from lightning_zerocopy.graph.cuda_ipc import CudaTensorHandle, device_uuid, export_cuda_tensor, local_device_index
 
 __all__ = ["ShardHandle", "fill_shard"]
@@ -23,24 +24,8 @@ __all__ = ["ShardHandle", "fill_shard"]
 _FILL_CHUNK_BYTES = 64 << 20
 
 
-def _cuda_device(device: Union[torch.device, str, int, None], what: str = "device") -> torch.device:
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"the GPU feature cache needs a CUDA device (`{what}`), but CUDA is not available")
-    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
-    if dev.type != "cuda":
-        raise ValueError(f"`{what}` must be a CUDA device, got {dev}")
-    return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
-
-
-def _table_tensor(table: Any) -> torch.Tensor:
-    """The 2-D tensor of a feature table (a tensor, or a HostFeatureTable's ``data``)."""
-    if not isinstance(table, torch.Tensor) and isinstance(getattr(table, "data", None), torch.Tensor):
-        table = table.data
-    if not isinstance(table, torch.Tensor) or table.dim() != 2:
-        raise ValueError("`table` must be a 2-D tensor (num_rows, dim) or a HostFeatureTable")
-    if not table.is_contiguous():
-        raise ValueError("`table` must be contiguous")
-    return table
+def _cuda_device(device: Union[torch.device, str, int, None]) -> torch.device:
+    return cuda_device(device, "the GPU feature cache needs a CUDA device (`device`), but CUDA is not available")
 
 
 @dataclass(frozen=True)
@@ -108,7 +93,7 @@ def fill_shard(
         uses the cache) and its picklable :class:`ShardHandle`. Returns once the shard is written.
     """
     device = _cuda_device(device)
-    table = _table_tensor(table)
+    table = feature_table_tensor(table)
     if table.shape[0] != plan.num_table_rows:
         raise ValueError(f"`table` has {table.shape[0]} rows, but the cache plan is for {plan.num_table_rows}")
     rows = plan.shard_rows(shard_index)
@@ -118,10 +103,7 @@ def fill_shard(
     with torch.cuda.device(device):
         for start in range(0, rows.numel(), step):
             chunk = rows[start : start + step]
-            if table.device.type == "cuda":
-                shard[start : start + chunk.numel()].copy_(table.index_select(0, chunk.to(table.device)))
-            else:
-                shard[start : start + chunk.numel()].copy_(table.index_select(0, chunk))
+            shard[start : start + chunk.numel()].copy_(table.index_select(0, chunk.to(table.device)))
         torch.cuda.synchronize(device)
     memory = export_cuda_tensor(shard)  # an empty shard exports no memory, only its shape
     handle = ShardHandle(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Optional, Union
 import torch
 
 from lightning_zerocopy import ops
-from lightning_zerocopy.gather.table_shape import TableShape
+from lightning_zerocopy.gather.table_shape import TableShape, cuda_device, feature_table_tensor
 from lightning_zerocopy.gather.read_order import ReadOrderChooser
 from lightning_zerocopy.gather.staged import staged_for
 from lightning_zerocopy.graph.reorder import frequency_order, most_frequent_neighbors
@@ -69,22 +69,11 @@ class CudaFeatureTable(TableShape):
         trial_calls: int = 3,
         register: bool = True,
     ) -> None:
-        if not isinstance(table, torch.Tensor) and isinstance(getattr(table, "data", None), torch.Tensor):
-            table = table.data  # a HostFeatureTable
-        if not isinstance(table, torch.Tensor) or table.dim() != 2:
-            raise ValueError("`table` must be a 2-D tensor (num_rows, dim) or a HostFeatureTable")
-        if not table.is_contiguous():
-            raise ValueError("`table` must be contiguous")
+        table = feature_table_tensor(table)
         check_choice(mode, GatherMode, "mode")
         if trial_calls < 1:
             raise ValueError(f"`trial_calls` must be >= 1, got {trial_calls}")
-        if not torch.cuda.is_available():
-            raise RuntimeError("CudaFeatureTable needs a CUDA device")
-        self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
-        if self.device.type != "cuda":
-            raise ValueError(f"`device` must be a CUDA device, got {self.device}")
-        if self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = cuda_device(device, "CudaFeatureTable needs a CUDA device")
         self.table = table
         self.mode: GatherMode = mode
         self.trial_calls = trial_calls

@@ -29,6 +29,7 @@ from lightning_zerocopy.graph.shared_memory import (
     share_tensor,
 )
 from lightning_zerocopy.gather.precision_loss import FeatureRangeError, PrecisionLoss
+from lightning_zerocopy.gather.table_shape import TableShape
 from lightning_zerocopy.options import FeatureDtype, check_choice
 
 __all__ = [
@@ -178,7 +179,7 @@ class FeatureTableHandle:
             self.data.unlink()
 
 
-class HostFeatureTable:
+class HostFeatureTable(TableShape):
     """A ``(num_rows, dim)`` float32/float16/bfloat16 feature table in host memory.
 
     Build it with :meth:`share` (copy into shared memory), :meth:`from_npy` (map a file) or
@@ -226,21 +227,7 @@ class HostFeatureTable:
         """The table itself (host memory)."""
         return self._data
 
-    @property
-    def num_rows(self) -> int:
-        return int(self._data.shape[0])
-
-    @property
-    def dim(self) -> int:
-        return int(self._data.shape[1])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._data.dtype
-
-    @property
-    def row_bytes(self) -> int:
-        return self.dim * self._data.element_size()
+    table = data  # what TableShape's num_rows, dim, dtype and row_bytes read
 
     def handle(self) -> FeatureTableHandle:
         """Picklable handle for other local processes.

@@ -21,6 +21,7 @@ mapping is closed once the last tensor over it is freed.
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 import weakref
@@ -87,10 +88,7 @@ class CudaTensorHandle:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= int(s)
-        return n
+        return math.prod(map(int, self.shape))
 
     @property
     def nbytes(self) -> int:

@@ -100,10 +100,6 @@ class GraphSchema:
         """One node type and one edge type between its nodes: the sampler's fused multi-hop kernel applies."""
         return len(self.node_types) == 1 and len(self.edge_types) == 1
 
-    def with_input_type(self, input_type: Optional[str]) -> "GraphSchema":
-        """This schema with another seeds' node type."""
-        return GraphSchema(self.node_types, self.edge_types, input_type)
-
     def metadata(self) -> tuple[list[str], list[EdgeType]]:
         """``(node types, edge types)`` as PyG's ``HeteroData.metadata()``."""
         return list(self.node_types), list(self.edge_types)

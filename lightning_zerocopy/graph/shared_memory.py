@@ -31,6 +31,7 @@ shares the page cache.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 import uuid
@@ -81,13 +82,6 @@ def _torch_dtype(name: str) -> torch.dtype:
     return dtype
 
 
-def _numel(shape: Sequence[int]) -> int:
-    numel = 1
-    for size in shape:
-        numel *= int(size)
-    return numel
-
-
 @dataclass(frozen=True)
 class SharedTensorHandle:
     """Picklable name of a shared tensor: where it lives, its shape and dtype (no data).
@@ -108,7 +102,7 @@ class SharedTensorHandle:
 
     @property
     def nbytes(self) -> int:
-        return _numel(self.shape) * self.torch_dtype.itemsize
+        return math.prod(map(int, self.shape)) * self.torch_dtype.itemsize
 
     def exists(self) -> bool:
         """Whether the segment still has a name (it is gone after :meth:`unlink`)."""
@@ -127,8 +121,7 @@ class SharedTensorHandle:
                 "creator calls unlink()) or its creator crashed",
                 self.path,
             )
-        numel = _numel(self.shape)
-        flat = torch.from_file(self.path, shared=True, size=numel, dtype=self.torch_dtype)
+        flat = torch.from_file(self.path, shared=True, size=math.prod(map(int, self.shape)), dtype=self.torch_dtype)
         return flat.view(self.shape)
 
     def unlink(self, missing_ok: bool = True) -> None:

@@ -71,10 +71,6 @@ class SeedClassifier(pl.LightningModule, metaclass=ABCMeta):
         size = seeds.batch_size
         return self._logits(batch)[:size], seeds.y[:size], size
 
-    def _seed_ids(self, batch: Any, size: Any) -> torch.Tensor:
-        """The global ids of the batch's ``size`` seeds."""
-        return self._seed_store(batch).n_id[:size]
-
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         out, y, _ = self._seed_outputs(batch)
         loss = F.cross_entropy(out, y, ignore_index=-1)
@@ -119,7 +115,7 @@ class SeedClassifier(pl.LightningModule, metaclass=ABCMeta):
         """The seed nodes' global ids and logits (what :class:`~lightning_zerocopy.callbacks.PredictionWriter`
         writes; the class is ``logits.argmax(-1)``)."""
         logits, _, size = self._seed_outputs(batch)
-        return {"n_id": self._seed_ids(batch, size), "logits": logits}
+        return {"n_id": self._seed_store(batch).n_id[:size], "logits": logits}
 
     def configure_optimizers(self) -> Any:
         return configure_from_factories(self.parameters(), self.optimizer_factory, self.lr_scheduler_factory,

@@ -85,15 +85,15 @@ def counts_for_layers(
             f"batch has {x.size(0)} rows of x and {edge_index.size(1)} edges: a transform changed the batch without "
             "its per-hop counts; fix the counts, delete them, or turn trimming off (model.trim: false)"
         )
-    hops = len(edges)
-    if hops > num_layers:  # hops no layer reaches
+    if len(edges) > num_layers:  # hops no layer reaches
         x = x.narrow(0, 0, sum(nodes[: num_layers + 1]))
         edge_index = edge_index.narrow(1, 0, sum(edges[:num_layers]))
-        nodes, edges = nodes[: num_layers + 1], edges[:num_layers]
-    elif hops < num_layers:  # hops that were not sampled: empty
-        nodes = nodes + [0] * (num_layers - hops)
-        edges = edges + [0] * (num_layers - hops)
-    return HopCounts(x, edge_index, nodes, edges)
+    return HopCounts(x, edge_index, _fit(nodes, num_layers + 1), _fit(edges, num_layers))
+
+
+def _fit(counts: list[int], length: int) -> list[int]:
+    """``counts`` cut to ``length`` entries (hops no layer reaches), or padded with empty hops (hops not sampled)."""
+    return counts[:length] + [0] * (length - len(counts))
 
 
 def batch_hop_counts(batch: Any, num_layers: int) -> Optional[HopCounts]:
@@ -184,10 +184,5 @@ def hetero_counts_for_layers(
             raise ValueError(f"{'__'.join(edge_type)}.num_sampled_edges sums to {sum(edges[edge_type])} but the batch "
                              f"has {index.size(1)} such edges: fix the counts, delete them, or set trim: false")  # fmt: skip
         out_edges[edge_type] = index.narrow(1, 0, sum(edges[edge_type][:num_layers])) if hops > num_layers else index
-    if hops > num_layers:
-        nodes = {k: v[: num_layers + 1] for k, v in nodes.items()}
-        edges = {k: v[:num_layers] for k, v in edges.items()}
-    elif hops < num_layers:
-        nodes = {k: v + [0] * (num_layers - hops) for k, v in nodes.items()}
-        edges = {k: v + [0] * (num_layers - hops) for k, v in edges.items()}
-    return HeteroHopCounts(out_x, out_edges, nodes, edges)
+    return HeteroHopCounts(out_x, out_edges, {k: _fit(v, num_layers + 1) for k, v in nodes.items()},
+                           {k: _fit(v, num_layers) for k, v in edges.items()})  # fmt: skip
