@@ -109,8 +109,10 @@ class StageTotals:
     def add(self, stages: BuildStages) -> None:
         """Count one batch's stages."""
         self.batches += 1
-        for stage in STAGES:
-            setattr(self, f"{stage}_s", getattr(self, f"{stage}_s") + getattr(stages, f"{stage}_s"))
+        self.sample_s += stages.sample_s
+        self.gather_s += stages.gather_s
+        self.assemble_s += stages.assemble_s
+        self.handover_s += stages.handover_s
         self.gather_bytes += int(stages.gather_bytes)
         if stages.gather_bound_s is not None:
             self.bound_bytes += int(stages.gather_bytes)
