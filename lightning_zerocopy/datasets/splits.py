@@ -127,16 +127,25 @@ def check_splits(
             raise SplitError(name, source, _repeated(idx, num_unique))
         if num_classes is not None:
             labels = data.y[idx]
-            for bad, rule, fix in (
-                (labels < -1, f"labels are classes 0 to {num_classes - 1}, or -1 for an unlabeled node", "fix the labels"),
-                (labels >= num_classes, f"the dataset has {num_classes} classes (labels 0 to {num_classes - 1})",
-                 "raise `num_classes` or fix the labels"),
-            ):  # fmt: skip
-                where = bad.nonzero().view(-1)
-                if where.numel():
-                    raise SplitError(name, source, f"holds node {int(idx[where[0]])} labeled {int(labels[where[0]])}, "
-                                     f"but {rule}; {_count(where.numel(), 'node')} of this split "
-                                     f"{'has' if where.numel() == 1 else 'have'} such labels: {fix}")  # fmt: skip
+            if int(labels.min()) < -1:
+                below = (labels < -1).nonzero().view(-1)
+                raise SplitError(
+                    name,
+                    source,
+                    f"holds node {int(idx[below[0]])} labeled {int(labels[below[0]])}, but labels are classes 0 to "
+                    f"{num_classes - 1}, or -1 for an unlabeled node; {_count(below.numel(), 'node')} of this split "
+                    f"{'has' if below.numel() == 1 else 'have'} such labels: fix the labels",
+                )
+            if int(labels.max()) >= num_classes:
+                too_large = (labels >= num_classes).nonzero().view(-1)
+                node = int(idx[too_large[0]])
+                raise SplitError(
+                    name,
+                    source,
+                    f"holds node {node} labeled {int(labels[too_large[0]])}, but the dataset has {num_classes} "
+                    f"classes (labels 0 to {num_classes - 1}); {_count(too_large.numel(), 'node')} of this split "
+                    f"{'has' if too_large.numel() == 1 else 'have'} such labels: raise `num_classes` or fix the labels",
+                )
     leaks = [(first, second) for first, second in shared if first == "train"]
     if leaks and not allow_train_overlap:
         first, second = leaks[0]
